@@ -1,0 +1,65 @@
+/* Private declarations shared by the files of libsattn. */
+#ifndef SATTN_INTERNAL_H
+#define SATTN_INTERNAL_H
+
+#include "sattn/sattn.h"
+
+#include <stdint.h>
+#include <stddef.h>
+
+struct SattnModel {
+  SattnConfig cfg;        /* resolved: no 0-defaults left */
+  size_t dq;              /* heads * d_head */
+  size_t dv;              /* heads * d_value */
+  size_t d_out;
+  /* Owned copies; NULL = identity projection / zero bias. */
+  float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+  /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
+  float *k_extra, *v_extra;
+  size_t n_extra;
+};
+
+/* Project n rows: y (n × d_out, row stride ldy) = x (n × d_in, stride ldx)
+ * W^T + b.  W NULL = identity (d_in == d_out); b NULL = no bias. */
+void sattn_project (const float *W, const float *b, const float *x,
+                    size_t n, size_t d_in, size_t d_out, size_t ldx,
+                    float *y, size_t ldy);
+
+/* One window of attention for every head, pre output projection.
+ * Positions are window indices: keys 0..nk-1, query i sits at q0 + i.
+ * Keys whose key_ok is 0 must have finite (zeroed) K and V rows. */
+typedef struct {
+  const float *q;           /* m × dq, row stride ldq */
+  size_t ldq;
+  const float *k;           /* nk × dq, row stride ldk */
+  size_t ldk;
+  const float *v;           /* nk × dv, row stride ldv */
+  size_t ldv;
+  const uint8_t *key_ok;    /* nk, NULL = all */
+  const uint8_t *query_ok;  /* m, NULL = all; 0 -> zero row */
+  const uint8_t *allow;     /* m × nk (row stride ld_allow), NULL = none */
+  size_t ld_allow;
+  size_t m, nk, q0;
+  float *scores;            /* scratch: m × (nk + n_extra) */
+  float *o;                 /* out: m × dv */
+  float *weights;           /* optional out: heads × m × (nk + n_extra) */
+  SattnStats *stats;        /* optional */
+  float sat_threshold;
+} SattnAttnArgs;
+
+void sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a);
+
+/* Output projection of m rows of O (m × dv) into out (stride ldo). */
+void sattn_output_project (const SattnModel *m, const float *o, size_t rows,
+                           float *out, size_t ldo);
+
+/* Nonzero when every one of n floats is finite. */
+int sattn_all_finite (const float *x, size_t n);
+
+/* Apply the model's BLAS thread setting. */
+void sattn_blas_threads (const SattnModel *m);
+
+/* In-place y[i] = exp (y[i]) for n floats with y[i] <= 0 or -inf. */
+void sattn_exp_inplace (float *y, size_t n);
+
+#endif

@@ -1,0 +1,302 @@
+/* Attention kernel: projections, scores, masked stable softmax, P·V,
+ * output projection, and the one-shot entry point sattn_attend. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+void
+sattn_project (const float *W, const float *b, const float *x, size_t n,
+               size_t d_in, size_t d_out, size_t ldx, float *y, size_t ldy)
+{
+  if (n == 0)
+    return;
+  if (W == NULL) {
+    for (size_t i = 0; i < n; i++)
+      memcpy (y + i * ldy, x + i * ldx, d_out * sizeof (float));
+  } else {
+    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) n, (int) d_out,
+                 (int) d_in, 1.0f, x, (int) ldx, W, (int) d_in, 0.0f, y,
+                 (int) ldy);
+  }
+  if (b != NULL) {
+    for (size_t i = 0; i < n; i++) {
+      float *restrict yi = y + i * ldy;
+      for (size_t j = 0; j < d_out; j++)
+        yi[j] += b[j];
+    }
+  }
+}
+
+void
+sattn_exp_inplace (float *y, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    y[i] = expf (y[i]);
+}
+
+/* Masked stable softmax of one row in place.
+ * s: ncols scaled-by-nothing raw scores; visible keys are [lo, hi) of the
+ * window part (plus every extra column >= nk), further filtered by key_ok
+ * and allow.  On return s holds the weights (0 for masked entries).
+ * Returns the number of unmasked entries. */
+static size_t
+softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
+             const uint8_t *restrict key_ok, const uint8_t *restrict allow,
+             float scale, SattnStats *stats, float sat_threshold)
+{
+  /* Pass 1: scale, mask (as NaN marker -> use a separate sentinel), max. */
+  size_t n_valid = 0, n_pinf = 0, n_nonfinite = 0;
+  float mx = -INFINITY;
+  double smin = INFINITY, smax = -INFINITY;
+
+  for (size_t j = 0; j < ncols; j++) {
+    int visible;
+    if (j < nk)
+      visible = j >= lo && j < hi && (key_ok == NULL || key_ok[j]) &&
+          (allow == NULL || allow[j]);
+    else
+      visible = 1;
+    if (!visible) {
+      s[j] = NAN;               /* marker: masked */
+      continue;
+    }
+    float v = s[j] * scale;
+    if (isnan (v)) {
+      n_nonfinite++;
+      s[j] = NAN;
+      continue;
+    }
+    if (isinf (v)) {
+      n_nonfinite++;
+      if (v > 0)
+        n_pinf++;
+    } else {
+      if (v < smin) smin = v;
+      if (v > smax) smax = v;
+    }
+    s[j] = v;
+    if (v > mx)
+      mx = v;
+    n_valid++;
+  }
+
+  double lse = NAN;
+  if (n_valid == 0) {
+    memset (s, 0, ncols * sizeof (float));
+  } else if (n_pinf > 0 || mx == -INFINITY) {
+    /* Limit: the mass is shared by the entries at the extreme value (all
+     * +inf entries, or all entries when every visible score is -inf). */
+    float target = n_pinf > 0 ? INFINITY : -INFINITY;
+    size_t cnt = n_pinf > 0 ? n_pinf : n_valid;
+    float w = 1.0f / (float) cnt;
+    for (size_t j = 0; j < ncols; j++)
+      s[j] = (s[j] == target) ? w : 0.0f;
+    lse = target;
+  } else {
+    /* Stable: subtract the max over unmasked entries; masked -> -inf so
+     * that exp gives exactly 0 and nothing masked is ever multiplied. */
+    for (size_t j = 0; j < ncols; j++)
+      s[j] = isnan (s[j]) ? -INFINITY : s[j] - mx;
+    sattn_exp_inplace (s, ncols);
+    double sum = 0.0;
+    for (size_t j = 0; j < ncols; j++)
+      sum += s[j];
+    /* sum >= 1 since the max entry contributes exp(0) = 1. */
+    float inv = (float) (1.0 / sum);
+    for (size_t j = 0; j < ncols; j++)
+      s[j] *= inv;
+    lse = (double) mx + log (sum);
+  }
+
+  if (stats != NULL) {
+    stats->rows++;
+    stats->nonfinite_scores += n_nonfinite;
+    if (n_valid == 0) {
+      stats->fully_masked_rows++;
+    } else {
+      if (smin < stats->score_min) stats->score_min = smin;
+      if (smax > stats->score_max) stats->score_max = smax;
+      if (isfinite (lse)) {
+        if (lse < stats->lse_min) stats->lse_min = lse;
+        if (lse > stats->lse_max) stats->lse_max = lse;
+      }
+      float wmax = 0.0f;
+      double ent = 0.0;
+      for (size_t j = 0; j < ncols; j++) {
+        float p = s[j];
+        if (p > wmax)
+          wmax = p;
+        if (p > 0.0f)
+          ent -= (double) p * log ((double) p);
+      }
+      stats->max_weight_sum += wmax;
+      if (n_valid > 1)
+        stats->entropy_sum += ent / log ((double) n_valid);
+      if (wmax > sat_threshold)
+        stats->saturated_rows++;
+    }
+  }
+  return n_valid;
+}
+
+void
+sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
+{
+  const SattnConfig *c = &m->cfg;
+  const size_t H = c->heads, dh = c->d_head, dvh = c->d_value;
+  const size_t nk = a->nk, ncols = nk + m->n_extra, M = a->m;
+  float *S = a->scores;
+
+  for (size_t h = 0; h < H; h++) {
+    const float *Qh = a->q + h * dh;
+    const float *Kh = a->k + h * dh;
+    const float *Vh = a->v + h * dvh;
+    float *Oh = a->o + h * dvh;
+
+    /* Raw scores for the window keys, then the extra keys by hand. */
+    if (nk > 0)
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) M, (int) nk,
+                   (int) dh, 1.0f, Qh, (int) a->ldq, Kh, (int) a->ldk, 0.0f, S,
+                   (int) ncols);
+    for (size_t e = 0; e < m->n_extra; e++) {
+      const float *ke = m->k_extra + e * m->dq + h * dh;
+      for (size_t i = 0; i < M; i++) {
+        const float *qi = Qh + i * a->ldq;
+        float acc = 0.0f;
+        for (size_t t = 0; t < dh; t++)
+          acc += qi[t] * ke[t];
+        S[i * ncols + nk + e] = acc;
+      }
+    }
+
+    for (size_t i = 0; i < M; i++) {
+      float *row = S + i * ncols;
+      if (a->query_ok != NULL && !a->query_ok[i]) {
+        memset (row, 0, ncols * sizeof (float));
+        continue;
+      }
+      size_t qpos = a->q0 + i;
+      size_t hi = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
+      size_t lo = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
+      softmax_row (row, nk, ncols, lo, hi, a->key_ok,
+                   a->allow ? a->allow + i * a->ld_allow : NULL, c->scale,
+                   a->stats, a->sat_threshold);
+    }
+
+    if (a->weights != NULL)
+      memcpy (a->weights + h * M * ncols, S, M * ncols * sizeof (float));
+
+    /* O_h = P V_h over the window keys, plus the extra values. */
+    if (nk > 0)
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) M,
+                   (int) dvh, (int) nk, 1.0f, S, (int) ncols, Vh, (int) a->ldv,
+                   0.0f, Oh, (int) m->dv);
+    else
+      for (size_t i = 0; i < M; i++)
+        memset (Oh + i * m->dv, 0, dvh * sizeof (float));
+    for (size_t e = 0; e < m->n_extra; e++) {
+      const float *ve = m->v_extra + e * m->dv + h * dvh;
+      for (size_t i = 0; i < M; i++) {
+        float p = S[i * ncols + nk + e];
+        if (p == 0.0f)
+          continue;
+        float *oi = Oh + i * m->dv;
+        for (size_t t = 0; t < dvh; t++)
+          oi[t] += p * ve[t];
+      }
+    }
+  }
+}
+
+void
+sattn_output_project (const SattnModel *m, const float *o, size_t rows,
+                      float *out, size_t ldo)
+{
+  if (m->wo == NULL && m->bo == NULL) {
+    if (o != out || ldo != m->dv)
+      for (size_t i = 0; i < rows; i++)
+        memcpy (out + i * ldo, o + i * m->dv, m->dv * sizeof (float));
+    return;
+  }
+  sattn_project (m->wo, m->bo, o, rows, m->dv, m->d_out, m->dv, out, ldo);
+}
+
+SattnStatus
+sattn_attend (const SattnModel *m, const float *x, size_t n,
+              const SattnMask *mask, float *out, float *weights,
+              SattnStats *stats)
+{
+  if (m == NULL || x == NULL || out == NULL || n == 0)
+    return SATTN_E_INVAL;
+  const SattnConfig *c = &m->cfg;
+  const size_t ncols = n + m->n_extra;
+  if (n > SIZE_MAX / 4 / ncols || n > (size_t) INT32_MAX)
+    return SATTN_E_NOMEM;
+
+  float *q = malloc (n * m->dq * sizeof (float));
+  float *k = malloc (n * m->dq * sizeof (float));
+  float *v = malloc (n * m->dv * sizeof (float));
+  float *o = malloc (n * m->dv * sizeof (float));
+  float *S = malloc (n * ncols * sizeof (float));
+  uint8_t *kok = malloc (n);
+  SattnStatus st = SATTN_OK;
+  if (!q || !k || !v || !o || !S || !kok) {
+    st = SATTN_E_NOMEM;
+    goto done;
+  }
+  sattn_blas_threads (m);
+
+  sattn_project (m->wq, m->bq, x, n, c->d_model, m->dq, c->d_model, q, m->dq);
+  sattn_project (m->wk, m->bk, x, n, c->d_model, m->dq, c->d_model, k, m->dq);
+  sattn_project (m->wv, m->bv, x, n, c->d_model, m->dv, c->d_model, v, m->dv);
+
+  /* A key is usable when the caller says so and its input and projections
+   * are finite; unusable keys get zero K/V so nothing can leak. */
+  for (size_t j = 0; j < n; j++) {
+    int ok = (mask == NULL || mask->key_valid == NULL || mask->key_valid[j]);
+    int fin = sattn_all_finite (x + j * c->d_model, c->d_model);
+    if (!fin && stats)
+      stats->invalid_frames++;
+    ok = ok && fin && sattn_all_finite (k + j * m->dq, m->dq) &&
+        sattn_all_finite (v + j * m->dv, m->dv);
+    kok[j] = (uint8_t) ok;
+    if (!ok) {
+      memset (k + j * m->dq, 0, m->dq * sizeof (float));
+      memset (v + j * m->dv, 0, m->dv * sizeof (float));
+      if (stats)
+        stats->masked_keys++;
+    }
+  }
+
+  SattnAttnArgs a = {
+    .q = q, .ldq = m->dq, .k = k, .ldk = m->dq, .v = v, .ldv = m->dv,
+    .key_ok = kok,
+    .query_ok = mask ? mask->query_valid : NULL,
+    .allow = mask ? mask->allow : NULL, .ld_allow = n,
+    .m = n, .nk = n, .q0 = 0,
+    .scores = S, .o = o, .weights = NULL, .stats = stats,
+    .sat_threshold = 0.99f,
+  };
+  if (weights != NULL) {
+    /* Per-head weights are written straight into the caller's array. */
+    a.weights = weights;
+  }
+  sattn_attend_window (m, &a);
+  sattn_output_project (m, o, n, out, m->d_out);
+  if (mask != NULL && mask->query_valid != NULL)
+    for (size_t i = 0; i < n; i++)
+      if (!mask->query_valid[i])
+        memset (out + i * m->d_out, 0, m->d_out * sizeof (float));
+  if (stats) {
+    stats->windows++;
+    stats->frames += n;
+  }
+
+done:
+  free (q); free (k); free (v); free (o); free (S); free (kok);
+  return st;
+}

@@ -1,0 +1,201 @@
+/* SattnModel: resolved configuration plus owned copies of the weights. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+static float *
+dup_floats (const float *src, size_t n, int *ok)
+{
+  if (src == NULL)
+    return NULL;
+  float *d = malloc (n * sizeof (float));
+  if (d == NULL) {
+    *ok = 0;
+    return NULL;
+  }
+  memcpy (d, src, n * sizeof (float));
+  return d;
+}
+
+static int
+finite_or_null (const float *x, size_t n)
+{
+  return x == NULL || sattn_all_finite (x, n);
+}
+
+/* a * b without wrapping; 0 on overflow. */
+static size_t
+mul_ok (size_t a, size_t b)
+{
+  if (a != 0 && b > SIZE_MAX / a)
+    return 0;
+  return a * b;
+}
+
+void
+sattn_model_free (SattnModel *m)
+{
+  if (m == NULL)
+    return;
+  free (m->wq); free (m->bq);
+  free (m->wk); free (m->bk);
+  free (m->wv); free (m->bv);
+  free (m->wo); free (m->bo);
+  free (m->k_extra); free (m->v_extra);
+  free (m);
+}
+
+SattnModel *
+sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
+                 SattnStatus *status)
+{
+  SattnStatus st = SATTN_OK;
+  SattnModel *m = NULL;
+  SattnWeights none = { 0 };
+  SattnConfig c;
+
+  if (cfg_in == NULL) {
+    st = SATTN_E_INVAL;
+    goto fail;
+  }
+  if (w == NULL)
+    w = &none;
+  c = *cfg_in;
+
+  /* --- check every argument before allocating --- */
+  if (c.d_model == 0 || c.heads == 0 || c.threads < 0 ||
+      !(c.scale >= 0.0f) || isinf (c.scale)) {
+    st = SATTN_E_INVAL;
+    goto fail;
+  }
+  if (c.d_head == 0) {
+    if (c.d_model % c.heads != 0) {
+      st = SATTN_E_SHAPE;
+      goto fail;
+    }
+    c.d_head = c.d_model / c.heads;
+  }
+  if (c.d_value == 0)
+    c.d_value = c.d_head;
+  size_t dq = mul_ok (c.heads, c.d_head);
+  size_t dv = mul_ok (c.heads, c.d_value);
+  if (dq == 0 || dv == 0 || mul_ok (dq, c.d_model) == 0 ||
+      mul_ok (dv, c.d_model) == 0) {
+    st = SATTN_E_NOMEM;
+    goto fail;
+  }
+  if (w->wo != NULL) {
+    if (c.d_out == 0) {
+      st = SATTN_E_SHAPE;   /* rows of wo cannot be guessed */
+      goto fail;
+    }
+  } else {
+    if (c.d_out == 0)
+      c.d_out = dv;
+    if (c.d_out != dv) {
+      st = SATTN_E_SHAPE;
+      goto fail;
+    }
+  }
+  if (mul_ok (c.d_out, dv) == 0) {
+    st = SATTN_E_NOMEM;
+    goto fail;
+  }
+  if ((w->wq == NULL && dq != c.d_model) ||
+      (w->wk == NULL && dq != c.d_model) ||
+      (w->wv == NULL && dv != c.d_model)) {
+    st = SATTN_E_SHAPE;
+    goto fail;
+  }
+  if ((w->bias_k == NULL) != (w->bias_v == NULL)) {
+    st = SATTN_E_INVAL;
+    goto fail;
+  }
+  if (!finite_or_null (w->wq, dq * c.d_model) || !finite_or_null (w->bq, dq) ||
+      !finite_or_null (w->wk, dq * c.d_model) || !finite_or_null (w->bk, dq) ||
+      !finite_or_null (w->wv, dv * c.d_model) || !finite_or_null (w->bv, dv) ||
+      !finite_or_null (w->wo, c.d_out * dv) || !finite_or_null (w->bo, c.d_out) ||
+      !finite_or_null (w->bias_k, dq) || !finite_or_null (w->bias_v, dv)) {
+    st = SATTN_E_NONFINITE;
+    goto fail;
+  }
+  if (c.scale == 0.0f)
+    c.scale = (float) (1.0 / sqrt ((double) c.d_head));
+
+  /* --- allocate --- */
+  m = calloc (1, sizeof (*m));
+  if (m == NULL) {
+    st = SATTN_E_NOMEM;
+    goto fail;
+  }
+  m->cfg = c;
+  m->dq = dq;
+  m->dv = dv;
+  m->d_out = c.d_out;
+  int ok = 1;
+  m->wq = dup_floats (w->wq, dq * c.d_model, &ok);
+  m->bq = dup_floats (w->bq, dq, &ok);
+  m->wk = dup_floats (w->wk, dq * c.d_model, &ok);
+  m->bk = dup_floats (w->bk, dq, &ok);
+  m->wv = dup_floats (w->wv, dv * c.d_model, &ok);
+  m->bv = dup_floats (w->bv, dv, &ok);
+  m->wo = dup_floats (w->wo, c.d_out * dv, &ok);
+  m->bo = dup_floats (w->bo, c.d_out, &ok);
+  m->n_extra = (w->bias_k != NULL ? 1 : 0) + (w->add_zero_attn ? 1 : 0);
+  if (m->n_extra > 0) {
+    m->k_extra = calloc (m->n_extra * dq, sizeof (float));
+    m->v_extra = calloc (m->n_extra * dv, sizeof (float));
+    if (m->k_extra == NULL || m->v_extra == NULL)
+      ok = 0;
+    else if (w->bias_k != NULL) {
+      memcpy (m->k_extra, w->bias_k, dq * sizeof (float));
+      memcpy (m->v_extra, w->bias_v, dv * sizeof (float));
+    }
+  }
+  if (!ok) {
+    st = SATTN_E_NOMEM;
+    goto fail;
+  }
+  if (status)
+    *status = SATTN_OK;
+  return m;
+
+fail:
+  sattn_model_free (m);
+  if (status)
+    *status = st;
+  return NULL;
+}
+
+const SattnConfig *
+sattn_model_config (const SattnModel *m)
+{
+  return m ? &m->cfg : NULL;
+}
+
+size_t
+sattn_model_d_out (const SattnModel *m)
+{
+  return m ? m->d_out : 0;
+}
+
+size_t
+sattn_model_extra_keys (const SattnModel *m)
+{
+  return m ? m->n_extra : 0;
+}
+
+void
+sattn_blas_threads (const SattnModel *m)
+{
+#ifdef OPENBLAS_VERSION
+  if (m->cfg.threads > 0 && openblas_get_num_threads () != m->cfg.threads)
+    openblas_set_num_threads (m->cfg.threads);
+#else
+  (void) m;
+#endif
+}

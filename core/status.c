@@ -1,0 +1,44 @@
+/* Status strings and small shared helpers of libsattn. */
+#include "internal.h"
+
+#include <math.h>
+
+const char *
+sattn_status_string (SattnStatus st)
+{
+  switch (st) {
+    case SATTN_OK: return "success";
+    case SATTN_E_INVAL: return "invalid argument (NULL pointer or value out of range)";
+    case SATTN_E_SHAPE: return "dimensions do not fit together";
+    case SATTN_E_NOMEM: return "out of memory";
+    case SATTN_E_NONFINITE: return "NaN or Inf where a finite value is required";
+    case SATTN_E_SPACE: return "output buffer too small";
+    case SATTN_E_IO: return "file cannot be opened or read";
+    case SATTN_E_FORMAT: return "malformed weights file";
+    case SATTN_E_MISSING: return "required tensor missing from weights file";
+    case SATTN_E_DTYPE: return "unsupported tensor dtype";
+  }
+  return "unknown status";
+}
+
+void
+sattn_stats_clear (SattnStats *st)
+{
+  if (st == NULL)
+    return;
+  *st = (SattnStats) { 0 };
+  st->score_min = INFINITY;
+  st->score_max = -INFINITY;
+  st->lse_min = INFINITY;
+  st->lse_max = -INFINITY;
+}
+
+int
+sattn_all_finite (const float *x, size_t n)
+{
+  /* x - x is 0 for finite x and NaN for NaN/Inf: one branch per block. */
+  float acc = 0.0f;
+  for (size_t i = 0; i < n; i++)
+    acc += x[i] - x[i];
+  return acc == 0.0f;
+}
