@@ -1,0 +1,235 @@
+#include "reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t
+ref_extra_keys (const RefModel *m)
+{
+  return (m->bias_k ? 1u : 0u) + (m->add_zero_attn ? 1u : 0u);
+}
+
+static void *
+xcalloc (size_t n, size_t sz)
+{
+  void *p = calloc (n ? n : 1, sz);
+  if (!p)
+    abort ();
+  return p;
+}
+
+/* y (n × d_out) = x (n × d_in) W^T + b, in double; W NULL = identity. */
+static void
+project (const float *W, const float *b, const float *x, size_t n,
+         size_t d_in, size_t d_out, double *y)
+{
+  for (size_t i = 0; i < n; i++) {
+    const float *xi = x + i * d_in;
+    for (size_t o = 0; o < d_out; o++) {
+      double acc = 0.0;
+      if (W) {
+        const float *w = W + o * d_in;
+        for (size_t k = 0; k < d_in; k++)
+          acc += (double) w[k] * (double) xi[k];
+      } else {
+        acc = xi[o];
+      }
+      if (b)
+        acc += b[o];
+      y[i * d_out + o] = acc;
+    }
+  }
+}
+
+static void
+project_d (const float *W, const float *b, const double *x, size_t d_in,
+           size_t d_out, double *y)
+{
+  for (size_t o = 0; o < d_out; o++) {
+    double acc = 0.0;
+    if (W) {
+      const float *w = W + o * d_in;
+      for (size_t k = 0; k < d_in; k++)
+        acc += (double) w[k] * x[k];
+    } else {
+      acc = x[o];
+    }
+    if (b)
+      acc += b[o];
+    y[o] = acc;
+  }
+}
+
+static int
+row_finite (const float *x, size_t d)
+{
+  for (size_t k = 0; k < d; k++)
+    if (!isfinite (x[k]))
+      return 0;
+  return 1;
+}
+
+void
+ref_attend (const RefModel *m, const float *x, size_t n,
+            const uint8_t *key_valid, const uint8_t *query_valid,
+            const uint8_t *allow, double *out, double *weights,
+            RefStats *st)
+{
+  const size_t H = m->heads, dh = m->d_head, dv = m->d_value;
+  const size_t dq = H * dh, dvt = H * dv, E = m->d_model;
+  const size_t ne = ref_extra_keys (m), nk = n + ne;
+  const double thr = (st && st->sat_threshold > 0) ? st->sat_threshold : 0.99;
+
+  double *Q = xcalloc (n * dq, sizeof *Q);
+  double *K = xcalloc (nk * dq, sizeof *K);
+  double *V = xcalloc (nk * dvt, sizeof *V);
+  double *s = xcalloc (nk, sizeof *s);
+  uint8_t *vis = xcalloc (nk, 1);
+  double *O = xcalloc (dvt, sizeof *O);
+  uint8_t *finite = xcalloc (n ? n : 1, 1);
+
+  project (m->wq, m->bq, x, n, E, dq, Q);
+  project (m->wk, m->bk, x, n, E, dq, K);
+  project (m->wv, m->bv, x, n, E, dvt, V);
+  size_t e = n;
+  if (m->bias_k) {
+    for (size_t c = 0; c < dq; c++)
+      K[e * dq + c] = m->bias_k[c];
+    for (size_t c = 0; c < dvt; c++)
+      V[e * dvt + c] = m->bias_v[c];
+    e++;
+  }
+  /* the zero key / value: already zero from calloc */
+  for (size_t j = 0; j < n; j++)
+    finite[j] = (uint8_t) row_finite (x + j * E, E);
+
+  if (st) {
+    double keep = st->sat_threshold;
+    memset (st, 0, sizeof *st);
+    st->sat_threshold = keep;
+    st->score_min = st->lse_min = INFINITY;
+    st->score_max = st->lse_max = -INFINITY;
+  }
+  if (weights)
+    memset (weights, 0, H * n * nk * sizeof *weights);
+
+  for (size_t i = 0; i < n; i++) {
+    double *orow = out + i * m->d_out;
+    if (query_valid && !query_valid[i]) {
+      for (size_t o = 0; o < m->d_out; o++)
+        orow[o] = 0.0;
+      continue;
+    }
+    for (size_t h = 0; h < H; h++) {
+      const double *q = Q + i * dq + h * dh;
+      size_t nvis = 0, ninf = 0;
+      double mx = -INFINITY;
+      for (size_t j = 0; j < nk; j++) {
+        int v = 1;
+        if (j < n) {
+          if (key_valid && !key_valid[j])
+            v = 0;
+          if (!finite[j])
+            v = 0;
+          if (allow && !allow[i * n + j])
+            v = 0;
+          if (m->causal && j > i)
+            v = 0;
+          if (m->lookback > 0 && j < i && i - j > m->lookback)
+            v = 0;
+        }
+        s[j] = 0.0;
+        vis[j] = 0;
+        if (!v)
+          continue;
+        const double *k = K + j * dq + h * dh;
+        double acc = 0.0;
+        for (size_t c = 0; c < dh; c++)
+          acc += q[c] * k[c];
+        acc *= m->scale;
+        if (!isfinite (acc) && st)
+          st->nonfinite++;
+        if (isnan (acc))
+          continue;
+        s[j] = acc;
+        vis[j] = 1;
+        nvis++;
+        if (acc == INFINITY)
+          ninf++;
+        if (acc > mx)
+          mx = acc;
+        if (st && isfinite (acc)) {
+          if (acc < st->score_min)
+            st->score_min = acc;
+          if (acc > st->score_max)
+            st->score_max = acc;
+        }
+      }
+      double *wrow = weights ? weights + (h * n + i) * nk : NULL;
+      double *p = s; /* reuse: probabilities in place */
+      if (st)
+        st->rows++;
+      if (nvis == 0) {
+        if (st)
+          st->fully_masked++;
+        for (size_t c = 0; c < dv; c++)
+          O[h * dv + c] = 0.0;
+        continue;
+      }
+      double sum = 0.0;
+      if (ninf > 0) {
+        for (size_t j = 0; j < nk; j++)
+          p[j] = (vis[j] && s[j] == INFINITY) ? 1.0 : 0.0;
+        sum = (double) ninf;
+      } else {
+        for (size_t j = 0; j < nk; j++) {
+          p[j] = vis[j] ? exp (s[j] - mx) : 0.0;
+          sum += p[j];
+        }
+      }
+      double pmax = 0.0, ent = 0.0;
+      for (size_t j = 0; j < nk; j++) {
+        p[j] /= sum;
+        if (p[j] > pmax)
+          pmax = p[j];
+        if (p[j] > 0.0)
+          ent -= p[j] * log (p[j]);
+        if (wrow)
+          wrow[j] = p[j];
+      }
+      if (st) {
+        double lse = ninf ? INFINITY : mx + log (sum);
+        if (lse < st->lse_min)
+          st->lse_min = lse;
+        if (lse > st->lse_max)
+          st->lse_max = lse;
+        st->max_weight_sum += pmax;
+        st->entropy_sum += nvis > 1 ? ent / log ((double) nvis) : 0.0;
+        if (pmax > thr + 1e-6)
+          st->sat_lo++;
+        if (pmax > thr - 1e-6)
+          st->sat_hi++;
+      }
+      double *oh = O + h * dv;
+      for (size_t c = 0; c < dv; c++)
+        oh[c] = 0.0;
+      for (size_t j = 0; j < nk; j++) {
+        if (p[j] == 0.0)
+          continue;
+        const double *vj = V + j * dvt + h * dv;
+        for (size_t c = 0; c < dv; c++)
+          oh[c] += p[j] * vj[c];
+      }
+    }
+    project_d (m->wo, m->bo, O, dvt, m->d_out, orow);
+  }
+
+  free (Q);
+  free (K);
+  free (V);
+  free (s);
+  free (vis);
+  free (O);
+  free (finite);
+}

@@ -1,0 +1,54 @@
+/* Independent float64 reference of masked multi-head self-attention,
+ * written straight from the formula (no code shared with libsattn):
+ *
+ *   Q = x Wq^T + bq,  K = x Wk^T + bk,  V = x Wv^T + bv   (W NULL = identity)
+ *   head h: columns [h*d_head, (h+1)*d_head) of Q and K,
+ *           columns [h*d_value, (h+1)*d_value) of V      (nn.MultiheadAttention)
+ *   extra keys (always visible): bias_k / bias_v, then the zero key / value
+ *   s_ij = scale * Q_i,h . K_j,h
+ *   key j hidden from query i when: key_valid[j] == 0, row j of x is not
+ *     finite, allow[i*n+j] == 0, causal and j > i, lookback L > 0 and
+ *     i - j > L; NaN scores are hidden too
+ *   P_i = softmax over the visible keys, max-subtracted, in double; +inf
+ *     scores share the mass equally; no visible key: P_i = 0 (context 0)
+ *   O_i = concat_h P_i,h V_h;  out_i = O_i Wo^T + bo (Wo NULL = identity)
+ *   query_valid[i] == 0: out_i = 0 and P_i = 0.
+ */
+#ifndef SATTN_REFERENCE_H
+#define SATTN_REFERENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  size_t d_model, heads, d_head, d_value, d_out; /* all resolved (no 0) */
+  double scale;                                  /* resolved */
+  int causal;
+  size_t lookback;
+  const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+  const float *bias_k, *bias_v;
+  int add_zero_attn;
+} RefModel;
+
+typedef struct {
+  size_t rows;          /* (head, valid query) rows */
+  size_t fully_masked;  /* of those, rows without a visible key */
+  size_t nonfinite;     /* NaN / inf scores among not-otherwise-hidden keys */
+  double score_min, score_max; /* finite visible scaled scores */
+  double lse_min, lse_max;
+  double max_weight_sum;
+  double entropy_sum;   /* entropy / log(visible keys); 1 key: 0 */
+  size_t sat_lo, sat_hi; /* rows whose max weight > thr + 1e-6, > thr - 1e-6 */
+  double sat_threshold;  /* set by the caller before the call (0 = 0.99) */
+} RefStats;
+
+size_t ref_extra_keys (const RefModel *m);
+
+/* out: n × d_out; weights (may be NULL): heads × n × (n + extra);
+ * st (may be NULL): filled (sat_threshold read first). */
+void ref_attend (const RefModel *m, const float *x, size_t n,
+                 const uint8_t *key_valid, const uint8_t *query_valid,
+                 const uint8_t *allow, double *out, double *weights,
+                 RefStats *st);
+
+#endif
