@@ -31,8 +31,8 @@ void sattn_project (const float *W, const float *b, const float *x,
 typedef struct {
   const float *q;           /* m × dq, row stride ldq */
   size_t ldq;
-  const float *k;           /* nk × dq, row stride ldk */
-  size_t ldk;
+  const float *kt;          /* K transposed: dq × nk, row stride ldkt */
+  size_t ldkt;
   const float *v;           /* nk × dv, row stride ldv */
   size_t ldv;
   const uint8_t *key_ok;    /* nk, NULL = all */
@@ -59,7 +59,21 @@ int sattn_all_finite (const float *x, size_t n);
 /* Apply the model's BLAS thread setting. */
 void sattn_blas_threads (const SattnModel *m);
 
-/* In-place y[i] = exp (y[i]) for n floats with y[i] <= 0 or -inf. */
-void sattn_exp_inplace (float *y, size_t n);
+/* simd.c: hot loops, AVX2+FMA chosen at run time (SATTN_SIMD=0 in the
+ * environment forces the portable code). */
+int sattn_simd_level (void);            /* 0 portable, 1 AVX2+FMA */
+void sattn_simd_force (int level);      /* tests only */
+void sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt,
+               size_t m, size_t nk, size_t dh, float *S, size_t lds);
+void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
+               const float *v, size_t ldv, size_t dv, float *O, size_t ldo);
+/* Softmax pass 1 over s[0, n): scale; entries with ok[j] == 0 (ok may be
+ * NULL) become -inf; NaN scores become NaN markers.  counts[] += {valid,
+ * NaN, +inf, -inf}.  Returns the max over valid entries (-inf if none). */
+float sattn_softmax_scan (float *s, size_t n, const uint8_t *ok, float scale,
+                          size_t counts[4]);
+void sattn_mul (float *y, size_t n, float a);
+/* y[i] = exp (y[i] - mx) (all y[i] <= mx, -inf allowed); returns the sum. */
+double sattn_exp_sum (float *y, size_t n, float mx);
 
 #endif

@@ -31,90 +31,98 @@ sattn_project (const float *W, const float *b, const float *x, size_t n,
   }
 }
 
-void
-sattn_exp_inplace (float *y, size_t n)
-{
-  for (size_t i = 0; i < n; i++)
-    y[i] = expf (y[i]);
-}
-
 /* Masked stable softmax of one row in place.
- * s: ncols scaled-by-nothing raw scores; visible keys are [lo, hi) of the
- * window part (plus every extra column >= nk), further filtered by key_ok
- * and allow.  On return s holds the weights (0 for masked entries).
- * Returns the number of unmasked entries. */
+ * s: ncols raw (unscaled) scores: nk window keys then the extra keys.
+ * Visible window keys are [lo, hi) filtered by key_ok and allow; extra keys
+ * are always visible.  On return s holds the weights, exactly 0 for every
+ * masked entry (masked scores are never read after the first pass, so a NaN
+ * there cannot leak).  Returns the number of unmasked entries. */
 static size_t
 softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
              const uint8_t *restrict key_ok, const uint8_t *restrict allow,
              float scale, SattnStats *stats, float sat_threshold)
 {
-  /* Pass 1: scale, mask (as NaN marker -> use a separate sentinel), max. */
-  size_t n_valid = 0, n_pinf = 0, n_nonfinite = 0;
+  size_t n_valid = 0, n_pinf = 0, n_nan = 0, n_ninf = 0;
   float mx = -INFINITY;
-  double smin = INFINITY, smax = -INFINITY;
 
-  for (size_t j = 0; j < ncols; j++) {
-    int visible;
-    if (j < nk)
-      visible = j >= lo && j < hi && (key_ok == NULL || key_ok[j]) &&
-          (allow == NULL || allow[j]);
-    else
-      visible = 1;
-    if (!visible) {
-      s[j] = NAN;               /* marker: masked */
-      continue;
+  /* Pass 1: scale; masked entries become -inf, NaN scores stay NaN as a
+   * marker and are counted. */
+  size_t counts[4] = { 0, 0, 0, 0 };
+  for (size_t j = 0; j < lo; j++)
+    s[j] = -INFINITY;
+  for (size_t j = hi; j < nk; j++)
+    s[j] = -INFINITY;
+  if (allow == NULL) {
+    mx = sattn_softmax_scan (s + lo, hi - lo, key_ok ? key_ok + lo : NULL,
+                             scale, counts);
+  } else {
+    for (size_t j = lo; j < hi; j++) {
+      float v = s[j] * scale;
+      if ((key_ok != NULL && !key_ok[j]) || !allow[j])
+        s[j] = -INFINITY;
+      else if (v != v) {
+        counts[1]++;
+        s[j] = NAN;
+      } else {
+        counts[0]++;
+        counts[2] += v == INFINITY;
+        counts[3] += v == -INFINITY;
+        s[j] = v;
+        mx = v > mx ? v : mx;
+      }
     }
-    float v = s[j] * scale;
-    if (isnan (v)) {
-      n_nonfinite++;
-      s[j] = NAN;
-      continue;
-    }
-    if (isinf (v)) {
-      n_nonfinite++;
-      if (v > 0)
-        n_pinf++;
-    } else {
-      if (v < smin) smin = v;
-      if (v > smax) smax = v;
-    }
-    s[j] = v;
-    if (v > mx)
-      mx = v;
-    n_valid++;
   }
+  if (ncols > nk) {
+    float mx2 = sattn_softmax_scan (s + nk, ncols - nk, NULL, scale, counts);
+    mx = mx2 > mx ? mx2 : mx;
+  }
+  n_valid = counts[0];
+  n_nan = counts[1];
+  n_pinf = counts[2];
+  n_ninf = counts[3];
 
-  double lse = NAN;
+  double smin = INFINITY, smax = -INFINITY, lse = NAN;
+  if (stats != NULL && n_valid > 0)
+    for (size_t j = 0; j < ncols; j++)
+      if (isfinite (s[j])) {
+        smin = s[j] < smin ? s[j] : smin;
+        smax = s[j] > smax ? s[j] : smax;
+      }
+
   if (n_valid == 0) {
     memset (s, 0, ncols * sizeof (float));
   } else if (n_pinf > 0 || mx == -INFINITY) {
-    /* Limit: the mass is shared by the entries at the extreme value (all
-     * +inf entries, or all entries when every visible score is -inf). */
-    float target = n_pinf > 0 ? INFINITY : -INFINITY;
+    /* The limit: the mass is shared by the +inf entries, or by every
+     * visible entry when all of them are -inf. */
     size_t cnt = n_pinf > 0 ? n_pinf : n_valid;
     float w = 1.0f / (float) cnt;
-    for (size_t j = 0; j < ncols; j++)
-      s[j] = (s[j] == target) ? w : 0.0f;
-    lse = target;
+    if (n_pinf > 0) {
+      for (size_t j = 0; j < ncols; j++)
+        s[j] = s[j] == INFINITY ? w : 0.0f;
+    } else {
+      /* Recompute visibility: every visible score is -inf here. */
+      for (size_t j = 0; j < ncols; j++) {
+        int vis = j >= nk || (j >= lo && j < hi &&
+            (key_ok == NULL || key_ok[j]) && (allow == NULL || allow[j]));
+        s[j] = vis && !isnan (s[j]) ? w : 0.0f;
+      }
+    }
+    lse = n_pinf > 0 ? INFINITY : -INFINITY;
   } else {
-    /* Stable: subtract the max over unmasked entries; masked -> -inf so
-     * that exp gives exactly 0 and nothing masked is ever multiplied. */
-    for (size_t j = 0; j < ncols; j++)
-      s[j] = isnan (s[j]) ? -INFINITY : s[j] - mx;
-    sattn_exp_inplace (s, ncols);
-    double sum = 0.0;
-    for (size_t j = 0; j < ncols; j++)
-      sum += s[j];
-    /* sum >= 1 since the max entry contributes exp(0) = 1. */
-    float inv = (float) (1.0 / sum);
-    for (size_t j = 0; j < ncols; j++)
-      s[j] *= inv;
+    /* Stable: subtract the max over unmasked entries; exp(-inf) = 0. */
+    if (n_nan > 0)
+      for (size_t j = 0; j < ncols; j++)
+        if (isnan (s[j]))
+          s[j] = -INFINITY;
+    double sum = sattn_exp_sum (s, ncols, mx);
+    /* sum >= 1: the max entry contributes exp(0) = 1. */
+    sattn_mul (s, ncols, (float) (1.0 / sum));
     lse = (double) mx + log (sum);
   }
 
   if (stats != NULL) {
     stats->rows++;
-    stats->nonfinite_scores += n_nonfinite;
+    stats->nonfinite_scores += n_nan + n_pinf + n_ninf;
     if (n_valid == 0) {
       stats->fully_masked_rows++;
     } else {
@@ -149,19 +157,17 @@ sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
   const SattnConfig *c = &m->cfg;
   const size_t H = c->heads, dh = c->d_head, dvh = c->d_value;
   const size_t nk = a->nk, ncols = nk + m->n_extra, M = a->m;
-  float *S = a->scores;
 
   for (size_t h = 0; h < H; h++) {
     const float *Qh = a->q + h * dh;
-    const float *Kh = a->k + h * dh;
+    const float *Kth = a->kt + h * dh * a->ldkt;
     const float *Vh = a->v + h * dvh;
     float *Oh = a->o + h * dvh;
+    /* Heads' weights go straight to the caller's array when it wants them. */
+    float *S = a->weights ? a->weights + h * M * ncols : a->scores;
 
     /* Raw scores for the window keys, then the extra keys by hand. */
-    if (nk > 0)
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) M, (int) nk,
-                   (int) dh, 1.0f, Qh, (int) a->ldq, Kh, (int) a->ldk, 0.0f, S,
-                   (int) ncols);
+    sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
     for (size_t e = 0; e < m->n_extra; e++) {
       const float *ke = m->k_extra + e * m->dq + h * dh;
       for (size_t i = 0; i < M; i++) {
@@ -182,22 +188,16 @@ sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
       size_t qpos = a->q0 + i;
       size_t hi = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
       size_t lo = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
+      if (lo > hi)
+        lo = hi;
       softmax_row (row, nk, ncols, lo, hi, a->key_ok,
                    a->allow ? a->allow + i * a->ld_allow : NULL, c->scale,
                    a->stats, a->sat_threshold);
     }
 
-    if (a->weights != NULL)
-      memcpy (a->weights + h * M * ncols, S, M * ncols * sizeof (float));
-
-    /* O_h = P V_h over the window keys, plus the extra values. */
-    if (nk > 0)
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) M,
-                   (int) dvh, (int) nk, 1.0f, S, (int) ncols, Vh, (int) a->ldv,
-                   0.0f, Oh, (int) m->dv);
-    else
-      for (size_t i = 0; i < M; i++)
-        memset (Oh + i * m->dv, 0, dvh * sizeof (float));
+    /* O_h = P V_h over the window keys (zero weights skipped), plus the
+     * extra values. */
+    sattn_pv (S, ncols, M, nk, Vh, a->ldv, dvh, Oh, m->dv);
     for (size_t e = 0; e < m->n_extra; e++) {
       const float *ve = m->v_extra + e * m->dv + h * dvh;
       for (size_t i = 0; i < M; i++) {
@@ -239,12 +239,13 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
 
   float *q = malloc (n * m->dq * sizeof (float));
   float *k = malloc (n * m->dq * sizeof (float));
+  float *kt = malloc (n * m->dq * sizeof (float));
   float *v = malloc (n * m->dv * sizeof (float));
   float *o = malloc (n * m->dv * sizeof (float));
   float *S = malloc (n * ncols * sizeof (float));
   uint8_t *kok = malloc (n);
   SattnStatus st = SATTN_OK;
-  if (!q || !k || !v || !o || !S || !kok) {
+  if (!q || !k || !kt || !v || !o || !S || !kok) {
     st = SATTN_E_NOMEM;
     goto done;
   }
@@ -272,8 +273,12 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
     }
   }
 
+  for (size_t j = 0; j < n; j++)
+    for (size_t t = 0; t < m->dq; t++)
+      kt[t * n + j] = k[j * m->dq + t];
+
   SattnAttnArgs a = {
-    .q = q, .ldq = m->dq, .k = k, .ldk = m->dq, .v = v, .ldv = m->dv,
+    .q = q, .ldq = m->dq, .kt = kt, .ldkt = n, .v = v, .ldv = m->dv,
     .key_ok = kok,
     .query_ok = mask ? mask->query_valid : NULL,
     .allow = mask ? mask->allow : NULL, .ld_allow = n,
@@ -297,6 +302,6 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   }
 
 done:
-  free (q); free (k); free (v); free (o); free (S); free (kok);
+  free (q); free (k); free (kt); free (v); free (o); free (S); free (kok);
   return st;
 }

@@ -17,7 +17,9 @@ struct SattnStream {
   const SattnModel *m;
   SattnStreamConfig sc;
   size_t n, h, ncols;
-  float *qring, *kring, *vring;   /* 2n × dq, 2n × dq, 2n × dv */
+  float *qring, *vring;           /* 2n × dq, 2n × dv */
+  float *ktring;                  /* K transposed: dq × 2n */
+  float *kscratch;                /* n × dq: K rows before transposing */
   uint8_t *vring_ok;              /* 2n: frame usable as key / query */
   float *scores;                  /* n × ncols */
   float *o;                       /* n × dv */
@@ -37,7 +39,7 @@ sattn_stream_free (SattnStream *s)
 {
   if (s == NULL)
     return;
-  free (s->qring); free (s->kring); free (s->vring); free (s->vring_ok);
+  free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring); free (s->vring_ok);
   free (s->scores); free (s->o); free (s->pool); free (s->wkeep);
   free (s);
 }
@@ -49,7 +51,7 @@ sattn_stream_reset (SattnStream *s)
     return;
   const SattnModel *m = s->m;
   memset (s->qring, 0, 2 * s->n * m->dq * sizeof (float));
-  memset (s->kring, 0, 2 * s->n * m->dq * sizeof (float));
+  memset (s->ktring, 0, 2 * s->n * m->dq * sizeof (float));
   memset (s->vring, 0, 2 * s->n * m->dv * sizeof (float));
   memset (s->vring_ok, 0, 2 * s->n);
   s->total = 0;
@@ -95,7 +97,8 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->h = sc->hop;
   s->ncols = ncols;
   s->qring = malloc (2 * n * m->dq * sizeof (float));
-  s->kring = malloc (2 * n * m->dq * sizeof (float));
+  s->ktring = malloc (2 * n * m->dq * sizeof (float));
+  s->kscratch = malloc (n * m->dq * sizeof (float));
   s->vring = malloc (2 * n * m->dv * sizeof (float));
   s->vring_ok = malloc (2 * n);
   s->scores = malloc (n * ncols * sizeof (float));
@@ -104,7 +107,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     s->pool = malloc (n * m->d_out * sizeof (float));
   if (sc->keep_weights)
     s->wkeep = malloc (m->cfg.heads * n * ncols * sizeof (float));
-  if (!s->qring || !s->kring || !s->vring || !s->vring_ok || !s->scores ||
+  if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok || !s->scores ||
       !s->o || (sc->output == SATTN_OUTPUT_MEAN && !s->pool) ||
       (sc->keep_weights && !s->wkeep)) {
     st = SATTN_E_NOMEM;
@@ -169,7 +172,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
   size_t slot = (size_t) (p0 % n);
   float *q = s->qring + slot * dq;
-  float *k = s->kring + slot * dq;
+  float *k = s->kscratch;
   float *v = s->vring + slot * dv;
 
   sattn_project (m->wq, m->bq, x, cnt, d, dq, d, q, dq);
@@ -191,7 +194,11 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
   memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
-  memcpy (s->kring + (slot + n) * dq, k, cnt * dq * sizeof (float));
+  for (size_t t = 0; t < dq; t++) {
+    float *restrict dst = s->ktring + t * 2 * n + slot;
+    for (size_t i = 0; i < cnt; i++)
+      dst[i] = dst[i + n] = k[i * dq + t];
+  }
   memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
 }
 
@@ -208,7 +215,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
 
   SattnAttnArgs a = {
     .q = s->qring + (base + q0) * m->dq, .ldq = m->dq,
-    .k = s->kring + base * m->dq, .ldk = m->dq,
+    .kt = s->ktring + base, .ldkt = 2 * n,
     .v = s->vring + base * m->dv, .ldv = m->dv,
     .key_ok = s->vring_ok + base,
     .query_ok = s->vring_ok + base + q0,

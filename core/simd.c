@@ -1,0 +1,421 @@
+/* Hot loops of the attention kernel, with an AVX2+FMA version chosen at
+ * run time and a portable version used everywhere else.
+ *
+ *   sattn_qk:      S (m × nk) = Q (m × dh) · Kt (dh × nk)   (K transposed)
+ *   sattn_pv:      O (m × dv) = P (m × nk) · V (nk × dv)
+ *   sattn_exp_sum: y = exp (y - mx), returns the sum (inputs <= mx)
+ *
+ * The vectorised exp is a Cephes-style range reduction (x = n ln2 + r,
+ * |r| <= ln2/2) with a degree-6 polynomial for e^r and 2^n applied in two
+ * halves so that results in the subnormal range round once, like expf.
+ * Its error against expf is tested (tests/kernel/test-exp.c).
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define SATTN_HAVE_X86 1
+#include <immintrin.h>
+#endif
+
+static int g_isa = -1;          /* -1 unknown, 0 portable, 1 AVX2+FMA */
+
+int
+sattn_simd_level (void)
+{
+  int v = __atomic_load_n (&g_isa, __ATOMIC_RELAXED);
+  if (v < 0) {
+    v = 0;
+#ifdef SATTN_HAVE_X86
+    __builtin_cpu_init ();
+    v = __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma");
+#endif
+    const char *env = getenv ("SATTN_SIMD");
+    if (env != NULL && env[0] == '0')
+      v = 0;
+    __atomic_store_n (&g_isa, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+void
+sattn_simd_force (int level)
+{
+  __atomic_store_n (&g_isa, level, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------ portable */
+
+static void
+qk_portable (const float *restrict q, size_t ldq, const float *restrict kt,
+             size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+             size_t lds)
+{
+  for (size_t i = 0; i < m; i++) {
+    float *restrict si = S + i * lds;
+    const float *restrict qi = q + i * ldq;
+    for (size_t j = 0; j < nk; j++)
+      si[j] = 0.0f;
+    for (size_t t = 0; t < dh; t++) {
+      const float a = qi[t];
+      const float *restrict kr = kt + t * ldkt;
+      for (size_t j = 0; j < nk; j++)
+        si[j] += a * kr[j];
+    }
+  }
+}
+
+static void
+pv_portable (const float *restrict P, size_t ldp, size_t m, size_t nk,
+             const float *restrict v, size_t ldv, size_t dv,
+             float *restrict O, size_t ldo)
+{
+  for (size_t i = 0; i < m; i++) {
+    float *restrict oi = O + i * ldo;
+    const float *restrict pi = P + i * ldp;
+    for (size_t t = 0; t < dv; t++)
+      oi[t] = 0.0f;
+    for (size_t j = 0; j < nk; j++) {
+      const float p = pi[j];
+      const float *restrict vj = v + j * ldv;
+      for (size_t t = 0; t < dv; t++)
+        oi[t] += p * vj[t];
+    }
+  }
+}
+
+static float
+scan_portable (float *restrict s, size_t n, const uint8_t *restrict ok,
+               float scale, size_t counts[4])
+{
+  float m = -INFINITY;
+  for (size_t j = 0; j < n; j++) {
+    float v = s[j] * scale;
+    if (ok != NULL && !ok[j]) {
+      s[j] = -INFINITY;
+      continue;
+    }
+    if (v != v) {
+      counts[1]++;
+      s[j] = NAN;
+      continue;
+    }
+    counts[0]++;
+    counts[2] += v == INFINITY;
+    counts[3] += v == -INFINITY;
+    s[j] = v;
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+static double
+exp_sum_portable (float *y, size_t n, float mx)
+{
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    y[i] = expf (y[i] - mx);
+    sum += y[i];
+  }
+  return sum;
+}
+
+/* ---------------------------------------------------------------- AVX2 */
+
+#ifdef SATTN_HAVE_X86
+#define AVX2 __attribute__ ((target ("avx2,fma")))
+
+AVX2 static inline __m256
+exp256 (__m256 x)
+{
+  const __m256 lo = _mm256_set1_ps (-104.0f);
+  const __m256 hi = _mm256_set1_ps (88.72283f);
+  __m256 under = _mm256_cmp_ps (x, lo, _CMP_LT_OQ);     /* also -inf */
+  x = _mm256_max_ps (_mm256_min_ps (x, hi), lo);
+  __m256 n = _mm256_round_ps (_mm256_mul_ps (x, _mm256_set1_ps (1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps (n, _mm256_set1_ps (0.693359375f), x);
+  r = _mm256_fnmadd_ps (n, _mm256_set1_ps (-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps (1.9875691500e-4f);
+  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.3981999507e-3f));
+  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (8.3334519073e-3f));
+  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (4.1665795894e-2f));
+  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.6666665459e-1f));
+  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (5.0000001201e-1f));
+  __m256 r2 = _mm256_mul_ps (r, r);
+  p = _mm256_fmadd_ps (p, r2, _mm256_add_ps (r, _mm256_set1_ps (1.0f)));
+  /* 2^n = 2^n1 · 2^n2 with n1 = n >> 1, each factor a normal float. */
+  __m256i ni = _mm256_cvtps_epi32 (n);
+  __m256i n1 = _mm256_srai_epi32 (ni, 1);
+  __m256i n2 = _mm256_sub_epi32 (ni, n1);
+  __m256i bias = _mm256_set1_epi32 (127);
+  __m256 f1 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n1, bias), 23));
+  __m256 f2 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n2, bias), 23));
+  p = _mm256_mul_ps (_mm256_mul_ps (p, f1), f2);
+  return _mm256_andnot_ps (under, p);
+}
+
+AVX2 static double
+exp_sum_avx2 (float *y, size_t n, float mx)
+{
+  const __m256 vmx = _mm256_set1_ps (mx);
+  __m256 acc = _mm256_setzero_ps ();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp256 (_mm256_sub_ps (_mm256_loadu_ps (y + i), vmx));
+    _mm256_storeu_ps (y + i, e);
+    acc = _mm256_add_ps (acc, e);
+  }
+  float lanes[8];
+  _mm256_storeu_ps (lanes, acc);
+  double sum = 0.0;
+  for (int l = 0; l < 8; l++)
+    sum += lanes[l];
+  if (i < n) {
+    float tmp[8];
+    size_t r = n - i;
+    for (size_t l = 0; l < 8; l++)
+      tmp[l] = l < r ? y[i + l] : -INFINITY;
+    __m256 e = exp256 (_mm256_sub_ps (_mm256_loadu_ps (tmp), vmx));
+    _mm256_storeu_ps (tmp, e);
+    for (size_t l = 0; l < r; l++) {
+      y[i + l] = tmp[l];
+      sum += tmp[l];
+    }
+  }
+  return sum;
+}
+
+/* Two query rows × 16 keys per step. */
+AVX2 static void
+qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
+         size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+         size_t lds)
+{
+  size_t i = 0;
+  for (; i + 2 <= m; i += 2) {
+    const float *q0 = q + i * ldq, *q1 = q0 + ldq;
+    float *s0 = S + i * lds, *s1 = s0 + lds;
+    size_t j = 0;
+    for (; j + 16 <= nk; j += 16) {
+      __m256 a0 = _mm256_setzero_ps (), a1 = _mm256_setzero_ps ();
+      __m256 b0 = _mm256_setzero_ps (), b1 = _mm256_setzero_ps ();
+      for (size_t t = 0; t < dh; t++) {
+        const float *kr = kt + t * ldkt + j;
+        __m256 k0 = _mm256_loadu_ps (kr), k1 = _mm256_loadu_ps (kr + 8);
+        __m256 x0 = _mm256_broadcast_ss (q0 + t);
+        __m256 x1 = _mm256_broadcast_ss (q1 + t);
+        a0 = _mm256_fmadd_ps (x0, k0, a0);
+        a1 = _mm256_fmadd_ps (x0, k1, a1);
+        b0 = _mm256_fmadd_ps (x1, k0, b0);
+        b1 = _mm256_fmadd_ps (x1, k1, b1);
+      }
+      _mm256_storeu_ps (s0 + j, a0);
+      _mm256_storeu_ps (s0 + j + 8, a1);
+      _mm256_storeu_ps (s1 + j, b0);
+      _mm256_storeu_ps (s1 + j + 8, b1);
+    }
+    for (; j < nk; j++) {
+      float a = 0.0f, b = 0.0f;
+      for (size_t t = 0; t < dh; t++) {
+        a += q0[t] * kt[t * ldkt + j];
+        b += q1[t] * kt[t * ldkt + j];
+      }
+      s0[j] = a;
+      s1[j] = b;
+    }
+  }
+  if (i < m)
+    qk_portable (q + i * ldq, ldq, kt, ldkt, m - i, nk, dh, S + i * lds, lds);
+}
+
+/* V rows of unusable keys are zero and every V row is finite, so zero
+ * weights can be multiplied without a branch. */
+AVX2 static void
+pv_avx2 (const float *restrict P, size_t ldp, size_t m, size_t nk,
+         const float *restrict v, size_t ldv, size_t dv, float *restrict O,
+         size_t ldo)
+{
+  for (size_t i = 0; i < m; i++) {
+    const float *pi = P + i * ldp;
+    float *oi = O + i * ldo;
+    size_t t = 0;
+    for (; t + 32 <= dv; t += 32) {
+      __m256 a0 = _mm256_setzero_ps (), a1 = _mm256_setzero_ps ();
+      __m256 a2 = _mm256_setzero_ps (), a3 = _mm256_setzero_ps ();
+      for (size_t j = 0; j < nk; j++) {
+        __m256 p = _mm256_broadcast_ss (pi + j);
+        const float *vj = v + j * ldv + t;
+        a0 = _mm256_fmadd_ps (p, _mm256_loadu_ps (vj), a0);
+        a1 = _mm256_fmadd_ps (p, _mm256_loadu_ps (vj + 8), a1);
+        a2 = _mm256_fmadd_ps (p, _mm256_loadu_ps (vj + 16), a2);
+        a3 = _mm256_fmadd_ps (p, _mm256_loadu_ps (vj + 24), a3);
+      }
+      _mm256_storeu_ps (oi + t, a0);
+      _mm256_storeu_ps (oi + t + 8, a1);
+      _mm256_storeu_ps (oi + t + 16, a2);
+      _mm256_storeu_ps (oi + t + 24, a3);
+    }
+    for (; t + 16 <= dv; t += 16) {
+      __m256 a0 = _mm256_setzero_ps (), a1 = _mm256_setzero_ps ();
+      for (size_t j = 0; j < nk; j++) {
+        __m256 p = _mm256_broadcast_ss (pi + j);
+        const float *vj = v + j * ldv + t;
+        a0 = _mm256_fmadd_ps (p, _mm256_loadu_ps (vj), a0);
+        a1 = _mm256_fmadd_ps (p, _mm256_loadu_ps (vj + 8), a1);
+      }
+      _mm256_storeu_ps (oi + t, a0);
+      _mm256_storeu_ps (oi + t + 8, a1);
+    }
+    for (; t + 8 <= dv; t += 8) {
+      __m256 a0 = _mm256_setzero_ps ();
+      for (size_t j = 0; j < nk; j++)
+        a0 = _mm256_fmadd_ps (_mm256_broadcast_ss (pi + j),
+                              _mm256_loadu_ps (v + j * ldv + t), a0);
+      _mm256_storeu_ps (oi + t, a0);
+    }
+    if (t < dv)
+      pv_portable (pi, ldp, 1, nk, v + t, ldv, dv - t, oi + t, ldo);
+  }
+}
+
+/* Pass 1 of the masked softmax over s[0, n) (see sattn_softmax_scan). */
+AVX2 static float
+scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
+           float scale, size_t counts[4])
+{
+  const __m256 vs = _mm256_set1_ps (scale);
+  const __m256 ninf = _mm256_set1_ps (-INFINITY);
+  const __m256 pinf = _mm256_set1_ps (INFINITY);
+  const __m256 qnan = _mm256_set1_ps (NAN);
+  const __m256i zero = _mm256_setzero_si256 ();
+  __m256 mx = ninf;
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_mul_ps (_mm256_loadu_ps (s + j), vs);
+    __m256 okm;
+    if (ok != NULL) {
+      __m128i b = _mm_loadl_epi64 ((const __m128i *) (ok + j));
+      __m256i w = _mm256_cvtepu8_epi32 (b);
+      okm = _mm256_castsi256_ps (_mm256_xor_si256 (_mm256_cmpeq_epi32 (w, zero),
+                                                   _mm256_set1_epi32 (-1)));
+    } else {
+      okm = _mm256_castsi256_ps (_mm256_set1_epi32 (-1));
+    }
+    __m256 nanm = _mm256_cmp_ps (v, v, _CMP_UNORD_Q);
+    __m256 valid = _mm256_andnot_ps (nanm, okm);
+    __m256 out = _mm256_blendv_ps (ninf, v, valid);
+    out = _mm256_blendv_ps (out, qnan, _mm256_and_ps (okm, nanm));
+    _mm256_storeu_ps (s + j, out);
+    mx = _mm256_max_ps (mx, _mm256_blendv_ps (ninf, v, valid));
+    int mv = _mm256_movemask_ps (valid);
+    if (mv != 0xff || ok == NULL) {
+      counts[1] += (size_t) __builtin_popcount (_mm256_movemask_ps (_mm256_and_ps (okm, nanm)));
+    }
+    counts[0] += (size_t) __builtin_popcount (mv);
+    counts[2] += (size_t) __builtin_popcount (_mm256_movemask_ps (
+            _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
+    counts[3] += (size_t) __builtin_popcount (_mm256_movemask_ps (
+            _mm256_and_ps (valid, _mm256_cmp_ps (v, ninf, _CMP_EQ_OQ))));
+  }
+  float lanes[8];
+  _mm256_storeu_ps (lanes, mx);
+  float m = -INFINITY;
+  for (int l = 0; l < 8; l++)
+    m = lanes[l] > m ? lanes[l] : m;
+  for (; j < n; j++) {
+    float v = s[j] * scale;
+    if (ok != NULL && !ok[j]) {
+      s[j] = -INFINITY;
+      continue;
+    }
+    if (v != v) {
+      counts[1]++;
+      s[j] = NAN;
+      continue;
+    }
+    counts[0]++;
+    counts[2] += v == INFINITY;
+    counts[3] += v == -INFINITY;
+    s[j] = v;
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+AVX2 static void
+mul_avx2 (float *restrict y, size_t n, float a)
+{
+  const __m256 va = _mm256_set1_ps (a);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps (y + i, _mm256_mul_ps (_mm256_loadu_ps (y + i), va));
+  for (; i < n; i++)
+    y[i] *= a;
+}
+#endif /* SATTN_HAVE_X86 */
+
+/* ------------------------------------------------------------ dispatch */
+
+void
+sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt, size_t m,
+          size_t nk, size_t dh, float *S, size_t lds)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 0) {
+    qk_avx2 (q, ldq, kt, ldkt, m, nk, dh, S, lds);
+    return;
+  }
+#endif
+  qk_portable (q, ldq, kt, ldkt, m, nk, dh, S, lds);
+}
+
+void
+sattn_pv (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
+          size_t ldv, size_t dv, float *O, size_t ldo)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 0) {
+    pv_avx2 (P, ldp, m, nk, v, ldv, dv, O, ldo);
+    return;
+  }
+#endif
+  pv_portable (P, ldp, m, nk, v, ldv, dv, O, ldo);
+}
+
+double
+sattn_exp_sum (float *y, size_t n, float mx)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 0)
+    return exp_sum_avx2 (y, n, mx);
+#endif
+  return exp_sum_portable (y, n, mx);
+}
+
+float
+sattn_softmax_scan (float *s, size_t n, const uint8_t *ok, float scale,
+                    size_t counts[4])
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 0)
+    return scan_avx2 (s, n, ok, scale, counts);
+#endif
+  return scan_portable (s, n, ok, scale, counts);
+}
+
+void
+sattn_mul (float *y, size_t n, float a)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 0) {
+    mul_avx2 (y, n, a);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; i++)
+    y[i] *= a;
+}

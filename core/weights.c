@@ -1,0 +1,1136 @@
+/* The weights layer of libsattn: a safetensors reader and the mapping of a
+ * torch.nn.MultiheadAttention state dict onto SattnConfig / SattnWeights.
+ *
+ * The only file of the core that uses GLib (containers, file helpers) and
+ * json-glib (the JSON header).  Everything read from a file is validated
+ * before it is trusted: sizes are checked against the bytes actually
+ * present, never allocated from what the header claims.
+ */
+#include "sattn/sattn-weights.h"
+
+#include <glib.h>
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* A safetensors header needs nesting depth 3 (root, tensor, shape).
+ * json-glib's parser recurses once per level without a limit, so a header
+ * of deeply nested brackets would exhaust the stack: refuse them first. */
+#define MAX_JSON_DEPTH 32
+/* json-glib needs about 80 bytes per JSON value; limiting the values keeps
+ * a hostile 100 MB header of "[0,0,0,..." from costing gigabytes.  A
+ * million values describe well over 100 000 tensors. */
+#define MAX_JSON_VALUES 1000000
+
+/* ------------------------------------------------------------- messages */
+
+static void set_err (char *err, size_t err_len, const char *fmt, ...)
+  G_GNUC_PRINTF (3, 4);
+
+static void
+set_err (char *err, size_t err_len, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (err == NULL || err_len == 0)
+    return;
+  va_start (ap, fmt);
+  g_vsnprintf (err, err_len, fmt, ap);
+  va_end (ap);
+}
+
+static SattnStatus fail (SattnStatus st, char *err, size_t err_len,
+                         const char *fmt, ...) G_GNUC_PRINTF (4, 5);
+
+static SattnStatus
+fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (err != NULL && err_len > 0) {
+    va_start (ap, fmt);
+    g_vsnprintf (err, err_len, fmt, ap);
+    va_end (ap);
+  }
+  return st;
+}
+
+/* A printable, bounded rendering of a name taken from a file, for
+ * messages: control and non-ASCII bytes escaped, long names cut. */
+typedef struct {
+  char s[200];
+} ShowBuf;
+
+static const char *
+show (ShowBuf *b, const char *name)
+{
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  const size_t cap = sizeof b->s - 4;  /* room for "..." and NUL */
+
+  for (const unsigned char *p = (const unsigned char *) name; *p; p++) {
+    if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
+      if (o + 1 > cap)
+        goto cut;
+      b->s[o++] = (char) *p;
+    } else {
+      if (o + 4 > cap)
+        goto cut;
+      b->s[o++] = '\\';
+      b->s[o++] = 'x';
+      b->s[o++] = hex[*p >> 4];
+      b->s[o++] = hex[*p & 15];
+    }
+  }
+  b->s[o] = '\0';
+  return b->s;
+cut:
+  memcpy (b->s + o, "...", 4);
+  return b->s;
+}
+
+/* "[3, 4]" into buf. */
+static const char *
+shape_str (char *buf, size_t len, const size_t *shape, size_t ndim)
+{
+  size_t o = 0;
+
+  buf[0] = '\0';
+  o += (size_t) g_snprintf (buf, len, "[");
+  for (size_t i = 0; i < ndim && o < len; i++)
+    o += (size_t) g_snprintf (buf + o, len - o, "%s%zu", i ? ", " : "",
+                              shape[i]);
+  if (o < len)
+    g_snprintf (buf + o, len - o, "]");
+  return buf;
+}
+
+/* --------------------------------------------------------------- dtypes */
+
+typedef enum {
+  KIND_OTHER = 0,  /* valid safetensors dtype, not converted */
+  KIND_F32,
+  KIND_F16,
+  KIND_BF16,
+  KIND_F64,
+} DtypeKind;
+
+typedef struct {
+  const char *name;
+  unsigned size;
+  DtypeKind kind;
+} Dtype;
+
+/* The dtypes of the safetensors specification. */
+static const Dtype dtypes[] = {
+  { "F32", 4, KIND_F32 },   { "F16", 2, KIND_F16 },
+  { "BF16", 2, KIND_BF16 }, { "F64", 8, KIND_F64 },
+  { "BOOL", 1, KIND_OTHER }, { "U8", 1, KIND_OTHER },
+  { "I8", 1, KIND_OTHER },  { "F8_E4M3", 1, KIND_OTHER },
+  { "F8_E5M2", 1, KIND_OTHER }, { "I16", 2, KIND_OTHER },
+  { "U16", 2, KIND_OTHER }, { "I32", 4, KIND_OTHER },
+  { "U32", 4, KIND_OTHER }, { "I64", 8, KIND_OTHER },
+  { "U64", 8, KIND_OTHER },
+};
+
+static const Dtype *
+find_dtype (const char *name)
+{
+  for (size_t i = 0; i < G_N_ELEMENTS (dtypes); i++)
+    if (strcmp (dtypes[i].name, name) == 0)
+      return &dtypes[i];
+  return NULL;
+}
+
+static float
+f16_to_f32 (uint16_t h)
+{
+  unsigned e = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+
+  if (e == 0)
+    v = ldexpf ((float) mant, -24);                 /* zero, subnormal */
+  else if (e == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = ldexpf ((float) (mant | 0x400), (int) e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+static float
+bf16_to_f32 (uint16_t h)
+{
+  uint32_t bits = (uint32_t) h << 16;
+  float v;
+
+  memcpy (&v, &bits, sizeof v);
+  return v;
+}
+
+/* Round to nearest float; beyond the float range +-Inf (IEEE overflow),
+ * written out because C leaves out-of-range conversions undefined. */
+static float
+f64_to_f32 (double d)
+{
+  /* FLT_MAX plus half its ulp (2^103): from there on the rounding is Inf. */
+  const double limit = (double) FLT_MAX + 0x1p103;
+
+  if (isnan (d))
+    return NAN;
+  if (fabs (d) <= (double) FLT_MAX)
+    return (float) d;
+  if (d >= limit)
+    return INFINITY;
+  if (d <= -limit)
+    return -INFINITY;
+  return d > 0 ? FLT_MAX : -FLT_MAX;
+}
+
+static uint64_t
+read_le64 (const uint8_t *p)
+{
+  uint64_t v = 0;
+
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+static void
+convert (DtypeKind kind, const uint8_t *src, size_t n, float *dst)
+{
+  switch (kind) {
+    case KIND_F32:
+      for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = src + 4 * i;
+        uint32_t b = (uint32_t) p[0] | (uint32_t) p[1] << 8 |
+                     (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+        memcpy (&dst[i], &b, sizeof b);
+      }
+      break;
+    case KIND_F16:
+      for (size_t i = 0; i < n; i++)
+        dst[i] = f16_to_f32 ((uint16_t) (src[2 * i] | src[2 * i + 1] << 8));
+      break;
+    case KIND_BF16:
+      for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_to_f32 ((uint16_t) (src[2 * i] | src[2 * i + 1] << 8));
+      break;
+    case KIND_F64:
+      for (size_t i = 0; i < n; i++) {
+        uint64_t b = read_le64 (src + 8 * i);
+        double d;
+        memcpy (&d, &b, sizeof d);
+        dst[i] = f64_to_f32 (d);
+      }
+      break;
+    case KIND_OTHER:
+      break;
+  }
+}
+
+/* ------------------------------------------------------ the file handle */
+
+typedef struct {
+  char *name;
+  const Dtype *dtype;
+  size_t ndim;
+  size_t *shape;      /* ndim sizes (NULL when ndim == 0) */
+  size_t numel;
+  uint64_t begin, end;
+  float *data;        /* float kinds: numel floats; NULL otherwise */
+} Tensor;
+
+struct SattnTensorFile {
+  size_t n;
+  Tensor *t;          /* sorted by data offsets */
+  GHashTable *index;  /* name -> Tensor * (borrowed) */
+  GHashTable *meta;   /* key -> value (owned strings) */
+};
+
+/* What get() returns for a tensor without elements. */
+static const float empty_tensor[1];
+
+void
+sattn_tensor_file_free (SattnTensorFile *f)
+{
+  if (f == NULL)
+    return;
+  for (size_t i = 0; i < f->n; i++) {
+    g_free (f->t[i].name);
+    g_free (f->t[i].shape);
+    if (f->t[i].data != empty_tensor)
+      g_free (f->t[i].data);
+  }
+  g_free (f->t);
+  if (f->index != NULL)
+    g_hash_table_unref (f->index);
+  if (f->meta != NULL)
+    g_hash_table_unref (f->meta);
+  g_free (f);
+}
+
+/* Depth and value-count guard run on the raw header before json-glib sees
+ * it (see MAX_JSON_DEPTH).  Strings are skipped, honouring escapes. */
+static SattnStatus
+check_json_shape (const char *h, size_t n, char *err, size_t err_len)
+{
+  size_t depth = 0, values = 1;
+  int in_str = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    char c = h[i];
+    if (in_str) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_str = 0;
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_str = 1;
+        break;
+      case '[':
+      case '{':
+        if (++depth > MAX_JSON_DEPTH)
+          return fail (SATTN_E_FORMAT, err, err_len,
+                       "invalid header: JSON nested deeper than %d levels",
+                       MAX_JSON_DEPTH);
+        break;
+      case ']':
+      case '}':
+        if (depth > 0)
+          depth--;
+        break;
+      case ',':
+      case ':':
+        if (++values > MAX_JSON_VALUES)
+          return fail (SATTN_E_FORMAT, err, err_len,
+                       "invalid header: more than %d JSON values",
+                       MAX_JSON_VALUES);
+        break;
+      default:
+        break;
+    }
+  }
+  return SATTN_OK;
+}
+
+/* A JSON integer >= 0 (json-glib wraps integers beyond int64 to negative
+ * values, so those fail too). */
+static gboolean
+json_uint (JsonNode *node, uint64_t *out)
+{
+  gint64 v;
+
+  if (node == NULL || !JSON_NODE_HOLDS_VALUE (node) ||
+      json_node_get_value_type (node) != G_TYPE_INT64)
+    return FALSE;
+  v = json_node_get_int (node);
+  if (v < 0)
+    return FALSE;
+  *out = (uint64_t) v;
+  return TRUE;
+}
+
+static SattnStatus
+parse_tensor (Tensor *t, const char *name, JsonNode *node, uint64_t data_len,
+              char *err, size_t err_len)
+{
+  ShowBuf sb;
+  JsonObject *o;
+  JsonNode *dn, *sn, *on;
+  JsonArray *sa, *oa;
+  const char *dt;
+  uint64_t nbytes = 0;
+  int overflow = 0, has_zero = 0;
+
+  if (!JSON_NODE_HOLDS_OBJECT (node))
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "invalid header: entry '%s' is not an object", show (&sb, name));
+  o = json_node_get_object (node);
+  dn = json_object_get_member (o, "dtype");
+  sn = json_object_get_member (o, "shape");
+  on = json_object_get_member (o, "data_offsets");
+  if (dn == NULL || sn == NULL || on == NULL)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "invalid header: tensor '%s' lacks \"%s\"", show (&sb, name),
+                 dn == NULL ? "dtype" : sn == NULL ? "shape" : "data_offsets");
+  if (!JSON_NODE_HOLDS_VALUE (dn) ||
+      json_node_get_value_type (dn) != G_TYPE_STRING)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "invalid header: dtype of tensor '%s' is not a string",
+                 show (&sb, name));
+  dt = json_node_get_string (dn);
+  t->dtype = find_dtype (dt);
+  if (t->dtype == NULL) {
+    ShowBuf sd;
+    return fail (SATTN_E_DTYPE, err, err_len,
+                 "tensor '%s' has unknown dtype '%s' (supported: F32, F16, "
+                 "BF16, F64)", show (&sb, name), show (&sd, dt));
+  }
+
+  if (!JSON_NODE_HOLDS_ARRAY (sn))
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "invalid header: shape of tensor '%s' is not an array",
+                 show (&sb, name));
+  sa = json_node_get_array (sn);
+  t->ndim = json_array_get_length (sa);
+  if (t->ndim > 0)
+    t->shape = g_new (size_t, t->ndim);
+  t->numel = 1;
+  for (size_t i = 0; i < t->ndim; i++) {
+    uint64_t d;
+    if (!json_uint (json_array_get_element (sa, (guint) i), &d) ||
+        d > SIZE_MAX)
+      return fail (SATTN_E_FORMAT, err, err_len,
+                   "invalid header: shape of tensor '%s' has an entry that "
+                   "is not a non-negative integer", show (&sb, name));
+    t->shape[i] = (size_t) d;
+    if (d == 0)
+      has_zero = 1;
+    else if (!overflow && t->numel > SIZE_MAX / d)
+      overflow = 1;
+    else if (!overflow)
+      t->numel *= (size_t) d;
+  }
+  if (has_zero)
+    t->numel = 0;
+  else if (overflow || t->numel > UINT64_MAX / t->dtype->size)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "tensor '%s': element count of its shape overflows",
+                 show (&sb, name));
+  nbytes = (uint64_t) t->numel * t->dtype->size;
+
+  if (!JSON_NODE_HOLDS_ARRAY (on) ||
+      json_array_get_length (oa = json_node_get_array (on)) != 2 ||
+      !json_uint (json_array_get_element (oa, 0), &t->begin) ||
+      !json_uint (json_array_get_element (oa, 1), &t->end))
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "invalid header: data_offsets of tensor '%s' is not a pair "
+                 "of non-negative integers", show (&sb, name));
+  if (t->begin > t->end)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "tensor '%s': data_offsets [%" G_GUINT64_FORMAT ", %"
+                 G_GUINT64_FORMAT "] end before they begin", show (&sb, name),
+                 t->begin, t->end);
+  if (t->end > data_len)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "tensor '%s': data_offsets [%" G_GUINT64_FORMAT ", %"
+                 G_GUINT64_FORMAT "] run past the end of the data (%"
+                 G_GUINT64_FORMAT " bytes): the file is truncated or corrupt",
+                 show (&sb, name), t->begin, t->end, data_len);
+  if (t->end - t->begin != nbytes) {
+    char s[96];
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "tensor '%s': shape %s of %s needs %" G_GUINT64_FORMAT
+                 " bytes but data_offsets [%" G_GUINT64_FORMAT ", %"
+                 G_GUINT64_FORMAT "] hold %" G_GUINT64_FORMAT,
+                 show (&sb, name), shape_str (s, sizeof s, t->shape, t->ndim),
+                 t->dtype->name, nbytes, t->begin, t->end, t->end - t->begin);
+  }
+  t->name = g_strdup (name);
+  return SATTN_OK;
+}
+
+static int
+cmp_offsets (const void *a, const void *b)
+{
+  const Tensor *x = a, *y = b;
+
+  if (x->begin != y->begin)
+    return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end)
+    return x->end < y->end ? -1 : 1;
+  return 0;
+}
+
+SattnStatus
+sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
+                              SattnTensorFile **out, char *err, size_t err_len)
+{
+  SattnTensorFile *f = NULL;
+  JsonParser *parser = NULL;
+  JsonObject *root;
+  JsonObjectIter it;
+  const gchar *name;
+  JsonNode *node;
+  GError *gerr = NULL;
+  const char *header;
+  const uint8_t *buf;
+  uint64_t hlen, data_len, pos;
+  size_t n_members, k;
+  SattnStatus st = SATTN_OK;
+  ShowBuf sb;
+
+  set_err (err, err_len, "%s", "");
+  if (out == NULL || (data == NULL && len > 0))
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  *out = NULL;
+
+  if (len < 8)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "file too short (%zu bytes) for the 8-byte header length: "
+                 "not a safetensors file", len);
+  hlen = read_le64 (data);
+  if (hlen > SATTN_TENSOR_MAX_HEADER)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "header length %" G_GUINT64_FORMAT " exceeds the limit of %"
+                 G_GUINT64_FORMAT " bytes: not a safetensors file", hlen,
+                 SATTN_TENSOR_MAX_HEADER);
+  if (hlen > len - 8)
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "header length %" G_GUINT64_FORMAT " runs past the end of "
+                 "the file (%zu bytes): truncated or not a safetensors file",
+                 hlen, len);
+  header = (const char *) data + 8;
+  if (hlen < 2 || header[0] != '{')
+    return fail (SATTN_E_FORMAT, err, err_len,
+                 "invalid header: does not start with a JSON object");
+  st = check_json_shape (header, (size_t) hlen, err, err_len);
+  if (st != SATTN_OK)
+    return st;
+
+  parser = json_parser_new_immutable ();
+  if (!json_parser_load_from_data (parser, header, (gssize) hlen, &gerr)) {
+    st = fail (SATTN_E_FORMAT, err, err_len, "invalid JSON header: %s",
+               gerr != NULL ? gerr->message : "parse error");
+    g_clear_error (&gerr);
+    goto out;
+  }
+  node = json_parser_get_root (parser);
+  if (node == NULL || !JSON_NODE_HOLDS_OBJECT (node)) {
+    st = fail (SATTN_E_FORMAT, err, err_len,
+               "invalid header: the JSON is not an object");
+    goto out;
+  }
+  root = json_node_get_object (node);
+  data_len = (uint64_t) len - 8 - hlen;
+  buf = data + 8 + hlen;
+
+  f = g_new0 (SattnTensorFile, 1);
+  f->index = g_hash_table_new (g_str_hash, g_str_equal);
+  f->meta = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free);
+  n_members = json_object_get_size (root);
+  f->t = g_new0 (Tensor, n_members > 0 ? n_members : 1);
+
+  json_object_iter_init (&it, root);
+  while (json_object_iter_next (&it, &name, &node)) {
+    if (strcmp (name, "__metadata__") == 0) {
+      JsonObjectIter mi;
+      const gchar *key;
+      JsonNode *val;
+      if (!JSON_NODE_HOLDS_OBJECT (node)) {
+        st = fail (SATTN_E_FORMAT, err, err_len,
+                   "invalid header: __metadata__ is not an object");
+        goto out;
+      }
+      json_object_iter_init (&mi, json_node_get_object (node));
+      while (json_object_iter_next (&mi, &key, &val)) {
+        if (!JSON_NODE_HOLDS_VALUE (val) ||
+            json_node_get_value_type (val) != G_TYPE_STRING) {
+          st = fail (SATTN_E_FORMAT, err, err_len,
+                     "invalid header: __metadata__ value of '%s' is not a "
+                     "string", show (&sb, key));
+          goto out;
+        }
+        g_hash_table_replace (f->meta, g_strdup (key),
+                              g_strdup (json_node_get_string (val)));
+      }
+      continue;
+    }
+    st = parse_tensor (&f->t[f->n], name, node, data_len, err, err_len);
+    if (st != SATTN_OK) {
+      /* keep the partial entry so that free() releases its shape */
+      f->n++;
+      goto out;
+    }
+    /* Names are C strings: a name with an escaped NUL could alias
+     * another one. */
+    if (g_hash_table_contains (f->index, f->t[f->n].name)) {
+      st = fail (SATTN_E_FORMAT, err, err_len,
+                 "invalid header: tensor name '%s' appears twice",
+                 show (&sb, f->t[f->n].name));
+      f->n++;
+      goto out;
+    }
+    g_hash_table_insert (f->index, f->t[f->n].name, NULL);
+    f->n++;
+  }
+
+  /* The data buffer must be covered exactly: no overlap (two tensors
+   * sharing bytes), no gap, nothing after the last tensor. */
+  qsort (f->t, f->n, sizeof (Tensor), cmp_offsets);
+  pos = 0;
+  for (k = 0; k < f->n; k++) {
+    const Tensor *t = &f->t[k];
+    if (t->begin < pos) {
+      ShowBuf sa2;
+      st = fail (SATTN_E_FORMAT, err, err_len,
+                 "tensors '%s' [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
+                 "] and '%s' [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
+                 "] overlap", show (&sb, f->t[k - 1].name), f->t[k - 1].begin,
+                 f->t[k - 1].end, show (&sa2, t->name), t->begin, t->end);
+      goto out;
+    }
+    if (t->begin > pos) {
+      st = fail (SATTN_E_FORMAT, err, err_len,
+                 "data bytes [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
+                 ") belong to no tensor (before '%s')", pos, t->begin,
+                 show (&sb, t->name));
+      goto out;
+    }
+    pos = t->end;
+  }
+  if (pos != data_len) {
+    st = fail (SATTN_E_FORMAT, err, err_len,
+               "%" G_GUINT64_FORMAT " bytes after the last tensor belong to "
+               "no tensor", data_len - pos);
+    goto out;
+  }
+
+  /* Index by name, convert the float tensors.  Every element takes at
+   * least 2 bytes of data, so the floats take at most twice the data. */
+  g_hash_table_remove_all (f->index);
+  for (k = 0; k < f->n; k++) {
+    Tensor *t = &f->t[k];
+    g_hash_table_insert (f->index, t->name, t);
+    if (t->dtype->kind == KIND_OTHER)
+      continue;
+    if (t->numel == 0) {
+      t->data = (float *) empty_tensor;
+      continue;
+    }
+    t->data = g_try_new (float, t->numel);
+    if (t->data == NULL) {
+      st = fail (SATTN_E_NOMEM, err, err_len,
+                 "out of memory converting tensor '%s' (%zu elements)",
+                 show (&sb, t->name), t->numel);
+      goto out;
+    }
+    convert (t->dtype->kind, buf + t->begin, t->numel, t->data);
+  }
+
+out:
+  if (parser != NULL)
+    g_object_unref (parser);
+  if (st != SATTN_OK) {
+    sattn_tensor_file_free (f);
+    return st;
+  }
+  *out = f;
+  return SATTN_OK;
+}
+
+SattnStatus
+sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
+                        size_t err_len)
+{
+  struct stat sbuf;
+  uint8_t *data = NULL;
+  size_t len, got = 0;
+  SattnStatus st;
+  ShowBuf sb;
+  int fd;
+
+  set_err (err, err_len, "%s", "");
+  if (out == NULL)
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  *out = NULL;
+  if (path == NULL)
+    return fail (SATTN_E_INVAL, err, err_len, "no weights file given");
+
+  fd = g_open (path, O_RDONLY, 0);
+  if (fd < 0) {
+    int e = errno;
+    return fail (SATTN_E_IO, err, err_len, "cannot open '%s': %s",
+                 show (&sb, path), g_strerror (e));
+  }
+  /* Only regular files: a FIFO or a device could block or never end. */
+  if (fstat (fd, &sbuf) != 0 || !S_ISREG (sbuf.st_mode)) {
+    close (fd);
+    return fail (SATTN_E_IO, err, err_len, "'%s' is not a regular file",
+                 show (&sb, path));
+  }
+  if ((uint64_t) sbuf.st_size > SIZE_MAX) {
+    close (fd);
+    return fail (SATTN_E_IO, err, err_len, "'%s' is too large",
+                 show (&sb, path));
+  }
+  len = (size_t) sbuf.st_size;
+  data = g_try_malloc (len > 0 ? len : 1);
+  if (data == NULL) {
+    close (fd);
+    return fail (SATTN_E_NOMEM, err, err_len,
+                 "out of memory reading '%s' (%zu bytes)", show (&sb, path),
+                 len);
+  }
+  while (got < len) {
+    ssize_t r = read (fd, data + got, len - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      int e = errno;
+      close (fd);
+      g_free (data);
+      return fail (SATTN_E_IO, err, err_len, "cannot read '%s': %s",
+                   show (&sb, path), g_strerror (e));
+    }
+    if (r == 0)
+      break;       /* shrank while reading: parse what is there */
+    got += (size_t) r;
+  }
+  close (fd);
+  st = sattn_tensor_file_load_bytes (data, got, out, err, err_len);
+  g_free (data);
+  return st;
+}
+
+size_t
+sattn_tensor_file_n_tensors (const SattnTensorFile *f)
+{
+  return f != NULL ? f->n : 0;
+}
+
+const char *
+sattn_tensor_file_name (const SattnTensorFile *f, size_t i)
+{
+  return f != NULL && i < f->n ? f->t[i].name : NULL;
+}
+
+static const Tensor *
+lookup (const SattnTensorFile *f, const char *name)
+{
+  if (f == NULL || name == NULL)
+    return NULL;
+  return g_hash_table_lookup (f->index, name);
+}
+
+const char *
+sattn_tensor_file_dtype (const SattnTensorFile *f, const char *name)
+{
+  const Tensor *t = lookup (f, name);
+  return t != NULL ? t->dtype->name : NULL;
+}
+
+size_t
+sattn_tensor_file_numel (const SattnTensorFile *f, const char *name)
+{
+  const Tensor *t = lookup (f, name);
+  return t != NULL ? t->numel : 0;
+}
+
+const float *
+sattn_tensor_file_get (const SattnTensorFile *f, const char *name,
+                       size_t *ndim, const size_t **shape)
+{
+  const Tensor *t = lookup (f, name);
+
+  if (t == NULL || t->data == NULL)
+    return NULL;
+  if (ndim != NULL)
+    *ndim = t->ndim;
+  if (shape != NULL)
+    *shape = t->shape;
+  return t->data;
+}
+
+const char *
+sattn_tensor_file_metadata (const SattnTensorFile *f, const char *key)
+{
+  if (f == NULL || key == NULL)
+    return NULL;
+  return g_hash_table_lookup (f->meta, key);
+}
+
+/* ------------------------------------------ nn.MultiheadAttention mapping */
+
+struct SattnMhaWeights {
+  float *block;   /* every array below lives in this one allocation */
+};
+
+void
+sattn_mha_weights_free (SattnMhaWeights *mw)
+{
+  if (mw == NULL)
+    return;
+  g_free (mw->block);
+  g_free (mw);
+}
+
+/* The state needed while mapping one module. */
+typedef struct {
+  const SattnTensorFile *f;
+  const char *prefix;
+  size_t e;
+  char *err;
+  size_t err_len;
+} Mapper;
+
+/* A tensor prefix + suffix, or NULL. */
+static const Tensor *
+find (const Mapper *m, const char *suffix)
+{
+  char *full = g_strconcat (m->prefix, suffix, NULL);
+  const Tensor *t = lookup (m->f, full);
+  g_free (full);
+  return t;
+}
+
+/* The prefixes under which the file holds attention weights, for the
+ * message of a missing module. */
+static void
+list_modules (const SattnTensorFile *f, GString *s)
+{
+  static const char *const keys[] = { "in_proj_weight", "q_proj_weight" };
+  size_t found = 0;
+
+  for (size_t i = 0; i < f->n; i++) {
+    const char *nm = f->t[i].name;
+    size_t len = strlen (nm);
+    for (size_t k = 0; k < G_N_ELEMENTS (keys); k++) {
+      size_t kl = strlen (keys[k]);
+      if (len >= kl && strcmp (nm + len - kl, keys[k]) == 0 &&
+          (len == kl || nm[len - kl - 1] == '.')) {
+        ShowBuf sb;
+        char *p = g_strndup (nm, len - kl);
+        if (found < 8)
+          g_string_append_printf (s, "%s'%s'", found ? ", " : "",
+                                  show (&sb, p));
+        g_free (p);
+        found++;
+      }
+    }
+  }
+  if (found == 0)
+    g_string_append (s, "none");
+  else if (found > 8)
+    g_string_append_printf (s, " (%zu in all)", found);
+}
+
+static SattnStatus
+missing (const Mapper *m, const char *what)
+{
+  GString *s = g_string_new (NULL);
+  ShowBuf sb;
+  SattnStatus st;
+
+  list_modules (m->f, s);
+  st = fail (SATTN_E_MISSING, m->err, m->err_len,
+             "no tensor %s under prefix '%s'; prefixes in the file with "
+             "MultiheadAttention weights: %s", what, show (&sb, m->prefix),
+             s->str);
+  g_string_free (s, TRUE);
+  return st;
+}
+
+/* Check that tensor t (named prefix+suffix) is float, has `rows` x `cols`
+ * elements laid out as expected and holds finite values only.
+ * cols == 0: a vector of `rows`, given either as (rows) or with leading
+ * dimensions of 1 when lead1 is set.  sym is the symbolic expected shape. */
+static SattnStatus
+check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
+       int lead1, const char *sym)
+{
+  ShowBuf sb;
+  char got[96], want[96];
+  int ok;
+  size_t want_shape[2] = { rows, cols };
+
+  if (t->data == NULL)
+    return fail (SATTN_E_DTYPE, m->err, m->err_len,
+                 "tensor '%s' has dtype %s; supported: F32, F16, BF16, F64",
+                 show (&sb, t->name), t->dtype->name);
+  if (cols > 0) {
+    ok = t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols;
+  } else {
+    ok = t->ndim >= 1 && t->shape[t->ndim - 1] == rows &&
+         (t->ndim == 1 || lead1);
+    for (size_t i = 0; ok && i + 1 < t->ndim; i++)
+      ok = t->shape[i] == 1;
+  }
+  if (!ok) {
+    if (cols == 0 && lead1) {
+      size_t w3[3] = { 1, 1, rows };
+      shape_str (want, sizeof want, w3, 3);
+    } else {
+      shape_str (want, sizeof want, want_shape, cols > 0 ? 2 : 1);
+    }
+    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+                 "tensor '%s' has shape %s; expected %s, i.e. %s with E = "
+                 "d_model = %zu", show (&sb, t->name),
+                 shape_str (got, sizeof got, t->shape, t->ndim), want, sym,
+                 m->e);
+  }
+  for (size_t i = 0; i < t->numel; i++) {
+    if (!isfinite (t->data[i])) {
+      if (t->ndim == 2 && t->shape[1] > 0)
+        return fail (SATTN_E_NONFINITE, m->err, m->err_len,
+                     "tensor '%s' holds %s at [%zu, %zu]", show (&sb, t->name),
+                     isnan (t->data[i]) ? "NaN" : "Inf", i / t->shape[1],
+                     i % t->shape[1]);
+      return fail (SATTN_E_NONFINITE, m->err, m->err_len,
+                   "tensor '%s' holds %s at element %zu", show (&sb, t->name),
+                   isnan (t->data[i]) ? "NaN" : "Inf", i);
+    }
+  }
+  return SATTN_OK;
+}
+
+/* A metadata value "<prefix>key" parsed as an unsigned integer; -1 when
+ * absent or not a number. */
+static gint64
+meta_uint (const Mapper *m, const char *key)
+{
+  char *full = g_strconcat (m->prefix, key, NULL);
+  const char *v = sattn_tensor_file_metadata (m->f, full);
+  guint64 u;
+
+  g_free (full);
+  if (v == NULL || !g_ascii_string_to_unsigned (v, 10, 0, G_MAXINT64, &u,
+                                                NULL))
+    return -1;
+  return (gint64) u;
+}
+
+SattnStatus
+sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
+                             size_t d_model, size_t heads, int add_zero_attn,
+                             SattnConfig *cfg_inout, SattnWeights *w_out,
+                             SattnMhaWeights **owner, char *err,
+                             size_t err_len)
+{
+  Mapper m = { 0 };
+  const Tensor *in_w, *q_w, *k_w, *v_w, *in_b, *o_w, *o_b, *bk, *bv;
+  SattnMhaWeights *mw = NULL;
+  SattnStatus st = SATTN_OK;
+  char *pfx = NULL;
+  ShowBuf sb;
+  size_t e, total, off;
+  gint64 meta;
+  float *p;
+
+  set_err (err, err_len, "%s", "");
+  if (owner != NULL)
+    *owner = NULL;
+  if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  if (heads == 0)
+    return fail (SATTN_E_INVAL, err, err_len, "heads must be at least 1");
+
+  if (prefix == NULL)
+    prefix = "";
+  pfx = (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
+      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  m.f = f;
+  m.prefix = pfx;
+  m.err = err;
+  m.err_len = err_len;
+
+  in_w = find (&m, "in_proj_weight");
+  q_w = find (&m, "q_proj_weight");
+  k_w = find (&m, "k_proj_weight");
+  v_w = find (&m, "v_proj_weight");
+  in_b = find (&m, "in_proj_bias");
+  o_w = find (&m, "out_proj.weight");
+  o_b = find (&m, "out_proj.bias");
+  bk = find (&m, "bias_k");
+  bv = find (&m, "bias_v");
+
+  if (in_w != NULL && (q_w != NULL || k_w != NULL || v_w != NULL)) {
+    st = fail (SATTN_E_FORMAT, err, err_len,
+               "both in_proj_weight and separate q/k/v_proj_weight under "
+               "prefix '%s': ambiguous", show (&sb, pfx));
+    goto out;
+  }
+  if (in_w == NULL && q_w == NULL && k_w == NULL && v_w == NULL) {
+    st = missing (&m, "'in_proj_weight' (or q/k/v_proj_weight)");
+    goto out;
+  }
+  if (in_w == NULL && (q_w == NULL || k_w == NULL || v_w == NULL)) {
+    st = missing (&m, q_w == NULL ? "'q_proj_weight'" :
+                  k_w == NULL ? "'k_proj_weight'" : "'v_proj_weight'");
+    goto out;
+  }
+  if (o_w == NULL) {
+    st = missing (&m, "'out_proj.weight'");
+    goto out;
+  }
+  if ((bk == NULL) != (bv == NULL)) {
+    st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)" :
+                  "'bias_v' (bias_k is present)");
+    goto out;
+  }
+
+  /* The embedding size: given, or the input width of the projection. */
+  e = d_model;
+  if (e == 0) {
+    const Tensor *t = in_w != NULL ? in_w : q_w;
+    if (t->ndim == 2)
+      e = t->shape[1];
+    if (e == 0) {
+      char got[96];
+      st = fail (SATTN_E_SHAPE, err, err_len,
+                 "tensor '%s' has shape %s; expected a 2-D tensor %s with "
+                 "E > 0", show (&sb, t->name),
+                 shape_str (got, sizeof got, t->shape, t->ndim),
+                 in_w != NULL ? "(3E, E)" : "(E, E)");
+      goto out;
+    }
+  }
+  m.e = e;
+  if (e > SIZE_MAX / 8 / e) {
+    st = fail (SATTN_E_SHAPE, err, err_len, "embedding size %zu too large",
+               e);
+    goto out;
+  }
+
+  if (in_w != NULL) {
+    st = check (&m, in_w, 3 * e, e, 0, "(3E, E)");
+  } else {
+    /* kdim / vdim other than E cannot be fed from the same frame. */
+    if ((st = check (&m, q_w, e, e, 0, "(E, E)")) != SATTN_OK ||
+        (st = check (&m, k_w, e, e, 0,
+                     "(E, kdim) with kdim = E for self-attention"))
+        != SATTN_OK)
+      goto out;
+    st = check (&m, v_w, e, e, 0,
+                "(E, vdim) with vdim = E for self-attention");
+  }
+  if (st != SATTN_OK)
+    goto out;
+  if (in_b != NULL && (st = check (&m, in_b, 3 * e, 0, 0, "(3E)")) != SATTN_OK)
+    goto out;
+  if ((st = check (&m, o_w, e, e, 0, "(E, E)")) != SATTN_OK)
+    goto out;
+  if (o_b != NULL && (st = check (&m, o_b, e, 0, 0, "(E)")) != SATTN_OK)
+    goto out;
+  if (bk != NULL &&
+      ((st = check (&m, bk, e, 0, 1, "(1, 1, E)")) != SATTN_OK ||
+       (st = check (&m, bv, e, 0, 1, "(1, 1, E)")) != SATTN_OK))
+    goto out;
+
+  if (e % heads != 0) {
+    st = fail (SATTN_E_SHAPE, err, err_len,
+               "heads = %zu does not divide the embedding size E = %zu",
+               heads, e);
+    goto out;
+  }
+  meta = meta_uint (&m, "num_heads");
+  if (meta >= 0 && (guint64) meta != heads) {
+    st = fail (SATTN_E_SHAPE, err, err_len,
+               "heads = %zu but the module was exported with num_heads = %"
+               G_GINT64_FORMAT " (metadata '%snum_heads')", heads, meta,
+               show (&sb, pfx));
+    goto out;
+  }
+  meta = meta_uint (&m, "add_zero_attn");
+  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0)) {
+    st = fail (SATTN_E_INVAL, err, err_len,
+               "add_zero_attn = %d but the module was exported with "
+               "add_zero_attn = %d (metadata '%sadd_zero_attn')",
+               add_zero_attn != 0, meta != 0, show (&sb, pfx));
+    goto out;
+  }
+
+  /* Copy what is used into one block owned by the handle. */
+  total = 3 * e * e + e * e + (in_b ? 3 * e : 0) + (o_b ? e : 0) +
+      (bk ? 2 * e : 0);
+  mw = g_new0 (SattnMhaWeights, 1);
+  mw->block = g_try_new (float, total);
+  if (mw->block == NULL) {
+    st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    goto out;
+  }
+  p = mw->block;
+  off = 0;
+  if (in_w != NULL) {
+    memcpy (p, in_w->data, 3 * e * e * sizeof (float));
+  } else {
+    memcpy (p, q_w->data, e * e * sizeof (float));
+    memcpy (p + e * e, k_w->data, e * e * sizeof (float));
+    memcpy (p + 2 * e * e, v_w->data, e * e * sizeof (float));
+  }
+  *w_out = (SattnWeights) { 0 };
+  w_out->wq = p;
+  w_out->wk = p + e * e;
+  w_out->wv = p + 2 * e * e;
+  off = 3 * e * e;
+  memcpy (p + off, o_w->data, e * e * sizeof (float));
+  w_out->wo = p + off;
+  off += e * e;
+  if (in_b != NULL) {
+    memcpy (p + off, in_b->data, 3 * e * sizeof (float));
+    w_out->bq = p + off;
+    w_out->bk = p + off + e;
+    w_out->bv = p + off + 2 * e;
+    off += 3 * e;
+  }
+  if (o_b != NULL) {
+    memcpy (p + off, o_b->data, e * sizeof (float));
+    w_out->bo = p + off;
+    off += e;
+  }
+  if (bk != NULL) {
+    memcpy (p + off, bk->data, e * sizeof (float));
+    memcpy (p + off + e, bv->data, e * sizeof (float));
+    w_out->bias_k = p + off;
+    w_out->bias_v = p + off + e;
+    off += 2 * e;
+  }
+  g_assert (off == total);
+  w_out->add_zero_attn = add_zero_attn != 0;
+
+  cfg_inout->d_model = e;
+  cfg_inout->heads = heads;
+  cfg_inout->d_head = e / heads;
+  cfg_inout->d_value = e / heads;
+  cfg_inout->d_out = e;
+  *owner = mw;
+  mw = NULL;
+
+out:
+  sattn_mha_weights_free (mw);
+  g_free (pfx);
+  return st;
+}
+
+SattnStatus
+sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
+                        size_t heads, int add_zero_attn,
+                        SattnConfig *cfg_inout, SattnWeights *w_out,
+                        SattnMhaWeights **owner, char *err, size_t err_len)
+{
+  SattnTensorFile *f = NULL;
+  SattnStatus st;
+  char msg[1024];
+  ShowBuf sb;
+
+  if (owner != NULL)
+    *owner = NULL;
+  st = sattn_tensor_file_load (path, &f, msg, sizeof msg);
+  if (st == SATTN_OK) {
+    st = sattn_mha_weights_from_file (f, prefix, d_model, heads,
+                                      add_zero_attn, cfg_inout, w_out, owner,
+                                      msg, sizeof msg);
+    sattn_tensor_file_free (f);
+  }
+  if (st == SATTN_OK)
+    set_err (err, err_len, "%s", "");
+  else if (st == SATTN_E_IO || path == NULL)
+    set_err (err, err_len, "%s", msg);   /* names the path already */
+  else
+    set_err (err, err_len, "'%s': %s", path ? show (&sb, path) : "", msg);
+  return st;
+}
