@@ -12,7 +12,8 @@ struct SattnModel {
   size_t dq;              /* heads * d_head */
   size_t dv;              /* heads * d_value */
   size_t d_out;
-  /* Owned copies; NULL = identity projection / zero bias. */
+  /* Owned copies; NULL = identity projection / zero bias.  Weight
+   * matrices are stored transposed (in_features × out_features). */
   float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
@@ -20,8 +21,9 @@ struct SattnModel {
 };
 
 /* Project n rows: y (n × d_out, row stride ldy) = x (n × d_in, stride ldx)
- * W^T + b.  W NULL = identity (d_in == d_out); b NULL = no bias. */
-void sattn_project (const float *W, const float *b, const float *x,
+ * W^T + b, given Wt = W^T (d_in × d_out).  Wt NULL = identity (d_in ==
+ * d_out); b NULL = no bias. */
+void sattn_project (const float *Wt, const float *b, const float *x,
                     size_t n, size_t d_in, size_t d_out, size_t ldx,
                     float *y, size_t ldy);
 

@@ -9,18 +9,22 @@
 #include <cblas.h>
 
 void
-sattn_project (const float *W, const float *b, const float *x, size_t n,
+sattn_project (const float *Wt, const float *b, const float *x, size_t n,
                size_t d_in, size_t d_out, size_t ldx, float *y, size_t ldy)
 {
   if (n == 0)
     return;
-  if (W == NULL) {
+  if (Wt == NULL) {
     for (size_t i = 0; i < n; i++)
       memcpy (y + i * ldy, x + i * ldx, d_out * sizeof (float));
+  } else if (n >= 64 && d_in >= 64 && d_out >= 64) {
+    /* Large blocks: BLAS. */
+    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) n,
+                 (int) d_out, (int) d_in, 1.0f, x, (int) ldx, Wt, (int) d_out,
+                 0.0f, y, (int) ldy);
   } else {
-    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) n, (int) d_out,
-                 (int) d_in, 1.0f, x, (int) ldx, W, (int) d_in, 0.0f, y,
-                 (int) ldy);
+    /* The few rows of a hop: the same register-tiled loop as Q K^T. */
+    sattn_qk (x, ldx, Wt, d_out, n, d_out, d_in, y, ldy);
   }
   if (b != NULL) {
     for (size_t i = 0; i < n; i++) {

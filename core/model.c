@@ -7,6 +7,24 @@
 
 #include <cblas.h>
 
+/* Copy of W (rows × cols) transposed to cols × rows, the layout the
+ * projection kernel reads (y = x W^T as rows of x times W^T). */
+static float *
+dup_transposed (const float *src, size_t rows, size_t cols, int *ok)
+{
+  if (src == NULL)
+    return NULL;
+  float *d = malloc (rows * cols * sizeof (float));
+  if (d == NULL) {
+    *ok = 0;
+    return NULL;
+  }
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++)
+      d[c * rows + r] = src[r * cols + c];
+  return d;
+}
+
 static float *
 dup_floats (const float *src, size_t n, int *ok)
 {
@@ -137,13 +155,13 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->dv = dv;
   m->d_out = c.d_out;
   int ok = 1;
-  m->wq = dup_floats (w->wq, dq * c.d_model, &ok);
+  m->wq = dup_transposed (w->wq, dq, c.d_model, &ok);
   m->bq = dup_floats (w->bq, dq, &ok);
-  m->wk = dup_floats (w->wk, dq * c.d_model, &ok);
+  m->wk = dup_transposed (w->wk, dq, c.d_model, &ok);
   m->bk = dup_floats (w->bk, dq, &ok);
-  m->wv = dup_floats (w->wv, dv * c.d_model, &ok);
+  m->wv = dup_transposed (w->wv, dv, c.d_model, &ok);
   m->bv = dup_floats (w->bv, dv, &ok);
-  m->wo = dup_floats (w->wo, c.d_out * dv, &ok);
+  m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
   m->n_extra = (w->bias_k != NULL ? 1 : 0) + (w->add_zero_attn ? 1 : 0);
   if (m->n_extra > 0) {

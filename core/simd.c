@@ -162,17 +162,19 @@ AVX2 static double
 exp_sum_avx2 (float *y, size_t n, float mx)
 {
   const __m256 vmx = _mm256_set1_ps (mx);
-  __m256 acc = _mm256_setzero_ps ();
+  /* The sum is accumulated in double: it normalises the whole row. */
+  __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 e = exp256 (_mm256_sub_ps (_mm256_loadu_ps (y + i), vmx));
     _mm256_storeu_ps (y + i, e);
-    acc = _mm256_add_ps (acc, e);
+    acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (e)));
+    acc1 = _mm256_add_pd (acc1, _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1)));
   }
-  float lanes[8];
-  _mm256_storeu_ps (lanes, acc);
+  double lanes[4];
+  _mm256_storeu_pd (lanes, _mm256_add_pd (acc0, acc1));
   double sum = 0.0;
-  for (int l = 0; l < 8; l++)
+  for (int l = 0; l < 4; l++)
     sum += lanes[l];
   if (i < n) {
     float tmp[8];
@@ -196,6 +198,50 @@ qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
          size_t lds)
 {
   size_t i = 0;
+  for (; i + 4 <= m && nk >= 16; i += 4) {
+    const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
+        *q3 = q2 + ldq;
+    float *s0 = S + i * lds;
+    size_t j = 0;
+    for (; j + 16 <= nk; j += 16) {
+      __m256 a0 = _mm256_setzero_ps (), a1 = _mm256_setzero_ps ();
+      __m256 b0 = _mm256_setzero_ps (), b1 = _mm256_setzero_ps ();
+      __m256 c0 = _mm256_setzero_ps (), c1 = _mm256_setzero_ps ();
+      __m256 d0 = _mm256_setzero_ps (), d1 = _mm256_setzero_ps ();
+      for (size_t t = 0; t < dh; t++) {
+        const float *kr = kt + t * ldkt + j;
+        __m256 k0 = _mm256_loadu_ps (kr), k1 = _mm256_loadu_ps (kr + 8);
+        __m256 x = _mm256_broadcast_ss (q0 + t);
+        a0 = _mm256_fmadd_ps (x, k0, a0);
+        a1 = _mm256_fmadd_ps (x, k1, a1);
+        x = _mm256_broadcast_ss (q1 + t);
+        b0 = _mm256_fmadd_ps (x, k0, b0);
+        b1 = _mm256_fmadd_ps (x, k1, b1);
+        x = _mm256_broadcast_ss (q2 + t);
+        c0 = _mm256_fmadd_ps (x, k0, c0);
+        c1 = _mm256_fmadd_ps (x, k1, c1);
+        x = _mm256_broadcast_ss (q3 + t);
+        d0 = _mm256_fmadd_ps (x, k0, d0);
+        d1 = _mm256_fmadd_ps (x, k1, d1);
+      }
+      _mm256_storeu_ps (s0 + j, a0);
+      _mm256_storeu_ps (s0 + j + 8, a1);
+      _mm256_storeu_ps (s0 + lds + j, b0);
+      _mm256_storeu_ps (s0 + lds + j + 8, b1);
+      _mm256_storeu_ps (s0 + 2 * lds + j, c0);
+      _mm256_storeu_ps (s0 + 2 * lds + j + 8, c1);
+      _mm256_storeu_ps (s0 + 3 * lds + j, d0);
+      _mm256_storeu_ps (s0 + 3 * lds + j + 8, d1);
+    }
+    for (; j < nk; j++)
+      for (size_t r = 0; r < 4; r++) {
+        const float *qr = q0 + r * ldq;
+        float a = 0.0f;
+        for (size_t t = 0; t < dh; t++)
+          a += qr[t] * kt[t * ldkt + j];
+        s0[r * lds + j] = a;
+      }
+  }
   for (; i + 2 <= m; i += 2) {
     const float *q0 = q + i * ldq, *q1 = q0 + ldq;
     float *s0 = S + i * lds, *s1 = s0 + lds;
@@ -228,8 +274,40 @@ qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
       s1[j] = b;
     }
   }
-  if (i < m)
-    qk_portable (q + i * ldq, ldq, kt, ldkt, m - i, nk, dh, S + i * lds, lds);
+  if (i < m) {
+    const float *q0 = q + i * ldq;
+    float *s0 = S + i * lds;
+    size_t j = 0;
+    for (; j + 32 <= nk; j += 32) {
+      __m256 a0 = _mm256_setzero_ps (), a1 = _mm256_setzero_ps ();
+      __m256 a2 = _mm256_setzero_ps (), a3 = _mm256_setzero_ps ();
+      for (size_t t = 0; t < dh; t++) {
+        const float *kr = kt + t * ldkt + j;
+        __m256 x0 = _mm256_broadcast_ss (q0 + t);
+        a0 = _mm256_fmadd_ps (x0, _mm256_loadu_ps (kr), a0);
+        a1 = _mm256_fmadd_ps (x0, _mm256_loadu_ps (kr + 8), a1);
+        a2 = _mm256_fmadd_ps (x0, _mm256_loadu_ps (kr + 16), a2);
+        a3 = _mm256_fmadd_ps (x0, _mm256_loadu_ps (kr + 24), a3);
+      }
+      _mm256_storeu_ps (s0 + j, a0);
+      _mm256_storeu_ps (s0 + j + 8, a1);
+      _mm256_storeu_ps (s0 + j + 16, a2);
+      _mm256_storeu_ps (s0 + j + 24, a3);
+    }
+    for (; j + 8 <= nk; j += 8) {
+      __m256 a0 = _mm256_setzero_ps ();
+      for (size_t t = 0; t < dh; t++)
+        a0 = _mm256_fmadd_ps (_mm256_broadcast_ss (q0 + t),
+                              _mm256_loadu_ps (kt + t * ldkt + j), a0);
+      _mm256_storeu_ps (s0 + j, a0);
+    }
+    for (; j < nk; j++) {
+      float a = 0.0f;
+      for (size_t t = 0; t < dh; t++)
+        a += q0[t] * kt[t * ldkt + j];
+      s0[j] = a;
+    }
+  }
 }
 
 /* V rows of unusable keys are zero and every V row is finite, so zero
@@ -239,7 +317,45 @@ pv_avx2 (const float *restrict P, size_t ldp, size_t m, size_t nk,
          const float *restrict v, size_t ldv, size_t dv, float *restrict O,
          size_t ldo)
 {
-  for (size_t i = 0; i < m; i++) {
+  size_t i = 0;
+  /* Four rows × 16 columns per step: eight independent FMA chains. */
+  if (dv % 16 == 0)
+    for (; i + 4 <= m; i += 4) {
+      const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp,
+          *p3 = p2 + ldp;
+      for (size_t t = 0; t < dv; t += 16) {
+        __m256 a00 = _mm256_setzero_ps (), a01 = _mm256_setzero_ps ();
+        __m256 a10 = _mm256_setzero_ps (), a11 = _mm256_setzero_ps ();
+        __m256 a20 = _mm256_setzero_ps (), a21 = _mm256_setzero_ps ();
+        __m256 a30 = _mm256_setzero_ps (), a31 = _mm256_setzero_ps ();
+        for (size_t j = 0; j < nk; j++) {
+          const float *vj = v + j * ldv + t;
+          __m256 v0 = _mm256_loadu_ps (vj), v1 = _mm256_loadu_ps (vj + 8);
+          __m256 b = _mm256_broadcast_ss (p0 + j);
+          a00 = _mm256_fmadd_ps (b, v0, a00);
+          a01 = _mm256_fmadd_ps (b, v1, a01);
+          b = _mm256_broadcast_ss (p1 + j);
+          a10 = _mm256_fmadd_ps (b, v0, a10);
+          a11 = _mm256_fmadd_ps (b, v1, a11);
+          b = _mm256_broadcast_ss (p2 + j);
+          a20 = _mm256_fmadd_ps (b, v0, a20);
+          a21 = _mm256_fmadd_ps (b, v1, a21);
+          b = _mm256_broadcast_ss (p3 + j);
+          a30 = _mm256_fmadd_ps (b, v0, a30);
+          a31 = _mm256_fmadd_ps (b, v1, a31);
+        }
+        float *o0 = O + i * ldo + t;
+        _mm256_storeu_ps (o0, a00);
+        _mm256_storeu_ps (o0 + 8, a01);
+        _mm256_storeu_ps (o0 + ldo, a10);
+        _mm256_storeu_ps (o0 + ldo + 8, a11);
+        _mm256_storeu_ps (o0 + 2 * ldo, a20);
+        _mm256_storeu_ps (o0 + 2 * ldo + 8, a21);
+        _mm256_storeu_ps (o0 + 3 * ldo, a30);
+        _mm256_storeu_ps (o0 + 3 * ldo + 8, a31);
+      }
+    }
+  for (; i < m; i++) {
     const float *pi = P + i * ldp;
     float *oi = O + i * ldo;
     size_t t = 0;
