@@ -17,8 +17,9 @@ sattn_project (const float *Wt, const float *b, const float *x, size_t n,
   if (Wt == NULL) {
     for (size_t i = 0; i < n; i++)
       memcpy (y + i * ldy, x + i * ldx, d_out * sizeof (float));
-  } else if (n >= 64 && d_in >= 64 && d_out >= 64) {
-    /* Large blocks: BLAS. */
+  } else if (n >= 256 && d_in >= 256 && d_out >= 256) {
+    /* Large blocks: BLAS.  Below this size the register-tiled loop beats
+     * OpenBLAS's packing (measured: 45 vs 25 GFLOP/s at 64×256×256). */
     cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) n,
                  (int) d_out, (int) d_in, 1.0f, x, (int) ldx, Wt, (int) d_out,
                  0.0f, y, (int) ldy);
