@@ -77,5 +77,9 @@ float sattn_softmax_scan (float *s, size_t n, const uint8_t *ok, float scale,
 void sattn_mul (float *y, size_t n, float a);
 /* y[i] = exp (y[i] - mx) (all y[i] <= mx, -inf allowed); returns the sum. */
 double sattn_exp_sum (float *y, size_t n, float mx);
+/* The same, also returning *ex = sum of e_i (y_i - mx) over entries with
+ * y_i > -inf and *xmin = min (y_i - mx) over those (for statistics). */
+double sattn_exp_sum_stats (float *y, size_t n, float mx, double *ex,
+                            float *xmin);
 
 #endif

@@ -86,19 +86,20 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
   n_pinf = counts[2];
   n_ninf = counts[3];
 
-  double smin = INFINITY, smax = -INFINITY, lse = NAN;
-  if (stats != NULL && n_valid > 0)
-    for (size_t j = 0; j < ncols; j++)
-      if (isfinite (s[j])) {
-        smin = s[j] < smin ? s[j] : smin;
-        smax = s[j] > smax ? s[j] : smax;
-      }
+  double smin = INFINITY, smax = -INFINITY, lse = NAN, ent = NAN;
+  float wmax = 0.0f;
 
   if (n_valid == 0) {
     memset (s, 0, ncols * sizeof (float));
   } else if (n_pinf > 0 || mx == -INFINITY) {
     /* The limit: the mass is shared by the +inf entries, or by every
      * visible entry when all of them are -inf. */
+    if (stats != NULL)
+      for (size_t j = 0; j < ncols; j++)
+        if (isfinite (s[j])) {
+          smin = s[j] < smin ? s[j] : smin;
+          smax = s[j] > smax ? s[j] : smax;
+        }
     size_t cnt = n_pinf > 0 ? n_pinf : n_valid;
     float w = 1.0f / (float) cnt;
     if (n_pinf > 0) {
@@ -113,6 +114,29 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
       }
     }
     lse = n_pinf > 0 ? INFINITY : -INFINITY;
+    if (stats != NULL) {
+      wmax = w;
+      ent = log ((double) cnt);
+    }
+  } else if (stats != NULL) {
+    /* The same as below, with the statistics from the same pass:
+     * max weight = 1 / sum (the max entry has e = 1), entropy =
+     * log (sum) - sum (e x) / sum with x = score - max. */
+    if (n_nan > 0)
+      for (size_t j = 0; j < ncols; j++)
+        if (isnan (s[j]))
+          s[j] = -INFINITY;
+    double ex;
+    float xmin;
+    double sum = sattn_exp_sum_stats (s, ncols, mx, &ex, &xmin);
+    sattn_mul (s, ncols, (float) (1.0 / sum));
+    lse = (double) mx + log (sum);
+    smax = mx;
+    smin = (double) mx + xmin;
+    wmax = (float) (1.0 / sum);
+    ent = log (sum) - ex / sum;
+    if (ent < 0.0)
+      ent = 0.0;
   } else {
     /* Stable: subtract the max over unmasked entries; exp(-inf) = 0. */
     if (n_nan > 0)
@@ -136,15 +160,6 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
       if (isfinite (lse)) {
         if (lse < stats->lse_min) stats->lse_min = lse;
         if (lse > stats->lse_max) stats->lse_max = lse;
-      }
-      float wmax = 0.0f;
-      double ent = 0.0;
-      for (size_t j = 0; j < ncols; j++) {
-        float p = s[j];
-        if (p > wmax)
-          wmax = p;
-        if (p > 0.0f)
-          ent -= (double) p * log ((double) p);
       }
       stats->max_weight_sum += wmax;
       if (n_valid > 1)

@@ -113,6 +113,25 @@ scan_portable (float *restrict s, size_t n, const uint8_t *restrict ok,
 }
 
 static double
+exp_sum_stats_portable (float *y, size_t n, float mx, double *ex, float *xmin)
+{
+  double sum = 0.0, sx = 0.0;
+  float m = INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    float x = y[i] - mx;
+    y[i] = expf (x);
+    sum += y[i];
+    if (x > -INFINITY) {
+      sx += (double) x * y[i];
+      m = x < m ? x : m;
+    }
+  }
+  *ex = sx;
+  *xmin = m;
+  return sum;
+}
+
+static double
 exp_sum_portable (float *y, size_t n, float mx)
 {
   double sum = 0.0;
@@ -162,33 +181,76 @@ AVX2 static double
 exp_sum_avx2 (float *y, size_t n, float mx)
 {
   const __m256 vmx = _mm256_set1_ps (mx);
-  /* The sum is accumulated in double: it normalises the whole row. */
+  /* The sum is accumulated in double: it normalises the whole row.  The
+   * tail goes through the vector code too, padded with -inf (exp = 0). */
   __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 e = exp256 (_mm256_sub_ps (_mm256_loadu_ps (y + i), vmx));
-    _mm256_storeu_ps (y + i, e);
+  float tmp[8];
+  for (size_t i = 0; i < n; i += 8) {
+    size_t r = n - i < 8 ? n - i : 8;
+    float *src = y + i;
+    if (r < 8) {
+      for (size_t l = 0; l < 8; l++)
+        tmp[l] = l < r ? y[i + l] : -INFINITY;
+      src = tmp;
+    }
+    __m256 e = exp256 (_mm256_sub_ps (_mm256_loadu_ps (src), vmx));
+    _mm256_storeu_ps (src, e);
     acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (e)));
     acc1 = _mm256_add_pd (acc1, _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1)));
+    if (r < 8)
+      memcpy (y + i, tmp, r * sizeof (float));
   }
   double lanes[4];
   _mm256_storeu_pd (lanes, _mm256_add_pd (acc0, acc1));
-  double sum = 0.0;
-  for (int l = 0; l < 4; l++)
-    sum += lanes[l];
-  if (i < n) {
-    float tmp[8];
-    size_t r = n - i;
-    for (size_t l = 0; l < 8; l++)
-      tmp[l] = l < r ? y[i + l] : -INFINITY;
-    __m256 e = exp256 (_mm256_sub_ps (_mm256_loadu_ps (tmp), vmx));
-    _mm256_storeu_ps (tmp, e);
-    for (size_t l = 0; l < r; l++) {
-      y[i + l] = tmp[l];
-      sum += tmp[l];
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+/* exp_sum_avx2 that also returns sum(e * x) over e > 0 and min(x) over
+ * x > -inf (x = y - mx), for the row entropy and the score range. */
+AVX2 static double
+exp_sum_stats_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
+{
+  const __m256 vmx = _mm256_set1_ps (mx);
+  const __m256 ninf = _mm256_set1_ps (-INFINITY);
+  const __m256 pinf = _mm256_set1_ps (INFINITY);
+  __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
+  __m256d ex0 = _mm256_setzero_pd (), ex1 = _mm256_setzero_pd ();
+  __m256 mn = pinf;
+  float tmp[8];
+  for (size_t i = 0; i < n; i += 8) {
+    /* The tail goes through the same vector code (padded with -inf) so
+     * that the weights are identical with and without statistics. */
+    size_t r = n - i < 8 ? n - i : 8;
+    float *src = y + i;
+    if (r < 8) {
+      for (size_t l = 0; l < 8; l++)
+        tmp[l] = l < r ? y[i + l] : -INFINITY;
+      src = tmp;
     }
+    __m256 x = _mm256_sub_ps (_mm256_loadu_ps (src), vmx);
+    __m256 live = _mm256_cmp_ps (x, ninf, _CMP_GT_OQ);
+    __m256 e = exp256 (x);
+    _mm256_storeu_ps (src, e);
+    __m256 xe = _mm256_and_ps (live, _mm256_mul_ps (x, e));
+    mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x, live));
+    acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (e)));
+    acc1 = _mm256_add_pd (acc1, _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1)));
+    ex0 = _mm256_add_pd (ex0, _mm256_cvtps_pd (_mm256_castps256_ps128 (xe)));
+    ex1 = _mm256_add_pd (ex1, _mm256_cvtps_pd (_mm256_extractf128_ps (xe, 1)));
+    if (r < 8)
+      memcpy (y + i, tmp, r * sizeof (float));
   }
-  return sum;
+  double l1[4], l2[4];
+  float lm[8];
+  _mm256_storeu_pd (l1, _mm256_add_pd (acc0, acc1));
+  _mm256_storeu_pd (l2, _mm256_add_pd (ex0, ex1));
+  _mm256_storeu_ps (lm, mn);
+  float m = INFINITY;
+  for (int l = 0; l < 8; l++)
+    m = lm[l] < m ? lm[l] : m;
+  *ex = l2[0] + l2[1] + l2[2] + l2[3];
+  *xmin = m;
+  return l1[0] + l1[1] + l1[2] + l1[3];
 }
 
 /* Two query rows × 16 keys per step. */
@@ -534,4 +596,14 @@ sattn_mul (float *y, size_t n, float a)
 #endif
   for (size_t i = 0; i < n; i++)
     y[i] *= a;
+}
+
+double
+sattn_exp_sum_stats (float *y, size_t n, float mx, double *ex, float *xmin)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 0)
+    return exp_sum_stats_avx2 (y, n, mx, ex, xmin);
+#endif
+  return exp_sum_stats_portable (y, n, mx, ex, xmin);
 }
