@@ -1,0 +1,1464 @@
+/* GStreamer sattn element
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+
+/**
+ * SECTION:element-sattn
+ * @title: sattn
+ *
+ * Sliding-window multi-head self-attention on a live signal.  The element
+ * cuts the incoming interleaved float samples into frames, gathers the
+ * frames into windows of #GstSattn:window frames, one every #GstSattn:hop
+ * frames, runs masked scaled-dot-product self-attention over each window
+ * and pushes the resulting feature rows downstream as float audio.
+ *
+ * A frame is #GstSattn:frame-size consecutive sample periods of all
+ * channels, taken in memory order, so d_model = channels × frame-size.
+ * Without a weights file the projections are the identity (Q = K = V = the
+ * frames split into #GstSattn:heads heads): every output row is then a
+ * similarity-weighted average of the frames of its window, a non-local
+ * means smoother that is meaningful on any signal.
+ *
+ * ## Output
+ *
+ * The source caps are `audio/x-raw, format=F32LE, layout=interleaved` with
+ * an unpositioned channel layout (`channel-mask=0`), shaped by
+ * #GstSattn:output (d_out = d_model here, rates in Hz):
+ *
+ * - `frames`: one output frame of d_out channels per input frame,
+ *   rate = input rate / frame-size.
+ * - `window`: one output frame of window × d_out channels per window,
+ *   rate = input rate / (frame-size × hop).
+ * - `mean`, `last`: one output frame of d_out channels per window, the
+ *   mean of the valid rows or the last frame's row,
+ *   rate = input rate / (frame-size × hop).
+ *
+ * An output rate that is not a whole number, or a combination of
+ * properties that cannot work with the negotiated input (hop > window,
+ * heads not dividing d_model, ...), fails negotiation with an element
+ * error that names the property values that would work.
+ *
+ * ## Timing
+ *
+ * Output timestamps come from a frame counter since the last resync point:
+ * PTS = T0 + first_frame × frame-size / rate, where T0 is the timestamp of
+ * the first buffer after start, a flush, a discontinuity or a caps change,
+ * and first_frame is the first input frame the output accounts for.
+ * DURATION reaches exactly to the next buffer's PTS, OFFSET / OFFSET_END
+ * count output frames since the resync point.  A buffer flagged DISCONT or
+ * whose timestamp is more than half a frame or 40 ms (whichever is larger)
+ * away from the counter makes the element drain what it holds, restart
+ * the window and flag its next output DISCONT.
+ *
+ * The LATENCY query adds what the element holds back:
+ * held × frame-size / rate, with held = #GstSattn:hop frames, or
+ * #GstSattn:window frames when #GstSattn:start is `wait`, in every output
+ * mode.
+ *
+ * ## Gaps and invalid samples
+ *
+ * GAP events and buffers flagged GAP become frames that are masked keys;
+ * their output rows are still produced (as zeros in `frames` mode) and an
+ * output buffer whose rows are all invalid is flagged GAP.  Frames with NaN
+ * or Inf samples are handled by #GstSattn:invalid-frames.  At EOS the
+ * element drains, so that in `frames` mode every input frame gets exactly
+ * one output frame.
+ *
+ * ## Example launch lines
+ * |[
+ * gst-launch-1.0 audiotestsrc num-buffers=100 ! audio/x-raw,format=F32LE,channels=8,rate=16000 ! sattn ! fakesink
+ * ]| Attention over 8 sensor channels, one output frame of 8 features per
+ * input sample period (64-frame windows, hop 16).
+ * |[
+ * gst-launch-1.0 audiotestsrc wave=pink-noise num-buffers=50 ! audio/x-raw,format=F32LE,channels=4,rate=16000 ! sattn frame-size=16 window=32 hop=8 heads=4 causal=true output=mean ! fakesink silent=false -v
+ * ]| Frames of 16 sample periods × 4 channels (d_model = 64), 4 heads,
+ * causal, one mean-pooled row of 64 features every 8 frames (125 Hz).
+ * |[
+ * gst-launch-1.0 audiotestsrc num-buffers=20 ! audio/x-raw,format=F32LE,channels=2,rate=8000 ! sattn window=16 hop=4 output=window start=wait ! fakesink
+ * ]| Whole windows: 16 rows × 2 features = 32 channels at 500 Hz, starting
+ * once the first window is full.
+ */
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "gstsattn.h"
+
+#include <math.h>
+#include <string.h>
+
+GST_DEBUG_CATEGORY_STATIC (gst_sattn_debug);
+#define GST_CAT_DEFAULT gst_sattn_debug
+
+#define DEFAULT_WINDOW 64
+#define DEFAULT_HOP 16
+#define DEFAULT_FRAME_SIZE 1
+#define DEFAULT_HEADS 1
+#define DEFAULT_HEAD_DIM 0
+#define DEFAULT_SCALE 0.0
+#define DEFAULT_CAUSAL FALSE
+#define DEFAULT_LOOKBACK 0
+#define DEFAULT_OUTPUT GST_SATTN_OUTPUT_FRAMES
+#define DEFAULT_START GST_SATTN_START_PAD
+#define DEFAULT_INVALID_FRAMES GST_SATTN_INVALID_FRAMES_MASK
+#define DEFAULT_THREADS 1
+
+#define MAX_WINDOW 65536
+#define MAX_FRAME_SIZE 65536
+#define MAX_HEADS 4096
+#define MAX_THREADS 256
+/* Largest frame (channels × frame-size floats) the element accepts. */
+#define MAX_D_MODEL (1u << 20)
+
+/* Frames handed to the core per call; bounds the scratch memory. */
+#define MIN_CHUNK_FRAMES 256
+#define MAX_CHUNK_FRAMES 4096
+/* Output buffers are sized for at most this many input frames. */
+#define OUT_FRAMES_PER_BUFFER 16384
+/* Smallest timestamp deviation treated as a discontinuity. */
+#define MIN_RESYNC_THRESHOLD (GST_SECOND / 25)
+
+enum
+{
+  PROP_0,
+  PROP_WINDOW,
+  PROP_HOP,
+  PROP_FRAME_SIZE,
+  PROP_HEADS,
+  PROP_HEAD_DIM,
+  PROP_SCALE,
+  PROP_CAUSAL,
+  PROP_LOOKBACK,
+  PROP_OUTPUT,
+  PROP_START,
+  PROP_INVALID_FRAMES,
+  PROP_THREADS,
+  /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
+};
+
+/* Settings copied from the properties when caps arrive. */
+typedef struct
+{
+  guint window, hop, frame_size, heads, head_dim, lookback;
+  gdouble scale;
+  gboolean causal;
+  GstSattnOutput output;
+  GstSattnStart start;
+  gint threads;
+} GstSattnSettings;
+
+struct _GstSattn
+{
+  GstElement parent;
+
+  GstPad *sinkpad;
+  GstPad *srcpad;
+  /* Later: a request pad for attention maps sits next to srcpad. */
+
+  /* Properties; object lock. */
+  GstSattnSettings props;
+  GstSattnInvalidFrames invalid_frames;
+  gboolean running;             /* PAUSED or PLAYING: geometry frozen */
+  GstClockTime held_time;       /* latency added; NONE before caps */
+
+  /* Streaming state; streaming thread (or state change with pads off). */
+  GstSattnSettings cfg;         /* settings of the current model */
+  SattnModel *model;
+  SattnStream *stream;
+  GstCaps *sink_caps;
+  gboolean caps_refused;        /* last caps event could not be used */
+  gint rate, channels;
+  gsize bpf;                    /* bytes per sample period */
+  gsize d_model, frame_bytes, row_floats;
+  gsize chunk;                  /* frames per core call */
+
+  guint8 *carry;                /* < one frame of bytes, float aligned */
+  gsize carry_len;
+  gboolean carry_invalid;
+  float *scratch;               /* chunk × d_model: realigned input */
+  float *zeros;                 /* chunk × d_model zeros */
+  guint8 *invalid_flags;        /* chunk zeros */
+  SattnRowInfo *info;
+  gsize info_cap;
+
+  GstSegment segment;
+  GstEvent *pending_segment;    /* held until the source caps are set */
+  GstClockTime resync_ts;       /* T0; NONE = taken from the next input */
+  guint64 bytes_since_resync;
+  guint64 frames_since_resync;
+  guint64 out_offset;
+  gboolean discont_pending;
+};
+
+/* An output buffer being filled by one or more core calls. */
+typedef struct
+{
+  GstBuffer *buf;
+  GstMapInfo map;
+  gsize cap_rows, rows;
+  guint64 first_frame, end_frame;
+  gboolean any_valid;
+} GstSattnOut;
+
+static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
+    GST_PAD_SINK,
+    GST_PAD_ALWAYS,
+    GST_STATIC_CAPS ("audio/x-raw, format = (string) F32LE, "
+        "layout = (string) interleaved, rate = (int) [ 1, MAX ], "
+        "channels = (int) [ 1, MAX ]"));
+
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
+    GST_PAD_SRC,
+    GST_PAD_ALWAYS,
+    GST_STATIC_CAPS ("audio/x-raw, format = (string) F32LE, "
+        "layout = (string) interleaved, rate = (int) [ 1, MAX ], "
+        "channels = (int) [ 1, MAX ]"));
+
+#define gst_sattn_parent_class parent_class
+G_DEFINE_TYPE (GstSattn, gst_sattn, GST_TYPE_ELEMENT);
+GST_ELEMENT_REGISTER_DEFINE (sattn, "sattn", GST_RANK_NONE, GST_TYPE_SATTN);
+
+GType
+gst_sattn_output_get_type (void)
+{
+  static GType type = 0;
+  static const GEnumValue values[] = {
+    {GST_SATTN_OUTPUT_FRAMES, "One output frame per input frame", "frames"},
+    {GST_SATTN_OUTPUT_WINDOW,
+        "All rows of each window flattened into one output frame", "window"},
+    {GST_SATTN_OUTPUT_MEAN, "Mean of the valid rows of each window", "mean"},
+    {GST_SATTN_OUTPUT_LAST, "Row of the last frame of each window", "last"},
+    {0, NULL, NULL}
+  };
+
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstSattnOutput", values);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}
+
+GType
+gst_sattn_start_get_type (void)
+{
+  static GType type = 0;
+  static const GEnumValue values[] = {
+    {GST_SATTN_START_PAD,
+        "Compute from the first hop, frames before the start masked", "pad"},
+    {GST_SATTN_START_WAIT, "Compute the first window once it is full",
+        "wait"},
+    {0, NULL, NULL}
+  };
+
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstSattnStart", values);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}
+
+GType
+gst_sattn_invalid_frames_get_type (void)
+{
+  static GType type = 0;
+  static const GEnumValue values[] = {
+    {GST_SATTN_INVALID_FRAMES_MASK,
+        "Masked: never a key, its own output row is zeros", "mask"},
+    {GST_SATTN_INVALID_FRAMES_ZERO,
+        "Replaced by an all-zero frame that takes part normally", "zero"},
+    {GST_SATTN_INVALID_FRAMES_ERROR, "Stop with an element error", "error"},
+    {0, NULL, NULL}
+  };
+
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstSattnInvalidFrames", values);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}
+
+static void gst_sattn_finalize (GObject * object);
+static void gst_sattn_set_property (GObject * object, guint prop_id,
+    const GValue * value, GParamSpec * pspec);
+static void gst_sattn_get_property (GObject * object, guint prop_id,
+    GValue * value, GParamSpec * pspec);
+static GstStateChangeReturn gst_sattn_change_state (GstElement * element,
+    GstStateChange transition);
+static GstFlowReturn gst_sattn_chain (GstPad * pad, GstObject * parent,
+    GstBuffer * buffer);
+static gboolean gst_sattn_sink_event (GstPad * pad, GstObject * parent,
+    GstEvent * event);
+static gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
+
+static void
+gst_sattn_class_init (GstSattnClass * klass)
+{
+  GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
+  GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
+  const GParamFlags rw = G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS;
+  const GParamFlags geom = rw | GST_PARAM_MUTABLE_READY;
+
+  gobject_class->set_property = gst_sattn_set_property;
+  gobject_class->get_property = gst_sattn_get_property;
+  gobject_class->finalize = gst_sattn_finalize;
+
+  g_object_class_install_property (gobject_class, PROP_WINDOW,
+      g_param_spec_uint ("window", "Window",
+          "Frames per attention window (n); keys and queries of one "
+          "computation", 1, MAX_WINDOW, DEFAULT_WINDOW, geom));
+  g_object_class_install_property (gobject_class, PROP_HOP,
+      g_param_spec_uint ("hop", "Hop",
+          "New frames between two windows (h, 1 <= hop <= window); in "
+          "pooled output modes the output rate is the frame rate / hop",
+          1, MAX_WINDOW, DEFAULT_HOP, geom));
+  g_object_class_install_property (gobject_class, PROP_FRAME_SIZE,
+      g_param_spec_uint ("frame-size", "Frame size",
+          "Sample periods per frame; a frame is frame-size periods of all "
+          "channels (d_model = channels x frame-size); must divide the "
+          "input rate", 1, MAX_FRAME_SIZE, DEFAULT_FRAME_SIZE, geom));
+  g_object_class_install_property (gobject_class, PROP_HEADS,
+      g_param_spec_uint ("heads", "Heads",
+          "Attention heads; must divide d_model when head-dim is 0",
+          1, MAX_HEADS, DEFAULT_HEADS, geom));
+  g_object_class_install_property (gobject_class, PROP_HEAD_DIM,
+      g_param_spec_uint ("head-dim", "Head dimension",
+          "Per-head query/key size (0 = d_model / heads; without weights "
+          "heads x head-dim must equal d_model)", 0, MAX_D_MODEL,
+          DEFAULT_HEAD_DIM, geom));
+  g_object_class_install_property (gobject_class, PROP_SCALE,
+      g_param_spec_double ("scale", "Scale",
+          "Score scale applied before the softmax (0 = 1/sqrt(head-dim), "
+          "1 = unscaled)", 0.0, G_MAXFLOAT, DEFAULT_SCALE, geom));
+  g_object_class_install_property (gobject_class, PROP_CAUSAL,
+      g_param_spec_boolean ("causal", "Causal",
+          "A query sees only keys at or before its own frame",
+          DEFAULT_CAUSAL, geom));
+  g_object_class_install_property (gobject_class, PROP_LOOKBACK,
+      g_param_spec_uint ("lookback", "Lookback",
+          "A query sees keys at most this many frames back (0 = the whole "
+          "window)", 0, MAX_WINDOW, DEFAULT_LOOKBACK, geom));
+  g_object_class_install_property (gobject_class, PROP_OUTPUT,
+      g_param_spec_enum ("output", "Output",
+          "What is pushed downstream: one row per input frame, whole "
+          "windows, or one pooled row per window", GST_TYPE_SATTN_OUTPUT,
+          DEFAULT_OUTPUT, geom));
+  g_object_class_install_property (gobject_class, PROP_START,
+      g_param_spec_enum ("start", "Start",
+          "Before the first window is full: compute with the missing "
+          "frames masked, or wait for a full window", GST_TYPE_SATTN_START,
+          DEFAULT_START, geom));
+  g_object_class_install_property (gobject_class, PROP_INVALID_FRAMES,
+      g_param_spec_enum ("invalid-frames", "Invalid frames",
+          "What a frame with NaN or Inf samples gets (can change while "
+          "playing)", GST_TYPE_SATTN_INVALID_FRAMES, DEFAULT_INVALID_FRAMES,
+          rw | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (gobject_class, PROP_THREADS,
+      g_param_spec_int ("threads", "Threads",
+          "BLAS threads used for the attention (0 = leave the process-wide "
+          "setting alone)", 0, MAX_THREADS, DEFAULT_THREADS, geom));
+
+  gst_element_class_add_static_pad_template (element_class, &sink_template);
+  gst_element_class_add_static_pad_template (element_class, &src_template);
+
+  gst_element_class_set_static_metadata (element_class,
+      "Sliding-window self-attention", "Filter/Analyzer/Audio",
+      "Masked multi-head self-attention over sliding windows of signal "
+      "frames, pushing attention features",
+      "sattn developers <sattn@localhost>");
+
+  element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
+
+  gst_type_mark_as_plugin_api (GST_TYPE_SATTN_OUTPUT, 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_SATTN_START, 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_SATTN_INVALID_FRAMES, 0);
+
+  GST_DEBUG_CATEGORY_INIT (gst_sattn_debug, "sattn", 0,
+      "sliding-window self-attention");
+}
+
+static void
+gst_sattn_init (GstSattn * self)
+{
+  self->sinkpad = gst_pad_new_from_static_template (&sink_template, "sink");
+  gst_pad_set_chain_function (self->sinkpad,
+      GST_DEBUG_FUNCPTR (gst_sattn_chain));
+  gst_pad_set_event_function (self->sinkpad,
+      GST_DEBUG_FUNCPTR (gst_sattn_sink_event));
+  gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
+
+  self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
+  gst_pad_set_query_function (self->srcpad,
+      GST_DEBUG_FUNCPTR (gst_sattn_src_query));
+  gst_pad_use_fixed_caps (self->srcpad);
+  gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
+
+  self->props.window = DEFAULT_WINDOW;
+  self->props.hop = DEFAULT_HOP;
+  self->props.frame_size = DEFAULT_FRAME_SIZE;
+  self->props.heads = DEFAULT_HEADS;
+  self->props.head_dim = DEFAULT_HEAD_DIM;
+  self->props.scale = DEFAULT_SCALE;
+  self->props.causal = DEFAULT_CAUSAL;
+  self->props.lookback = DEFAULT_LOOKBACK;
+  self->props.output = DEFAULT_OUTPUT;
+  self->props.start = DEFAULT_START;
+  self->props.threads = DEFAULT_THREADS;
+  self->invalid_frames = DEFAULT_INVALID_FRAMES;
+  self->held_time = GST_CLOCK_TIME_NONE;
+  self->resync_ts = GST_CLOCK_TIME_NONE;
+  gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
+}
+
+/* Frees the model, the stream and every buffer sized by them. */
+static void
+gst_sattn_free_stream (GstSattn * self)
+{
+  sattn_stream_free (self->stream);
+  self->stream = NULL;
+  sattn_model_free (self->model);
+  self->model = NULL;
+  g_clear_pointer (&self->carry, g_free);
+  g_clear_pointer (&self->scratch, g_free);
+  g_clear_pointer (&self->zeros, g_free);
+  g_clear_pointer (&self->invalid_flags, g_free);
+  g_clear_pointer (&self->info, g_free);
+  self->info_cap = 0;
+  self->carry_len = 0;
+  self->carry_invalid = FALSE;
+  gst_clear_caps (&self->sink_caps);
+}
+
+static void
+gst_sattn_finalize (GObject * object)
+{
+  GstSattn *self = GST_SATTN (object);
+
+  gst_sattn_free_stream (self);
+  gst_clear_event (&self->pending_segment);
+  G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+static void
+gst_sattn_set_property (GObject * object, guint prop_id,
+    const GValue * value, GParamSpec * pspec)
+{
+  GstSattn *self = GST_SATTN (object);
+
+  GST_OBJECT_LOCK (self);
+  if (self->running && prop_id != PROP_INVALID_FRAMES) {
+    /* Not applied half-way: the model is built from these at caps time. */
+    GST_OBJECT_UNLOCK (self);
+    GST_WARNING_OBJECT (self, "property '%s' can only be changed in the "
+        "READY or NULL state; the new value is ignored", pspec->name);
+    return;
+  }
+
+  switch (prop_id) {
+    case PROP_WINDOW:
+      self->props.window = g_value_get_uint (value);
+      break;
+    case PROP_HOP:
+      self->props.hop = g_value_get_uint (value);
+      break;
+    case PROP_FRAME_SIZE:
+      self->props.frame_size = g_value_get_uint (value);
+      break;
+    case PROP_HEADS:
+      self->props.heads = g_value_get_uint (value);
+      break;
+    case PROP_HEAD_DIM:
+      self->props.head_dim = g_value_get_uint (value);
+      break;
+    case PROP_SCALE:
+      self->props.scale = g_value_get_double (value);
+      break;
+    case PROP_CAUSAL:
+      self->props.causal = g_value_get_boolean (value);
+      break;
+    case PROP_LOOKBACK:
+      self->props.lookback = g_value_get_uint (value);
+      break;
+    case PROP_OUTPUT:
+      self->props.output = g_value_get_enum (value);
+      break;
+    case PROP_START:
+      self->props.start = g_value_get_enum (value);
+      break;
+    case PROP_INVALID_FRAMES:
+      self->invalid_frames = g_value_get_enum (value);
+      break;
+    case PROP_THREADS:
+      self->props.threads = g_value_get_int (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+static void
+gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
+    GParamSpec * pspec)
+{
+  GstSattn *self = GST_SATTN (object);
+
+  GST_OBJECT_LOCK (self);
+  switch (prop_id) {
+    case PROP_WINDOW:
+      g_value_set_uint (value, self->props.window);
+      break;
+    case PROP_HOP:
+      g_value_set_uint (value, self->props.hop);
+      break;
+    case PROP_FRAME_SIZE:
+      g_value_set_uint (value, self->props.frame_size);
+      break;
+    case PROP_HEADS:
+      g_value_set_uint (value, self->props.heads);
+      break;
+    case PROP_HEAD_DIM:
+      g_value_set_uint (value, self->props.head_dim);
+      break;
+    case PROP_SCALE:
+      g_value_set_double (value, self->props.scale);
+      break;
+    case PROP_CAUSAL:
+      g_value_set_boolean (value, self->props.causal);
+      break;
+    case PROP_LOOKBACK:
+      g_value_set_uint (value, self->props.lookback);
+      break;
+    case PROP_OUTPUT:
+      g_value_set_enum (value, self->props.output);
+      break;
+    case PROP_START:
+      g_value_set_enum (value, self->props.start);
+      break;
+    case PROP_INVALID_FRAMES:
+      g_value_set_enum (value, self->invalid_frames);
+      break;
+    case PROP_THREADS:
+      g_value_set_int (value, self->props.threads);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* ------------------------------------------------------------ timing */
+
+/* Timestamp of input frame f (counted since the last resync). */
+static GstClockTime
+gst_sattn_frame_ts (GstSattn * self, guint64 f)
+{
+  return self->resync_ts + gst_util_uint64_scale (f * self->cfg.frame_size,
+      GST_SECOND, self->rate);
+}
+
+/* Where the sample counter says the next input byte lies in time. */
+static GstClockTime
+gst_sattn_expected_ts (GstSattn * self)
+{
+  if (!GST_CLOCK_TIME_IS_VALID (self->resync_ts))
+    return GST_CLOCK_TIME_NONE;
+  return self->resync_ts + gst_util_uint64_scale (self->bytes_since_resync,
+      GST_SECOND, (guint64) self->rate * self->bpf);
+}
+
+/* Start a new timeline at ts (NONE: the segment start, else 0). */
+static void
+gst_sattn_start_timeline (GstSattn * self, GstClockTime ts)
+{
+  if (!GST_CLOCK_TIME_IS_VALID (ts)) {
+    if (self->segment.format == GST_FORMAT_TIME)
+      ts = self->segment.start;
+    else
+      ts = 0;
+  }
+  self->resync_ts = ts;
+  self->bytes_since_resync = 0;
+  self->frames_since_resync = 0;
+  self->out_offset = 0;
+  self->discont_pending = TRUE;
+}
+
+/* ------------------------------------------------------------ output */
+
+static GstFlowReturn
+gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
+{
+  GstBuffer *buf = out->buf;
+  GstClockTime pts, end;
+  gsize rows = out->rows;
+
+  if (buf == NULL)
+    return GST_FLOW_OK;
+  gst_buffer_unmap (buf, &out->map);
+  out->buf = NULL;
+  out->rows = 0;
+  out->cap_rows = 0;
+
+  if (rows == 0) {
+    gst_buffer_unref (buf);
+    return GST_FLOW_OK;
+  }
+
+  gst_buffer_set_size (buf, rows * self->row_floats * sizeof (float));
+  pts = gst_sattn_frame_ts (self, out->first_frame);
+  end = gst_sattn_frame_ts (self, out->end_frame);
+  GST_BUFFER_PTS (buf) = pts;
+  GST_BUFFER_DTS (buf) = GST_CLOCK_TIME_NONE;
+  GST_BUFFER_DURATION (buf) = end - pts;
+  GST_BUFFER_OFFSET (buf) = self->out_offset;
+  GST_BUFFER_OFFSET_END (buf) = self->out_offset + rows;
+  self->out_offset += rows;
+  if (self->discont_pending) {
+    GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
+    self->discont_pending = FALSE;
+  }
+  if (!out->any_valid)
+    GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_GAP);
+
+  GST_LOG_OBJECT (self, "pushing %" G_GSIZE_FORMAT " rows, frames %"
+      G_GUINT64_FORMAT "-%" G_GUINT64_FORMAT ", pts %" GST_TIME_FORMAT, rows,
+      out->first_frame, out->end_frame, GST_TIME_ARGS (pts));
+  return gst_pad_push (self->srcpad, buf);
+}
+
+/* Make room for need more rows in out, pushing what it holds if full.
+ * hint_frames: input frames still to come in this call, to size a new
+ * output buffer. */
+static GstFlowReturn
+gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
+    guint64 hint_frames)
+{
+  GstFlowReturn ret;
+  gsize cap;
+
+  if (out->buf && out->cap_rows - out->rows >= need)
+    return GST_FLOW_OK;
+  ret = gst_sattn_out_finish (self, out);
+  if (ret != GST_FLOW_OK)
+    return ret;
+
+  cap = sattn_stream_max_rows (self->stream,
+      (gsize) MIN (hint_frames, OUT_FRAMES_PER_BUFFER));
+  cap = MAX (cap, need);
+  out->buf = gst_buffer_new_allocate (NULL,
+      cap * self->row_floats * sizeof (float), NULL);
+  if (out->buf == NULL || !gst_buffer_map (out->buf, &out->map,
+          GST_MAP_WRITE)) {
+    gst_clear_buffer (&out->buf);
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate an output buffer of %" G_GSIZE_FORMAT " rows",
+            cap), (NULL));
+    return GST_FLOW_ERROR;
+  }
+  out->cap_rows = cap;
+  out->rows = 0;
+  out->any_valid = FALSE;
+  return GST_FLOW_OK;
+}
+
+static gboolean
+gst_sattn_ensure_info (GstSattn * self, gsize need)
+{
+  if (need <= self->info_cap)
+    return TRUE;
+  self->info = g_renew (SattnRowInfo, self->info, need);
+  self->info_cap = need;
+  return TRUE;
+}
+
+static void
+gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
+{
+  gsize i;
+
+  if (n_rows == 0)
+    return;
+  if (out->rows == 0)
+    out->first_frame = self->info[0].first;
+  out->end_frame = self->info[n_rows - 1].first +
+      self->info[n_rows - 1].n_frames;
+  for (i = 0; i < n_rows && !out->any_valid; i++)
+    out->any_valid = self->info[i].valid != 0;
+  out->rows += n_rows;
+}
+
+static GstFlowReturn
+gst_sattn_core_error (GstSattn * self, const gchar * what, SattnStatus st)
+{
+  GST_ELEMENT_ERROR (self, STREAM, FAILED,
+      ("The attention core failed: %s", sattn_status_string (st)),
+      ("%s returned status %d", what, (int) st));
+  return GST_FLOW_ERROR;
+}
+
+/* Hand n frames (n <= chunk) to the core and collect the rows in out. */
+static GstFlowReturn
+gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
+    const guint8 * valid, GstSattnOut * out, guint64 hint_frames)
+{
+  GstFlowReturn ret;
+  SattnStatus st;
+  gsize need, n_rows = 0;
+  float dummy[1];
+  float *dst = dummy;
+  gsize room = 0;
+
+  need = sattn_stream_max_rows (self->stream, n);
+  if (need > 0) {
+    ret = gst_sattn_out_reserve (self, out, need, hint_frames);
+    if (ret != GST_FLOW_OK)
+      return ret;
+    gst_sattn_ensure_info (self, need);
+    dst = (float *) out->map.data + out->rows * self->row_floats;
+    room = out->cap_rows - out->rows;
+  }
+
+  st = sattn_stream_push (self->stream, frames, n, valid, dst, room,
+      need > 0 ? self->info : NULL, &n_rows);
+  if (st != SATTN_OK)
+    return gst_sattn_core_error (self, "sattn_stream_push", st);
+  g_assert (n_rows <= room);
+  self->frames_since_resync += n;
+  gst_sattn_out_account (self, out, n_rows);
+  return GST_FLOW_OK;
+}
+
+static gboolean
+gst_sattn_frame_finite (const float *x, gsize d)
+{
+  gsize i;
+
+  for (i = 0; i < d; i++)
+    if (!isfinite (x[i]))
+      return FALSE;
+  return TRUE;
+}
+
+/* Push n whole frames (NULL: zeros) that are all invalid, or subject to
+ * the invalid-frames policy. */
+static GstFlowReturn
+gst_sattn_push_frames (GstSattn * self, const float *frames, guint64 n,
+    gboolean invalid, GstSattnInvalidFrames policy, GstSattnOut * out)
+{
+  const gsize d = self->d_model;
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  while (n > 0) {
+    gsize k = (gsize) MIN (n, (guint64) self->chunk);
+    const float *src = frames ? frames : self->zeros;
+
+    if (invalid) {
+      ret = gst_sattn_core_push (self, src, k, self->invalid_flags, out, n);
+    } else if (policy == GST_SATTN_INVALID_FRAMES_MASK) {
+      /* The core masks frames with NaN/Inf itself. */
+      ret = gst_sattn_core_push (self, src, k, NULL, out, n);
+    } else {
+      gsize i, run = 0;
+
+      for (i = 0; i < k && ret == GST_FLOW_OK; i++) {
+        if (gst_sattn_frame_finite (src + i * d, d))
+          continue;
+        if (i > run)
+          ret = gst_sattn_core_push (self, src + run * d, i - run, NULL, out,
+              n - run);
+        if (ret != GST_FLOW_OK)
+          break;
+        if (policy == GST_SATTN_INVALID_FRAMES_ERROR) {
+          GstClockTime ts = gst_sattn_frame_ts (self,
+              self->frames_since_resync);
+          GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+              ("Input frame at %" GST_TIME_FORMAT " contains NaN or Inf "
+                  "samples", GST_TIME_ARGS (ts)),
+              ("invalid-frames=error; frame %" G_GUINT64_FORMAT " since the "
+                  "last resync", self->frames_since_resync));
+          return GST_FLOW_ERROR;
+        }
+        GST_LOG_OBJECT (self, "frame %" G_GUINT64_FORMAT " has NaN/Inf, "
+            "replaced by zeros", self->frames_since_resync);
+        ret = gst_sattn_core_push (self, self->zeros, 1, NULL, out,
+            n - i);
+        run = i + 1;
+      }
+      if (ret == GST_FLOW_OK && k > run)
+        ret = gst_sattn_core_push (self, src + run * d, k - run, NULL, out,
+            n - run);
+    }
+    if (ret != GST_FLOW_OK)
+      return ret;
+    if (frames)
+      frames += k * d;
+    n -= k;
+  }
+  return ret;
+}
+
+/* Feed size bytes of interleaved samples (data NULL: zeros).  invalid:
+ * every frame touched by these bytes is masked. */
+static GstFlowReturn
+gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
+    gboolean invalid, GstSattnInvalidFrames policy, GstSattnOut * out)
+{
+  const gsize fb = self->frame_bytes;
+  GstFlowReturn ret = GST_FLOW_OK;
+  guint64 n, rest;
+
+  self->bytes_since_resync += size;
+
+  if (self->carry_len > 0) {
+    gsize take = (gsize) MIN ((guint64) (fb - self->carry_len), size);
+
+    if (data) {
+      memcpy (self->carry + self->carry_len, data, take);
+      data += take;
+    } else {
+      memset (self->carry + self->carry_len, 0, take);
+    }
+    self->carry_len += take;
+    self->carry_invalid |= invalid;
+    size -= take;
+    if (self->carry_len < fb)
+      return GST_FLOW_OK;
+    self->carry_len = 0;
+    ret = gst_sattn_push_frames (self, (const float *) self->carry, 1,
+        self->carry_invalid, policy, out);
+    self->carry_invalid = FALSE;
+    if (ret != GST_FLOW_OK)
+      return ret;
+  }
+
+  n = size / fb;
+  rest = size - n * fb;
+  if (n > 0) {
+    if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0) {
+      ret = gst_sattn_push_frames (self, (const float *) data, n, invalid,
+          policy, out);
+      if (data)
+        data += n * fb;
+    } else {
+      /* Frames split across buffers left the data misaligned. */
+      while (n > 0 && ret == GST_FLOW_OK) {
+        gsize k = (gsize) MIN (n, (guint64) self->chunk);
+
+        memcpy (self->scratch, data, k * fb);
+        ret = gst_sattn_push_frames (self, self->scratch, k, invalid, policy,
+            out);
+        data += k * fb;
+        n -= k;
+      }
+    }
+    if (ret != GST_FLOW_OK)
+      return ret;
+  }
+
+  if (rest > 0) {
+    if (data)
+      memcpy (self->carry, data, (gsize) rest);
+    else
+      memset (self->carry, 0, (gsize) rest);
+    self->carry_len = (gsize) rest;
+    self->carry_invalid = invalid;
+  }
+  return GST_FLOW_OK;
+}
+
+/* Emit rows for every frame the stream holds and push them. */
+static GstFlowReturn
+gst_sattn_drain (GstSattn * self)
+{
+  GstSattnOut out = { 0, };
+  GstFlowReturn ret;
+  SattnStatus st;
+  gsize need, n_rows = 0;
+
+  if (self->stream == NULL)
+    return GST_FLOW_OK;
+  if (self->carry_len > 0) {
+    GST_WARNING_OBJECT (self, "dropping an incomplete frame of %"
+        G_GSIZE_FORMAT " of %" G_GSIZE_FORMAT " bytes", self->carry_len,
+        self->frame_bytes);
+    self->carry_len = 0;
+    self->carry_invalid = FALSE;
+  }
+  need = sattn_stream_max_rows (self->stream, 0);
+  if (need == 0)
+    return GST_FLOW_OK;
+  ret = gst_sattn_out_reserve (self, &out, need, 0);
+  if (ret != GST_FLOW_OK)
+    return ret;
+  gst_sattn_ensure_info (self, need);
+  st = sattn_stream_drain (self->stream, (float *) out.map.data, out.cap_rows,
+      self->info, &n_rows);
+  if (st != SATTN_OK) {
+    gst_buffer_unmap (out.buf, &out.map);
+    gst_buffer_unref (out.buf);
+    return gst_sattn_core_error (self, "sattn_stream_drain", st);
+  }
+  GST_DEBUG_OBJECT (self, "drained %" G_GSIZE_FORMAT " rows", n_rows);
+  gst_sattn_out_account (self, &out, n_rows);
+  return gst_sattn_out_finish (self, &out);
+}
+
+/* Drain, forget the window and start a new timeline at ts. */
+static GstFlowReturn
+gst_sattn_resync (GstSattn * self, GstClockTime ts)
+{
+  GstFlowReturn ret;
+
+  ret = gst_sattn_drain (self);
+  if (!GST_CLOCK_TIME_IS_VALID (ts))
+    ts = gst_sattn_expected_ts (self);
+  sattn_stream_reset (self->stream);
+  gst_sattn_start_timeline (self, ts);
+  return ret;
+}
+
+/* Called before data that starts at ts: starts the timeline or resyncs on
+ * a discontinuity. */
+static GstFlowReturn
+gst_sattn_check_discont (GstSattn * self, GstClockTime ts, gboolean discont)
+{
+  GstClockTime expected, threshold, diff;
+
+  if (!GST_CLOCK_TIME_IS_VALID (self->resync_ts)) {
+    gst_sattn_start_timeline (self, ts);
+    return GST_FLOW_OK;
+  }
+  if (discont) {
+    GST_DEBUG_OBJECT (self, "discontinuity flagged, resyncing at %"
+        GST_TIME_FORMAT, GST_TIME_ARGS (ts));
+    return gst_sattn_resync (self, ts);
+  }
+  if (!GST_CLOCK_TIME_IS_VALID (ts))
+    return GST_FLOW_OK;
+
+  expected = gst_sattn_expected_ts (self);
+  threshold = gst_util_uint64_scale (self->cfg.frame_size, GST_SECOND,
+      2 * (guint64) self->rate);
+  threshold = MAX (threshold, MIN_RESYNC_THRESHOLD);
+  diff = ts > expected ? ts - expected : expected - ts;
+  if (diff > threshold) {
+    GST_DEBUG_OBJECT (self, "timestamp %" GST_TIME_FORMAT " is %"
+        GST_TIME_FORMAT " away from the expected %" GST_TIME_FORMAT
+        ", resyncing", GST_TIME_ARGS (ts), GST_TIME_ARGS (diff),
+        GST_TIME_ARGS (expected));
+    return gst_sattn_resync (self, ts);
+  }
+  return GST_FLOW_OK;
+}
+
+static GstSattnInvalidFrames
+gst_sattn_get_policy (GstSattn * self)
+{
+  GstSattnInvalidFrames policy;
+
+  GST_OBJECT_LOCK (self);
+  policy = self->invalid_frames;
+  GST_OBJECT_UNLOCK (self);
+  return policy;
+}
+
+static GstFlowReturn
+gst_sattn_not_negotiated (GstSattn * self)
+{
+  if (self->caps_refused) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Data arrived but the input caps were refused"),
+        ("the last caps event could not be used; see the earlier error"));
+  } else {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("No caps were received before the first buffer"),
+        ("sattn needs audio/x-raw, format=F32LE, layout=interleaved caps "
+            "before any data"));
+  }
+  return GST_FLOW_NOT_NEGOTIATED;
+}
+
+static GstFlowReturn
+gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
+{
+  GstSattn *self = GST_SATTN (parent);
+  GstSattnOut out = { 0, };
+  GstFlowReturn ret, ret2;
+  GstMapInfo map;
+  gboolean gap;
+
+  if (G_UNLIKELY (self->stream == NULL)) {
+    gst_buffer_unref (buffer);
+    return gst_sattn_not_negotiated (self);
+  }
+
+  ret = gst_sattn_check_discont (self, GST_BUFFER_PTS (buffer),
+      GST_BUFFER_IS_DISCONT (buffer));
+  if (ret != GST_FLOW_OK) {
+    gst_buffer_unref (buffer);
+    return ret;
+  }
+
+  if (!gst_buffer_map (buffer, &map, GST_MAP_READ)) {
+    gst_buffer_unref (buffer);
+    GST_ELEMENT_ERROR (self, RESOURCE, READ, ("Could not map an input "
+            "buffer"), (NULL));
+    return GST_FLOW_ERROR;
+  }
+  gap = GST_BUFFER_FLAG_IS_SET (buffer, GST_BUFFER_FLAG_GAP);
+  ret = gst_sattn_process (self, map.data, map.size, gap,
+      gst_sattn_get_policy (self), &out);
+  gst_buffer_unmap (buffer, &map);
+  gst_buffer_unref (buffer);
+
+  ret2 = gst_sattn_out_finish (self, &out);
+  return ret != GST_FLOW_OK ? ret : ret2;
+}
+
+/* A GAP event: its time span becomes masked frames. */
+static GstFlowReturn
+gst_sattn_handle_gap (GstSattn * self, GstEvent * event)
+{
+  GstSattnOut out = { 0, };
+  GstClockTime ts, dur;
+  GstFlowReturn ret, ret2;
+  guint64 bytes;
+
+  gst_event_parse_gap (event, &ts, &dur);
+  if (!GST_CLOCK_TIME_IS_VALID (dur)) {
+    GST_DEBUG_OBJECT (self, "gap without a duration, ignored");
+    return GST_FLOW_OK;
+  }
+  ret = gst_sattn_check_discont (self, ts, FALSE);
+  if (ret != GST_FLOW_OK)
+    return ret;
+
+  if (GST_CLOCK_TIME_IS_VALID (ts) && ts + dur >= self->resync_ts) {
+    /* Up to the gap's end, on the sample grid of the timeline. */
+    guint64 end = gst_util_uint64_scale_round (ts + dur - self->resync_ts,
+        self->rate, GST_SECOND) * self->bpf;
+    bytes = end > self->bytes_since_resync ?
+        end - self->bytes_since_resync : 0;
+  } else {
+    bytes = gst_util_uint64_scale_round (dur, self->rate, GST_SECOND) *
+        self->bpf;
+  }
+  GST_DEBUG_OBJECT (self, "gap %" GST_TIME_FORMAT " + %" GST_TIME_FORMAT
+      ": %" G_GUINT64_FORMAT " masked bytes", GST_TIME_ARGS (ts),
+      GST_TIME_ARGS (dur), bytes);
+
+  ret = gst_sattn_process (self, NULL, bytes, TRUE,
+      gst_sattn_get_policy (self), &out);
+  ret2 = gst_sattn_out_finish (self, &out);
+  return ret != GST_FLOW_OK ? ret : ret2;
+}
+
+/* ------------------------------------------------------------ caps */
+
+/* Up to 16 divisors of value that are <= max_value, those nearest to
+ * wanted, as "a, b, c". */
+static gchar *
+gst_sattn_divisors (guint64 value, guint64 max_value, guint64 wanted)
+{
+  guint64 best[16];
+  guint n = 0, i, j;
+  guint64 d;
+  GString *s;
+
+  max_value = MIN (max_value, value);
+  for (d = 1; d <= max_value; d++) {
+    if (value % d != 0)
+      continue;
+    if (n < G_N_ELEMENTS (best)) {
+      best[n++] = d;
+    } else {
+      /* Replace the one farthest from wanted if d is nearer. */
+      guint far = 0;
+      guint64 fard = 0;
+      for (i = 0; i < n; i++) {
+        guint64 dist = best[i] > wanted ? best[i] - wanted : wanted - best[i];
+        if (dist >= fard) {
+          fard = dist;
+          far = i;
+        }
+      }
+      if ((d > wanted ? d - wanted : wanted - d) < fard) {
+        for (j = far; j + 1 < n; j++)
+          best[j] = best[j + 1];
+        best[n - 1] = d;
+      }
+    }
+  }
+  s = g_string_new (NULL);
+  for (i = 0; i < n; i++)
+    g_string_append_printf (s, "%s%" G_GUINT64_FORMAT, i ? ", " : "",
+        best[i]);
+  if (n == 0)
+    g_string_append (s, "none");
+  return g_string_free (s, FALSE);
+}
+
+static const gchar *
+gst_sattn_output_nick (GstSattnOutput o)
+{
+  static const gchar *nicks[] = { "frames", "window", "mean", "last" };
+
+  return (guint) o < G_N_ELEMENTS (nicks) ? nicks[o] : "?";
+}
+
+/* Checks the settings against the input; on failure posts an element
+ * error that says what would work. */
+static gboolean
+gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
+    gint channels, guint64 d_model)
+{
+  guint64 frame_rate;
+  gchar *ok;
+
+  if (d_model > MAX_D_MODEL) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Frames of %d channels x frame-size=%u = %" G_GUINT64_FORMAT
+            " values are too large (at most %u)", channels, c->frame_size,
+            d_model, MAX_D_MODEL), (NULL));
+    return FALSE;
+  }
+  if (rate % c->frame_size != 0) {
+    ok = gst_sattn_divisors (rate, MAX_FRAME_SIZE, c->frame_size);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("frame-size=%u does not divide the input rate of %d Hz, so the "
+            "frame rate would not be a whole number; frame-size values that "
+            "work: %s", c->frame_size, rate, ok), (NULL));
+    g_free (ok);
+    return FALSE;
+  }
+  frame_rate = rate / c->frame_size;
+  if (c->hop > c->window) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("hop=%u is larger than window=%u; hop must be between 1 and the "
+            "window (or the window at least %u)", c->hop, c->window, c->hop),
+        (NULL));
+    return FALSE;
+  }
+  if (c->output != GST_SATTN_OUTPUT_FRAMES && frame_rate % c->hop != 0) {
+    ok = gst_sattn_divisors (frame_rate, c->window, c->hop);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("hop=%u does not divide the frame rate of %" G_GUINT64_FORMAT
+            " Hz (rate %d / frame-size %u), so output=%s would not have a "
+            "whole output rate; hop values that work with window=%u: %s "
+            "(or output=frames)", c->hop, frame_rate, rate, c->frame_size,
+            gst_sattn_output_nick (c->output), c->window, ok), (NULL));
+    g_free (ok);
+    return FALSE;
+  }
+  if (c->head_dim == 0 && d_model % c->heads != 0) {
+    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("heads=%u does not divide d_model=%" G_GUINT64_FORMAT " (%d "
+            "channels x frame-size=%u); heads values that work: %s",
+            c->heads, d_model, channels, c->frame_size, ok), (NULL));
+    g_free (ok);
+    return FALSE;
+  }
+  if (c->head_dim != 0 && (guint64) c->heads * c->head_dim != d_model) {
+    /* Identity projections need heads x head-dim == d_model. */
+    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("heads=%u x head-dim=%u does not equal d_model=%" G_GUINT64_FORMAT
+            " (%d channels x frame-size=%u), which identity projections "
+            "need; use head-dim=0 or head-dim=d_model/heads with heads "
+            "one of: %s", c->heads, c->head_dim, d_model, channels,
+            c->frame_size, ok), (NULL));
+    g_free (ok);
+    return FALSE;
+  }
+  if (c->output == GST_SATTN_OUTPUT_WINDOW &&
+      (guint64) c->window * d_model > G_MAXINT) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("output=window would need window=%u x %" G_GUINT64_FORMAT
+            " = more than %d channels; use a smaller window or another "
+            "output mode", c->window, d_model, G_MAXINT), (NULL));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
+{
+  GstStructure *s;
+  const gchar *format, *layout;
+  GstSattnSettings c;
+  gint rate = 0, channels = 0;
+  guint64 d_model, frame_rate, out_rate;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnModel *model;
+  SattnStream *stream;
+  SattnStatus st = SATTN_OK;
+  GstCaps *srccaps;
+  gsize row_floats, chunk;
+  GstClockTime next_ts, held;
+  gboolean res;
+
+  if (self->sink_caps && gst_caps_is_equal (caps, self->sink_caps))
+    return TRUE;
+  GST_DEBUG_OBJECT (self, "sink caps %" GST_PTR_FORMAT, caps);
+
+  s = gst_caps_get_structure (caps, 0);
+  format = gst_structure_get_string (s, "format");
+  layout = gst_structure_get_string (s, "layout");
+  if (!gst_caps_is_fixed (caps) || !gst_structure_has_name (s, "audio/x-raw")
+      || g_strcmp0 (format, "F32LE") != 0
+      || (layout && strcmp (layout, "interleaved") != 0)
+      || !gst_structure_get_int (s, "rate", &rate)
+      || !gst_structure_get_int (s, "channels", &channels)
+      || rate <= 0 || channels <= 0) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Unsupported input caps; sattn takes audio/x-raw, format=F32LE, "
+            "layout=interleaved with a rate and a channel count"),
+        ("caps: %" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+
+  GST_OBJECT_LOCK (self);
+  c = self->props;
+  GST_OBJECT_UNLOCK (self);
+
+  d_model = (guint64) channels * c.frame_size;
+  if (!gst_sattn_validate (self, &c, rate, channels, d_model))
+    return FALSE;
+
+  mc.d_model = (size_t) d_model;
+  mc.heads = c.heads;
+  mc.d_head = c.head_dim;
+  mc.scale = (float) c.scale;
+  mc.causal = c.causal;
+  mc.lookback = c.lookback;
+  mc.threads = c.threads;
+  model = sattn_model_new (&mc, NULL, &st);
+  if (model == NULL) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
+            "with heads=%u head-dim=%u: %s", d_model, c.heads, c.head_dim,
+            sattn_status_string (st)), (NULL));
+    return FALSE;
+  }
+  sc.window = c.window;
+  sc.hop = c.hop;
+  sc.output = (SattnOutputMode) c.output;
+  sc.start = (SattnStartPolicy) c.start;
+  stream = sattn_stream_new (model, &sc, &st);
+  if (stream == NULL) {
+    sattn_model_free (model);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Could not set up a stream with window=%u hop=%u: %s", c.window,
+            c.hop, sattn_status_string (st)), (NULL));
+    return FALSE;
+  }
+
+  /* The old configuration's frames go out under the old caps. */
+  next_ts = GST_CLOCK_TIME_NONE;
+  if (self->stream) {
+    gst_sattn_drain (self);
+    next_ts = gst_sattn_expected_ts (self);
+  }
+  gst_sattn_free_stream (self);
+
+  row_floats = sattn_stream_row_floats (stream);
+  frame_rate = rate / c.frame_size;
+  out_rate = c.output == GST_SATTN_OUTPUT_FRAMES ? frame_rate :
+      frame_rate / c.hop;
+  chunk = CLAMP (c.hop, MIN_CHUNK_FRAMES, MAX_CHUNK_FRAMES);
+
+  self->cfg = c;
+  self->model = model;
+  self->stream = stream;
+  self->sink_caps = gst_caps_ref (caps);
+  self->rate = rate;
+  self->channels = channels;
+  self->bpf = (gsize) channels * sizeof (float);
+  self->d_model = (gsize) d_model;
+  self->frame_bytes = (gsize) d_model * sizeof (float);
+  self->row_floats = row_floats;
+  self->chunk = chunk;
+  self->carry = g_malloc (self->frame_bytes);
+  self->scratch = g_malloc (chunk * self->frame_bytes);
+  self->zeros = g_malloc0 (chunk * self->frame_bytes);
+  self->invalid_flags = g_malloc0 (chunk);
+  gst_sattn_ensure_info (self, sattn_stream_max_rows (stream, chunk));
+
+  /* A new timeline, continuing where the old one ended (if any). */
+  self->resync_ts = GST_CLOCK_TIME_NONE;
+  if (GST_CLOCK_TIME_IS_VALID (next_ts))
+    gst_sattn_start_timeline (self, next_ts);
+
+  held = gst_util_uint64_scale ((guint64) (c.start == GST_SATTN_START_WAIT ?
+          c.window : c.hop) * c.frame_size, GST_SECOND, rate);
+  GST_OBJECT_LOCK (self);
+  self->held_time = held;
+  GST_OBJECT_UNLOCK (self);
+
+  srccaps = gst_caps_new_simple ("audio/x-raw",
+      "format", G_TYPE_STRING, "F32LE",
+      "layout", G_TYPE_STRING, "interleaved",
+      "rate", G_TYPE_INT, (gint) out_rate,
+      "channels", G_TYPE_INT, (gint) row_floats,
+      "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+  GST_DEBUG_OBJECT (self, "d_model %" G_GUINT64_FORMAT ", src caps %"
+      GST_PTR_FORMAT, d_model, srccaps);
+  res = gst_pad_set_caps (self->srcpad, srccaps);
+  gst_caps_unref (srccaps);
+
+  if (self->pending_segment) {
+    gst_pad_push_event (self->srcpad, self->pending_segment);
+    self->pending_segment = NULL;
+  }
+  return res;
+}
+
+/* ------------------------------------------------------------ events */
+
+static void
+gst_sattn_flush (GstSattn * self)
+{
+  if (self->stream)
+    sattn_stream_reset (self->stream);
+  self->carry_len = 0;
+  self->carry_invalid = FALSE;
+  self->resync_ts = GST_CLOCK_TIME_NONE;
+  self->bytes_since_resync = 0;
+  self->frames_since_resync = 0;
+  self->out_offset = 0;
+  self->discont_pending = TRUE;
+}
+
+static gboolean
+gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
+{
+  GstSattn *self = GST_SATTN (parent);
+  gboolean res;
+
+  GST_LOG_OBJECT (self, "event %" GST_PTR_FORMAT, event);
+
+  switch (GST_EVENT_TYPE (event)) {
+    case GST_EVENT_CAPS:{
+      GstCaps *caps;
+
+      gst_event_parse_caps (event, &caps);
+      res = gst_sattn_set_caps (self, caps);
+      self->caps_refused = !res;
+      gst_event_unref (event);
+      return res;
+    }
+    case GST_EVENT_SEGMENT:
+      gst_event_copy_segment (event, &self->segment);
+      if (gst_pad_has_current_caps (self->srcpad)) {
+        gst_clear_event (&self->pending_segment);
+        return gst_pad_push_event (self->srcpad, event);
+      }
+      /* The segment follows the source caps. */
+      gst_event_replace (&self->pending_segment, event);
+      gst_event_unref (event);
+      return TRUE;
+    case GST_EVENT_GAP:
+      if (self->stream == NULL) {
+        GST_DEBUG_OBJECT (self, "gap before caps, dropped");
+        gst_event_unref (event);
+        return TRUE;
+      }
+      res = gst_sattn_handle_gap (self, event) == GST_FLOW_OK;
+      gst_event_unref (event);
+      return res;
+    case GST_EVENT_EOS:
+      gst_sattn_drain (self);
+      return gst_pad_event_default (pad, parent, event);
+    case GST_EVENT_FLUSH_STOP:
+      gst_sattn_flush (self);
+      return gst_pad_event_default (pad, parent, event);
+    default:
+      return gst_pad_event_default (pad, parent, event);
+  }
+}
+
+static gboolean
+gst_sattn_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  GstSattn *self = GST_SATTN (parent);
+
+  switch (GST_QUERY_TYPE (query)) {
+    case GST_QUERY_LATENCY:{
+      gboolean live;
+      GstClockTime min, max, held;
+
+      if (!gst_pad_peer_query (self->sinkpad, query))
+        return FALSE;
+      gst_query_parse_latency (query, &live, &min, &max);
+      GST_OBJECT_LOCK (self);
+      held = self->held_time;
+      GST_OBJECT_UNLOCK (self);
+      if (GST_CLOCK_TIME_IS_VALID (held)) {
+        min += held;
+        if (GST_CLOCK_TIME_IS_VALID (max))
+          max += held;
+      }
+      GST_DEBUG_OBJECT (self, "latency: live %d, min %" GST_TIME_FORMAT
+          ", max %" GST_TIME_FORMAT, live, GST_TIME_ARGS (min),
+          GST_TIME_ARGS (max));
+      gst_query_set_latency (query, live, min, max);
+      return TRUE;
+    }
+    default:
+      return gst_pad_query_default (pad, parent, query);
+  }
+}
+
+/* ------------------------------------------------------------ state */
+
+static GstStateChangeReturn
+gst_sattn_change_state (GstElement * element, GstStateChange transition)
+{
+  GstSattn *self = GST_SATTN (element);
+  GstStateChangeReturn ret;
+
+  switch (transition) {
+    case GST_STATE_CHANGE_READY_TO_PAUSED:
+      GST_OBJECT_LOCK (self);
+      self->running = TRUE;
+      GST_OBJECT_UNLOCK (self);
+      gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
+      self->caps_refused = FALSE;
+      gst_sattn_flush (self);
+      break;
+    default:
+      break;
+  }
+
+  ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
+  if (ret == GST_STATE_CHANGE_FAILURE) {
+    if (transition == GST_STATE_CHANGE_READY_TO_PAUSED) {
+      GST_OBJECT_LOCK (self);
+      self->running = FALSE;
+      GST_OBJECT_UNLOCK (self);
+    }
+    return ret;
+  }
+
+  switch (transition) {
+    case GST_STATE_CHANGE_PAUSED_TO_READY:
+      gst_sattn_free_stream (self);
+      gst_clear_event (&self->pending_segment);
+      GST_OBJECT_LOCK (self);
+      self->running = FALSE;
+      self->held_time = GST_CLOCK_TIME_NONE;
+      GST_OBJECT_UNLOCK (self);
+      break;
+    default:
+      break;
+  }
+  return ret;
+}

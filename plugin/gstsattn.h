@@ -1,0 +1,67 @@
+/* GStreamer sattn element: sliding-window multi-head self-attention on
+ * live signal frames.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifndef GST_SATTN_H
+#define GST_SATTN_H
+
+#include <gst/gst.h>
+
+#include "sattn/sattn.h"
+
+G_BEGIN_DECLS
+
+#define GST_TYPE_SATTN (gst_sattn_get_type ())
+G_DECLARE_FINAL_TYPE (GstSattn, gst_sattn, GST, SATTN, GstElement)
+
+/**
+ * GstSattnOutput:
+ * @GST_SATTN_OUTPUT_FRAMES: one output frame per input frame
+ * @GST_SATTN_OUTPUT_WINDOW: all rows of each window in one output frame
+ * @GST_SATTN_OUTPUT_MEAN: the mean of the valid rows of each window
+ * @GST_SATTN_OUTPUT_LAST: the row of the last frame of each window
+ */
+typedef enum {
+  GST_SATTN_OUTPUT_FRAMES = SATTN_OUTPUT_FRAMES,
+  GST_SATTN_OUTPUT_WINDOW = SATTN_OUTPUT_WINDOW,
+  GST_SATTN_OUTPUT_MEAN = SATTN_OUTPUT_MEAN,
+  GST_SATTN_OUTPUT_LAST = SATTN_OUTPUT_LAST,
+} GstSattnOutput;
+
+/**
+ * GstSattnStart:
+ * @GST_SATTN_START_PAD: compute from the first hop, missing frames masked
+ * @GST_SATTN_START_WAIT: compute the first window once it is full
+ */
+typedef enum {
+  GST_SATTN_START_PAD = SATTN_START_PAD,
+  GST_SATTN_START_WAIT = SATTN_START_WAIT,
+} GstSattnStart;
+
+/**
+ * GstSattnInvalidFrames:
+ * @GST_SATTN_INVALID_FRAMES_MASK: never a key; its own output row is zeros
+ * @GST_SATTN_INVALID_FRAMES_ZERO: replaced by an all-zero (valid) frame
+ * @GST_SATTN_INVALID_FRAMES_ERROR: stop with an element error
+ *
+ * What happens to an input frame that contains NaN or Inf samples.
+ */
+typedef enum {
+  GST_SATTN_INVALID_FRAMES_MASK = 0,
+  GST_SATTN_INVALID_FRAMES_ZERO,
+  GST_SATTN_INVALID_FRAMES_ERROR,
+} GstSattnInvalidFrames;
+
+#define GST_TYPE_SATTN_OUTPUT (gst_sattn_output_get_type ())
+GType gst_sattn_output_get_type (void);
+#define GST_TYPE_SATTN_START (gst_sattn_start_get_type ())
+GType gst_sattn_start_get_type (void);
+#define GST_TYPE_SATTN_INVALID_FRAMES (gst_sattn_invalid_frames_get_type ())
+GType gst_sattn_invalid_frames_get_type (void);
+
+GST_ELEMENT_REGISTER_DECLARE (sattn);
+
+G_END_DECLS
+
+#endif /* GST_SATTN_H */
