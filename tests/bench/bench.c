@@ -1,0 +1,1643 @@
+/* sattn-bench: throughput, latency, memory and allocations of the sattn
+ * core and element on the reference workloads W1-W4.
+ *
+ * For each workload, with identity weights and with random full weights
+ * (Wq, Wk, Wv, Wo with biases), single BLAS thread:
+ *   - core streaming: frames/s, x real time, useful GFLOP/s, per-hop
+ *     p50/p99 of sattn_stream_push of exactly one hop, peak RSS, heap
+ *     allocations per push in steady state;
+ *   - side by side in the same repeats: the per-window recomputation path
+ *     (sattn_attend on every window, re-projecting all n frames) and a
+ *     single-thread cblas_sgemm at 1024^3, reported as ratios;
+ *   - through a real pipeline (appsrc ! sattn ! fakesink), frames/s and
+ *     the element overhead = pipeline time / core time for the same
+ *     frames in the same buffer sizes, interleaved repeat by repeat.
+ * Every figure is the median over repeats; ratios are medians of per-repeat
+ * ratios of measurements taken back to back, so a noisy neighbour on a
+ * shared machine affects both sides alike.
+ *
+ * Each workload runs in a child process (fork) so that its peak RSS
+ * (getrusage ru_maxrss) is its own; the parent prints the tables and
+ * optionally writes one JSON object per line (--json) for other tools
+ * (torch_baseline.py).  --dump DIR writes, per workload, the inputs, the
+ * weights (safetensors, the nn.MultiheadAttention state-dict names) and the
+ * core's first output rows, so another implementation can check agreement.
+ *
+ * Nothing here asserts timings.  The exit status is nonzero only when a
+ * result is wrong: non-finite output, streaming rows that disagree with
+ * the one-shot path, a pipeline error, or frames lost in the pipeline.
+ */
+#define _GNU_SOURCE
+#include "sattn/sattn.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#ifdef SATTN_BENCH_HAVE_GST
+#include <gst/gst.h>
+#include <gst/app/gstappsrc.h>
+#endif
+
+/* ------------------------------------------------ allocation counting */
+
+/* malloc and friends are interposed in this executable and forwarded to
+ * glibc's own entry points; calls are counted only while `alloc_counting`
+ * is set (between the end of warm-up and the end of a measurement).  Not
+ * available under AddressSanitizer, which interposes them itself. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BENCH_COUNT_ALLOCS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define BENCH_COUNT_ALLOCS 0
+#endif
+#endif
+#if !defined(BENCH_COUNT_ALLOCS) && defined(__GLIBC__)
+#define BENCH_COUNT_ALLOCS 1
+#endif
+#ifndef BENCH_COUNT_ALLOCS
+#define BENCH_COUNT_ALLOCS 0
+#endif
+
+static atomic_int alloc_counting;
+static atomic_ullong alloc_count;
+
+#if BENCH_COUNT_ALLOCS
+extern void *__libc_malloc (size_t size);
+extern void *__libc_calloc (size_t n, size_t size);
+extern void *__libc_realloc (void *p, size_t size);
+extern void __libc_free (void *p);
+extern void *__libc_memalign (size_t align, size_t size);
+extern void *__libc_valloc (size_t size);
+extern void *__libc_pvalloc (size_t size);
+
+static inline void
+count_alloc (void)
+{
+  if (atomic_load_explicit (&alloc_counting, memory_order_relaxed))
+    atomic_fetch_add_explicit (&alloc_count, 1, memory_order_relaxed);
+}
+
+void *
+malloc (size_t size)
+{
+  count_alloc ();
+  return __libc_malloc (size);
+}
+
+void *
+calloc (size_t n, size_t size)
+{
+  count_alloc ();
+  return __libc_calloc (n, size);
+}
+
+void *
+realloc (void *p, size_t size)
+{
+  count_alloc ();
+  return __libc_realloc (p, size);
+}
+
+void
+free (void *p)
+{
+  __libc_free (p);
+}
+
+void *
+memalign (size_t align, size_t size)
+{
+  count_alloc ();
+  return __libc_memalign (align, size);
+}
+
+void *
+aligned_alloc (size_t align, size_t size)
+{
+  count_alloc ();
+  return __libc_memalign (align, size);
+}
+
+int
+posix_memalign (void **out, size_t align, size_t size)
+{
+  count_alloc ();
+  if (align < sizeof (void *) || (align & (align - 1)) != 0)
+    return EINVAL;
+  void *p = __libc_memalign (align, size);
+  if (p == NULL)
+    return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+void *
+valloc (size_t size)
+{
+  count_alloc ();
+  return __libc_valloc (size);
+}
+
+void *
+pvalloc (size_t size)
+{
+  count_alloc ();
+  return __libc_pvalloc (size);
+}
+#endif
+
+static void
+alloc_count_start (void)
+{
+  atomic_store (&alloc_count, 0);
+  atomic_store (&alloc_counting, 1);
+}
+
+static uint64_t
+alloc_count_stop (void)
+{
+  atomic_store (&alloc_counting, 0);
+  return atomic_load (&alloc_count);
+}
+
+/* ---------------------------------------------------------- utilities */
+
+static double
+clock_s (clockid_t clk)
+{
+  struct timespec ts;
+  clock_gettime (clk, &ts);
+  return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
+
+static double
+now_s (void)
+{
+  return clock_s (CLOCK_MONOTONIC);
+}
+
+static int
+cmp_double (const void *a, const void *b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+static double
+median (const double *v, size_t n)
+{
+  if (n == 0)
+    return NAN;
+  double *t = malloc (n * sizeof (double));
+  if (t == NULL)
+    return NAN;
+  memcpy (t, v, n * sizeof (double));
+  qsort (t, n, sizeof (double), cmp_double);
+  double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  free (t);
+  return m;
+}
+
+/* splitmix64 + Box-Muller: the same stream on every platform. */
+typedef struct {
+  uint64_t s;
+} Rng;
+
+static uint64_t
+rng_u64 (Rng *r)
+{
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static double
+rng_uniform (Rng *r)
+{
+  return ((double) (rng_u64 (r) >> 11) + 1.0) * 0x1.0p-53;
+}
+
+static void
+fill_normal (Rng *r, float *x, size_t n, double sigma)
+{
+  for (size_t i = 0; i < n; i += 2) {
+    double u1 = rng_uniform (r), u2 = rng_uniform (r);
+    double rad = sqrt (-2.0 * log (u1));
+    x[i] = (float) (sigma * rad * cos (2.0 * M_PI * u2));
+    if (i + 1 < n)
+      x[i + 1] = (float) (sigma * rad * sin (2.0 * M_PI * u2));
+  }
+}
+
+static double
+peak_rss_mib (void)
+{
+  struct rusage ru;
+  if (getrusage (RUSAGE_SELF, &ru) != 0)
+    return NAN;
+  return (double) ru.ru_maxrss / 1024.0;      /* ru_maxrss is in KiB */
+}
+
+/* Latency histogram: logarithmic buckets 1% wide from 1 ns, enough for any
+ * push; fixed memory, so recording allocates nothing. */
+#define HIST_PER_OCTAVE 70
+#define HIST_BUCKETS (HIST_PER_OCTAVE * 40)
+
+typedef struct {
+  uint64_t count[HIST_BUCKETS];
+  uint64_t total;
+  double max_s;
+} Hist;
+
+static void
+hist_add (Hist *h, double seconds)
+{
+  double ns = seconds * 1e9;
+  int b = ns <= 1.0 ? 0 : (int) (log2 (ns) * HIST_PER_OCTAVE);
+  if (b >= HIST_BUCKETS)
+    b = HIST_BUCKETS - 1;
+  h->count[b]++;
+  h->total++;
+  if (seconds > h->max_s)
+    h->max_s = seconds;
+}
+
+/* The q-quantile in seconds (bucket centre). */
+static double
+hist_quantile (const Hist *h, double q)
+{
+  if (h->total == 0)
+    return NAN;
+  uint64_t want = (uint64_t) ceil (q * (double) h->total);
+  if (want == 0)
+    want = 1;
+  uint64_t acc = 0;
+  for (int b = 0; b < HIST_BUCKETS; b++) {
+    acc += h->count[b];
+    if (acc >= want)
+      return exp2 (((double) b + 0.5) / HIST_PER_OCTAVE) * 1e-9;
+  }
+  return h->max_s;
+}
+
+/* ---------------------------------------------------------- workloads */
+
+typedef struct {
+  const char *name;
+  const char *what;
+  size_t channels, rate, frame_size, heads, window, hop;
+  int causal;
+} Workload;
+
+static const Workload workloads[] = {
+  { "W1", "sensor array", 64, 16000, 1, 4, 256, 16, 0 },
+  { "W2", "low latency", 8, 1000, 1, 1, 64, 1, 1 },
+  { "W3", "wide context", 256, 2000, 1, 8, 1024, 64, 0 },
+  { "W4", "audio patches", 1, 48000, 480, 4, 100, 1, 0 },
+};
+#define N_WORKLOADS (sizeof workloads / sizeof workloads[0])
+
+static size_t
+wl_d_model (const Workload *w)
+{
+  return w->channels * w->frame_size;
+}
+
+static double
+wl_frame_rate (const Workload *w)
+{
+  return (double) w->rate / (double) w->frame_size;
+}
+
+/* Frames per pipeline buffer: about 10 ms of signal (a usual audio buffer
+ * duration), a whole number of hops, at least one hop. */
+static size_t
+wl_buffer_frames (const Workload *w)
+{
+  double ten_ms = 0.010 * wl_frame_rate (w);
+  size_t hops = (size_t) floor (ten_ms / (double) w->hop + 0.5);
+  if (hops < 1)
+    hops = 1;
+  return hops * w->hop;
+}
+
+/* Useful floating-point operations per output frame in `frames` mode
+ * (one query row per frame).  A multiply-add counts 2.  With E = d_model,
+ * H heads, dk = d_head, dv = d_value, n = window, d_out:
+ *   projections of the new frame: 2*E*H*dk (Q) + 2*E*H*dk (K)
+ *                                 + 2*E*H*dv (V), each only when that
+ *                                 weight is given (identity costs nothing)
+ *   scores  Q K^T for its row:    2*n*H*dk
+ *   weights x V:                  2*n*H*dv
+ *   output projection:            2*H*dv*d_out when Wo is given.
+ * Biases, masking and the softmax exponentials are not counted.  The
+ * per-window recomputation path performs far more operations for the same
+ * output (all n rows, all n projections per window); this count is the
+ * work the output needs, so GFLOP/s figures of both paths compare the
+ * same useful work. */
+static double
+flops_per_frame (const Workload *w, int random_weights)
+{
+  double E = (double) wl_d_model (w), H = (double) w->heads;
+  double dk = E / H, dv = E / H, n = (double) w->window, dout = E;
+  double f = 2.0 * n * H * dk + 2.0 * n * H * dv;
+  if (random_weights)
+    f += 2.0 * E * H * dk * 2.0 + 2.0 * E * H * dv + 2.0 * H * dv * dout;
+  return f;
+}
+
+/* ------------------------------------------------------------ options */
+
+typedef struct {
+  double core_time;      /* seconds of streaming measurement per config */
+  double recomp_time;    /* seconds of recomputation measurement */
+  double pipe_time;      /* seconds of pipeline measurement per config */
+  int repeats;
+  int pipe_repeats;
+  int quick;
+  int do_pipeline;
+  int do_fork;
+  const char *json;
+  const char *dump;
+  const char *only;
+  int sgemm_size;
+} Opts;
+
+/* ------------------------------------------------------------- result */
+
+enum {
+  PIPE_NOT_RUN = 0,
+  PIPE_OK,
+  PIPE_NO_GST,
+  PIPE_NO_ELEMENT,
+  PIPE_NO_WEIGHTS,
+  PIPE_ERROR,
+};
+
+typedef struct {
+  int done;                     /* the child finished */
+  int failed;                   /* a result is wrong (see message) */
+  char message[1024];
+
+  /* agreement of streaming rows with the one-shot path */
+  double check_maxabs, check_refmax;
+  int check_finite;
+
+  /* core streaming, one hop per push */
+  double core_fps, core_fps_lo, core_fps_hi;
+  double gflops;
+  double p50_us, p99_us, max_us;         /* wall clock per push */
+  double cpu_p50_us, cpu_p99_us;         /* thread CPU time per push */
+  double peak_rss_mib;
+  uint64_t allocs, pushes;
+
+  /* side by side */
+  double recomp_fps, recomp_ratio;
+  double sgemm_gflops, sgemm_ratio;
+
+  /* pipeline */
+  int pipe_state;
+  size_t buffer_frames;
+  double pipe_fps, chunk_fps, overhead;
+  uint64_t pipe_frames_in, pipe_frames_out;
+  int msg_state;                /* PIPE_* for post-messages=true */
+  double msg_fps, msg_cost;
+
+  char dump_dir[512];
+} Result;
+
+/* ------------------------------------------------------ sgemm roofline */
+
+typedef struct {
+  float *a, *b, *c;
+  int n;
+} Sgemm;
+
+static int
+sgemm_init (Sgemm *g, int n)
+{
+  size_t nn = (size_t) n * (size_t) n;
+  g->n = n;
+  g->a = malloc (nn * sizeof (float));
+  g->b = malloc (nn * sizeof (float));
+  g->c = malloc (nn * sizeof (float));
+  if (!g->a || !g->b || !g->c)
+    return -1;
+  Rng r = { 12345 };
+  fill_normal (&r, g->a, nn, 1.0);
+  fill_normal (&r, g->b, nn, 1.0);
+  memset (g->c, 0, nn * sizeof (float));
+  return 0;
+}
+
+static void
+sgemm_clear (Sgemm *g)
+{
+  free (g->a);
+  free (g->b);
+  free (g->c);
+  memset (g, 0, sizeof (*g));
+}
+
+/* GFLOP/s of one single-thread n^3 sgemm. */
+static double
+sgemm_run (Sgemm *g)
+{
+  int n = g->n;
+  openblas_set_num_threads (1);
+  double t0 = now_s ();
+  cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
+               g->a, n, g->b, n, 0.0f, g->c, n);
+  double t = now_s () - t0;
+  return 2.0 * (double) n * (double) n * (double) n / t * 1e-9;
+}
+
+/* ---------------------------------------------------- model and input */
+
+typedef struct {
+  SattnModel *model;
+  float *inproj_w, *inproj_b, *out_w, *out_b;   /* random weights or NULL */
+} Model;
+
+static void
+model_clear (Model *m)
+{
+  sattn_model_free (m->model);
+  free (m->inproj_w);
+  free (m->inproj_b);
+  free (m->out_w);
+  free (m->out_b);
+  memset (m, 0, sizeof (*m));
+}
+
+static int
+model_init (Model *m, const Workload *w, int random_weights, char *err,
+            size_t err_len)
+{
+  const size_t E = wl_d_model (w);
+  SattnConfig cfg;
+  SattnStatus st;
+
+  memset (m, 0, sizeof (*m));
+  memset (&cfg, 0, sizeof (cfg));
+  cfg.d_model = E;
+  cfg.heads = w->heads;
+  cfg.causal = w->causal;
+  cfg.threads = 1;
+  if (!random_weights) {
+    m->model = sattn_model_new (&cfg, NULL, &st);
+  } else {
+    /* nn.MultiheadAttention layout: in_proj_weight rows [Wq; Wk; Wv]. */
+    Rng r = { 0x5a77a11ull + E * 131 + w->window };
+    m->inproj_w = malloc (3 * E * E * sizeof (float));
+    m->inproj_b = malloc (3 * E * sizeof (float));
+    m->out_w = malloc (E * E * sizeof (float));
+    m->out_b = malloc (E * sizeof (float));
+    if (!m->inproj_w || !m->inproj_b || !m->out_w || !m->out_b) {
+      snprintf (err, err_len, "out of memory for weights");
+      return -1;
+    }
+    fill_normal (&r, m->inproj_w, 3 * E * E, 1.0 / sqrt ((double) E));
+    fill_normal (&r, m->inproj_b, 3 * E, 0.1);
+    fill_normal (&r, m->out_w, E * E, 1.0 / sqrt ((double) E));
+    fill_normal (&r, m->out_b, E, 0.1);
+    SattnWeights wt;
+    memset (&wt, 0, sizeof (wt));
+    wt.wq = m->inproj_w;
+    wt.wk = m->inproj_w + E * E;
+    wt.wv = m->inproj_w + 2 * E * E;
+    wt.bq = m->inproj_b;
+    wt.bk = m->inproj_b + E;
+    wt.bv = m->inproj_b + 2 * E;
+    wt.wo = m->out_w;
+    wt.bo = m->out_b;
+    cfg.d_out = E;
+    m->model = sattn_model_new (&cfg, &wt, &st);
+  }
+  if (m->model == NULL) {
+    snprintf (err, err_len, "sattn_model_new: %s", sattn_status_string (st));
+    return -1;
+  }
+  return 0;
+}
+
+static SattnStream *
+stream_new (const Model *m, const Workload *w, char *err, size_t err_len)
+{
+  SattnStreamConfig sc;
+  SattnStatus st;
+  memset (&sc, 0, sizeof (sc));
+  sc.window = w->window;
+  sc.hop = w->hop;
+  sc.output = SATTN_OUTPUT_FRAMES;
+  sc.start = SATTN_START_PAD;
+  SattnStream *s = sattn_stream_new (m->model, &sc, &st);
+  if (s == NULL)
+    snprintf (err, err_len, "sattn_stream_new: %s", sattn_status_string (st));
+  return s;
+}
+
+/* ---------------------------------------------------------- file dump */
+
+static int
+write_file (const char *dir, const char *name, const void *data, size_t len)
+{
+  char path[1024];
+  snprintf (path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen (path, "wb");
+  if (f == NULL)
+    return -1;
+  size_t wr = fwrite (data, 1, len, f);
+  int rc = fclose (f);
+  return wr == len && rc == 0 ? 0 : -1;
+}
+
+/* A safetensors file with the nn.MultiheadAttention state-dict names
+ * (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias), F32
+ * little-endian; the header is padded with spaces to 8 bytes. */
+static int
+write_safetensors (const char *path, const Model *m, size_t E)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  (void) path; (void) m; (void) E;
+  return -1;
+#else
+  const float *data[4] = { m->inproj_w, m->inproj_b, m->out_w, m->out_b };
+  const size_t count[4] = { 3 * E * E, 3 * E, E * E, E };
+  char hdr[1024];
+  size_t o1 = count[0] * 4, o2 = o1 + count[1] * 4, o3 = o2 + count[2] * 4,
+      o4 = o3 + count[3] * 4;
+  int len = snprintf (hdr, sizeof hdr,
+      "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
+      "\"data_offsets\":[0,%zu]},"
+      "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
+      "\"data_offsets\":[%zu,%zu]},"
+      "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
+      "\"data_offsets\":[%zu,%zu]},"
+      "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
+      "\"data_offsets\":[%zu,%zu]}}",
+      3 * E, E, o1, 3 * E, o1, o2, E, E, o2, o3, E, o3, o4);
+  if (len < 0 || (size_t) len + 8 > sizeof hdr)
+    return -1;
+  while (len % 8 != 0)
+    hdr[len++] = ' ';
+  FILE *f = fopen (path, "wb");
+  if (f == NULL)
+    return -1;
+  uint64_t hl = (uint64_t) len;
+  int ok = fwrite (&hl, 8, 1, f) == 1 && fwrite (hdr, 1, (size_t) len, f) ==
+      (size_t) len;
+  for (int i = 0; i < 4 && ok; i++)
+    ok = fwrite (data[i], sizeof (float), count[i], f) == count[i];
+  if (fclose (f) != 0)
+    ok = 0;
+  return ok ? 0 : -1;
+#endif
+}
+
+/* ------------------------------------------- agreement with one-shot */
+
+/* Push frames 0..F-1 hop by hop (F = window + 4 hops) into a fresh stream
+ * and compare the rows of each hop whose window is full with the last hop
+ * rows of sattn_attend on that window.  Optionally dump inputs, outputs
+ * and weights. */
+static int
+check_and_dump (const Workload *w, const Model *m, const float *pool,
+                int random_weights, const Opts *o, Result *r)
+{
+  const size_t E = wl_d_model (w), n = w->window, h = w->hop;
+  const size_t F = n + 4 * h;
+  char err[256];
+  int rc = -1;
+  float *out = malloc (F * E * sizeof (float));
+  float *ref = malloc (n * E * sizeof (float));
+  SattnStream *s = stream_new (m, w, err, sizeof err);
+
+  r->check_maxabs = 0.0;
+  r->check_refmax = 0.0;
+  r->check_finite = 1;
+  if (!out || !ref || !s) {
+    snprintf (r->message, sizeof r->message, "check: %s",
+              s ? "out of memory" : err);
+    goto done;
+  }
+  size_t rows = 0;
+  for (size_t f0 = 0; f0 < F; f0 += h) {
+    size_t got = 0;
+    SattnStatus st = sattn_stream_push (s, pool + f0 * E, h, NULL,
+                                        out + rows * E, F - rows, NULL, &got);
+    if (st != SATTN_OK) {
+      snprintf (r->message, sizeof r->message, "check: push: %s",
+                sattn_status_string (st));
+      goto done;
+    }
+    rows += got;
+  }
+  if (rows != F) {
+    snprintf (r->message, sizeof r->message,
+              "check: %zu rows for %zu frames in frames mode", rows, F);
+    goto done;
+  }
+  for (size_t i = 0; i < F * E; i++)
+    if (!isfinite (out[i]))
+      r->check_finite = 0;
+  for (size_t end = n; end <= F; end += h) {
+    SattnStatus st = sattn_attend (m->model, pool + (end - n) * E, n, NULL,
+                                   ref, NULL, NULL);
+    if (st != SATTN_OK) {
+      snprintf (r->message, sizeof r->message, "check: attend: %s",
+                sattn_status_string (st));
+      goto done;
+    }
+    for (size_t i = 0; i < h; i++)
+      for (size_t t = 0; t < E; t++) {
+        double a = out[(end - h + i) * E + t], b = ref[(n - h + i) * E + t];
+        double d = fabs (a - b);
+        if (!(d <= r->check_maxabs))
+          r->check_maxabs = d;
+        if (fabs (b) > r->check_refmax)
+          r->check_refmax = fabs (b);
+      }
+  }
+  if (o->dump) {
+    char dir[512];
+    snprintf (dir, sizeof dir, "%s/%s-%s", o->dump, w->name,
+              random_weights ? "random" : "identity");
+    if (mkdir (dir, 0755) != 0 && errno != EEXIST) {
+      snprintf (r->message, sizeof r->message, "cannot create %s: %s", dir,
+                strerror (errno));
+      goto done;
+    }
+    char meta[512];
+    int len = snprintf (meta, sizeof meta,
+        "{\"frames\": %zu, \"d_model\": %zu, \"heads\": %zu, "
+        "\"window\": %zu, \"hop\": %zu, \"causal\": %s, "
+        "\"weights\": %s}\n", F, E, w->heads, n, h,
+        w->causal ? "true" : "false",
+        random_weights ? "\"weights.safetensors\"" : "null");
+    char wpath[600];
+    snprintf (wpath, sizeof wpath, "%s/weights.safetensors", dir);
+    if (write_file (dir, "input.f32", pool, F * E * sizeof (float)) != 0 ||
+        write_file (dir, "output.f32", out, F * E * sizeof (float)) != 0 ||
+        write_file (dir, "meta.json", meta, (size_t) len) != 0 ||
+        (random_weights && write_safetensors (wpath, m, E) != 0)) {
+      snprintf (r->message, sizeof r->message, "cannot write into %s", dir);
+      goto done;
+    }
+    snprintf (r->dump_dir, sizeof r->dump_dir, "%s", dir);
+  }
+  rc = 0;
+done:
+  sattn_stream_free (s);
+  free (out);
+  free (ref);
+  return rc;
+}
+
+/* ------------------------------------------------- core measurements */
+
+/* Push one hop at a time for `budget` seconds (wall clock), timing each
+ * push with clock `clk`: CLOCK_MONOTONIC (wall time, includes preemption
+ * by other processes) or CLOCK_THREAD_CPUTIME_ID (the compute itself).
+ * Returns frames/s over the summed push times. */
+static double
+measure_stream (SattnStream *s, const float *pool, size_t pool_frames,
+                size_t *pos, size_t E, size_t h, float *out, size_t out_rows,
+                double budget, clockid_t clk, Hist *hist, uint64_t *pushes,
+                int *fail)
+{
+  double busy = 0.0, t_end = now_s () + budget;
+  uint64_t frames = 0, k = 0;
+  do {
+    for (int rep = 0; rep < 16; rep++) {
+      size_t got;
+      const float *x = pool + *pos * E;
+      double t0 = clock_s (clk);
+      SattnStatus st = sattn_stream_push (s, x, h, NULL, out, out_rows, NULL,
+                                          &got);
+      double t1 = clock_s (clk);
+      if (st != SATTN_OK || got != h)
+        *fail = 1;
+      busy += t1 - t0;
+      hist_add (hist, t1 - t0);
+      frames += h;
+      k++;
+      *pos += h;
+      if (*pos + h > pool_frames)
+        *pos = 0;
+    }
+  } while (now_s () < t_end);
+  *pushes += k;
+  return (double) frames / busy;
+}
+
+/* sattn_attend on successive windows (sliding by one hop) for `budget`
+ * seconds, at least 2 calls.  Each call yields `hop` new output rows. */
+static double
+measure_recompute (const Model *m, const float *pool, size_t pool_frames,
+                   size_t *pos, size_t E, size_t n, size_t h, float *out,
+                   double budget, int *fail)
+{
+  double t_start = now_s (), t_end = t_start + budget, t;
+  uint64_t calls = 0;
+  do {
+    if (*pos + n > pool_frames)
+      *pos = 0;
+    if (sattn_attend (m->model, pool + *pos * E, n, NULL, out, NULL, NULL)
+        != SATTN_OK)
+      *fail = 1;
+    *pos += h;
+    calls++;
+    t = now_s ();
+  } while (t < t_end || calls < 2);
+  return (double) (calls * h) / (t - t_start);
+}
+
+/* Push `nbuf` chunks of `bf` frames (as the element would), after `warm`
+ * chunks that are not timed.  Returns seconds for the timed chunks. */
+static double
+measure_chunks (SattnStream *s, const float *pool, size_t pool_frames,
+                size_t E, size_t bf, uint64_t warm, uint64_t nbuf,
+                float *out, size_t out_rows, int *fail)
+{
+  size_t pos = 0;
+  double t0 = 0.0;
+  sattn_stream_reset (s);
+  for (uint64_t i = 0; i < warm + nbuf; i++) {
+    if (i == warm)
+      t0 = now_s ();
+    size_t got;
+    if (sattn_stream_push (s, pool + pos * E, bf, NULL, out, out_rows, NULL,
+                           &got) != SATTN_OK)
+      *fail = 1;
+    pos += bf;
+    if (pos + bf > pool_frames)
+      pos = 0;
+  }
+  return now_s () - t0;
+}
+
+/* ------------------------------------------------------------ pipeline */
+
+#ifdef SATTN_BENCH_HAVE_GST
+typedef struct {
+  const float *pool;
+  size_t pool_frames, bf, E, frame_size, rate;
+  uint64_t nbuf, warm, next;
+  double t_start, t_end;
+  uint64_t out_bytes;
+  int eos_sent;
+} PipeCtx;
+
+static void
+pipe_need_data (GstAppSrc *src, guint length, gpointer user)
+{
+  PipeCtx *c = user;
+  (void) length;
+  if (c->next >= c->nbuf) {
+    if (!c->eos_sent) {
+      c->eos_sent = 1;
+      gst_app_src_end_of_stream (src);
+    }
+    return;
+  }
+  if (c->next == c->warm)
+    c->t_start = now_s ();
+  size_t pos = (size_t) ((c->next * c->bf) % c->pool_frames);
+  gsize bytes = c->bf * c->E * sizeof (float);
+  GstBuffer *buf = gst_buffer_new_wrapped_full (GST_MEMORY_FLAG_READONLY,
+      (gpointer) (c->pool + pos * c->E), bytes, 0, bytes, NULL, NULL);
+  guint64 s0 = c->next * c->bf * c->frame_size;
+  guint64 s1 = s0 + c->bf * c->frame_size;
+  GstClockTime t0 = gst_util_uint64_scale (s0, GST_SECOND, c->rate);
+  GstClockTime t1 = gst_util_uint64_scale (s1, GST_SECOND, c->rate);
+  GST_BUFFER_PTS (buf) = t0;
+  GST_BUFFER_DURATION (buf) = t1 - t0;
+  GST_BUFFER_OFFSET (buf) = s0;
+  GST_BUFFER_OFFSET_END (buf) = s1;
+  if (c->next == 0)
+    GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
+  c->next++;
+  gst_app_src_push_buffer (src, buf);
+}
+
+static GstPadProbeReturn
+pipe_sink_probe (GstPad *pad, GstPadProbeInfo *info, gpointer user)
+{
+  PipeCtx *c = user;
+  (void) pad;
+  if (info->type & GST_PAD_PROBE_TYPE_BUFFER) {
+    c->out_bytes += gst_buffer_get_size (GST_PAD_PROBE_INFO_BUFFER (info));
+  } else if (info->type & GST_PAD_PROBE_TYPE_BUFFER_LIST) {
+    GstBufferList *l = GST_PAD_PROBE_INFO_BUFFER_LIST (info);
+    for (guint i = 0; i < gst_buffer_list_length (l); i++)
+      c->out_bytes += gst_buffer_get_size (gst_buffer_list_get (l, i));
+  } else if (info->type & GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM) {
+    if (GST_EVENT_TYPE (GST_PAD_PROBE_INFO_EVENT (info)) == GST_EVENT_EOS)
+      c->t_end = now_s ();
+  }
+  return GST_PAD_PROBE_OK;
+}
+
+/* Does the sattn element exist, and has it a property of that name? */
+static int
+element_has_property (const char *prop)
+{
+  GstElementFactory *f = gst_element_factory_find ("sattn");
+  if (f == NULL)
+    return 0;
+  int has = 1;
+  if (prop) {
+    GstElement *e = gst_element_factory_create (f, NULL);
+    has = e && g_object_class_find_property (G_OBJECT_GET_CLASS (e), prop);
+    if (e)
+      gst_object_unref (e);
+  }
+  gst_object_unref (f);
+  return has;
+}
+
+/* Run appsrc ! sattn ! fakesink over nbuf buffers of bf frames; the time
+ * from the push of buffer `warm` to EOS at the sink is returned in *secs.
+ * extra: more element properties (launch syntax). */
+static int
+run_pipeline (const Workload *w, const float *pool, size_t pool_frames,
+              size_t bf, uint64_t warm, uint64_t nbuf, const char *extra,
+              double *secs, uint64_t *frames_out, char *err, size_t err_len)
+{
+  char desc[1024];
+  GError *gerr = NULL;
+  int rc = -1;
+  snprintf (desc, sizeof desc,
+      "appsrc name=src format=time stream-type=stream "
+      "caps=\"audio/x-raw,format=F32LE,layout=interleaved,rate=%zu,"
+      "channels=%zu\" ! "
+      "sattn name=attn window=%zu hop=%zu heads=%zu frame-size=%zu "
+      "causal=%s output=frames threads=1 %s ! "
+      "fakesink name=sink sync=false async=false",
+      w->rate, w->channels, w->window, w->hop, w->heads, w->frame_size,
+      w->causal ? "true" : "false", extra ? extra : "");
+  GstElement *pipe = gst_parse_launch_full (desc, NULL,
+      GST_PARSE_FLAG_FATAL_ERRORS, &gerr);
+  if (pipe == NULL || gerr != NULL) {
+    snprintf (err, err_len, "gst_parse_launch: %s",
+              gerr ? gerr->message : "failed");
+    g_clear_error (&gerr);
+    if (pipe)
+      gst_object_unref (pipe);
+    return -1;
+  }
+  GstElement *src = gst_bin_get_by_name (GST_BIN (pipe), "src");
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe), "sink");
+  GstPad *sinkpad = gst_element_get_static_pad (sink, "sink");
+  PipeCtx c;
+  memset (&c, 0, sizeof (c));
+  c.pool = pool;
+  c.pool_frames = pool_frames;
+  c.bf = bf;
+  c.E = wl_d_model (w);
+  c.frame_size = w->frame_size;
+  c.rate = w->rate;
+  c.nbuf = nbuf;
+  c.warm = warm;
+  GstAppSrcCallbacks cb;
+  memset (&cb, 0, sizeof (cb));
+  cb.need_data = pipe_need_data;
+  gst_app_src_set_callbacks (GST_APP_SRC (src), &cb, &c, NULL);
+  gst_pad_add_probe (sinkpad, GST_PAD_PROBE_TYPE_BUFFER |
+      GST_PAD_PROBE_TYPE_BUFFER_LIST | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM,
+      pipe_sink_probe, &c, NULL);
+
+  GstBus *bus = gst_element_get_bus (pipe);
+  if (gst_element_set_state (pipe, GST_STATE_PLAYING) ==
+      GST_STATE_CHANGE_FAILURE) {
+    snprintf (err, err_len, "cannot set the pipeline to PLAYING");
+  }
+  GstMessage *msg = gst_bus_timed_pop_filtered (bus, 120 * GST_SECOND,
+      GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
+  if (msg == NULL) {
+    snprintf (err, err_len, "no EOS within 120 s");
+  } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+    GError *e = NULL;
+    gchar *dbg = NULL;
+    gst_message_parse_error (msg, &e, &dbg);
+    snprintf (err, err_len, "%s (%s)", e ? e->message : "error",
+              dbg ? dbg : "");
+    g_clear_error (&e);
+    g_free (dbg);
+  } else {
+    *secs = c.t_end - c.t_start;
+    *frames_out = c.out_bytes / (wl_d_model (w) * sizeof (float));
+    rc = 0;
+  }
+  if (msg)
+    gst_message_unref (msg);
+  gst_element_set_state (pipe, GST_STATE_NULL);
+  gst_object_unref (bus);
+  gst_object_unref (sinkpad);
+  gst_object_unref (sink);
+  gst_object_unref (src);
+  gst_object_unref (pipe);
+  return rc;
+}
+#endif
+
+/* --------------------------------------------------- one configuration */
+
+static void
+run_config (const Workload *w, int random_weights, const Opts *o,
+            Result *r)
+{
+  const size_t E = wl_d_model (w), n = w->window, h = w->hop;
+  const size_t bf = wl_buffer_frames (w);
+  char err[256];
+  Model m;
+  SattnStream *s = NULL;
+  float *pool = NULL, *out = NULL, *rout = NULL;
+  Sgemm g;
+  Hist *hist = calloc (1, sizeof (Hist));
+  Hist *cpu_hist = calloc (1, sizeof (Hist));
+  memset (&g, 0, sizeof (g));
+  memset (r, 0, sizeof (*r));
+  r->buffer_frames = bf;
+  r->pipe_state = PIPE_NOT_RUN;
+  r->msg_state = PIPE_NOT_RUN;
+
+  if (model_init (&m, w, random_weights, err, sizeof err) != 0) {
+    snprintf (r->message, sizeof r->message, "%s", err);
+    r->failed = 1;
+    goto done;
+  }
+  /* Input pool: N(0,1) frames, a whole number of buffers, several windows
+   * long; streaming cycles through it. */
+  size_t pool_frames = 4 * n > 4096 ? 4 * n : 4096;
+  if (pool_frames * E > ((size_t) 8 << 20))
+    pool_frames = (size_t) (((size_t) 8 << 20) / E);
+  if (pool_frames < 2 * n + 8 * bf)
+    pool_frames = 2 * n + 8 * bf;
+  pool_frames = (pool_frames + bf - 1) / bf * bf;
+  pool = malloc (pool_frames * E * sizeof (float));
+  out = malloc ((n + bf) * E * sizeof (float));
+  rout = malloc (n * E * sizeof (float));
+  if (!pool || !out || !rout || !hist || !cpu_hist) {
+    snprintf (r->message, sizeof r->message, "out of memory");
+    r->failed = 1;
+    goto done;
+  }
+  Rng rng = { 0xbe7c4ull + E * 7 + n };
+  fill_normal (&rng, pool, pool_frames * E, 1.0);
+
+  if (check_and_dump (w, &m, pool, random_weights, o, r) != 0) {
+    r->failed = 1;
+    goto done;
+  }
+  double tol = 1e-4 * (1.0 + r->check_refmax);
+  if (!r->check_finite || !(r->check_maxabs <= tol)) {
+    snprintf (r->message, sizeof r->message,
+              "streaming rows disagree with sattn_attend: max-abs %.3g > "
+              "%.3g%s", r->check_maxabs, tol,
+              r->check_finite ? "" : " (non-finite output)");
+    r->failed = 1;
+  }
+
+  s = stream_new (&m, w, err, sizeof err);
+  if (s == NULL) {
+    snprintf (r->message, sizeof r->message, "%s", err);
+    r->failed = 1;
+    goto done;
+  }
+
+  /* Warm-up: fill the window and run a little. */
+  size_t pos = 0;
+  uint64_t warm_pushes = 0;
+  int fail = 0;
+  Hist *scratch = calloc (1, sizeof (Hist));
+  if (scratch == NULL) {
+    r->failed = 1;
+    goto done;
+  }
+  for (size_t f = 0; f < n + h; f += h) {
+    size_t got;
+    sattn_stream_push (s, pool + pos * E, h, NULL, out, n + bf, NULL, &got);
+    pos += h;
+  }
+  measure_stream (s, pool, pool_frames, &pos, E, h, out, n + bf,
+                  o->quick ? 0.01 : 0.1, CLOCK_MONOTONIC, scratch,
+                  &warm_pushes, &fail);
+  free (scratch);
+
+  const int R = o->repeats;
+  double *fps = calloc ((size_t) R, sizeof (double));
+  double *rfps = calloc ((size_t) R, sizeof (double));
+  double *rratio = calloc ((size_t) R, sizeof (double));
+  double *gf = calloc ((size_t) R, sizeof (double));
+  double *gratio = calloc ((size_t) R, sizeof (double));
+  if (!fps || !rfps || !rratio || !gf || !gratio) {
+    r->failed = 1;
+    goto free_arrays;
+  }
+  size_t rpos = 0;
+  const double fpf = flops_per_frame (w, random_weights);
+  for (int k = 0; k < R; k++) {
+    alloc_count_start ();
+    fps[k] = measure_stream (s, pool, pool_frames, &pos, E, h, out, n + bf,
+                             o->core_time / R, CLOCK_MONOTONIC, hist,
+                             &r->pushes, &fail);
+    measure_stream (s, pool, pool_frames, &pos, E, h, out, n + bf,
+                    0.3 * o->core_time / R, CLOCK_THREAD_CPUTIME_ID,
+                    cpu_hist, &r->pushes, &fail);
+    r->allocs += alloc_count_stop ();
+    if (k == 0) {
+      /* Before the recomputation path and the sgemm buffers exist. */
+      r->peak_rss_mib = peak_rss_mib ();
+      if (sgemm_init (&g, o->sgemm_size) != 0) {
+        r->failed = 1;
+        snprintf (r->message, sizeof r->message, "out of memory (sgemm)");
+        goto free_arrays;
+      }
+    }
+    rfps[k] = measure_recompute (&m, pool, pool_frames, &rpos, E, n, h, rout,
+                                 o->recomp_time / R, &fail);
+    gf[k] = sgemm_run (&g);
+    rratio[k] = fps[k] / rfps[k];
+    gratio[k] = fps[k] * fpf * 1e-9 / gf[k];
+  }
+  if (fail) {
+    r->failed = 1;
+    snprintf (r->message, sizeof r->message, "a push or attend call failed");
+  }
+  r->core_fps = median (fps, (size_t) R);
+  r->core_fps_lo = r->core_fps_hi = fps[0];
+  for (int k = 0; k < R; k++) {
+    r->core_fps_lo = fmin (r->core_fps_lo, fps[k]);
+    r->core_fps_hi = fmax (r->core_fps_hi, fps[k]);
+  }
+  r->gflops = r->core_fps * fpf * 1e-9;
+  r->recomp_fps = median (rfps, (size_t) R);
+  r->recomp_ratio = median (rratio, (size_t) R);
+  r->sgemm_gflops = median (gf, (size_t) R);
+  r->sgemm_ratio = median (gratio, (size_t) R);
+  r->p50_us = hist_quantile (hist, 0.50) * 1e6;
+  r->p99_us = hist_quantile (hist, 0.99) * 1e6;
+  r->max_us = hist->max_s * 1e6;
+  r->cpu_p50_us = hist_quantile (cpu_hist, 0.50) * 1e6;
+  r->cpu_p99_us = hist_quantile (cpu_hist, 0.99) * 1e6;
+  sgemm_clear (&g);
+
+#ifdef SATTN_BENCH_HAVE_GST
+  if (o->do_pipeline) {
+    char wfile[600] = "";
+    char extra[700] = "";
+    gst_init (NULL, NULL);
+    if (!element_has_property (NULL)) {
+      r->pipe_state = PIPE_NO_ELEMENT;
+    } else if (random_weights && !element_has_property ("weights")) {
+      r->pipe_state = PIPE_NO_WEIGHTS;
+    } else {
+      if (random_weights) {
+        char tmpl[] = "/tmp/sattn-bench-XXXXXX";
+        if (o->dump && r->dump_dir[0]) {
+          snprintf (wfile, sizeof wfile, "%s/weights.safetensors",
+                    r->dump_dir);
+        } else if (mkdtemp (tmpl) != NULL) {
+          snprintf (wfile, sizeof wfile, "%s/weights.safetensors", tmpl);
+          if (write_safetensors (wfile, &m, E) != 0)
+            wfile[0] = '\0';
+        }
+        snprintf (extra, sizeof extra, "weights=\"%s\"", wfile);
+      }
+      /* Buffers per run: about pipe_time / pipe_repeats of core work. */
+      const int PR = o->pipe_repeats;
+      uint64_t warm = (n + bf - 1) / bf + 2;
+      double want = o->pipe_time / PR * r->core_fps / (double) bf;
+      uint64_t nbuf = (uint64_t) want;
+      if (nbuf < 20)
+        nbuf = 20;
+      int do_msg = strcmp (w->name, "W1") == 0 && !random_weights &&
+          element_has_property ("post-messages");
+      double *pf = calloc ((size_t) PR, sizeof (double));
+      double *cf = calloc ((size_t) PR, sizeof (double));
+      double *ov = calloc ((size_t) PR, sizeof (double));
+      double *mf = calloc ((size_t) PR, sizeof (double));
+      double *mc = calloc ((size_t) PR, sizeof (double));
+      r->pipe_state = PIPE_OK;
+      r->msg_state = do_msg ? PIPE_OK : PIPE_NOT_RUN;
+      for (int k = 0; k < PR && pf && cf && ov && mf && mc; k++) {
+        double tp = 0.0, tm = 0.0;
+        uint64_t fout = 0, mout = 0;
+        double tc = measure_chunks (s, pool, pool_frames, E, bf, warm, nbuf,
+                                    out, n + bf, &fail);
+        if (run_pipeline (w, pool, pool_frames, bf, warm, warm + nbuf, extra,
+                          &tp, &fout, err, sizeof err) != 0) {
+          r->pipe_state = PIPE_ERROR;
+          snprintf (r->message, sizeof r->message, "pipeline: %s", err);
+          r->failed = 1;
+          break;
+        }
+        r->pipe_frames_in = (warm + nbuf) * bf;
+        r->pipe_frames_out = fout;
+        if (fout != r->pipe_frames_in) {
+          snprintf (r->message, sizeof r->message,
+                    "pipeline: %" PRIu64 " frames out for %" PRIu64 " in",
+                    fout, r->pipe_frames_in);
+          r->failed = 1;
+        }
+        double frames = (double) (nbuf * bf);
+        pf[k] = frames / tp;
+        cf[k] = frames / tc;
+        ov[k] = tp / tc;
+        if (do_msg) {
+          if (run_pipeline (w, pool, pool_frames, bf, warm, warm + nbuf,
+                            "post-messages=true message-interval=0", &tm,
+                            &mout, err, sizeof err) != 0) {
+            r->msg_state = PIPE_ERROR;
+            do_msg = 0;
+          } else {
+            mf[k] = frames / tm;
+            mc[k] = tm / tp - 1.0;
+          }
+        }
+      }
+      if (r->pipe_state == PIPE_OK) {
+        r->pipe_fps = median (pf, (size_t) PR);
+        r->chunk_fps = median (cf, (size_t) PR);
+        r->overhead = median (ov, (size_t) PR);
+      }
+      if (r->msg_state == PIPE_OK) {
+        r->msg_fps = median (mf, (size_t) PR);
+        r->msg_cost = median (mc, (size_t) PR);
+      }
+      free (pf);
+      free (cf);
+      free (ov);
+      free (mf);
+      free (mc);
+      if (random_weights && !(o->dump && r->dump_dir[0]) && wfile[0]) {
+        unlink (wfile);
+        char *slash = strrchr (wfile, '/');
+        if (slash) {
+          *slash = '\0';
+          rmdir (wfile);
+        }
+      }
+    }
+  }
+#else
+  if (o->do_pipeline)
+    r->pipe_state = PIPE_NO_GST;
+#endif
+
+free_arrays:
+  free (fps);
+  free (rfps);
+  free (rratio);
+  free (gf);
+  free (gratio);
+done:
+  sgemm_clear (&g);
+  sattn_stream_free (s);
+  model_clear (&m);
+  free (pool);
+  free (out);
+  free (rout);
+  free (hist);
+  free (cpu_hist);
+  r->done = 1;
+}
+
+/* Run one configuration in a child process (its own peak RSS); the result
+ * comes back through a pipe. */
+static void
+run_isolated (const Workload *w, int random_weights, const Opts *o,
+              Result *r)
+{
+  if (!o->do_fork) {
+    run_config (w, random_weights, o, r);
+    return;
+  }
+  int fd[2];
+  fflush (stdout);
+  fflush (stderr);
+  if (pipe (fd) != 0) {
+    run_config (w, random_weights, o, r);
+    return;
+  }
+  pid_t pid = fork ();
+  if (pid < 0) {
+    close (fd[0]);
+    close (fd[1]);
+    run_config (w, random_weights, o, r);
+    return;
+  }
+  if (pid == 0) {
+    close (fd[0]);
+    Result *res = calloc (1, sizeof (Result));
+    if (res == NULL)
+      _exit (3);
+    run_config (w, random_weights, o, res);
+    const char *p = (const char *) res;
+    size_t left = sizeof (Result);
+    while (left > 0) {
+      ssize_t k = write (fd[1], p, left);
+      if (k <= 0)
+        _exit (2);
+      p += k;
+      left -= (size_t) k;
+    }
+    close (fd[1]);
+    fflush (stdout);
+    _exit (0);
+  }
+  close (fd[1]);
+  memset (r, 0, sizeof (*r));
+  char *p = (char *) r;
+  size_t left = sizeof (Result);
+  while (left > 0) {
+    ssize_t k = read (fd[0], p, left);
+    if (k <= 0)
+      break;
+    p += k;
+    left -= (size_t) k;
+  }
+  close (fd[0]);
+  int status = 0;
+  waitpid (pid, &status, 0);
+  if (left != 0 || !r->done) {
+    memset (r, 0, sizeof (*r));
+    r->failed = 1;
+    snprintf (r->message, sizeof r->message,
+              "the measuring process died (%s %d)",
+              WIFSIGNALED (status) ? "signal" : "status",
+              WIFSIGNALED (status) ? WTERMSIG (status) : WEXITSTATUS (status));
+  }
+}
+
+/* ------------------------------------------------------------- report */
+
+static const char *
+pipe_state_text (int st)
+{
+  switch (st) {
+    case PIPE_NOT_RUN: return "not run";
+    case PIPE_NO_GST: return "built without GStreamer";
+    case PIPE_NO_ELEMENT: return "element not built";
+    case PIPE_NO_WEIGHTS: return "element has no weights property";
+    case PIPE_ERROR: return "error";
+    default: return "ok";
+  }
+}
+
+static void
+json_string (FILE *f, const char *s)
+{
+  fputc ('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char) *s;
+    if (ch == '"' || ch == '\\')
+      fprintf (f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf (f, "\\u%04x", ch);
+    else
+      fputc (ch, f);
+  }
+  fputc ('"', f);
+}
+
+static void
+json_num (FILE *f, const char *key, double v)
+{
+  if (isfinite (v))
+    fprintf (f, ", \"%s\": %.6g", key, v);
+  else
+    fprintf (f, ", \"%s\": null", key);
+}
+
+static void
+write_json (FILE *f, const Workload *w, int random_weights, const Result *r)
+{
+  fprintf (f, "{\"workload\": \"%s\", \"weights\": \"%s\"", w->name,
+           random_weights ? "random" : "identity");
+  fprintf (f, ", \"channels\": %zu, \"rate\": %zu, \"frame_size\": %zu"
+           ", \"d_model\": %zu, \"heads\": %zu, \"window\": %zu"
+           ", \"hop\": %zu, \"causal\": %s", w->channels, w->rate,
+           w->frame_size, wl_d_model (w), w->heads, w->window, w->hop,
+           w->causal ? "true" : "false");
+  json_num (f, "frame_rate", wl_frame_rate (w));
+  json_num (f, "flops_per_frame", flops_per_frame (w, random_weights));
+  fprintf (f, ", \"failed\": %s, \"message\": ", r->failed ? "true" : "false");
+  json_string (f, r->message);
+  json_num (f, "check_maxabs", r->check_maxabs);
+  json_num (f, "core_fps", r->core_fps);
+  json_num (f, "core_fps_min", r->core_fps_lo);
+  json_num (f, "core_fps_max", r->core_fps_hi);
+  json_num (f, "core_x_realtime", r->core_fps / wl_frame_rate (w));
+  json_num (f, "gflops", r->gflops);
+  json_num (f, "p50_us", r->p50_us);
+  json_num (f, "p99_us", r->p99_us);
+  json_num (f, "max_us", r->max_us);
+  json_num (f, "cpu_p50_us", r->cpu_p50_us);
+  json_num (f, "cpu_p99_us", r->cpu_p99_us);
+  json_num (f, "hop_us", 1e6 * (double) w->hop / wl_frame_rate (w));
+  json_num (f, "peak_rss_mib", r->peak_rss_mib);
+  if (BENCH_COUNT_ALLOCS)
+    json_num (f, "allocs_per_push",
+              r->pushes ? (double) r->allocs / (double) r->pushes : NAN);
+  json_num (f, "recompute_fps", r->recomp_fps);
+  json_num (f, "ratio_vs_recompute", r->recomp_ratio);
+  json_num (f, "sgemm_gflops", r->sgemm_gflops);
+  json_num (f, "ratio_vs_sgemm", r->sgemm_ratio);
+  fprintf (f, ", \"pipeline\": ");
+  json_string (f, pipe_state_text (r->pipe_state));
+  if (r->pipe_state == PIPE_OK) {
+    fprintf (f, ", \"buffer_frames\": %zu", r->buffer_frames);
+    json_num (f, "pipeline_fps", r->pipe_fps);
+    json_num (f, "pipeline_x_realtime", r->pipe_fps / wl_frame_rate (w));
+    json_num (f, "chunked_core_fps", r->chunk_fps);
+    json_num (f, "element_overhead", r->overhead);
+  }
+  if (r->msg_state == PIPE_OK) {
+    json_num (f, "messages_fps", r->msg_fps);
+    json_num (f, "messages_cost", r->msg_cost);
+  }
+  if (r->dump_dir[0]) {
+    fprintf (f, ", \"dump\": ");
+    json_string (f, r->dump_dir);
+  }
+  fprintf (f, "}\n");
+}
+
+static void
+usage (FILE *f)
+{
+  fprintf (f,
+      "usage: sattn-bench [options]\n"
+      "  --quick         a few seconds in all (smoke run)\n"
+      "  --time S        seconds of core streaming per configuration (1.0)\n"
+      "  --repeats R     interleaved repeats, medians reported (5)\n"
+      "  --only LIST     workloads to run, e.g. W1,W3\n"
+      "  --no-pipeline   core only\n"
+      "  --no-fork       run in this process (peak RSS is then cumulative)\n"
+      "  --json FILE     one JSON object per configuration\n"
+      "  --dump DIR      inputs, weights and first outputs for parity checks\n");
+}
+
+int
+main (int argc, char **argv)
+{
+  Opts o;
+  memset (&o, 0, sizeof (o));
+  o.core_time = 1.0;
+  o.repeats = 5;
+  o.pipe_repeats = 3;
+  o.do_pipeline = 1;
+  o.do_fork = 1;
+  o.sgemm_size = 1024;
+  int have_time = 0;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp (a, "--quick") == 0) {
+      o.quick = 1;
+    } else if (strcmp (a, "--time") == 0 && i + 1 < argc) {
+      o.core_time = atof (argv[++i]);
+      have_time = 1;
+    } else if (strcmp (a, "--repeats") == 0 && i + 1 < argc) {
+      o.repeats = atoi (argv[++i]);
+    } else if (strcmp (a, "--only") == 0 && i + 1 < argc) {
+      o.only = argv[++i];
+    } else if (strcmp (a, "--no-pipeline") == 0) {
+      o.do_pipeline = 0;
+    } else if (strcmp (a, "--no-fork") == 0) {
+      o.do_fork = 0;
+    } else if (strcmp (a, "--json") == 0 && i + 1 < argc) {
+      o.json = argv[++i];
+    } else if (strcmp (a, "--dump") == 0 && i + 1 < argc) {
+      o.dump = argv[++i];
+    } else if (strcmp (a, "--help") == 0 || strcmp (a, "-h") == 0) {
+      usage (stdout);
+      return 0;
+    } else {
+      usage (stderr);
+      return 2;
+    }
+  }
+  if (o.quick) {
+    if (!have_time)
+      o.core_time = 0.05;
+    if (o.repeats == 5)
+      o.repeats = 2;
+    o.pipe_repeats = 1;
+  }
+  if (o.repeats < 1 || !(o.core_time > 0.0)) {
+    usage (stderr);
+    return 2;
+  }
+  o.recomp_time = 0.5 * o.core_time;
+  o.pipe_time = 0.6 * o.core_time;
+
+  FILE *json = NULL;
+  if (o.json && (json = fopen (o.json, "w")) == NULL) {
+    fprintf (stderr, "cannot write %s: %s\n", o.json, strerror (errno));
+    return 2;
+  }
+  if (o.dump && mkdir (o.dump, 0755) != 0 && errno != EEXIST) {
+    fprintf (stderr, "cannot create %s: %s\n", o.dump, strerror (errno));
+    return 2;
+  }
+
+  printf ("sattn-bench: single thread (threads=1), output=frames, "
+          "start=pad; medians of %d interleaved repeats, %.2g s of core "
+          "streaming per configuration\n", o.repeats, o.core_time);
+  printf ("allocation counting: %s\n", BENCH_COUNT_ALLOCS
+          ? "on (malloc/calloc/realloc/memalign interposed)"
+          : "off (sanitizer build)");
+  fflush (stdout);
+
+  Result res[N_WORKLOADS][2];
+  int ran[N_WORKLOADS][2];
+  int failures = 0;
+  memset (ran, 0, sizeof ran);
+  for (size_t i = 0; i < N_WORKLOADS; i++) {
+    const Workload *w = &workloads[i];
+    if (o.only && strstr (o.only, w->name) == NULL)
+      continue;
+    for (int rw = 0; rw < 2; rw++) {
+      double t0 = now_s ();
+      run_isolated (w, rw, &o, &res[i][rw]);
+      ran[i][rw] = 1;
+      Result *r = &res[i][rw];
+      printf ("  %s %-8s %.1f s%s%s\n", w->name, rw ? "random" : "identity",
+              now_s () - t0, r->failed ? "  FAILED: " : "",
+              r->failed ? r->message : "");
+      fflush (stdout);
+      if (r->failed)
+        failures++;
+      if (json)
+        write_json (json, w, rw, r);
+    }
+  }
+  if (json)
+    fclose (json);
+
+  printf ("\nCore (libsattn), one hop per sattn_stream_push:\n\n");
+  printf ("| workload | weights | frames/s | x real time | GFLOP/s | "
+          "hop µs | p50 µs | p99 µs | p99 CPU µs | p99 CPU / hop | "
+          "peak RSS MiB | allocs/push | vs recompute | vs sgemm |\n");
+  printf ("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|\n");
+  double sg[2 * N_WORKLOADS];
+  size_t nsg = 0;
+  for (size_t i = 0; i < N_WORKLOADS; i++)
+    for (int rw = 0; rw < 2; rw++) {
+      if (!ran[i][rw])
+        continue;
+      const Workload *w = &workloads[i];
+      const Result *r = &res[i][rw];
+      double hop_us = 1e6 * (double) w->hop / wl_frame_rate (w);
+      char allocs[32];
+      if (BENCH_COUNT_ALLOCS && r->pushes)
+        snprintf (allocs, sizeof allocs, "%.3g",
+                  (double) r->allocs / (double) r->pushes);
+      else
+        snprintf (allocs, sizeof allocs, "n/a");
+      printf ("| %s | %s | %.4g | %.1f | %.2f | %.0f | %.1f | %.1f | %.1f | "
+              "%.1f%% | %.1f | %s | %.1fx | %.1f%% |\n", w->name,
+              rw ? "random" : "identity", r->core_fps,
+              r->core_fps / wl_frame_rate (w), r->gflops, hop_us, r->p50_us,
+              r->p99_us, r->cpu_p99_us, 100.0 * r->cpu_p99_us / hop_us,
+              r->peak_rss_mib, allocs, r->recomp_ratio,
+              100.0 * r->sgemm_ratio);
+      if (isfinite (r->sgemm_gflops) && r->sgemm_gflops > 0)
+        sg[nsg++] = r->sgemm_gflops;
+    }
+  printf ("\nsingle-thread cblas_sgemm %d^3: %.1f GFLOP/s (median over all "
+          "repeats' medians); \"vs sgemm\" = achieved useful GFLOP/s / "
+          "sgemm GFLOP/s measured in the same repeat\n", o.sgemm_size,
+          median (sg, nsg));
+  printf ("p50/p99 = wall-clock time of one sattn_stream_push of one hop "
+          "(includes preemption by other processes on a shared machine); "
+          "p99 CPU = the same in thread CPU time (the compute itself)\n");
+  printf ("\"vs recompute\" = frames/s of streaming / frames/s of "
+          "sattn_attend on every window (re-projects all n frames), "
+          "measured back to back\n");
+
+  uint64_t tot_allocs = 0, tot_pushes = 0;
+  for (size_t i = 0; i < N_WORKLOADS; i++)
+    for (int rw = 0; rw < 2; rw++)
+      if (ran[i][rw]) {
+        tot_allocs += res[i][rw].allocs;
+        tot_pushes += res[i][rw].pushes;
+      }
+  if (BENCH_COUNT_ALLOCS)
+    printf ("allocations per push: %.3g (%" PRIu64 " heap allocations in %"
+            PRIu64 " measured pushes, all workloads)\n",
+            tot_pushes ? (double) tot_allocs / (double) tot_pushes : 0.0,
+            tot_allocs, tot_pushes);
+  else
+    printf ("allocations per push: n/a (not counted in a sanitizer build)\n");
+
+  if (o.do_pipeline) {
+    printf ("\nPipeline: appsrc ! sattn ! fakesink (buffers of ~10 ms, "
+            "sync=false), vs the core pushing the same buffers:\n\n");
+    printf ("| workload | weights | frames/buffer | pipeline frames/s | "
+            "x real time | core frames/s (same buffers) | element overhead |"
+            "\n");
+    printf ("|---|---|---:|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < N_WORKLOADS; i++)
+      for (int rw = 0; rw < 2; rw++) {
+        if (!ran[i][rw])
+          continue;
+        const Workload *w = &workloads[i];
+        const Result *r = &res[i][rw];
+        if (r->pipe_state != PIPE_OK) {
+          printf ("| %s | %s | %zu | %s | | | |\n", w->name,
+                  rw ? "random" : "identity", r->buffer_frames,
+                  pipe_state_text (r->pipe_state));
+          continue;
+        }
+        printf ("| %s | %s | %zu | %.4g | %.1f | %.4g | %+.1f%% |\n",
+                w->name, rw ? "random" : "identity", r->buffer_frames,
+                r->pipe_fps, r->pipe_fps / wl_frame_rate (w), r->chunk_fps,
+                100.0 * (r->overhead - 1.0));
+      }
+    for (size_t i = 0; i < N_WORKLOADS; i++)
+      if (ran[i][0] && res[i][0].msg_state == PIPE_OK)
+        printf ("\n%s identity with post-messages=true message-interval=0: "
+                "%.4g frames/s, %+.1f%% vs without messages\n",
+                workloads[i].name, res[i][0].msg_fps,
+                100.0 * res[i][0].msg_cost);
+  }
+
+  /* The performance targets that this program can judge on its own. */
+  printf ("\n");
+  for (size_t i = 0; i < N_WORKLOADS; i++) {
+    const Workload *w = &workloads[i];
+    if (strcmp (w->name, "W1") != 0)
+      continue;
+    for (int rw = 0; rw < 2; rw++) {
+      if (!ran[i][rw])
+        continue;
+      const Result *r = &res[i][rw];
+      const char *wt = rw ? "random" : "identity";
+      double hop_us = 1e6 * (double) w->hop / wl_frame_rate (w);
+      printf ("target W1 %s: %.1fx the per-window recomputation (>= 10x: "
+              "%s)\n", wt, r->recomp_ratio,
+              r->recomp_ratio >= 10.0 ? "met" : "NOT met");
+      printf ("target W1 %s: p99 per-hop compute %.1f µs CPU = %.1f%% of "
+              "the %.0f µs hop (<= 10%%: %s); wall clock p99 %.1f µs = "
+              "%.1f%% (%s)\n", wt, r->cpu_p99_us,
+              100.0 * r->cpu_p99_us / hop_us, hop_us,
+              r->cpu_p99_us <= 0.1 * hop_us ? "met" : "NOT met", r->p99_us,
+              100.0 * r->p99_us / hop_us,
+              r->p99_us <= 0.1 * hop_us ? "met" : "NOT met");
+      if (r->pipe_state == PIPE_OK) {
+        printf ("target W1 %s: %.1fx real time through the pipeline (>= 10x: "
+                "%s)\n", wt, r->pipe_fps / wl_frame_rate (w),
+                r->pipe_fps >= 10.0 * wl_frame_rate (w) ? "met" : "NOT met");
+        printf ("target W1 %s: element overhead %+.1f%% over the core "
+                "(<= 10%%: %s)\n", wt, 100.0 * (r->overhead - 1.0),
+                r->overhead <= 1.10 ? "met" : "NOT met");
+      } else {
+        printf ("target W1 %s: pipeline targets not measured (%s)\n", wt,
+                pipe_state_text (r->pipe_state));
+      }
+    }
+  }
+  if (BENCH_COUNT_ALLOCS)
+    printf ("target: zero heap allocations per push in steady state: %s\n",
+            tot_allocs == 0 ? "met" : "NOT met");
+
+  printf ("\nworkloads: ");
+  for (size_t i = 0; i < N_WORKLOADS; i++) {
+    const Workload *w = &workloads[i];
+    printf ("%s%s %s: %zu ch @ %zu Hz, frame-size %zu (d_model %zu), "
+            "heads %zu, window %zu, hop %zu%s", i ? "; " : "", w->name,
+            w->what, w->channels, w->rate, w->frame_size, wl_d_model (w),
+            w->heads, w->window, w->hop, w->causal ? ", causal" : "");
+  }
+  printf ("\nagreement of streaming rows with sattn_attend (max-abs): ");
+  for (size_t i = 0; i < N_WORKLOADS; i++)
+    for (int rw = 0; rw < 2; rw++)
+      if (ran[i][rw])
+        printf ("%s/%s %.2g  ", workloads[i].name, rw ? "random" : "identity",
+                res[i][rw].check_maxabs);
+  printf ("\n%d configuration(s) failed\n", failures);
+  return failures ? 1 : 0;
+}

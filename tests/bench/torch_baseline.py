@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""PyTorch baseline for the sattn benchmark workloads W1-W4.
+
+Reads the JSON lines written by `sattn-bench --json FILE --dump DIR` (one
+object per workload and weight set, with sattn's frames/s and the directory
+holding that configuration's inputs, weights and first outputs) and runs
+the same workloads with torch.nn.MultiheadAttention on one thread:
+
+  streaming  one window per call (n frames in, the last hop's rows kept),
+             need_weights=False: what a per-window prototype does live;
+  batched    every window of a long signal at once (Tensor.unfold), in
+             batches that bound memory: the offline way;
+  batched, new rows only
+             the same, but only the hop's new query rows per window
+             (query = last h frames, keys = the window): the least work
+             torch can do on this problem without a K/V cache.
+
+First it checks that torch's outputs on sattn's dumped inputs agree with
+sattn's dumped output rows (max-abs <= 1e-4 * (1 + max|torch|)), then it
+prints frames/s and the ratios sattn / torch.  Exit status 1 when an
+agreement check fails.  Timings are medians over interleaved repeats.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def load_safetensors(path):
+    """Minimal safetensors reader (F32 only), enough for the bench files."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (hlen,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + hlen].decode("utf-8"))
+    base = 8 + hlen
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            raise ValueError("%s: dtype %s not supported here" % (name, info["dtype"]))
+        b, e = info["data_offsets"]
+        arr = np.frombuffer(data[base + b:base + e], dtype="<f4").reshape(info["shape"])
+        out[name] = torch.from_numpy(arr.copy())
+    return out
+
+
+def build_mha(cfg, dump_dir):
+    E, H = cfg["d_model"], cfg["heads"]
+    mha = torch.nn.MultiheadAttention(E, H, bias=True, batch_first=True)
+    mha.eval()
+    with torch.no_grad():
+        if cfg["weights"] == "random":
+            sd = load_safetensors(os.path.join(dump_dir, "weights.safetensors"))
+            mha.in_proj_weight.copy_(sd["in_proj_weight"])
+            mha.in_proj_bias.copy_(sd["in_proj_bias"])
+            mha.out_proj.weight.copy_(sd["out_proj.weight"])
+            mha.out_proj.bias.copy_(sd["out_proj.bias"])
+        else:
+            eye = torch.eye(E)
+            mha.in_proj_weight.copy_(torch.cat([eye, eye, eye], 0))
+            mha.in_proj_bias.zero_()
+            mha.out_proj.weight.copy_(eye)
+            mha.out_proj.bias.zero_()
+    return mha
+
+
+def causal_mask(n_q, n, causal):
+    """Bool mask (True = hidden) for the last n_q query rows of an n-window."""
+    if not causal:
+        return None
+    q_pos = torch.arange(n - n_q, n).unsqueeze(1)
+    k_pos = torch.arange(n).unsqueeze(0)
+    return k_pos > q_pos
+
+
+def check_agreement(mha, cfg, dump_dir):
+    with open(os.path.join(dump_dir, "meta.json")) as f:
+        meta = json.load(f)
+    F, E, n, h = meta["frames"], meta["d_model"], meta["window"], meta["hop"]
+    x = torch.from_numpy(np.fromfile(os.path.join(dump_dir, "input.f32"),
+                                     dtype="<f4").reshape(F, E).copy())
+    ys = torch.from_numpy(np.fromfile(os.path.join(dump_dir, "output.f32"),
+                                      dtype="<f4").reshape(F, E).copy())
+    mask = causal_mask(n, n, cfg["causal"])
+    worst, refmax = 0.0, 0.0
+    with torch.inference_mode():
+        # streaming: one window per call
+        for end in range(n, F + 1, h):
+            w = x[end - n:end].unsqueeze(0)
+            y = mha(w, w, w, need_weights=False, attn_mask=mask)[0][0]
+            d = (y[n - h:] - ys[end - h:end]).abs().max().item()
+            worst = max(worst, d)
+            refmax = max(refmax, y.abs().max().item())
+        # batched over all windows
+        wins = x.unfold(0, n, h).transpose(1, 2)
+        y = mha(wins, wins, wins, need_weights=False, attn_mask=mask)[0]
+        for b in range(wins.shape[0]):
+            end = b * h + n
+            d = (y[b, n - h:] - ys[end - h:end]).abs().max().item()
+            worst = max(worst, d)
+    tol = 1e-4 * (1.0 + refmax)
+    return worst, tol, worst <= tol
+
+
+def time_streaming(mha, x, n, h, causal, budget):
+    mask = causal_mask(n, n, causal)
+    T = x.shape[0]
+    pos, calls = 0, 0
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        while True:
+            if pos + n > T:
+                pos = 0
+            w = x[pos:pos + n].unsqueeze(0)
+            y = mha(w, w, w, need_weights=False, attn_mask=mask)[0]
+            out = y[0, n - h:]
+            pos += h
+            calls += 1
+            t = time.perf_counter()
+            if t - t0 >= budget and calls >= 2:
+                break
+    del out
+    return calls * h / (t - t0)
+
+
+def batch_size(n, E, H, n_q):
+    # keep the scores (bs*H*n_q*n floats) and activations to about 64 MiB
+    per = 4 * (H * n_q * n + 8 * n * E)
+    return max(1, min(256, (64 << 20) // per))
+
+
+def time_batched(mha, x, n, h, causal, budget, new_rows_only):
+    E, H = mha.embed_dim, mha.num_heads
+    n_q = h if new_rows_only else n
+    mask = causal_mask(n_q, n, causal)
+    wins_all = x.unfold(0, n, h).transpose(1, 2)          # (B, n, E) view
+    B = wins_all.shape[0]
+    bs = min(B, batch_size(n, E, H, n_q))
+    done, b = 0, 0
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        while True:
+            if b + bs > B:
+                b = 0
+            wins = wins_all[b:b + bs]
+            if new_rows_only:
+                q = wins[:, n - h:]
+                y = mha(q, wins, wins, need_weights=False, attn_mask=mask)[0]
+            else:
+                y = mha(wins, wins, wins, need_weights=False, attn_mask=mask)[0]
+                y = y[:, n - h:]
+            b += bs
+            done += bs
+            t = time.perf_counter()
+            if t - t0 >= budget and done >= 2:
+                break
+    del y
+    return done * h / (t - t0)
+
+
+def fmt(v, spec=".4g"):
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return format(v, spec)
+
+
+def fx(v):
+    return "n/a" if v is None else "%.1fx" % v
+
+
+def ratio(a, b):
+    if a is None or b is None or not b:
+        return None
+    return a / b
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sattn-json", required=True,
+                    help="JSON lines written by sattn-bench --json --dump")
+    ap.add_argument("--time", type=float, default=1.0,
+                    help="seconds per torch mode per configuration (1.0)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", help="write torch figures as JSON lines here")
+    args = ap.parse_args()
+    if args.quick:
+        args.time, args.repeats = 0.05, 1
+
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    torch.manual_seed(0)
+
+    with open(args.sattn_json) as f:
+        configs = [json.loads(line) for line in f if line.strip()]
+
+    print("torch %s, %d thread(s), nn.MultiheadAttention(batch_first=True), "
+          "inference_mode, need_weights=False; medians of %d interleaved "
+          "repeats, %.2g s per mode" % (torch.__version__,
+                                        torch.get_num_threads(), args.repeats,
+                                        args.time))
+    rows, failures, jout = [], 0, []
+    for cfg in configs:
+        name = "%s %s" % (cfg["workload"], cfg["weights"])
+        if not cfg.get("dump"):
+            print("  %s: no dump directory in the sattn JSON, skipped" % name)
+            continue
+        n, h, E = cfg["window"], cfg["hop"], cfg["d_model"]
+        t_start = time.perf_counter()
+        mha = build_mha(cfg, cfg["dump"])
+        worst, tol, ok = check_agreement(mha, cfg, cfg["dump"])
+        if not ok:
+            failures += 1
+        pool_frames = max(4 * n, 4096)
+        if pool_frames * E > (8 << 20):
+            pool_frames = max((8 << 20) // E, 2 * n + 8 * h)
+        x = torch.randn(pool_frames, E)
+        st, bt, nt = [], [], []
+        per = args.time / args.repeats
+        for _ in range(args.repeats):
+            st.append(time_streaming(mha, x, n, h, cfg["causal"], per))
+            bt.append(time_batched(mha, x, n, h, cfg["causal"], per, False))
+            nt.append(time_batched(mha, x, n, h, cfg["causal"], per, True))
+        r = {
+            "workload": cfg["workload"], "weights": cfg["weights"],
+            "agree_maxabs": worst, "agree_tol": tol, "agree_ok": ok,
+            "torch_stream_fps": statistics.median(st),
+            "torch_batched_fps": statistics.median(bt),
+            "torch_batched_newrows_fps": statistics.median(nt),
+            "sattn_core_fps": cfg.get("core_fps"),
+            "sattn_pipeline_fps": cfg.get("pipeline_fps"),
+            "frame_rate": cfg["frame_rate"],
+        }
+        rows.append(r)
+        jout.append(r)
+        print("  %s: agreement max-abs %.3g (tol %.3g) %s, %.1f s" % (
+            name, worst, tol, "ok" if ok else "FAILED",
+            time.perf_counter() - t_start))
+        sys.stdout.flush()
+
+    print()
+    print("PyTorch side by side (frames/s; ratio = sattn frames/s / torch "
+          "frames/s):")
+    print()
+    print("| workload | weights | torch streaming | torch batched | "
+          "torch batched, new rows | sattn core | sattn pipeline | "
+          "core / streaming | pipeline / streaming | core / batched | "
+          "pipeline / batched | core / batched new rows |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        c, p = r["sattn_core_fps"], r["sattn_pipeline_fps"]
+        s, b, nr = (r["torch_stream_fps"], r["torch_batched_fps"],
+                    r["torch_batched_newrows_fps"])
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["workload"], r["weights"], fmt(s), fmt(b), fmt(nr), fmt(c),
+            fmt(p), fx(ratio(c, s)), fx(ratio(p, s)), fx(ratio(c, b)),
+            fx(ratio(p, b)), fx(ratio(c, nr))))
+    print()
+    for r in rows:
+        if r["workload"] != "W1":
+            continue
+        p, s, b = (r["sattn_pipeline_fps"], r["torch_stream_fps"],
+                   r["torch_batched_fps"])
+        if p is None:
+            print("target W1 %s: pipeline figure missing (element not built?)"
+                  % r["weights"])
+            continue
+        print("target W1 %s through the pipeline: %.1fx torch streaming "
+              "(>= 20x: %s), %.1fx torch batched (>= 5x: %s)" % (
+                  r["weights"], p / s, "met" if p / s >= 20 else "NOT met",
+                  p / b, "met" if p / b >= 5 else "NOT met"))
+    print("agreement with sattn: %d of %d configuration(s) failed" % (
+        failures, len(rows)))
+    if args.json:
+        with open(args.json, "w") as f:
+            for r in jout:
+                f.write(json.dumps(r) + "\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
