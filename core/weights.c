@@ -327,6 +327,28 @@ check_json_shape (const char *h, size_t n, char *err, size_t err_len)
   return SATTN_OK;
 }
 
+/* json-glib keeps the last of duplicate keys silently (and a key with an
+ * escaped NUL collides with its C-string prefix).  A header whose keys
+ * repeat is ambiguous -- readers may pick different tensors -- so the
+ * members are counted as they are parsed: a member that does not grow its
+ * object is a duplicate. */
+typedef struct {
+  GHashTable *counts;  /* JsonObject * -> members seen */
+  char *dup;           /* first duplicate key */
+} DupCheck;
+
+static void
+on_object_member (JsonParser *parser, JsonObject *object, gchar *name,
+                  gpointer user_data)
+{
+  DupCheck *dc = user_data;
+  guint n = GPOINTER_TO_UINT (g_hash_table_lookup (dc->counts, object)) + 1;
+
+  g_hash_table_insert (dc->counts, object, GUINT_TO_POINTER (n));
+  if (json_object_get_size (object) < n && dc->dup == NULL)
+    dc->dup = g_strdup (name);
+}
+
 /* A JSON integer >= 0 (json-glib wraps integers beyond int64 to negative
  * values, so those fail too). */
 static gboolean
@@ -472,6 +494,7 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
   uint64_t hlen, data_len, pos;
   size_t n_members, k;
   SattnStatus st = SATTN_OK;
+  DupCheck dc = { NULL, NULL };
   ShowBuf sb;
 
   set_err (err, err_len, "%s", "");
@@ -503,10 +526,18 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
     return st;
 
   parser = json_parser_new_immutable ();
+  dc.counts = g_hash_table_new (g_direct_hash, g_direct_equal);
+  g_signal_connect (parser, "object-member", G_CALLBACK (on_object_member),
+                    &dc);
   if (!json_parser_load_from_data (parser, header, (gssize) hlen, &gerr)) {
     st = fail (SATTN_E_FORMAT, err, err_len, "invalid JSON header: %s",
                gerr != NULL ? gerr->message : "parse error");
     g_clear_error (&gerr);
+    goto out;
+  }
+  if (dc.dup != NULL) {
+    st = fail (SATTN_E_FORMAT, err, err_len,
+               "invalid header: key '%s' appears twice", show (&sb, dc.dup));
     goto out;
   }
   node = json_parser_get_root (parser);
@@ -556,8 +587,7 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
       f->n++;
       goto out;
     }
-    /* Names are C strings: a name with an escaped NUL could alias
-     * another one. */
+    /* Already excluded by DupCheck; kept as the index's own guard. */
     if (g_hash_table_contains (f->index, f->t[f->n].name)) {
       st = fail (SATTN_E_FORMAT, err, err_len,
                  "invalid header: tensor name '%s' appears twice",
@@ -625,6 +655,9 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
 out:
   if (parser != NULL)
     g_object_unref (parser);
+  if (dc.counts != NULL)
+    g_hash_table_unref (dc.counts);
+  g_free (dc.dup);
   if (st != SATTN_OK) {
     sattn_tensor_file_free (f);
     return st;
@@ -651,7 +684,8 @@ sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
   if (path == NULL)
     return fail (SATTN_E_INVAL, err, err_len, "no weights file given");
 
-  fd = g_open (path, O_RDONLY, 0);
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+  fd = g_open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
   if (fd < 0) {
     int e = errno;
     return fail (SATTN_E_IO, err, err_len, "cannot open '%s': %s",
@@ -806,8 +840,8 @@ list_modules (const SattnTensorFile *f, GString *s)
         ShowBuf sb;
         char *p = g_strndup (nm, len - kl);
         if (found < 8)
-          g_string_append_printf (s, "%s'%s'", found ? ", " : "",
-                                  show (&sb, p));
+          g_string_append_printf (s, "%s'%s'%s", found ? ", " : "",
+                                  show (&sb, p), p[0] ? "" : " (top level)");
         g_free (p);
         found++;
       }
@@ -868,8 +902,8 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
       shape_str (want, sizeof want, want_shape, cols > 0 ? 2 : 1);
     }
     return fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "tensor '%s' has shape %s; expected %s, i.e. %s with E = "
-                 "d_model = %zu", show (&sb, t->name),
+                 "tensor '%s' has shape %s; expected %s, i.e. %s (E = "
+                 "d_model = %zu)", show (&sb, t->name),
                  shape_str (got, sizeof got, t->shape, t->ndim), want, sym,
                  m->e);
   }
