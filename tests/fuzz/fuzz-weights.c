@@ -1,0 +1,140 @@
+/* libFuzzer target for the weights layer: the safetensors reader and the
+ * nn.MultiheadAttention mapping.  Any input must either load, with every
+ * tensor readable in full, or fail with a status and a message; never
+ * crash, hang, leak or allocate beyond what the input implies.
+ *
+ * Built by tests/fuzz/run-fuzz.sh (clang -fsanitize=fuzzer,address,
+ * undefined); tests/fuzz/replay.c runs the same entry point over the seed
+ * corpus in the regular test suite.
+ */
+#include <sattn/sattn.h>
+#include <sattn/sattn-weights.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+
+#define CHECK(c)                                                         \
+  do {                                                                   \
+    if (!(c)) {                                                          \
+      fprintf (stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,  \
+               #c);                                                      \
+      abort ();                                                          \
+    }                                                                    \
+  } while (0)
+
+static volatile float sink;
+
+/* Read every float so that the sanitizers see any bad extent. */
+static void
+touch (const float *v, size_t n)
+{
+  float acc = 0;
+  for (size_t i = 0; i < n; i++)
+    acc += v[i];
+  sink = acc;
+}
+
+static void
+try_map (const SattnTensorFile *f, const char *prefix, size_t d_model,
+         size_t heads, int zero_attn)
+{
+  SattnConfig cfg = { 0 };
+  SattnWeights w;
+  SattnMhaWeights *owner = NULL;
+  char err[256];
+  SattnStatus st = sattn_mha_weights_from_file (f, prefix, d_model, heads,
+      zero_attn, &cfg, &w, &owner, err, sizeof err);
+
+  if (st != SATTN_OK) {
+    CHECK (owner == NULL);
+    CHECK (err[0] != '\0');
+    CHECK (strlen (err) < sizeof err);
+    return;
+  }
+  CHECK (owner != NULL);
+  CHECK (cfg.d_model > 0 && cfg.heads == heads);
+  CHECK (cfg.d_head * cfg.heads == cfg.d_model);
+  CHECK (d_model == 0 || cfg.d_model == d_model);
+  size_t e = cfg.d_model;
+  touch (w.wq, e * e);
+  touch (w.wk, e * e);
+  touch (w.wv, e * e);
+  touch (w.wo, e * e);
+  if (w.bq) {
+    touch (w.bq, e);
+    touch (w.bk, e);
+    touch (w.bv, e);
+  }
+  if (w.bo)
+    touch (w.bo, e);
+  CHECK ((w.bias_k == NULL) == (w.bias_v == NULL));
+  if (w.bias_k) {
+    touch (w.bias_k, e);
+    touch (w.bias_v, e);
+  }
+  sattn_mha_weights_free (owner);
+}
+
+int
+LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
+{
+  SattnTensorFile *f = (SattnTensorFile *) 0x1;
+  char err[256];
+  SattnStatus st = sattn_tensor_file_load_bytes (data, size, &f, err,
+                                                 sizeof err);
+  size_t n;
+
+  if (st != SATTN_OK) {
+    CHECK (f == NULL);
+    CHECK (err[0] != '\0');
+    return 0;
+  }
+  CHECK (f != NULL && err[0] == '\0');
+
+  n = sattn_tensor_file_n_tensors (f);
+  CHECK (sattn_tensor_file_name (f, n) == NULL);
+  for (size_t i = 0; i < n; i++) {
+    const char *name = sattn_tensor_file_name (f, i);
+    size_t ndim = 0, numel = 1;
+    const size_t *shape = NULL;
+    const float *v;
+    CHECK (name != NULL);
+    CHECK (sattn_tensor_file_dtype (f, name) != NULL);
+    v = sattn_tensor_file_get (f, name, &ndim, &shape);
+    if (v == NULL)
+      continue;
+    for (size_t k = 0; k < ndim; k++)
+      numel *= shape[k];
+    CHECK (numel == sattn_tensor_file_numel (f, name));
+    touch (v, numel);
+  }
+  (void) sattn_tensor_file_metadata (f, "format");
+
+  /* The mapping at the top level and under every prefix that looks like
+   * an attention module; heads and the embedding size from the input. */
+  {
+    size_t heads = 1 + (size > 0 ? data[size - 1] % 4 : 0);
+    try_map (f, "", 0, heads, 0);
+    try_map (f, NULL, 4, 1, 1);
+    for (size_t i = 0; i < n && i < 16; i++) {
+      const char *name = sattn_tensor_file_name (f, i);
+      const char *dot = strrchr (name, '.');
+      if (dot != NULL && strstr (name, "proj_weight") != NULL) {
+        char prefix[256];
+        size_t len = (size_t) (dot - name) + 1;
+        if (len >= sizeof prefix)
+          continue;
+        memcpy (prefix, name, len);
+        prefix[len] = '\0';
+        try_map (f, prefix, 0, heads, (int) (size & 1));
+        try_map (f, prefix, 8, 2, 0);
+      }
+    }
+  }
+  sattn_tensor_file_free (f);
+  return 0;
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Write the seed corpus of fuzz-weights into tests/fuzz/corpus/.
+
+Small safetensors files (valid attention modules in every supported dtype,
+with prefixes, metadata, integer and empty tensors) and a few malformed
+ones.  Plain Python: no PyTorch needed.
+"""
+
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "corpus")
+
+PACK = {"F32": "<f", "F64": "<d", "I64": "<q", "I32": "<i", "U8": "<B"}
+
+
+def f16(x):
+    return struct.pack("<e", x)
+
+
+def bf16(x):
+    return struct.pack("<f", x)[2:]
+
+
+def enc(dtype, values):
+    if dtype == "F16":
+        return b"".join(f16(v) for v in values)
+    if dtype == "BF16":
+        return b"".join(bf16(v) for v in values)
+    return b"".join(struct.pack(PACK[dtype], v) for v in values)
+
+
+def vals(n, k):
+    return [((i * 37 + k * 11) % 17 - 8) / 16.0 for i in range(n)]
+
+
+def image(tensors, metadata=None, pad=True):
+    """tensors: [(name, dtype, shape, values)]"""
+    header, blobs, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dt, shape, v in tensors:
+        b = enc(dt, v)
+        header[name] = {"dtype": dt, "shape": shape,
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+
+def mha(e, dtype="F32", prefix="", bias=True, bias_kv=False, separate=False):
+    t = []
+    if separate:
+        for k, n in enumerate(("q", "k", "v")):
+            t.append((prefix + n + "_proj_weight", dtype, [e, e],
+                      vals(e * e, k)))
+    else:
+        t.append((prefix + "in_proj_weight", dtype, [3 * e, e],
+                  vals(3 * e * e, 0)))
+    if bias:
+        t.append((prefix + "in_proj_bias", dtype, [3 * e], vals(3 * e, 4)))
+    t.append((prefix + "out_proj.weight", dtype, [e, e], vals(e * e, 5)))
+    if bias:
+        t.append((prefix + "out_proj.bias", dtype, [e], vals(e, 6)))
+    if bias_kv:
+        t.append((prefix + "bias_k", dtype, [1, 1, e], vals(e, 7)))
+        t.append((prefix + "bias_v", dtype, [1, 1, e], vals(e, 8)))
+    return t
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    seeds = {
+        "mha-e4-f32": image(mha(4)),
+        "mha-e4-f16-separate-biaskv": image(mha(4, "F16", separate=True,
+                                                bias_kv=True)),
+        "mha-e4-bf16-prefix-meta": image(
+            mha(4, "BF16", prefix="enc.0.attn."),
+            {"format": "pt", "enc.0.attn.num_heads": "2",
+             "enc.0.attn.add_zero_attn": "0"}),
+        "mha-e2-f64-nobias": image(mha(2, "F64", bias=False)),
+        "mha-e8-f32-biaskv": image(mha(8, bias_kv=True)),
+        "mixed-dtypes": image([
+            ("norm.num_batches_tracked", "I64", [], [3]),
+            ("empty", "F32", [0, 3], []),
+            ("mask", "U8", [4], [1, 0, 1, 1]),
+            ("idx", "I32", [2], [7, -1]),
+            ("scalar", "F32", [], [2.5]),
+        ] + mha(2, prefix="m.")),
+        "empty": image([]),
+        "unpadded": image(mha(2), pad=False),
+    }
+    good = seeds["mha-e4-f32"]
+    hlen = struct.unpack("<Q", good[:8])[0]
+    seeds["bad-truncated"] = good[:-5]
+    seeds["bad-header-past-end"] = struct.pack("<Q", hlen + 1000) + good[8:]
+    seeds["bad-json"] = struct.pack("<Q", 9) + b'{"a":[1,}'
+    ov = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+          "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}
+    t = json.dumps(ov).encode()
+    seeds["bad-overlap"] = struct.pack("<Q", len(t)) + t + bytes(12)
+    nan = mha(2)
+    nan[0] = (nan[0][0], "F32", nan[0][2],
+              [float("nan")] + nan[0][3][1:])
+    seeds["bad-nan"] = image(nan)
+    for name, data in seeds.items():
+        with open(os.path.join(OUT, name + ".safetensors"), "wb") as f:
+            f.write(data)
+    print("%d seeds in %s" % (len(seeds), OUT))
+
+
+if __name__ == "__main__":
+    main()
