@@ -49,7 +49,10 @@
  * count output frames since the resync point.  A buffer flagged DISCONT or
  * whose timestamp is more than half a frame or 40 ms (whichever is larger)
  * away from the counter makes the element drain what it holds, restart
- * the window and flag its next output DISCONT.
+ * the window and flag its next output DISCONT.  A FLUSH_STOP drops what
+ * is held instead; a new, different SEGMENT drains it before the segment
+ * goes downstream; a caps change drains it under the old caps.  An
+ * incomplete frame left at a drain is dropped.
  *
  * The LATENCY query adds what the element holds back:
  * held × frame-size / rate, with held = #GstSattn:hop frames, or
@@ -1352,11 +1355,28 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       gst_event_parse_caps (event, &caps);
       res = gst_sattn_set_caps (self, caps);
       self->caps_refused = !res;
+      if (!res && self->stream) {
+        /* Data in the refused format must not reach the old stream. */
+        gst_sattn_drain (self);
+        gst_sattn_free_stream (self);
+      }
       gst_event_unref (event);
       return res;
     }
-    case GST_EVENT_SEGMENT:
-      gst_event_copy_segment (event, &self->segment);
+    case GST_EVENT_SEGMENT:{
+      GstSegment seg;
+
+      gst_event_copy_segment (event, &seg);
+      if (self->stream && GST_CLOCK_TIME_IS_VALID (self->resync_ts) &&
+          !gst_segment_is_equal (&seg, &self->segment)) {
+        /* A new segment mid-stream: what is held belongs to the old one,
+         * and the next data starts a new window and timeline. */
+        GST_DEBUG_OBJECT (self, "new segment, draining");
+        gst_sattn_drain (self);
+        sattn_stream_reset (self->stream);
+        self->resync_ts = GST_CLOCK_TIME_NONE;
+      }
+      self->segment = seg;
       if (gst_pad_has_current_caps (self->srcpad)) {
         gst_clear_event (&self->pending_segment);
         return gst_pad_push_event (self->srcpad, event);
@@ -1365,6 +1385,7 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       gst_event_replace (&self->pending_segment, event);
       gst_event_unref (event);
       return TRUE;
+    }
     case GST_EVENT_GAP:
       if (self->stream == NULL) {
         GST_DEBUG_OBJECT (self, "gap before caps, dropped");

@@ -99,6 +99,44 @@ GST_START_TEST (test_impossible_properties)
 
 GST_END_TEST;
 
+/* A caps change to a format the properties cannot handle: the frames
+ * held are drained under the old caps, an error is posted and data in
+ * the new format is refused rather than misread. */
+GST_START_TEST (test_caps_change_refused)
+{
+  GstHarness *h = sattn_harness_new ("window", 8, "hop", 4, "heads", 2,
+      NULL);
+  GstBus *bus = sattn_attach_bus (h);
+  float x[2 * 6];
+  gchar *text;
+  guint rows = 0;
+  GstBuffer *out;
+
+  sattn_set_caps (h, 1000, 2);
+  sattn_fill_signal (x, G_N_ELEMENTS (x), 5, 1.0f);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              sizeof (x), 0, 0)), GST_FLOW_OK);
+  /* heads=2 cannot split 3 channels. */
+  sattn_set_caps (h, 1000, 3);
+  text = sattn_pop_error (bus);
+  fail_unless (strstr (text, "heads values that work: 1, 3") != NULL, "%s",
+      text);
+  g_free (text);
+  while ((out = gst_harness_try_pull (h)) != NULL) {
+    rows += gst_buffer_get_size (out) / (2 * sizeof (float));
+    gst_buffer_unref (out);
+  }
+  fail_unless_equals_int (rows, 6);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              sizeof (x), GST_CLOCK_TIME_NONE, 0)), GST_FLOW_NOT_NEGOTIATED);
+  fail_unless (gst_harness_try_pull (h) == NULL);
+
+  sattn_detach_bus (h, bus);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
 /* invalid-frames=error: GST_FLOW_ERROR and an error naming the frame's
  * timestamp; the frames before it still come out. */
 GST_START_TEST (test_invalid_frames_error)
@@ -400,6 +438,7 @@ sattn_errors_suite (void)
   tcase_add_test (tc, test_buffer_before_caps);
   tcase_add_loop_test (tc, test_impossible_properties, 0,
       G_N_ELEMENTS (impossible));
+  tcase_add_test (tc, test_caps_change_refused);
   tcase_add_test (tc, test_invalid_frames_error);
   tcase_add_loop_test (tc, test_latency, 0, 5);
   tcase_add_test (tc, test_property_defaults);

@@ -292,13 +292,13 @@ GST_START_TEST (test_flush)
   const gint rate = 1000;
   const gsize d = 2;
   RefConfig c = { 8, 4, 1, 0, 0.0, FALSE, OUT_FRAMES, START_PAD };
-  float old[12], x[20];
+  float old[14], x[20];
   GstHarness *h;
   GstSegment seg;
   SattnOutput o;
   RefOut ref;
 
-  sattn_fill_signal (old, 12, 51, 1.0f);
+  sattn_fill_signal (old, 14, 51, 1.0f);
   sattn_fill_signal (x, 20, 52, 1.0f);
   h = sattn_harness_new ("window", c.window, "hop", c.hop, NULL);
   sattn_set_caps (h, rate, 2);
@@ -360,6 +360,56 @@ record_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
   }
   return GST_PAD_PROBE_OK;
 }
+
+/* A different segment mid-stream drains what is held (before the new
+ * segment goes downstream) and restarts the window at the next buffer. */
+GST_START_TEST (test_new_segment)
+{
+  const gint rate = 1000;
+  const gsize d = 2;
+  RefConfig c = { 8, 4, 1, 0, 0.0, FALSE, OUT_FRAMES, START_PAD };
+  float a[12], b[20];
+  GstHarness *h;
+  GstSegment seg;
+  GString *log = g_string_new (NULL);
+  SattnOutput o;
+  RefOut ra, rb;
+
+  sattn_fill_signal (a, 12, 53, 1.0f);
+  sattn_fill_signal (b, 20, 54, 1.0f);
+  h = sattn_harness_new ("window", c.window, "hop", c.hop, NULL);
+  gst_pad_add_probe (h->sinkpad, GST_PAD_PROBE_TYPE_DATA_DOWNSTREAM,
+      record_probe, log, NULL);
+  sattn_set_caps (h, rate, 2);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (a,
+              sizeof (a), 0, 0)), GST_FLOW_OK);
+
+  gst_segment_init (&seg, GST_FORMAT_TIME);
+  seg.start = seg.time = GST_SECOND;
+  fail_unless (gst_harness_push_event (h, gst_event_new_segment (&seg)));
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (b,
+              sizeof (b), GST_SECOND, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  /* A's last 2 rows come out before the new segment. */
+  fail_unless_equals_string (log->str, "stream-start caps:2 segment "
+      "buffer:8 buffer:4 segment buffer:16 buffer:4 eos ");
+
+  sattn_output_init (&o);
+  sattn_output_pull_all (h, &o);
+  ref_stream (&c, a, NULL, 6, d, TRUE, &ra);
+  ref_stream (&c, b, NULL, 10, d, TRUE, &rb);
+  fail_unless_equals_int (sattn_check_buffers ("old segment", &o, 0, 2, 0,
+          &ra, 0, rate, 1, 0), 6);
+  fail_unless_equals_int (sattn_check_buffers ("new segment", &o, 2,
+          o.bufs->len, 12, &rb, 0, rate, 1, GST_SECOND), 10);
+  ref_out_clear (&ra);
+  ref_out_clear (&rb);
+  sattn_output_clear (&o);
+  gst_harness_teardown (h);
+  g_string_free (log, TRUE);
+}
+
+GST_END_TEST;
 
 /* stream-start, caps, segment reach the src side in order, and a caps
  * change drains the old frames under the old caps first. */
@@ -647,6 +697,7 @@ sattn_stream_suite (void)
   tcase_add_test (tc, test_timestamps_long);
   tcase_add_loop_test (tc, test_discont_and_jumps, 0, 4);
   tcase_add_test (tc, test_flush);
+  tcase_add_test (tc, test_new_segment);
   tcase_add_test (tc, test_event_order_and_caps_change);
   tcase_add_loop_test (tc, test_gap, 0, 2);
   tcase_add_loop_test (tc, test_invalid_frames_policy, 0, 2);
