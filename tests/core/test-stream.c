@@ -303,6 +303,8 @@ typedef struct {
 static void
 got_append (Got *g, const float *rows, const SattnRowInfo *info, size_t nr)
 {
+  if (nr == 0)
+    return;
   if (g->n_rows + nr > g->cap) {
     while (g->n_rows + nr > g->cap)
       g->cap = g->cap ? 2 * g->cap : 64;

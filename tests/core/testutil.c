@@ -102,6 +102,14 @@ tu_check (int cond, const char *fmt, ...)
 }
 
 int
+tu_check_status (SattnStatus got, SattnStatus want, const char *what)
+{
+  return tu_check (got == want, "%s: got %d (%s), want %d (%s)", what,
+                   (int) got, sattn_status_string (got), (int) want,
+                   sattn_status_string (want));
+}
+
+int
 tu_case_failed (void)
 {
   return tu_cur_failed != 0;

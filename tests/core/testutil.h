@@ -45,11 +45,9 @@ int tu_summary (const char *what);
 
 int tu_case_failed (void);
 
-/* Status comparison with a readable message. */
-#define TU_CHECK_STATUS(got, want, what)                                   \
-  tu_check ((got) == (want), "%s: got %d (%s), want %d (%s)", (what),      \
-            (int) (got), sattn_status_string (got), (int) (want),          \
-            sattn_status_string (want))
+/* Status comparison with a readable message; got is evaluated once. */
+int tu_check_status (SattnStatus got, SattnStatus want, const char *what);
+#define TU_CHECK_STATUS(got, want, what) tu_check_status ((got), (want), (what))
 
 /* --------------------------------------------------------------- metrics */
 
