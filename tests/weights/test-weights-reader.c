@@ -967,6 +967,22 @@ test_map_shapes (void)
   expect_map_fail (mha_file (&kd), NULL, 0, 2, 0, SATTN_E_SHAPE,
                    WORDS ("'k_proj_weight' has shape [8, 10]",
                           "expected [8, 8]", "kdim = E"));
+  /* the same from a genuine PyTorch module (tests/data/make-fixtures.py:
+   * MultiheadAttention(8, 2, kdim=10, vdim=12)) */
+  {
+    const char *root = g_getenv ("SATTN_SOURCE_ROOT");
+    gchar *path = g_build_filename (root ? root : ".", "tests", "data",
+                                    "kdim.safetensors", NULL);
+    SattnConfig cfg = { 0 };
+    SattnWeights w;
+    SattnMhaWeights *owner = NULL;
+    char err[512];
+    g_assert_cmpint (sattn_mha_weights_load (path, NULL, 0, 2, 0, &cfg, &w,
+        &owner, err, sizeof err), ==, SATTN_E_SHAPE);
+    assert_msg (err, WORDS ("kdim.safetensors", "'k_proj_weight' has shape "
+                            "[8, 10]", "expected [8, 8]", "kdim = E"));
+    g_free (path);
+  }
   /* the width of the weights cannot be inferred from a 1-D tensor */
   Mha one = { .e = 8, .override = "in_proj_weight",
               .override_shape = "[192]", .override_n = 192 };
