@@ -27,6 +27,30 @@ export GST_PLUGIN_PATH_1_0="$build/plugin"
 export GST_REGISTRY="$build/tests/bench/registry.bin"
 export GST_REGISTRY_1_0="$build/tests/bench/registry.bin"
 
+# OpenBLAS 0.3.21 (Debian 12) does not know recent CPUs (e.g. family 6
+# model 207) and falls back to its generic "Prescott" SSE3 kernels, several
+# times slower than the AVX2/AVX-512 ones: the sgemm roofline and every
+# BLAS call of sattn and of PyTorch (which uses the same OpenBLAS) would be
+# measured on the wrong kernels.  Select the right ones explicitly, for
+# both sides alike, unless the caller chose or asked to keep the default.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${SATTN_BENCH_KEEP_BLAS:-0}" != 1 ]; then
+  blas_core=$("$bench" --blas-info 2>/dev/null || true)
+  case "$blas_core" in
+    Prescott|Core2|Katmai|Coppermine|Northwood|Banias|Unknown|"")
+      flags=$(grep -m 1 '^flags' /proc/cpuinfo || true)
+      want=
+      case " $flags " in
+        *" avx512f "*" avx512bw "*|*" avx512bw "*" avx512f "*) want=SkylakeX ;;
+        *" avx2 "*) want=Haswell ;;
+      esac
+      if [ -n "$want" ]; then
+        echo "note: OpenBLAS picked its generic '$blas_core' kernels for this CPU; using OPENBLAS_CORETYPE=$want for sattn and PyTorch alike (SATTN_BENCH_KEEP_BLAS=1 keeps '$blas_core')"
+        export OPENBLAS_CORETYPE=$want
+      fi
+      ;;
+  esac
+fi
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/sattn-bench.XXXXXX")
 if [ "${SATTN_BENCH_KEEP:-0}" = 1 ]; then
   echo "working directory kept: $work"
@@ -61,7 +85,7 @@ if [ -z "$py" ]; then
 elif [ ! -s "$work/sattn.jsonl" ]; then
   echo "no figures from sattn-bench: the PyTorch comparison is skipped."
 else
-  echo "\$ $py $here/torch_baseline.py --sattn-json $work/sattn.jsonl $quick"
-  "$py" "$here/torch_baseline.py" --sattn-json "$work/sattn.jsonl" $quick || status=$?
+  echo "\$ $py $here/torch_baseline.py --sattn-json $work/sattn.jsonl --bench $bench $quick"
+  "$py" "$here/torch_baseline.py" --sattn-json "$work/sattn.jsonl" --bench "$bench" $quick || status=$?
 fi
 exit $status

@@ -17,8 +17,13 @@ the same workloads with torch.nn.MultiheadAttention on one thread:
 
 First it checks that torch's outputs on sattn's dumped inputs agree with
 sattn's dumped output rows (max-abs <= 1e-4 * (1 + max|torch|)), then it
-prints frames/s and the ratios sattn / torch.  Exit status 1 when an
-agreement check fails.  Timings are medians over interleaved repeats.
+prints frames/s and the ratios sattn / torch.  With --bench (the
+sattn-bench executable), sattn's core and pipeline frames/s are measured
+again in each repeat, right after torch's (sattn-bench --throughput-only),
+and every ratio is the median of per-repeat ratios: on a shared, noisy
+machine both sides then see the same conditions.  Without it, sattn's
+figures come from the JSON file.  Exit status 1 when an agreement check
+fails.  Timings are medians over interleaved repeats.
 """
 
 import argparse
@@ -27,7 +32,9 @@ import math
 import os
 import statistics
 import struct
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -167,6 +174,25 @@ def time_batched(mha, x, n, h, causal, budget, new_rows_only):
     return done * h / (t - t0)
 
 
+def sattn_throughput(bench, cfg, seconds):
+    """sattn core and pipeline frames/s for one configuration, measured now."""
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as tmp:
+        cmd = [bench, "--throughput-only", "--only", cfg["workload"],
+               "--weights", cfg["weights"], "--time", "%.3f" % seconds,
+               "--repeats", "1", "--json", tmp.name]
+        subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+        with open(tmp.name) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+    if not lines:
+        return None, None
+    return lines[0].get("core_fps"), lines[0].get("pipeline_fps")
+
+
+def med(values):
+    v = [x for x in values if x is not None]
+    return statistics.median(v) if v else None
+
+
 def fmt(v, spec=".4g"):
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
@@ -175,12 +201,6 @@ def fmt(v, spec=".4g"):
 
 def fx(v):
     return "n/a" if v is None else "%.1fx" % v
-
-
-def ratio(a, b):
-    if a is None or b is None or not b:
-        return None
-    return a / b
 
 
 def main():
@@ -192,6 +212,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="write torch figures as JSON lines here")
+    ap.add_argument("--bench", help="sattn-bench executable: measure sattn "
+                    "again in each repeat, side by side with torch")
     args = ap.parse_args()
     if args.quick:
         args.time, args.repeats = 0.05, 1
@@ -208,9 +230,9 @@ def main():
 
     print("torch %s, %d thread(s), nn.MultiheadAttention(batch_first=True), "
           "inference_mode, need_weights=False; medians of %d interleaved "
-          "repeats, %.2g s per mode" % (torch.__version__,
-                                        torch.get_num_threads(), args.repeats,
-                                        args.time))
+          "repeats, %.2g s per mode; OPENBLAS_CORETYPE=%s" % (
+              torch.__version__, torch.get_num_threads(), args.repeats,
+              args.time, os.environ.get("OPENBLAS_CORETYPE", "(default)")))
     rows, failures, jout = [], 0, []
     for cfg in configs:
         name = "%s %s" % (cfg["workload"], cfg["weights"])
@@ -227,20 +249,36 @@ def main():
         if pool_frames * E > (8 << 20):
             pool_frames = max((8 << 20) // E, 2 * n + 8 * h)
         x = torch.randn(pool_frames, E)
-        st, bt, nt = [], [], []
+        st, bt, nt, cs, ps = [], [], [], [], []
         per = args.time / args.repeats
         for _ in range(args.repeats):
             st.append(time_streaming(mha, x, n, h, cfg["causal"], per))
             bt.append(time_batched(mha, x, n, h, cfg["causal"], per, False))
             nt.append(time_batched(mha, x, n, h, cfg["causal"], per, True))
+            if args.bench:
+                c, p = sattn_throughput(args.bench, cfg, per)
+            else:
+                c, p = cfg.get("core_fps"), cfg.get("pipeline_fps")
+            cs.append(c)
+            ps.append(p)
+
+        def ratios(num, den):
+            return med([a / b if a is not None and b else None
+                        for a, b in zip(num, den)])
         r = {
             "workload": cfg["workload"], "weights": cfg["weights"],
             "agree_maxabs": worst, "agree_tol": tol, "agree_ok": ok,
             "torch_stream_fps": statistics.median(st),
             "torch_batched_fps": statistics.median(bt),
             "torch_batched_newrows_fps": statistics.median(nt),
-            "sattn_core_fps": cfg.get("core_fps"),
-            "sattn_pipeline_fps": cfg.get("pipeline_fps"),
+            "sattn_core_fps": med(cs),
+            "sattn_pipeline_fps": med(ps),
+            "core_vs_stream": ratios(cs, st),
+            "pipeline_vs_stream": ratios(ps, st),
+            "core_vs_batched": ratios(cs, bt),
+            "pipeline_vs_batched": ratios(ps, bt),
+            "core_vs_newrows": ratios(cs, nt),
+            "side_by_side": bool(args.bench),
             "frame_rate": cfg["frame_rate"],
         }
         rows.append(r)
@@ -252,7 +290,10 @@ def main():
 
     print()
     print("PyTorch side by side (frames/s; ratio = sattn frames/s / torch "
-          "frames/s):")
+          "frames/s, %s):" % (
+              "median of per-repeat ratios, sattn measured in the same "
+              "repeats" if args.bench else
+              "sattn figures from the sattn-bench run"))
     print()
     print("| workload | weights | torch streaming | torch batched | "
           "torch batched, new rows | sattn core | sattn pipeline | "
@@ -265,22 +306,22 @@ def main():
                     r["torch_batched_newrows_fps"])
         print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["workload"], r["weights"], fmt(s), fmt(b), fmt(nr), fmt(c),
-            fmt(p), fx(ratio(c, s)), fx(ratio(p, s)), fx(ratio(c, b)),
-            fx(ratio(p, b)), fx(ratio(c, nr))))
+            fmt(p), fx(r["core_vs_stream"]), fx(r["pipeline_vs_stream"]),
+            fx(r["core_vs_batched"]), fx(r["pipeline_vs_batched"]),
+            fx(r["core_vs_newrows"])))
     print()
     for r in rows:
         if r["workload"] != "W1":
             continue
-        p, s, b = (r["sattn_pipeline_fps"], r["torch_stream_fps"],
-                   r["torch_batched_fps"])
-        if p is None:
-            print("target W1 %s: pipeline figure missing (element not built?)"
-                  % r["weights"])
+        rs, rb = r["pipeline_vs_stream"], r["pipeline_vs_batched"]
+        if rs is None or rb is None:
+            print("target W1 %s: pipeline figure missing (element not built "
+                  "or without weights support)" % r["weights"])
             continue
         print("target W1 %s through the pipeline: %.1fx torch streaming "
               "(>= 20x: %s), %.1fx torch batched (>= 5x: %s)" % (
-                  r["weights"], p / s, "met" if p / s >= 20 else "NOT met",
-                  p / b, "met" if p / b >= 5 else "NOT met"))
+                  r["weights"], rs, "met" if rs >= 20 else "NOT met",
+                  rb, "met" if rb >= 5 else "NOT met"))
     print("agreement with sattn: %d of %d configuration(s) failed" % (
         failures, len(rows)))
     if args.json:
