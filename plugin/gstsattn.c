@@ -1276,7 +1276,11 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   frame_rate = rate / c.frame_size;
   out_rate = c.output == GST_SATTN_OUTPUT_FRAMES ? frame_rate :
       frame_rate / c.hop;
+  /* Scratch stays O(window × d_model): at most max(window, 1 MiB). */
   chunk = CLAMP (c.hop, MIN_CHUNK_FRAMES, MAX_CHUNK_FRAMES);
+  chunk = MIN (chunk, MAX ((gsize) c.window,
+          (gsize) (1u << 20) / (d_model * sizeof (float))));
+  chunk = MAX (chunk, 1);
 
   self->cfg = c;
   self->model = model;

@@ -150,6 +150,37 @@ GST_START_TEST (test_short_stream_drains)
 
 GST_END_TEST;
 
+/* One input buffer larger than an output buffer holds: the rows are
+ * split over several contiguous output buffers. */
+GST_START_TEST (test_large_buffer)
+{
+  const gsize T = 40003;
+  RefConfig c = { 8, 4, 1, 0, 0.0, FALSE, OUT_FRAMES, START_PAD };
+  float *x = g_new (float, T);
+  GstHarness *h;
+  SattnOutput o;
+  RefOut ref;
+
+  sattn_fill_signal (x, T, 31, 1.0f);
+  h = sattn_harness_new ("window", c.window, "hop", c.hop, NULL);
+  sattn_set_caps (h, 48000, 1);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              T * sizeof (float), 0, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  sattn_output_init (&o);
+  sattn_output_pull_all (h, &o);
+  fail_unless (o.bufs->len >= 3, "%u output buffers", o.bufs->len);
+  ref_stream (&c, x, NULL, T, 1, TRUE, &ref);
+  fail_unless_equals_int (sattn_check_buffers ("large buffer", &o, 0,
+          o.bufs->len, 0, &ref, 0, 48000, 1, 0), T);
+  ref_out_clear (&ref);
+  sattn_output_clear (&o);
+  gst_harness_teardown (h);
+  g_free (x);
+}
+
+GST_END_TEST;
+
 /* Timestamps over a long stream: rate 44100 with 147-sample buffers
  * (3.33 ms, not a whole number of ns) and 3-sample frames; every output
  * PTS must equal the frame counter's time exactly, durations must be
@@ -694,6 +725,7 @@ sattn_stream_suite (void)
   tcase_add_loop_test (tc, test_frames_random_chunks, 0, 2);
   tcase_add_loop_test (tc, test_pooled_random_chunks, 0, 6);
   tcase_add_loop_test (tc, test_short_stream_drains, 0, 4);
+  tcase_add_test (tc, test_large_buffer);
   tcase_add_test (tc, test_timestamps_long);
   tcase_add_loop_test (tc, test_discont_and_jumps, 0, 4);
   tcase_add_test (tc, test_flush);
