@@ -1,0 +1,110 @@
+# sattn — one-command entry points.
+#
+#   make demo        install what is missing, build, run the pipeline demo
+#   make test        install what is missing, build, run every test
+#   make test-asan   the same under AddressSanitizer + UBSan (build-asan/)
+#   make seed        the scaled-vs-unscaled softmax experiment (core only)
+#   make bench       release build (build-release/) + the benchmark script
+#   make clean       remove the build directories and demo output
+#
+# MESON_ARGS is passed to `meson setup` (and to `meson configure` when the
+# build directory exists), e.g. `make test MESON_ARGS=--werror`.
+
+SHELL := /bin/bash
+
+BUILD         ?= build
+BUILD_ASAN    ?= build-asan
+BUILD_RELEASE ?= build-release
+DEMO_OUT      ?= out/demo
+MESON_ARGS    ?=
+TEST_ARGS     ?=
+BENCH_ARGS    ?=
+JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
+# The Debian interpreter (python3-numpy, python3-gi), not whatever python3
+# comes first in PATH.
+PYTHON        ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
+
+# Debian 12 packages: toolchain, BLAS, GLib/json-glib (weights reader),
+# GStreamer 1.22 with the base/good plugins, Python with GStreamer bindings,
+# clang for the fuzzers, and torch/matplotlib for the parity fixtures, the
+# Python example and plots.
+DEB_PACKAGES := build-essential meson ninja-build pkg-config \
+	libopenblas-dev libglib2.0-dev libjson-glib-dev \
+	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev \
+	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
+	python3 python3-numpy python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
+	clang libclang-rt-14-dev python3-torch python3-matplotlib
+
+comma := ,
+
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+.PHONY: all deps build build-asan build-release test test-asan demo seed \
+	bench clean
+
+all: build
+
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null \
+	    | grep -q '^install ok installed$$' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+# $(call meson_dir,DIR,EXTRA-ARGS): configure DIR if it has no build.ninja
+# yet; otherwise apply EXTRA-ARGS + MESON_ARGS to it (if any).
+define meson_dir
+	@if [ ! -f $(1)/build.ninja ]; then \
+	  meson setup $(1) $(2) $(MESON_ARGS); \
+	elif [ -n "$(strip $(2) $(MESON_ARGS))" ]; then \
+	  meson configure $(1) $(2) $(MESON_ARGS); \
+	fi
+	ninja -C $(1) -j $(JOBS)
+endef
+
+# $(call meson_test,DIR): run the suite, then print "N passed, N failed".
+define meson_test
+	@rm -f $(1)/meson-logs/testlog.json; rc=0; \
+	meson test -C $(1) --print-errorlogs --num-processes $(JOBS) \
+	  $(TEST_ARGS) || rc=$$?; \
+	$(PYTHON) scripts/test-summary.py --runner-status $$rc \
+	  $(1)/meson-logs/testlog.json || rc=1; \
+	exit $$rc
+endef
+
+build:
+	$(call meson_dir,$(BUILD),)
+
+build-asan:
+	$(call meson_dir,$(BUILD_ASAN),-Db_sanitize=address$(comma)undefined -Db_lundef=false)
+
+build-release:
+	$(call meson_dir,$(BUILD_RELEASE),--buildtype=release)
+
+test: deps build
+	$(call meson_test,$(BUILD))
+
+test-asan: deps build-asan
+	$(call meson_test,$(BUILD_ASAN))
+
+demo: deps build
+	PYTHON=$(PYTHON) examples/demo.sh $(BUILD) $(DEMO_OUT)
+
+seed: deps build
+	$(BUILD)/examples/seed-experiment
+
+bench: deps build-release
+	@if [ -f tests/bench/run-bench.sh ]; then \
+	  sh tests/bench/run-bench.sh $(BUILD_RELEASE) $(BENCH_ARGS); \
+	else \
+	  echo "tests/bench/run-bench.sh does not exist: nothing to run"; \
+	fi
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_RELEASE) build-fuzz out
