@@ -53,8 +53,8 @@ typedef struct {
   size_t heads;     /* H >= 1 */
   size_t d_head;    /* per-head Q/K size; 0 = d_model / heads (must divide) */
   size_t d_value;   /* per-head V size; 0 = d_head */
-  size_t d_out;     /* output row size; 0 = rows of wo if given, else
-                       heads * d_value (no output projection) */
+  size_t d_out;     /* output row size: the rows of wo, required when
+                       wo is given; 0 without wo = heads * d_value */
   float scale;      /* score scale; 0 = 1/sqrt(d_head).  1 = "unscaled".
                        Must be finite and >= 0. */
   int causal;       /* nonzero: a query sees keys at or before its frame
@@ -79,6 +79,9 @@ typedef struct {
  *  wv: (heads*d_value) × d_model     bv: heads*d_value
  *  wo: d_out × (heads*d_value)       bo: d_out
  *  bias_k: heads*d_head              bias_v: heads*d_value (both or neither)
+ *
+ * A row whose keys are all masked has a zero attention result; with an
+ * output projection that row's output is then bo (zero without bo).
  *
  * sattn_model_new copies everything it needs; the caller keeps ownership.
  */
@@ -218,7 +221,8 @@ SattnStatus sattn_stream_push (SattnStream *s, const float *frames,
 
 /* Emit rows for every pending frame (end of stream): in frames mode each
  * pending frame gets its row; in pooled modes one more window is computed
- * if any frame arrived since the last one.  The stream stays usable. */
+ * if any frame arrived since the last one.  The stream stays usable: the
+ * next window is then due hop frames after the drain. */
 SattnStatus sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
                                 SattnRowInfo *info, size_t *n_rows);
 
