@@ -31,6 +31,14 @@
  * a hostile 100 MB header of "[0,0,0,..." from costing gigabytes.  A
  * million values describe well over 100 000 tensors. */
 #define MAX_JSON_VALUES 1000000
+/* json-glib keeps an object's members in a GHashTable with g_str_hash,
+ * which is easy to collide on purpose: 32 000 colliding keys already cost
+ * 40 s of string comparisons, half a million would hang for hours.  The
+ * keys are hashed beforehand and an object with more than MAX_SAME_HASH
+ * keys of one hash value, or more than MAX_OBJECT_MEMBERS members, is
+ * refused.  (Genuine names collide in 32 bits about never.) */
+#define MAX_SAME_HASH 32
+#define MAX_OBJECT_MEMBERS 65536
 
 /* ------------------------------------------------------------- messages */
 
@@ -280,33 +288,103 @@ sattn_tensor_file_free (SattnTensorFile *f)
   g_free (f);
 }
 
-/* Depth and value-count guard run on the raw header before json-glib sees
- * it (see MAX_JSON_DEPTH).  Strings are skipped, honouring escapes. */
+/* g_str_hash of a JSON key as json-glib will store it: raw is the key
+ * with its quotes; escaped keys are decoded by json-glib itself. */
+static guint32
+key_hash (const char *raw, size_t len, gboolean escaped)
+{
+  char *text = g_strndup (raw, len);
+  guint32 h = 0;
+
+  if (!escaped) {
+    text[len - 1] = '\0';
+    h = g_str_hash (text + 1);
+  } else {
+    JsonNode *node = json_from_string (text, NULL);
+    if (node != NULL && JSON_NODE_HOLDS_VALUE (node) &&
+        json_node_get_value_type (node) == G_TYPE_STRING)
+      h = g_str_hash (json_node_get_string (node));
+    if (node != NULL)
+      json_node_unref (node);
+  }
+  g_free (text);
+  return h;
+}
+
+typedef struct {
+  guint32 object;   /* ordinal of the object holding the key */
+  guint32 hash;
+} KeyHash;
+
+static int
+cmp_key_hash (const void *a, const void *b)
+{
+  const KeyHash *x = a, *y = b;
+
+  if (x->object != y->object)
+    return x->object < y->object ? -1 : 1;
+  if (x->hash != y->hash)
+    return x->hash < y->hash ? -1 : 1;
+  return 0;
+}
+
+/* Guards run on the raw header before json-glib sees it: nesting depth
+ * (MAX_JSON_DEPTH), value count (MAX_JSON_VALUES), members per object and
+ * colliding keys (MAX_OBJECT_MEMBERS, MAX_SAME_HASH).  This only finds
+ * strings, brackets and separators; json-glib does the parsing. */
 static SattnStatus
 check_json_shape (const char *h, size_t n, char *err, size_t err_len)
 {
-  size_t depth = 0, values = 1;
-  int in_str = 0;
+  char open[MAX_JSON_DEPTH];
+  guint32 object[MAX_JSON_DEPTH], members[MAX_JSON_DEPTH];
+  size_t depth = 0, values = 1, run = 0;
+  guint32 objects = 0;
+  GArray *keys = g_array_new (FALSE, FALSE, sizeof (KeyHash));
+  SattnStatus st = SATTN_OK;
 
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n && st == SATTN_OK; i++) {
     char c = h[i];
-    if (in_str) {
-      if (c == '\\')
-        i++;
-      else if (c == '"')
-        in_str = 0;
+
+    if (c == '"') {
+      size_t j = i + 1, k;
+      gboolean escaped = FALSE;
+      while (j < n && h[j] != '"') {
+        if (h[j] == '\\') {
+          escaped = TRUE;
+          j++;
+        }
+        j++;
+      }
+      if (j >= n)
+        break;            /* unterminated: json-glib reports it */
+      for (k = j + 1; k < n && (h[k] == ' ' || h[k] == '\t' ||
+                                h[k] == '\n' || h[k] == '\r'); k++)
+        ;
+      if (k < n && h[k] == ':' && depth > 0 && open[depth - 1] == '{') {
+        KeyHash kh = { object[depth - 1], key_hash (h + i, j + 1 - i,
+                                                    escaped) };
+        if (++members[depth - 1] > MAX_OBJECT_MEMBERS)
+          st = fail (SATTN_E_FORMAT, err, err_len,
+                     "invalid header: an object with more than %d members",
+                     MAX_OBJECT_MEMBERS);
+        g_array_append_val (keys, kh);
+      }
+      i = j;
       continue;
     }
     switch (c) {
-      case '"':
-        in_str = 1;
-        break;
       case '[':
       case '{':
-        if (++depth > MAX_JSON_DEPTH)
-          return fail (SATTN_E_FORMAT, err, err_len,
-                       "invalid header: JSON nested deeper than %d levels",
-                       MAX_JSON_DEPTH);
+        if (depth == MAX_JSON_DEPTH) {
+          st = fail (SATTN_E_FORMAT, err, err_len,
+                     "invalid header: JSON nested deeper than %d levels",
+                     MAX_JSON_DEPTH);
+          break;
+        }
+        open[depth] = c;
+        object[depth] = objects++;
+        members[depth] = 0;
+        depth++;
         break;
       case ']':
       case '}':
@@ -316,15 +394,30 @@ check_json_shape (const char *h, size_t n, char *err, size_t err_len)
       case ',':
       case ':':
         if (++values > MAX_JSON_VALUES)
-          return fail (SATTN_E_FORMAT, err, err_len,
-                       "invalid header: more than %d JSON values",
-                       MAX_JSON_VALUES);
+          st = fail (SATTN_E_FORMAT, err, err_len,
+                     "invalid header: more than %d JSON values",
+                     MAX_JSON_VALUES);
         break;
       default:
         break;
     }
   }
-  return SATTN_OK;
+
+  if (st == SATTN_OK && keys->len > 1) {
+    KeyHash *kh = (KeyHash *) (void *) keys->data;
+    qsort (kh, keys->len, sizeof (KeyHash), cmp_key_hash);
+    for (guint k = 1; k < keys->len; k++) {
+      run = cmp_key_hash (&kh[k - 1], &kh[k]) == 0 ? run + 1 : 0;
+      if (run + 1 > MAX_SAME_HASH) {
+        st = fail (SATTN_E_FORMAT, err, err_len,
+                   "invalid header: more than %d keys of one object share "
+                   "a hash value (a crafted file?)", MAX_SAME_HASH);
+        break;
+      }
+    }
+  }
+  g_array_unref (keys);
+  return st;
 }
 
 /* json-glib keeps the last of duplicate keys silently (and a key with an

@@ -763,6 +763,42 @@ test_bad_json (void)
     g_string_free (s, TRUE);
   }
   {
+    /* keys made to collide in g_str_hash ("AB" and "B!" hash alike):
+     * json-glib's member table would compare them pairwise */
+    GString *s = g_string_new ("{");
+    for (int i = 0; i < 40; i++) {
+      g_string_append (s, i ? ",\"" : "\"");
+      for (int b = 0; b < 6; b++)
+        g_string_append (s, (i >> b) & 1 ? "AB" : "B!");
+      g_string_append (s, "\":0");
+    }
+    g_string_append_c (s, '}');
+    expect_load_fail (image_json (s->str, NULL, 0), SATTN_E_FORMAT,
+                      WORDS ("more than 32 keys", "share a hash value"));
+    /* the same through escapes: "\u0041B" is "AB" */
+    g_string_assign (s, "{");
+    for (int i = 0; i < 40; i++) {
+      g_string_append (s, i ? ",\"" : "\"");
+      for (int b = 0; b < 6; b++)
+        g_string_append (s, (i >> b) & 1 ? "\\u0041B" : "B!");
+      g_string_append (s, "\":0");
+    }
+    g_string_append_c (s, '}');
+    expect_load_fail (image_json (s->str, NULL, 0), SATTN_E_FORMAT,
+                      WORDS ("share a hash value"));
+    g_string_free (s, TRUE);
+  }
+  {
+    /* too many members in one object */
+    GString *s = g_string_new ("{\"__metadata__\":{");
+    for (int i = 0; i <= 65536; i++)
+      g_string_append_printf (s, "%s\"k%d\":\"\"", i ? "," : "", i);
+    g_string_append (s, "}}");
+    expect_load_fail (image_json (s->str, NULL, 0), SATTN_E_FORMAT,
+                      WORDS ("more than 65536 members"));
+    g_string_free (s, TRUE);
+  }
+  {
     /* many small values: refused before json-glib builds its tree */
     GString *s = g_string_new ("{\"a\":[");
     for (int i = 0; i < 1100000; i++)
