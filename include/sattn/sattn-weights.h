@@ -57,14 +57,17 @@ extern "C" {
  * readers are safe. */
 typedef struct SattnTensorFile SattnTensorFile;
 
-/* Read and validate the file at path (a regular file).  Memory used is at
- * most about three times the file size (the file while it is parsed, plus
- * float32 copies of its tensors), never more whatever the header claims.
+/* Read and validate the file at path (a regular file).  Memory used is
+ * about three times the file size at most (the file while it is parsed,
+ * plus float32 copies of its tensors) plus json-glib's tree of the header
+ * (tens of bytes per JSON value), never more whatever the header claims.
  * SATTN_E_IO: cannot open/read, not a regular file.
  * SATTN_E_FORMAT: truncated, header length past the end or over
- *   SATTN_TENSOR_MAX_HEADER, invalid JSON, bad shape/offsets, offsets out of
- *   range, overlapping, leaving gaps, or not matching the element count,
- *   duplicate names.
+ *   SATTN_TENSOR_MAX_HEADER, invalid JSON, a header over the parser limits
+ *   (nesting deeper than 32, more than 10^6 values, an object with more
+ *   than 65536 members or with over 32 keys sharing a g_str_hash value),
+ *   bad shape/offsets, offsets out of range, overlapping, leaving gaps, or
+ *   not matching the element count, duplicate keys.
  * SATTN_E_DTYPE: a dtype that is not a safetensors dtype.
  * SATTN_E_NOMEM: out of memory.
  * On success *out receives a new handle (free with sattn_tensor_file_free);
