@@ -176,6 +176,18 @@ alloc_count_stop (void)
   return atomic_load (&alloc_count);
 }
 
+/* Nonzero when the interposed allocator really counts (a heap allocation
+ * made through libc's own strdup, between start and stop, is seen). */
+static int
+alloc_count_works (void)
+{
+  alloc_count_start ();
+  char *volatile p = strdup ("sattn");
+  uint64_t n = alloc_count_stop ();
+  free (p);
+  return n >= 1;
+}
+
 /* ---------------------------------------------------------- utilities */
 
 static double
@@ -1543,8 +1555,18 @@ main (int argc, char **argv)
           "start=pad; medians of %d interleaved repeats, %.2g s of core "
           "streaming per configuration\n", o.repeats, o.core_time);
   printf ("OpenBLAS: %s\n", openblas_get_config ());
+  if (strcmp (openblas_get_corename (), "Prescott") == 0 &&
+      __builtin_cpu_supports ("avx2"))
+    printf ("note: OpenBLAS uses its generic Prescott kernels on this AVX2 "
+            "CPU; OPENBLAS_CORETYPE=%s selects the right ones (run-bench.sh "
+            "does)\n", __builtin_cpu_supports ("avx512f") ? "SkylakeX"
+            : "Haswell");
+  if (BENCH_COUNT_ALLOCS && !alloc_count_works ()) {
+    fprintf (stderr, "allocation counting does not see libc's allocations\n");
+    return 1;
+  }
   printf ("allocation counting: %s\n", BENCH_COUNT_ALLOCS
-          ? "on (malloc/calloc/realloc/memalign interposed)"
+          ? "on (malloc/calloc/realloc/memalign interposed, self-checked)"
           : "off (sanitizer build)");
   fflush (stdout);
 
