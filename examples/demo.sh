@@ -23,7 +23,17 @@ out=$(cd "$out" && pwd)
 # sets GST_PLUGIN_PATH_1_0 itself, which GStreamer prefers.)
 export GST_PLUGIN_PATH="$build/plugin${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}"
 
-if ! gst-inspect-1.0 sattn >/dev/null 2>&1; then
+# SATTN_GST_PRELOAD: libraries to preload into the GStreamer tools only
+# (the sanitizer runtimes when the plugin is built with sanitizers).
+gst () {
+  if [ -n "${SATTN_GST_PRELOAD:-}" ]; then
+    LD_PRELOAD="${SATTN_GST_PRELOAD}${LD_PRELOAD:+ $LD_PRELOAD}" "$@"
+  else
+    "$@"
+  fi
+}
+
+if ! gst gst-inspect-1.0 sattn >/dev/null 2>&1; then
   echo "demo: the sattn element is not available in $build/plugin" >&2
   echo "      (build it first: make build)" >&2
   exit 1
@@ -48,10 +58,10 @@ src="filesrc location=$out/signal.f32 ! rawaudioparse use-sink-caps=false format
 att="sattn window=$window hop=$hop heads=2 invalid-frames=mask"
 
 # shellcheck disable=SC2086  # the launch lines are split into words on purpose
-gst-launch-1.0 -q $src ! $att output=frames \
+gst gst-launch-1.0 -q $src ! $att output=frames \
   ! filesink location="$out/features.f32"
 # shellcheck disable=SC2086
-gst-launch-1.0 -q $src ! $att output=mean \
+gst gst-launch-1.0 -q $src ! $att output=mean \
   ! filesink location="$out/features-mean.f32"
 
 "$python" "$here/summarise-features.py" "$out/signal.f32" \
