@@ -88,6 +88,7 @@
 #endif
 
 #include "gstsattn.h"
+#include "sattn/sattn-weights.h"
 
 #include <math.h>
 #include <string.h>
@@ -138,6 +139,9 @@ enum
   PROP_START,
   PROP_INVALID_FRAMES,
   PROP_THREADS,
+  PROP_WEIGHTS,
+  PROP_WEIGHTS_PREFIX,
+  PROP_ADD_ZERO_ATTN,
   /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
 };
 
@@ -163,6 +167,9 @@ struct _GstSattn
   /* Properties; object lock. */
   GstSattnSettings props;
   GstSattnInvalidFrames invalid_frames;
+  gchar *weights;               /* safetensors path; NULL = identity */
+  gchar *weights_prefix;        /* module prefix inside the state dict */
+  gboolean add_zero_attn;
   gboolean running;             /* PAUSED or PLAYING: geometry frozen */
   GstClockTime held_time;       /* latency added; NONE before caps */
 
@@ -362,6 +369,21 @@ gst_sattn_class_init (GstSattnClass * klass)
       g_param_spec_int ("threads", "Threads",
           "BLAS threads used for the attention (0 = leave the process-wide "
           "setting alone)", 0, MAX_THREADS, DEFAULT_THREADS, geom));
+  g_object_class_install_property (gobject_class, PROP_WEIGHTS,
+      g_param_spec_string ("weights", "Weights",
+          "safetensors file with a torch.nn.MultiheadAttention state dict "
+          "(in_proj_weight or q/k/v_proj_weight, out_proj, bias_k/bias_v); "
+          "NULL = identity projections.  Read and checked on READY->PAUSED "
+          "and when caps arrive", NULL, geom));
+  g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
+      g_param_spec_string ("weights-prefix", "Weights prefix",
+          "Prefix of the attention module's tensors inside a larger state "
+          "dict, e.g. \"encoder.layers.0.self_attn.\"", "", geom));
+  g_object_class_install_property (gobject_class, PROP_ADD_ZERO_ATTN,
+      g_param_spec_boolean ("add-zero-attn", "Add zero attention",
+          "Append an all-zero key and value to every window, as "
+          "torch.nn.MultiheadAttention(add_zero_attn=True) does", FALSE,
+          geom));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -441,6 +463,8 @@ gst_sattn_finalize (GObject * object)
 
   gst_sattn_free_stream (self);
   gst_clear_event (&self->pending_segment);
+  g_free (self->weights);
+  g_free (self->weights_prefix);
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
 
@@ -496,6 +520,19 @@ gst_sattn_set_property (GObject * object, guint prop_id,
     case PROP_THREADS:
       self->props.threads = g_value_get_int (value);
       break;
+    case PROP_WEIGHTS:
+      g_free (self->weights);
+      self->weights = g_value_dup_string (value);
+      if (self->weights != NULL && self->weights[0] == '\0')
+        g_clear_pointer (&self->weights, g_free);
+      break;
+    case PROP_WEIGHTS_PREFIX:
+      g_free (self->weights_prefix);
+      self->weights_prefix = g_value_dup_string (value);
+      break;
+    case PROP_ADD_ZERO_ATTN:
+      self->add_zero_attn = g_value_get_boolean (value);
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -546,6 +583,16 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       break;
     case PROP_THREADS:
       g_value_set_int (value, self->props.threads);
+      break;
+    case PROP_WEIGHTS:
+      g_value_set_string (value, self->weights);
+      break;
+    case PROP_WEIGHTS_PREFIX:
+      g_value_set_string (value, self->weights_prefix ? self->weights_prefix
+          : "");
+      break;
+    case PROP_ADD_ZERO_ATTN:
+      g_value_set_boolean (value, self->add_zero_attn);
       break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -1190,6 +1237,48 @@ gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
   return TRUE;
 }
 
+/* Reads the weights file (path) for d_model-value frames (0 = whatever the
+ * file has: a check of the file alone) and fills mc / w.  Posts an element
+ * error naming the file and what is wrong with it on failure. */
+static gboolean
+gst_sattn_load_weights (GstSattn * self, const gchar * path,
+    const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
+    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw)
+{
+  gchar err[1024] = "";
+  SattnStatus st;
+
+  st = sattn_mha_weights_load (path, prefix ? prefix : "", (size_t) d_model,
+      heads, zero_attn, mc, w, mw, err, sizeof err);
+  if (st == SATTN_OK)
+    return TRUE;
+
+  switch (st) {
+    case SATTN_E_IO:
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+          ("Could not read weights file \"%s\": %s", path, err),
+          ("%s", sattn_status_string (st)));
+      break;
+    case SATTN_E_SHAPE:
+      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+          ("Weights file \"%s\" does not fit the stream: %s", path, err),
+          ("%s", sattn_status_string (st)));
+      break;
+    case SATTN_E_INVAL:
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+          ("Weights file \"%s\" cannot be used with these properties: %s",
+              path, err), ("%s", sattn_status_string (st)));
+      break;
+    default:
+      GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+          ("Weights file \"%s\" is not a usable safetensors "
+              "MultiheadAttention state dict: %s", path, err),
+          ("%s", sattn_status_string (st)));
+      break;
+  }
+  return FALSE;
+}
+
 static gboolean
 gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 {
@@ -1203,6 +1292,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnModel *model;
   SattnStream *stream;
   SattnStatus st = SATTN_OK;
+  SattnWeights weights = { 0, };
+  SattnMhaWeights *mw = NULL;
+  gchar *wpath, *wprefix;
+  gboolean zero_attn;
   GstCaps *srccaps;
   gsize row_floats, chunk;
   GstClockTime next_ts, held;
@@ -1230,11 +1323,17 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 
   GST_OBJECT_LOCK (self);
   c = self->props;
+  wpath = g_strdup (self->weights);
+  wprefix = g_strdup (self->weights_prefix);
+  zero_attn = self->add_zero_attn;
   GST_OBJECT_UNLOCK (self);
 
   d_model = (guint64) channels * c.frame_size;
-  if (!gst_sattn_validate (self, &c, rate, channels, d_model))
+  if (!gst_sattn_validate (self, &c, rate, channels, d_model)) {
+    g_free (wpath);
+    g_free (wprefix);
     return FALSE;
+  }
 
   mc.d_model = (size_t) d_model;
   mc.heads = c.heads;
@@ -1243,7 +1342,19 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   mc.causal = c.causal;
   mc.lookback = c.lookback;
   mc.threads = c.threads;
-  model = sattn_model_new (&mc, NULL, &st);
+  weights.add_zero_attn = zero_attn;
+  if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
+          d_model, c.heads, zero_attn, &mc, &weights, &mw)) {
+    g_free (wpath);
+    g_free (wprefix);
+    return FALSE;
+  }
+  /* The model keeps its own copy of the weights. */
+  model = sattn_model_new (&mc, (wpath != NULL || zero_attn) ? &weights :
+      NULL, &st);
+  sattn_mha_weights_free (mw);
+  g_free (wpath);
+  g_free (wprefix);
   if (model == NULL) {
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
@@ -1451,7 +1562,40 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
   GstStateChangeReturn ret;
 
   switch (transition) {
-    case GST_STATE_CHANGE_READY_TO_PAUSED:
+    case GST_STATE_CHANGE_READY_TO_PAUSED:{
+      gchar *wpath, *wprefix;
+
+      gboolean zero_attn;
+
+      GST_OBJECT_LOCK (self);
+      wpath = g_strdup (self->weights);
+      wprefix = g_strdup (self->weights_prefix);
+      zero_attn = self->add_zero_attn;
+      GST_OBJECT_UNLOCK (self);
+      if (wpath != NULL) {
+        /* Check the file now: a broken one fails the state change with a
+         * message, not the first buffer.  d_model 0 = as the file says. */
+        SattnConfig mc = { 0, };
+        SattnWeights w = { 0, };
+        SattnMhaWeights *mw = NULL;
+        guint heads;
+        gboolean ok;
+
+        GST_OBJECT_LOCK (self);
+        heads = self->props.heads;
+        GST_OBJECT_UNLOCK (self);
+        mc.heads = heads;
+        ok = gst_sattn_load_weights (self, wpath, wprefix, 0, heads,
+            zero_attn, &mc, &w, &mw);
+        sattn_mha_weights_free (mw);
+        if (!ok) {
+          g_free (wpath);
+          g_free (wprefix);
+          return GST_STATE_CHANGE_FAILURE;
+        }
+      }
+      g_free (wpath);
+      g_free (wprefix);
       GST_OBJECT_LOCK (self);
       self->running = TRUE;
       GST_OBJECT_UNLOCK (self);
@@ -1459,6 +1603,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       self->caps_refused = FALSE;
       gst_sattn_flush (self);
       break;
+    }
     default:
       break;
   }
