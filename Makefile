@@ -39,6 +39,10 @@ comma := ,
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
+# Targets run one after the other (deps before build before test); ninja
+# and meson test parallelise inside.
+.NOTPARALLEL:
+
 .PHONY: all deps build build-asan build-release test test-asan demo seed \
 	bench clean
 
