@@ -88,6 +88,7 @@
 #endif
 
 #include "gstsattn.h"
+#include "gstsattn-obs.h"
 #include "sattn/sattn-weights.h"
 
 #include <math.h>
@@ -162,7 +163,9 @@ struct _GstSattn
 
   GstPad *sinkpad;
   GstPad *srcpad;
-  /* Later: a request pad for attention maps sits next to srcpad. */
+  /* Health messages, warnings and the attn request pad (attention map);
+   * see gstsattn-obs.h for which lock guards what. */
+  GstSattnObs obs;
 
   /* Properties; object lock. */
   GstSattnSettings props;
@@ -402,6 +405,11 @@ gst_sattn_class_init (GstSattnClass * klass)
 
   GST_DEBUG_CATEGORY_INIT (gst_sattn_debug, "sattn", 0,
       "sliding-window self-attention");
+
+  /* post-messages, message-interval, saturation-threshold,
+   * message-weights, map-head and the attn pad template. */
+  gst_sattn_obs_class_init (gobject_class, element_class,
+      G_STRUCT_OFFSET (GstSattn, obs));
 }
 
 static void
@@ -419,6 +427,7 @@ gst_sattn_init (GstSattn * self)
       GST_DEBUG_FUNCPTR (gst_sattn_src_query));
   gst_pad_use_fixed_caps (self->srcpad);
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
+  gst_sattn_obs_init (&self->obs, GST_ELEMENT (self), self->sinkpad);
 
   self->props.window = DEFAULT_WINDOW;
   self->props.hop = DEFAULT_HOP;
@@ -465,6 +474,7 @@ gst_sattn_finalize (GObject * object)
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
+  gst_sattn_obs_finalize (&self->obs);
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
 
@@ -475,7 +485,8 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   GstSattn *self = GST_SATTN (object);
 
   GST_OBJECT_LOCK (self);
-  if (self->running && prop_id != PROP_INVALID_FRAMES) {
+  if (self->running && prop_id != PROP_INVALID_FRAMES &&
+      !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
     GST_OBJECT_UNLOCK (self);
     GST_WARNING_OBJECT (self, "property '%s' can only be changed in the "
@@ -534,7 +545,8 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       self->add_zero_attn = g_value_get_boolean (value);
       break;
     default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      if (!gst_sattn_obs_set_property (&self->obs, prop_id, value))
+        G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
   }
   GST_OBJECT_UNLOCK (self);
@@ -595,7 +607,8 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       g_value_set_boolean (value, self->add_zero_attn);
       break;
     default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      if (!gst_sattn_obs_get_property (&self->obs, prop_id, value))
+        G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
   }
   GST_OBJECT_UNLOCK (self);
@@ -646,6 +659,7 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
   GstBuffer *buf = out->buf;
   GstClockTime pts, end;
   gsize rows = out->rows;
+  GstFlowReturn ret;
 
   if (buf == NULL)
     return GST_FLOW_OK;
@@ -678,7 +692,10 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
   GST_LOG_OBJECT (self, "pushing %" G_GSIZE_FORMAT " rows, frames %"
       G_GUINT64_FORMAT "-%" G_GUINT64_FORMAT ", pts %" GST_TIME_FORMAT, rows,
       out->first_frame, out->end_frame, GST_TIME_ARGS (pts));
-  return gst_pad_push (self->srcpad, buf);
+  ret = gst_pad_push (self->srcpad, buf);
+  /* Health messages follow the features they describe. */
+  gst_sattn_obs_pushed (&self->obs, GST_ELEMENT (self));
+  return ret;
 }
 
 /* Make room for need more rows in out, pushing what it holds if full.
@@ -729,6 +746,7 @@ gst_sattn_ensure_info (GstSattn * self, gsize need)
 static void
 gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
 {
+  guint64 first, end;
   gsize i;
 
   if (n_rows == 0)
@@ -740,6 +758,14 @@ gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
   for (i = 0; i < n_rows && !out->any_valid; i++)
     out->any_valid = self->info[i].valid != 0;
   out->rows += n_rows;
+
+  /* When anything is observed a core call computes at most one window
+   * (gst_sattn_obs_split), so these rows are that window's. */
+  first = self->info[0].first;
+  end = self->info[n_rows - 1].first + self->info[n_rows - 1].n_frames;
+  gst_sattn_obs_window (&self->obs, GST_ELEMENT (self), self->stream, first,
+      end, gst_sattn_frame_ts (self, first), gst_sattn_frame_ts (self, end),
+      &self->segment);
 }
 
 static GstFlowReturn
@@ -751,17 +777,19 @@ gst_sattn_core_error (GstSattn * self, const gchar * what, SattnStatus st)
   return GST_FLOW_ERROR;
 }
 
-/* Hand n frames (n <= chunk) to the core and collect the rows in out. */
+/* Hand n frames (n <= chunk) to the core and collect the rows in out.
+ * When health messages or the attention map are on, the frames go in
+ * pieces that end at window ends, one window per core call. */
 static GstFlowReturn
 gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
     const guint8 * valid, GstSattnOut * out, guint64 hint_frames)
 {
   GstFlowReturn ret;
   SattnStatus st;
-  gsize need, n_rows = 0;
+  gsize need, k, n_rows = 0;
   float dummy[1];
-  float *dst = dummy;
-  gsize room = 0;
+  float *dst;
+  gsize room;
 
   need = sattn_stream_max_rows (self->stream, n);
   if (need > 0) {
@@ -769,17 +797,28 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
     if (ret != GST_FLOW_OK)
       return ret;
     gst_sattn_ensure_info (self, need);
-    dst = (float *) out->map.data + out->rows * self->row_floats;
-    room = out->cap_rows - out->rows;
   }
 
-  st = sattn_stream_push (self->stream, frames, n, valid, dst, room,
-      need > 0 ? self->info : NULL, &n_rows);
-  if (st != SATTN_OK)
-    return gst_sattn_core_error (self, "sattn_stream_push", st);
-  g_assert (n_rows <= room);
-  self->frames_since_resync += n;
-  gst_sattn_out_account (self, out, n_rows);
+  while (n > 0) {
+    k = gst_sattn_obs_split (&self->obs, self->stream, n);
+    dst = dummy;
+    room = 0;
+    if (need > 0) {
+      dst = (float *) out->map.data + out->rows * self->row_floats;
+      room = out->cap_rows - out->rows;
+    }
+    st = sattn_stream_push (self->stream, frames, k, valid, dst, room,
+        need > 0 ? self->info : NULL, &n_rows);
+    if (st != SATTN_OK)
+      return gst_sattn_core_error (self, "sattn_stream_push", st);
+    g_assert (n_rows <= room);
+    self->frames_since_resync += k;
+    gst_sattn_out_account (self, out, n_rows);
+    frames += k * self->d_model;
+    if (valid)
+      valid += k;
+    n -= k;
+  }
   return GST_FLOW_OK;
 }
 
@@ -923,7 +962,7 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
 
 /* Emit rows for every frame the stream holds and push them. */
 static GstFlowReturn
-gst_sattn_drain (GstSattn * self)
+gst_sattn_drain_rows (GstSattn * self)
 {
   GstSattnOut out = { 0, };
   GstFlowReturn ret;
@@ -956,6 +995,19 @@ gst_sattn_drain (GstSattn * self)
   GST_DEBUG_OBJECT (self, "drained %" G_GSIZE_FORMAT " rows", n_rows);
   gst_sattn_out_account (self, &out, n_rows);
   return gst_sattn_out_finish (self, &out);
+}
+
+/* Drain, then end the health messages' timeline: one more message for
+ * the windows not reported yet (at EOS, a resync, a new segment, caps). */
+static GstFlowReturn
+gst_sattn_drain (GstSattn * self)
+{
+  GstFlowReturn ret = gst_sattn_drain_rows (self);
+
+  if (self->stream)
+    gst_sattn_obs_end_timeline (&self->obs, GST_ELEMENT (self), self->stream,
+        &self->segment);
+  return ret;
 }
 
 /* Drain, forget the window and start a new timeline at ts. */
@@ -1366,6 +1418,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   sc.hop = c.hop;
   sc.output = (SattnOutputMode) c.output;
   sc.start = (SattnStartPolicy) c.start;
+  gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
   stream = sattn_stream_new (model, &sc, &st);
   if (stream == NULL) {
     sattn_model_free (model);
@@ -1409,6 +1462,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->zeros = g_malloc0 (chunk * self->frame_bytes);
   self->invalid_flags = g_malloc0 (chunk);
   gst_sattn_ensure_info (self, sattn_stream_max_rows (stream, chunk));
+  gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), model, &sc, rate,
+      c.frame_size, c.scale);
 
   /* A new timeline, continuing where the old one ended (if any). */
   self->resync_ts = GST_CLOCK_TIME_NONE;
@@ -1446,6 +1501,7 @@ gst_sattn_flush (GstSattn * self)
 {
   if (self->stream)
     sattn_stream_reset (self->stream);
+  gst_sattn_obs_reset (&self->obs, self->stream);
   self->carry_len = 0;
   self->carry_invalid = FALSE;
   self->resync_ts = GST_CLOCK_TIME_NONE;
@@ -1512,9 +1568,14 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       return res;
     case GST_EVENT_EOS:
       gst_sattn_drain (self);
+      gst_sattn_obs_eos (&self->obs, GST_ELEMENT (self), &self->segment);
+      return gst_pad_event_default (pad, parent, event);
+    case GST_EVENT_FLUSH_START:
+      gst_sattn_obs_flush_start (&self->obs, GST_ELEMENT (self));
       return gst_pad_event_default (pad, parent, event);
     case GST_EVENT_FLUSH_STOP:
       gst_sattn_flush (self);
+      gst_sattn_obs_flush_stop (&self->obs, GST_ELEMENT (self));
       return gst_pad_event_default (pad, parent, event);
     default:
       return gst_pad_event_default (pad, parent, event);
