@@ -68,6 +68,37 @@
  * element drains, so that in `frames` mode every input frame gets exactly
  * one output frame.
  *
+ * ## Numeric health and the attention map
+ *
+ * With #GstSattn:post-messages the element computes, in the softmax's own
+ * pass, statistics of every window and posts them as an element message
+ * named `sattn` (one per window, or per #GstSattn:message-interval of
+ * stream time, always whole windows, after the features they describe;
+ * the remainder at EOS).  Fields: `timestamp`, `stream-time`,
+ * `running-time`, `duration` (contiguous from message to message),
+ * `windows`, `frames`, `rows` (one per head and computed query frame),
+ * `masked-keys`, `invalid-frames`, `fully-masked-rows`,
+ * `nonfinite-scores`, `score-min` / `score-max` (finite scaled scores),
+ * `lse-min` / `lse-max` (log-sum-exp of each row's scaled scores),
+ * `max-weight` (mean of each row's largest weight), `entropy` (mean row
+ * entropy / log of the row's visible keys), `saturated-rows` (largest
+ * weight above #GstSattn:saturation-threshold; a row with one visible key
+ * counts), and `weights` with #GstSattn:message-weights.  Saturated rows
+ * and non-finite scores also post a warning, at most one of each kind per
+ * 10 s of stream time, that names the cause and the fix.  Per-window
+ * details are logged at LOG level (`GST_DEBUG=sattn:6`).
+ *
+ * The `attn` request pad pushes one `video/x-raw, format=GRAY8` frame per
+ * window, width = window (+ extra keys), height = the query rows of a
+ * window (hop in `frames` mode, window in `window` / `mean`, 1 in `last`),
+ * framerate = windows per second, with the features' timestamps; it shows
+ * #GstSattn:map-head or the average of the heads.  Image row i is query
+ * row rows - height + i of the window, pixel (i, j) =
+ * floor (255 w[j] / max_k w[k] + 1/2): each row scaled to its own largest
+ * weight.  The pad pushes from its own thread, so no queue is needed
+ * after it; request it before the element receives caps.  Nothing is
+ * computed for messages or maps that were not asked for.
+ *
  * ## Example launch lines
  * |[
  * gst-launch-1.0 audiotestsrc num-buffers=100 ! audio/x-raw,format=F32LE,channels=8,rate=16000 ! sattn ! fakesink
@@ -81,6 +112,12 @@
  * gst-launch-1.0 audiotestsrc num-buffers=20 ! audio/x-raw,format=F32LE,channels=2,rate=8000 ! sattn window=16 hop=4 output=window start=wait ! fakesink
  * ]| Whole windows: 16 rows × 2 features = 32 channels at 500 Hz, starting
  * once the first window is full.
+ * |[
+ * gst-launch-1.0 -m audiotestsrc num-buffers=50 ! audio/x-raw,format=F32LE,channels=8,rate=16000 ! sattn post-messages=true message-interval=100000000 ! fakesink
+ * ]| Prints a `sattn` health message every 100 ms of signal.
+ * |[
+ * gst-launch-1.0 audiotestsrc num-buffers=20 ! audio/x-raw,format=F32LE,channels=4,rate=16000 ! sattn name=s window=64 hop=16 ! fakesink s.attn ! videoconvert ! pngenc ! multifilesink location=map-%05d.png
+ * ]| Writes the attention map of every window as a 64 × 16 PNG.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -182,6 +219,7 @@ struct _GstSattn
   SattnStream *stream;
   GstCaps *sink_caps;
   gboolean caps_refused;        /* last caps event could not be used */
+  GstCaps *refused_caps;        /* those caps: refused once, posted once */
   gint rate, channels;
   gsize bpf;                    /* bytes per sample period */
   gsize d_model, frame_bytes, row_floats;
@@ -474,6 +512,7 @@ gst_sattn_finalize (GObject * object)
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
+  gst_clear_caps (&self->refused_caps);
   gst_sattn_obs_finalize (&self->obs);
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
@@ -1308,23 +1347,23 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   switch (st) {
     case SATTN_E_IO:
       GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-          ("Could not read weights file \"%s\": %s", path, err),
+          ("Could not read the weights file: %s", err),
           ("%s", sattn_status_string (st)));
       break;
     case SATTN_E_SHAPE:
       GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-          ("Weights file \"%s\" does not fit the stream: %s", path, err),
+          ("The weights file does not fit the stream: %s", err),
           ("%s", sattn_status_string (st)));
       break;
     case SATTN_E_INVAL:
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-          ("Weights file \"%s\" cannot be used with these properties: %s",
-              path, err), ("%s", sattn_status_string (st)));
+          ("The weights file cannot be used with these properties: %s",
+              err), ("%s: %s", path, sattn_status_string (st)));
       break;
     default:
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-          ("Weights file \"%s\" is not a usable safetensors "
-              "MultiheadAttention state dict: %s", path, err),
+          ("The weights file is not a usable safetensors "
+              "MultiheadAttention state dict: %s", err),
           ("%s", sattn_status_string (st)));
       break;
   }
@@ -1524,8 +1563,15 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       GstCaps *caps;
 
       gst_event_parse_caps (event, &caps);
+      if (self->refused_caps && gst_caps_is_equal (caps, self->refused_caps)) {
+        /* The same caps again (sticky events are re-sent): the error was
+         * posted already; refuse them quietly. */
+        gst_event_unref (event);
+        return FALSE;
+      }
       res = gst_sattn_set_caps (self, caps);
       self->caps_refused = !res;
+      gst_caps_replace (&self->refused_caps, res ? NULL : caps);
       if (!res && self->stream) {
         /* Data in the refused format must not reach the old stream. */
         gst_sattn_drain (self);
@@ -1662,6 +1708,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       GST_OBJECT_UNLOCK (self);
       gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
       self->caps_refused = FALSE;
+      gst_clear_caps (&self->refused_caps);
       gst_sattn_flush (self);
       break;
     }
