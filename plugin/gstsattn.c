@@ -219,6 +219,7 @@ struct _GstSattn
   SattnStream *stream;
   GstCaps *sink_caps;
   gboolean caps_refused;        /* last caps event could not be used */
+  GstCaps *refused_caps;        /* those caps: refused once, posted once */
   gint rate, channels;
   gsize bpf;                    /* bytes per sample period */
   gsize d_model, frame_bytes, row_floats;
@@ -511,6 +512,7 @@ gst_sattn_finalize (GObject * object)
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
+  gst_clear_caps (&self->refused_caps);
   gst_sattn_obs_finalize (&self->obs);
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
@@ -1345,23 +1347,23 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   switch (st) {
     case SATTN_E_IO:
       GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-          ("Could not read weights file \"%s\": %s", path, err),
+          ("Could not read the weights file: %s", err),
           ("%s", sattn_status_string (st)));
       break;
     case SATTN_E_SHAPE:
       GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-          ("Weights file \"%s\" does not fit the stream: %s", path, err),
+          ("The weights file does not fit the stream: %s", err),
           ("%s", sattn_status_string (st)));
       break;
     case SATTN_E_INVAL:
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-          ("Weights file \"%s\" cannot be used with these properties: %s",
-              path, err), ("%s", sattn_status_string (st)));
+          ("The weights file cannot be used with these properties: %s",
+              err), ("%s: %s", path, sattn_status_string (st)));
       break;
     default:
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-          ("Weights file \"%s\" is not a usable safetensors "
-              "MultiheadAttention state dict: %s", path, err),
+          ("The weights file is not a usable safetensors "
+              "MultiheadAttention state dict: %s", err),
           ("%s", sattn_status_string (st)));
       break;
   }
@@ -1561,8 +1563,15 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       GstCaps *caps;
 
       gst_event_parse_caps (event, &caps);
+      if (self->refused_caps && gst_caps_is_equal (caps, self->refused_caps)) {
+        /* The same caps again (sticky events are re-sent): the error was
+         * posted already; refuse them quietly. */
+        gst_event_unref (event);
+        return FALSE;
+      }
       res = gst_sattn_set_caps (self, caps);
       self->caps_refused = !res;
+      gst_caps_replace (&self->refused_caps, res ? NULL : caps);
       if (!res && self->stream) {
         /* Data in the refused format must not reach the old stream. */
         gst_sattn_drain (self);
@@ -1699,6 +1708,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       GST_OBJECT_UNLOCK (self);
       gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
       self->caps_refused = FALSE;
+      gst_clear_caps (&self->refused_caps);
       gst_sattn_flush (self);
       break;
     }
