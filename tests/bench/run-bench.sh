@@ -51,6 +51,24 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${SATTN_BENCH_KEEP_BLAS:-0}" != 1 ]; th
   esac
 fi
 
+# Pin everything (sattn-bench, its pipeline threads, PyTorch) to one CPU:
+# the core-alone and pipeline measurements, and sattn and PyTorch, then run
+# on the same CPU, so that what else runs on a CPU of a shared machine
+# cannot favour one side.  SATTN_BENCH_CPU=N picks the CPU, =none disables.
+pin=
+cpu=${SATTN_BENCH_CPU:-}
+if [ "$cpu" != none ] && command -v taskset >/dev/null 2>&1; then
+  if [ -z "$cpu" ]; then
+    # the highest-numbered CPU this process may use (CPU 0 usually takes
+    # more of the interrupts)
+    cpu=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status |
+      tr ',' '\n' | sed 's/.*-//' | sort -n | tail -n 1)
+  fi
+  if [ -n "$cpu" ] && taskset -c "$cpu" true 2>/dev/null; then
+    pin="taskset -c $cpu"
+  fi
+fi
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/sattn-bench.XXXXXX")
 if [ "${SATTN_BENCH_KEEP:-0}" = 1 ]; then
   echo "working directory kept: $work"
@@ -64,9 +82,10 @@ for a in "$@"; do
 done
 
 echo "== sattn-bench ($(uname -m), $(nproc) CPU(s): $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1))"
-echo "\$ $bench --json $work/sattn.jsonl --dump $work/dump $*"
+[ -n "$pin" ] && echo "pinned to CPU $cpu (SATTN_BENCH_CPU=none to disable)"
+echo "\$ $pin $bench --json $work/sattn.jsonl --dump $work/dump $*"
 status=0
-"$bench" --json "$work/sattn.jsonl" --dump "$work/dump" "$@" || status=$?
+$pin "$bench" --json "$work/sattn.jsonl" --dump "$work/dump" "$@" || status=$?
 
 echo
 echo "== PyTorch baseline"
@@ -85,7 +104,7 @@ if [ -z "$py" ]; then
 elif [ ! -s "$work/sattn.jsonl" ]; then
   echo "no figures from sattn-bench: the PyTorch comparison is skipped."
 else
-  echo "\$ $py $here/torch_baseline.py --sattn-json $work/sattn.jsonl --bench $bench $quick"
-  "$py" "$here/torch_baseline.py" --sattn-json "$work/sattn.jsonl" --bench "$bench" $quick || status=$?
+  echo "\$ $pin $py $here/torch_baseline.py --sattn-json $work/sattn.jsonl --bench $bench $quick"
+  $pin "$py" "$here/torch_baseline.py" --sattn-json "$work/sattn.jsonl" --bench "$bench" $quick || status=$?
 fi
 exit $status
