@@ -28,29 +28,39 @@ void
 gst_sattn_map_render (const float *weights, gsize rows, gsize cols,
     guint8 * image, gsize stride, gsize height)
 {
-  gsize i, j;
+  gsize i, j, k;
 
   for (i = 0; i < height; i++) {
     guint8 *dst = image + i * stride;
     const float *w;
-    float mx = 0.0f;
+    float mx = 0.0f, inv, m8[8];
 
     memset (dst, 0, stride);
     /* Image row i is weight row rows - height + i. */
     if (rows + i < height)
       continue;
     w = weights + (rows + i - height) * cols;
-    for (j = 0; j < cols; j++)
-      if (w[j] > mx)
-        mx = w[j];
+    /* Eight independent maxima, so the loop vectorises. */
+    for (k = 0; k < 8; k++)
+      m8[k] = 0.0f;
+    for (j = 0; j + 8 <= cols; j += 8)
+      for (k = 0; k < 8; k++)
+        m8[k] = w[j + k] > m8[k] ? w[j + k] : m8[k];
+    for (; j < cols; j++)
+      mx = w[j] > mx ? w[j] : mx;
+    for (k = 0; k < 8; k++)
+      mx = m8[k] > mx ? m8[k] : mx;
     if (!(mx > 0.0f))
       continue;
+    /* One division per row; the loop vectorises.  Weights are >= 0 and
+     * <= mx, the clamps only keep the conversion defined. */
+    inv = 255.0f / mx;
     for (j = 0; j < cols; j++) {
-      double v = 255.0 * ((double) w[j] / (double) mx) + 0.5;
+      float v = w[j] * inv + 0.5f;
 
-      /* w[j] <= mx, so v < 256; negative or NaN weights do not occur but
-       * must not wrap around either. */
-      dst[j] = v >= 1.0 ? (guint8) MIN (v, 255.0) : 0;
+      v = v > 0.0f ? v : 0.0f;
+      v = v < 255.0f ? v : 255.0f;
+      dst[j] = (guint8) (gint) v;
     }
   }
 }
@@ -174,6 +184,12 @@ map_activate_mode (GstPad * pad, GstObject * parent, GstPadMode mode,
     gst_data_queue_set_flushing (map->queue, FALSE);
     g_atomic_int_set (&map->main_pushed, 0);
     g_atomic_int_set (&map->flow_error, 0);
+    /* Deactivation dropped the pad's sticky events: send them anew.  The
+     * streaming thread is not running while pads are (de)activated. */
+    map->sent_stream_start = FALSE;
+    map->caps_dirty = TRUE;
+    map->segment_dirty = TRUE;
+    map->discont = TRUE;
     return gst_pad_start_task (pad, map_loop, pad, NULL);
   }
   gst_data_queue_set_flushing (map->queue, TRUE);

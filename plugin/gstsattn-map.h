@@ -82,8 +82,9 @@ void gst_sattn_map_eos (GstElement * element, GstSattnMap * map,
 /* The pixel mapping, exposed for documentation and tests: image row i
  * shows weight row rows - height + i (rows above the first weight row are
  * black), pixel (i, j) = floor (255 * w[j] / max_k w[k] + 0.5) over the
- * row's float32 weights, 0 for a row whose weights are all 0.  Each image
- * row is stride bytes; the bytes after width are zero. */
+ * row's float32 weights, computed in float32 as w[j] * (255 / max) (so
+ * within 1 of the exact value), 0 for a row whose weights are all 0.  Each
+ * image row is stride bytes; the bytes after width are zero. */
 void gst_sattn_map_render (const float *weights, gsize rows, gsize cols,
     guint8 * image, gsize stride, gsize height);
 

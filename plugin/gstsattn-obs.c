@@ -168,6 +168,7 @@ gst_sattn_obs_finalize (GstSattnObs * obs)
 {
   obs_drop_pending (obs);
   g_clear_pointer (&obs->wbuf, g_free);
+  g_clear_pointer (&obs->wtmp, g_free);
   obs->wbuf_floats = 0;
   gst_sattn_map_finalize (&obs->map);
 }
@@ -294,8 +295,10 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
 
   if (obs->wbuf_floats < sc->window * cols) {
     g_free (obs->wbuf);
+    g_free (obs->wtmp);
     obs->wbuf_floats = sc->window * cols;
     obs->wbuf = g_new (float, obs->wbuf_floats);
+    obs->wtmp = g_new (float, obs->wbuf_floats);
   }
 
   /* The query rows a window computes: the hop's new frames, the whole
@@ -561,6 +564,32 @@ obs_check_warnings (GstSattnObs * obs, GstElement * element,
 
 /* ------------------------------------------------------------ per window */
 
+/* The weights the map shows, in wbuf: one head, or for head -1 the sum of
+ * the heads (the map scales each row to its maximum, so the sum draws the
+ * same picture as the mean); summed here head by head, which vectorises,
+ * rather than averaged element by element. */
+static gboolean
+obs_map_weights (GstSattnObs * obs, SattnStream * s, gint head, gsize * rows,
+    gsize * cols)
+{
+  gsize h, i, n;
+
+  if (head >= 0 || obs->heads == 1)
+    return sattn_stream_last_weights (s, MAX (head, 0), obs->wbuf, rows,
+        cols) == SATTN_OK;
+  if (sattn_stream_last_weights (s, 0, obs->wbuf, rows, cols) != SATTN_OK)
+    return FALSE;
+  n = *rows * *cols;
+  for (h = 1; h < obs->heads; h++) {
+    if (sattn_stream_last_weights (s, (int) h, obs->wtmp, NULL, NULL) !=
+        SATTN_OK)
+      return FALSE;
+    for (i = 0; i < n; i++)
+      obs->wbuf[i] += obs->wtmp[i];
+  }
+  return TRUE;
+}
+
 void
 gst_sattn_obs_window (GstSattnObs * obs, GstElement * element,
     SattnStream * s, guint64 first, guint64 end, GstClockTime ts,
@@ -591,8 +620,7 @@ gst_sattn_obs_window (GstSattnObs * obs, GstElement * element,
       obs->map_head_warned = TRUE;
       head = -1;
     }
-    if (sattn_stream_last_weights (s, head, obs->wbuf, &rows, &cols) ==
-        SATTN_OK)
+    if (obs_map_weights (obs, s, head, &rows, &cols))
       gst_sattn_map_push (element, &obs->map, obs->wbuf, rows, cols, ts,
           end_ts - ts, segment);
   }

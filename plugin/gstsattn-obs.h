@@ -53,7 +53,7 @@ typedef struct
 
   /* Messages and warnings to post after the next push. */
   GQueue pending;
-  float *wbuf;
+  float *wbuf, *wtmp;            /* window × keys: weights, one head */
   gsize wbuf_floats;
 } GstSattnObs;
 

@@ -337,6 +337,52 @@ GST_START_TEST (test_map_flush)
 
 GST_END_TEST;
 
+/* After PLAYING -> READY -> PLAYING the pad sends its stream-start, caps
+ * and segment again before the new maps. */
+GST_START_TEST (test_map_restart)
+{
+  const gint rate = 1000;
+  const gsize d = 2;
+  float x[40];
+  GstHarness *h, *hm;
+  GstSegment seg;
+  gchar *events, *caps_str;
+  gint run;
+
+  sattn_fill_signal (x, 40, 11, 1.0f);
+  h = sattn_harness_new ("window", 8, "hop", 4, NULL);
+  hm = gst_harness_new_with_element (h->element, NULL, "attn");
+  caps_str = sattn_caps_string (rate, (gint) d);
+  for (run = 0; run < 2; run++) {
+    if (run == 1) {
+      fail_unless_equals_int (gst_element_set_state (h->element,
+              GST_STATE_READY), GST_STATE_CHANGE_SUCCESS);
+      fail_unless_equals_int (gst_element_set_state (h->element,
+              GST_STATE_PLAYING), GST_STATE_CHANGE_SUCCESS);
+      fail_unless (gst_harness_push_event (h,
+              gst_event_new_stream_start ("again")));
+      fail_unless (gst_harness_push_event (h,
+              gst_event_new_caps (gst_caps_from_string (caps_str))));
+      gst_segment_init (&seg, GST_FORMAT_TIME);
+      fail_unless (gst_harness_push_event (h, gst_event_new_segment (&seg)));
+    } else {
+      sattn_set_caps (h, rate, (gint) d);
+    }
+    push_stream (h, x, 20, d, 20, 1, rate);
+    events = pull_events_until_eos (hm);
+    fail_unless_equals_string (events, "stream-start caps segment eos");
+    g_free (events);
+    fail_unless_equals_int (gst_harness_buffers_in_queue (hm), 5);
+    while (gst_harness_buffers_in_queue (hm) > 0)
+      gst_buffer_unref (gst_harness_pull (hm));
+  }
+  g_free (caps_str);
+  gst_harness_teardown (hm);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
 /* ------------------------------------------------------------ pipeline */
 
 /* The launch line of the documentation, without any queue, writes one PNG
@@ -437,6 +483,7 @@ sattn_map_suite (void)
   tcase_add_loop_test (tc, test_map_pixels, 0, 64);
   tcase_add_loop_test (tc, test_costs_nothing_unless_asked, 0, 5);
   tcase_add_test (tc, test_map_flush);
+  tcase_add_test (tc, test_map_restart);
   tcase_add_test (tc, test_png_pipeline);
   return s;
 }
