@@ -297,8 +297,19 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
     g_free (obs->wbuf);
     g_free (obs->wtmp);
     obs->wbuf_floats = sc->window * cols;
-    obs->wbuf = g_new (float, obs->wbuf_floats);
-    obs->wtmp = g_new (float, obs->wbuf_floats);
+    obs->wbuf = g_try_new (float, obs->wbuf_floats);
+    obs->wtmp = g_try_new (float, obs->wbuf_floats);
+    if (obs->wbuf == NULL || obs->wtmp == NULL) {
+      GST_ELEMENT_WARNING (element, RESOURCE, NO_SPACE_LEFT,
+          ("No memory for the attention weights of a %" G_GSIZE_FORMAT
+              "-frame window: no attention map and no message weights",
+              obs->window), (NULL));
+      g_clear_pointer (&obs->wbuf, g_free);
+      g_clear_pointer (&obs->wtmp, g_free);
+      obs->wbuf_floats = 0;
+      obs->weights_on = FALSE;
+      return;
+    }
   }
 
   /* The query rows a window computes: the hop's new frames, the whole
