@@ -164,7 +164,8 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
       stats->max_weight_sum += wmax;
       if (n_valid > 1)
         stats->entropy_sum += ent / log ((double) n_valid);
-      if (wmax > sat_threshold)
+      /* A row with one visible key has no choice to saturate. */
+      if (n_valid > 1 && wmax > sat_threshold)
         stats->saturated_rows++;
     }
   }
@@ -183,8 +184,8 @@ sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
     const float *Kth = a->kt + h * dh * a->ldkt;
     const float *Vh = a->v + h * dvh;
     float *Oh = a->o + h * dvh;
-    /* Heads' weights go straight to the caller's array when it wants them. */
-    float *S = a->weights ? a->weights + h * M * ncols : a->scores;
+    /* Computed in the (cache-sized) scratch; copied out when wanted. */
+    float *S = a->scores;
 
     /* Raw scores for the window keys, then the extra keys by hand. */
     sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
@@ -215,8 +216,10 @@ sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
                    a->stats, a->sat_threshold);
     }
 
-    /* O_h = P V_h over the window keys (zero weights skipped), plus the
-     * extra values. */
+    if (a->weights != NULL)
+      memcpy (a->weights + h * M * ncols, S, M * ncols * sizeof (float));
+
+    /* O_h = P V_h over the window keys, plus the extra values. */
     sattn_pv (S, ncols, M, nk, Vh, a->ldv, dvh, Oh, m->dv);
     for (size_t e = 0; e < m->n_extra; e++) {
       const float *ve = m->v_extra + e * m->dv + h * dvh;

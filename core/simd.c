@@ -214,7 +214,7 @@ exp_sum_stats_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
   const __m256 ninf = _mm256_set1_ps (-INFINITY);
   const __m256 pinf = _mm256_set1_ps (INFINITY);
   __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
-  __m256d ex0 = _mm256_setzero_pd (), ex1 = _mm256_setzero_pd ();
+  __m256 exa = _mm256_setzero_ps ();    /* entropy term: float is plenty */
   __m256 mn = pinf;
   float tmp[8];
   for (size_t i = 0; i < n; i += 8) {
@@ -235,20 +235,22 @@ exp_sum_stats_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
     mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x, live));
     acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (e)));
     acc1 = _mm256_add_pd (acc1, _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1)));
-    ex0 = _mm256_add_pd (ex0, _mm256_cvtps_pd (_mm256_castps256_ps128 (xe)));
-    ex1 = _mm256_add_pd (ex1, _mm256_cvtps_pd (_mm256_extractf128_ps (xe, 1)));
+    exa = _mm256_add_ps (exa, xe);
     if (r < 8)
       memcpy (y + i, tmp, r * sizeof (float));
   }
-  double l1[4], l2[4];
-  float lm[8];
+  double l1[4];
+  float lm[8], l2[8];
   _mm256_storeu_pd (l1, _mm256_add_pd (acc0, acc1));
-  _mm256_storeu_pd (l2, _mm256_add_pd (ex0, ex1));
+  _mm256_storeu_ps (l2, exa);
   _mm256_storeu_ps (lm, mn);
   float m = INFINITY;
-  for (int l = 0; l < 8; l++)
+  double sx = 0.0;
+  for (int l = 0; l < 8; l++) {
     m = lm[l] < m ? lm[l] : m;
-  *ex = l2[0] + l2[1] + l2[2] + l2[3];
+    sx += l2[l];
+  }
+  *ex = sx;
   *xmin = m;
   return l1[0] + l1[1] + l1[2] + l1[3];
 }

@@ -406,11 +406,15 @@ sattn_stream_last_weights (const SattnStream *s, int head, float *out,
     memcpy (out, s->wkeep + (size_t) head * r * c, r * c * sizeof (float));
     return SATTN_OK;
   }
-  for (size_t i = 0; i < r * c; i++) {
-    float acc = 0.0f;
-    for (size_t h = 0; h < H; h++)
-      acc += s->wkeep[h * r * c + i];
-    out[i] = acc / (float) H;
+  /* Head by head: contiguous, vectorisable passes. */
+  const float inv = 1.0f / (float) H;
+  memcpy (out, s->wkeep, r * c * sizeof (float));
+  for (size_t h = 1; h < H; h++) {
+    const float *restrict src = s->wkeep + h * r * c;
+    for (size_t i = 0; i < r * c; i++)
+      out[i] += src[i];
   }
+  for (size_t i = 0; i < r * c; i++)
+    out[i] *= inv;
   return SATTN_OK;
 }

@@ -502,11 +502,10 @@ obs_check_warnings (GstSattnObs * obs, GstElement * element,
   const gdouble thr = obs->sat_threshold;
   gboolean saturated;
 
-  /* A row with a single visible key (the first frame of a causal stream,
-   * a window after a gap) has weight 1 with nothing wrong, and is counted
-   * as saturated too.  A row of two or more keys saturates only when its
-   * best score leads the others by log (t / (1 - t)) or more, so a window
-   * whose finite scores span less holds no such row: no warning then. */
+  /* The core counts only rows with two or more visible keys (a single
+   * visible key has weight 1 with nothing wrong).  Such a row saturates only
+   * when its best score leads the others by log (t / (1 - t)) or more; the
+   * check on the window's score spread is kept as a guard. */
   saturated = w->saturated_rows > 0 && (thr >= 1.0 || thr <= 0.0 ||
       w->score_max - w->score_min >= log (thr / (1.0 - thr)));
   if (saturated)

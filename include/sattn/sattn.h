@@ -122,7 +122,8 @@ typedef struct {
   uint64_t invalid_frames;     /* frames flagged invalid or with NaN/Inf */
   uint64_t fully_masked_rows;  /* rows with every key masked (output 0) */
   uint64_t nonfinite_scores;   /* NaN scores (masked) and +-Inf scores */
-  uint64_t saturated_rows;     /* rows whose max weight > threshold */
+  uint64_t saturated_rows;     /* rows with >= 2 visible keys whose max
+                                  weight > threshold */
   double score_min, score_max; /* over finite unmasked scaled scores;
                                   +inf / -inf when none seen */
   double lse_min, lse_max;     /* log-sum-exp of each row's scaled scores */

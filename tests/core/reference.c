@@ -206,9 +206,11 @@ ref_attend (const RefModel *m, const float *x, size_t n,
           st->lse_max = lse;
         st->max_weight_sum += pmax;
         st->entropy_sum += nvis > 1 ? ent / log ((double) nvis) : 0.0;
-        if (pmax > thr + 1e-6)
+        /* Saturation needs a choice: rows with one visible key are not
+         * counted. */
+        if (nvis > 1 && pmax > thr + 1e-6)
           st->sat_lo++;
-        if (pmax > thr - 1e-6)
+        if (nvis > 1 && pmax > thr - 1e-6)
           st->sat_hi++;
       }
       double *oh = O + h * dv;

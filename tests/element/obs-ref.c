@@ -227,7 +227,8 @@ obs_ref_window_stats (const RefConfig * c, const float *x,
       out->max_weight_sum += wmax;
       if (nv > 1)
         out->entropy_sum += ent / log ((double) nv);
-      if (wmax > (double) threshold)
+      /* Rows with one visible key have no choice: not saturated. */
+      if (nv > 1 && wmax > (double) threshold)
         out->saturated_rows++;
       out->max_weight_margin = MIN (out->max_weight_margin,
           fabs (wmax - (double) threshold));
