@@ -233,9 +233,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sattn-json", required=True,
                     help="JSON lines written by sattn-bench --json --dump")
-    ap.add_argument("--time", type=float, default=1.0,
-                    help="seconds per torch mode per configuration (1.0)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--time", type=float, default=1.5,
+                    help="seconds per torch mode per configuration (1.5)")
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="write torch figures as JSON lines here")
     ap.add_argument("--bench", help="sattn-bench executable: measure sattn "
