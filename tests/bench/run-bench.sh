@@ -73,7 +73,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/sattn-bench.XXXXXX")
 if [ "${SATTN_BENCH_KEEP:-0}" = 1 ]; then
   echo "working directory kept: $work"
 else
-  trap 'rm -rf "$work"' EXIT HUP INT PIPE TERM
+  trap 'rm -rf "$work"' EXIT
+  trap 'exit 130' HUP INT PIPE TERM
 fi
 
 quick=
