@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #endif
 
-static int g_isa = -1;          /* -1 unknown, 0 portable, 1 AVX2+FMA */
+static int g_isa = -1;   /* -1 unknown, 0 portable, 1 AVX2+FMA, 2 AVX-512 */
 
 int
 sattn_simd_level (void)
@@ -32,10 +32,16 @@ sattn_simd_level (void)
 #ifdef SATTN_HAVE_X86
     __builtin_cpu_init ();
     v = __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma");
+    if (v && __builtin_cpu_supports ("avx512f") &&
+        __builtin_cpu_supports ("avx512dq") &&
+        __builtin_cpu_supports ("avx512bw") &&
+        __builtin_cpu_supports ("avx512vl"))
+      v = 2;
 #endif
+    /* SATTN_SIMD=0 / 1 caps the level (portable / AVX2). */
     const char *env = getenv ("SATTN_SIMD");
-    if (env != NULL && env[0] == '0')
-      v = 0;
+    if (env != NULL && env[0] >= '0' && env[0] <= '2' && env[0] - '0' < v)
+      v = env[0] - '0';
     __atomic_store_n (&g_isa, v, __ATOMIC_RELAXED);
   }
   return v;
@@ -536,6 +542,265 @@ mul_avx2 (float *restrict y, size_t n, float a)
   for (; i < n; i++)
     y[i] *= a;
 }
+
+/* ------------------------------------------------------------- AVX-512 */
+
+#define AVX512 __attribute__ ((target ("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+
+/* Same reduction and polynomial as exp256; 2^n by scalef, which rounds
+ * subnormal results once. */
+AVX512 static inline __m512
+exp512 (__m512 x)
+{
+  const __m512 lo = _mm512_set1_ps (-104.0f);
+  __mmask16 under = _mm512_cmp_ps_mask (x, lo, _CMP_LT_OQ);
+  x = _mm512_max_ps (_mm512_min_ps (x, _mm512_set1_ps (88.72283f)), lo);
+  __m512 n = _mm512_roundscale_ps (_mm512_mul_ps (x,
+          _mm512_set1_ps (1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps (n, _mm512_set1_ps (0.693359375f), x);
+  r = _mm512_fnmadd_ps (n, _mm512_set1_ps (-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps (1.9875691500e-4f);
+  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.3981999507e-3f));
+  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (8.3334519073e-3f));
+  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (4.1665795894e-2f));
+  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.6666665459e-1f));
+  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (5.0000001201e-1f));
+  __m512 r2 = _mm512_mul_ps (r, r);
+  p = _mm512_fmadd_ps (p, r2, _mm512_add_ps (r, _mm512_set1_ps (1.0f)));
+  p = _mm512_scalef_ps (p, n);
+  return _mm512_maskz_mov_ps ((__mmask16) ~under, p);
+}
+
+static inline __mmask16
+tail_mask (size_t r)
+{
+  return r >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << r) - 1u);
+}
+
+AVX512 static double
+exp_sum_avx512 (float *y, size_t n, float mx)
+{
+  const __m512 vmx = _mm512_set1_ps (mx);
+  const __m512 ninf = _mm512_set1_ps (-INFINITY);
+  __m512d acc0 = _mm512_setzero_pd (), acc1 = _mm512_setzero_pd ();
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask (n - i);
+    __m512 e = exp512 (_mm512_sub_ps (_mm512_mask_loadu_ps (ninf, m, y + i),
+            vmx));
+    _mm512_mask_storeu_ps (y + i, m, e);
+    acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (e)));
+    acc1 = _mm512_add_pd (acc1, _mm512_cvtps_pd (_mm512_extractf32x8_ps (e, 1)));
+  }
+  return _mm512_reduce_add_pd (_mm512_add_pd (acc0, acc1));
+}
+
+AVX512 static double
+exp_sum_stats_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
+{
+  const __m512 vmx = _mm512_set1_ps (mx);
+  const __m512 ninf = _mm512_set1_ps (-INFINITY);
+  const __m512 pinf = _mm512_set1_ps (INFINITY);
+  __m512d acc0 = _mm512_setzero_pd (), acc1 = _mm512_setzero_pd ();
+  __m512 exa = _mm512_setzero_ps (), mn = pinf;
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask (n - i);
+    __m512 x = _mm512_sub_ps (_mm512_mask_loadu_ps (ninf, m, y + i), vmx);
+    __mmask16 live = _mm512_cmp_ps_mask (x, ninf, _CMP_GT_OQ);
+    __m512 e = exp512 (x);
+    _mm512_mask_storeu_ps (y + i, m, e);
+    exa = _mm512_mask_add_ps (exa, live, exa, _mm512_mul_ps (x, e));
+    mn = _mm512_mask_min_ps (mn, live, mn, x);
+    acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (e)));
+    acc1 = _mm512_add_pd (acc1, _mm512_cvtps_pd (_mm512_extractf32x8_ps (e, 1)));
+  }
+  *ex = _mm512_reduce_add_ps (exa);
+  *xmin = _mm512_reduce_min_ps (mn);
+  return _mm512_reduce_add_pd (_mm512_add_pd (acc0, acc1));
+}
+
+AVX512 static float
+scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
+             float scale, size_t counts[4])
+{
+  const __m512 vs = _mm512_set1_ps (scale);
+  const __m512 ninf = _mm512_set1_ps (-INFINITY);
+  const __m512 pinf = _mm512_set1_ps (INFINITY);
+  const __m512 qnan = _mm512_set1_ps (NAN);
+  __m512 mx = ninf;
+  for (size_t j = 0; j < n; j += 16) {
+    __mmask16 tm = tail_mask (n - j);
+    __m512 v = _mm512_mul_ps (_mm512_maskz_loadu_ps (tm, s + j), vs);
+    __mmask16 okm = tm;
+    if (ok != NULL)
+      okm &= _mm_test_epi8_mask (_mm_maskz_loadu_epi8 (tm, ok + j),
+          _mm_set1_epi8 ((char) 0xff));
+    __mmask16 nanm = _mm512_cmp_ps_mask (v, v, _CMP_UNORD_Q);
+    __mmask16 valid = okm & (__mmask16) ~nanm;
+    __m512 out = _mm512_mask_blend_ps (valid, ninf, v);
+    out = _mm512_mask_blend_ps (okm & nanm, out, qnan);
+    _mm512_mask_storeu_ps (s + j, tm, out);
+    mx = _mm512_mask_max_ps (mx, valid, mx, v);
+    counts[0] += (size_t) __builtin_popcount (valid);
+    counts[1] += (size_t) __builtin_popcount (okm & nanm);
+    counts[2] += (size_t) __builtin_popcount (valid &
+        _mm512_cmp_ps_mask (v, pinf, _CMP_EQ_OQ));
+    counts[3] += (size_t) __builtin_popcount (valid &
+        _mm512_cmp_ps_mask (v, ninf, _CMP_EQ_OQ));
+  }
+  return _mm512_reduce_max_ps (mx);
+}
+
+AVX512 static void
+mul_avx512 (float *restrict y, size_t n, float a)
+{
+  const __m512 va = _mm512_set1_ps (a);
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask (n - i);
+    _mm512_mask_storeu_ps (y + i, m,
+        _mm512_mul_ps (_mm512_maskz_loadu_ps (m, y + i), va));
+  }
+}
+
+/* Four query rows × 32 keys per step; tails with masked 16-lane steps. */
+AVX512 static void
+qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
+           size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+           size_t lds)
+{
+  size_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
+        *q3 = q2 + ldq;
+    float *s0 = S + i * lds;
+    size_t j = 0;
+    for (; j + 32 <= nk; j += 32) {
+      __m512 a0 = _mm512_setzero_ps (), a1 = _mm512_setzero_ps ();
+      __m512 b0 = _mm512_setzero_ps (), b1 = _mm512_setzero_ps ();
+      __m512 c0 = _mm512_setzero_ps (), c1 = _mm512_setzero_ps ();
+      __m512 d0 = _mm512_setzero_ps (), d1 = _mm512_setzero_ps ();
+      for (size_t t = 0; t < dh; t++) {
+        const float *kr = kt + t * ldkt + j;
+        __m512 k0 = _mm512_loadu_ps (kr), k1 = _mm512_loadu_ps (kr + 16);
+        __m512 x = _mm512_set1_ps (q0[t]);
+        a0 = _mm512_fmadd_ps (x, k0, a0);
+        a1 = _mm512_fmadd_ps (x, k1, a1);
+        x = _mm512_set1_ps (q1[t]);
+        b0 = _mm512_fmadd_ps (x, k0, b0);
+        b1 = _mm512_fmadd_ps (x, k1, b1);
+        x = _mm512_set1_ps (q2[t]);
+        c0 = _mm512_fmadd_ps (x, k0, c0);
+        c1 = _mm512_fmadd_ps (x, k1, c1);
+        x = _mm512_set1_ps (q3[t]);
+        d0 = _mm512_fmadd_ps (x, k0, d0);
+        d1 = _mm512_fmadd_ps (x, k1, d1);
+      }
+      _mm512_storeu_ps (s0 + j, a0);
+      _mm512_storeu_ps (s0 + j + 16, a1);
+      _mm512_storeu_ps (s0 + lds + j, b0);
+      _mm512_storeu_ps (s0 + lds + j + 16, b1);
+      _mm512_storeu_ps (s0 + 2 * lds + j, c0);
+      _mm512_storeu_ps (s0 + 2 * lds + j + 16, c1);
+      _mm512_storeu_ps (s0 + 3 * lds + j, d0);
+      _mm512_storeu_ps (s0 + 3 * lds + j + 16, d1);
+    }
+    for (; j < nk; j += 16) {
+      __mmask16 tm = tail_mask (nk - j);
+      __m512 a0 = _mm512_setzero_ps (), b0 = _mm512_setzero_ps ();
+      __m512 c0 = _mm512_setzero_ps (), d0 = _mm512_setzero_ps ();
+      for (size_t t = 0; t < dh; t++) {
+        __m512 k0 = _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j);
+        a0 = _mm512_fmadd_ps (_mm512_set1_ps (q0[t]), k0, a0);
+        b0 = _mm512_fmadd_ps (_mm512_set1_ps (q1[t]), k0, b0);
+        c0 = _mm512_fmadd_ps (_mm512_set1_ps (q2[t]), k0, c0);
+        d0 = _mm512_fmadd_ps (_mm512_set1_ps (q3[t]), k0, d0);
+      }
+      _mm512_mask_storeu_ps (s0 + j, tm, a0);
+      _mm512_mask_storeu_ps (s0 + lds + j, tm, b0);
+      _mm512_mask_storeu_ps (s0 + 2 * lds + j, tm, c0);
+      _mm512_mask_storeu_ps (s0 + 3 * lds + j, tm, d0);
+    }
+  }
+  for (; i < m; i++) {
+    const float *q0 = q + i * ldq;
+    float *s0 = S + i * lds;
+    size_t j = 0;
+    for (; j + 64 <= nk; j += 64) {
+      __m512 a0 = _mm512_setzero_ps (), a1 = _mm512_setzero_ps ();
+      __m512 a2 = _mm512_setzero_ps (), a3 = _mm512_setzero_ps ();
+      for (size_t t = 0; t < dh; t++) {
+        const float *kr = kt + t * ldkt + j;
+        __m512 x = _mm512_set1_ps (q0[t]);
+        a0 = _mm512_fmadd_ps (x, _mm512_loadu_ps (kr), a0);
+        a1 = _mm512_fmadd_ps (x, _mm512_loadu_ps (kr + 16), a1);
+        a2 = _mm512_fmadd_ps (x, _mm512_loadu_ps (kr + 32), a2);
+        a3 = _mm512_fmadd_ps (x, _mm512_loadu_ps (kr + 48), a3);
+      }
+      _mm512_storeu_ps (s0 + j, a0);
+      _mm512_storeu_ps (s0 + j + 16, a1);
+      _mm512_storeu_ps (s0 + j + 32, a2);
+      _mm512_storeu_ps (s0 + j + 48, a3);
+    }
+    for (; j < nk; j += 16) {
+      __mmask16 tm = tail_mask (nk - j);
+      __m512 a0 = _mm512_setzero_ps ();
+      for (size_t t = 0; t < dh; t++)
+        a0 = _mm512_fmadd_ps (_mm512_set1_ps (q0[t]),
+            _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j), a0);
+      _mm512_mask_storeu_ps (s0 + j, tm, a0);
+    }
+  }
+}
+
+/* O = P V with rows in blocks (8 rows × 16 columns, or 4 × 32), masked
+ * column tails.  Every V row is finite, so no branch on zero weights. */
+AVX512 static void
+pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
+           const float *restrict v, size_t ldv, size_t dv, float *restrict O,
+           size_t ldo)
+{
+  size_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    const float *p0 = P + i * ldp;
+    for (size_t t = 0; t < dv; t += 16) {
+      __mmask16 tm = tail_mask (dv - t);
+      __m512 a[8];
+      for (int r = 0; r < 8; r++)
+        a[r] = _mm512_setzero_ps ();
+      for (size_t j = 0; j < nk; j++) {
+        __m512 vj = _mm512_maskz_loadu_ps (tm, v + j * ldv + t);
+        a[0] = _mm512_fmadd_ps (_mm512_set1_ps (p0[j]), vj, a[0]);
+        a[1] = _mm512_fmadd_ps (_mm512_set1_ps (p0[ldp + j]), vj, a[1]);
+        a[2] = _mm512_fmadd_ps (_mm512_set1_ps (p0[2 * ldp + j]), vj, a[2]);
+        a[3] = _mm512_fmadd_ps (_mm512_set1_ps (p0[3 * ldp + j]), vj, a[3]);
+        a[4] = _mm512_fmadd_ps (_mm512_set1_ps (p0[4 * ldp + j]), vj, a[4]);
+        a[5] = _mm512_fmadd_ps (_mm512_set1_ps (p0[5 * ldp + j]), vj, a[5]);
+        a[6] = _mm512_fmadd_ps (_mm512_set1_ps (p0[6 * ldp + j]), vj, a[6]);
+        a[7] = _mm512_fmadd_ps (_mm512_set1_ps (p0[7 * ldp + j]), vj, a[7]);
+      }
+      for (int r = 0; r < 8; r++)
+        _mm512_mask_storeu_ps (O + (i + r) * ldo + t, tm, a[r]);
+    }
+  }
+  for (; i < m; i++) {
+    const float *pi = P + i * ldp;
+    for (size_t t = 0; t < dv; t += 16) {
+      __mmask16 tm = tail_mask (dv - t);
+      __m512 a0 = _mm512_setzero_ps (), a1 = _mm512_setzero_ps ();
+      size_t j = 0;
+      for (; j + 2 <= nk; j += 2) {
+        a0 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j]),
+            _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
+        a1 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j + 1]),
+            _mm512_maskz_loadu_ps (tm, v + (j + 1) * ldv + t), a1);
+      }
+      if (j < nk)
+        a0 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j]),
+            _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
+      _mm512_mask_storeu_ps (O + i * ldo + t, tm, _mm512_add_ps (a0, a1));
+    }
+  }
+}
 #endif /* SATTN_HAVE_X86 */
 
 /* ------------------------------------------------------------ dispatch */
@@ -545,7 +810,12 @@ sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt, size_t m,
           size_t nk, size_t dh, float *S, size_t lds)
 {
 #ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 0) {
+  int level = sattn_simd_level ();
+  if (level > 1) {
+    qk_avx512 (q, ldq, kt, ldkt, m, nk, dh, S, lds);
+    return;
+  }
+  if (level > 0) {
     qk_avx2 (q, ldq, kt, ldkt, m, nk, dh, S, lds);
     return;
   }
@@ -558,7 +828,12 @@ sattn_pv (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
           size_t ldv, size_t dv, float *O, size_t ldo)
 {
 #ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 0) {
+  int level = sattn_simd_level ();
+  if (level > 1) {
+    pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo);
+    return;
+  }
+  if (level > 0) {
     pv_avx2 (P, ldp, m, nk, v, ldv, dv, O, ldo);
     return;
   }
@@ -570,7 +845,10 @@ double
 sattn_exp_sum (float *y, size_t n, float mx)
 {
 #ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 0)
+  int level = sattn_simd_level ();
+  if (level > 1)
+    return exp_sum_avx512 (y, n, mx);
+  if (level > 0)
     return exp_sum_avx2 (y, n, mx);
 #endif
   return exp_sum_portable (y, n, mx);
@@ -581,7 +859,10 @@ sattn_softmax_scan (float *s, size_t n, const uint8_t *ok, float scale,
                     size_t counts[4])
 {
 #ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 0)
+  int level = sattn_simd_level ();
+  if (level > 1)
+    return scan_avx512 (s, n, ok, scale, counts);
+  if (level > 0)
     return scan_avx2 (s, n, ok, scale, counts);
 #endif
   return scan_portable (s, n, ok, scale, counts);
@@ -591,7 +872,12 @@ void
 sattn_mul (float *y, size_t n, float a)
 {
 #ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 0) {
+  int level = sattn_simd_level ();
+  if (level > 1) {
+    mul_avx512 (y, n, a);
+    return;
+  }
+  if (level > 0) {
     mul_avx2 (y, n, a);
     return;
   }
@@ -604,7 +890,10 @@ double
 sattn_exp_sum_stats (float *y, size_t n, float mx, double *ex, float *xmin)
 {
 #ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 0)
+  int level = sattn_simd_level ();
+  if (level > 1)
+    return exp_sum_stats_avx512 (y, n, mx, ex, xmin);
+  if (level > 0)
     return exp_sum_stats_avx2 (y, n, mx, ex, xmin);
 #endif
   return exp_sum_stats_portable (y, n, mx, ex, xmin);
