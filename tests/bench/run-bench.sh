@@ -89,6 +89,17 @@ status=0
 $pin "$bench" --json "$work/sattn.jsonl" --dump "$work/dump" "$@" || status=$?
 
 echo
+echo "== Observability cost (bus messages, attention map) on W1"
+if command -v gst-launch-1.0 >/dev/null 2>&1 && [ -x /usr/bin/time ]; then
+  if [ -n "$quick" ]; then obs_args="2 1"; else obs_args="20 5"; fi
+  echo "\$ $pin $here/obs-cost.sh $build $obs_args"
+  # shellcheck disable=SC2086  # two numbers
+  $pin "$here/obs-cost.sh" "$build" $obs_args || status=$?
+else
+  echo "gst-launch-1.0 or /usr/bin/time missing: skipped."
+fi
+
+echo
 echo "== PyTorch baseline"
 # Debian's python3-torch lives in the system interpreter, which may not be
 # the first python3 on PATH (e.g. under pyenv).
