@@ -33,7 +33,7 @@ DEB_PACKAGES := build-essential meson ninja-build pkg-config \
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev \
 	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
 	python3 python3-numpy python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
-	clang libclang-rt-14-dev python3-torch python3-matplotlib
+	clang libclang-rt-14-dev python3-torch python3-matplotlib time
 
 comma := ,
 
