@@ -91,10 +91,12 @@ $pin "$bench" --json "$work/sattn.jsonl" --dump "$work/dump" "$@" || status=$?
 echo
 echo "== Observability cost (bus messages, attention map) on W1"
 if command -v gst-launch-1.0 >/dev/null 2>&1 && [ -x /usr/bin/time ]; then
-  if [ -n "$quick" ]; then obs_args="2 1"; else obs_args="20 5"; fi
-  echo "\$ $pin $here/obs-cost.sh $build $obs_args"
+  if [ -n "$quick" ]; then obs_args="2 1"; else obs_args="10 9"; fi
+  # Not pinned: the map pad's thread and the streaming thread squeezed on
+  # one CPU measured scheduling more than work.
+  echo "\$ $here/obs-cost.sh $build $obs_args"
   # shellcheck disable=SC2086  # two numbers
-  $pin "$here/obs-cost.sh" "$build" $obs_args || status=$?
+  "$here/obs-cost.sh" "$build" $obs_args || status=$?
 else
   echo "gst-launch-1.0 or /usr/bin/time missing: skipped."
 fi
