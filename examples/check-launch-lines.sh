@@ -19,6 +19,8 @@ export GST_PLUGIN_PATH="$build/plugin${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/out/demo"
+# README lines name files of the source tree (tests/data/...) relative to it.
+ln -s "$(dirname "$readme")/tests" "$work/tests"
 "$python" "$here/make-signal.py" "$work/out/demo/signal.f32"
 
 # The shell code blocks of the README, continuation lines joined; keep the
