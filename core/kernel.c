@@ -306,13 +306,9 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
     .query_ok = mask ? mask->query_valid : NULL,
     .allow = mask ? mask->allow : NULL, .ld_allow = n,
     .m = n, .nk = n, .q0 = 0,
-    .scores = S, .o = o, .weights = NULL, .stats = stats,
+    .scores = S, .o = o, .weights = weights, .stats = stats,
     .sat_threshold = 0.99f,
   };
-  if (weights != NULL) {
-    /* Per-head weights are written straight into the caller's array. */
-    a.weights = weights;
-  }
   sattn_attend_window (m, &a);
   sattn_output_project (m, o, n, out, m->d_out);
   if (mask != NULL && mask->query_valid != NULL)

@@ -118,8 +118,13 @@ scan_portable (float *restrict s, size_t n, const uint8_t *restrict ok,
   return m;
 }
 
-static double
-exp_sum_stats_portable (float *y, size_t n, float mx, double *ex, float *xmin)
+/* The exp pass: y = exp (y - mx), returning the sum.  With ex != NULL
+ * also *ex = sum of e x and *xmin = min x over entries with x = y - mx >
+ * -inf (for the statistics).  One body serves both uses, so the weights are
+ * identical with and without statistics; callers pass NULL or not as a
+ * constant and the body is inlined for each. */
+static inline __attribute__ ((always_inline)) double
+exp_sum_body_portable (float *y, size_t n, float mx, double *ex, float *xmin)
 {
   double sum = 0.0, sx = 0.0;
   float m = INFINITY;
@@ -127,23 +132,14 @@ exp_sum_stats_portable (float *y, size_t n, float mx, double *ex, float *xmin)
     float x = y[i] - mx;
     y[i] = expf (x);
     sum += y[i];
-    if (x > -INFINITY) {
+    if (ex != NULL && x > -INFINITY) {
       sx += (double) x * y[i];
       m = x < m ? x : m;
     }
   }
-  *ex = sx;
-  *xmin = m;
-  return sum;
-}
-
-static double
-exp_sum_portable (float *y, size_t n, float mx)
-{
-  double sum = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    y[i] = expf (y[i] - mx);
-    sum += y[i];
+  if (ex != NULL) {
+    *ex = sx;
+    *xmin = m;
   }
   return sum;
 }
@@ -183,49 +179,19 @@ exp256 (__m256 x)
   return _mm256_andnot_ps (under, p);
 }
 
-AVX2 static double
-exp_sum_avx2 (float *y, size_t n, float mx)
-{
-  const __m256 vmx = _mm256_set1_ps (mx);
-  /* The sum is accumulated in double: it normalises the whole row.  The
-   * tail goes through the vector code too, padded with -inf (exp = 0). */
-  __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
-  float tmp[8];
-  for (size_t i = 0; i < n; i += 8) {
-    size_t r = n - i < 8 ? n - i : 8;
-    float *src = y + i;
-    if (r < 8) {
-      for (size_t l = 0; l < 8; l++)
-        tmp[l] = l < r ? y[i + l] : -INFINITY;
-      src = tmp;
-    }
-    __m256 e = exp256 (_mm256_sub_ps (_mm256_loadu_ps (src), vmx));
-    _mm256_storeu_ps (src, e);
-    acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (e)));
-    acc1 = _mm256_add_pd (acc1, _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1)));
-    if (r < 8)
-      memcpy (y + i, tmp, r * sizeof (float));
-  }
-  double lanes[4];
-  _mm256_storeu_pd (lanes, _mm256_add_pd (acc0, acc1));
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
-
-/* exp_sum_avx2 that also returns sum(e * x) over e > 0 and min(x) over
- * x > -inf (x = y - mx), for the row entropy and the score range. */
-AVX2 static double
-exp_sum_stats_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
+/* The exp pass (see exp_sum_body_portable).  The row sum is accumulated
+ * in double: it normalises the whole row; the entropy term in float.  The
+ * tail goes through the vector code too, padded with -inf (exp = 0). */
+AVX2 static inline __attribute__ ((always_inline)) double
+exp_sum_body_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
 {
   const __m256 vmx = _mm256_set1_ps (mx);
   const __m256 ninf = _mm256_set1_ps (-INFINITY);
   const __m256 pinf = _mm256_set1_ps (INFINITY);
   __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
-  __m256 exa = _mm256_setzero_ps ();    /* entropy term: float is plenty */
-  __m256 mn = pinf;
+  __m256 exa = _mm256_setzero_ps (), mn = pinf;
   float tmp[8];
   for (size_t i = 0; i < n; i += 8) {
-    /* The tail goes through the same vector code (padded with -inf) so
-     * that the weights are identical with and without statistics. */
     size_t r = n - i < 8 ? n - i : 8;
     float *src = y + i;
     if (r < 8) {
@@ -234,31 +200,46 @@ exp_sum_stats_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
       src = tmp;
     }
     __m256 x = _mm256_sub_ps (_mm256_loadu_ps (src), vmx);
-    __m256 live = _mm256_cmp_ps (x, ninf, _CMP_GT_OQ);
     __m256 e = exp256 (x);
     _mm256_storeu_ps (src, e);
-    __m256 xe = _mm256_and_ps (live, _mm256_mul_ps (x, e));
-    mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x, live));
     acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (e)));
     acc1 = _mm256_add_pd (acc1, _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1)));
-    exa = _mm256_add_ps (exa, xe);
+    if (ex != NULL) {
+      __m256 live = _mm256_cmp_ps (x, ninf, _CMP_GT_OQ);
+      exa = _mm256_add_ps (exa, _mm256_and_ps (live, _mm256_mul_ps (x, e)));
+      mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x, live));
+    }
     if (r < 8)
       memcpy (y + i, tmp, r * sizeof (float));
   }
   double l1[4];
-  float lm[8], l2[8];
   _mm256_storeu_pd (l1, _mm256_add_pd (acc0, acc1));
-  _mm256_storeu_ps (l2, exa);
-  _mm256_storeu_ps (lm, mn);
-  float m = INFINITY;
-  double sx = 0.0;
-  for (int l = 0; l < 8; l++) {
-    m = lm[l] < m ? lm[l] : m;
-    sx += l2[l];
+  if (ex != NULL) {
+    float lm[8], l2[8];
+    _mm256_storeu_ps (l2, exa);
+    _mm256_storeu_ps (lm, mn);
+    float m = INFINITY;
+    double sx = 0.0;
+    for (int l = 0; l < 8; l++) {
+      m = lm[l] < m ? lm[l] : m;
+      sx += l2[l];
+    }
+    *ex = sx;
+    *xmin = m;
   }
-  *ex = sx;
-  *xmin = m;
   return l1[0] + l1[1] + l1[2] + l1[3];
+}
+
+AVX2 static double
+exp_sum_avx2 (float *y, size_t n, float mx)
+{
+  return exp_sum_body_avx2 (y, n, mx, NULL, NULL);
+}
+
+AVX2 static double
+exp_sum_stats_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
+{
+  return exp_sum_body_avx2 (y, n, mx, ex, xmin);
 }
 
 /* Two query rows × 16 keys per step. */
@@ -498,9 +479,9 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
     _mm256_storeu_ps (s + j, out);
     mx = _mm256_max_ps (mx, _mm256_blendv_ps (ninf, v, valid));
     int mv = _mm256_movemask_ps (valid);
-    if (mv != 0xff || ok == NULL) {
-      counts[1] += (size_t) __builtin_popcount (_mm256_movemask_ps (_mm256_and_ps (okm, nanm)));
-    }
+    if (mv != 0xff)             /* all valid: no NaN lane */
+      counts[1] += (size_t) __builtin_popcount (_mm256_movemask_ps (
+              _mm256_and_ps (okm, nanm)));
     counts[0] += (size_t) __builtin_popcount (mv);
     counts[2] += (size_t) __builtin_popcount (_mm256_movemask_ps (
             _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
@@ -512,22 +493,9 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
   float m = -INFINITY;
   for (int l = 0; l < 8; l++)
     m = lanes[l] > m ? lanes[l] : m;
-  for (; j < n; j++) {
-    float v = s[j] * scale;
-    if (ok != NULL && !ok[j]) {
-      s[j] = -INFINITY;
-      continue;
-    }
-    if (v != v) {
-      counts[1]++;
-      s[j] = NAN;
-      continue;
-    }
-    counts[0]++;
-    counts[2] += v == INFINITY;
-    counts[3] += v == -INFINITY;
-    s[j] = v;
-    m = v > m ? v : m;
+  if (j < n) {
+    float t = scan_portable (s + j, n - j, ok ? ok + j : NULL, scale, counts);
+    m = t > m ? t : m;
   }
   return m;
 }
@@ -578,25 +546,9 @@ tail_mask (size_t r)
   return r >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << r) - 1u);
 }
 
-AVX512 static double
-exp_sum_avx512 (float *y, size_t n, float mx)
-{
-  const __m512 vmx = _mm512_set1_ps (mx);
-  const __m512 ninf = _mm512_set1_ps (-INFINITY);
-  __m512d acc0 = _mm512_setzero_pd (), acc1 = _mm512_setzero_pd ();
-  for (size_t i = 0; i < n; i += 16) {
-    __mmask16 m = tail_mask (n - i);
-    __m512 e = exp512 (_mm512_sub_ps (_mm512_mask_loadu_ps (ninf, m, y + i),
-            vmx));
-    _mm512_mask_storeu_ps (y + i, m, e);
-    acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (e)));
-    acc1 = _mm512_add_pd (acc1, _mm512_cvtps_pd (_mm512_extractf32x8_ps (e, 1)));
-  }
-  return _mm512_reduce_add_pd (_mm512_add_pd (acc0, acc1));
-}
-
-AVX512 static double
-exp_sum_stats_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
+/* The exp pass (see exp_sum_body_portable and exp_sum_body_avx2). */
+AVX512 static inline __attribute__ ((always_inline)) double
+exp_sum_body_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
 {
   const __m512 vmx = _mm512_set1_ps (mx);
   const __m512 ninf = _mm512_set1_ps (-INFINITY);
@@ -606,17 +558,33 @@ exp_sum_stats_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 m = tail_mask (n - i);
     __m512 x = _mm512_sub_ps (_mm512_mask_loadu_ps (ninf, m, y + i), vmx);
-    __mmask16 live = _mm512_cmp_ps_mask (x, ninf, _CMP_GT_OQ);
     __m512 e = exp512 (x);
     _mm512_mask_storeu_ps (y + i, m, e);
-    exa = _mm512_mask_add_ps (exa, live, exa, _mm512_mul_ps (x, e));
-    mn = _mm512_mask_min_ps (mn, live, mn, x);
     acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (e)));
     acc1 = _mm512_add_pd (acc1, _mm512_cvtps_pd (_mm512_extractf32x8_ps (e, 1)));
+    if (ex != NULL) {
+      __mmask16 live = _mm512_cmp_ps_mask (x, ninf, _CMP_GT_OQ);
+      exa = _mm512_mask_add_ps (exa, live, exa, _mm512_mul_ps (x, e));
+      mn = _mm512_mask_min_ps (mn, live, mn, x);
+    }
   }
-  *ex = _mm512_reduce_add_ps (exa);
-  *xmin = _mm512_reduce_min_ps (mn);
+  if (ex != NULL) {
+    *ex = _mm512_reduce_add_ps (exa);
+    *xmin = _mm512_reduce_min_ps (mn);
+  }
   return _mm512_reduce_add_pd (_mm512_add_pd (acc0, acc1));
+}
+
+AVX512 static double
+exp_sum_avx512 (float *y, size_t n, float mx)
+{
+  return exp_sum_body_avx512 (y, n, mx, NULL, NULL);
+}
+
+AVX512 static double
+exp_sum_stats_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
+{
+  return exp_sum_body_avx512 (y, n, mx, ex, xmin);
 }
 
 AVX512 static float
@@ -851,7 +819,7 @@ sattn_exp_sum (float *y, size_t n, float mx)
   if (level > 0)
     return exp_sum_avx2 (y, n, mx);
 #endif
-  return exp_sum_portable (y, n, mx);
+  return exp_sum_body_portable (y, n, mx, NULL, NULL);
 }
 
 float
@@ -896,5 +864,5 @@ sattn_exp_sum_stats (float *y, size_t n, float mx, double *ex, float *xmin)
   if (level > 0)
     return exp_sum_stats_avx2 (y, n, mx, ex, xmin);
 #endif
-  return exp_sum_stats_portable (y, n, mx, ex, xmin);
+  return exp_sum_body_portable (y, n, mx, ex, xmin);
 }
