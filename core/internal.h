@@ -58,8 +58,49 @@ void sattn_output_project (const SattnModel *m, const float *o, size_t rows,
 /* Nonzero when every one of n floats is finite. */
 int sattn_all_finite (const float *x, size_t n);
 
-/* Apply the model's BLAS thread setting. */
-void sattn_blas_threads (const SattnModel *m);
+/* One head, query rows [r0, r1) of the window described by a: scores in
+ * S (scratch, (r1 - r0) × (nk + n_extra)), output into the rows of a->o and
+ * a->weights (when set) that belong to them; statistics into stats (may be
+ * NULL; a->stats is not used).  Tasks on different (head, row range) pairs
+ * write disjoint memory. */
+void sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a,
+                        size_t h, size_t r0, size_t r1, float *S,
+                        SattnStats *stats);
+
+/* Nonzero when sattn_project would use cblas_sgemm for this shape (large
+ * blocks only; the caller's thread runs those). */
+int sattn_project_uses_blas (const float *Wt, size_t n, size_t d_in,
+                             size_t d_out);
+
+/* Columns [c0, c1) of sattn_project (y's other columns untouched), with
+ * the register-tiled loop (never BLAS). */
+void sattn_project_cols (const float *Wt, const float *b, const float *x,
+                         size_t n, size_t d_in, size_t d_out, size_t c0,
+                         size_t c1, size_t ldx, float *y, size_t ldy);
+
+/* Merge statistics of a part into the total.  The double sums are added,
+ * so merging parts in a fixed order gives the same bytes every run. */
+void sattn_stats_merge (SattnStats *dst, const SattnStats *src);
+
+/* pool.c: the worker threads of one stream. */
+#define SATTN_MAX_THREADS 256
+typedef struct SattnPool SattnPool;
+typedef void (*SattnTaskFn) (void *ctx, size_t task, unsigned worker);
+/* CPUs this process may run on (affinity mask), at least 1. */
+unsigned sattn_available_cpus (void);
+/* SattnConfig.threads -> total threads (caller included), >= 1. */
+unsigned sattn_resolve_threads (int threads);
+/* n_threads total threads, caller included: n_threads - 1 workers.
+ * Returns NULL for n_threads <= 1 and on failure (tell them apart by
+ * n_threads). */
+SattnPool *sattn_pool_new (unsigned n_threads);
+void sattn_pool_free (SattnPool *p);
+/* Bytes sattn_pool_new allocates, worker stacks included. */
+size_t sattn_pool_bytes (unsigned n_threads);
+unsigned sattn_pool_threads (const SattnPool *p);
+/* fn (ctx, i, worker) for every i in [0, n), worker in [0, threads): the
+ * caller is worker 0.  Returns when all are done.  p NULL: serial. */
+void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
 
 /* simd.c: hot loops, AVX2+FMA chosen at run time (SATTN_SIMD=0 in the
  * environment forces the portable code). */

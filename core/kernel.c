@@ -8,6 +8,35 @@
 
 #include <cblas.h>
 
+int
+sattn_project_uses_blas (const float *Wt, size_t n, size_t d_in,
+                         size_t d_out)
+{
+  return Wt != NULL && n >= 256 && d_in >= 256 && d_out >= 256;
+}
+
+void
+sattn_project_cols (const float *Wt, const float *b, const float *x,
+                    size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1,
+                    size_t ldx, float *y, size_t ldy)
+{
+  if (n == 0 || c1 <= c0)
+    return;
+  if (Wt == NULL) {
+    for (size_t i = 0; i < n; i++)
+      memcpy (y + i * ldy + c0, x + i * ldx + c0, (c1 - c0) * sizeof (float));
+  } else {
+    sattn_qk (x, ldx, Wt + c0, d_out, n, c1 - c0, d_in, y + c0, ldy);
+  }
+  if (b != NULL) {
+    for (size_t i = 0; i < n; i++) {
+      float *restrict yi = y + i * ldy;
+      for (size_t j = c0; j < c1; j++)
+        yi[j] += b[j];
+    }
+  }
+}
+
 void
 sattn_project (const float *Wt, const float *b, const float *x, size_t n,
                size_t d_in, size_t d_out, size_t ldx, float *y, size_t ldy)
@@ -17,7 +46,7 @@ sattn_project (const float *Wt, const float *b, const float *x, size_t n,
   if (Wt == NULL) {
     for (size_t i = 0; i < n; i++)
       memcpy (y + i * ldy, x + i * ldx, d_out * sizeof (float));
-  } else if (n >= 256 && d_in >= 256 && d_out >= 256) {
+  } else if (sattn_project_uses_blas (Wt, n, d_in, d_out)) {
     /* Large blocks: BLAS.  Below this size the register-tiled loop beats
      * OpenBLAS's packing (measured: 45 vs 25 GFLOP/s at 64×256×256). */
     cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) n,
@@ -173,66 +202,75 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
 }
 
 void
-sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
+sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
+                   size_t r0, size_t r1, float *S, SattnStats *stats)
 {
   const SattnConfig *c = &m->cfg;
-  const size_t H = c->heads, dh = c->d_head, dvh = c->d_value;
-  const size_t nk = a->nk, ncols = nk + m->n_extra, M = a->m;
+  const size_t dh = c->d_head, dvh = c->d_value;
+  const size_t nk = a->nk, ncols = nk + m->n_extra, M = r1 - r0;
+  const float *Qh = a->q + r0 * a->ldq + h * dh;
+  const float *Kth = a->kt + h * dh * a->ldkt;
+  const float *Vh = a->v + h * dvh;
+  float *Oh = a->o + r0 * m->dv + h * dvh;
+  const uint8_t *query_ok = a->query_ok ? a->query_ok + r0 : NULL;
 
-  for (size_t h = 0; h < H; h++) {
-    const float *Qh = a->q + h * dh;
-    const float *Kth = a->kt + h * dh * a->ldkt;
-    const float *Vh = a->v + h * dvh;
-    float *Oh = a->o + h * dvh;
-    /* Computed in the (cache-sized) scratch; copied out when wanted. */
-    float *S = a->scores;
+  if (M == 0)
+    return;
 
-    /* Raw scores for the window keys, then the extra keys by hand. */
-    sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
-    for (size_t e = 0; e < m->n_extra; e++) {
-      const float *ke = m->k_extra + e * m->dq + h * dh;
-      for (size_t i = 0; i < M; i++) {
-        const float *qi = Qh + i * a->ldq;
-        float acc = 0.0f;
-        for (size_t t = 0; t < dh; t++)
-          acc += qi[t] * ke[t];
-        S[i * ncols + nk + e] = acc;
-      }
-    }
-
+  /* Raw scores for the window keys, then the extra keys by hand. */
+  sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
+  for (size_t e = 0; e < m->n_extra; e++) {
+    const float *ke = m->k_extra + e * m->dq + h * dh;
     for (size_t i = 0; i < M; i++) {
-      float *row = S + i * ncols;
-      if (a->query_ok != NULL && !a->query_ok[i]) {
-        memset (row, 0, ncols * sizeof (float));
-        continue;
-      }
-      size_t qpos = a->q0 + i;
-      size_t hi = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
-      size_t lo = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
-      if (lo > hi)
-        lo = hi;
-      softmax_row (row, nk, ncols, lo, hi, a->key_ok,
-                   a->allow ? a->allow + i * a->ld_allow : NULL, c->scale,
-                   a->stats, a->sat_threshold);
-    }
-
-    if (a->weights != NULL)
-      memcpy (a->weights + h * M * ncols, S, M * ncols * sizeof (float));
-
-    /* O_h = P V_h over the window keys, plus the extra values. */
-    sattn_pv (S, ncols, M, nk, Vh, a->ldv, dvh, Oh, m->dv);
-    for (size_t e = 0; e < m->n_extra; e++) {
-      const float *ve = m->v_extra + e * m->dv + h * dvh;
-      for (size_t i = 0; i < M; i++) {
-        float p = S[i * ncols + nk + e];
-        if (p == 0.0f)
-          continue;
-        float *oi = Oh + i * m->dv;
-        for (size_t t = 0; t < dvh; t++)
-          oi[t] += p * ve[t];
-      }
+      const float *qi = Qh + i * a->ldq;
+      float acc = 0.0f;
+      for (size_t t = 0; t < dh; t++)
+        acc += qi[t] * ke[t];
+      S[i * ncols + nk + e] = acc;
     }
   }
+
+  for (size_t i = 0; i < M; i++) {
+    float *row = S + i * ncols;
+    if (query_ok != NULL && !query_ok[i]) {
+      memset (row, 0, ncols * sizeof (float));
+      continue;
+    }
+    size_t qpos = a->q0 + r0 + i;
+    size_t hi = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
+    size_t lo = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
+    if (lo > hi)
+      lo = hi;
+    softmax_row (row, nk, ncols, lo, hi, a->key_ok,
+                 a->allow ? a->allow + (r0 + i) * a->ld_allow : NULL, c->scale,
+                 stats, a->sat_threshold);
+  }
+
+  if (a->weights != NULL)
+    memcpy (a->weights + (h * a->m + r0) * ncols, S,
+            M * ncols * sizeof (float));
+
+  /* O_h = P V_h over the window keys, plus the extra values. */
+  sattn_pv (S, ncols, M, nk, Vh, a->ldv, dvh, Oh, m->dv);
+  for (size_t e = 0; e < m->n_extra; e++) {
+    const float *ve = m->v_extra + e * m->dv + h * dvh;
+    for (size_t i = 0; i < M; i++) {
+      float p = S[i * ncols + nk + e];
+      if (p == 0.0f)
+        continue;
+      float *oi = Oh + i * m->dv;
+      for (size_t t = 0; t < dvh; t++)
+        oi[t] += p * ve[t];
+    }
+  }
+}
+
+void
+sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
+{
+  /* Every head over all rows, scores in the (m × ncols) scratch. */
+  for (size_t h = 0; h < m->cfg.heads; h++)
+    sattn_attend_rows (m, a, h, 0, a->m, a->scores, a->stats);
 }
 
 void
@@ -272,7 +310,6 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
     st = SATTN_E_NOMEM;
     goto done;
   }
-  sattn_blas_threads (m);
 
   sattn_project (m->wq, m->bq, x, n, c->d_model, m->dq, c->d_model, q, m->dq);
   sattn_project (m->wk, m->bk, x, n, c->d_model, m->dq, c->d_model, k, m->dq);

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 
 /* Copy of W (rows × cols) transposed to cols × rows, the layout the
  * projection kernel reads (y = x W^T as rows of x times W^T). */
@@ -205,15 +204,4 @@ size_t
 sattn_model_extra_keys (const SattnModel *m)
 {
   return m ? m->n_extra : 0;
-}
-
-void
-sattn_blas_threads (const SattnModel *m)
-{
-#ifdef OPENBLAS_VERSION
-  if (m->cfg.threads > 0 && openblas_get_num_threads () != m->cfg.threads)
-    openblas_set_num_threads (m->cfg.threads);
-#else
-  (void) m;
-#endif
 }

@@ -42,3 +42,22 @@ sattn_all_finite (const float *x, size_t n)
     acc += x[i] - x[i];
   return acc == 0.0f;
 }
+
+void
+sattn_stats_merge (SattnStats *d, const SattnStats *s)
+{
+  d->windows += s->windows;
+  d->frames += s->frames;
+  d->rows += s->rows;
+  d->masked_keys += s->masked_keys;
+  d->invalid_frames += s->invalid_frames;
+  d->fully_masked_rows += s->fully_masked_rows;
+  d->nonfinite_scores += s->nonfinite_scores;
+  d->saturated_rows += s->saturated_rows;
+  if (s->score_min < d->score_min) d->score_min = s->score_min;
+  if (s->score_max > d->score_max) d->score_max = s->score_max;
+  if (s->lse_min < d->lse_min) d->lse_min = s->lse_min;
+  if (s->lse_max > d->lse_max) d->lse_max = s->lse_max;
+  d->max_weight_sum += s->max_weight_sum;
+  d->entropy_sum += s->entropy_sum;
+}

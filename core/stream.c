@@ -6,12 +6,27 @@
  * (rows [F % n, F % n + n) for the window that ends after frame F - 1).
  * Virtual indices below n are the padding before the stream starts: their
  * slots are zero and invalid.  Nothing is allocated after sattn_stream_new.
+ *
+ * Threads: the work of a window is cut into a fixed set of tasks that does
+ * not depend on the thread count: the projections of the new frames and
+ * the output projection in blocks of PROJ_ROWS rows × PROJ_COLS columns,
+ * the attention in (head, block of ATTN_ROWS query rows) pairs.  Each task
+ * writes its own rows / columns; statistics go to per-worker parts (counts
+ * and extrema, whose merge order does not matter) and per-task sums merged
+ * in task order.  The caller's thread runs tasks too, and with threads = 1
+ * it runs all of them, in the same blocks: the bytes are the same for every
+ * thread count.  Projections large enough for BLAS run as one cblas_sgemm
+ * call on the caller's thread.
  */
 #include "internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ATTN_ROWS 16
+#define PROJ_ROWS 64
+#define PROJ_COLS 32
 
 struct SattnStream {
   const SattnModel *m;
@@ -21,8 +36,13 @@ struct SattnStream {
   float *ktring;                  /* K transposed: dq × 2n */
   float *kscratch;                /* n × dq: K rows before transposing */
   uint8_t *vring_ok;              /* 2n: frame usable as key / query */
-  float *scores;                  /* n × ncols */
+  float *scores;                  /* threads × ATTN_ROWS × ncols */
   float *o;                       /* n × dv */
+  unsigned n_threads;             /* caller included */
+  SattnPool *workers;             /* NULL with one thread */
+  SattnStats *wstats;             /* threads: per-worker statistics parts */
+  double *tsums;                  /* 2 per attention task: the weight and
+                                     entropy sums, merged in task order */
   float *pool;                    /* n × d_out (mean mode) */
   float *wkeep;                   /* heads × n × ncols (keep_weights) */
   size_t wkeep_rows;
@@ -41,6 +61,8 @@ sattn_stream_free (SattnStream *s)
     return;
   free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring); free (s->vring_ok);
   free (s->scores); free (s->o); free (s->pool); free (s->wkeep);
+  free (s->wstats); free (s->tsums);
+  sattn_pool_free (s->workers);
   free (s);
 }
 
@@ -62,28 +84,114 @@ sattn_stream_reset (SattnStream *s)
   s->wkeep_rows = 0;
 }
 
+/* Every allocation of a stream, in bytes: the one table sattn_stream_new
+ * allocates from and sattn_stream_bytes adds up. */
+typedef struct {
+  size_t qring, ktring, kscratch, vring, vring_ok, scores, o, pool, wkeep,
+      wstats, tsums, threads_bytes, total;
+  unsigned n_threads;
+} StreamSizes;
+
+/* a * b * c without wrapping; 0 on overflow (no factor is 0 here). */
+static size_t
+mul3 (size_t a, size_t b, size_t c)
+{
+  if (a == 0 || b == 0 || c == 0)
+    return 0;
+  if (b > SIZE_MAX / a || c > SIZE_MAX / (a * b))
+    return 0;
+  return a * b * c;
+}
+
+static size_t
+attn_tasks (size_t heads, size_t rows)
+{
+  return heads * ((rows + ATTN_ROWS - 1) / ATTN_ROWS);
+}
+
+/* Fills z; returns 0 when a size overflows (or the geometry is too large
+ * for 32-bit frame counts). */
+static int
+stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
+              StreamSizes *z)
+{
+  const size_t n = sc->window, ncols = n + m->n_extra, H = m->cfg.heads;
+  const size_t arows = n < ATTN_ROWS ? n : ATTN_ROWS;
+  const size_t fs = sizeof (float);
+
+  *z = (StreamSizes) { 0 };
+  if (n > (size_t) INT32_MAX / 2)
+    return 0;
+  z->n_threads = sattn_resolve_threads (m->cfg.threads);
+  if ((z->qring = mul3 (2 * n, m->dq, fs)) == 0 ||
+      (z->ktring = mul3 (2 * n, m->dq, fs)) == 0 ||
+      (z->kscratch = mul3 (n, m->dq, fs)) == 0 ||
+      (z->vring = mul3 (2 * n, m->dv, fs)) == 0 ||
+      (z->scores = mul3 (z->n_threads, arows * ncols, fs)) == 0 ||
+      (z->o = mul3 (n, m->dv, fs)) == 0)
+    return 0;
+  z->vring_ok = 2 * n;
+  if (sc->output == SATTN_OUTPUT_MEAN && (z->pool = mul3 (n, m->d_out, fs)) == 0)
+    return 0;
+  if (sc->output == SATTN_OUTPUT_WINDOW && mul3 (n, m->d_out, fs) == 0)
+    return 0;
+  if (sc->keep_weights && (mul3 (H, n, 1) == 0 ||
+          (z->wkeep = mul3 (H * n, ncols, fs)) == 0))
+    return 0;
+  if (sc->collect_stats) {
+    z->wstats = z->n_threads * sizeof (SattnStats);
+    if ((z->tsums = mul3 (attn_tasks (H, n), 2, sizeof (double))) == 0)
+      return 0;
+  }
+  z->threads_bytes = sattn_pool_bytes (z->n_threads);
+  size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
+    z->vring, z->vring_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
+    z->tsums, z->threads_bytes };
+  size_t total = 0;
+  for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
+    if (parts[k] > SIZE_MAX - total)
+      return 0;
+    total += parts[k];
+  }
+  z->total = total;
+  return 1;
+}
+
+static int
+stream_config_ok (const SattnModel *m, const SattnStreamConfig *sc)
+{
+  return m != NULL && sc != NULL && sc->window != 0 && sc->hop != 0 &&
+      sc->hop <= sc->window && sc->output <= SATTN_OUTPUT_LAST &&
+      sc->start <= SATTN_START_WAIT &&
+      sc->saturation_threshold >= 0.0f && sc->saturation_threshold <= 1.0f;
+}
+
+size_t
+sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc)
+{
+  StreamSizes z;
+  if (!stream_config_ok (m, sc) || !stream_sizes (m, sc, &z))
+    return 0;
+  return z.total;
+}
+
 SattnStream *
 sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
                   SattnStatus *status)
 {
   SattnStatus st = SATTN_OK;
   SattnStream *s = NULL;
+  StreamSizes z;
 
-  if (m == NULL || sc == NULL || sc->window == 0 || sc->hop == 0 ||
-      sc->hop > sc->window || sc->output > SATTN_OUTPUT_LAST ||
-      sc->start > SATTN_START_WAIT ||
-      !(sc->saturation_threshold >= 0.0f && sc->saturation_threshold <= 1.0f)) {
+  if (!stream_config_ok (m, sc)) {
     st = SATTN_E_INVAL;
     goto fail;
   }
-  size_t n = sc->window;
-  size_t ncols = n + m->n_extra;
-  if (n > (size_t) INT32_MAX / 2 || ncols > SIZE_MAX / sizeof (float) / n ||
-      2 * n > SIZE_MAX / sizeof (float) / (m->dq + m->dv) ||
-      (sc->output == SATTN_OUTPUT_WINDOW && n > SIZE_MAX / 4 / m->d_out)) {
+  if (!stream_sizes (m, sc, &z)) {
     st = SATTN_E_NOMEM;
     goto fail;
   }
+  size_t n = sc->window;
   s = calloc (1, sizeof (*s));
   if (s == NULL) {
     st = SATTN_E_NOMEM;
@@ -95,25 +203,36 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     s->sc.saturation_threshold = 0.99f;
   s->n = n;
   s->h = sc->hop;
-  s->ncols = ncols;
-  s->qring = malloc (2 * n * m->dq * sizeof (float));
-  s->ktring = malloc (2 * n * m->dq * sizeof (float));
-  s->kscratch = malloc (n * m->dq * sizeof (float));
-  s->vring = malloc (2 * n * m->dv * sizeof (float));
-  s->vring_ok = malloc (2 * n);
-  s->scores = malloc (n * ncols * sizeof (float));
-  s->o = malloc (n * m->dv * sizeof (float));
-  if (sc->output == SATTN_OUTPUT_MEAN)
-    s->pool = malloc (n * m->d_out * sizeof (float));
-  if (sc->keep_weights)
-    s->wkeep = malloc (m->cfg.heads * n * ncols * sizeof (float));
-  if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok || !s->scores ||
-      !s->o || (sc->output == SATTN_OUTPUT_MEAN && !s->pool) ||
-      (sc->keep_weights && !s->wkeep)) {
+  s->ncols = n + m->n_extra;
+  s->n_threads = z.n_threads;
+  s->qring = malloc (z.qring);
+  s->ktring = malloc (z.ktring);
+  s->kscratch = malloc (z.kscratch);
+  s->vring = malloc (z.vring);
+  s->vring_ok = malloc (z.vring_ok);
+  s->scores = malloc (z.scores);
+  s->o = malloc (z.o);
+  if (z.pool)
+    s->pool = malloc (z.pool);
+  if (z.wkeep)
+    s->wkeep = malloc (z.wkeep);
+  if (z.wstats)
+    s->wstats = malloc (z.wstats);
+  if (z.tsums)
+    s->tsums = malloc (z.tsums);
+  if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
+      !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
+      (z.wstats && !s->wstats) || (z.tsums && !s->tsums)) {
     st = SATTN_E_NOMEM;
     goto fail;
   }
+  if (s->n_threads > 1 && (s->workers = sattn_pool_new (s->n_threads)) == NULL) {
+    st = SATTN_E_NOMEM;         /* a thread could not be created */
+    goto fail;
+  }
   sattn_stats_clear (&s->stats);
+  for (unsigned w = 0; s->wstats && w < s->n_threads; w++)
+    sattn_stats_clear (&s->wstats[w]);
   sattn_stream_reset (s);
   if (status)
     *status = SATTN_OK;
@@ -162,6 +281,93 @@ sattn_stream_max_rows (const SattnStream *s, size_t n_frames)
   return (size_t) ((end - s->next_window) / s->h + 1);
 }
 
+/* ------------------------------------------------------------- tasks */
+
+/* One projection y = x W^T + b (see sattn_project), cut into blocks of
+ * PROJ_ROWS rows × PROJ_COLS columns. */
+typedef struct {
+  const float *Wt, *b, *x;
+  size_t n, d_in, d_out, ldx;
+  float *y;
+  size_t ldy;
+  size_t col_blocks, first;      /* first: index of its first task */
+} ProjJob;
+
+typedef struct {
+  ProjJob job[3];
+  size_t n_jobs, n_tasks;
+} ProjCtx;
+
+static void
+proj_task (void *ctx, size_t task, unsigned worker)
+{
+  const ProjCtx *c = ctx;
+  size_t j = 0;
+  while (j + 1 < c->n_jobs && task >= c->job[j + 1].first)
+    j++;
+  const ProjJob *p = &c->job[j];
+  size_t local = task - p->first;
+  size_t r0 = (local / p->col_blocks) * PROJ_ROWS;
+  size_t c0 = (local % p->col_blocks) * PROJ_COLS;
+  size_t r1 = r0 + PROJ_ROWS < p->n ? r0 + PROJ_ROWS : p->n;
+  size_t c1 = c0 + PROJ_COLS < p->d_out ? c0 + PROJ_COLS : p->d_out;
+  (void) worker;
+  sattn_project_cols (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in,
+                      p->d_out, c0, c1, p->ldx, p->y + r0 * p->ldy, p->ldy);
+}
+
+/* Add a projection: identity copies and BLAS-sized products run here on
+ * the caller's thread, the rest becomes tasks of c. */
+static void
+proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
+          size_t n, size_t d_in, size_t d_out, size_t ldx, float *y,
+          size_t ldy)
+{
+  if (n == 0)
+    return;
+  if (Wt == NULL || sattn_project_uses_blas (Wt, n, d_in, d_out)) {
+    sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
+    return;
+  }
+  ProjJob *p = &c->job[c->n_jobs++];
+  *p = (ProjJob) { Wt, b, x, n, d_in, d_out, ldx, y, ldy,
+    (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks };
+  c->n_tasks += p->col_blocks * ((n + PROJ_ROWS - 1) / PROJ_ROWS);
+}
+
+/* The attention of one window: task = (head, block of ATTN_ROWS rows). */
+typedef struct {
+  SattnStream *s;
+  const SattnAttnArgs *a;
+  size_t row_blocks;
+} AttnCtx;
+
+static void
+attn_task (void *ctx, size_t task, unsigned worker)
+{
+  const AttnCtx *c = ctx;
+  SattnStream *s = c->s;
+  size_t h = task / c->row_blocks;
+  size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
+  size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
+  float *S = s->scores + (size_t) worker * ATTN_ROWS * s->ncols;
+
+  if (!s->sc.collect_stats) {
+    sattn_attend_rows (s->m, c->a, h, r0, r1, S, NULL);
+    return;
+  }
+  /* Counts and extrema go to the worker's part (any merge order gives the
+   * same values); the two sums are kept per task and added in task order. */
+  SattnStats part;
+  sattn_stats_clear (&part);
+  sattn_attend_rows (s->m, c->a, h, r0, r1, S, &part);
+  s->tsums[2 * task] = part.max_weight_sum;
+  s->tsums[2 * task + 1] = part.entropy_sum;
+  part.max_weight_sum = 0.0;
+  part.entropy_sum = 0.0;
+  sattn_stats_merge (&s->wstats[worker], &part);
+}
+
 /* Store frames [0, cnt) (all landing in ring slots without wrap) at
  * virtual index p0. */
 static void
@@ -175,9 +381,11 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   float *k = s->kscratch;
   float *v = s->vring + slot * dv;
 
-  sattn_project (m->wq, m->bq, x, cnt, d, dq, d, q, dq);
-  sattn_project (m->wk, m->bk, x, cnt, d, dq, d, k, dq);
-  sattn_project (m->wv, m->bv, x, cnt, d, dv, d, v, dv);
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0 };
+  proj_add (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq);
+  proj_add (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq);
+  proj_add (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv);
+  sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
 
   for (size_t i = 0; i < cnt; i++) {
     int fin = sattn_all_finite (x + i * d, d);
@@ -221,12 +429,31 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
     .query_ok = s->vring_ok + base + q0,
     .allow = NULL, .ld_allow = 0,
     .m = rows, .nk = n, .q0 = q0,
-    .scores = s->scores, .o = s->o,
-    .weights = s->wkeep, .stats = stats,
+    .scores = NULL, .o = s->o,
+    .weights = s->wkeep, .stats = NULL,
     .sat_threshold = s->sc.saturation_threshold,
   };
-  sattn_attend_window (m, &a);
-  sattn_output_project (m, s->o, rows, out, ldo);
+  AttnCtx ac = { s, &a, (rows + ATTN_ROWS - 1) / ATTN_ROWS };
+  size_t n_tasks = attn_tasks (m->cfg.heads, rows);
+  sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+  if (stats) {
+    for (unsigned w = 0; w < s->n_threads; w++) {
+      sattn_stats_merge (stats, &s->wstats[w]);
+      sattn_stats_clear (&s->wstats[w]);
+    }
+    for (size_t t = 0; t < n_tasks; t++) {
+      stats->max_weight_sum += s->tsums[2 * t];
+      stats->entropy_sum += s->tsums[2 * t + 1];
+    }
+  }
+
+  if (m->wo == NULL && m->bo == NULL) {
+    sattn_output_project (m, s->o, rows, out, ldo);
+  } else {
+    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0 };
+    proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
+    sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
+  }
   for (size_t i = 0; i < rows; i++)
     if (!a.query_ok[i])
       memset (out + i * ldo, 0, m->d_out * sizeof (float));
@@ -328,7 +555,6 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
   const size_t d = s->m->cfg.d_model, n = s->n;
   const size_t rf = sattn_stream_row_floats (s);
   size_t produced = 0;
-  sattn_blas_threads (s->m);
 
   while (n_frames > 0) {
     /* Frames until the next window, then until the ring wraps. */
@@ -370,7 +596,6 @@ sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
     return SATTN_E_INVAL;
   if (out_rows < need)
     return SATTN_E_SPACE;
-  sattn_blas_threads (s->m);
   size_t produced = emit_window (s, out, info);
   if (n_rows)
     *n_rows = produced;

@@ -14,6 +14,31 @@
  *  - Handles are opaque.  Every _new has a _free that accepts NULL.
  *  - Arguments are checked before anything is allocated.  The streaming
  *    functions (push / drain / reset / stats) never allocate.
+ *
+ * Threads
+ *  - A SattnModel is immutable after sattn_model_new: any number of streams
+ *    and threads may share one (it must outlive its streams).
+ *  - A SattnStream is used by one thread at a time (calls on one stream
+ *    must not overlap; which thread makes them may change).  Different
+ *    streams may be used from different threads at the same time.
+ *  - SattnConfig.threads is the number of threads that compute a stream's
+ *    windows: each stream with threads != 1 starts its own workers in
+ *    sattn_stream_new and joins them in sattn_stream_free; the thread that
+ *    calls push / drain takes part in the work and returns when it is done.
+ *    Idle workers spin briefly, then sleep.  The work is cut into a fixed
+ *    set of tasks (projections in blocks of rows × columns, attention in
+ *    (head, block of query rows) pairs, statistics merged in a fixed
+ *    order), so output, row infos and statistics are byte-identical for
+ *    every thread count and every run.
+ *  - sattn_attend (the one-shot reference path) is single-threaded: it
+ *    runs on the caller's thread whatever SattnConfig.threads says.
+ *  - The library never changes process-wide state: it never calls
+ *    openblas_set_num_threads (or any other BLAS setting).  BLAS is used
+ *    for large projection blocks only (cblas_sgemm, row-major, when rows,
+ *    inputs and outputs are all >= 256), called from the thread that
+ *    calls push / drain / attend, under whatever thread setting the
+ *    process has chosen for its BLAS; everything else runs in the
+ *    library's own register-tiled loops.
  */
 #ifndef SATTN_H
 #define SATTN_H
@@ -62,8 +87,11 @@ typedef struct {
   size_t lookback;  /* > 0: a query at frame i sees keys j with i - j <=
                        lookback (keys after i are limited by causal only);
                        0 = the whole window */
-  int threads;      /* OpenBLAS threads used by this model's calls;
-                       0 = leave the process-wide setting alone */
+  int threads;      /* threads computing each stream of this model (see
+                       "Threads" above): 1 = none besides the caller,
+                       N > 1 = the caller plus N - 1 workers, 0 = one per
+                       CPU available to the process (its affinity mask);
+                       at most 256 are used.  Must be >= 0. */
 } SattnConfig;
 
 /* Weights in PyTorch layout.  Every pointer may be NULL:
@@ -196,6 +224,17 @@ SattnStream *sattn_stream_new (const SattnModel *m,
                                const SattnStreamConfig *sc,
                                SattnStatus *status);
 void sattn_stream_free (SattnStream *s);
+
+/* The bytes sattn_stream_new (m, sc) would allocate: buffers, statistics
+ * parts and the worker threads' stacks (with threads resolved as the
+ * stream would resolve them).  The score scratch is 16 rows ×
+ * (window + extra keys) per thread, so it grows linearly with the window;
+ * keep_weights adds heads × window × (window + extra keys) floats.
+ * Returns 0 when sc is invalid or the size overflows size_t; use it to
+ * refuse a configuration before trying.  sattn_stream_new fails with
+ * SATTN_E_NOMEM (nothing leaked) when an allocation or a thread creation
+ * fails. */
+size_t sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc);
 
 /* Floats per output row: d_out, or window * d_out in window mode. */
 size_t sattn_stream_row_floats (const SattnStream *s);

@@ -1,0 +1,274 @@
+/* SattnPool: the worker threads of one stream.
+ *
+ * sattn_pool_run (p, n, fn, ctx) runs fn (ctx, task, worker) for every
+ * task in [0, n) on the calling thread and the pool's workers, and returns
+ * when all of them are done.  Which thread runs which task is left to
+ * chance; callers make every task write its own disjoint output (and
+ * per-task or per-worker scratch), so results never depend on it.
+ *
+ * Claiming: one 64-bit word holds (generation << 32 | next task).  A run
+ * publishes its job (fn, ctx, n) in the slot of its generation's parity,
+ * then stores (gen, 0).  A thread claims task i by a compare-and-swap
+ * (gen, i) -> (gen, i + 1); the swap only succeeds while the generation is
+ * current and unfinished, so a thread that read a stale job slot can never
+ * run a task with it (the slot of gen + 2 is written only after gen + 1
+ * was published).  The caller waits for the done counter only, never for
+ * a worker that is still asleep: such a worker finds nothing to claim.
+ *
+ * Idle workers spin for a short bounded time, then sleep on a condition
+ * variable; the caller broadcasts only when a worker sleeps.  Nothing is
+ * allocated by sattn_pool_run.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause ()
+#else
+#define cpu_relax() ((void) 0)
+#endif
+
+/* About 20-50 us of polling before an idle worker sleeps: long enough to
+ * span the gaps between the phases of one window, short enough not to
+ * burn a CPU between pushes. */
+#define SPIN_ITERS 4000
+/* Workers need little stack: the hot loops use a few KiB. */
+#define WORKER_STACK (256 * 1024)
+
+typedef struct {
+  SattnTaskFn fn;       /* accessed with __atomic: see the header comment */
+  void *ctx;
+  size_t n;
+} Job;
+
+typedef struct {
+  SattnPool *p;
+  unsigned id;
+} Worker;
+
+struct SattnPool {
+  unsigned n_threads;           /* caller included */
+  unsigned n_started;           /* workers created */
+  pthread_t *tid;
+  Worker *wk;
+  uint64_t state;               /* gen << 32 | next task (atomic) */
+  size_t done;                  /* tasks finished in this run (atomic) */
+  Job job[2];
+  int stop;                     /* atomic */
+  int sleeping;                 /* atomic: workers in cond_wait */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+
+unsigned
+sattn_available_cpus (void)
+{
+  long n = 0;
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  if (sched_getaffinity (0, sizeof (set), &set) == 0)
+    n = CPU_COUNT (&set);
+#endif
+  if (n <= 0)
+    n = sysconf (_SC_NPROCESSORS_ONLN);
+  if (n <= 0)
+    n = 1;
+  if (n > SATTN_MAX_THREADS)
+    n = SATTN_MAX_THREADS;
+  return (unsigned) n;
+}
+
+unsigned
+sattn_resolve_threads (int threads)
+{
+  if (threads <= 0)
+    return sattn_available_cpus ();
+  return threads > SATTN_MAX_THREADS ? SATTN_MAX_THREADS : (unsigned) threads;
+}
+
+size_t
+sattn_pool_bytes (unsigned n_threads)
+{
+  if (n_threads <= 1)
+    return 0;
+  size_t w = n_threads - 1;
+  return sizeof (SattnPool) + w * (sizeof (pthread_t) + sizeof (Worker) +
+      WORKER_STACK);
+}
+
+/* Claim and run tasks of generation gen until none is left. */
+static void
+run_tasks (SattnPool *p, uint32_t gen, unsigned id)
+{
+  uint64_t st = __atomic_load_n (&p->state, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if ((uint32_t) (st >> 32) != gen)
+      return;
+    const Job *j = &p->job[gen & 1];
+    size_t n = __atomic_load_n (&j->n, __ATOMIC_RELAXED);
+    size_t i = (size_t) (uint32_t) st;
+    if (i >= n)
+      return;
+    SattnTaskFn fn = __atomic_load_n (&j->fn, __ATOMIC_RELAXED);
+    void *ctx = __atomic_load_n (&j->ctx, __ATOMIC_RELAXED);
+    if (__atomic_compare_exchange_n (&p->state, &st, st + 1, 0,
+            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      /* The swap succeeded: gen was current and task i unclaimed, so fn,
+       * ctx and n were gen's (see the header comment). */
+      fn (ctx, i, id);
+      __atomic_fetch_add (&p->done, 1, __ATOMIC_RELEASE);
+      st = __atomic_load_n (&p->state, __ATOMIC_ACQUIRE);
+    }
+    /* On failure st holds the current value: retry with it. */
+  }
+}
+
+static void *
+worker_main (void *arg)
+{
+  Worker *w = arg;
+  SattnPool *p = w->p;
+  uint32_t seen = 0;
+
+  for (;;) {
+    uint32_t gen = seen;
+    for (int k = 0; k < SPIN_ITERS; k++) {
+      if (__atomic_load_n (&p->stop, __ATOMIC_ACQUIRE))
+        return NULL;
+      gen = (uint32_t) (__atomic_load_n (&p->state, __ATOMIC_ACQUIRE) >> 32);
+      if (gen != seen)
+        break;
+      cpu_relax ();
+    }
+    if (gen == seen) {
+      pthread_mutex_lock (&p->mu);
+      __atomic_fetch_add (&p->sleeping, 1, __ATOMIC_SEQ_CST);
+      while (!__atomic_load_n (&p->stop, __ATOMIC_SEQ_CST) &&
+          (gen = (uint32_t) (__atomic_load_n (&p->state,
+                      __ATOMIC_SEQ_CST) >> 32)) == seen)
+        pthread_cond_wait (&p->cv, &p->mu);
+      __atomic_fetch_sub (&p->sleeping, 1, __ATOMIC_SEQ_CST);
+      pthread_mutex_unlock (&p->mu);
+      if (__atomic_load_n (&p->stop, __ATOMIC_ACQUIRE))
+        return NULL;
+    }
+    seen = gen;
+    run_tasks (p, gen, w->id);
+  }
+}
+
+void
+sattn_pool_free (SattnPool *p)
+{
+  if (p == NULL)
+    return;
+  pthread_mutex_lock (&p->mu);
+  __atomic_store_n (&p->stop, 1, __ATOMIC_SEQ_CST);
+  pthread_cond_broadcast (&p->cv);
+  pthread_mutex_unlock (&p->mu);
+  for (unsigned i = 0; i < p->n_started; i++)
+    pthread_join (p->tid[i], NULL);
+  pthread_cond_destroy (&p->cv);
+  pthread_mutex_destroy (&p->mu);
+  free (p->tid);
+  free (p->wk);
+  free (p);
+}
+
+SattnPool *
+sattn_pool_new (unsigned n_threads)
+{
+  if (n_threads <= 1)
+    return NULL;
+  SattnPool *p = calloc (1, sizeof (*p));
+  if (p == NULL)
+    return NULL;
+  p->n_threads = n_threads;
+  p->tid = calloc (n_threads - 1, sizeof (pthread_t));
+  p->wk = calloc (n_threads - 1, sizeof (Worker));
+  if (p->tid == NULL || p->wk == NULL) {
+    free (p->tid);
+    free (p->wk);
+    free (p);
+    return NULL;
+  }
+  if (pthread_mutex_init (&p->mu, NULL) != 0) {
+    free (p->tid);
+    free (p->wk);
+    free (p);
+    return NULL;
+  }
+  if (pthread_cond_init (&p->cv, NULL) != 0) {
+    pthread_mutex_destroy (&p->mu);
+    free (p->tid);
+    free (p->wk);
+    free (p);
+    return NULL;
+  }
+  pthread_attr_t attr;
+  int have_attr = pthread_attr_init (&attr) == 0;
+  if (have_attr)
+    pthread_attr_setstacksize (&attr, WORKER_STACK);
+  for (unsigned i = 0; i + 1 < n_threads; i++) {
+    p->wk[i].p = p;
+    p->wk[i].id = i + 1;
+    if (pthread_create (&p->tid[i], have_attr ? &attr : NULL, worker_main,
+            &p->wk[i]) != 0)
+      break;
+    p->n_started++;
+  }
+  if (have_attr)
+    pthread_attr_destroy (&attr);
+  if (p->n_started + 1 != n_threads) {
+    sattn_pool_free (p);
+    return NULL;
+  }
+  return p;
+}
+
+unsigned
+sattn_pool_threads (const SattnPool *p)
+{
+  return p ? p->n_threads : 1;
+}
+
+void
+sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
+{
+  if (n == 0)
+    return;
+  if (p == NULL || n == 1 || n > UINT32_MAX) {
+    for (size_t i = 0; i < n; i++)
+      fn (ctx, i, 0);
+    return;
+  }
+  uint64_t st = __atomic_load_n (&p->state, __ATOMIC_RELAXED);
+  uint32_t gen = (uint32_t) (st >> 32) + 1;
+  Job *j = &p->job[gen & 1];
+  __atomic_store_n (&j->fn, fn, __ATOMIC_RELAXED);
+  __atomic_store_n (&j->ctx, ctx, __ATOMIC_RELAXED);
+  __atomic_store_n (&j->n, n, __ATOMIC_RELAXED);
+  __atomic_store_n (&p->done, 0, __ATOMIC_RELAXED);
+  __atomic_store_n (&p->state, (uint64_t) gen << 32, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n (&p->sleeping, __ATOMIC_SEQ_CST) > 0) {
+    pthread_mutex_lock (&p->mu);
+    pthread_cond_broadcast (&p->cv);
+    pthread_mutex_unlock (&p->mu);
+  }
+  run_tasks (p, gen, 0);
+  /* Tasks claimed by workers are running: wait for them. */
+  unsigned spins = 0;
+  while (__atomic_load_n (&p->done, __ATOMIC_ACQUIRE) < n) {
+    if (++spins < 1u << 16)
+      cpu_relax ();
+    else
+      sched_yield ();
+  }
+}
