@@ -23,6 +23,9 @@
  * weights (safetensors, the nn.MultiheadAttention state-dict names) and the
  * core's first output rows, so another implementation can check agreement.
  *
+ * --threads-scaling measures instead W1 and W3 with threads=1 and
+ * threads=2 side by side (core and pipeline, wall clock, not pinned).
+ *
  * Nothing here asserts timings.  The exit status is nonzero only when a
  * result is wrong: non-finite output, streaming rows that disagree with
  * the one-shot path, a pipeline error, or frames lost in the pipeline.
@@ -511,6 +514,10 @@ model_clear (Model *m)
   memset (m, 0, sizeof (*m));
 }
 
+/* SattnConfig.threads of the models model_init builds (1 but in the
+ * threads section). */
+static int bench_threads = 1;
+
 static int
 model_init (Model *m, const Workload *w, int random_weights, char *err,
             size_t err_len)
@@ -524,7 +531,7 @@ model_init (Model *m, const Workload *w, int random_weights, char *err,
   cfg.d_model = E;
   cfg.heads = w->heads;
   cfg.causal = w->causal;
-  cfg.threads = 1;
+  cfg.threads = bench_threads;
   if (!random_weights) {
     m->model = sattn_model_new (&cfg, NULL, &st);
   } else {
@@ -1453,6 +1460,162 @@ run_isolated (const Workload *w, int random_weights, const Opts *o,
   }
 }
 
+/* ------------------------------------------------------------ threads */
+
+/* threads=1 against threads=2 (SattnConfig.threads / the element's
+ * `threads`), side by side: the core pushing one hop at a time (wall-clock
+ * frames/s, and p99 of the wall time per push) and the pipeline appsrc !
+ * sattn ! fakesink (wall-clock frames/s), repeat by repeat interleaved;
+ * medians of the per-repeat ratios.  Wall clock: with workers the CPU time
+ * of the calling thread says nothing.  Not pinned to one CPU. */
+static int
+run_threads_section (const Opts *o)
+{
+  static const char *names[] = { "W1", "W3" };
+  int failures = 0;
+  printf ("\n| workload | weights | core t=1 frames/s | core t=2 frames/s "
+          "| ratio | p50/hop t=1 us | p50/hop t=2 us | p99/hop t=1 us "
+          "| p99/hop t=2 us | sync us/hop | pipeline t=1 frames/s "
+          "| pipeline t=2 frames/s | ratio |\n");
+  printf ("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  fflush (stdout);
+  for (size_t k = 0; k < 2; k++) {
+    const Workload *w = NULL;
+    for (size_t i = 0; i < N_WORKLOADS; i++)
+      if (strcmp (workloads[i].name, names[k]) == 0)
+        w = &workloads[i];
+    if (w == NULL || (o->only && strstr (o->only, w->name) == NULL))
+      continue;
+    for (int rw = 1; rw >= 0; rw--) {
+      if (o->weights_filter >= 0 && rw != o->weights_filter)
+        continue;
+      const size_t E = wl_d_model (w), n = w->window, h = w->hop;
+      const size_t bf = wl_buffer_frames (w);
+      size_t pool_frames = 4 * n > 4096 ? 4 * n : 4096;
+      pool_frames = (pool_frames + bf - 1) / bf * bf;
+      char err[256] = "";
+      Model m[2];
+      SattnStream *s[2] = { NULL, NULL };
+      Hist *hist[2] = { calloc (1, sizeof (Hist)), calloc (1, sizeof (Hist)) };
+      float *pool = malloc (pool_frames * E * sizeof (float));
+      float *out = malloc (h * E * sizeof (float));
+      double *ratio = calloc ((size_t) o->repeats, sizeof (double));
+      double *fps[2] = { calloc ((size_t) o->repeats, sizeof (double)),
+        calloc ((size_t) o->repeats, sizeof (double)) };
+      double *pfps[2] = { calloc ((size_t) o->repeats, sizeof (double)),
+        calloc ((size_t) o->repeats, sizeof (double)) };
+      double *pratio = calloc ((size_t) o->repeats, sizeof (double));
+      int fail = 0, npipe = 0;
+      memset (m, 0, sizeof m);
+      if (!hist[0] || !hist[1] || !pool || !out || !ratio || !fps[0] ||
+          !fps[1] || !pfps[0] || !pfps[1] || !pratio) {
+        fprintf (stderr, "out of memory\n");
+        return 1;
+      }
+      Rng r = { 777 + E };
+      fill_normal (&r, pool, pool_frames * E, 1.0);
+      for (int t = 0; t < 2 && !fail; t++) {
+        bench_threads = t + 1;
+        if (model_init (&m[t], w, rw, err, sizeof err) != 0 ||
+            (s[t] = stream_new (&m[t], w, err, sizeof err)) == NULL)
+          fail = 1;
+      }
+      bench_threads = 1;
+      size_t pos[2] = { 0, 0 };
+      uint64_t pushes = 0;
+      double cpu_fps;
+      for (int rep = 0; rep < o->repeats && !fail; rep++) {
+        for (int t = 0; t < 2; t++) {
+          if (rep == 0)         /* warm-up */
+            measure_throughput (s[t], pool, pool_frames, &pos[t], E, h, out,
+                                h, 0.2 * o->core_time, &cpu_fps, &pushes,
+                                &fail);
+          fps[t][rep] = measure_throughput (s[t], pool, pool_frames, &pos[t],
+              E, h, out, h, 0.5 * o->core_time, &cpu_fps, &pushes, &fail);
+          measure_latency (s[t], pool, pool_frames, &pos[t], E, h, out, h,
+                           0.5 * o->core_time, CLOCK_MONOTONIC, hist[t],
+                           &pushes, &fail);
+        }
+        ratio[rep] = fps[1][rep] / fps[0][rep];
+      }
+#ifdef SATTN_BENCH_HAVE_GST
+      if (!fail && o->do_pipeline) {
+        gst_init (NULL, NULL);
+        char tmpl[] = "/tmp/sattn-bench-XXXXXX", wfile[600] = "";
+        if (rw && element_has_property ("weights") && mkdtemp (tmpl)) {
+          snprintf (wfile, sizeof wfile, "%s/weights.safetensors", tmpl);
+          if (write_safetensors (wfile, &m[0], E) != 0)
+            wfile[0] = '\0';
+        }
+        if (element_has_property ("threads") && (!rw || wfile[0])) {
+          for (int rep = 0; rep < o->repeats && !fail; rep++) {
+            for (int t = 0; t < 2 && !fail; t++) {
+              /* about pipe_time seconds at the core's rate */
+              double want = fps[t][rep] * o->pipe_time;
+              uint64_t nbuf = (uint64_t) (want / (double) bf) + 4;
+              double secs = 0.0, cpu = 0.0;
+              uint64_t fo = 0;
+              char extra[700];
+              snprintf (extra, sizeof extra, "threads=%d%s%s%s", t + 1,
+                        wfile[0] ? " weights=\"" : "", wfile,
+                        wfile[0] ? "\"" : "");
+              if (run_pipeline (w, pool, pool_frames, bf, 2, nbuf, 1, extra,
+                                &secs, &cpu, &fo, err, sizeof err) != 0)
+                fail = 1;
+              else
+                pfps[t][rep] = (double) ((nbuf - 2) * bf) / secs;
+            }
+            pratio[rep] = pfps[1][rep] / pfps[0][rep];
+            npipe++;
+          }
+        }
+        if (wfile[0]) {
+          unlink (wfile);
+          rmdir (tmpl);
+        }
+      }
+#endif
+      if (fail) {
+        printf ("| %s | %s | FAILED: %s |\n", w->name,
+                rw ? "random" : "identity", err[0] ? err : "push failed");
+        failures++;
+      } else {
+        double p50[2], p99[2];
+        for (int t = 0; t < 2; t++) {
+          p50[t] = hist_quantile (hist[t], 0.5) * 1e6;
+          p99[t] = hist_quantile (hist[t], 0.99) * 1e6;
+        }
+        printf ("| %s | %s | %.0f | %.0f | %.2fx | %.1f | %.1f | %.1f | %.1f "
+                "| %.1f |", w->name, rw ? "random" : "identity",
+                median (fps[0], (size_t) o->repeats),
+                median (fps[1], (size_t) o->repeats),
+                median (ratio, (size_t) o->repeats), p50[0], p50[1], p99[0],
+                p99[1], p50[1] - 0.5 * p50[0]);
+        if (npipe > 0)
+          printf (" %.0f | %.0f | %.2fx |\n", median (pfps[0], npipe),
+                  median (pfps[1], npipe), median (pratio, npipe));
+        else
+          printf (" not run | | |\n");
+      }
+      fflush (stdout);
+      for (int t = 0; t < 2; t++) {
+        sattn_stream_free (s[t]);
+        model_clear (&m[t]);
+        free (hist[t]);
+        free (fps[t]);
+        free (pfps[t]);
+      }
+      free (pool);
+      free (out);
+      free (ratio);
+      free (pratio);
+    }
+  }
+  printf ("sync us/hop: p50 per hop with threads=2 minus half of it with "
+          "threads=1 (the cost of sharing one hop between two threads).\n");
+  return failures;
+}
+
 /* ------------------------------------------------------------- report */
 
 static const char *
@@ -1573,7 +1736,9 @@ usage (FILE *f)
       "  --no-fork       run in this process (peak RSS is then cumulative)\n"
       "  --json FILE     one JSON object per configuration\n"
       "  --dump DIR      inputs, weights and first outputs for parity checks\n"
-      "  --blas-info     print the OpenBLAS kernel set in use and exit\n");
+      "  --blas-info     print the OpenBLAS kernel set in use and exit\n"
+      "  --threads-scaling  only W1/W3 with threads=1 vs threads=2, side\n"
+      "                  by side (core and pipeline, wall clock)\n");
 }
 
 int
@@ -1588,7 +1753,7 @@ main (int argc, char **argv)
   o.do_fork = 1;
   o.sgemm_size = 1024;
   o.weights_filter = -1;
-  int have_time = 0;
+  int have_time = 0, threads_scaling = 0;
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -1619,6 +1784,8 @@ main (int argc, char **argv)
       o.json = argv[++i];
     } else if (strcmp (a, "--dump") == 0 && i + 1 < argc) {
       o.dump = argv[++i];
+    } else if (strcmp (a, "--threads-scaling") == 0) {
+      threads_scaling = 1;
     } else if (strcmp (a, "--blas-info") == 0) {
       /* The OpenBLAS kernel set chosen for this CPU (run-bench.sh checks
        * it: OpenBLAS 0.3.21 falls back to "Prescott" on CPUs it does not
@@ -1659,6 +1826,13 @@ main (int argc, char **argv)
     return 2;
   }
 
+  if (threads_scaling) {
+    printf ("sattn-bench --threads-scaling: threads=1 vs threads=2, "
+            "output=frames, one hop per push; medians of %d interleaved "
+            "repeats, %.2g s per side per repeat; %ld CPU(s) online\n",
+            o.repeats, o.core_time, sysconf (_SC_NPROCESSORS_ONLN));
+    return run_threads_section (&o) ? 1 : 0;
+  }
   printf ("sattn-bench: single thread (threads=1), output=frames, "
           "start=pad; medians of %d interleaved repeats, %.2g s of core "
           "streaming per configuration\n", o.repeats, o.core_time);

@@ -89,6 +89,12 @@ status=0
 $pin "$bench" --json "$work/sattn.jsonl" --dump "$work/dump" "$@" || status=$?
 
 echo
+echo "== Worker threads: threads=1 vs threads=2 on W1 and W3"
+# Not pinned: two threads need two CPUs.
+echo "\$ $bench --threads-scaling $*"
+"$bench" --threads-scaling "$@" || status=$?
+
+echo
 echo "== Observability cost (bus messages, attention map) on W1"
 if command -v gst-launch-1.0 >/dev/null 2>&1 && [ -x /usr/bin/time ]; then
   if [ -n "$quick" ]; then obs_args="2 1"; else obs_args="10 9"; fi
