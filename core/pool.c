@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -35,10 +36,10 @@
 #define cpu_relax() ((void) 0)
 #endif
 
-/* About 20-50 us of polling before an idle worker sleeps: long enough to
+/* At most 50 us of polling before an idle worker sleeps: long enough to
  * span the gaps between the phases of one window, short enough not to
- * burn a CPU between pushes. */
-#define SPIN_ITERS 4000
+ * burn a CPU between pushes of a live stream. */
+#define SPIN_NS 50000
 /* Workers need little stack: the hot loops use a few KiB. */
 #define WORKER_STACK (256 * 1024)
 
@@ -130,6 +131,14 @@ run_tasks (SattnPool *p, uint32_t gen, unsigned id)
   }
 }
 
+static int64_t
+mono_ns (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void *
 worker_main (void *arg)
 {
@@ -139,11 +148,12 @@ worker_main (void *arg)
 
   for (;;) {
     uint32_t gen = seen;
-    for (int k = 0; k < SPIN_ITERS; k++) {
+    int64_t t_end = mono_ns () + SPIN_NS;
+    for (unsigned k = 1;; k++) {
       if (__atomic_load_n (&p->stop, __ATOMIC_ACQUIRE))
         return NULL;
       gen = (uint32_t) (__atomic_load_n (&p->state, __ATOMIC_ACQUIRE) >> 32);
-      if (gen != seen)
+      if (gen != seen || (k % 64 == 0 && mono_ns () > t_end))
         break;
       cpu_relax ();
     }

@@ -36,7 +36,7 @@ struct SattnStream {
   float *ktring;                  /* K transposed: dq × 2n */
   float *kscratch;                /* n × dq: K rows before transposing */
   uint8_t *vring_ok;              /* 2n: frame usable as key / query */
-  float *scores;                  /* threads × ATTN_ROWS × ncols */
+  float *scores;                  /* threads × min (ATTN_ROWS, n) × ncols */
   float *o;                       /* n × dv */
   unsigned n_threads;             /* caller included */
   SattnPool *workers;             /* NULL with one thread */
@@ -350,7 +350,9 @@ attn_task (void *ctx, size_t task, unsigned worker)
   size_t h = task / c->row_blocks;
   size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
   size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
-  float *S = s->scores + (size_t) worker * ATTN_ROWS * s->ncols;
+  /* Each thread's scratch holds min (ATTN_ROWS, window) rows. */
+  const size_t arows = s->n < ATTN_ROWS ? s->n : ATTN_ROWS;
+  float *S = s->scores + (size_t) worker * arows * s->ncols;
 
   if (!s->sc.collect_stats) {
     sattn_attend_rows (s->m, c->a, h, r0, r1, S, NULL);

@@ -55,6 +55,8 @@ static const Geo geos[] = {
     CHEAP_MODES, 1300 },
   { "odd", 30, 3, 37, 5, FX_PROJ | FX_BIAS | FX_OUT | FX_BIASKV | FX_ZERO |
     FX_DIMS | FX_CAUSAL | FX_LOOKBACK, 9, ALL_MODES, 200 },
+  { "tiny-window", 8, 2, 5, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL, 0,
+    ALL_MODES, 60 },
   { "odd-big-hop", 18, 2, 300, 290, FX_PROJ | FX_OUT | FX_ZERO | FX_UNIT, 0,
     ALL_MODES, 900 },
   { "blas-sized", 256, 4, 512, 300, FX_PROJ | FX_BIAS | FX_OUT, 0,
@@ -429,6 +431,17 @@ test_bytes (TuRng *rng)
   size_t bk = sattn_stream_bytes (f.model, &sc);
   tu_check (bk >= b4 + (size_t) 4 * 4096 * 4096 * sizeof (float),
             "keep_weights: %zu", bk);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  /* 4 heads × 2^20 × 2^20 kept weights: 16 TiB, refused by malloc (the
+   * sanitizers' allocators abort instead, hence not there). */
+  sc.window = (size_t) 1 << 20;
+  sc.hop = 16;
+  SattnStatus st = SATTN_OK;
+  SattnStream *huge = sattn_stream_new (f.model, &sc, &st);
+  tu_check (huge == NULL && st == SATTN_E_NOMEM,
+            "16 TiB stream: %s", sattn_status_string (st));
+  sattn_stream_free (huge);
+#endif
   sc.window = SIZE_MAX / 4;
   tu_check (sattn_stream_bytes (f.model, &sc) == 0, "huge window not 0");
   sc.window = 16;
