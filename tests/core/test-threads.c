@@ -14,6 +14,8 @@
  *  - process state: a process that set OpenBLAS to 2 threads still reads 2
  *    after creating, pushing to and freeing streams with threads 1, 2 and
  *    0, BLAS-sized projections included;
+ *  - failures: a stream too large for memory, and a stream whose worker
+ *    threads cannot all be created, fail with SATTN_E_NOMEM;
  *  - sattn_stream_bytes: nonzero for valid configurations, growing
  *    linearly (not quadratically) with the window without keep_weights,
  *    0 for invalid or overflowing ones.
@@ -22,6 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -453,6 +458,61 @@ test_bytes (TuRng *rng)
                "kept: %zu", b1, b2, b4, bk);
 }
 
+/* A thread that cannot be created: sattn_stream_new fails with
+ * SATTN_E_NOMEM, joining the workers it did start (run in a child whose
+ * address space is capped a few MiB above its current size, so that the
+ * workers' stacks run out; not under the sanitizers, whose shadow memory
+ * needs the address space). */
+static void
+test_thread_create_fails (TuRng *rng)
+{
+  tu_case_begin ("thread creation failing");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  Fixture f;
+  if (!TU_CHECK_STATUS (fx_build (&f, rng, 8, 2, 0, 0), SATTN_OK,
+                        "fx_build")) {
+    tu_case_end (NULL);
+    return;
+  }
+  SattnModel *m = model_with_threads (&f, 200);
+  SattnStreamConfig sc = { 8, 4, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 1,
+    0.0f, 0 };
+  fflush (stdout);
+  pid_t pid = fork ();
+  if (pid == 0) {
+    long vm_kib = 0;
+    char line[256];
+    FILE *st = fopen ("/proc/self/status", "r");
+    while (st && fgets (line, sizeof line, st))
+      if (sscanf (line, "VmSize: %ld kB", &vm_kib) == 1)
+        break;
+    if (st)
+      fclose (st);
+    struct rlimit rl = { (rlim_t) vm_kib * 1024 + (4 << 20),
+      (rlim_t) vm_kib * 1024 + (4 << 20) };
+    if (vm_kib <= 0 || setrlimit (RLIMIT_AS, &rl) != 0)
+      _exit (3);
+    SattnStatus status = SATTN_OK;
+    SattnStream *s = sattn_stream_new (m, &sc, &status);
+    _exit (s == NULL && status == SATTN_E_NOMEM ? 0 : s == NULL ? 2 : 1);
+  }
+  int wst = 0;
+  tu_check (pid > 0 && waitpid (pid, &wst, 0) == pid, "fork / waitpid");
+  tu_check (WIFEXITED (wst) && WEXITSTATUS (wst) == 0,
+            "200 threads in 4 MiB of address space: %s",
+            !WIFEXITED (wst) ? "the child crashed"
+            : WEXITSTATUS (wst) == 1 ? "the stream was created"
+            : WEXITSTATUS (wst) == 2 ? "failed with another status"
+            : "could not cap the address space");
+  sattn_model_free (m);
+  fx_free (&f);
+  tu_case_end ("SATTN_E_NOMEM");
+#else
+  (void) rng;
+  tu_case_end ("skipped under a sanitizer");
+#endif
+}
+
 int
 main (void)
 {
@@ -461,6 +521,7 @@ main (void)
   printf ("available CPUs: threads=0 resolves to the affinity mask\n");
   test_blas_threads (&rng);
   test_bytes (&rng);
+  test_thread_create_fails (&rng);
   for (size_t k = 0; k < sizeof geos / sizeof geos[0]; k++)
     test_identity (&rng, &geos[k]);
   test_reference (&rng, &geos[0]);
