@@ -90,6 +90,8 @@ run_free (Run *r)
 static void
 run_append (Run *r, const float *rows, const SattnRowInfo *info, size_t nr)
 {
+  if (nr == 0)
+    return;
   if (r->n_rows + nr > r->cap) {
     size_t cap = (r->n_rows + nr) * 2 + 16;
     r->rows = realloc (r->rows, cap * r->row_floats * sizeof (float));
