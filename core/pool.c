@@ -273,12 +273,17 @@ sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
     pthread_mutex_unlock (&p->mu);
   }
   run_tasks (p, gen, 0);
-  /* Tasks claimed by workers are running: wait for them. */
-  unsigned spins = 0;
-  while (__atomic_load_n (&p->done, __ATOMIC_ACQUIRE) < n) {
-    if (++spins < 1u << 16)
+  /* Tasks claimed by workers are running: wait for them, spinning for
+   * about a task's length, then yielding (on a busy machine the worker may
+   * wait for a CPU, perhaps this one). */
+  int64_t t_end = 0;
+  for (unsigned k = 1; __atomic_load_n (&p->done, __ATOMIC_ACQUIRE) < n; k++) {
+    if (t_end == 0 || k % 64 != 0) {
+      if (t_end == 0)
+        t_end = mono_ns () + SPIN_NS;
       cpu_relax ();
-    else
+    } else if (mono_ns () > t_end) {
       sched_yield ();
+    }
   }
 }
