@@ -58,6 +58,19 @@ void sattn_output_project (const SattnModel *m, const float *o, size_t rows,
 /* Nonzero when every one of n floats is finite. */
 int sattn_all_finite (const float *x, size_t n);
 
+/* The frame-usability rule (SattnFrameFault in sattn.h), the one place it
+ * is written: x is the frame (d_model floats), q / k (dq) and v (dv) its
+ * projections; flagged: the caller marked it invalid. */
+SattnFrameFault sattn_frame_fault (const SattnModel *m, int flagged,
+                                   const float *x, const float *q,
+                                   const float *k, const float *v);
+
+/* Output rows (rows × d_out, stride ldo) whose output projection
+ * overflowed become zeros; row_ok[i] (may be NULL) is cleared for them.
+ * Returns how many there were. */
+size_t sattn_zero_overflowed_rows (const SattnModel *m, float *out,
+                                   size_t rows, size_t ldo, uint8_t *row_ok);
+
 /* Apply the model's BLAS thread setting. */
 void sattn_blas_threads (const SattnModel *m);
 

@@ -21,6 +21,20 @@ sattn_status_string (SattnStatus st)
   return "unknown status";
 }
 
+const char *
+sattn_frame_fault_string (SattnFrameFault f)
+{
+  switch (f) {
+    case SATTN_FRAME_OK: return "is usable";
+    case SATTN_FRAME_FLAGGED: return "is flagged invalid (a gap)";
+    case SATTN_FRAME_NONFINITE: return "has NaN or Inf samples";
+    case SATTN_FRAME_OVERFLOW:
+      return "has finite samples but its query/key/value projection "
+          "overflows float32";
+  }
+  return "has an unknown fault";
+}
+
 void
 sattn_stats_clear (SattnStats *st)
 {
