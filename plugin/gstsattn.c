@@ -410,8 +410,9 @@ gst_sattn_class_init (GstSattnClass * klass)
   g_object_class_install_property (gobject_class, PROP_INVALID_FRAMES,
       g_param_spec_enum ("invalid-frames", "Invalid frames",
           "What a frame with NaN or Inf samples, or whose projection "
-          "overflows float32 with the loaded weights, gets (can change while "
-          "playing; GAP frames are always masked)", GST_TYPE_SATTN_INVALID_FRAMES, DEFAULT_INVALID_FRAMES,
+          "overflows float32 with the loaded weights, gets (can change "
+          "while playing; GAP frames are always masked)",
+          GST_TYPE_SATTN_INVALID_FRAMES, DEFAULT_INVALID_FRAMES,
           rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_THREADS,
       g_param_spec_int ("threads", "Threads",
