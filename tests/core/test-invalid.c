@@ -674,6 +674,17 @@ case_policy_switch (TuRng *rng)
   tu_check (nr == 2 && info[1].valid == 1, "%zu rows, second valid %d; "
             "want 2 rows, the zeroed frame valid", nr, nr == 2 ? info[1].valid
             : -1);
+  /* Flagged frames are masked under every policy, even holding NaN. */
+  float y[2 * 4] = { 1, 2, 3, 4, NAN, NAN, 0, 0 };
+  uint8_t flags[2] = { 1, 0 };
+  TU_CHECK_STATUS (sattn_stream_set_invalid_policy (s, SATTN_INVALID_ERROR),
+                   SATTN_OK, "set ERROR again");
+  st = sattn_stream_push (s, y, 2, flags, out, 4, info, &nr);
+  TU_CHECK_STATUS (st, SATTN_OK, "push of a flagged NaN frame under ERROR");
+  tu_check (nr == 2 && info[0].valid == 1 && info[1].valid == 0
+            && row_finite (out, 2 * d), "%zu rows, valid %d %d; want 2 "
+            "finite rows, the flagged one not valid", nr, info[0].valid,
+            info[1].valid);
   sc.invalid_policy = (SattnInvalidPolicy) 3;
   SattnStream *s2 = sattn_stream_new (f.model, &sc, &st);
   tu_check (s2 == NULL && st == SATTN_E_INVAL, "stream with policy 3: %s",
