@@ -101,6 +101,18 @@ unsigned sattn_pool_threads (const SattnPool *p);
 /* fn (ctx, i, worker) for every i in [0, n), worker in [0, threads): the
  * caller is worker 0.  Returns when all are done.  p NULL: serial. */
 void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
+/* The frame-usability rule (SattnFrameFault in sattn.h), the one place it
+ * is written: x is the frame (d_model floats), q / k (dq) and v (dv) its
+ * projections; flagged: the caller marked it invalid. */
+SattnFrameFault sattn_frame_fault (const SattnModel *m, int flagged,
+                                   const float *x, const float *q,
+                                   const float *k, const float *v);
+
+/* Output rows (rows × d_out, stride ldo) whose output projection
+ * overflowed become zeros; row_ok[i] (may be NULL) is cleared for them.
+ * Returns how many there were. */
+size_t sattn_zero_overflowed_rows (const SattnModel *m, float *out,
+                                   size_t rows, size_t ldo, uint8_t *row_ok);
 
 /* simd.c: hot loops, AVX2+FMA chosen at run time (SATTN_SIMD=0 in the
  * environment forces the portable code). */

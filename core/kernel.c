@@ -2,6 +2,7 @@
  * output projection, and the one-shot entry point sattn_attend. */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,29 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
   return n_valid;
 }
 
+/* Rows of O are convex combinations of finite values (the weights sum to
+ * 1), so mathematically |O| <= max |V| <= FLT_MAX; float rounding of
+ * weights summing to 1 + a few ulp can still carry a value at the very
+ * edge of the range (|V| near FLT_MAX) past it.  Such values are clamped
+ * back to +-FLT_MAX, within rounding of the exact result. */
+static void
+clamp_context (float *o, size_t rows, size_t ld, size_t dv)
+{
+  for (size_t i = 0; i < rows; i++) {
+    float *r = o + i * ld;
+    if (sattn_all_finite (r, dv))
+      continue;
+    for (size_t t = 0; t < dv; t++) {
+      if (r[t] > FLT_MAX)
+        r[t] = FLT_MAX;
+      else if (r[t] < -FLT_MAX)
+        r[t] = -FLT_MAX;
+      else if (r[t] != r[t])
+        r[t] = 0.0f;            /* cannot happen: no Inf - Inf above */
+    }
+  }
+}
+
 void
 sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
                    size_t r0, size_t r1, float *S, SattnStats *stats)
@@ -263,6 +287,8 @@ sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
         oi[t] += p * ve[t];
     }
   }
+  /* This task's rows and head columns only: tasks stay disjoint. */
+  clamp_context (Oh, M, m->dv, dvh);
 }
 
 void
@@ -271,6 +297,37 @@ sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
   /* Every head over all rows, scores in the (m × ncols) scratch. */
   for (size_t h = 0; h < m->cfg.heads; h++)
     sattn_attend_rows (m, a, h, 0, a->m, a->scores, a->stats);
+}
+
+SattnFrameFault
+sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
+                   const float *q, const float *k, const float *v)
+{
+  if (flagged)
+    return SATTN_FRAME_FLAGGED;
+  if (!sattn_all_finite (x, m->cfg.d_model))
+    return SATTN_FRAME_NONFINITE;
+  if (!sattn_all_finite (q, m->dq) || !sattn_all_finite (k, m->dq) ||
+      !sattn_all_finite (v, m->dv))
+    return SATTN_FRAME_OVERFLOW;
+  return SATTN_FRAME_OK;
+}
+
+size_t
+sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
+                            size_t ldo, uint8_t *row_ok)
+{
+  size_t bad = 0;
+  for (size_t i = 0; i < rows; i++) {
+    float *r = out + i * ldo;
+    if (sattn_all_finite (r, m->d_out))
+      continue;
+    memset (r, 0, m->d_out * sizeof (float));
+    if (row_ok)
+      row_ok[i] = 0;
+    bad++;
+  }
+  return bad;
 }
 
 void
@@ -305,8 +362,9 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   float *o = malloc (n * m->dv * sizeof (float));
   float *S = malloc (n * ncols * sizeof (float));
   uint8_t *kok = malloc (n);
+  uint8_t *qok = malloc (n);
   SattnStatus st = SATTN_OK;
-  if (!q || !k || !kt || !v || !o || !S || !kok) {
+  if (!q || !k || !kt || !v || !o || !S || !kok || !qok) {
     st = SATTN_E_NOMEM;
     goto done;
   }
@@ -315,21 +373,30 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   sattn_project (m->wk, m->bk, x, n, c->d_model, m->dq, c->d_model, k, m->dq);
   sattn_project (m->wv, m->bv, x, n, c->d_model, m->dv, c->d_model, v, m->dv);
 
-  /* A key is usable when the caller says so and its input and projections
-   * are finite; unusable keys get zero K/V so nothing can leak. */
+  /* The frame rule: a row is a key when the caller does not flag it and
+   * its data is usable; a row with bad data (NaN/Inf, overflowing
+   * projection) has no query either.  Unusable rows get zero Q/K/V so
+   * nothing can leak. */
   for (size_t j = 0; j < n; j++) {
-    int ok = (mask == NULL || mask->key_valid == NULL || mask->key_valid[j]);
-    int fin = sattn_all_finite (x + j * c->d_model, c->d_model);
-    if (!fin && stats)
-      stats->invalid_frames++;
-    ok = ok && fin && sattn_all_finite (k + j * m->dq, m->dq) &&
-        sattn_all_finite (v + j * m->dv, m->dv);
-    kok[j] = (uint8_t) ok;
-    if (!ok) {
+    int flagged = mask != NULL && mask->key_valid != NULL &&
+        !mask->key_valid[j];
+    SattnFrameFault data = sattn_frame_fault (m, 0, x + j * c->d_model,
+                                              q + j * m->dq, k + j * m->dq,
+                                              v + j * m->dv);
+    kok[j] = (uint8_t) (!flagged && data == SATTN_FRAME_OK);
+    qok[j] = (uint8_t) (data == SATTN_FRAME_OK &&
+                        (mask == NULL || mask->query_valid == NULL ||
+                         mask->query_valid[j]));
+    if (data != SATTN_FRAME_OK)
+      memset (q + j * m->dq, 0, m->dq * sizeof (float));
+    if (!kok[j]) {
       memset (k + j * m->dq, 0, m->dq * sizeof (float));
       memset (v + j * m->dv, 0, m->dv * sizeof (float));
-      if (stats)
-        stats->masked_keys++;
+    }
+    if (stats) {
+      stats->masked_keys += !kok[j];
+      stats->invalid_frames += flagged || data != SATTN_FRAME_OK;
+      stats->overflow_frames += !flagged && data == SATTN_FRAME_OVERFLOW;
     }
   }
 
@@ -340,7 +407,7 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   SattnAttnArgs a = {
     .q = q, .ldq = m->dq, .kt = kt, .ldkt = n, .v = v, .ldv = m->dv,
     .key_ok = kok,
-    .query_ok = mask ? mask->query_valid : NULL,
+    .query_ok = qok,
     .allow = mask ? mask->allow : NULL, .ld_allow = n,
     .m = n, .nk = n, .q0 = 0,
     .scores = S, .o = o, .weights = weights, .stats = stats,
@@ -348,16 +415,18 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   };
   sattn_attend_window (m, &a);
   sattn_output_project (m, o, n, out, m->d_out);
-  if (mask != NULL && mask->query_valid != NULL)
-    for (size_t i = 0; i < n; i++)
-      if (!mask->query_valid[i])
-        memset (out + i * m->d_out, 0, m->d_out * sizeof (float));
+  for (size_t i = 0; i < n; i++)
+    if (!qok[i])
+      memset (out + i * m->d_out, 0, m->d_out * sizeof (float));
+  size_t ovf = sattn_zero_overflowed_rows (m, out, n, m->d_out, NULL);
   if (stats) {
+    stats->overflow_rows += ovf;
     stats->windows++;
     stats->frames += n;
   }
 
 done:
   free (q); free (k); free (kt); free (v); free (o); free (S); free (kok);
+  free (qok);
   return st;
 }

@@ -21,6 +21,20 @@ sattn_status_string (SattnStatus st)
   return "unknown status";
 }
 
+const char *
+sattn_frame_fault_string (SattnFrameFault f)
+{
+  switch (f) {
+    case SATTN_FRAME_OK: return "is usable";
+    case SATTN_FRAME_FLAGGED: return "is flagged invalid (a gap)";
+    case SATTN_FRAME_NONFINITE: return "has NaN or Inf samples";
+    case SATTN_FRAME_OVERFLOW:
+      return "has finite samples but its query/key/value projection "
+          "overflows float32";
+  }
+  return "has an unknown fault";
+}
+
 void
 sattn_stats_clear (SattnStats *st)
 {
@@ -51,6 +65,8 @@ sattn_stats_merge (SattnStats *d, const SattnStats *s)
   d->rows += s->rows;
   d->masked_keys += s->masked_keys;
   d->invalid_frames += s->invalid_frames;
+  d->overflow_frames += s->overflow_frames;
+  d->overflow_rows += s->overflow_rows;
   d->fully_masked_rows += s->fully_masked_rows;
   d->nonfinite_scores += s->nonfinite_scores;
   d->saturated_rows += s->saturated_rows;

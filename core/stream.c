@@ -52,6 +52,11 @@ struct SattnStream {
   uint64_t last_end;              /* frame count at the last window */
   uint64_t next_window;           /* frame count at which the next window is due */
   SattnStats stats;
+  uint8_t *row_ok;                /* n: the last window's output rows that
+                                     are valid (query usable, finite) */
+  int have_error;                 /* a push stopped at err_frame */
+  uint64_t err_frame;
+  SattnFrameFault err_fault;
 };
 
 void
@@ -63,6 +68,7 @@ sattn_stream_free (SattnStream *s)
   free (s->scores); free (s->o); free (s->pool); free (s->wkeep);
   free (s->wstats); free (s->tsums);
   sattn_pool_free (s->workers);
+  free (s->row_ok);
   free (s);
 }
 
@@ -82,12 +88,14 @@ sattn_stream_reset (SattnStream *s)
   s->next_window = s->sc.start == SATTN_START_WAIT ? s->n : s->h;
   s->have_window = 0;
   s->wkeep_rows = 0;
+  s->have_error = 0;
 }
 
 /* Every allocation of a stream, in bytes: the one table sattn_stream_new
  * allocates from and sattn_stream_bytes adds up. */
 typedef struct {
-  size_t qring, ktring, kscratch, vring, vring_ok, scores, o, pool, wkeep,
+  size_t qring, ktring, kscratch, vring, vring_ok, row_ok, scores, o, pool,
+      wkeep,
       wstats, tsums, threads_bytes, total;
   unsigned n_threads;
 } StreamSizes;
@@ -131,6 +139,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
       (z->o = mul3 (n, m->dv, fs)) == 0)
     return 0;
   z->vring_ok = 2 * n;
+  z->row_ok = n;
   if (sc->output == SATTN_OUTPUT_MEAN && (z->pool = mul3 (n, m->d_out, fs)) == 0)
     return 0;
   if (sc->output == SATTN_OUTPUT_WINDOW && mul3 (n, m->d_out, fs) == 0)
@@ -145,7 +154,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   }
   z->threads_bytes = sattn_pool_bytes (z->n_threads);
   size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
-    z->vring, z->vring_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
+    z->vring, z->vring_ok, z->row_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
     z->tsums, z->threads_bytes };
   size_t total = 0;
   for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
@@ -163,6 +172,7 @@ stream_config_ok (const SattnModel *m, const SattnStreamConfig *sc)
   return m != NULL && sc != NULL && sc->window != 0 && sc->hop != 0 &&
       sc->hop <= sc->window && sc->output <= SATTN_OUTPUT_LAST &&
       sc->start <= SATTN_START_WAIT &&
+      sc->invalid_policy <= SATTN_INVALID_ERROR &&
       sc->saturation_threshold >= 0.0f && sc->saturation_threshold <= 1.0f;
 }
 
@@ -210,6 +220,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->kscratch = malloc (z.kscratch);
   s->vring = malloc (z.vring);
   s->vring_ok = malloc (z.vring_ok);
+  s->row_ok = malloc (z.row_ok);
   s->scores = malloc (z.scores);
   s->o = malloc (z.o);
   if (z.pool)
@@ -221,7 +232,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   if (z.tsums)
     s->tsums = malloc (z.tsums);
   if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
-      !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
+      !s->row_ok || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
       (z.wstats && !s->wstats) || (z.tsums && !s->tsums)) {
     st = SATTN_E_NOMEM;
     goto fail;
@@ -372,7 +383,29 @@ attn_task (void *ctx, size_t task, unsigned worker)
 
 /* Store frames [0, cnt) (all landing in ring slots without wrap) at
  * virtual index p0. */
+/* The projections of an all-zero frame: the biases (zero without). */
 static void
+zero_frame (const SattnModel *m, float *q, float *k, float *v)
+{
+  if (m->bq)
+    memcpy (q, m->bq, m->dq * sizeof (float));
+  else
+    memset (q, 0, m->dq * sizeof (float));
+  if (m->bk)
+    memcpy (k, m->bk, m->dq * sizeof (float));
+  else
+    memset (k, 0, m->dq * sizeof (float));
+  if (m->bv)
+    memcpy (v, m->bv, m->dv * sizeof (float));
+  else
+    memset (v, 0, m->dv * sizeof (float));
+}
+
+/* Store frames [0, cnt) (all landing in ring slots without wrap) at
+ * virtual index p0, applying the frame rule and the invalid policy.
+ * Returns how many were stored: cnt, or under SATTN_INVALID_ERROR the
+ * index of the first frame with bad data (recorded in s->err_*). */
+static size_t
 store_frames (SattnStream *s, const float *x, const uint8_t *valid,
               size_t cnt, uint64_t p0)
 {
@@ -390,13 +423,34 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
 
   for (size_t i = 0; i < cnt; i++) {
-    int fin = sattn_all_finite (x + i * d, d);
-    int ok = fin && (valid == NULL || valid[i]) &&
-        sattn_all_finite (q + i * dq, dq) &&
-        sattn_all_finite (k + i * dq, dq) && sattn_all_finite (v + i * dv, dv);
-    if (!fin || (valid != NULL && !valid[i]))
-      s->stats.invalid_frames++;
+    SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
+                                           x + i * d, q + i * dq, k + i * dq,
+                                           v + i * dv);
+    int ok = f == SATTN_FRAME_OK;
+    int bad_data = f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW;
+    if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ERROR) {
+      /* Not consumed: the lower copies of slots [i, cnt) get back the
+       * frames still in the window from their mirrors (K is only written
+       * below). */
+      memcpy (q + i * dq, s->qring + (slot + i + n) * dq,
+              (cnt - i) * dq * sizeof (float));
+      memcpy (v + i * dv, s->vring + (slot + i + n) * dv,
+              (cnt - i) * dv * sizeof (float));
+      s->have_error = 1;
+      s->err_frame = p0 - n + i;
+      s->err_fault = f;
+      cnt = i;
+      break;
+    }
     if (!ok) {
+      s->stats.invalid_frames++;
+      if (f == SATTN_FRAME_OVERFLOW)
+        s->stats.overflow_frames++;
+    }
+    if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ZERO) {
+      zero_frame (m, q + i * dq, k + i * dq, v + i * dv);
+      ok = 1;
+    } else if (!ok) {
       memset (q + i * dq, 0, dq * sizeof (float));
       memset (k + i * dq, 0, dq * sizeof (float));
       memset (v + i * dv, 0, dv * sizeof (float));
@@ -410,6 +464,25 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       dst[i] = dst[i + n] = k[i * dq + t];
   }
   memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
+  return cnt;
+}
+
+/* The output rows of a window: those of unusable queries are zeros; those
+ * whose output projection overflowed too, counted.  row_ok[q0 + i] says
+ * which rows are valid. */
+static void
+finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
+             float *out, size_t ldo)
+{
+  const SattnModel *m = s->m;
+  uint8_t *ok = s->row_ok + q0;
+  for (size_t i = 0; i < rows; i++) {
+    ok[i] = query_ok[i];
+    if (!ok[i])
+      memset (out + i * ldo, 0, m->d_out * sizeof (float));
+  }
+  s->stats.overflow_rows += sattn_zero_overflowed_rows (m, out, rows, ldo,
+                                                        ok);
 }
 
 /* Compute the window ending after frame count F = s->total, for the last
@@ -456,9 +529,8 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
     sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
   }
-  for (size_t i = 0; i < rows; i++)
-    if (!a.query_ok[i])
-      memset (out + i * ldo, 0, m->d_out * sizeof (float));
+  /* On the calling thread, after the workers: it counts into s->stats. */
+  finish_rows (s, a.query_ok, rows, q0, out, ldo);
 
   if (s->wkeep)
     s->wkeep_rows = rows;
@@ -477,7 +549,6 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
 {
   const SattnModel *m = s->m;
   const size_t n = s->n, d_out = m->d_out;
-  size_t base = (size_t) (s->total % n);
   size_t produced = 0;
 
   switch (s->sc.output) {
@@ -490,7 +561,7 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
         for (size_t i = 0; i < rows; i++) {
           info[i].first = s->next_out + i;
           info[i].n_frames = 1;
-          info[i].valid = s->vring_ok[base + n - rows + i];
+          info[i].valid = s->row_ok[n - rows + i];
         }
       s->next_out += rows;
       produced = rows;
@@ -505,21 +576,26 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
       produced = 1;
       break;
     case SATTN_OUTPUT_MEAN: {
+      /* In double, a block of columns at a time: a float sum of rows near
+       * FLT_MAX overflows, the double one cannot, and the mean of finite
+       * rows then rounds to a finite float. */
       compute_window (s, n, s->pool, d_out);
-      memset (out, 0, d_out * sizeof (float));
       size_t cnt = 0;
-      for (size_t i = 0; i < n; i++) {
-        if (!s->vring_ok[base + i])
-          continue;
-        const float *r = s->pool + i * d_out;
-        for (size_t t = 0; t < d_out; t++)
-          out[t] += r[t];
-        cnt++;
-      }
-      if (cnt > 0) {
-        float inv = 1.0f / (float) cnt;
-        for (size_t t = 0; t < d_out; t++)
-          out[t] *= inv;
+      for (size_t i = 0; i < n; i++)
+        cnt += s->row_ok[i] != 0;
+      for (size_t t0 = 0; t0 < d_out; t0 += 64) {
+        double acc[64];
+        size_t w = d_out - t0 < 64 ? d_out - t0 : 64;
+        memset (acc, 0, sizeof (acc));
+        for (size_t i = 0; i < n; i++) {
+          if (!s->row_ok[i])
+            continue;
+          const float *restrict r = s->pool + i * d_out + t0;
+          for (size_t t = 0; t < w; t++)
+            acc[t] += r[t];
+        }
+        for (size_t t = 0; t < w; t++)
+          out[t0 + t] = cnt > 0 ? (float) (acc[t] / (double) cnt) : 0.0f;
       }
       produced = 1;
       break;
@@ -529,7 +605,7 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
     int any = 0;
     size_t first_q = s->sc.output == SATTN_OUTPUT_LAST ? n - 1 : 0;
     for (size_t i = first_q; i < n; i++)
-      any |= s->vring_ok[base + i];
+      any |= s->row_ok[i];
     info[0].first = s->last_end;
     info[0].n_frames = (uint32_t) (s->total - s->last_end);
     info[0].valid = (uint8_t) any;
@@ -566,10 +642,16 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
     size_t room = n - (size_t) (p % n);
     if (cnt > room)
       cnt = room;
-    store_frames (s, frames, valid, cnt, p);
-    s->total += cnt;
+    size_t stored = store_frames (s, frames, valid, cnt, p);
+    s->total += stored;
     if (s->sc.collect_stats)
-      s->stats.frames += cnt;
+      s->stats.frames += stored;
+    if (stored < cnt) {
+      /* Invalid policy ERROR: no window can be due before that frame. */
+      if (n_rows)
+        *n_rows = produced;
+      return SATTN_E_NONFINITE;
+    }
     frames += cnt * d;
     if (valid)
       valid += cnt;
@@ -643,5 +725,33 @@ sattn_stream_last_weights (const SattnStream *s, int head, float *out,
   }
   for (size_t i = 0; i < r * c; i++)
     out[i] *= inv;
+  return SATTN_OK;
+}
+
+uint64_t
+sattn_stream_frames (const SattnStream *s)
+{
+  return s ? s->total : 0;
+}
+
+SattnStatus
+sattn_stream_set_invalid_policy (SattnStream *s, SattnInvalidPolicy policy)
+{
+  if (s == NULL || policy > SATTN_INVALID_ERROR)
+    return SATTN_E_INVAL;
+  s->sc.invalid_policy = policy;
+  return SATTN_OK;
+}
+
+SattnStatus
+sattn_stream_error_frame (const SattnStream *s, uint64_t *index,
+                          SattnFrameFault *fault)
+{
+  if (s == NULL || !s->have_error)
+    return SATTN_E_INVAL;
+  if (index)
+    *index = s->err_frame;
+  if (fault)
+    *fault = s->err_fault;
   return SATTN_OK;
 }

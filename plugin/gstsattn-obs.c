@@ -150,6 +150,7 @@ gst_sattn_obs_init (GstSattnObs * obs, GstElement * element,
   sattn_stats_clear (&obs->acc);
   obs->acc_ts = obs->acc_end_ts = GST_CLOCK_TIME_NONE;
   obs->sat_warned_at = obs->nf_warned_at = GST_CLOCK_TIME_NONE;
+  obs->pov_warned_at = obs->oov_warned_at = GST_CLOCK_TIME_NONE;
   gst_pad_set_iterate_internal_links_function (sinkpad,
       GST_DEBUG_FUNCPTR (obs_sink_internal_links));
 }
@@ -375,6 +376,8 @@ stats_merge (SattnStats * acc, const SattnStats * w)
   acc->rows += w->rows;
   acc->masked_keys += w->masked_keys;
   acc->invalid_frames += w->invalid_frames;
+  acc->overflow_frames += w->overflow_frames;
+  acc->overflow_rows += w->overflow_rows;
   acc->fully_masked_rows += w->fully_masked_rows;
   acc->nonfinite_scores += w->nonfinite_scores;
   acc->saturated_rows += w->saturated_rows;
@@ -443,6 +446,8 @@ obs_queue_message (GstSattnObs * obs, GstElement * element, SattnStream * s,
       "rows", G_TYPE_UINT64, a->rows,
       "masked-keys", G_TYPE_UINT64, a->masked_keys,
       "invalid-frames", G_TYPE_UINT64, a->invalid_frames,
+      "overflow-frames", G_TYPE_UINT64, a->overflow_frames,
+      "overflow-rows", G_TYPE_UINT64, a->overflow_rows,
       "fully-masked-rows", G_TYPE_UINT64, a->fully_masked_rows,
       "nonfinite-scores", G_TYPE_UINT64, a->nonfinite_scores,
       "score-min", G_TYPE_DOUBLE, a->score_min,
@@ -494,6 +499,61 @@ queue_warning (GstSattnObs * obs, GstElement * element, gchar * text,
   g_free (debug);
 }
 
+/* Finite frames whose Q/K/V projection overflowed (the invalid-frames
+ * policy was applied to them) and output rows whose output projection
+ * overflowed (written as zeros): the cause is the weights' scale against
+ * the input's. */
+static void
+obs_check_overflow (GstSattnObs * obs, GstElement * element,
+    const SattnStats * w, GstClockTime ts)
+{
+  gchar *text, *debug;
+
+  obs->pov_frames += w->overflow_frames;
+  obs->oov_rows += w->overflow_rows;
+  if (w->overflow_frames > 0 && warning_due (obs->pov_warned_at, ts)) {
+    text = g_strdup_printf ("Input frames at %" GST_TIME_FORMAT " have "
+        "finite samples but their query/key/value projection overflows "
+        "float32 with the loaded weights: they were treated as invalid "
+        "frames (see invalid-frames); reduce the input amplitude or check "
+        "the scale of the weights", GST_TIME_ARGS (ts));
+    debug = g_strdup_printf ("%" G_GUINT64_FORMAT " such frame(s) since the "
+        "last such warning; at most one such warning per %u s of stream "
+        "time", obs->pov_frames, (guint) (WARNING_INTERVAL / GST_SECOND));
+    queue_warning (obs, element, text, debug);
+    obs->pov_warned_at = ts;
+    obs->pov_frames = 0;
+  }
+  if (w->overflow_rows > 0 && warning_due (obs->oov_warned_at, ts)) {
+    text = g_strdup_printf ("The output projection overflows float32 at %"
+        GST_TIME_FORMAT " with the loaded weights: those output rows were "
+        "written as zeros and flagged invalid; reduce the input amplitude "
+        "or check the scale of the output projection weights",
+        GST_TIME_ARGS (ts));
+    debug = g_strdup_printf ("%" G_GUINT64_FORMAT " such row(s) since the "
+        "last such warning; at most one such warning per %u s of stream "
+        "time", obs->oov_rows, (guint) (WARNING_INTERVAL / GST_SECOND));
+    queue_warning (obs, element, text, debug);
+    obs->oov_warned_at = ts;
+    obs->oov_rows = 0;
+  }
+}
+
+void
+gst_sattn_obs_frames (GstSattnObs * obs, GstElement * element,
+    SattnStream * s, GstClockTime ts)
+{
+  SattnStats w;
+
+  if (obs->stats_on)
+    return;
+  /* Without statistics the stream still counts these; nothing else in
+   * its statistics is read. */
+  sattn_stream_get_stats (s, &w, 1);
+  if (w.overflow_frames > 0 || w.overflow_rows > 0)
+    obs_check_overflow (obs, element, &w, ts);
+}
+
 static void
 obs_check_warnings (GstSattnObs * obs, GstElement * element,
     const SattnStats * w, GstClockTime ts)
@@ -501,6 +561,8 @@ obs_check_warnings (GstSattnObs * obs, GstElement * element,
   const gdouble def_scale = 1.0 / sqrt ((gdouble) MAX (obs->d_head, 1));
   const gdouble thr = obs->sat_threshold;
   gboolean saturated;
+
+  obs_check_overflow (obs, element, w, ts);
 
   /* The core counts only rows with two or more visible keys (a single
    * visible key has weight 1 with nothing wrong).  Such a row saturates only

@@ -50,6 +50,9 @@ typedef struct
   /* Rate limiting of warnings, in stream time of the windows. */
   GstClockTime sat_warned_at, nf_warned_at;
   guint64 sat_windows, nf_windows;      /* since the last such warning */
+  /* Projections that overflowed: frames (Q/K/V), rows (output). */
+  GstClockTime pov_warned_at, oov_warned_at;
+  guint64 pov_frames, oov_rows;         /* since the last such warning */
 
   /* Messages and warnings to post after the next push. */
   GQueue pending;
@@ -94,6 +97,12 @@ gsize gst_sattn_obs_split (GstSattnObs * obs, const SattnStream * s,
 void gst_sattn_obs_window (GstSattnObs * obs, GstElement * element,
     SattnStream * s, guint64 first, guint64 end, GstClockTime ts,
     GstClockTime end_ts, const GstSegment * segment);
+
+/* After a core push of frames starting at ts: with statistics off, takes
+ * the stream's overflow counters and queues the warnings they call for
+ * (with statistics on, gst_sattn_obs_window does it per window). */
+void gst_sattn_obs_frames (GstSattnObs * obs, GstElement * element,
+    SattnStream * s, GstClockTime ts);
 
 /* After a push on the features pad: posts what is pending. */
 void gst_sattn_obs_pushed (GstSattnObs * obs, GstElement * element);

@@ -64,7 +64,13 @@
  * GAP events and buffers flagged GAP become frames that are masked keys;
  * their output rows are still produced (as zeros in `frames` mode) and an
  * output buffer whose rows are all invalid is flagged GAP.  Frames with NaN
- * or Inf samples are handled by #GstSattn:invalid-frames.  At EOS the
+ * or Inf samples, and finite frames whose query/key/value projection
+ * overflows float32 with the loaded weights, are handled by
+ * #GstSattn:invalid-frames (`error` names the frame, its time and the
+ * cause); overflowed projections also post a warning, at most one per
+ * 10 s of stream time.  An output row whose output projection overflows
+ * is zeros (a buffer of only such rows is flagged GAP), with the same kind
+ * of warning, so finite input never gives a non-finite output.  At EOS the
  * element drains, so that in `frames` mode every input frame gets exactly
  * one output frame.
  *
@@ -403,8 +409,10 @@ gst_sattn_class_init (GstSattnClass * klass)
           DEFAULT_START, geom));
   g_object_class_install_property (gobject_class, PROP_INVALID_FRAMES,
       g_param_spec_enum ("invalid-frames", "Invalid frames",
-          "What a frame with NaN or Inf samples gets (can change while "
-          "playing)", GST_TYPE_SATTN_INVALID_FRAMES, DEFAULT_INVALID_FRAMES,
+          "What a frame with NaN or Inf samples, or whose projection "
+          "overflows float32 with the loaded weights, gets (can change "
+          "while playing; GAP frames are always masked)",
+          GST_TYPE_SATTN_INVALID_FRAMES, DEFAULT_INVALID_FRAMES,
           rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_THREADS,
       g_param_spec_int ("threads", "Threads",
@@ -816,6 +824,35 @@ gst_sattn_core_error (GstSattn * self, const gchar * what, SattnStatus st)
   return GST_FLOW_ERROR;
 }
 
+/* invalid-frames=error: the core stopped at a frame with bad data, having
+ * consumed the frames before it (n_rows rows, the stream's frame count was
+ * `before` when the call started).  Push those rows, then post the error
+ * naming the frame and the core's reason. */
+static GstFlowReturn
+gst_sattn_bad_frame (GstSattn * self, GstSattnOut * out, guint64 before,
+    gsize n_rows)
+{
+  guint64 idx = before, frame;
+  SattnFrameFault fault = SATTN_FRAME_NONFINITE;
+  GstClockTime ts;
+
+  sattn_stream_error_frame (self->stream, &idx, &fault);
+  self->frames_since_resync += idx - before;
+  frame = self->frames_since_resync;
+  gst_sattn_out_account (self, out, n_rows);
+  gst_sattn_out_finish (self, out);
+
+  ts = gst_sattn_frame_ts (self, frame);
+  GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+      ("Input frame %" G_GUINT64_FORMAT " (at %" GST_TIME_FORMAT ") %s%s",
+          frame, GST_TIME_ARGS (ts), sattn_frame_fault_string (fault),
+          fault == SATTN_FRAME_OVERFLOW ? " with the loaded weights" : ""),
+      ("invalid-frames=error; frames are counted from the last resync "
+          "(start, flush, discontinuity or caps change); invalid-frames="
+          "mask or zero would mask the frame or replace it by zeros"));
+  return GST_FLOW_ERROR;
+}
+
 /* Hand n frames (n <= chunk) to the core and collect the rows in out.
  * When health messages or the attention map are on, the frames go in
  * pieces that end at window ends, one window per core call. */
@@ -839,6 +876,9 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
   }
 
   while (n > 0) {
+    guint64 before = sattn_stream_frames (self->stream);
+    GstClockTime ts = gst_sattn_frame_ts (self, self->frames_since_resync);
+
     k = gst_sattn_obs_split (&self->obs, self->stream, n);
     dst = dummy;
     room = 0;
@@ -848,11 +888,14 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
     }
     st = sattn_stream_push (self->stream, frames, k, valid, dst, room,
         need > 0 ? self->info : NULL, &n_rows);
+    if (st == SATTN_E_NONFINITE)
+      return gst_sattn_bad_frame (self, out, before, n_rows);
     if (st != SATTN_OK)
       return gst_sattn_core_error (self, "sattn_stream_push", st);
     g_assert (n_rows <= room);
     self->frames_since_resync += k;
     gst_sattn_out_account (self, out, n_rows);
+    gst_sattn_obs_frames (&self->obs, GST_ELEMENT (self), self->stream, ts);
     frames += k * self->d_model;
     if (valid)
       valid += k;
@@ -861,19 +904,8 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
   return GST_FLOW_OK;
 }
 
-static gboolean
-gst_sattn_frame_finite (const float *x, gsize d)
-{
-  gsize i;
-
-  for (i = 0; i < d; i++)
-    if (!isfinite (x[i]))
-      return FALSE;
-  return TRUE;
-}
-
-/* Push n whole frames (NULL: zeros) that are all invalid, or subject to
- * the invalid-frames policy. */
+/* Push n whole frames (NULL: zeros) that are all invalid (GAP), or
+ * subject to the invalid-frames policy, which the core applies. */
 static GstFlowReturn
 gst_sattn_push_frames (GstSattn * self, const float *frames, guint64 n,
     gboolean invalid, GstSattnInvalidFrames policy, GstSattnOut * out)
@@ -881,46 +913,19 @@ gst_sattn_push_frames (GstSattn * self, const float *frames, guint64 n,
   const gsize d = self->d_model;
   GstFlowReturn ret = GST_FLOW_OK;
 
+  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_MASK ==
+      (int) SATTN_INVALID_MASK);
+  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_ZERO ==
+      (int) SATTN_INVALID_ZERO);
+  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_ERROR ==
+      (int) SATTN_INVALID_ERROR);
+  sattn_stream_set_invalid_policy (self->stream, (SattnInvalidPolicy) policy);
   while (n > 0) {
     gsize k = (gsize) MIN (n, (guint64) self->chunk);
     const float *src = frames ? frames : self->zeros;
 
-    if (invalid) {
-      ret = gst_sattn_core_push (self, src, k, self->invalid_flags, out, n);
-    } else if (policy == GST_SATTN_INVALID_FRAMES_MASK) {
-      /* The core masks frames with NaN/Inf itself. */
-      ret = gst_sattn_core_push (self, src, k, NULL, out, n);
-    } else {
-      gsize i, run = 0;
-
-      for (i = 0; i < k && ret == GST_FLOW_OK; i++) {
-        if (gst_sattn_frame_finite (src + i * d, d))
-          continue;
-        if (i > run)
-          ret = gst_sattn_core_push (self, src + run * d, i - run, NULL, out,
-              n - run);
-        if (ret != GST_FLOW_OK)
-          break;
-        if (policy == GST_SATTN_INVALID_FRAMES_ERROR) {
-          GstClockTime ts = gst_sattn_frame_ts (self,
-              self->frames_since_resync);
-          GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-              ("Input frame at %" GST_TIME_FORMAT " contains NaN or Inf "
-                  "samples", GST_TIME_ARGS (ts)),
-              ("invalid-frames=error; frame %" G_GUINT64_FORMAT " since the "
-                  "last resync", self->frames_since_resync));
-          return GST_FLOW_ERROR;
-        }
-        GST_LOG_OBJECT (self, "frame %" G_GUINT64_FORMAT " has NaN/Inf, "
-            "replaced by zeros", self->frames_since_resync);
-        ret = gst_sattn_core_push (self, self->zeros, 1, NULL, out,
-            n - i);
-        run = i + 1;
-      }
-      if (ret == GST_FLOW_OK && k > run)
-        ret = gst_sattn_core_push (self, src + run * d, k - run, NULL, out,
-            n - run);
-    }
+    ret = gst_sattn_core_push (self, src, k,
+        invalid ? self->invalid_flags : NULL, out, n);
     if (ret != GST_FLOW_OK)
       return ret;
     if (frames)
@@ -1457,6 +1462,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   sc.hop = c.hop;
   sc.output = (SattnOutputMode) c.output;
   sc.start = (SattnStartPolicy) c.start;
+  sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
   gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
   stream = sattn_stream_new (model, &sc, &st);
   if (stream == NULL) {

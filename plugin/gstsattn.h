@@ -45,7 +45,10 @@ typedef enum {
  * @GST_SATTN_INVALID_FRAMES_ZERO: replaced by an all-zero (valid) frame
  * @GST_SATTN_INVALID_FRAMES_ERROR: stop with an element error
  *
- * What happens to an input frame that contains NaN or Inf samples.
+ * What happens to an input frame that contains NaN or Inf samples, or
+ * whose query/key/value projection overflows float32 with the loaded
+ * weights.  Frames of GAP buffers and events are always masked.  The
+ * values match the core's #SattnInvalidPolicy.
  */
 typedef enum {
   GST_SATTN_INVALID_FRAMES_MASK = 0,

@@ -60,7 +60,8 @@ typedef enum {
   SATTN_E_INVAL,      /* NULL pointer or a value out of range */
   SATTN_E_SHAPE,      /* dimensions that do not fit together */
   SATTN_E_NOMEM,      /* allocation failed or size overflows */
-  SATTN_E_NONFINITE,  /* NaN/Inf where it is not allowed (weights) */
+  SATTN_E_NONFINITE,  /* NaN/Inf where it is not allowed (weights; a
+                         frame under SATTN_INVALID_ERROR) */
   SATTN_E_SPACE,      /* caller's output buffer is too small */
   SATTN_E_IO,         /* a file cannot be opened or read */
   SATTN_E_FORMAT,     /* a malformed weights file */
@@ -140,14 +141,25 @@ size_t sattn_model_extra_keys (const SattnModel *m);
 
 /* Numeric health, accumulated over (head, query row) pairs; a "row" below
  * is one head's softmax row.  Filled by sattn_attend and by streams created
- * with collect_stats. */
+ * with collect_stats; a stream counts invalid_frames, overflow_frames and
+ * overflow_rows even without collect_stats (they cost nothing), so a caller
+ * can always tell why frames or rows were unusable. */
 typedef struct {
   uint64_t windows;            /* windows computed */
   uint64_t frames;             /* frames pushed (stream) / rows given */
   uint64_t rows;               /* (head, query) softmax rows computed */
   uint64_t masked_keys;        /* sum over windows of key positions that are
                                   invalid (padding, flagged, non-finite) */
-  uint64_t invalid_frames;     /* frames flagged invalid or with NaN/Inf */
+  uint64_t invalid_frames;     /* frames unusable for any reason (see
+                                  SattnFrameFault): flagged invalid,
+                                  NaN/Inf samples, or a Q/K/V projection
+                                  that overflows float32; whatever the
+                                  invalid policy then did with them */
+  uint64_t overflow_frames;    /* of those: finite frames whose Q/K/V
+                                  projection overflowed float32 */
+  uint64_t overflow_rows;      /* output rows (one per query frame) whose
+                                  output projection overflowed float32:
+                                  written as zeros, flagged not valid */
   uint64_t fully_masked_rows;  /* rows with every key masked (output 0) */
   uint64_t nonfinite_scores;   /* NaN scores (masked) and +-Inf scores */
   uint64_t saturated_rows;     /* rows with >= 2 visible keys whose max
@@ -161,6 +173,29 @@ typedef struct {
 } SattnStats;
 
 void sattn_stats_clear (SattnStats *st);
+
+/* --------------------------------------------------------- frame faults */
+
+/* Why a frame is unusable.  One rule, the same for streams and
+ * sattn_attend, checked in this order:
+ *  - FLAGGED:   the caller marked it invalid (valid[i] == 0 in a push, a
+ *               GAP; key_valid[j] == 0 in sattn_attend);
+ *  - NONFINITE: one of its samples is NaN or +-Inf;
+ *  - OVERFLOW:  its samples are finite but its Q, K or V projection
+ *               overflows float32 (trained weights with large values, or
+ *               large inputs): NaN/Inf in a projection.
+ * An unusable frame is never a key, and the row of its query is zeros,
+ * flagged not valid -- except under SATTN_INVALID_ZERO (below). */
+typedef enum {
+  SATTN_FRAME_OK = 0,
+  SATTN_FRAME_FLAGGED,
+  SATTN_FRAME_NONFINITE,
+  SATTN_FRAME_OVERFLOW,
+} SattnFrameFault;
+
+/* A static English description of a fault ("has NaN or Inf samples", ...),
+ * to follow "frame N"; never NULL. */
+const char *sattn_frame_fault_string (SattnFrameFault f);
 
 /* ------------------------------------------------------------- one-shot */
 
@@ -177,8 +212,13 @@ typedef struct {
  *   out:     n × d_out (required)
  *   weights: heads × n × (n + extra_keys), may be NULL
  *   stats:   accumulated into when non-NULL (call sattn_stats_clear first)
- * Rows of x with NaN/Inf are treated as masked keys (and counted).  This is
- * the reference path: it allocates scratch per call. */
+ * Rows are checked with the frame rule above and masked when unusable
+ * (SATTN_INVALID_MASK): a row with key_valid[j] == 0 is a masked key (its
+ * query row follows query_valid); a row with NaN/Inf samples or an
+ * overflowing projection is a masked key and its output row is zeros.
+ * Each unusable row counts once in invalid_frames.  A row whose output
+ * projection overflows is zeros and counted in overflow_rows.  This is the
+ * reference path: it allocates scratch per call. */
 SattnStatus sattn_attend (const SattnModel *m, const float *x, size_t n,
                           const SattnMask *mask, float *out, float *weights,
                           SattnStats *stats);
@@ -197,6 +237,20 @@ typedef enum {
   SATTN_START_WAIT,     /* first window when n frames are in */
 } SattnStartPolicy;
 
+/* What a stream does with a frame that is unusable because of its data
+ * (SATTN_FRAME_NONFINITE or SATTN_FRAME_OVERFLOW).  Frames flagged invalid
+ * by the caller (GAPs) are masked under every policy: they are not bad
+ * data. */
+typedef enum {
+  SATTN_INVALID_MASK = 0, /* never a key; its query row is zeros, flagged
+                             not valid */
+  SATTN_INVALID_ZERO,     /* replaced by an all-zero frame, which is valid
+                             (projected to the biases) */
+  SATTN_INVALID_ERROR,    /* sattn_stream_push stops before it and returns
+                             SATTN_E_NONFINITE; see
+                             sattn_stream_error_frame */
+} SattnInvalidPolicy;
+
 typedef struct {
   size_t window;                /* n >= 1 */
   size_t hop;                   /* 1 <= h <= n */
@@ -206,6 +260,7 @@ typedef struct {
   float saturation_threshold;   /* 0 = 0.99 */
   int keep_weights;             /* keep the last window's weights for
                                    sattn_stream_last_weights */
+  SattnInvalidPolicy invalid_policy; /* unusable frames; default MASK */
 } SattnStreamConfig;
 
 /* What one output row accounts for.  Frame indices count frames pushed
@@ -213,8 +268,9 @@ typedef struct {
 typedef struct {
   uint64_t first;     /* first input frame this row accounts for */
   uint32_t n_frames;  /* how many (frames mode: 1) */
-  uint8_t valid;      /* 0: the row's query frame(s) were all invalid and
-                         the row is zeros */
+  uint8_t valid;      /* 0: the row's query frame(s) were all unusable
+                         (or their output projection overflowed) and the
+                         row is zeros (window mode: those sub-rows) */
 } SattnRowInfo;
 
 typedef struct SattnStream SattnStream;
@@ -248,12 +304,24 @@ size_t sattn_stream_pending (const SattnStream *s);
 
 /* Push n_frames frames (n_frames × d_model floats).  valid (n_frames, may
  * be NULL = all valid): 0 marks a frame invalid (a GAP, a masked sample):
- * it is never a key and its query row is zeros.  Frames with NaN/Inf are
- * treated as invalid too.  Every window that completes is computed and its
+ * it is never a key and its query row is zeros.  Frames with NaN/Inf
+ * samples or an overflowing Q/K/V projection follow the stream's
+ * invalid_policy.  Every window that completes is computed and its
  * rows written to out (room for out_rows rows of row_floats each) with
  * info (may be NULL) describing each; *n_rows receives the count.  Fails
  * with SATTN_E_SPACE, consuming nothing, if out_rows <
- * sattn_stream_max_rows (s, n_frames). */
+ * sattn_stream_max_rows (s, n_frames).
+ *
+ * Under SATTN_INVALID_ERROR, the first frame with bad data stops the push:
+ * the frames before it are consumed (their windows computed, their rows
+ * written and counted in *n_rows), that frame and the ones after it are
+ * not, and SATTN_E_NONFINITE is returned.  The stream stays usable.
+ *
+ * Output rows are finite whenever the frames are: a row whose output
+ * projection overflows float32 (a trained wo with large values) is written
+ * as zeros, flagged not valid in its info, left out of the mean in
+ * SATTN_OUTPUT_MEAN, and counted in overflow_rows.  Means are accumulated
+ * in double, so the mean of finite rows is finite. */
 SattnStatus sattn_stream_push (SattnStream *s, const float *frames,
                                size_t n_frames, const uint8_t *valid,
                                float *out, size_t out_rows,
@@ -269,6 +337,23 @@ SattnStatus sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
 /* Forget every frame: the next frame is frame 0 of a new stream.
  * Statistics are kept. */
 void sattn_stream_reset (SattnStream *s);
+
+/* Frames pushed since creation or the last reset (the index the next
+ * frame will have). */
+uint64_t sattn_stream_frames (const SattnStream *s);
+
+/* Change the invalid-frames policy of a running stream; it applies from
+ * the next frame pushed.  SATTN_E_INVAL for a value out of range. */
+SattnStatus sattn_stream_set_invalid_policy (SattnStream *s,
+                                             SattnInvalidPolicy policy);
+
+/* After sattn_stream_push returned SATTN_E_NONFINITE: the index of the
+ * frame that stopped it (frames since creation or the last reset, as in
+ * SattnRowInfo) and why it is unusable (NONFINITE or OVERFLOW).  Either
+ * pointer may be NULL.  SATTN_E_INVAL when no push has stopped so since
+ * the stream was created or reset. */
+SattnStatus sattn_stream_error_frame (const SattnStream *s, uint64_t *index,
+                                      SattnFrameFault *fault);
 
 /* Copy the accumulated statistics; clear them after if clear != 0. */
 void sattn_stream_get_stats (SattnStream *s, SattnStats *out, int clear);

@@ -1,5 +1,6 @@
 #include "reference.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,4 +235,24 @@ ref_attend (const RefModel *m, const float *x, size_t n,
   free (vis);
   free (O);
   free (finite);
+}
+
+/* FLT_MAX + half an ulp: from there on a double rounds to float inf. */
+int
+ref_projection_overflows (const RefModel *m, const float *x)
+{
+  const size_t dq = m->heads * m->d_head, dvt = m->heads * m->d_value;
+  double *y = xcalloc (dq > dvt ? dq : dvt, sizeof *y);
+  int over = 0;
+  project (m->wq, m->bq, x, 1, m->d_model, dq, y);
+  for (size_t c = 0; c < dq; c++)
+    over |= fabs (y[c]) >= 0x1.ffffffp+127;
+  project (m->wk, m->bk, x, 1, m->d_model, dq, y);
+  for (size_t c = 0; c < dq; c++)
+    over |= fabs (y[c]) >= 0x1.ffffffp+127;
+  project (m->wv, m->bv, x, 1, m->d_model, dvt, y);
+  for (size_t c = 0; c < dvt; c++)
+    over |= fabs (y[c]) >= 0x1.ffffffp+127;
+  free (y);
+  return over;
 }

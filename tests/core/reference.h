@@ -51,4 +51,9 @@ void ref_attend (const RefModel *m, const float *x, size_t n,
                  const uint8_t *allow, double *out, double *weights,
                  RefStats *st);
 
+/* Whether the float32 Q, K or V projection of frame x (d_model floats,
+ * finite) overflows: some entry of it, computed in double, rounds to float
+ * infinity. */
+int ref_projection_overflows (const RefModel *m, const float *x);
+
 #endif

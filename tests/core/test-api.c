@@ -321,7 +321,7 @@ test_stream_args (void)
   SattnConfig c = cfg_default (4, 2);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   SattnStreamConfig sc = { 4, 2, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 0,
-                           0.0f, 0 };
+                           0.0f, 0, SATTN_INVALID_MASK };
   SattnStreamConfig b;
 
   expect_stream_fail ("model NULL", NULL, &sc, SATTN_E_INVAL);
@@ -418,7 +418,7 @@ test_overflow (void)
             "needed) or SATTN_E_NOMEM", sattn_status_string (st));
   if (m) {
     SattnStreamConfig sc = { 2, 1, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 0,
-                             0.0f, 0 };
+                             0.0f, 0, SATTN_INVALID_MASK };
     SattnStream *s = sattn_stream_new (m, &sc, &st);
     tu_check (s == NULL, "stream over d_model SIZE_MAX/2+2 created");
     TU_CHECK_STATUS (st, SATTN_E_NOMEM, "stream over d_model SIZE_MAX/2+2");
@@ -430,7 +430,8 @@ test_overflow (void)
   m = sattn_model_new (&c, NULL, &st);
   if (m) {
     SattnStreamConfig sc = { SIZE_MAX / 4, 1, SATTN_OUTPUT_WINDOW,
-                             SATTN_START_PAD, 0, 0.0f, 0 };
+                             SATTN_START_PAD, 0, 0.0f, 0,
+                             SATTN_INVALID_MASK };
     SattnStream *s = sattn_stream_new (m, &sc, &st);
     tu_check (s == NULL, "stream with window SIZE_MAX/4 created");
     TU_CHECK_STATUS (st, SATTN_E_NOMEM, "window SIZE_MAX/4");

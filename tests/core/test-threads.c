@@ -178,7 +178,7 @@ run_episode (const SattnModel *m, const Geo *g, SattnOutputMode mode,
              int keep_w, const Episode *e, Run *r)
 {
   SattnStreamConfig sc = { g->n, g->h, mode, SATTN_START_PAD, 1, 0.0f,
-    keep_w };
+    keep_w, SATTN_INVALID_MASK };
   SattnStatus st = SATTN_E_INVAL;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   memset (r, 0, sizeof *r);
@@ -316,7 +316,7 @@ test_reference (TuRng *rng, const Geo *g)
   }
   SattnModel *m = model_with_threads (&f, 2);
   SattnStreamConfig sc = { g->n, g->h, SATTN_OUTPUT_FRAMES, SATTN_START_PAD,
-    0, 0.0f, 0 };
+    0, 0.0f, 0, SATTN_INVALID_MASK };
   SattnStream *s = m ? sattn_stream_new (m, &sc, NULL) : NULL;
   tu_check (s != NULL, "sattn_stream_new");
   const size_t T = g->n + 3 * g->h, d_out = f.ref.d_out;
@@ -378,7 +378,7 @@ test_blas_threads (TuRng *rng)
     for (int t = 0; t < 3; t++) {
       SattnModel *m = model_with_threads (&f, thread_counts[t]);
       SattnStreamConfig sc = { g[k].n, g[k].h, SATTN_OUTPUT_FRAMES,
-        SATTN_START_PAD, 1, 0.0f, 0 };
+        SATTN_START_PAD, 1, 0.0f, 0, SATTN_INVALID_MASK };
       SattnStream *s = m ? sattn_stream_new (m, &sc, NULL) : NULL;
       size_t nr;
       if (s) {
@@ -424,7 +424,7 @@ test_bytes (TuRng *rng)
     return;
   }
   SattnStreamConfig sc = { 1024, 64, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 1,
-    0.0f, 0 };
+    0.0f, 0, SATTN_INVALID_MASK };
   size_t b1 = sattn_stream_bytes (f.model, &sc);
   sc.window = 2048;
   size_t b2 = sattn_stream_bytes (f.model, &sc);
@@ -478,7 +478,7 @@ test_thread_create_fails (TuRng *rng)
   }
   SattnModel *m = model_with_threads (&f, 200);
   SattnStreamConfig sc = { 8, 4, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 1,
-    0.0f, 0 };
+    0.0f, 0, SATTN_INVALID_MASK };
   fflush (stdout);
   pid_t pid = fork ();
   if (pid == 0) {
