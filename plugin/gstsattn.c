@@ -54,6 +54,12 @@
  * goes downstream; a caps change drains it under the old caps.  An
  * incomplete frame left at a drain is dropped.
  *
+ * Within a segment output time never goes back and never wraps: a buffer
+ * stamped behind the counter by more than the threshold restarts the
+ * window (DISCONT) but its frames keep the counter's timestamps, and
+ * every input frame still gets its output; timestamps saturate at the
+ * last valid clock time (G_MAXUINT64 - 1) instead of wrapping.
+ *
  * The LATENCY query adds what the element holds back:
  * held × frame-size / rate, with held = #GstSattn:hop frames, or
  * #GstSattn:window frames when #GstSattn:start is `wait`, in every output
@@ -63,7 +69,15 @@
  *
  * GAP events and buffers flagged GAP become frames that are masked keys;
  * their output rows are still produced (as zeros in `frames` mode) and an
- * output buffer whose rows are all invalid is flagged GAP.  Frames with NaN
+ * output buffer whose rows are all invalid is flagged GAP.  Of a GAP event
+ * only the part after the counter counts: one that ends before it adds
+ * nothing, one without a duration adds nothing, one ahead of it by more
+ * than the threshold resyncs as a buffer would.  Once a GAP has pushed
+ * every usable frame out of the window, the rest of it is not computed:
+ * its rows (all zeros) go downstream as one GAP event whose span is
+ * exactly the frames they account for, and offsets and timestamps after
+ * it continue as if the rows had been pushed, so a GAP of any length
+ * costs O(window).  Frames with NaN
  * or Inf samples are handled by #GstSattn:invalid-frames.  At EOS the
  * element drains, so that in `frames` mode every input frame gets exactly
  * one output frame.
@@ -655,12 +669,24 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
 
 /* ------------------------------------------------------------ timing */
 
+/* The last valid clock time: timestamps saturate there, never wrap. */
+#define GST_SATTN_TS_END (GST_CLOCK_TIME_NONE - 1)
+
+/* ts + d (ts valid), saturated at the end of the clock's range. */
+static GstClockTime
+gst_sattn_ts_add (GstClockTime ts, guint64 d)
+{
+  return d > GST_SATTN_TS_END - ts ? GST_SATTN_TS_END : ts + d;
+}
+
 /* Timestamp of input frame f (counted since the last resync). */
 static GstClockTime
 gst_sattn_frame_ts (GstSattn * self, guint64 f)
 {
-  return self->resync_ts + gst_util_uint64_scale (f * self->cfg.frame_size,
-      GST_SECOND, self->rate);
+  /* frame-size x GST_SECOND fits in 64 bits; the scale saturates at
+   * G_MAXUINT64 rather than overflow. */
+  return gst_sattn_ts_add (self->resync_ts, gst_util_uint64_scale (f,
+          (guint64) self->cfg.frame_size * GST_SECOND, self->rate));
 }
 
 /* Where the sample counter says the next input byte lies in time. */
@@ -669,8 +695,9 @@ gst_sattn_expected_ts (GstSattn * self)
 {
   if (!GST_CLOCK_TIME_IS_VALID (self->resync_ts))
     return GST_CLOCK_TIME_NONE;
-  return self->resync_ts + gst_util_uint64_scale (self->bytes_since_resync,
-      GST_SECOND, (guint64) self->rate * self->bpf);
+  return gst_sattn_ts_add (self->resync_ts,
+      gst_util_uint64_scale (self->bytes_since_resync, GST_SECOND,
+          (guint64) self->rate * self->bpf));
 }
 
 /* Start a new timeline at ts (NONE: the segment start, else 0). */
@@ -930,6 +957,61 @@ gst_sattn_push_frames (GstSattn * self, const float *frames, guint64 n,
   return ret;
 }
 
+/* n whole masked frames of a GAP.  The first ones go through the window
+ * computation while the window still holds usable frames; the core skips
+ * the rest in closed form (sattn_stream_skip): their rows would all be
+ * zeros flagged invalid, so they go downstream as one GAP event spanning
+ * exactly the frames they account for, and the output offsets and
+ * timestamps after it continue as if the rows had been pushed. */
+static GstFlowReturn
+gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
+{
+  GstFlowReturn ret;
+  SattnSkipped sk;
+  SattnStatus st;
+  guint64 lead, k;
+  GstClockTime ts, end;
+
+  lead = sattn_stream_skip_lead (self->stream);
+  k = MIN (n, lead);
+  if (k > 0) {
+    ret = gst_sattn_push_frames (self, NULL, k, TRUE,
+        GST_SATTN_INVALID_FRAMES_MASK, out);
+    if (ret != GST_FLOW_OK)
+      return ret;
+    n -= k;
+  }
+  if (n == 0)
+    return GST_FLOW_OK;
+
+  /* What is computed goes out first. */
+  ret = gst_sattn_out_finish (self, out);
+  if (ret != GST_FLOW_OK)
+    return ret;
+  st = sattn_stream_skip (self->stream, n, NULL, 0, NULL, NULL, &sk);
+  if (st != SATTN_OK)
+    return gst_sattn_core_error (self, "sattn_stream_skip", st);
+  self->frames_since_resync += n;
+  if (sk.rows == 0)
+    return GST_FLOW_OK;
+
+  ts = gst_sattn_frame_ts (self, sk.first);
+  end = gst_sattn_frame_ts (self, sk.end);
+  GST_DEBUG_OBJECT (self, "gap: %" G_GUINT64_FORMAT " masked frames "
+      "skipped, %" G_GUINT64_FORMAT " rows as a GAP event at %"
+      GST_TIME_FORMAT " + %" GST_TIME_FORMAT, n, sk.rows,
+      GST_TIME_ARGS (ts), GST_TIME_ARGS (end - ts));
+  self->out_offset += sk.rows;
+  /* The skipped windows are observed as one: their statistics, one
+   * attention map (all zeros) spanning them. */
+  gst_sattn_obs_window (&self->obs, GST_ELEMENT (self), self->stream,
+      sk.first, sk.end, ts, end, &self->segment);
+  if (!gst_pad_push_event (self->srcpad, gst_event_new_gap (ts, end - ts)))
+    GST_DEBUG_OBJECT (self, "downstream refused the GAP event");
+  gst_sattn_obs_pushed (&self->obs, GST_ELEMENT (self));
+  return GST_FLOW_OK;
+}
+
 /* Feed size bytes of interleaved samples (data NULL: zeros).  invalid:
  * every frame touched by these bytes is masked. */
 static GstFlowReturn
@@ -966,7 +1048,12 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
 
   n = size / fb;
   rest = size - n * fb;
-  if (n > 0) {
+  if (n > 0 && data == NULL && invalid) {
+    /* A GAP's frames: closed form once the window holds only them. */
+    ret = gst_sattn_gap_frames (self, n, out);
+    if (ret != GST_FLOW_OK)
+      return ret;
+  } else if (n > 0) {
     if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0) {
       ret = gst_sattn_push_frames (self, (const float *) data, n, invalid,
           policy, out);
@@ -1056,7 +1143,9 @@ gst_sattn_resync (GstSattn * self, GstClockTime ts)
   GstFlowReturn ret;
 
   ret = gst_sattn_drain (self);
-  if (!GST_CLOCK_TIME_IS_VALID (ts))
+  /* Within a segment time never goes back: data stamped behind the
+   * timeline continues it. */
+  if (!GST_CLOCK_TIME_IS_VALID (ts) || ts < gst_sattn_expected_ts (self))
     ts = gst_sattn_expected_ts (self);
   sattn_stream_reset (self->stream);
   gst_sattn_start_timeline (self, ts);
@@ -1064,7 +1153,9 @@ gst_sattn_resync (GstSattn * self, GstClockTime ts)
 }
 
 /* Called before data that starts at ts: starts the timeline or resyncs on
- * a discontinuity. */
+ * a discontinuity (DISCONT, or ts more than the threshold away from the
+ * counter).  A resync behind the counter restarts the window but keeps
+ * the timeline going from the counter (gst_sattn_resync). */
 static GstFlowReturn
 gst_sattn_check_discont (GstSattn * self, GstClockTime ts, gboolean discont)
 {
@@ -1161,37 +1252,52 @@ gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
   return ret != GST_FLOW_OK ? ret : ret2;
 }
 
-/* A GAP event: its time span becomes masked frames. */
+/* A GAP event: the part of its time span after the timeline's counter
+ * becomes masked frames.  A GAP without a duration adds nothing; one
+ * ahead of the counter by more than the threshold resyncs there, as a
+ * buffer would; one that starts behind the counter never resyncs and
+ * adds only what lies after the counter (nothing when it ends before).
+ * Its end saturates at the end of the clock's range. */
 static GstFlowReturn
 gst_sattn_handle_gap (GstSattn * self, GstEvent * event)
 {
   GstSattnOut out = { 0, };
-  GstClockTime ts, dur;
+  GstClockTime ts, dur, end, expected;
   GstFlowReturn ret, ret2;
-  guint64 bytes;
+  guint64 bytes, samples, have;
 
   gst_event_parse_gap (event, &ts, &dur);
   if (!GST_CLOCK_TIME_IS_VALID (dur)) {
     GST_DEBUG_OBJECT (self, "gap without a duration, ignored");
     return GST_FLOW_OK;
   }
-  ret = gst_sattn_check_discont (self, ts, FALSE);
-  if (ret != GST_FLOW_OK)
-    return ret;
-
-  if (GST_CLOCK_TIME_IS_VALID (ts) && ts + dur >= self->resync_ts) {
-    /* Up to the gap's end, on the sample grid of the timeline. */
-    guint64 end = gst_util_uint64_scale_round (ts + dur - self->resync_ts,
-        self->rate, GST_SECOND) * self->bpf;
-    bytes = end > self->bytes_since_resync ?
-        end - self->bytes_since_resync : 0;
-  } else {
-    bytes = gst_util_uint64_scale_round (dur, self->rate, GST_SECOND) *
-        self->bpf;
+  expected = gst_sattn_expected_ts (self);
+  if (!GST_CLOCK_TIME_IS_VALID (ts) || !GST_CLOCK_TIME_IS_VALID (expected)
+      || ts >= expected) {
+    ret = gst_sattn_check_discont (self, ts, FALSE);
+    if (ret != GST_FLOW_OK)
+      return ret;
   }
+
+  if (GST_CLOCK_TIME_IS_VALID (ts)) {
+    /* Up to the gap's end, on the sample grid of the timeline. */
+    end = gst_sattn_ts_add (ts, dur);
+    samples = end > self->resync_ts ? gst_util_uint64_scale_round (end -
+        self->resync_ts, self->rate, GST_SECOND) : 0;
+    have = self->bytes_since_resync;
+  } else {
+    samples = gst_util_uint64_scale_round (dur, self->rate, GST_SECOND);
+    have = 0;
+  }
+  /* The byte counter must not wrap either. */
+  samples = MIN (samples, (G_MAXUINT64 - self->bytes_since_resync + have) /
+      self->bpf);
+  bytes = samples * self->bpf > have ? samples * self->bpf - have : 0;
   GST_DEBUG_OBJECT (self, "gap %" GST_TIME_FORMAT " + %" GST_TIME_FORMAT
       ": %" G_GUINT64_FORMAT " masked bytes", GST_TIME_ARGS (ts),
       GST_TIME_ARGS (dur), bytes);
+  if (bytes == 0)
+    return GST_FLOW_OK;
 
   ret = gst_sattn_process (self, NULL, bytes, TRUE,
       gst_sattn_get_policy (self), &out);
