@@ -39,6 +39,16 @@
  * heads not dividing d_model, ...), fails negotiation with an element
  * error that names the property values that would work.
  *
+ * Memory is sized when caps arrive: the core's stream
+ * (sattn_stream_bytes) plus the element's own buffers.  A configuration
+ * that needs more than the process can have (the headroom below
+ * RLIMIT_AS / RLIMIT_DATA, or the machine's physical memory) is refused
+ * with a `RESOURCE / NO_SPACE_LEFT` error that gives the sizes
+ * (`SATTN_MEMORY_CHECK=0` in the environment turns the check off).  Every
+ * allocation is fallible: a failure posts the same error with the size
+ * that could not be had and fails negotiation or the push
+ * (`GST_FLOW_ERROR`), never aborts the process.
+ *
  * ## Timing
  *
  * Output timestamps come from a frame counter since the last resync point:
@@ -143,7 +153,13 @@
 #include "sattn/sattn-weights.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef G_OS_UNIX
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 GST_DEBUG_CATEGORY_STATIC (gst_sattn_debug);
 #define GST_CAT_DEFAULT gst_sattn_debug
@@ -171,8 +187,10 @@ GST_DEBUG_CATEGORY_STATIC (gst_sattn_debug);
 /* Frames handed to the core per call; bounds the scratch memory. */
 #define MIN_CHUNK_FRAMES 256
 #define MAX_CHUNK_FRAMES 4096
-/* Output buffers are sized for at most this many input frames. */
+/* Output buffers are sized for at most this many input frames, and at
+ * most this many bytes unless one core call needs more. */
 #define OUT_FRAMES_PER_BUFFER 16384
+#define OUT_MAX_BYTES ((gsize) 64 << 20)
 /* Smallest timestamp deviation treated as a discontinuity. */
 #define MIN_RESYNC_THRESHOLD (GST_SECOND / 25)
 
@@ -767,6 +785,16 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
 /* Make room for need more rows in out, pushing what it holds if full.
  * hint_frames: input frames still to come in this call, to size a new
  * output buffer. */
+/* A buffer of size bytes, or NULL when there is no memory for it
+ * (gst_buffer_new_allocate would abort the process). */
+static GstBuffer *
+gst_sattn_try_buffer_new (gsize size)
+{
+  gpointer mem = g_try_malloc (MAX (size, 1));
+
+  return mem ? gst_buffer_new_wrapped (mem, size) : NULL;
+}
+
 static GstFlowReturn
 gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
     guint64 hint_frames)
@@ -782,15 +810,17 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
 
   cap = sattn_stream_max_rows (self->stream,
       (gsize) MIN (hint_frames, OUT_FRAMES_PER_BUFFER));
+  cap = MIN (cap, OUT_MAX_BYTES / (self->row_floats * sizeof (float)));
   cap = MAX (cap, need);
-  out->buf = gst_buffer_new_allocate (NULL,
-      cap * self->row_floats * sizeof (float), NULL);
+  out->buf = gst_sattn_try_buffer_new (cap * self->row_floats *
+      sizeof (float));
   if (out->buf == NULL || !gst_buffer_map (out->buf, &out->map,
           GST_MAP_WRITE)) {
     gst_clear_buffer (&out->buf);
     GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
-        ("Could not allocate an output buffer of %" G_GSIZE_FORMAT " rows",
-            cap), (NULL));
+        ("Could not allocate an output buffer of %" G_GSIZE_FORMAT " rows "
+            "(%" G_GSIZE_FORMAT " bytes)", cap,
+            cap * self->row_floats * sizeof (float)), (NULL));
     return GST_FLOW_ERROR;
   }
   out->cap_rows = cap;
@@ -799,12 +829,25 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
   return GST_FLOW_OK;
 }
 
+/* Room for need row infos (sized at caps time for the largest core
+ * call, so this does not allocate on the push path in practice).  Posts
+ * an element error when there is no memory. */
 static gboolean
 gst_sattn_ensure_info (GstSattn * self, gsize need)
 {
+  SattnRowInfo *info;
+
   if (need <= self->info_cap)
     return TRUE;
-  self->info = g_renew (SattnRowInfo, self->info, need);
+  info = g_try_renew (SattnRowInfo, self->info, need);
+  if (info == NULL) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the descriptions of %" G_GSIZE_FORMAT
+            " output rows (%" G_GSIZE_FORMAT " bytes)", need,
+            need * sizeof (SattnRowInfo)), (NULL));
+    return FALSE;
+  }
+  self->info = info;
   self->info_cap = need;
   return TRUE;
 }
@@ -862,7 +905,8 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
     ret = gst_sattn_out_reserve (self, out, need, hint_frames);
     if (ret != GST_FLOW_OK)
       return ret;
-    gst_sattn_ensure_info (self, need);
+    if (!gst_sattn_ensure_info (self, need))
+      return GST_FLOW_ERROR;
   }
 
   while (n > 0) {
@@ -1110,7 +1154,11 @@ gst_sattn_drain_rows (GstSattn * self)
   ret = gst_sattn_out_reserve (self, &out, need, 0);
   if (ret != GST_FLOW_OK)
     return ret;
-  gst_sattn_ensure_info (self, need);
+  if (!gst_sattn_ensure_info (self, need)) {
+    gst_buffer_unmap (out.buf, &out.map);
+    gst_buffer_unref (out.buf);
+    return GST_FLOW_ERROR;
+  }
   st = sattn_stream_drain (self->stream, (float *) out.map.data, out.cap_rows,
       self->info, &n_rows);
   if (st != SATTN_OK) {
@@ -1476,6 +1524,204 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   return FALSE;
 }
 
+/* Frames handed to the core per call: scratch stays O(window × d_model),
+ * at most max(window, 1 MiB). */
+static gsize
+gst_sattn_chunk_frames (const GstSattnSettings * c, guint64 d_model)
+{
+  gsize chunk = CLAMP (c->hop, MIN_CHUNK_FRAMES, MAX_CHUNK_FRAMES);
+
+  chunk = MIN (chunk, MAX ((gsize) c->window,
+          (gsize) (1u << 20) / (d_model * sizeof (float))));
+  return MAX (chunk, 1);
+}
+
+/* Row descriptions one core call can need: a push of chunk frames with
+ * up to a window pending (frames mode), or its windows. */
+static gsize
+gst_sattn_info_rows (const GstSattnSettings * c, gsize chunk)
+{
+  return c->output == GST_SATTN_OUTPUT_FRAMES ? c->window + chunk :
+      chunk / c->hop + 2;
+}
+
+/* The element's buffers for one stream configuration. */
+typedef struct
+{
+  guint8 *carry;
+  float *scratch, *zeros;
+  guint8 *invalid_flags;
+  SattnRowInfo *info;
+  gsize info_cap;
+} GstSattnScratch;
+
+static void
+gst_sattn_scratch_clear (GstSattnScratch * sc)
+{
+  g_free (sc->carry);
+  g_free (sc->scratch);
+  g_free (sc->zeros);
+  g_free (sc->invalid_flags);
+  g_free (sc->info);
+  memset (sc, 0, sizeof (*sc));
+}
+
+/* Fallible: posts an element error naming the size that could not be
+ * had and returns FALSE (nothing allocated then). */
+static gboolean
+gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
+    const GstSattnSettings * c, guint64 d_model, gsize chunk)
+{
+  const gsize fb = (gsize) d_model * sizeof (float);
+  const gchar *what = NULL;
+  gsize size = 0;
+
+  memset (sc, 0, sizeof (*sc));
+  sc->info_cap = gst_sattn_info_rows (c, chunk);
+  if ((sc->carry = g_try_malloc (size = fb)) == NULL)
+    what = "a partial frame";
+  else if ((sc->scratch = g_try_malloc (size = chunk * fb)) == NULL)
+    what = "realigned input frames";
+  else if ((sc->zeros = g_try_malloc0 (size = chunk * fb)) == NULL)
+    what = "zero frames";
+  else if ((sc->invalid_flags = g_try_malloc0 (size = chunk)) == NULL)
+    what = "frame flags";
+  else if ((sc->info = g_try_new (SattnRowInfo, sc->info_cap)) == NULL) {
+    size = sc->info_cap * sizeof (SattnRowInfo);
+    what = "row descriptions";
+  }
+  if (what == NULL)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+      ("Could not allocate %" G_GSIZE_FORMAT " bytes for %s (%" G_GSIZE_FORMAT
+          " frames of %" G_GUINT64_FORMAT " values per core call)", size,
+          what, chunk, d_model), (NULL));
+  gst_sattn_scratch_clear (sc);
+  return FALSE;
+}
+
+/* a + b, saturating (sizes of memory that may not exist). */
+static guint64
+gst_sattn_size_add (guint64 a, guint64 b)
+{
+  return b > G_MAXUINT64 - a ? G_MAXUINT64 : a + b;
+}
+
+static guint64
+gst_sattn_size_mul (guint64 a, guint64 b)
+{
+  return a != 0 && b > G_MAXUINT64 / a ? G_MAXUINT64 : a * b;
+}
+
+/* Memory this process can still get: the headroom below RLIMIT_AS and
+ * RLIMIT_DATA and the machine's physical memory, whichever is least
+ * (G_MAXUINT64 when none is known); *what names it. */
+static guint64
+gst_sattn_memory_headroom (const gchar ** what)
+{
+  guint64 avail = G_MAXUINT64;
+
+  *what = "no known limit";
+#ifdef G_OS_UNIX
+  {
+    long page = sysconf (_SC_PAGESIZE), phys = sysconf (_SC_PHYS_PAGES);
+    unsigned long long size = 0, rss, shared, text, lib, data = 0;
+    struct rlimit rl;
+    FILE *f;
+
+    if (page > 0 && phys > 0) {
+      avail = gst_sattn_size_mul ((guint64) phys, (guint64) page);
+      *what = "the machine's physical memory";
+    }
+    /* Address space and data segment in use now (Linux). */
+    f = fopen ("/proc/self/statm", "r");
+    if (f != NULL) {
+      if (fscanf (f, "%llu %llu %llu %llu %llu %llu", &size, &rss, &shared,
+              &text, &lib, &data) != 6)
+        size = data = 0;
+      fclose (f);
+    }
+    if (page > 0) {
+      size *= (unsigned long long) page;
+      data *= (unsigned long long) page;
+    }
+    if (getrlimit (RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      guint64 h = rl.rlim_cur > size ? rl.rlim_cur - size : 0;
+      if (h < avail) {
+        avail = h;
+        *what = "the headroom below the address-space limit (RLIMIT_AS)";
+      }
+    }
+    if (getrlimit (RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      guint64 h = rl.rlim_cur > data ? rl.rlim_cur - data : 0;
+      if (h < avail) {
+        avail = h;
+        *what = "the headroom below the data-segment limit (RLIMIT_DATA)";
+      }
+    }
+  }
+#endif
+  return avail;
+}
+
+/* Before allocating a stream: what it and the element's own buffers need,
+ * against what the process can have.  Posts an element error that gives
+ * the sizes and returns FALSE when it cannot fit.  SATTN_MEMORY_CHECK=0 in
+ * the environment turns the check off (allocation failures are still
+ * reported as errors). */
+static gboolean
+gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
+    const SattnStreamConfig * sc, const GstSattnSettings * c,
+    guint64 d_model, gsize chunk)
+{
+  const gchar *env = g_getenv ("SATTN_MEMORY_CHECK");
+  guint64 core, own, fb, row_bytes, total, avail;
+  const gchar *what;
+  gchar *s_total, *s_avail;
+
+  if (env != NULL && strcmp (env, "0") == 0)
+    return TRUE;
+  core = sattn_stream_bytes (model, sc);
+  fb = d_model * sizeof (float);
+  row_bytes = gst_sattn_size_mul (sattn_model_d_out (model) *
+      sizeof (float), c->output == GST_SATTN_OUTPUT_WINDOW ? c->window : 1);
+  /* carry, realigned input, zeros, invalid flags, row descriptions, one
+   * output buffer of the rows of one core call, the weights the health
+   * messages and the attention map read. */
+  own = fb;
+  own = gst_sattn_size_add (own, gst_sattn_size_mul (2 * chunk, fb));
+  own = gst_sattn_size_add (own, chunk);
+  own = gst_sattn_size_add (own, gst_sattn_info_rows (c, chunk) *
+      sizeof (SattnRowInfo));
+  own = gst_sattn_size_add (own, gst_sattn_size_mul (gst_sattn_info_rows (c,
+              chunk), row_bytes));
+  if (sc->keep_weights)
+    own = gst_sattn_size_add (own, gst_sattn_size_mul (2 * sizeof (float) *
+            c->window, c->window + sattn_model_extra_keys (model)));
+  total = gst_sattn_size_add (core, own);
+  avail = gst_sattn_memory_headroom (&what);
+  GST_DEBUG_OBJECT (self, "memory: stream %" G_GUINT64_FORMAT ", element %"
+      G_GUINT64_FORMAT ", available %" G_GUINT64_FORMAT " (%s)", core, own,
+      avail, what);
+  if (core != SIZE_MAX && total <= avail && total <= G_MAXSIZE)
+    return TRUE;
+
+  s_total = g_format_size_full (total, G_FORMAT_SIZE_IEC_UNITS);
+  s_avail = g_format_size_full (avail, G_FORMAT_SIZE_IEC_UNITS);
+  GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+      ("window=%u with %" G_GUINT64_FORMAT "-value frames (output=%s, "
+          "heads=%u) needs %s (%" G_GUINT64_FORMAT " bytes: %"
+          G_GUINT64_FORMAT " for the attention stream, %" G_GUINT64_FORMAT
+          " for the element's buffers), more than this process can have: "
+          "%s (%s); use a smaller window or smaller frames", c->window,
+          d_model, gst_sattn_output_nick (c->output), c->heads, s_total,
+          total, core == SIZE_MAX ? G_MAXUINT64 : core, own, s_avail,
+          what), ("SATTN_MEMORY_CHECK=0 turns this check off"));
+  g_free (s_total);
+  g_free (s_avail);
+  return FALSE;
+}
+
 static gboolean
 gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 {
@@ -1497,6 +1743,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   gsize row_floats, chunk;
   GstClockTime next_ts, held;
   gboolean res;
+  GstSattnScratch scratch;
 
   if (self->sink_caps && gst_caps_is_equal (caps, self->sink_caps))
     return TRUE;
@@ -1564,12 +1811,32 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   sc.output = (SattnOutputMode) c.output;
   sc.start = (SattnStartPolicy) c.start;
   gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
+  chunk = gst_sattn_chunk_frames (&c, d_model);
+  if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
+    sattn_model_free (model);
+    return FALSE;
+  }
   stream = sattn_stream_new (model, &sc, &st);
+  if (stream == NULL && st == SATTN_E_NOMEM) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the attention stream for window=%u with %"
+            G_GUINT64_FORMAT "-value frames: %" G_GSIZE_FORMAT " bytes",
+            c.window, d_model, sattn_stream_bytes (model, &sc)),
+        ("%s", sattn_status_string (st)));
+    sattn_model_free (model);
+    return FALSE;
+  }
   if (stream == NULL) {
     sattn_model_free (model);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up a stream with window=%u hop=%u: %s", c.window,
             c.hop, sattn_status_string (st)), (NULL));
+    return FALSE;
+  }
+  /* The element's own buffers, before the old stream is let go. */
+  if (!gst_sattn_alloc_scratch (self, &scratch, &c, d_model, chunk)) {
+    sattn_stream_free (stream);
+    sattn_model_free (model);
     return FALSE;
   }
 
@@ -1585,11 +1852,6 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   frame_rate = rate / c.frame_size;
   out_rate = c.output == GST_SATTN_OUTPUT_FRAMES ? frame_rate :
       frame_rate / c.hop;
-  /* Scratch stays O(window × d_model): at most max(window, 1 MiB). */
-  chunk = CLAMP (c.hop, MIN_CHUNK_FRAMES, MAX_CHUNK_FRAMES);
-  chunk = MIN (chunk, MAX ((gsize) c.window,
-          (gsize) (1u << 20) / (d_model * sizeof (float))));
-  chunk = MAX (chunk, 1);
 
   self->cfg = c;
   self->model = model;
@@ -1602,11 +1864,12 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->frame_bytes = (gsize) d_model * sizeof (float);
   self->row_floats = row_floats;
   self->chunk = chunk;
-  self->carry = g_malloc (self->frame_bytes);
-  self->scratch = g_malloc (chunk * self->frame_bytes);
-  self->zeros = g_malloc0 (chunk * self->frame_bytes);
-  self->invalid_flags = g_malloc0 (chunk);
-  gst_sattn_ensure_info (self, sattn_stream_max_rows (stream, chunk));
+  self->carry = scratch.carry;
+  self->scratch = scratch.scratch;
+  self->zeros = scratch.zeros;
+  self->invalid_flags = scratch.invalid_flags;
+  self->info = scratch.info;
+  self->info_cap = scratch.info_cap;
   gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), model, &sc, rate,
       c.frame_size, c.scale);
 
