@@ -1695,9 +1695,15 @@ gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
       sizeof (SattnRowInfo));
   own = gst_sattn_size_add (own, gst_sattn_size_mul (gst_sattn_info_rows (c,
               chunk), row_bytes));
-  if (sc->keep_weights)
-    own = gst_sattn_size_add (own, gst_sattn_size_mul (2 * sizeof (float) *
-            c->window, c->window + sattn_model_extra_keys (model)));
+  if (sc->keep_weights) {
+    guint64 cells = gst_sattn_size_mul (c->window, c->window +
+        sattn_model_extra_keys (model));
+    /* Two float copies and one GRAY8 map frame; a message's weights as
+     * GValues when statistics are on too. */
+    own = gst_sattn_size_add (own, gst_sattn_size_mul (cells,
+            2 * sizeof (float) + 1 + (sc->collect_stats ? sizeof (GValue) :
+                0)));
+  }
   total = gst_sattn_size_add (core, own);
   avail = gst_sattn_memory_headroom (&what);
   GST_DEBUG_OBJECT (self, "memory: stream %" G_GUINT64_FORMAT ", element %"
