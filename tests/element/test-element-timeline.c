@@ -444,6 +444,75 @@ GST_START_TEST (test_pts_end_of_clock)
 
 GST_END_TEST;
 
+/* Health messages across a long GAP (one per window, message-interval
+ * 0): the skipped windows are reported together in one message; over all
+ * messages the windows, frames and invalid frames add up to the stream's,
+ * and the messages tile the time line. */
+GST_START_TEST (test_gap_health_messages)
+{
+  const gint rate = 48000;
+  const gsize T = 1024, d = 2;
+  const GstClockTime gap = 10000 * GST_SECOND;
+  const guint64 gap_frames = gst_util_uint64_scale (gap, rate, GST_SECOND);
+  const guint64 F = 2 * T + gap_frames;
+  GstClockTime t_gap = gst_util_uint64_scale (T, GST_SECOND, rate);
+  GstClockTime t_after = gst_util_uint64_scale (T + gap_frames, GST_SECOND,
+      rate), at = 0;
+  float *x = g_new (float, 2 * T * d);
+  guint64 windows = 0, frames = 0, invalid = 0;
+  guint n_msg = 0;
+  GstHarness *h;
+  GstBus *bus;
+  GstMessage *msg;
+
+  sattn_fill_signal (x, 2 * T * d, 5, 1.0f);
+  h = sattn_harness_new ("window", 64, "hop", 16, "post-messages", TRUE,
+      "message-interval", (guint64) 0, NULL);
+  bus = sattn_attach_bus (h);
+  sattn_set_caps (h, rate, d);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              T * d * sizeof (float), 0, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_gap (t_gap,
+              t_after - t_gap)));
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x + T * d,
+              T * d * sizeof (float), t_after, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+
+  while ((msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ELEMENT)) != NULL) {
+    const GstStructure *st = gst_message_get_structure (msg);
+    guint64 v, ts, dur;
+
+    if (gst_structure_has_name (st, "sattn")) {
+      fail_unless (gst_structure_get_uint64 (st, "timestamp", &ts));
+      fail_unless (gst_structure_get_uint64 (st, "duration", &dur));
+      fail_unless_equals_uint64 (ts, at);
+      at = ts + dur;
+      fail_unless (gst_structure_get_uint64 (st, "windows", &v));
+      windows += v;
+      fail_unless (gst_structure_get_uint64 (st, "frames", &v));
+      frames += v;
+      fail_unless (gst_structure_get_uint64 (st, "invalid-frames", &v));
+      invalid += v;
+      n_msg++;
+    }
+    gst_message_unref (msg);
+  }
+  /* F is a multiple of the hop: every frame is in a window, none left to
+   * drain. */
+  fail_unless_equals_uint64 (windows, F / 16);
+  fail_unless_equals_uint64 (frames, F);
+  fail_unless_equals_uint64 (invalid, gap_frames);
+  fail_unless_equals_uint64 (at, gst_util_uint64_scale (F, GST_SECOND,
+          rate));
+  fail_unless (n_msg < 2 * (2 * T / 16) + 8, "%u messages", n_msg);
+
+  sattn_detach_bus (h, bus);
+  gst_harness_teardown (h);
+  g_free (x);
+}
+
+GST_END_TEST;
+
 static Suite *
 sattn_timeline_suite (void)
 {
@@ -453,6 +522,7 @@ sattn_timeline_suite (void)
   suite_add_tcase (s, tc);
   tcase_add_loop_test (tc, test_gap_huge, 0, 3);
   tcase_add_loop_test (tc, test_gap_end_of_time, 0, 3);
+  tcase_add_test (tc, test_gap_health_messages);
   tcase_add_loop_test (tc, test_contradicting_times, 0, 5);
   tcase_add_loop_test (tc, test_pts_end_of_clock, 0, 2);
   return s;
