@@ -154,7 +154,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #ifdef G_OS_UNIX
 #include <sys/resource.h>
