@@ -204,8 +204,10 @@ GST_START_TEST (test_gap_huge)
 GST_END_TEST;
 
 /* GAPs at the end of the clock's range: a duration of G_MAXUINT64 - 1
- * (0), a start near G_MAXUINT64 with a huge duration (1), a duration of
- * GST_CLOCK_TIME_NONE (2: adds nothing).  Then more data without
+ * (0), a duration to just before the end followed by a GAP near
+ * G_MAXUINT64 (1), a duration of GST_CLOCK_TIME_NONE (2: adds nothing), a
+ * GAP at the last valid time with a duration of G_MAXUINT64 - 1 (3: a
+ * resync there that adds nothing).  Then more data without
  * timestamps and EOS: nothing wraps, timestamps never decrease, every
  * input frame of the buffers has its row. */
 GST_START_TEST (test_gap_end_of_time)
@@ -234,9 +236,13 @@ GST_START_TEST (test_gap_end_of_time)
       ts = t_gap;
       dur = GST_CLOCK_TIME_NONE - 1 - t_gap - 1000;
       break;
-    default:
+    case 2:
       ts = t_gap;
       dur = GST_CLOCK_TIME_NONE;
+      break;
+    default:
+      ts = GST_CLOCK_TIME_NONE - 1;
+      dur = GST_CLOCK_TIME_NONE - 1;
       break;
   }
   fail_unless (gst_harness_push_event (h, gst_event_new_gap (ts, dur)));
@@ -270,6 +276,13 @@ GST_START_TEST (test_gap_end_of_time)
     fail_unless_equals_uint64 (rows, 2 * T);
     fail_unless_equals_uint64 (check_tiling (items, 0, rate, TRUE, 8),
         2 * T);
+  } else if (__i__ == 3) {
+    /* The GAP resyncs at the last valid time and ends there: no frames;
+     * the data after it sits there, duration 0, its rows all there. */
+    fail_unless_equals_int (gap_frames, 0);
+    fail_unless_equals_uint64 (rows, 2 * T);
+    fail_unless_equals_uint64 (g_array_index (o.bufs, SattnOutBuf,
+            o.bufs->len - 1).pts, GST_CLOCK_TIME_NONE - 1);
   } else {
     /* Every buffer frame has its row; the GAP's rows went out as events
      * (the zero rows still pending at the end are rows too: fewer than a
@@ -521,7 +534,7 @@ sattn_timeline_suite (void)
 
   suite_add_tcase (s, tc);
   tcase_add_loop_test (tc, test_gap_huge, 0, 3);
-  tcase_add_loop_test (tc, test_gap_end_of_time, 0, 3);
+  tcase_add_loop_test (tc, test_gap_end_of_time, 0, 4);
   tcase_add_test (tc, test_gap_health_messages);
   tcase_add_loop_test (tc, test_contradicting_times, 0, 5);
   tcase_add_loop_test (tc, test_pts_end_of_clock, 0, 2);
