@@ -406,6 +406,7 @@ gst_sattn_map_push (GstElement * element, GstSattnMap * map,
   GstPad *pad = map_get_pad (element, map);
   GstBuffer *buf;
   GstMapInfo info;
+  gpointer mem;
 
   if (pad == NULL)
     return;
@@ -417,9 +418,16 @@ gst_sattn_map_push (GstElement * element, GstSattnMap * map,
   }
   map_queue_sticky (element, map, pad, segment, TRUE);
 
-  buf = gst_buffer_new_allocate (NULL, GST_VIDEO_INFO_SIZE (&map->info),
-      NULL);
+  /* Fallible: gst_buffer_new_allocate aborts the process when there is
+   * no memory; a map frame that cannot be had is skipped with a warning. */
+  mem = g_try_malloc (MAX (GST_VIDEO_INFO_SIZE (&map->info), 1));
+  buf = mem ? gst_buffer_new_wrapped (mem, GST_VIDEO_INFO_SIZE (&map->info))
+      : NULL;
   if (buf == NULL || !gst_buffer_map (buf, &info, GST_MAP_WRITE)) {
+    GST_ELEMENT_WARNING (element, RESOURCE, NO_SPACE_LEFT,
+        ("No memory for an attention map frame of %" G_GSIZE_FORMAT
+            " bytes; the frame is skipped",
+            (gsize) GST_VIDEO_INFO_SIZE (&map->info)), (NULL));
     gst_clear_buffer (&buf);
     gst_object_unref (pad);
     return;

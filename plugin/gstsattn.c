@@ -39,6 +39,16 @@
  * heads not dividing d_model, ...), fails negotiation with an element
  * error that names the property values that would work.
  *
+ * Memory is sized when caps arrive: the core's stream
+ * (sattn_stream_bytes) plus the element's own buffers.  A configuration
+ * that needs more than the process can have (the headroom below
+ * RLIMIT_AS / RLIMIT_DATA, or the machine's physical memory) is refused
+ * with a `RESOURCE / NO_SPACE_LEFT` error that gives the sizes
+ * (`SATTN_MEMORY_CHECK=0` in the environment turns the check off).  Every
+ * allocation is fallible: a failure posts the same error with the size
+ * that could not be had and fails negotiation or the push
+ * (`GST_FLOW_ERROR`), never aborts the process.
+ *
  * ## Timing
  *
  * Output timestamps come from a frame counter since the last resync point:
@@ -54,6 +64,12 @@
  * goes downstream; a caps change drains it under the old caps.  An
  * incomplete frame left at a drain is dropped.
  *
+ * Within a segment output time never goes back and never wraps: a buffer
+ * stamped behind the counter by more than the threshold restarts the
+ * window (DISCONT) but its frames keep the counter's timestamps, and
+ * every input frame still gets its output; timestamps saturate at the
+ * last valid clock time (G_MAXUINT64 - 1) instead of wrapping.
+ *
  * The LATENCY query adds what the element holds back:
  * held × frame-size / rate, with held = #GstSattn:hop frames, or
  * #GstSattn:window frames when #GstSattn:start is `wait`, in every output
@@ -63,7 +79,15 @@
  *
  * GAP events and buffers flagged GAP become frames that are masked keys;
  * their output rows are still produced (as zeros in `frames` mode) and an
- * output buffer whose rows are all invalid is flagged GAP.  Frames with NaN
+ * output buffer whose rows are all invalid is flagged GAP.  Of a GAP event
+ * only the part after the counter counts: one that ends before it adds
+ * nothing, one without a duration adds nothing, one ahead of it by more
+ * than the threshold resyncs as a buffer would.  Once a GAP has pushed
+ * every usable frame out of the window, the rest of it is not computed:
+ * its rows (all zeros) go downstream as one GAP event whose span is
+ * exactly the frames they account for, and offsets and timestamps after
+ * it continue as if the rows had been pushed, so a GAP of any length
+ * costs O(window).  Frames with NaN
  * or Inf samples, and finite frames whose query/key/value projection
  * overflows float32 with the loaded weights, are handled by
  * #GstSattn:invalid-frames (`error` names the frame, its time and the
@@ -135,7 +159,12 @@
 #include "sattn/sattn-weights.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#ifdef G_OS_UNIX
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 GST_DEBUG_CATEGORY_STATIC (gst_sattn_debug);
 #define GST_CAT_DEFAULT gst_sattn_debug
@@ -163,8 +192,10 @@ GST_DEBUG_CATEGORY_STATIC (gst_sattn_debug);
 /* Frames handed to the core per call; bounds the scratch memory. */
 #define MIN_CHUNK_FRAMES 256
 #define MAX_CHUNK_FRAMES 4096
-/* Output buffers are sized for at most this many input frames. */
+/* Output buffers are sized for at most this many input frames, and at
+ * most this many bytes unless one core call needs more. */
 #define OUT_FRAMES_PER_BUFFER 16384
+#define OUT_MAX_BYTES ((gsize) 64 << 20)
 /* Smallest timestamp deviation treated as a discontinuity. */
 #define MIN_RESYNC_THRESHOLD (GST_SECOND / 25)
 
@@ -663,12 +694,24 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
 
 /* ------------------------------------------------------------ timing */
 
+/* The last valid clock time: timestamps saturate there, never wrap. */
+#define GST_SATTN_TS_END (GST_CLOCK_TIME_NONE - 1)
+
+/* ts + d (ts valid), saturated at the end of the clock's range. */
+static GstClockTime
+gst_sattn_ts_add (GstClockTime ts, guint64 d)
+{
+  return d > GST_SATTN_TS_END - ts ? GST_SATTN_TS_END : ts + d;
+}
+
 /* Timestamp of input frame f (counted since the last resync). */
 static GstClockTime
 gst_sattn_frame_ts (GstSattn * self, guint64 f)
 {
-  return self->resync_ts + gst_util_uint64_scale (f * self->cfg.frame_size,
-      GST_SECOND, self->rate);
+  /* frame-size x GST_SECOND fits in 64 bits; the scale saturates at
+   * G_MAXUINT64 rather than overflow. */
+  return gst_sattn_ts_add (self->resync_ts, gst_util_uint64_scale (f,
+          (guint64) self->cfg.frame_size * GST_SECOND, self->rate));
 }
 
 /* Where the sample counter says the next input byte lies in time. */
@@ -677,8 +720,9 @@ gst_sattn_expected_ts (GstSattn * self)
 {
   if (!GST_CLOCK_TIME_IS_VALID (self->resync_ts))
     return GST_CLOCK_TIME_NONE;
-  return self->resync_ts + gst_util_uint64_scale (self->bytes_since_resync,
-      GST_SECOND, (guint64) self->rate * self->bpf);
+  return gst_sattn_ts_add (self->resync_ts,
+      gst_util_uint64_scale (self->bytes_since_resync, GST_SECOND,
+          (guint64) self->rate * self->bpf));
 }
 
 /* Start a new timeline at ts (NONE: the segment start, else 0). */
@@ -748,6 +792,16 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
 /* Make room for need more rows in out, pushing what it holds if full.
  * hint_frames: input frames still to come in this call, to size a new
  * output buffer. */
+/* A buffer of size bytes, or NULL when there is no memory for it
+ * (gst_buffer_new_allocate would abort the process). */
+static GstBuffer *
+gst_sattn_try_buffer_new (gsize size)
+{
+  gpointer mem = g_try_malloc (MAX (size, 1));
+
+  return mem ? gst_buffer_new_wrapped (mem, size) : NULL;
+}
+
 static GstFlowReturn
 gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
     guint64 hint_frames)
@@ -763,15 +817,17 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
 
   cap = sattn_stream_max_rows (self->stream,
       (gsize) MIN (hint_frames, OUT_FRAMES_PER_BUFFER));
+  cap = MIN (cap, OUT_MAX_BYTES / (self->row_floats * sizeof (float)));
   cap = MAX (cap, need);
-  out->buf = gst_buffer_new_allocate (NULL,
-      cap * self->row_floats * sizeof (float), NULL);
+  out->buf = gst_sattn_try_buffer_new (cap * self->row_floats *
+      sizeof (float));
   if (out->buf == NULL || !gst_buffer_map (out->buf, &out->map,
           GST_MAP_WRITE)) {
     gst_clear_buffer (&out->buf);
     GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
-        ("Could not allocate an output buffer of %" G_GSIZE_FORMAT " rows",
-            cap), (NULL));
+        ("Could not allocate an output buffer of %" G_GSIZE_FORMAT " rows "
+            "(%" G_GSIZE_FORMAT " bytes)", cap,
+            cap * self->row_floats * sizeof (float)), (NULL));
     return GST_FLOW_ERROR;
   }
   out->cap_rows = cap;
@@ -780,12 +836,25 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
   return GST_FLOW_OK;
 }
 
+/* Room for need row infos (sized at caps time for the largest core
+ * call, so this does not allocate on the push path in practice).  Posts
+ * an element error when there is no memory. */
 static gboolean
 gst_sattn_ensure_info (GstSattn * self, gsize need)
 {
+  SattnRowInfo *info;
+
   if (need <= self->info_cap)
     return TRUE;
-  self->info = g_renew (SattnRowInfo, self->info, need);
+  info = g_try_renew (SattnRowInfo, self->info, need);
+  if (info == NULL) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the descriptions of %" G_GSIZE_FORMAT
+            " output rows (%" G_GSIZE_FORMAT " bytes)", need,
+            need * sizeof (SattnRowInfo)), (NULL));
+    return FALSE;
+  }
+  self->info = info;
   self->info_cap = need;
   return TRUE;
 }
@@ -872,7 +941,8 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
     ret = gst_sattn_out_reserve (self, out, need, hint_frames);
     if (ret != GST_FLOW_OK)
       return ret;
-    gst_sattn_ensure_info (self, need);
+    if (!gst_sattn_ensure_info (self, need))
+      return GST_FLOW_ERROR;
   }
 
   while (n > 0) {
@@ -935,6 +1005,61 @@ gst_sattn_push_frames (GstSattn * self, const float *frames, guint64 n,
   return ret;
 }
 
+/* n whole masked frames of a GAP.  The first ones go through the window
+ * computation while the window still holds usable frames; the core skips
+ * the rest in closed form (sattn_stream_skip): their rows would all be
+ * zeros flagged invalid, so they go downstream as one GAP event spanning
+ * exactly the frames they account for, and the output offsets and
+ * timestamps after it continue as if the rows had been pushed. */
+static GstFlowReturn
+gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
+{
+  GstFlowReturn ret;
+  SattnSkipped sk;
+  SattnStatus st;
+  guint64 lead, k;
+  GstClockTime ts, end;
+
+  lead = sattn_stream_skip_lead (self->stream);
+  k = MIN (n, lead);
+  if (k > 0) {
+    ret = gst_sattn_push_frames (self, NULL, k, TRUE,
+        GST_SATTN_INVALID_FRAMES_MASK, out);
+    if (ret != GST_FLOW_OK)
+      return ret;
+    n -= k;
+  }
+  if (n == 0)
+    return GST_FLOW_OK;
+
+  /* What is computed goes out first. */
+  ret = gst_sattn_out_finish (self, out);
+  if (ret != GST_FLOW_OK)
+    return ret;
+  st = sattn_stream_skip (self->stream, n, NULL, 0, NULL, NULL, &sk);
+  if (st != SATTN_OK)
+    return gst_sattn_core_error (self, "sattn_stream_skip", st);
+  self->frames_since_resync += n;
+  if (sk.rows == 0)
+    return GST_FLOW_OK;
+
+  ts = gst_sattn_frame_ts (self, sk.first);
+  end = gst_sattn_frame_ts (self, sk.end);
+  GST_DEBUG_OBJECT (self, "gap: %" G_GUINT64_FORMAT " masked frames "
+      "skipped, %" G_GUINT64_FORMAT " rows as a GAP event at %"
+      GST_TIME_FORMAT " + %" GST_TIME_FORMAT, n, sk.rows,
+      GST_TIME_ARGS (ts), GST_TIME_ARGS (end - ts));
+  self->out_offset += sk.rows;
+  /* The skipped windows are observed as one: their statistics, one
+   * attention map (all zeros) spanning them. */
+  gst_sattn_obs_window (&self->obs, GST_ELEMENT (self), self->stream,
+      sk.first, sk.end, ts, end, &self->segment);
+  if (!gst_pad_push_event (self->srcpad, gst_event_new_gap (ts, end - ts)))
+    GST_DEBUG_OBJECT (self, "downstream refused the GAP event");
+  gst_sattn_obs_pushed (&self->obs, GST_ELEMENT (self));
+  return GST_FLOW_OK;
+}
+
 /* Feed size bytes of interleaved samples (data NULL: zeros).  invalid:
  * every frame touched by these bytes is masked. */
 static GstFlowReturn
@@ -971,7 +1096,12 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
 
   n = size / fb;
   rest = size - n * fb;
-  if (n > 0) {
+  if (n > 0 && data == NULL && invalid) {
+    /* A GAP's frames: closed form once the window holds only them. */
+    ret = gst_sattn_gap_frames (self, n, out);
+    if (ret != GST_FLOW_OK)
+      return ret;
+  } else if (n > 0) {
     if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0) {
       ret = gst_sattn_push_frames (self, (const float *) data, n, invalid,
           policy, out);
@@ -1028,7 +1158,11 @@ gst_sattn_drain_rows (GstSattn * self)
   ret = gst_sattn_out_reserve (self, &out, need, 0);
   if (ret != GST_FLOW_OK)
     return ret;
-  gst_sattn_ensure_info (self, need);
+  if (!gst_sattn_ensure_info (self, need)) {
+    gst_buffer_unmap (out.buf, &out.map);
+    gst_buffer_unref (out.buf);
+    return GST_FLOW_ERROR;
+  }
   st = sattn_stream_drain (self->stream, (float *) out.map.data, out.cap_rows,
       self->info, &n_rows);
   if (st != SATTN_OK) {
@@ -1061,7 +1195,9 @@ gst_sattn_resync (GstSattn * self, GstClockTime ts)
   GstFlowReturn ret;
 
   ret = gst_sattn_drain (self);
-  if (!GST_CLOCK_TIME_IS_VALID (ts))
+  /* Within a segment time never goes back: data stamped behind the
+   * timeline continues it. */
+  if (!GST_CLOCK_TIME_IS_VALID (ts) || ts < gst_sattn_expected_ts (self))
     ts = gst_sattn_expected_ts (self);
   sattn_stream_reset (self->stream);
   gst_sattn_start_timeline (self, ts);
@@ -1069,7 +1205,9 @@ gst_sattn_resync (GstSattn * self, GstClockTime ts)
 }
 
 /* Called before data that starts at ts: starts the timeline or resyncs on
- * a discontinuity. */
+ * a discontinuity (DISCONT, or ts more than the threshold away from the
+ * counter).  A resync behind the counter restarts the window but keeps
+ * the timeline going from the counter (gst_sattn_resync). */
 static GstFlowReturn
 gst_sattn_check_discont (GstSattn * self, GstClockTime ts, gboolean discont)
 {
@@ -1166,37 +1304,52 @@ gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
   return ret != GST_FLOW_OK ? ret : ret2;
 }
 
-/* A GAP event: its time span becomes masked frames. */
+/* A GAP event: the part of its time span after the timeline's counter
+ * becomes masked frames.  A GAP without a duration adds nothing; one
+ * ahead of the counter by more than the threshold resyncs there, as a
+ * buffer would; one that starts behind the counter never resyncs and
+ * adds only what lies after the counter (nothing when it ends before).
+ * Its end saturates at the end of the clock's range. */
 static GstFlowReturn
 gst_sattn_handle_gap (GstSattn * self, GstEvent * event)
 {
   GstSattnOut out = { 0, };
-  GstClockTime ts, dur;
+  GstClockTime ts, dur, end, expected;
   GstFlowReturn ret, ret2;
-  guint64 bytes;
+  guint64 bytes, samples, have;
 
   gst_event_parse_gap (event, &ts, &dur);
   if (!GST_CLOCK_TIME_IS_VALID (dur)) {
     GST_DEBUG_OBJECT (self, "gap without a duration, ignored");
     return GST_FLOW_OK;
   }
-  ret = gst_sattn_check_discont (self, ts, FALSE);
-  if (ret != GST_FLOW_OK)
-    return ret;
-
-  if (GST_CLOCK_TIME_IS_VALID (ts) && ts + dur >= self->resync_ts) {
-    /* Up to the gap's end, on the sample grid of the timeline. */
-    guint64 end = gst_util_uint64_scale_round (ts + dur - self->resync_ts,
-        self->rate, GST_SECOND) * self->bpf;
-    bytes = end > self->bytes_since_resync ?
-        end - self->bytes_since_resync : 0;
-  } else {
-    bytes = gst_util_uint64_scale_round (dur, self->rate, GST_SECOND) *
-        self->bpf;
+  expected = gst_sattn_expected_ts (self);
+  if (!GST_CLOCK_TIME_IS_VALID (ts) || !GST_CLOCK_TIME_IS_VALID (expected)
+      || ts >= expected) {
+    ret = gst_sattn_check_discont (self, ts, FALSE);
+    if (ret != GST_FLOW_OK)
+      return ret;
   }
+
+  if (GST_CLOCK_TIME_IS_VALID (ts)) {
+    /* Up to the gap's end, on the sample grid of the timeline. */
+    end = gst_sattn_ts_add (ts, dur);
+    samples = end > self->resync_ts ? gst_util_uint64_scale_round (end -
+        self->resync_ts, self->rate, GST_SECOND) : 0;
+    have = self->bytes_since_resync;
+  } else {
+    samples = gst_util_uint64_scale_round (dur, self->rate, GST_SECOND);
+    have = 0;
+  }
+  /* The byte counter must not wrap either. */
+  samples = MIN (samples, (G_MAXUINT64 - self->bytes_since_resync + have) /
+      self->bpf);
+  bytes = samples * self->bpf > have ? samples * self->bpf - have : 0;
   GST_DEBUG_OBJECT (self, "gap %" GST_TIME_FORMAT " + %" GST_TIME_FORMAT
       ": %" G_GUINT64_FORMAT " masked bytes", GST_TIME_ARGS (ts),
       GST_TIME_ARGS (dur), bytes);
+  if (bytes == 0)
+    return GST_FLOW_OK;
 
   ret = gst_sattn_process (self, NULL, bytes, TRUE,
       gst_sattn_get_policy (self), &out);
@@ -1375,6 +1528,212 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   return FALSE;
 }
 
+/* Frames handed to the core per call: scratch stays O(window × d_model),
+ * at most max(window, 1 MiB). */
+static gsize
+gst_sattn_chunk_frames (const GstSattnSettings * c, guint64 d_model)
+{
+  gsize chunk = CLAMP (c->hop, MIN_CHUNK_FRAMES, MAX_CHUNK_FRAMES);
+
+  chunk = MIN (chunk, MAX ((gsize) c->window,
+          (gsize) (1u << 20) / (d_model * sizeof (float))));
+  return MAX (chunk, 1);
+}
+
+/* Row descriptions one core call can need: a push of chunk frames with
+ * up to a window pending (frames mode), or its windows. */
+static gsize
+gst_sattn_info_rows (const GstSattnSettings * c, gsize chunk)
+{
+  return c->output == GST_SATTN_OUTPUT_FRAMES ? c->window + chunk :
+      chunk / c->hop + 2;
+}
+
+/* The element's buffers for one stream configuration. */
+typedef struct
+{
+  guint8 *carry;
+  float *scratch, *zeros;
+  guint8 *invalid_flags;
+  SattnRowInfo *info;
+  gsize info_cap;
+} GstSattnScratch;
+
+static void
+gst_sattn_scratch_clear (GstSattnScratch * sc)
+{
+  g_free (sc->carry);
+  g_free (sc->scratch);
+  g_free (sc->zeros);
+  g_free (sc->invalid_flags);
+  g_free (sc->info);
+  memset (sc, 0, sizeof (*sc));
+}
+
+/* Fallible: posts an element error naming the size that could not be
+ * had and returns FALSE (nothing allocated then). */
+static gboolean
+gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
+    const GstSattnSettings * c, guint64 d_model, gsize chunk)
+{
+  const gsize fb = (gsize) d_model * sizeof (float);
+  const gchar *what = NULL;
+  gsize size = 0;
+
+  memset (sc, 0, sizeof (*sc));
+  sc->info_cap = gst_sattn_info_rows (c, chunk);
+  if ((sc->carry = g_try_malloc (size = fb)) == NULL)
+    what = "a partial frame";
+  else if ((sc->scratch = g_try_malloc (size = chunk * fb)) == NULL)
+    what = "realigned input frames";
+  else if ((sc->zeros = g_try_malloc0 (size = chunk * fb)) == NULL)
+    what = "zero frames";
+  else if ((sc->invalid_flags = g_try_malloc0 (size = chunk)) == NULL)
+    what = "frame flags";
+  else if ((sc->info = g_try_new (SattnRowInfo, sc->info_cap)) == NULL) {
+    size = sc->info_cap * sizeof (SattnRowInfo);
+    what = "row descriptions";
+  }
+  if (what == NULL)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+      ("Could not allocate %" G_GSIZE_FORMAT " bytes for %s (%" G_GSIZE_FORMAT
+          " frames of %" G_GUINT64_FORMAT " values per core call)", size,
+          what, chunk, d_model), (NULL));
+  gst_sattn_scratch_clear (sc);
+  return FALSE;
+}
+
+/* a + b, saturating (sizes of memory that may not exist). */
+static guint64
+gst_sattn_size_add (guint64 a, guint64 b)
+{
+  return b > G_MAXUINT64 - a ? G_MAXUINT64 : a + b;
+}
+
+static guint64
+gst_sattn_size_mul (guint64 a, guint64 b)
+{
+  return a != 0 && b > G_MAXUINT64 / a ? G_MAXUINT64 : a * b;
+}
+
+/* Memory this process can still get: the headroom below RLIMIT_AS and
+ * RLIMIT_DATA and the machine's physical memory, whichever is least
+ * (G_MAXUINT64 when none is known); *what names it. */
+static guint64
+gst_sattn_memory_headroom (const gchar ** what)
+{
+  guint64 avail = G_MAXUINT64;
+
+  *what = "no known limit";
+#ifdef G_OS_UNIX
+  {
+    long page = sysconf (_SC_PAGESIZE), phys = sysconf (_SC_PHYS_PAGES);
+    unsigned long long size = 0, rss, shared, text, lib, data = 0;
+    struct rlimit rl;
+    FILE *f;
+
+    if (page > 0 && phys > 0) {
+      avail = gst_sattn_size_mul ((guint64) phys, (guint64) page);
+      *what = "the machine's physical memory";
+    }
+    /* Address space and data segment in use now (Linux). */
+    f = fopen ("/proc/self/statm", "r");
+    if (f != NULL) {
+      if (fscanf (f, "%llu %llu %llu %llu %llu %llu", &size, &rss, &shared,
+              &text, &lib, &data) != 6)
+        size = data = 0;
+      fclose (f);
+    }
+    if (page > 0) {
+      size *= (unsigned long long) page;
+      data *= (unsigned long long) page;
+    }
+    if (getrlimit (RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      guint64 h = rl.rlim_cur > size ? rl.rlim_cur - size : 0;
+      if (h < avail) {
+        avail = h;
+        *what = "the headroom below the address-space limit (RLIMIT_AS)";
+      }
+    }
+    if (getrlimit (RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      guint64 h = rl.rlim_cur > data ? rl.rlim_cur - data : 0;
+      if (h < avail) {
+        avail = h;
+        *what = "the headroom below the data-segment limit (RLIMIT_DATA)";
+      }
+    }
+  }
+#endif
+  return avail;
+}
+
+/* Before allocating a stream: what it and the element's own buffers need,
+ * against what the process can have.  Posts an element error that gives
+ * the sizes and returns FALSE when it cannot fit.  SATTN_MEMORY_CHECK=0 in
+ * the environment turns the check off (allocation failures are still
+ * reported as errors). */
+static gboolean
+gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
+    const SattnStreamConfig * sc, const GstSattnSettings * c,
+    guint64 d_model, gsize chunk)
+{
+  const gchar *env = g_getenv ("SATTN_MEMORY_CHECK");
+  guint64 core, own, fb, row_bytes, total, avail;
+  const gchar *what;
+  gchar *s_total, *s_avail;
+
+  if (env != NULL && strcmp (env, "0") == 0)
+    return TRUE;
+  core = sattn_stream_bytes (model, sc);
+  if (core == 0)                /* the size does not fit in size_t */
+    core = G_MAXUINT64;
+  fb = d_model * sizeof (float);
+  row_bytes = gst_sattn_size_mul (sattn_model_d_out (model) *
+      sizeof (float), c->output == GST_SATTN_OUTPUT_WINDOW ? c->window : 1);
+  /* carry, realigned input, zeros, invalid flags, row descriptions, one
+   * output buffer of the rows of one core call, the weights the health
+   * messages and the attention map read. */
+  own = fb;
+  own = gst_sattn_size_add (own, gst_sattn_size_mul (2 * chunk, fb));
+  own = gst_sattn_size_add (own, chunk);
+  own = gst_sattn_size_add (own, gst_sattn_info_rows (c, chunk) *
+      sizeof (SattnRowInfo));
+  own = gst_sattn_size_add (own, gst_sattn_size_mul (gst_sattn_info_rows (c,
+              chunk), row_bytes));
+  if (sc->keep_weights) {
+    guint64 cells = gst_sattn_size_mul (c->window, c->window +
+        sattn_model_extra_keys (model));
+    /* Two float copies and one GRAY8 map frame; a message's weights as
+     * GValues when statistics are on too. */
+    own = gst_sattn_size_add (own, gst_sattn_size_mul (cells,
+            2 * sizeof (float) + 1 + (sc->collect_stats ? sizeof (GValue) :
+                0)));
+  }
+  total = gst_sattn_size_add (core, own);
+  avail = gst_sattn_memory_headroom (&what);
+  GST_DEBUG_OBJECT (self, "memory: stream %" G_GUINT64_FORMAT ", element %"
+      G_GUINT64_FORMAT ", available %" G_GUINT64_FORMAT " (%s)", core, own,
+      avail, what);
+  if (core != SIZE_MAX && total <= avail && total <= G_MAXSIZE)
+    return TRUE;
+
+  s_total = g_format_size_full (total, G_FORMAT_SIZE_IEC_UNITS);
+  s_avail = g_format_size_full (avail, G_FORMAT_SIZE_IEC_UNITS);
+  GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+      ("window=%u with %" G_GUINT64_FORMAT "-value frames (output=%s, "
+          "heads=%u) needs %s (%" G_GUINT64_FORMAT " bytes: %"
+          G_GUINT64_FORMAT " for the attention stream, %" G_GUINT64_FORMAT
+          " for the element's buffers), more than this process can have: "
+          "%s (%s); use a smaller window or smaller frames", c->window,
+          d_model, gst_sattn_output_nick (c->output), c->heads, s_total,
+          total, core == SIZE_MAX ? G_MAXUINT64 : core, own, s_avail,
+          what), ("SATTN_MEMORY_CHECK=0 turns this check off"));
+  g_free (s_total);
+  g_free (s_avail);
+  return FALSE;
+}
+
 static gboolean
 gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 {
@@ -1396,6 +1755,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   gsize row_floats, chunk;
   GstClockTime next_ts, held;
   gboolean res;
+  GstSattnScratch scratch;
 
   if (self->sink_caps && gst_caps_is_equal (caps, self->sink_caps))
     return TRUE;
@@ -1464,12 +1824,32 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   sc.start = (SattnStartPolicy) c.start;
   sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
   gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
+  chunk = gst_sattn_chunk_frames (&c, d_model);
+  if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
+    sattn_model_free (model);
+    return FALSE;
+  }
   stream = sattn_stream_new (model, &sc, &st);
+  if (stream == NULL && st == SATTN_E_NOMEM) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the attention stream for window=%u with %"
+            G_GUINT64_FORMAT "-value frames: %" G_GSIZE_FORMAT " bytes",
+            c.window, d_model, sattn_stream_bytes (model, &sc)),
+        ("%s", sattn_status_string (st)));
+    sattn_model_free (model);
+    return FALSE;
+  }
   if (stream == NULL) {
     sattn_model_free (model);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up a stream with window=%u hop=%u: %s", c.window,
             c.hop, sattn_status_string (st)), (NULL));
+    return FALSE;
+  }
+  /* The element's own buffers, before the old stream is let go. */
+  if (!gst_sattn_alloc_scratch (self, &scratch, &c, d_model, chunk)) {
+    sattn_stream_free (stream);
+    sattn_model_free (model);
     return FALSE;
   }
 
@@ -1485,11 +1865,6 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   frame_rate = rate / c.frame_size;
   out_rate = c.output == GST_SATTN_OUTPUT_FRAMES ? frame_rate :
       frame_rate / c.hop;
-  /* Scratch stays O(window × d_model): at most max(window, 1 MiB). */
-  chunk = CLAMP (c.hop, MIN_CHUNK_FRAMES, MAX_CHUNK_FRAMES);
-  chunk = MIN (chunk, MAX ((gsize) c.window,
-          (gsize) (1u << 20) / (d_model * sizeof (float))));
-  chunk = MAX (chunk, 1);
 
   self->cfg = c;
   self->model = model;
@@ -1502,11 +1877,12 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->frame_bytes = (gsize) d_model * sizeof (float);
   self->row_floats = row_floats;
   self->chunk = chunk;
-  self->carry = g_malloc (self->frame_bytes);
-  self->scratch = g_malloc (chunk * self->frame_bytes);
-  self->zeros = g_malloc0 (chunk * self->frame_bytes);
-  self->invalid_flags = g_malloc0 (chunk);
-  gst_sattn_ensure_info (self, sattn_stream_max_rows (stream, chunk));
+  self->carry = scratch.carry;
+  self->scratch = scratch.scratch;
+  self->zeros = scratch.zeros;
+  self->invalid_flags = scratch.invalid_flags;
+  self->info = scratch.info;
+  self->info_cap = scratch.info_cap;
   gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), model, &sc, rate,
       c.frame_size, c.scale);
 

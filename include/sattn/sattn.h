@@ -366,6 +366,39 @@ SattnStatus sattn_stream_last_weights (const SattnStream *s, int head,
                                        float *out, size_t *rows,
                                        size_t *cols);
 
+
+/* Rows that sattn_stream_skip accounted for without writing them: rows
+ * [first, end) in frame terms (the input frames they account for, counted
+ * as SattnRowInfo.first counts), `rows` of them (frames mode: end - first;
+ * pooled modes: one per window).  Every such row is zeros with valid = 0,
+ * and they follow the rows the call wrote, in order.  rows == 0: none. */
+typedef struct {
+  uint64_t first;
+  uint64_t end;
+  uint64_t rows;
+} SattnSkipped;
+
+/* Invalid frames still to go through the window computation before a run
+ * of invalid frames can be skipped in closed form: 1 + the position in the
+ * current window of its last usable frame, 0 when it holds none. */
+uint64_t sattn_stream_skip_lead (const SattnStream *s);
+
+/* Advance the stream by n_frames invalid frames (a GAP), exactly as
+ * sattn_stream_push of n_frames frames all flagged invalid would: the same
+ * frame count, window schedule, pending frames, statistics and last
+ * weights afterwards, and the same output rows.  The first
+ * min (n_frames, sattn_stream_skip_lead (s)) frames are pushed and their
+ * rows written to out / info as sattn_stream_push writes them (out needs
+ * room for sattn_stream_max_rows (s, that many) rows; may be NULL when it
+ * is 0); after them every window holds only invalid frames, so the rest
+ * costs O(window) time whatever n_frames is: the rows of their windows
+ * are zeros with valid = 0 and are described by *skipped, not written.
+ * Fails with SATTN_E_INVAL, consuming nothing, when the frame count would
+ * pass UINT64_MAX - window; SATTN_E_SPACE as push does. */
+SattnStatus sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
+                               size_t out_rows, SattnRowInfo *info,
+                               size_t *n_rows, SattnSkipped *skipped);
+
 #ifdef __cplusplus
 }
 #endif
