@@ -1412,34 +1412,59 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   return FALSE;
 }
 
-/* Downstream refused srccaps: one error that names them, says how they
- * follow from the input and the properties, and what downstream takes. */
-static void
-gst_sattn_output_refused (GstSattn * self, GstCaps * srccaps)
+/* The output caps of rows of row_floats values at out_rate rows/s. */
+static GstCaps *
+gst_sattn_src_caps_new (gsize row_floats, guint64 out_rate)
 {
-  GstCaps *peer = gst_pad_peer_query_caps (self->srcpad, NULL);
-  gchar *offered = gst_caps_to_string (srccaps);
-  gchar *takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
-  gchar *rows;
+  return gst_caps_new_simple ("audio/x-raw",
+      "format", G_TYPE_STRING, "F32LE",
+      "layout", G_TYPE_STRING, "interleaved",
+      "rate", G_TYPE_INT, (gint) out_rate,
+      "channels", G_TYPE_INT, (gint) row_floats,
+      "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+}
 
-  if (self->cfg.output == GST_SATTN_OUTPUT_FRAMES)
+/* Whether downstream accepts the output caps that the input caps and the
+ * settings c give (stream built for them).  If not, posts one error that
+ * names those caps, says how they follow from the input and the
+ * properties, and what downstream takes. */
+static gboolean
+gst_sattn_output_accepted (GstSattn * self, const GstSattnSettings * c,
+    gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps)
+{
+  const gsize row_floats = sattn_stream_row_floats (stream);
+  const guint64 frame_rate = rate / c->frame_size;
+  GstCaps *srccaps, *peer;
+  gchar *offered, *takes, *rows;
+
+  srccaps = gst_sattn_src_caps_new (row_floats,
+      c->output == GST_SATTN_OUTPUT_FRAMES ? frame_rate : frame_rate / c->hop);
+  if (gst_pad_peer_query_accept_caps (self->srcpad, srccaps)) {
+    gst_caps_unref (srccaps);
+    return TRUE;
+  }
+  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  offered = gst_caps_to_string (srccaps);
+  takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
+  if (c->output == GST_SATTN_OUTPUT_FRAMES)
     rows = g_strdup_printf ("one row per frame, at the frame rate %d Hz / "
-        "frame-size=%u", self->rate, self->cfg.frame_size);
+        "frame-size=%u", rate, c->frame_size);
   else
     rows = g_strdup_printf ("one row per window, every hop=%u frames of "
-        "frame-size=%u at %d Hz", self->cfg.hop, self->cfg.frame_size,
-        self->rate);
+        "frame-size=%u at %d Hz", c->hop, c->frame_size, rate);
   GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
       ("Downstream refused the output caps %s: output=%s gives rows of %"
-          G_GSIZE_FORMAT " values (d_model=%" G_GSIZE_FORMAT " = %d channels "
-          "x frame-size=%u), %s; downstream accepts %s", offered,
-          gst_sattn_output_nick (self->cfg.output), self->row_floats,
-          self->d_model, self->channels, self->cfg.frame_size, rows, takes),
-      ("input caps %" GST_PTR_FORMAT, self->sink_caps));
+          G_GSIZE_FORMAT " values (d_model=%" G_GUINT64_FORMAT " = %d "
+          "channels x frame-size=%u), %s; downstream accepts %s", offered,
+          gst_sattn_output_nick (c->output), row_floats,
+          (guint64) channels * c->frame_size, channels, c->frame_size, rows,
+          takes), ("input caps %" GST_PTR_FORMAT, sinkcaps));
   g_free (rows);
   g_free (offered);
   g_free (takes);
   gst_clear_caps (&peer);
+  gst_caps_unref (srccaps);
+  return FALSE;
 }
 
 /* Rate and channels of input caps the element can read at all (fixed
@@ -1553,6 +1578,13 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     return FALSE;
   }
 
+  /* Downstream must take the output before anything changes. */
+  if (!gst_sattn_output_accepted (self, &c, rate, channels, stream, caps)) {
+    sattn_stream_free (stream);
+    sattn_model_free (model);
+    return FALSE;
+  }
+
   /* The old configuration's frames go out under the old caps. */
   next_ts = GST_CLOCK_TIME_NONE;
   if (self->stream) {
@@ -1601,20 +1633,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->held_time = held;
   GST_OBJECT_UNLOCK (self);
 
-  srccaps = gst_caps_new_simple ("audio/x-raw",
-      "format", G_TYPE_STRING, "F32LE",
-      "layout", G_TYPE_STRING, "interleaved",
-      "rate", G_TYPE_INT, (gint) out_rate,
-      "channels", G_TYPE_INT, (gint) row_floats,
-      "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+  srccaps = gst_sattn_src_caps_new (row_floats, out_rate);
   GST_DEBUG_OBJECT (self, "d_model %" G_GUINT64_FORMAT ", src caps %"
       GST_PTR_FORMAT, d_model, srccaps);
   res = gst_pad_set_caps (self->srcpad, srccaps);
-  if (!res && !GST_PAD_IS_FLUSHING (self->srcpad)) {
-    gst_sattn_output_refused (self, srccaps);
-    /* The same input caps again must retry, not pass as unchanged. */
-    gst_clear_caps (&self->sink_caps);
-  }
   gst_caps_unref (srccaps);
 
   if (self->pending_segment) {
@@ -1658,8 +1680,8 @@ gst_sattn_multiples (GValue * v, guint64 step, guint64 max)
   return TRUE;
 }
 
-/* What the sink CAPS query answers: the template narrowed by what can be
- * stated cheaply: rates that are multiples of frame-size (× hop in the
+/* What the sink CAPS query answers in PAUSED and PLAYING: the template
+ * narrowed by what can be stated cheaply: rates that are multiples of frame-size (× hop in the
  * pooled modes), channel counts that fill whole heads (or the weights
  * file's d_model), within the size limits.  Every caps that can work is
  * in it; ACCEPT_CAPS decides the rest.  Empty when nothing can work. */
@@ -1821,9 +1843,18 @@ gst_sattn_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
   switch (GST_QUERY_TYPE (query)) {
     case GST_QUERY_CAPS:{
       GstCaps *filter, *caps, *res;
+      gboolean running;
 
       gst_query_parse_caps (query, &filter);
-      caps = gst_sattn_allowed_caps (self);
+      GST_OBJECT_LOCK (self);
+      running = self->running;
+      GST_OBJECT_UNLOCK (self);
+      /* Properties are frozen from READY -> PAUSED on; before that (when
+       * pipelines are built and linked) they may still change, so the
+       * answer is the template and READY -> PAUSED checks what upstream
+       * offers against the final properties. */
+      caps = running ? gst_sattn_allowed_caps (self) :
+          gst_pad_get_pad_template_caps (pad);
       if (filter) {
         res = gst_caps_intersect_full (filter, caps, GST_CAPS_INTERSECT_FIRST);
         gst_caps_unref (caps);
