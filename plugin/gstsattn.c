@@ -35,9 +35,23 @@
  *   rate = input rate / (frame-size × hop).
  *
  * An output rate that is not a whole number, or a combination of
- * properties that cannot work with the negotiated input (hop > window,
- * heads not dividing d_model, ...), fails negotiation with an element
- * error that names the property values that would work.
+ * properties that cannot work with the input (hop > window, heads not
+ * dividing d_model, a weights file of another d_model, ...), fails
+ * negotiation with one element error that names the property values that
+ * would work: at READY -> PAUSED when nothing upstream offers can work,
+ * otherwise when ACCEPT_CAPS refuses the caps (before the caps event).
+ * In PAUSED and PLAYING the sink CAPS query answers rates that are
+ * multiples of frame-size (× hop in the pooled modes) and channel counts
+ * that fill whole heads (or the weights file's d_model); in NULL and
+ * READY, while properties may still change, it answers the template.
+ * Refused caps leave the element as it was: when the previous caps come
+ * back, window and timeline continue.  When downstream refuses the output
+ * caps, the error names them and what downstream accepts.
+ *
+ * Geometry properties (all but #GstSattn:invalid-frames,
+ * #GstSattn:message-interval and #GstSattn:map-head) set while PAUSED or
+ * PLAYING take effect at the next READY; the first such change of each
+ * property per run posts a warning.
  *
  * ## Timing
  *
@@ -50,9 +64,19 @@
  * whose timestamp is more than half a frame or 40 ms (whichever is larger)
  * away from the counter makes the element drain what it holds, restart
  * the window and flag its next output DISCONT.  A FLUSH_STOP drops what
- * is held instead; a new, different SEGMENT drains it before the segment
- * goes downstream; a caps change drains it under the old caps.  An
+ * is held instead; a caps change drains it under the old caps.  An
  * incomplete frame left at a drain is dropped.
+ *
+ * A SEGMENT that changes the timeline (format, rate, applied rate, start,
+ * base or offset, or stop when the rate is negative) drains what is held
+ * before the segment goes downstream and restarts the window at the next
+ * buffer.  A SEGMENT that changes only position, duration, time or flags
+ * (what sources send after a flush, or as position updates) is forwarded
+ * and changes nothing: the window, the timeline and the PTS of
+ * untimestamped input continue.  Output segments are always TIME, like
+ * the output timestamps: BYTES and DEFAULT (sample) segments are
+ * converted with the input rate, other formats become a TIME segment
+ * from 0; input buffer timestamps are TIME in every case.
  *
  * The LATENCY query adds what the element holds back:
  * held × frame-size / rate, with held = #GstSattn:hop frames, or
@@ -389,7 +413,9 @@ gst_sattn_class_init (GstSattnClass * klass)
   g_object_class_install_property (gobject_class, PROP_SCALE,
       g_param_spec_double ("scale", "Scale",
           "Score scale applied before the softmax (0 = 1/sqrt(head-dim), "
-          "1 = unscaled)", 0.0, G_MAXFLOAT, DEFAULT_SCALE, geom));
+          "1 = unscaled); scores are float32, so a positive value below "
+          "the smallest normal float (1.18e-38) is refused at negotiation",
+          0.0, G_MAXFLOAT, DEFAULT_SCALE, geom));
   g_object_class_install_property (gobject_class, PROP_CAUSAL,
       g_param_spec_boolean ("causal", "Causal",
           "A query sees only keys at or before its own frame",
@@ -523,8 +549,87 @@ gst_sattn_finalize (GObject * object)
   g_free (self->weights_prefix);
   gst_clear_caps (&self->refused_caps);
   gst_clear_caps (&self->posted_caps);
+  if (self->pending_props)
+    g_array_unref (self->pending_props);
   gst_sattn_obs_finalize (&self->obs);
   G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+/* A property set while PAUSED or PLAYING, applied at the next READY. */
+typedef struct
+{
+  guint prop_id;
+  GParamSpec *pspec;
+  GValue value;
+  gboolean warned;
+} GstSattnPendingProp;
+
+static void
+gst_sattn_pending_prop_clear (gpointer p)
+{
+  g_value_unset (&((GstSattnPendingProp *) p)->value);
+}
+
+/* Remember value for prop_id (object lock held).  TRUE the first time
+ * this property is deferred in this run: the caller warns then. */
+static gboolean
+gst_sattn_defer_property (GstSattn * self, guint prop_id,
+    const GValue * value, GParamSpec * pspec)
+{
+  GstSattnPendingProp *p = NULL, np = { 0, };
+  guint i;
+
+  if (self->pending_props == NULL) {
+    self->pending_props = g_array_new (FALSE, TRUE,
+        sizeof (GstSattnPendingProp));
+    g_array_set_clear_func (self->pending_props, gst_sattn_pending_prop_clear);
+  }
+  for (i = 0; i < self->pending_props->len && p == NULL; i++) {
+    GstSattnPendingProp *q = &g_array_index (self->pending_props,
+        GstSattnPendingProp, i);
+    if (q->prop_id == prop_id)
+      p = q;
+  }
+  if (p == NULL) {
+    np.prop_id = prop_id;
+    np.pspec = pspec;
+    g_array_append_val (self->pending_props, np);
+    p = &g_array_index (self->pending_props, GstSattnPendingProp,
+        self->pending_props->len - 1);
+  }
+  if (G_IS_VALUE (&p->value))
+    g_value_unset (&p->value);
+  g_value_init (&p->value, G_VALUE_TYPE (value));
+  g_value_copy (value, &p->value);
+  if (p->warned)
+    return FALSE;
+  p->warned = TRUE;
+  return TRUE;
+}
+
+static void gst_sattn_set_property (GObject * object, guint prop_id,
+    const GValue * value, GParamSpec * pspec);
+
+/* At PAUSED -> READY (running cleared): apply the deferred values. */
+static void
+gst_sattn_apply_deferred (GstSattn * self)
+{
+  GArray *pending;
+  guint i;
+
+  GST_OBJECT_LOCK (self);
+  pending = self->pending_props;
+  self->pending_props = NULL;
+  GST_OBJECT_UNLOCK (self);
+  if (pending == NULL)
+    return;
+  for (i = 0; i < pending->len; i++) {
+    GstSattnPendingProp *p = &g_array_index (pending, GstSattnPendingProp, i);
+
+    GST_DEBUG_OBJECT (self, "applying the deferred '%s'", p->pspec->name);
+    gst_sattn_set_property (G_OBJECT (self), p->prop_id, &p->value, p->pspec);
+  }
+  g_array_unref (pending);
 }
 
 static void
@@ -537,9 +642,18 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
+    gboolean first = gst_sattn_defer_property (self, prop_id, value, pspec);
+
     GST_OBJECT_UNLOCK (self);
-    GST_WARNING_OBJECT (self, "property '%s' can only be changed in the "
-        "READY or NULL state; the new value is ignored", pspec->name);
+    GST_DEBUG_OBJECT (self, "property '%s' set while running: deferred to "
+        "the next READY", pspec->name);
+    if (first) {
+      GST_ELEMENT_WARNING (self, CORE, STATE_CHANGE,
+          ("Property '%s' cannot change while PAUSED or PLAYING; the new "
+              "value takes effect at the next READY", pspec->name),
+          ("later changes of '%s' in this run are not reported again",
+              pspec->name));
+    }
     return;
   }
 
@@ -2152,6 +2266,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       self->held_time = GST_CLOCK_TIME_NONE;
       self->weights_d_model = 0;
       GST_OBJECT_UNLOCK (self);
+      gst_sattn_apply_deferred (self);
       break;
     default:
       break;
