@@ -35,9 +35,23 @@
  *   rate = input rate / (frame-size × hop).
  *
  * An output rate that is not a whole number, or a combination of
- * properties that cannot work with the negotiated input (hop > window,
- * heads not dividing d_model, ...), fails negotiation with an element
- * error that names the property values that would work.
+ * properties that cannot work with the input (hop > window, heads not
+ * dividing d_model, a weights file of another d_model, ...), fails
+ * negotiation with one element error that names the property values that
+ * would work: at READY -> PAUSED when nothing upstream offers can work,
+ * otherwise when ACCEPT_CAPS refuses the caps (before the caps event).
+ * In PAUSED and PLAYING the sink CAPS query answers rates that are
+ * multiples of frame-size (× hop in the pooled modes) and channel counts
+ * that fill whole heads (or the weights file's d_model); in NULL and
+ * READY, while properties may still change, it answers the template.
+ * Refused caps leave the element as it was: when the previous caps come
+ * back, window and timeline continue.  When downstream refuses the output
+ * caps, the error names them and what downstream accepts.
+ *
+ * Geometry properties (all but #GstSattn:invalid-frames,
+ * #GstSattn:message-interval and #GstSattn:map-head) set while PAUSED or
+ * PLAYING take effect at the next READY; the first such change of each
+ * property per run posts a warning.
  *
  * Memory is sized when caps arrive: the core's stream
  * (sattn_stream_bytes) plus the element's own buffers.  A configuration
@@ -60,8 +74,7 @@
  * whose timestamp is more than half a frame or 40 ms (whichever is larger)
  * away from the counter makes the element drain what it holds, restart
  * the window and flag its next output DISCONT.  A FLUSH_STOP drops what
- * is held instead; a new, different SEGMENT drains it before the segment
- * goes downstream; a caps change drains it under the old caps.  An
+ * is held instead; a caps change drains it under the old caps.  An
  * incomplete frame left at a drain is dropped.
  *
  * Within a segment output time never goes back and never wraps: a buffer
@@ -69,6 +82,16 @@
  * window (DISCONT) but its frames keep the counter's timestamps, and
  * every input frame still gets its output; timestamps saturate at the
  * last valid clock time (G_MAXUINT64 - 1) instead of wrapping.
+ * A SEGMENT that changes the timeline (format, rate, applied rate, start,
+ * base or offset, or stop when the rate is negative) drains what is held
+ * before the segment goes downstream and restarts the window at the next
+ * buffer.  A SEGMENT that changes only position, duration, time or flags
+ * (what sources send after a flush, or as position updates) is forwarded
+ * and changes nothing: the window, the timeline and the PTS of
+ * untimestamped input continue.  Output segments are always TIME, like
+ * the output timestamps: BYTES and DEFAULT (sample) segments are
+ * converted with the input rate, other formats become a TIME segment
+ * from 0; input buffer timestamps are TIME in every case.
  *
  * The LATENCY query adds what the element holds back:
  * held × frame-size / rate, with held = #GstSattn:hop frames, or
@@ -158,6 +181,7 @@
 #include "gstsattn-obs.h"
 #include "sattn/sattn-weights.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -248,6 +272,10 @@ struct _GstSattn
   gchar *weights_prefix;        /* module prefix inside the state dict */
   gboolean add_zero_attn;
   gboolean running;             /* PAUSED or PLAYING: geometry frozen */
+  guint64 weights_d_model;      /* E of the weights file checked at
+                                   READY->PAUSED; 0 = not known */
+  GstCaps *posted_caps;         /* last caps refused with an error posted */
+  GArray *pending_props;        /* GstSattnPendingProp set while running */
   GstClockTime held_time;       /* latency added; NONE before caps */
 
   /* Streaming state; streaming thread (or state change with pads off). */
@@ -380,6 +408,8 @@ static gboolean gst_sattn_sink_event (GstPad * pad, GstObject * parent,
     GstEvent * event);
 static gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
     GstQuery * query);
+static gboolean gst_sattn_sink_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
 
 static void
 gst_sattn_class_init (GstSattnClass * klass)
@@ -419,7 +449,9 @@ gst_sattn_class_init (GstSattnClass * klass)
   g_object_class_install_property (gobject_class, PROP_SCALE,
       g_param_spec_double ("scale", "Scale",
           "Score scale applied before the softmax (0 = 1/sqrt(head-dim), "
-          "1 = unscaled)", 0.0, G_MAXFLOAT, DEFAULT_SCALE, geom));
+          "1 = unscaled); scores are float32, so a positive value below "
+          "the smallest normal float (1.18e-38) is refused at negotiation",
+          0.0, G_MAXFLOAT, DEFAULT_SCALE, geom));
   g_object_class_install_property (gobject_class, PROP_CAUSAL,
       g_param_spec_boolean ("causal", "Causal",
           "A query sees only keys at or before its own frame",
@@ -497,6 +529,8 @@ gst_sattn_init (GstSattn * self)
       GST_DEBUG_FUNCPTR (gst_sattn_chain));
   gst_pad_set_event_function (self->sinkpad,
       GST_DEBUG_FUNCPTR (gst_sattn_sink_event));
+  gst_pad_set_query_function (self->sinkpad,
+      GST_DEBUG_FUNCPTR (gst_sattn_sink_query));
   gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
 
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
@@ -552,8 +586,88 @@ gst_sattn_finalize (GObject * object)
   g_free (self->weights);
   g_free (self->weights_prefix);
   gst_clear_caps (&self->refused_caps);
+  gst_clear_caps (&self->posted_caps);
+  if (self->pending_props)
+    g_array_unref (self->pending_props);
   gst_sattn_obs_finalize (&self->obs);
   G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+/* A property set while PAUSED or PLAYING, applied at the next READY. */
+typedef struct
+{
+  guint prop_id;
+  GParamSpec *pspec;
+  GValue value;
+  gboolean warned;
+} GstSattnPendingProp;
+
+static void
+gst_sattn_pending_prop_clear (gpointer p)
+{
+  g_value_unset (&((GstSattnPendingProp *) p)->value);
+}
+
+/* Remember value for prop_id (object lock held).  TRUE the first time
+ * this property is deferred in this run: the caller warns then. */
+static gboolean
+gst_sattn_defer_property (GstSattn * self, guint prop_id,
+    const GValue * value, GParamSpec * pspec)
+{
+  GstSattnPendingProp *p = NULL, np = { 0, };
+  guint i;
+
+  if (self->pending_props == NULL) {
+    self->pending_props = g_array_new (FALSE, TRUE,
+        sizeof (GstSattnPendingProp));
+    g_array_set_clear_func (self->pending_props, gst_sattn_pending_prop_clear);
+  }
+  for (i = 0; i < self->pending_props->len && p == NULL; i++) {
+    GstSattnPendingProp *q = &g_array_index (self->pending_props,
+        GstSattnPendingProp, i);
+    if (q->prop_id == prop_id)
+      p = q;
+  }
+  if (p == NULL) {
+    np.prop_id = prop_id;
+    np.pspec = pspec;
+    g_array_append_val (self->pending_props, np);
+    p = &g_array_index (self->pending_props, GstSattnPendingProp,
+        self->pending_props->len - 1);
+  }
+  if (G_IS_VALUE (&p->value))
+    g_value_unset (&p->value);
+  g_value_init (&p->value, G_VALUE_TYPE (value));
+  g_value_copy (value, &p->value);
+  if (p->warned)
+    return FALSE;
+  p->warned = TRUE;
+  return TRUE;
+}
+
+static void gst_sattn_set_property (GObject * object, guint prop_id,
+    const GValue * value, GParamSpec * pspec);
+
+/* At PAUSED -> READY (running cleared): apply the deferred values. */
+static void
+gst_sattn_apply_deferred (GstSattn * self)
+{
+  GArray *pending;
+  guint i;
+
+  GST_OBJECT_LOCK (self);
+  pending = self->pending_props;
+  self->pending_props = NULL;
+  GST_OBJECT_UNLOCK (self);
+  if (pending == NULL)
+    return;
+  for (i = 0; i < pending->len; i++) {
+    GstSattnPendingProp *p = &g_array_index (pending, GstSattnPendingProp, i);
+
+    GST_DEBUG_OBJECT (self, "applying the deferred '%s'", p->pspec->name);
+    gst_sattn_set_property (G_OBJECT (self), p->prop_id, &p->value, p->pspec);
+  }
+  g_array_unref (pending);
 }
 
 static void
@@ -566,9 +680,18 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
+    gboolean first = gst_sattn_defer_property (self, prop_id, value, pspec);
+
     GST_OBJECT_UNLOCK (self);
-    GST_WARNING_OBJECT (self, "property '%s' can only be changed in the "
-        "READY or NULL state; the new value is ignored", pspec->name);
+    GST_DEBUG_OBJECT (self, "property '%s' set while running: deferred to "
+        "the next READY", pspec->name);
+    if (first) {
+      GST_ELEMENT_WARNING (self, CORE, STATE_CHANGE,
+          ("Property '%s' cannot change while PAUSED or PLAYING; the new "
+              "value takes effect at the next READY", pspec->name),
+          ("later changes of '%s' in this run are not reported again",
+              pspec->name));
+    }
     return;
   }
 
@@ -1255,9 +1378,8 @@ static GstFlowReturn
 gst_sattn_not_negotiated (GstSattn * self)
 {
   if (self->caps_refused) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("Data arrived but the input caps were refused"),
-        ("the last caps event could not be used; see the earlier error"));
+    /* The refusal posted its error already. */
+    GST_DEBUG_OBJECT (self, "data after refused caps");
   } else {
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("No caps were received before the first buffer"),
@@ -1276,7 +1398,7 @@ gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
   GstMapInfo map;
   gboolean gap;
 
-  if (G_UNLIKELY (self->stream == NULL)) {
+  if (G_UNLIKELY (self->stream == NULL || self->caps_refused)) {
     gst_buffer_unref (buffer);
     return gst_sattn_not_negotiated (self);
   }
@@ -1410,80 +1532,104 @@ gst_sattn_output_nick (GstSattnOutput o)
   return (guint) o < G_N_ELEMENTS (nicks) ? nicks[o] : "?";
 }
 
+/* Why the settings cannot work with rate / channels (d_model = channels ×
+ * frame-size): a message that says what would work (g_free it), or NULL
+ * when they can.  weights: a weights file is set (its projections, not
+ * identity ones, then fix the head size).  The one home of the element's
+ * negotiation rules: the caps event, the CAPS / ACCEPT_CAPS queries and
+ * the READY -> PAUSED check all ask it. */
+static gchar *
+gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
+    guint64 d_model, gboolean weights)
+{
+  guint64 frame_rate;
+  gchar *ok, *msg;
+
+  if (c->scale > 0.0 && c->scale < FLT_MIN) {
+    return g_strdup_printf ("scale=%g is below the smallest normal float "
+        "(%g), the precision the scores are computed in; use scale=0 for "
+        "the default 1/sqrt(head-dim) or a value of at least %g", c->scale,
+        (double) FLT_MIN, (double) FLT_MIN);
+  }
+  if (d_model > MAX_D_MODEL) {
+    return g_strdup_printf ("Frames of %d channels x frame-size=%u = %"
+        G_GUINT64_FORMAT " values are too large (at most %u)", channels,
+        c->frame_size, d_model, MAX_D_MODEL);
+  }
+  if (rate % c->frame_size != 0) {
+    ok = gst_sattn_divisors (rate, MAX_FRAME_SIZE, c->frame_size);
+    msg = g_strdup_printf ("frame-size=%u does not divide the input rate of "
+        "%d Hz, so the frame rate would not be a whole number; frame-size "
+        "values that work: %s", c->frame_size, rate, ok);
+    g_free (ok);
+    return msg;
+  }
+  frame_rate = rate / c->frame_size;
+  if (c->hop > c->window) {
+    return g_strdup_printf ("hop=%u is larger than window=%u; hop must be "
+        "between 1 and the window (or the window at least %u)", c->hop,
+        c->window, c->hop);
+  }
+  if (c->output != GST_SATTN_OUTPUT_FRAMES && frame_rate % c->hop != 0) {
+    ok = gst_sattn_divisors (frame_rate, c->window, c->hop);
+    msg = g_strdup_printf ("hop=%u does not divide the frame rate of %"
+        G_GUINT64_FORMAT " Hz (rate %d / frame-size %u), so output=%s would "
+        "not have a whole output rate; hop values that work with window=%u: "
+        "%s (or output=frames)", c->hop, frame_rate, rate, c->frame_size,
+        gst_sattn_output_nick (c->output), c->window, ok);
+    g_free (ok);
+    return msg;
+  }
+  if (c->head_dim == 0 && d_model % c->heads != 0) {
+    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
+    msg = g_strdup_printf ("heads=%u does not divide d_model=%"
+        G_GUINT64_FORMAT " (%d channels x frame-size=%u); heads values that "
+        "work: %s", c->heads, d_model, channels, c->frame_size, ok);
+    g_free (ok);
+    return msg;
+  }
+  if (c->head_dim != 0 && (guint64) c->heads * c->head_dim != d_model) {
+    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
+    if (weights) {
+      /* nn.MultiheadAttention splits E into heads of E / heads. */
+      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
+          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), and the "
+          "weights file's projections give every head d_model / heads "
+          "values; use head-dim=0 or head-dim=d_model/heads with heads one "
+          "of: %s", c->heads, c->head_dim, d_model, channels, c->frame_size,
+          ok);
+    } else {
+      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
+          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
+          "identity projections (no weights file) need; use head-dim=0 or "
+          "head-dim=d_model/heads with heads one of: %s", c->heads,
+          c->head_dim, d_model, channels, c->frame_size, ok);
+    }
+    g_free (ok);
+    return msg;
+  }
+  if (c->output == GST_SATTN_OUTPUT_WINDOW &&
+      (guint64) c->window * d_model > G_MAXINT) {
+    return g_strdup_printf ("output=window would need window=%u x %"
+        G_GUINT64_FORMAT " = more than %d channels; use a smaller window or "
+        "another output mode", c->window, d_model, G_MAXINT);
+  }
+  return NULL;
+}
+
 /* Checks the settings against the input; on failure posts an element
  * error that says what would work. */
 static gboolean
 gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
-    gint channels, guint64 d_model)
+    gint channels, guint64 d_model, gboolean weights)
 {
-  guint64 frame_rate;
-  gchar *ok;
+  gchar *why = gst_sattn_explain (c, rate, channels, d_model, weights);
 
-  if (d_model > MAX_D_MODEL) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("Frames of %d channels x frame-size=%u = %" G_GUINT64_FORMAT
-            " values are too large (at most %u)", channels, c->frame_size,
-            d_model, MAX_D_MODEL), (NULL));
-    return FALSE;
-  }
-  if (rate % c->frame_size != 0) {
-    ok = gst_sattn_divisors (rate, MAX_FRAME_SIZE, c->frame_size);
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("frame-size=%u does not divide the input rate of %d Hz, so the "
-            "frame rate would not be a whole number; frame-size values that "
-            "work: %s", c->frame_size, rate, ok), (NULL));
-    g_free (ok);
-    return FALSE;
-  }
-  frame_rate = rate / c->frame_size;
-  if (c->hop > c->window) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("hop=%u is larger than window=%u; hop must be between 1 and the "
-            "window (or the window at least %u)", c->hop, c->window, c->hop),
-        (NULL));
-    return FALSE;
-  }
-  if (c->output != GST_SATTN_OUTPUT_FRAMES && frame_rate % c->hop != 0) {
-    ok = gst_sattn_divisors (frame_rate, c->window, c->hop);
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("hop=%u does not divide the frame rate of %" G_GUINT64_FORMAT
-            " Hz (rate %d / frame-size %u), so output=%s would not have a "
-            "whole output rate; hop values that work with window=%u: %s "
-            "(or output=frames)", c->hop, frame_rate, rate, c->frame_size,
-            gst_sattn_output_nick (c->output), c->window, ok), (NULL));
-    g_free (ok);
-    return FALSE;
-  }
-  if (c->head_dim == 0 && d_model % c->heads != 0) {
-    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("heads=%u does not divide d_model=%" G_GUINT64_FORMAT " (%d "
-            "channels x frame-size=%u); heads values that work: %s",
-            c->heads, d_model, channels, c->frame_size, ok), (NULL));
-    g_free (ok);
-    return FALSE;
-  }
-  if (c->head_dim != 0 && (guint64) c->heads * c->head_dim != d_model) {
-    /* Identity projections need heads x head-dim == d_model. */
-    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("heads=%u x head-dim=%u does not equal d_model=%" G_GUINT64_FORMAT
-            " (%d channels x frame-size=%u), which identity projections "
-            "need; use head-dim=0 or head-dim=d_model/heads with heads "
-            "one of: %s", c->heads, c->head_dim, d_model, channels,
-            c->frame_size, ok), (NULL));
-    g_free (ok);
-    return FALSE;
-  }
-  if (c->output == GST_SATTN_OUTPUT_WINDOW &&
-      (guint64) c->window * d_model > G_MAXINT) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("output=window would need window=%u x %" G_GUINT64_FORMAT
-            " = more than %d channels; use a smaller window or another "
-            "output mode", c->window, d_model, G_MAXINT), (NULL));
-    return FALSE;
-  }
-  return TRUE;
+  if (why == NULL)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", why), (NULL));
+  g_free (why);
+  return FALSE;
 }
 
 /* Reads the weights file (path) for d_model-value frames (0 = whatever the
@@ -1509,9 +1655,18 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
           ("%s", sattn_status_string (st)));
       break;
     case SATTN_E_SHAPE:
-      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-          ("The weights file does not fit the stream: %s", err),
-          ("%s", sattn_status_string (st)));
+      if (d_model == 0) {
+        /* Checked before caps: E is the file's, heads the property's. */
+        GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+            ("The weights file does not fit the element's properties: %s",
+                err), ("%s", sattn_status_string (st)));
+      } else {
+        GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+            ("The weights file does not fit the stream, whose frames have "
+                "d_model=%" G_GUINT64_FORMAT " values (channels x "
+                "frame-size): %s", d_model, err),
+            ("%s", sattn_status_string (st)));
+      }
       break;
     case SATTN_E_INVAL:
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
@@ -1734,11 +1889,89 @@ gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
   return FALSE;
 }
 
+/* The output caps of rows of row_floats values at out_rate rows/s. */
+static GstCaps *
+gst_sattn_src_caps_new (gsize row_floats, guint64 out_rate)
+{
+  return gst_caps_new_simple ("audio/x-raw",
+      "format", G_TYPE_STRING, "F32LE",
+      "layout", G_TYPE_STRING, "interleaved",
+      "rate", G_TYPE_INT, (gint) out_rate,
+      "channels", G_TYPE_INT, (gint) row_floats,
+      "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+}
+
+/* Whether downstream accepts the output caps that the input caps and the
+ * settings c give (stream built for them).  If not, posts one error that
+ * names those caps, says how they follow from the input and the
+ * properties, and what downstream takes. */
 static gboolean
-gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
+gst_sattn_output_accepted (GstSattn * self, const GstSattnSettings * c,
+    gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps)
+{
+  const gsize row_floats = sattn_stream_row_floats (stream);
+  const guint64 frame_rate = rate / c->frame_size;
+  GstCaps *srccaps, *peer;
+  gchar *offered, *takes, *rows;
+
+  srccaps = gst_sattn_src_caps_new (row_floats,
+      c->output == GST_SATTN_OUTPUT_FRAMES ? frame_rate : frame_rate / c->hop);
+  if (gst_pad_peer_query_accept_caps (self->srcpad, srccaps)) {
+    gst_caps_unref (srccaps);
+    return TRUE;
+  }
+  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  offered = gst_caps_to_string (srccaps);
+  takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
+  if (c->output == GST_SATTN_OUTPUT_FRAMES)
+    rows = g_strdup_printf ("one row per frame, at the frame rate %d Hz / "
+        "frame-size=%u", rate, c->frame_size);
+  else
+    rows = g_strdup_printf ("one row per window, every hop=%u frames of "
+        "frame-size=%u at %d Hz", c->hop, c->frame_size, rate);
+  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+      ("Downstream refused the output caps %s: output=%s gives rows of %"
+          G_GSIZE_FORMAT " values (d_model=%" G_GUINT64_FORMAT " = %d "
+          "channels x frame-size=%u), %s; downstream accepts %s", offered,
+          gst_sattn_output_nick (c->output), row_floats,
+          (guint64) channels * c->frame_size, channels, c->frame_size, rows,
+          takes), ("input caps %" GST_PTR_FORMAT, sinkcaps));
+  g_free (rows);
+  g_free (offered);
+  g_free (takes);
+  gst_clear_caps (&peer);
+  gst_caps_unref (srccaps);
+  return FALSE;
+}
+
+/* Rate and channels of input caps the element can read at all (fixed
+ * audio/x-raw F32LE interleaved); FALSE otherwise. */
+static gboolean
+gst_sattn_parse_caps (GstCaps * caps, gint * rate, gint * channels)
 {
   GstStructure *s;
   const gchar *format, *layout;
+
+  if (caps == NULL || !gst_caps_is_fixed (caps))
+    return FALSE;
+  s = gst_caps_get_structure (caps, 0);
+  format = gst_structure_get_string (s, "format");
+  layout = gst_structure_get_string (s, "layout");
+  return gst_structure_has_name (s, "audio/x-raw")
+      && g_strcmp0 (format, "F32LE") == 0
+      && (layout == NULL || strcmp (layout, "interleaved") == 0)
+      && gst_structure_get_int (s, "rate", rate)
+      && gst_structure_get_int (s, "channels", channels)
+      && *rate > 0 && *channels > 0;
+}
+
+#define GST_SATTN_UNSUPPORTED_CAPS "Unsupported input caps; sattn takes " \
+    "audio/x-raw, format=F32LE, layout=interleaved with a rate and a " \
+    "channel count"
+
+static gboolean
+gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
+{
   GstSattnSettings c;
   gint rate = 0, channels = 0;
   guint64 d_model, frame_rate, out_rate;
@@ -1761,18 +1994,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     return TRUE;
   GST_DEBUG_OBJECT (self, "sink caps %" GST_PTR_FORMAT, caps);
 
-  s = gst_caps_get_structure (caps, 0);
-  format = gst_structure_get_string (s, "format");
-  layout = gst_structure_get_string (s, "layout");
-  if (!gst_caps_is_fixed (caps) || !gst_structure_has_name (s, "audio/x-raw")
-      || g_strcmp0 (format, "F32LE") != 0
-      || (layout && strcmp (layout, "interleaved") != 0)
-      || !gst_structure_get_int (s, "rate", &rate)
-      || !gst_structure_get_int (s, "channels", &channels)
-      || rate <= 0 || channels <= 0) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-        ("Unsupported input caps; sattn takes audio/x-raw, format=F32LE, "
-            "layout=interleaved with a rate and a channel count"),
+  if (!gst_sattn_parse_caps (caps, &rate, &channels)) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (GST_SATTN_UNSUPPORTED_CAPS),
         ("caps: %" GST_PTR_FORMAT, caps));
     return FALSE;
   }
@@ -1785,7 +2008,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   GST_OBJECT_UNLOCK (self);
 
   d_model = (guint64) channels * c.frame_size;
-  if (!gst_sattn_validate (self, &c, rate, channels, d_model)) {
+  if (!gst_sattn_validate (self, &c, rate, channels, d_model,
+          wpath != NULL)) {
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
@@ -1853,6 +2077,14 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     return FALSE;
   }
 
+  /* Downstream must take the output before anything changes. */
+  if (!gst_sattn_output_accepted (self, &c, rate, channels, stream, caps)) {
+    gst_sattn_scratch_clear (&scratch);
+    sattn_stream_free (stream);
+    sattn_model_free (model);
+    return FALSE;
+  }
+
   /* The old configuration's frames go out under the old caps. */
   next_ts = GST_CLOCK_TIME_NONE;
   if (self->stream) {
@@ -1897,12 +2129,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->held_time = held;
   GST_OBJECT_UNLOCK (self);
 
-  srccaps = gst_caps_new_simple ("audio/x-raw",
-      "format", G_TYPE_STRING, "F32LE",
-      "layout", G_TYPE_STRING, "interleaved",
-      "rate", G_TYPE_INT, (gint) out_rate,
-      "channels", G_TYPE_INT, (gint) row_floats,
-      "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+  srccaps = gst_sattn_src_caps_new (row_floats, out_rate);
   GST_DEBUG_OBJECT (self, "d_model %" G_GUINT64_FORMAT ", src caps %"
       GST_PTR_FORMAT, d_model, srccaps);
   res = gst_pad_set_caps (self->srcpad, srccaps);
@@ -1915,7 +2142,295 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   return res;
 }
 
+/* ------------------------------------------------------------ queries */
+
+/* The settings, whether a weights file is set and its embedding size
+ * (0 = not read yet), under the object lock. */
+static void
+gst_sattn_snapshot (GstSattn * self, GstSattnSettings * c,
+    gboolean * weights, guint64 * file_d_model)
+{
+  GST_OBJECT_LOCK (self);
+  *c = self->props;
+  *weights = self->weights != NULL;
+  *file_d_model = self->weights != NULL ? self->weights_d_model : 0;
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* v = the multiples of step in [step, max] (an int, or a stepped range);
+ * FALSE when there is none. */
+static gboolean
+gst_sattn_multiples (GValue * v, guint64 step, guint64 max)
+{
+  max = MIN (max, (guint64) G_MAXINT);
+  if (step == 0 || step > max)
+    return FALSE;
+  max -= max % step;
+  if (max == step) {
+    g_value_init (v, G_TYPE_INT);
+    g_value_set_int (v, (gint) step);
+  } else {
+    g_value_init (v, GST_TYPE_INT_RANGE);
+    gst_value_set_int_range_step (v, (gint) step, (gint) max, (gint) step);
+  }
+  return TRUE;
+}
+
+/* What the sink CAPS query answers in PAUSED and PLAYING: the template
+ * narrowed by what can be stated cheaply: rates that are multiples of frame-size (× hop in the
+ * pooled modes), channel counts that fill whole heads (or the weights
+ * file's d_model), within the size limits.  Every caps that can work is
+ * in it; ACCEPT_CAPS decides the rest.  Empty when nothing can work. */
+static GstCaps *
+gst_sattn_allowed_caps (GstSattn * self)
+{
+  GstSattnSettings c;
+  gboolean weights;
+  guint64 file_d, rate_step, max_ch, ch_step, d;
+  GValue rates = G_VALUE_INIT, chans = G_VALUE_INIT;
+  GstStructure *s;
+
+  gst_sattn_snapshot (self, &c, &weights, &file_d);
+
+  rate_step = c.frame_size;
+  if (c.output != GST_SATTN_OUTPUT_FRAMES)
+    rate_step *= c.hop;
+  max_ch = MAX_D_MODEL / c.frame_size;
+  if (c.output == GST_SATTN_OUTPUT_WINDOW)
+    max_ch = MIN (max_ch, (guint64) G_MAXINT / ((guint64) c.window *
+            c.frame_size));
+  d = file_d != 0 ? file_d : (c.head_dim != 0 ?
+      (guint64) c.heads * c.head_dim : 0);
+  if (d != 0) {
+    /* d_model is fixed: one channel count, if any. */
+    if (d % c.frame_size != 0 || d / c.frame_size > max_ch)
+      return gst_caps_new_empty ();
+    ch_step = d / c.frame_size;
+    max_ch = ch_step;
+  } else {
+    /* channels × frame-size must be a multiple of heads. */
+    ch_step = c.heads / gst_util_greatest_common_divisor (c.heads,
+        c.frame_size);
+  }
+  if (!gst_sattn_multiples (&rates, rate_step, G_MAXINT))
+    return gst_caps_new_empty ();
+  if (!gst_sattn_multiples (&chans, ch_step, max_ch)) {
+    g_value_unset (&rates);
+    return gst_caps_new_empty ();
+  }
+  s = gst_structure_new ("audio/x-raw", "format", G_TYPE_STRING, "F32LE",
+      "layout", G_TYPE_STRING, "interleaved", NULL);
+  gst_structure_take_value (s, "rate", &rates);
+  gst_structure_take_value (s, "channels", &chans);
+  return gst_caps_new_full (s, NULL);
+}
+
+/* Whether caps can be used; if not and post, posts one element error that
+ * says why (once for the same caps). */
+static gboolean
+gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
+{
+  GstSattnSettings c;
+  gboolean weights, posted;
+  guint64 file_d, d_model;
+  gint rate = 0, channels = 0;
+  gchar *why = NULL;
+  gboolean shape = FALSE;
+
+  gst_sattn_snapshot (self, &c, &weights, &file_d);
+  if (!gst_sattn_parse_caps (caps, &rate, &channels)) {
+    why = g_strdup (GST_SATTN_UNSUPPORTED_CAPS);
+  } else {
+    d_model = (guint64) channels * c.frame_size;
+    why = gst_sattn_explain (&c, rate, channels, d_model, weights);
+    shape = why == NULL && file_d != 0 && d_model != file_d;
+  }
+  if (why == NULL && !shape)
+    return TRUE;
+
+  GST_DEBUG_OBJECT (self, "refusing %" GST_PTR_FORMAT ": %s", caps,
+      why ? why : "d_model differs from the weights file");
+  GST_OBJECT_LOCK (self);
+  posted = !post || (self->posted_caps != NULL &&
+      gst_caps_is_equal (caps, self->posted_caps));
+  if (!posted)
+    gst_caps_replace (&self->posted_caps, caps);
+  GST_OBJECT_UNLOCK (self);
+  if (!posted && why != NULL) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", why),
+        ("caps: %" GST_PTR_FORMAT, caps));
+  } else if (!posted) {
+    gchar *wpath, *wprefix;
+    gboolean zero_attn;
+    SattnConfig mc = { 0, };
+    SattnWeights w = { 0, };
+    SattnMhaWeights *mw = NULL;
+
+    /* The core's own words: which tensor has which shape, and what the
+     * stream's d_model would need. */
+    GST_OBJECT_LOCK (self);
+    wpath = g_strdup (self->weights);
+    wprefix = g_strdup (self->weights_prefix);
+    zero_attn = self->add_zero_attn;
+    GST_OBJECT_UNLOCK (self);
+    mc.heads = c.heads;
+    if (wpath != NULL && gst_sattn_load_weights (self, wpath, wprefix,
+            (guint64) channels * c.frame_size, c.heads, zero_attn, &mc, &w,
+            &mw)) {
+      /* The file changed since READY->PAUSED and now fits. */
+      shape = FALSE;
+    }
+    sattn_mha_weights_free (mw);
+    g_free (wpath);
+    g_free (wprefix);
+  }
+  g_free (why);
+  return !shape && why == NULL;
+}
+
+/* At READY -> PAUSED: when nothing the upstream peer can produce would
+ * work, fail now with one error that says why (for the caps upstream
+ * would pick), instead of a refused caps event and upstream's own
+ * not-negotiated error later.  TRUE when negotiation may succeed (or
+ * upstream cannot tell yet). */
+static gboolean
+gst_sattn_check_upstream (GstSattn * self)
+{
+  GstCaps *tmpl, *peer, *ours, *both, *pick;
+  gboolean ok;
+
+  tmpl = gst_pad_get_pad_template_caps (self->sinkpad);
+  peer = gst_pad_peer_query_caps (self->sinkpad, tmpl);
+  gst_caps_unref (tmpl);
+  if (peer == NULL || gst_caps_is_any (peer) || gst_caps_is_empty (peer)) {
+    /* No peer yet, anything, or nothing we read at all (upstream's own
+     * negotiation error says that). */
+    gst_clear_caps (&peer);
+    return TRUE;
+  }
+  ours = gst_sattn_allowed_caps (self);
+  both = gst_caps_intersect (peer, ours);
+  /* Inside ours only settings that fail whatever the caps (hop > window,
+   * scale) can still refuse the pick; outside, its rate or channels. */
+  pick = gst_caps_fixate (gst_caps_ref (gst_caps_is_empty (both) ? peer :
+          both));
+  GST_DEBUG_OBJECT (self, "upstream offers %" GST_PTR_FORMAT ", we take %"
+      GST_PTR_FORMAT ", checking %" GST_PTR_FORMAT, peer, ours, pick);
+  ok = gst_sattn_check_caps (self, pick, TRUE);
+  if (ok && gst_caps_is_empty (both)) {
+    /* Cannot happen (ours holds every caps that works); say it anyway. */
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("None of the input caps upstream offers works with these "
+            "properties"), ("upstream: %" GST_PTR_FORMAT, peer));
+    ok = FALSE;
+  }
+  gst_caps_unref (pick);
+  gst_caps_unref (both);
+  gst_caps_unref (ours);
+  gst_caps_unref (peer);
+  return ok;
+}
+
+static gboolean
+gst_sattn_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  GstSattn *self = GST_SATTN (parent);
+
+  switch (GST_QUERY_TYPE (query)) {
+    case GST_QUERY_CAPS:{
+      GstCaps *filter, *caps, *res;
+      gboolean running;
+
+      gst_query_parse_caps (query, &filter);
+      GST_OBJECT_LOCK (self);
+      running = self->running;
+      GST_OBJECT_UNLOCK (self);
+      /* Properties are frozen from READY -> PAUSED on; before that (when
+       * pipelines are built and linked) they may still change, so the
+       * answer is the template and READY -> PAUSED checks what upstream
+       * offers against the final properties. */
+      caps = running ? gst_sattn_allowed_caps (self) :
+          gst_pad_get_pad_template_caps (pad);
+      if (filter) {
+        res = gst_caps_intersect_full (filter, caps, GST_CAPS_INTERSECT_FIRST);
+        gst_caps_unref (caps);
+        caps = res;
+      }
+      GST_LOG_OBJECT (self, "caps query: %" GST_PTR_FORMAT, caps);
+      gst_query_set_caps_result (query, caps);
+      gst_caps_unref (caps);
+      return TRUE;
+    }
+    case GST_QUERY_ACCEPT_CAPS:{
+      GstCaps *caps;
+
+      gst_query_parse_accept_caps (query, &caps);
+      /* Refused here, the caps event never arrives: the error is posted
+       * now, once, with the reason. */
+      gst_query_set_accept_caps_result (query, gst_sattn_check_caps (self,
+              caps, TRUE));
+      return TRUE;
+    }
+    default:
+      return gst_pad_query_default (pad, parent, query);
+  }
+}
+
 /* ------------------------------------------------------------ events */
+
+/* Whether segment b maps buffer times to running time differently from a
+ * (a real change of timeline, which drains and restarts the window):
+ * another format, rate or applied rate, or another start, base or offset
+ * (stop too when playing backwards).  Position, duration, time (stream
+ * time only) and flags are updates that never reset. */
+static gboolean
+gst_sattn_segment_moves (const GstSegment * a, const GstSegment * b)
+{
+  if (a->format != b->format || a->rate != b->rate ||
+      a->applied_rate != b->applied_rate)
+    return TRUE;
+  if (a->start != b->start || a->base != b->base || a->offset != b->offset)
+    return TRUE;
+  return a->rate < 0.0 && a->stop != b->stop;
+}
+
+/* The TIME segment the output is in.  TIME segments stay as they are;
+ * BYTES and DEFAULT (sample periods) segments are converted with the
+ * input rate; any other format (or a segment before caps) becomes a TIME
+ * segment from 0 with the same rates and flags.  Buffer timestamps are
+ * TIME in every case, and untimestamped input is counted from the
+ * segment start. */
+static void
+gst_sattn_time_segment (GstSattn * self, const GstSegment * in,
+    GstSegment * out)
+{
+  guint64 units = 0;
+
+  if (in->format == GST_FORMAT_TIME) {
+    *out = *in;
+    return;
+  }
+  gst_segment_init (out, GST_FORMAT_TIME);
+  out->rate = in->rate;
+  out->applied_rate = in->applied_rate;
+  out->flags = in->flags;
+  if (self->rate > 0 && in->format == GST_FORMAT_BYTES)
+    units = (guint64) self->rate * self->bpf;
+  else if (self->rate > 0 && in->format == GST_FORMAT_DEFAULT)
+    units = (guint64) self->rate;
+  if (units == 0)
+    return;
+#define GST_SATTN_TO_TIME(v) ((v) == (guint64) -1 ? (guint64) -1 : \
+    gst_util_uint64_scale ((v), GST_SECOND, units))
+  out->start = GST_SATTN_TO_TIME (in->start);
+  out->stop = GST_SATTN_TO_TIME (in->stop);
+  out->time = GST_SATTN_TO_TIME (in->time);
+  out->position = GST_SATTN_TO_TIME (in->position);
+  out->duration = GST_SATTN_TO_TIME (in->duration);
+  out->base = GST_SATTN_TO_TIME (in->base);
+  out->offset = GST_SATTN_TO_TIME (in->offset);
+#undef GST_SATTN_TO_TIME
+}
 
 static void
 gst_sattn_flush (GstSattn * self)
@@ -1952,23 +2467,31 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
         return FALSE;
       }
       res = gst_sattn_set_caps (self, caps);
+      /* Refused caps leave the stream as it was (set_caps changes nothing
+       * before it has a working model), and data is refused until caps
+       * are accepted: the same caps as before continue the window and
+       * the timeline where they were. */
       self->caps_refused = !res;
       gst_caps_replace (&self->refused_caps, res ? NULL : caps);
-      if (!res && self->stream) {
-        /* Data in the refused format must not reach the old stream. */
-        gst_sattn_drain (self);
-        gst_sattn_free_stream (self);
-      }
       gst_event_unref (event);
       return res;
     }
     case GST_EVENT_SEGMENT:{
-      GstSegment seg;
+      GstSegment in, seg;
 
-      gst_event_copy_segment (event, &seg);
+      gst_event_copy_segment (event, &in);
+      gst_sattn_time_segment (self, &in, &seg);
+      if (in.format != GST_FORMAT_TIME) {
+        /* Downstream gets the TIME segment the output timestamps are in. */
+        GstEvent *ev = gst_event_new_segment (&seg);
+
+        gst_event_set_seqnum (ev, gst_event_get_seqnum (event));
+        gst_event_unref (event);
+        event = ev;
+      }
       if (self->stream && GST_CLOCK_TIME_IS_VALID (self->resync_ts) &&
-          !gst_segment_is_equal (&seg, &self->segment)) {
-        /* A new segment mid-stream: what is held belongs to the old one,
+          gst_sattn_segment_moves (&self->segment, &seg)) {
+        /* A new timeline mid-stream: what is held belongs to the old one,
          * and the next data starts a new window and timeline. */
         GST_DEBUG_OBJECT (self, "new segment, draining");
         gst_sattn_drain (self);
@@ -2077,6 +2600,9 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
         ok = gst_sattn_load_weights (self, wpath, wprefix, 0, heads,
             zero_attn, &mc, &w, &mw);
         sattn_mha_weights_free (mw);
+        GST_OBJECT_LOCK (self);
+        self->weights_d_model = ok ? mc.d_model : 0;
+        GST_OBJECT_UNLOCK (self);
         if (!ok) {
           g_free (wpath);
           g_free (wprefix);
@@ -2085,6 +2611,11 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       }
       g_free (wpath);
       g_free (wprefix);
+      GST_OBJECT_LOCK (self);
+      gst_clear_caps (&self->posted_caps);
+      GST_OBJECT_UNLOCK (self);
+      if (!gst_sattn_check_upstream (self))
+        return GST_STATE_CHANGE_FAILURE;
       GST_OBJECT_LOCK (self);
       self->running = TRUE;
       GST_OBJECT_UNLOCK (self);
@@ -2115,7 +2646,9 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       GST_OBJECT_LOCK (self);
       self->running = FALSE;
       self->held_time = GST_CLOCK_TIME_NONE;
+      self->weights_d_model = 0;
       GST_OBJECT_UNLOCK (self);
+      gst_sattn_apply_deferred (self);
       break;
     default:
       break;

@@ -1358,9 +1358,10 @@ GST_START_TEST (test_shape_vs_caps)
 
 GST_END_TEST;
 
-/* A caps change mid-stream to a width the file does not fit: the frames
- * held are drained under the old caps (checked against PyTorch), the new
- * caps are refused with the shape message. */
+/* A caps change mid-stream to a width the file does not fit: the new
+ * caps are refused with the shape message, the frames held stay in the
+ * window and are drained under the old caps at EOS (checked against
+ * PyTorch). */
 GST_START_TEST (test_shape_vs_caps_change)
 {
   const Fixture *f = fixture_by_name ("e32_h4_causal");
@@ -1383,6 +1384,10 @@ GST_START_TEST (test_shape_vs_caps_change)
   check_error (bus, "caps change 32 -> 16 channels", COR (),
       GST_CORE_ERROR_NEGOTIATION, f->weights, expect, G_N_ELEMENTS (expect),
       TRUE);
+  /* Refused caps leave the stream as it was: the frames held come out at
+   * EOS, under the old caps. */
+  fail_unless (gst_harness_try_pull (h) == NULL);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
   /* causal: the drained rows are PyTorch's first n - 1 rows */
   got = pull_floats (h, NULL);
   fail_unless_equals_int (got->len, (f->n - 1) * f->e);
