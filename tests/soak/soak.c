@@ -278,6 +278,8 @@ run_stream (guint64 frames)
   Counters c = { 0, };
   float *block;
   guint64 sent = 0, expected_end, rss_end;
+  /* Progress (with RSS) about 20 times per run, on buffer boundaries. */
+  guint64 step = MAX (frames / 20 / BUF_FRAMES, 100) * BUF_FRAMES;
   gint64 t0, t1;
   gsize i;
   GRand *r;
@@ -353,9 +355,10 @@ run_stream (guint64 frames)
       break;
     }
     sent += n;
-    if (sent % 10000000 == 0)
-      g_printerr ("... %" G_GUINT64_FORMAT " frames in, %.0f s\n", sent,
-          (g_get_monotonic_time () - t0) / 1e6);
+    if (sent % step == 0)
+      g_printerr ("... %" G_GUINT64_FORMAT " frames in, %.0f s, RSS %"
+          G_GUINT64_FORMAT " KiB\n", sent,
+          (g_get_monotonic_time () - t0) / 1e6, rss_kib ());
     if (c.errors > 0)
       break;
   }
