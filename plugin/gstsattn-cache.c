@@ -7,6 +7,11 @@
  * are freed with their last entry, so nothing is left allocated once no
  * element holds a model.
  *
+ * Identity models (no weights file) go through the same path, keyed by
+ * configuration and add-zero-attn alone: they hold almost nothing, but one
+ * path means one set of rules and one test, and a model is immutable
+ * whatever it holds.
+ *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #ifdef HAVE_CONFIG_H
