@@ -5,6 +5,8 @@
 #   make test-asan   the same under AddressSanitizer + UBSan (build-asan/)
 #   make seed        the scaled-vs-unscaled softmax experiment (core only)
 #   make bench       release build (build-release/) + the benchmark script
+#   make soak        release build + 10^8 frames of a W1-like stream through
+#                    the element (SOAK_FRAMES=...; not in CI, ~10+ minutes)
 #   make clean       remove the build directories and demo output
 #
 # MESON_ARGS is passed to `meson setup` (and to `meson configure` when the
@@ -19,6 +21,7 @@ DEMO_OUT      ?= out/demo
 MESON_ARGS    ?=
 TEST_ARGS     ?=
 BENCH_ARGS    ?=
+SOAK_FRAMES   ?= 100000000
 JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
 # The Debian interpreter (python3-numpy, python3-gi), not whatever python3
 # comes first in PATH.
@@ -44,7 +47,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 .NOTPARALLEL:
 
 .PHONY: all deps build build-asan build-release test test-asan demo seed \
-	bench clean
+	bench soak clean
 
 all: build
 
@@ -109,6 +112,14 @@ bench: deps build-release
 	else \
 	  echo "tests/bench/run-bench.sh does not exist: nothing to run"; \
 	fi
+
+# The element from build-release/plugin plus the system's plugins, with a
+# registry of its own (as the test suite runs it).
+soak: deps build-release
+	GST_PLUGIN_SYSTEM_PATH_1_0= \
+	GST_PLUGIN_PATH_1_0=$(BUILD_RELEASE)/plugin:$$(pkg-config --variable=pluginsdir gstreamer-1.0) \
+	GST_REGISTRY_1_0=$(BUILD_RELEASE)/soak-registry.bin \
+	  $(BUILD_RELEASE)/tests/soak/sattn-soak stream $(SOAK_FRAMES)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_RELEASE) build-fuzz out

@@ -178,6 +178,7 @@
 #endif
 
 #include "gstsattn.h"
+#include "gstsattn-cache.h"
 #include "gstsattn-obs.h"
 #include "sattn/sattn-weights.h"
 
@@ -563,7 +564,7 @@ gst_sattn_free_stream (GstSattn * self)
 {
   sattn_stream_free (self->stream);
   self->stream = NULL;
-  sattn_model_free (self->model);
+  gst_sattn_cache_release (self->model);
   self->model = NULL;
   g_clear_pointer (&self->carry, g_free);
   g_clear_pointer (&self->scratch, g_free);
@@ -2029,9 +2030,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     g_free (wprefix);
     return FALSE;
   }
-  /* The model keeps its own copy of the weights. */
-  model = sattn_model_new (&mc, (wpath != NULL || zero_attn) ? &weights :
-      NULL, &st);
+  /* The model keeps its own copy of the weights, shared with every
+   * element whose file, prefix and configuration match. */
+  model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
+      (wpath != NULL || zero_attn) ? &weights : NULL, &st);
   sattn_mha_weights_free (mw);
   g_free (wpath);
   g_free (wprefix);
@@ -2064,7 +2066,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     return FALSE;
   }
   if (stream == NULL) {
-    sattn_model_free (model);
+    gst_sattn_cache_release (model);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up a stream with window=%u hop=%u: %s", c.window,
             c.hop, sattn_status_string (st)), (NULL));
@@ -2538,6 +2540,8 @@ gst_sattn_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
 {
   GstSattn *self = GST_SATTN (parent);
 
+  if (gst_sattn_cache_handle_query (query))
+    return TRUE;
   switch (GST_QUERY_TYPE (query)) {
     case GST_QUERY_LATENCY:{
       gboolean live;

@@ -1,0 +1,284 @@
+/* The sattn element's model cache; see gstsattn-cache.h.
+ *
+ * One GMutex guards two tables: key -> entry (lookup) and model -> entry
+ * (release).  Hashing the tensors and building a model, the slow parts,
+ * run outside the lock; two callers that miss at once both build, the
+ * second to insert frees its copy and takes the first one's.  The tables
+ * are freed with their last entry, so nothing is left allocated once no
+ * element holds a model.
+ *
+ * Identity models (no weights file) go through the same path, keyed by
+ * configuration and add-zero-attn alone: they hold almost nothing, but one
+ * path means one set of rules and one test, and a model is immutable
+ * whatever it holds.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "gstsattn-cache.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+#define DIGEST_LEN 32           /* SHA-256 */
+
+typedef struct
+{
+  /* File identity (all 0 without a file). */
+  gboolean has_file;
+  guint64 dev, ino, size;
+  gint64 mtime_sec, mtime_nsec;
+  gchar *prefix;                /* never NULL */
+  SattnConfig cfg;              /* byte copy of the caller's */
+  guint8 digest[DIGEST_LEN];    /* over the tensors (and their presence) */
+  guint hash;
+} CacheKey;
+
+typedef struct
+{
+  CacheKey key;
+  SattnModel *model;
+  guint users;
+} CacheEntry;
+
+static GMutex cache_lock;
+static GHashTable *by_key;      /* CacheKey * -> CacheEntry * */
+static GHashTable *by_model;    /* SattnModel * -> CacheEntry * */
+
+static guint
+cache_key_hash (gconstpointer p)
+{
+  return ((const CacheKey *) p)->hash;
+}
+
+static gboolean
+cache_key_equal (gconstpointer pa, gconstpointer pb)
+{
+  const CacheKey *a = pa, *b = pb;
+
+  return a->hash == b->hash && a->has_file == b->has_file
+      && a->dev == b->dev && a->ino == b->ino && a->size == b->size
+      && a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec
+      && strcmp (a->prefix, b->prefix) == 0
+      && memcmp (&a->cfg, &b->cfg, sizeof (SattnConfig)) == 0
+      && memcmp (a->digest, b->digest, DIGEST_LEN) == 0;
+}
+
+static void
+cache_digest_array (GChecksum * cs, const float *x, gsize n)
+{
+  guint8 present = x != NULL;
+  guint64 len = x != NULL ? (guint64) n : 0;
+
+  g_checksum_update (cs, &present, 1);
+  g_checksum_update (cs, (const guchar *) &len, sizeof len);
+  if (x != NULL && n > 0)
+    g_checksum_update (cs, (const guchar *) x, n * sizeof (float));
+}
+
+/* The key of a request; FALSE when cfg does not describe a model (the
+ * sizes of w's arrays cannot be known): the caller then builds without
+ * the cache and sattn_model_new says what is wrong. */
+static gboolean
+cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
+    const SattnConfig * cfg, const SattnWeights * w)
+{
+  static const SattnWeights none = { 0, };
+  size_t d_head, d_value, dq, dv, d_out, e = cfg->d_model;
+  GChecksum *cs;
+  gsize len = DIGEST_LEN;
+  guint8 zero_attn;
+  struct stat st;
+
+  memset (k, 0, sizeof *k);
+  if (w == NULL)
+    w = &none;
+  if (cfg->heads == 0 || e == 0)
+    return FALSE;
+  d_head = cfg->d_head != 0 ? cfg->d_head : e / cfg->heads;
+  d_value = cfg->d_value != 0 ? cfg->d_value : d_head;
+  if (d_head == 0 || d_value == 0 || d_head > G_MAXSIZE / cfg->heads ||
+      d_value > G_MAXSIZE / cfg->heads)
+    return FALSE;
+  dq = cfg->heads * d_head;
+  dv = cfg->heads * d_value;
+  d_out = cfg->d_out != 0 ? cfg->d_out : dv;
+  if (dq > G_MAXSIZE / sizeof (float) / e ||
+      dv > G_MAXSIZE / sizeof (float) / e ||
+      d_out > G_MAXSIZE / sizeof (float) / dv)
+    return FALSE;
+
+  if (path != NULL) {
+    if (stat (path, &st) != 0)
+      return FALSE;
+    k->has_file = TRUE;
+    k->dev = (guint64) st.st_dev;
+    k->ino = (guint64) st.st_ino;
+    k->size = (guint64) st.st_size;
+    k->mtime_sec = (gint64) st.st_mtim.tv_sec;
+    k->mtime_nsec = (gint64) st.st_mtim.tv_nsec;
+  }
+  k->prefix = g_strdup (prefix != NULL ? prefix : "");
+  memcpy (&k->cfg, cfg, sizeof (SattnConfig));
+
+  cs = g_checksum_new (G_CHECKSUM_SHA256);
+  cache_digest_array (cs, w->wq, dq * e);
+  cache_digest_array (cs, w->bq, dq);
+  cache_digest_array (cs, w->wk, dq * e);
+  cache_digest_array (cs, w->bk, dq);
+  cache_digest_array (cs, w->wv, dv * e);
+  cache_digest_array (cs, w->bv, dv);
+  cache_digest_array (cs, w->wo, d_out * dv);
+  cache_digest_array (cs, w->bo, d_out);
+  cache_digest_array (cs, w->bias_k, dq);
+  cache_digest_array (cs, w->bias_v, dv);
+  zero_attn = w->add_zero_attn != 0;
+  g_checksum_update (cs, &zero_attn, 1);
+  g_checksum_get_digest (cs, k->digest, &len);
+  g_checksum_free (cs);
+
+  /* The digest is uniform already; fold in the rest cheaply. */
+  memcpy (&k->hash, k->digest, sizeof k->hash);
+  k->hash ^= g_str_hash (k->prefix) ^ (guint) (k->ino * 31 + k->dev)
+      ^ (guint) cfg->heads * 7919u ^ (guint) cfg->d_model;
+  return TRUE;
+}
+
+static void
+cache_entry_free (CacheEntry * e)
+{
+  g_free (e->key.prefix);
+  g_free (e);
+}
+
+SattnModel *
+gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
+    const SattnConfig * cfg, const SattnWeights * w, SattnStatus * status)
+{
+  CacheKey key;
+  CacheEntry *e;
+  SattnModel *model;
+
+  g_return_val_if_fail (cfg != NULL, NULL);
+
+  if (!cache_key_init (&key, path, prefix, cfg, w))
+    return sattn_model_new (cfg, w, status);
+
+  g_mutex_lock (&cache_lock);
+  e = by_key ? g_hash_table_lookup (by_key, &key) : NULL;
+  if (e != NULL) {
+    e->users++;
+    g_mutex_unlock (&cache_lock);
+    g_free (key.prefix);
+    if (status)
+      *status = SATTN_OK;
+    return e->model;
+  }
+  g_mutex_unlock (&cache_lock);
+
+  model = sattn_model_new (cfg, w, status);
+  if (model == NULL) {
+    g_free (key.prefix);
+    return NULL;
+  }
+
+  g_mutex_lock (&cache_lock);
+  e = by_key ? g_hash_table_lookup (by_key, &key) : NULL;
+  if (e != NULL) {
+    /* Built by another caller meanwhile: use that one. */
+    e->users++;
+    g_mutex_unlock (&cache_lock);
+    g_free (key.prefix);
+    sattn_model_free (model);
+    return e->model;
+  }
+  if (by_key == NULL) {
+    by_key = g_hash_table_new (cache_key_hash, cache_key_equal);
+    by_model = g_hash_table_new (g_direct_hash, g_direct_equal);
+  }
+  e = g_new0 (CacheEntry, 1);
+  e->key = key;
+  e->model = model;
+  e->users = 1;
+  g_hash_table_insert (by_key, &e->key, e);
+  g_hash_table_insert (by_model, model, e);
+  g_mutex_unlock (&cache_lock);
+  return model;
+}
+
+void
+gst_sattn_cache_release (SattnModel * model)
+{
+  CacheEntry *e;
+
+  if (model == NULL)
+    return;
+  g_mutex_lock (&cache_lock);
+  e = by_model ? g_hash_table_lookup (by_model, model) : NULL;
+  if (e == NULL) {
+    /* Built outside the cache (a request without a key). */
+    g_mutex_unlock (&cache_lock);
+    sattn_model_free (model);
+    return;
+  }
+  g_assert (e->users > 0);
+  if (--e->users > 0) {
+    g_mutex_unlock (&cache_lock);
+    return;
+  }
+  g_hash_table_remove (by_key, &e->key);
+  g_hash_table_remove (by_model, model);
+  if (g_hash_table_size (by_key) == 0) {
+    g_clear_pointer (&by_key, g_hash_table_unref);
+    g_clear_pointer (&by_model, g_hash_table_unref);
+  }
+  g_mutex_unlock (&cache_lock);
+  sattn_model_free (model);
+  cache_entry_free (e);
+}
+
+void
+gst_sattn_cache_stats (guint * models, guint * users)
+{
+  GHashTableIter it;
+  gpointer v;
+  guint m = 0, u = 0;
+
+  g_mutex_lock (&cache_lock);
+  if (by_key != NULL) {
+    g_hash_table_iter_init (&it, by_key);
+    while (g_hash_table_iter_next (&it, NULL, &v)) {
+      m++;
+      u += ((CacheEntry *) v)->users;
+    }
+  }
+  g_mutex_unlock (&cache_lock);
+  if (models)
+    *models = m;
+  if (users)
+    *users = u;
+}
+
+gboolean
+gst_sattn_cache_handle_query (GstQuery * query)
+{
+  const GstStructure *s;
+  GstStructure *w;
+  guint models, users;
+
+  if (GST_QUERY_TYPE (query) != GST_QUERY_CUSTOM)
+    return FALSE;
+  s = gst_query_get_structure (query);
+  if (s == NULL || !gst_structure_has_name (s, GST_SATTN_CACHE_QUERY_NAME))
+    return FALSE;
+  w = gst_query_writable_structure (query);
+  if (w == NULL)
+    return FALSE;
+  gst_sattn_cache_stats (&models, &users);
+  gst_structure_set (w, "models", G_TYPE_UINT, models, "users", G_TYPE_UINT,
+      users, NULL);
+  return TRUE;
+}

@@ -1,0 +1,58 @@
+/* The sattn element's model cache: elements whose weights (the same file,
+ * the same tensors), prefix and model configuration match share one
+ * immutable SattnModel, counted by reference, from a process-wide,
+ * thread-safe table.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifndef GST_SATTN_CACHE_H
+#define GST_SATTN_CACHE_H
+
+#include <gst/gst.h>
+
+#include "sattn/sattn.h"
+
+G_BEGIN_DECLS
+
+/* The name of the custom query (GST_QUERY_CUSTOM) every sattn element
+ * answers with the cache's counters: "models" (G_TYPE_UINT, models in the
+ * cache) and "users" (G_TYPE_UINT, references held on them).  For tests
+ * and debugging; not part of the element's documented interface.
+ *
+ * The functions below are internal to the plugin (hidden symbols). */
+#define GST_SATTN_CACHE_QUERY_NAME "GstSattnModelCache"
+
+/* A model for cfg and w (as sattn_model_new takes them), shared with
+ * every other caller whose request matches: the file at path (NULL = no
+ * file, w then holds no tensors) with the same device, inode, size and
+ * modification time, a SHA-256 over every tensor of w (the values the
+ * model is built from, so a file rewritten in place is never served the
+ * old model), the same prefix (NULL = ""), and a byte-equal cfg (callers
+ * zero-initialise it, padding included, so that every field present or
+ * future takes part; a difference in padding only costs sharing).
+ *
+ * w's arrays are read here and not kept: the caller frees them after the
+ * call.  Returns NULL and sets *status (may be NULL) when sattn_model_new
+ * fails.  Release the model with gst_sattn_cache_release, never with
+ * sattn_model_free. */
+G_GNUC_INTERNAL
+SattnModel *gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
+    const SattnConfig * cfg, const SattnWeights * w, SattnStatus * status);
+
+/* Drop one reference; the model is freed with its last user.  NULL is
+ * accepted. */
+G_GNUC_INTERNAL
+void gst_sattn_cache_release (SattnModel * model);
+
+/* Counters: models held by the cache and references on them. */
+G_GNUC_INTERNAL
+void gst_sattn_cache_stats (guint * models, guint * users);
+
+/* Answer query if it is the custom query GST_SATTN_CACHE_QUERY_NAME;
+ * FALSE for any other query. */
+G_GNUC_INTERNAL
+gboolean gst_sattn_cache_handle_query (GstQuery * query);
+
+G_END_DECLS
+
+#endif /* GST_SATTN_CACHE_H */

@@ -1,0 +1,624 @@
+/* The model cache through the element: elements whose weights file (same
+ * file, same tensors), prefix and model configuration match share one
+ * model; any difference, or a file rewritten in place, gets its own.
+ * The cache is observed through the custom query every sattn element
+ * answers (GST_SATTN_CACHE_QUERY_NAME in plugin/gstsattn-cache.h).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "sattn-check.h"
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
+
+#define RATE 16000
+#define E 16                    /* d_model: channels, frame-size 1 */
+#define T 96                    /* frames pushed per comparison */
+
+static gchar *tmpdir;
+
+/* ---------------------------------------------- safetensors writing */
+
+typedef struct
+{
+  GString *header;
+  GByteArray *data;
+} StWriter;
+
+static void
+st_init (StWriter * w)
+{
+  w->header = g_string_new ("{");
+  w->data = g_byte_array_new ();
+}
+
+/* An F32 tensor of n values (shape given as a JSON array). */
+static void
+st_add (StWriter * w, const gchar * name, const gchar * shape,
+    const float *v, gsize n)
+{
+  gsize off = w->data->len, i;
+
+  for (i = 0; i < n; i++) {
+    guint32 u;
+
+    memcpy (&u, &v[i], 4);
+    u = GUINT32_TO_LE (u);
+    g_byte_array_append (w->data, (const guint8 *) &u, 4);
+  }
+  g_string_append_printf (w->header, "%s\"%s\":{\"dtype\":\"F32\","
+      "\"shape\":%s,\"data_offsets\":[%" G_GSIZE_FORMAT ",%u]}",
+      w->header->len > 1 ? "," : "", name, shape, off, w->data->len);
+}
+
+/* The whole state dict of an nn.MultiheadAttention(e, ...) under prefix,
+ * values from seed. */
+static void
+st_add_mha (StWriter * w, const gchar * prefix, gsize e, guint32 seed)
+{
+  float *v = g_new (float, 3 * e * e);
+  gchar *name, *shape;
+
+  sattn_fill_signal (v, 3 * e * e, seed, 0.5f);
+  name = g_strconcat (prefix, "in_proj_weight", NULL);
+  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]",
+      3 * e, e);
+  st_add (w, name, shape, v, 3 * e * e);
+  g_free (name);
+  g_free (shape);
+
+  sattn_fill_signal (v, 3 * e, seed + 1, 0.1f);
+  name = g_strconcat (prefix, "in_proj_bias", NULL);
+  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT "]", 3 * e);
+  st_add (w, name, shape, v, 3 * e);
+  g_free (name);
+  g_free (shape);
+
+  sattn_fill_signal (v, e * e, seed + 2, 0.5f);
+  name = g_strconcat (prefix, "out_proj.weight", NULL);
+  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]",
+      e, e);
+  st_add (w, name, shape, v, e * e);
+  g_free (name);
+  g_free (shape);
+
+  sattn_fill_signal (v, e, seed + 3, 0.1f);
+  name = g_strconcat (prefix, "out_proj.bias", NULL);
+  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT "]", e);
+  st_add (w, name, shape, v, e);
+  g_free (name);
+  g_free (shape);
+  g_free (v);
+}
+
+/* The file image; frees the writer's buffers.  The header is padded with
+ * spaces to a multiple of 8 bytes, as the safetensors writers do. */
+static GBytes *
+st_finish (StWriter * w)
+{
+  GByteArray *out = g_byte_array_new ();
+  guint64 hlen;
+
+  g_string_append_c (w->header, '}');
+  while (w->header->len % 8 != 0)
+    g_string_append_c (w->header, ' ');
+  hlen = GUINT64_TO_LE ((guint64) w->header->len);
+  g_byte_array_append (out, (const guint8 *) &hlen, 8);
+  g_byte_array_append (out, (const guint8 *) w->header->str,
+      (guint) w->header->len);
+  g_byte_array_append (out, w->data->data, w->data->len);
+  g_string_free (w->header, TRUE);
+  g_byte_array_unref (w->data);
+  return g_byte_array_free_to_bytes (out);
+}
+
+/* A file with the modules "a." and "b." (values from seed), written at
+ * tmpdir/name; returns the path. */
+static gchar *
+write_weights (const gchar * name, guint32 seed)
+{
+  StWriter w;
+  GBytes *b;
+  gchar *path = g_build_filename (tmpdir, name, NULL);
+  gsize len;
+  const gchar *d;
+
+  st_init (&w);
+  st_add_mha (&w, "a.", E, seed);
+  st_add_mha (&w, "b.", E, seed + 100);
+  b = st_finish (&w);
+  d = g_bytes_get_data (b, &len);
+  fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
+  g_bytes_unref (b);
+  return path;
+}
+
+/* ------------------------------------------------------- cache state */
+
+static void
+cache_counts (GstElement * e, guint * models, guint * users)
+{
+  GstPad *src = gst_element_get_static_pad (e, "src");
+  GstQuery *q = gst_query_new_custom (GST_QUERY_CUSTOM,
+      gst_structure_new_empty ("GstSattnModelCache"));
+  const GstStructure *s;
+
+  fail_unless (gst_pad_query (src, q), "the cache query was not answered");
+  s = gst_query_get_structure (q);
+  fail_unless (gst_structure_get_uint (s, "models", models));
+  fail_unless (gst_structure_get_uint (s, "users", users));
+  gst_query_unref (q);
+  gst_object_unref (src);
+}
+
+/* Counts seen from an element that holds no model. */
+static void
+cache_counts_idle (guint * models, guint * users)
+{
+  GstElement *e = gst_element_factory_make ("sattn", NULL);
+
+  fail_unless (e != NULL);
+  cache_counts (e, models, users);
+  gst_object_unref (e);
+}
+
+#define assert_counts(e, m, u) G_STMT_START {                          \
+    guint m_ = 0, u_ = 0;                                               \
+    cache_counts ((e), &m_, &u_);                                       \
+    fail_unless (m_ == (m) && u_ == (u),                                \
+        "cache holds %u models with %u users, expected %u and %u",     \
+        m_, u_, (guint) (m), (guint) (u));                              \
+  } G_STMT_END
+
+/* A playing harness with caps set (the model is built then). */
+static GstHarness *
+harness_with_caps (const gchar * first_property, ...)
+{
+  GstElement *e = gst_element_factory_make ("sattn", NULL);
+  GstHarness *h;
+  va_list args;
+
+  fail_unless (e != NULL);
+  g_object_set (e, "window", 8, "hop", 4, "heads", 2, NULL);
+  if (first_property) {
+    va_start (args, first_property);
+    g_object_set_valist (G_OBJECT (e), first_property, args);
+    va_end (args);
+  }
+  h = gst_harness_new_with_element (e, "sink", "src");
+  gst_object_unref (e);
+  sattn_set_caps (h, RATE, E);
+  return h;
+}
+
+/* Push T frames of the same signal, drain with EOS, return every output
+ * float. */
+static GArray *
+run_signal (GstHarness * h)
+{
+  float x[T * E];
+  SattnOutput o;
+  GArray *res;
+  GstEvent *ev;
+
+  sattn_fill_signal (x, T * E, 7, 1.0f);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              sizeof x, 0, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  sattn_output_init (&o);
+  sattn_output_pull_all (h, &o);
+  while ((ev = gst_harness_try_pull_event (h)) != NULL)
+    gst_event_unref (ev);
+  res = g_array_ref (o.floats);
+  sattn_output_clear (&o);
+  fail_unless_equals_int (res->len, T * E);
+  return res;
+}
+
+static gboolean
+same_floats (GArray * a, GArray * b)
+{
+  return a->len == b->len &&
+      memcmp (a->data, b->data, a->len * sizeof (float)) == 0;
+}
+
+/* ------------------------------------------------------------- tests */
+
+/* 16 elements on one file, prefix and configuration hold one model; the
+ * last release frees it.  Stream settings (window, hop, output) are not
+ * part of the model and do not prevent sharing. */
+GST_START_TEST (test_share_16)
+{
+  gchar *path = write_weights ("share.safetensors", 1);
+  GstHarness *h[16];
+  GArray *ref_out = NULL;
+  guint i, m, u;
+
+  cache_counts_idle (&m, &u);
+  fail_unless_equals_int (m, 0);
+  fail_unless_equals_int (u, 0);
+  for (i = 0; i < 16; i++) {
+    h[i] = harness_with_caps ("weights", path, "weights-prefix", "a.",
+        "window", i % 2 ? 8 : 16, NULL);
+    assert_counts (h[i]->element, 1, i + 1);
+  }
+  /* Every element computes with the shared model as with its own: the
+   * same settings give the same bytes. */
+  for (i = 0; i < 16; i += 2) {
+    GArray *out = run_signal (h[i]);
+
+    if (ref_out == NULL)
+      ref_out = out;
+    else {
+      fail_unless (same_floats (ref_out, out), "element %u differs", i);
+      g_array_unref (out);
+    }
+  }
+  for (i = 0; i < 16; i++) {
+    gst_harness_teardown (h[i]);
+    cache_counts_idle (&m, &u);
+    fail_unless_equals_int (m, i < 15 ? 1 : 0);
+    fail_unless_equals_int (u, 15 - i);
+  }
+  g_array_unref (ref_out);
+  g_unlink (path);
+  g_free (path);
+}
+
+GST_END_TEST;
+
+/* Any difference in the file's tensors, the prefix or the model
+ * configuration gets a model of its own; a repeat of an earlier request
+ * shares. */
+GST_START_TEST (test_no_share_when_different)
+{
+  gchar *path = write_weights ("diff.safetensors", 1);
+  gchar *other = write_weights ("other.safetensors", 2);
+  gchar *copy = g_build_filename (tmpdir, "copy.safetensors", NULL);
+  GstHarness *base, *h[12];
+  gchar *buf;
+  gsize len;
+  guint n = 0, i;
+
+  /* A byte-identical copy is another file: identity is part of the key. */
+  fail_unless (g_file_get_contents (path, &buf, &len, NULL));
+  fail_unless (g_file_set_contents (copy, buf, (gssize) len, NULL));
+  g_free (buf);
+
+  base = harness_with_caps ("weights", path, "weights-prefix", "a.", NULL);
+  assert_counts (base->element, 1, 1);
+
+#define ADD(...) G_STMT_START {                                        \
+    h[n] = harness_with_caps (__VA_ARGS__);                             \
+    n++;                                                                \
+    assert_counts (h[n - 1]->element, 1 + n, 1 + n);                    \
+  } G_STMT_END
+  ADD ("weights", path, "weights-prefix", "b.", NULL);
+  ADD ("weights", path, "weights-prefix", "a.", "causal", TRUE, NULL);
+  ADD ("weights", path, "weights-prefix", "a.", "lookback", 3, NULL);
+  ADD ("weights", path, "weights-prefix", "a.", "scale", 0.5, NULL);
+  ADD ("weights", path, "weights-prefix", "a.", "heads", 4, NULL);
+  ADD ("weights", path, "weights-prefix", "a.", "add-zero-attn", TRUE, NULL);
+  ADD ("weights", path, "weights-prefix", "a.", "threads", 2, NULL);
+  ADD ("weights", other, "weights-prefix", "a.", NULL);
+  ADD ("weights", copy, "weights-prefix", "a.", NULL);
+  ADD (NULL, NULL);
+#undef ADD
+
+  /* The same requests again share. */
+  {
+    GstHarness *again = harness_with_caps ("weights", path,
+        "weights-prefix", "a.", "causal", TRUE, NULL);
+    GstHarness *again_id = harness_with_caps (NULL, NULL);
+
+    assert_counts (again->element, 1 + n, 3 + n);
+    gst_harness_teardown (again);
+    gst_harness_teardown (again_id);
+  }
+
+  /* Different model, different output. */
+  {
+    GArray *a = run_signal (base), *b = run_signal (h[0]);
+
+    fail_if (same_floats (a, b));
+    g_array_unref (a);
+    g_array_unref (b);
+  }
+
+  for (i = 0; i < n; i++)
+    gst_harness_teardown (h[i]);
+  gst_harness_teardown (base);
+  cache_counts_idle (&i, &n);
+  fail_unless_equals_int (i, 0);
+  fail_unless_equals_int (n, 0);
+  g_unlink (path);
+  g_unlink (other);
+  g_unlink (copy);
+  g_free (path);
+  g_free (other);
+  g_free (copy);
+}
+
+GST_END_TEST;
+
+/* Identity models (no weights file) are shared too, per configuration. */
+GST_START_TEST (test_identity_share)
+{
+  GstHarness *a = harness_with_caps (NULL, NULL);
+  GstHarness *b = harness_with_caps ("window", 32, "hop", 8, NULL);
+  GstHarness *c = harness_with_caps ("add-zero-attn", TRUE, NULL);
+
+  assert_counts (c->element, 2, 3);
+  gst_harness_teardown (a);
+  gst_harness_teardown (b);
+  gst_harness_teardown (c);
+}
+
+GST_END_TEST;
+
+/* The file rewritten in place with other values, keeping its inode, size
+ * and modification time: a new element must not get the old model, and
+ * computes what a fresh load of the new file computes. */
+GST_START_TEST (test_changed_file)
+{
+  gchar *path = write_weights ("changed.safetensors", 1);
+  gchar *next = write_weights ("next.safetensors", 5);
+  GstHarness *a, *b, *c;
+  GArray *out_a, *out_b, *out_c;
+  struct stat st0, st1;
+  struct timespec times[2];
+  gchar *buf;
+  gsize len;
+  int fd;
+
+  a = harness_with_caps ("weights", path, "weights-prefix", "a.", NULL);
+  assert_counts (a->element, 1, 1);
+
+  fail_unless (stat (path, &st0) == 0);
+  fail_unless (g_file_get_contents (next, &buf, &len, NULL));
+  fail_unless_equals_uint64 ((guint64) len, (guint64) st0.st_size);
+  fd = open (path, O_WRONLY);
+  fail_unless (fd >= 0);
+  fail_unless (write (fd, buf, len) == (ssize_t) len);
+  times[0] = st0.st_atim;
+  times[1] = st0.st_mtim;
+  fail_unless (futimens (fd, times) == 0);
+  fail_unless (close (fd) == 0);
+  g_free (buf);
+  fail_unless (stat (path, &st1) == 0);
+  fail_unless (st1.st_ino == st0.st_ino && st1.st_size == st0.st_size &&
+      st1.st_mtim.tv_sec == st0.st_mtim.tv_sec &&
+      st1.st_mtim.tv_nsec == st0.st_mtim.tv_nsec);
+
+  b = harness_with_caps ("weights", path, "weights-prefix", "a.", NULL);
+  assert_counts (b->element, 2, 2);
+  out_a = run_signal (a);
+  out_b = run_signal (b);
+  fail_if (same_floats (out_a, out_b), "the old model was served");
+  gst_harness_teardown (a);
+  gst_harness_teardown (b);
+
+  /* Nothing cached now: c loads the file afresh. */
+  c = harness_with_caps ("weights", path, "weights-prefix", "a.", NULL);
+  assert_counts (c->element, 1, 1);
+  out_c = run_signal (c);
+  fail_unless (same_floats (out_b, out_c));
+  gst_harness_teardown (c);
+
+  g_array_unref (out_a);
+  g_array_unref (out_b);
+  g_array_unref (out_c);
+  g_unlink (path);
+  g_unlink (next);
+  g_free (path);
+  g_free (next);
+}
+
+GST_END_TEST;
+
+/* Elements built and torn down from several threads at once: counts stay
+ * exact and every model is released. */
+typedef struct
+{
+  const gchar *path;
+  guint id;
+} ThreadArg;
+
+static gpointer
+churn (gpointer data)
+{
+  ThreadArg *t = data;
+  guint i;
+
+  for (i = 0; i < 20; i++) {
+    GstHarness *h = harness_with_caps ("weights", t->path, "weights-prefix",
+        (t->id + i) % 2 ? "a." : "b.", NULL);
+
+    gst_harness_teardown (h);
+  }
+  return NULL;
+}
+
+GST_START_TEST (test_threads)
+{
+  gchar *path = write_weights ("threads.safetensors", 3);
+  GThread *th[4];
+  ThreadArg args[4];
+  guint i, m, u;
+
+  for (i = 0; i < 4; i++) {
+    args[i].path = path;
+    args[i].id = i;
+    th[i] = g_thread_new ("churn", churn, &args[i]);
+  }
+  for (i = 0; i < 4; i++)
+    g_thread_join (th[i]);
+  cache_counts_idle (&m, &u);
+  fail_unless_equals_int (m, 0);
+  fail_unless_equals_int (u, 0);
+  g_unlink (path);
+  g_free (path);
+}
+
+GST_END_TEST;
+
+/* ------------------------------------------------------ measurement */
+
+/* VmRSS of this process, in KiB. */
+static guint64
+rss_kib (void)
+{
+  gchar *text = NULL, *line;
+  guint64 kib = 0;
+
+  fail_unless (g_file_get_contents ("/proc/self/status", &text, NULL, NULL));
+  line = strstr (text, "\nVmRSS:");
+  fail_unless (line != NULL);
+  kib = g_ascii_strtoull (line + 8, NULL, 10);
+  g_free (text);
+  return kib;
+}
+
+#define BIG_E 1792              /* 7 channels x frame-size 256 */
+#define BIG_RATE (256 * 63)
+
+static GstHarness *
+big_harness (const gchar * path)
+{
+  GstElement *e = gst_element_factory_make ("sattn", NULL);
+  gchar *caps = sattn_caps_string (BIG_RATE, 7);
+  GstHarness *h;
+
+  g_object_set (e, "weights", path, "frame-size", 256, "heads", 4,
+      "window", 16, "hop", 4, NULL);
+  h = gst_harness_new_with_element (e, "sink", "src");
+  gst_object_unref (e);
+  gst_harness_set_src_caps_str (h, caps);
+  g_free (caps);
+  return h;
+}
+
+/* Prints the resident memory of one element and of 16 elements on the
+ * same ~50 MB weights file, and checks that the 15 extra elements add
+ * less than half a model (one model each would add 15 copies). */
+GST_START_TEST (test_rss_16)
+{
+  gchar *path = g_build_filename (tmpdir, "big.safetensors", NULL);
+  GstHarness *h[16];
+  guint64 rss0, rss1, rss16, rss1_held, rss16_held, rss_id0, rss_id16;
+  guint64 model_kib, file_bytes;
+  guint i;
+
+  {
+    StWriter w;
+    GBytes *b;
+    gsize len;
+    const gchar *d;
+
+    st_init (&w);
+    st_add_mha (&w, "", BIG_E, 11);
+    b = st_finish (&w);
+    d = g_bytes_get_data (b, &len);
+    fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
+    file_bytes = len;
+    g_bytes_unref (b);
+  }
+  /* The model's copies: four E x E matrices and the biases. */
+  model_kib = ((guint64) 4 * BIG_E * BIG_E + 4 * BIG_E) * 4 / 1024;
+
+  rss0 = rss_kib ();
+  for (i = 0; i < 16; i++) {
+    h[i] = big_harness (path);
+    if (i == 0) {
+      rss1_held = rss_kib ();
+      malloc_trim (0);
+      rss1 = rss_kib ();
+    }
+  }
+  rss16_held = rss_kib ();
+  malloc_trim (0);
+  rss16 = rss_kib ();
+  assert_counts (h[0]->element, 1, 16);
+  for (i = 0; i < 16; i++)
+    gst_harness_teardown (h[i]);
+
+  /* What 16 elements hold besides the model (stream state, scratch): the
+   * same elements without weights (identity projections, no matrices). */
+  malloc_trim (0);
+  rss_id0 = rss_kib ();
+  for (i = 0; i < 16; i++)
+    h[i] = big_harness (NULL);
+  malloc_trim (0);
+  rss_id16 = rss_kib ();
+
+  g_print ("model cache: weights file %.1f MiB (d_model %d), model %.1f "
+      "MiB\n"
+      "model cache: RSS before %.1f MiB, 1 element %.1f MiB (+%.1f), "
+      "16 elements %.1f MiB (+%.1f)\n"
+      "model cache: the same before malloc_trim (freed load buffers the "
+      "allocator kept): 1 element %.1f MiB, 16 elements %.1f MiB\n"
+      "model cache: 16 elements without weights add %.1f MiB (stream "
+      "state and scratch, %.1f MiB each)\n",
+      file_bytes / 1048576.0, BIG_E,
+      model_kib / 1024.0, rss0 / 1024.0, rss1 / 1024.0,
+      ((gdouble) rss1 - rss0) / 1024.0, rss16 / 1024.0,
+      ((gdouble) rss16 - rss0) / 1024.0, rss1_held / 1024.0,
+      rss16_held / 1024.0, ((gdouble) rss_id16 - rss_id0) / 1024.0,
+      ((gdouble) rss_id16 - rss_id0) / 1024.0 / 16);
+  fail_unless (rss1 >= rss0 + model_kib / 2, "one element holds no model?");
+  /* Without sharing the 15 more elements would add 15 models. */
+  fail_unless (rss16 < rss1 + 2 * model_kib,
+      "15 more elements added %" G_GUINT64_FORMAT " KiB (a model: %"
+      G_GUINT64_FORMAT " KiB)", rss16 - rss1, model_kib);
+
+  for (i = 0; i < 16; i++)
+    gst_harness_teardown (h[i]);
+  g_unlink (path);
+  g_free (path);
+}
+
+GST_END_TEST;
+
+static Suite *
+cache_suite (void)
+{
+  Suite *s = suite_create ("sattn-cache");
+  TCase *tc = tcase_create ("cache");
+
+  tcase_add_test (tc, test_share_16);
+  tcase_add_test (tc, test_no_share_when_different);
+  tcase_add_test (tc, test_identity_share);
+  tcase_add_test (tc, test_changed_file);
+  tcase_add_test (tc, test_threads);
+  suite_add_tcase (s, tc);
+  /* Resident memory means nothing under AddressSanitizer. */
+#ifndef __SANITIZE_ADDRESS__
+  tc = tcase_create ("rss");
+  tcase_set_timeout (tc, 240);
+  tcase_add_test (tc, test_rss_16);
+  suite_add_tcase (s, tc);
+#endif
+  return s;
+}
+
+int
+main (int argc, char **argv)
+{
+  Suite *s;
+  int ret;
+
+  gst_check_init (&argc, &argv);
+  tmpdir = g_dir_make_tmp ("sattn-cache-XXXXXX", NULL);
+  g_assert (tmpdir != NULL);
+  s = cache_suite ();
+  ret = gst_check_run_suite (s, "sattn_cache", __FILE__);
+  g_rmdir (tmpdir);
+  g_free (tmpdir);
+  return ret;
+}
