@@ -1570,6 +1570,14 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
         return FALSE;
       }
       res = gst_sattn_set_caps (self, caps);
+      if (!res && self->stream && GST_PAD_IS_FLUSHING (self->srcpad) &&
+          gst_pad_has_current_caps (self->srcpad)) {
+        /* Set up, but a flushing seek reached the source pad first: the
+         * pad keeps the caps and sends them after the flush.  Refusing
+         * them here would refuse them again when they are re-sent. */
+        GST_DEBUG_OBJECT (self, "source pad flushing, caps kept for later");
+        res = TRUE;
+      }
       self->caps_refused = !res;
       gst_caps_replace (&self->refused_caps, res ? NULL : caps);
       if (!res && self->stream) {
