@@ -122,8 +122,8 @@ map_queue (GstSattnMap * map, GstSample * sample)
 /* Task: send what the pad lacks of stream-start, caps and segment, in
  * that order.  The pad's sticky events say what downstream has (or will
  * get before the next data: GStreamer re-sends sticky events that were not
- * taken).  A flushing pad stores none of them: the push of the data that
- * follows fails and the next map tries again. */
+ * taken).  On a flushing pad the push of the map that follows fails, and
+ * the next map checks the pad's events again. */
 static void
 map_send_sticky (GstElement * element, GstPad * pad, GstCaps * caps,
     const GstSegment * segment, gboolean * sent_segment)

@@ -164,9 +164,12 @@ watch_gst_warnings (void)
       G_LOG_LEVEL_CRITICAL, count_gst_warnings, NULL);
 }
 
-/* A fakesink for the attn pad, added to the running bin. */
+/* A fakesink for the attn pad, added to the running bin, with the order
+ * check on its sink pad: it sees what crosses the link, from the first
+ * event on (the attn pad's task may push before the application gets the
+ * pad; what it sends while unlinked is sent again once linked). */
 static GstElement *
-attach_map_sink (GstElement * pipe, GstPad * attn)
+attach_map_sink (GstElement * pipe, GstPad * attn, OrderCheck * oc)
 {
   GstElement *sink = gst_element_factory_make ("fakesink", NULL);
   GstPad *sinkpad;
@@ -175,6 +178,9 @@ attach_map_sink (GstElement * pipe, GstPad * attn)
   g_object_set (sink, "sync", FALSE, "async", FALSE, NULL);
   gst_bin_add (GST_BIN (pipe), sink);
   sinkpad = gst_element_get_static_pad (sink, "sink");
+  order_check_reset (oc);
+  gst_pad_add_probe (sinkpad, GST_PAD_PROBE_TYPE_DATA_DOWNSTREAM |
+      GST_PAD_PROBE_TYPE_EVENT_FLUSH, order_probe, oc, NULL);
   fail_unless_equals_int (gst_pad_link (attn, sinkpad), GST_PAD_LINK_OK);
   gst_object_unref (sinkpad);
   fail_unless (gst_element_sync_state_with_parent (sink));
@@ -226,7 +232,6 @@ GST_START_TEST (test_request_release_playing)
   GError *err = NULL;
   OrderCheck oc;
   guint handler, i, seeks = 0;
-  gulong probe;
 
   if (!have_elements ("test_request_release_playing", needed))
     return;
@@ -243,9 +248,7 @@ GST_START_TEST (test_request_release_playing)
    * weights the maps need; released and requested again below. */
   attn = gst_element_request_pad_simple (s, "attn");
   fail_unless (attn != NULL);
-  probe = gst_pad_add_probe (attn, GST_PAD_PROBE_TYPE_DATA_DOWNSTREAM |
-      GST_PAD_PROBE_TYPE_EVENT_FLUSH, order_probe, &oc, NULL);
-  sink = attach_map_sink (pipe, attn);
+  sink = attach_map_sink (pipe, attn, &oc);
   fail_unless (gst_element_set_state (pipe, GST_STATE_PLAYING) !=
       GST_STATE_CHANGE_FAILURE);
 
@@ -266,19 +269,13 @@ GST_START_TEST (test_request_release_playing)
       fail_unless (order_check_wait (&oc, before + 2, 20 * G_USEC_PER_SEC),
           "cycle %u: no map within 20 s of a seek", i);
     }
-    gst_pad_remove_probe (attn, probe);
     detach_map_sink (pipe, s, attn, sink);
     gst_object_unref (attn);
     fail_on_bus_error (pipe);
 
-    order_check_reset (&oc);
     attn = gst_element_request_pad_simple (s, "attn");
     fail_unless (attn != NULL, "cycle %u: no attn pad", i);
-    /* The probe before the link: the task pushes nothing until linked
-     * (not-linked maps are dropped, after their events). */
-    probe = gst_pad_add_probe (attn, GST_PAD_PROBE_TYPE_DATA_DOWNSTREAM |
-        GST_PAD_PROBE_TYPE_EVENT_FLUSH, order_probe, &oc, NULL);
-    sink = attach_map_sink (pipe, attn);
+    sink = attach_map_sink (pipe, attn, &oc);
   }
   fail_unless (order_check_wait (&oc, 2, 20 * G_USEC_PER_SEC));
   fail_on_bus_error (pipe);
@@ -292,7 +289,6 @@ GST_START_TEST (test_request_release_playing)
   fail_unless (oc.flushes > 0 || seeks == 0);
   fail_unless_equals_int (g_atomic_int_get (&gst_order_warnings), 0);
 
-  gst_pad_remove_probe (attn, probe);
   gst_element_release_request_pad (s, attn);
   gst_object_unref (attn);
   gst_object_unref (s);
@@ -460,7 +456,6 @@ typedef struct
   /* The attn pad while it exists (main thread only). */
   GstPad *attn;
   GstElement *attn_sink;
-  gulong probe;
   OrderCheck oc;
 } Pipe;
 
@@ -571,10 +566,7 @@ GST_START_TEST (test_many_pipelines)
     if (i % 2 == 0) {
       p->attn = gst_element_request_pad_simple (p->s, "attn");
       fail_unless (p->attn != NULL);
-      p->probe = gst_pad_add_probe (p->attn,
-          GST_PAD_PROBE_TYPE_DATA_DOWNSTREAM | GST_PAD_PROBE_TYPE_EVENT_FLUSH,
-          order_probe, &p->oc, NULL);
-      p->attn_sink = attach_map_sink (p->pipe, p->attn);
+      p->attn_sink = attach_map_sink (p->pipe, p->attn, &p->oc);
     }
   }
   for (i = 0; i < N_PIPES; i++) {
@@ -608,17 +600,12 @@ GST_START_TEST (test_many_pipelines)
       /* The attn pad comes and goes. */
       if (g_rand_int_range (rand, 0, 3) == 0) {
         if (p->attn) {
-          gst_pad_remove_probe (p->attn, p->probe);
           detach_map_sink (p->pipe, p->s, p->attn, p->attn_sink);
           gst_clear_object (&p->attn);
         } else {
-          order_check_reset (&p->oc);
           p->attn = gst_element_request_pad_simple (p->s, "attn");
           fail_unless (p->attn != NULL);
-          p->probe = gst_pad_add_probe (p->attn,
-              GST_PAD_PROBE_TYPE_DATA_DOWNSTREAM |
-              GST_PAD_PROBE_TYPE_EVENT_FLUSH, order_probe, &p->oc, NULL);
-          p->attn_sink = attach_map_sink (p->pipe, p->attn);
+          p->attn_sink = attach_map_sink (p->pipe, p->attn, &p->oc);
           requests++;
         }
       }
@@ -644,7 +631,6 @@ GST_START_TEST (test_many_pipelines)
         "first: %s", i, p->oc.errors, p->oc.first_error);
     g_mutex_unlock (&p->oc.lock);
     if (p->attn) {
-      gst_pad_remove_probe (p->attn, p->probe);
       gst_element_release_request_pad (p->s, p->attn);
       gst_object_unref (p->attn);
     }
