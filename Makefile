@@ -3,6 +3,7 @@
 #   make demo        install what is missing, build, run the pipeline demo
 #   make test        install what is missing, build, run every test
 #   make test-asan   the same under AddressSanitizer + UBSan (build-asan/)
+#   make test-tsan   the same under ThreadSanitizer (build-tsan/)
 #   make seed        the scaled-vs-unscaled softmax experiment (core only)
 #   make bench       release build (build-release/) + the benchmark script
 #   make soak        release build + 10^8 frames of a W1-like stream through
@@ -16,6 +17,7 @@ SHELL := /bin/bash
 
 BUILD         ?= build
 BUILD_ASAN    ?= build-asan
+BUILD_TSAN    ?= build-tsan
 BUILD_RELEASE ?= build-release
 DEMO_OUT      ?= out/demo
 MESON_ARGS    ?=
@@ -46,8 +48,8 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # and meson test parallelise inside.
 .NOTPARALLEL:
 
-.PHONY: all deps build build-asan build-release test test-asan demo seed \
-	bench soak clean
+.PHONY: all deps build build-asan build-tsan build-release test test-asan \
+	test-tsan demo seed bench soak clean
 
 all: build
 
@@ -91,6 +93,9 @@ build:
 build-asan:
 	$(call meson_dir,$(BUILD_ASAN),-Db_sanitize=address$(comma)undefined -Db_lundef=false)
 
+build-tsan:
+	$(call meson_dir,$(BUILD_TSAN),-Db_sanitize=thread -Db_lundef=false)
+
 build-release:
 	$(call meson_dir,$(BUILD_RELEASE),--buildtype=release)
 
@@ -99,6 +104,9 @@ test: deps build
 
 test-asan: deps build-asan
 	$(call meson_test,$(BUILD_ASAN))
+
+test-tsan: deps build-tsan
+	$(call meson_test,$(BUILD_TSAN))
 
 demo: deps build
 	PYTHON=$(PYTHON) examples/demo.sh $(BUILD) $(DEMO_OUT)
@@ -122,4 +130,4 @@ soak: deps build-release
 	  $(BUILD_RELEASE)/tests/soak/sattn-soak stream $(SOAK_FRAMES)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_RELEASE) build-fuzz out
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz out

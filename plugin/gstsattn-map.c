@@ -1,8 +1,14 @@
 /* The sattn element's `attn` request pad: a live attention map.
  *
  * The streaming thread renders each window's weights into a GRAY8 frame
- * and queues it, together with the pad's events (stream-start, caps,
- * segment, EOS), in a GstDataQueue; a task on the pad pushes them.  With
+ * and queues it as a sample, with the caps and segment it belongs to, in
+ * a GstDataQueue (end of stream is a sample without a buffer); a task on
+ * the pad pushes them.  The task is the only thread that sends data on
+ * the pad: before each map it sends what the pad lacks of stream-start,
+ * caps and segment, in that order, reading the pad's own sticky events.
+ * A flush (which drops the segment), a deactivation (which drops them
+ * all), a new request or a sample dropped by a flushing queue therefore
+ * never leaves a map without its events, whichever thread caused it.  With
  * its own thread the map branch prerolls even when the features branch
  * blocks in its sink's preroll, so launch lines need no queue elements.
  * Until the features pad has pushed once the queue grows as needed; after
@@ -87,18 +93,19 @@ queue_check_full (GstDataQueue * queue, guint visible, guint bytes,
       g_atomic_int_get (&map->main_pushed);
 }
 
-/* Queue a buffer (visible) or an event; takes obj. */
+/* Queue a sample: a map (visible) or, without a buffer, end of stream;
+ * takes sample. */
 static void
-map_queue (GstSattnMap * map, GstMiniObject * obj)
+map_queue (GstSattnMap * map, GstSample * sample)
 {
   GstDataQueueItem *item = g_new0 (GstDataQueueItem, 1);
+  GstBuffer *buf = gst_sample_get_buffer (sample);
   gboolean ok;
 
-  item->object = obj;
-  item->visible = GST_IS_BUFFER (obj);
-  item->size = item->visible ? (guint) gst_buffer_get_size (GST_BUFFER (obj))
-      : 0;
-  item->duration = item->visible ? GST_BUFFER_DURATION (GST_BUFFER (obj)) : 0;
+  item->object = GST_MINI_OBJECT (sample);
+  item->visible = buf != NULL;
+  item->size = buf ? (guint) gst_buffer_get_size (buf) : 0;
+  item->duration = buf ? GST_BUFFER_DURATION (buf) : 0;
   if (!GST_CLOCK_TIME_IS_VALID (item->duration))
     item->duration = 0;
   item->destroy = item_destroy;
@@ -107,8 +114,71 @@ map_queue (GstSattnMap * map, GstMiniObject * obj)
   else
     ok = gst_data_queue_push_force (map->queue, item);
   if (!ok) {
-    GST_LOG ("map queue flushing, dropping %" GST_PTR_FORMAT, obj);
+    GST_LOG ("map queue flushing, dropping %" GST_PTR_FORMAT, sample);
     item_destroy (item);
+  }
+}
+
+/* Task: send what the pad lacks of stream-start, caps and segment, in
+ * that order.  The pad's sticky events say what downstream has (or will
+ * get before the next data: GStreamer re-sends sticky events that were not
+ * taken).  On a flushing pad the push of the map that follows fails, and
+ * the next map checks the pad's events again. */
+static void
+map_send_sticky (GstElement * element, GstPad * pad, GstCaps * caps,
+    const GstSegment * segment, gboolean * sent_segment)
+{
+  GstEvent *ev;
+  GstCaps *cur;
+
+  *sent_segment = FALSE;
+  ev = gst_pad_get_sticky_event (pad, GST_EVENT_STREAM_START, 0);
+  if (ev == NULL) {
+    GstPad *sink = gst_element_get_static_pad (element, "sink");
+    GstEvent *up = sink ? gst_pad_get_sticky_event (sink,
+        GST_EVENT_STREAM_START, 0) : NULL;
+    guint group;
+    gchar *id;
+
+    id = gst_pad_create_stream_id (pad, element, "attn");
+    ev = gst_event_new_stream_start (id);
+    if (up == NULL || !gst_event_parse_group_id (up, &group))
+      group = gst_util_group_id_next ();
+    gst_event_set_group_id (ev, group);
+    g_free (id);
+    gst_clear_event (&up);
+    gst_clear_object (&sink);
+    GST_DEBUG_OBJECT (pad, "stream-start");
+    gst_pad_push_event (pad, ev);
+  } else {
+    gst_event_unref (ev);
+  }
+
+  if (caps != NULL) {
+    cur = gst_pad_get_current_caps (pad);
+    if (cur == NULL || (cur != caps && !gst_caps_is_equal (cur, caps))) {
+      GST_DEBUG_OBJECT (pad, "map caps %" GST_PTR_FORMAT, caps);
+      gst_pad_push_event (pad, gst_event_new_caps (caps));
+    }
+    gst_clear_caps (&cur);
+  }
+
+  if (segment != NULL && segment->format != GST_FORMAT_UNDEFINED) {
+    gboolean same = FALSE;
+
+    ev = gst_pad_get_sticky_event (pad, GST_EVENT_SEGMENT, 0);
+    if (ev != NULL) {
+      GstSegment seg;
+
+      gst_event_copy_segment (ev, &seg);
+      same = gst_segment_is_equal (&seg, segment);
+      gst_event_unref (ev);
+    }
+    if (!same) {
+      GST_DEBUG_OBJECT (pad, "segment %" GST_SEGMENT_FORMAT, segment);
+      *sent_segment = TRUE;
+      gst_pad_push_event (pad, gst_event_new_segment (segment));
+    }
   }
 }
 
@@ -120,7 +190,9 @@ map_loop (gpointer user_data)
   GstElement *element;
   GstSattnMap *map;
   GstDataQueueItem *item = NULL;
-  GstMiniObject *obj;
+  GstSample *sample;
+  GstBuffer *buf;
+  gboolean new_segment;
 
   if (parent == NULL) {
     gst_pad_pause_task (pad);
@@ -134,37 +206,46 @@ map_loop (gpointer user_data)
     gst_object_unref (element);
     return;
   }
-  obj = item->object;
+  sample = GST_SAMPLE (item->object);
   item->object = NULL;
   item_destroy (item);
 
-  if (GST_IS_BUFFER (obj)) {
+  buf = gst_sample_get_buffer (sample);
+  if (g_atomic_int_get (&map->flow_error)) {
+    /* The error sent EOS already: drop the rest. */
+    gst_sample_unref (sample);
+    gst_object_unref (element);
+    return;
+  }
+  map_send_sticky (element, pad, gst_sample_get_caps (sample),
+      gst_sample_get_segment (sample), &new_segment);
+
+  if (buf != NULL) {
     GstFlowReturn ret;
 
-    if (g_atomic_int_get (&map->flow_error)) {
-      gst_mini_object_unref (obj);
-    } else {
-      ret = gst_pad_push (pad, GST_BUFFER (obj));
-      if (ret == GST_FLOW_FLUSHING) {
-        GST_DEBUG_OBJECT (pad, "downstream is flushing");
-      } else if (ret == GST_FLOW_NOT_LINKED || ret == GST_FLOW_EOS) {
-        /* Nobody wants the maps (any more): keep draining the queue so
-         * the features never wait for them. */
-        GST_LOG_OBJECT (pad, "map not taken: %s", gst_flow_get_name (ret));
-      } else if (ret != GST_FLOW_OK) {
-        g_atomic_int_set (&map->flow_error, 1);
-        GST_ELEMENT_FLOW_ERROR (element, ret);
-        gst_pad_push_event (pad, gst_event_new_eos ());
-      }
+    buf = gst_buffer_ref (buf);
+    gst_sample_unref (sample);
+    /* A map after a new segment (a flush, a new request, a new timeline)
+     * starts a new run of maps. */
+    if (new_segment && !GST_BUFFER_FLAG_IS_SET (buf, GST_BUFFER_FLAG_DISCONT)) {
+      buf = gst_buffer_make_writable (buf);
+      GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
+    }
+    ret = gst_pad_push (pad, buf);
+    if (ret == GST_FLOW_FLUSHING) {
+      GST_DEBUG_OBJECT (pad, "downstream is flushing");
+    } else if (ret == GST_FLOW_NOT_LINKED || ret == GST_FLOW_EOS) {
+      /* Nobody wants the maps (any more): keep draining the queue so
+       * the features never wait for them. */
+      GST_LOG_OBJECT (pad, "map not taken: %s", gst_flow_get_name (ret));
+    } else if (ret != GST_FLOW_OK) {
+      g_atomic_int_set (&map->flow_error, 1);
+      GST_ELEMENT_FLOW_ERROR (element, ret);
+      gst_pad_push_event (pad, gst_event_new_eos ());
     }
   } else {
-    GstEvent *ev = GST_EVENT (obj);
-
-    if (GST_EVENT_TYPE (ev) == GST_EVENT_EOS &&
-        g_atomic_int_get (&map->flow_error))
-      gst_event_unref (ev);     /* already sent after the error */
-    else
-      gst_pad_push_event (pad, ev);
+    gst_sample_unref (sample);
+    gst_pad_push_event (pad, gst_event_new_eos ());
   }
   gst_object_unref (element);
 }
@@ -184,12 +265,8 @@ map_activate_mode (GstPad * pad, GstObject * parent, GstPadMode mode,
     gst_data_queue_set_flushing (map->queue, FALSE);
     g_atomic_int_set (&map->main_pushed, 0);
     g_atomic_int_set (&map->flow_error, 0);
-    /* Deactivation dropped the pad's sticky events: send them anew.  The
-     * streaming thread is not running while pads are (de)activated. */
-    map->sent_stream_start = FALSE;
-    map->caps_dirty = TRUE;
-    map->segment_dirty = TRUE;
-    map->discont = TRUE;
+    /* The pad has no sticky events yet (deactivation dropped them): the
+     * task sends them before the first map. */
     return gst_pad_start_task (pad, map_loop, pad, NULL);
   }
   gst_data_queue_set_flushing (map->queue, TRUE);
@@ -242,6 +319,7 @@ gst_sattn_map_request_pad (GstElement * element, GstSattnMap * map,
     GstPadTemplate * templ, const gchar * name)
 {
   GstPad *pad;
+  gboolean running;
 
   if (name != NULL && strcmp (name, "attn") != 0) {
     GST_WARNING_OBJECT (element, "the attention map pad is called 'attn', "
@@ -265,10 +343,8 @@ gst_sattn_map_request_pad (GstElement * element, GstSattnMap * map,
 
   GST_OBJECT_LOCK (element);
   map->pad = pad;
-  map->sent_stream_start = FALSE;
-  map->caps_dirty = TRUE;
-  map->segment_dirty = TRUE;
-  map->discont = TRUE;
+  running = GST_STATE (element) > GST_STATE_READY ||
+      GST_STATE_PENDING (element) > GST_STATE_READY;
   GST_OBJECT_UNLOCK (element);
 
   /* Activates the pad (and starts its task) when the element runs. */
@@ -280,7 +356,7 @@ gst_sattn_map_request_pad (GstElement * element, GstSattnMap * map,
     return NULL;
   }
   /* The core keeps weights only for streams set up while the pad exists. */
-  if (map->stream_set_up && GST_STATE (element) > GST_STATE_READY)
+  if (running && g_atomic_int_get (&map->stream_set_up))
     GST_WARNING_OBJECT (element, "'attn' requested after the stream was set "
         "up: maps start with the next caps or state change (request the pad "
         "before the element receives caps)");
@@ -311,7 +387,6 @@ gst_sattn_map_init (GstSattnMap * map)
   memset (map, 0, sizeof (*map));
   map->queue = gst_data_queue_new (queue_check_full, NULL, NULL, map);
   gst_data_queue_set_flushing (map->queue, TRUE);
-  gst_segment_init (&map->segment, GST_FORMAT_UNDEFINED);
 }
 
 void
@@ -323,6 +398,7 @@ gst_sattn_map_finalize (GstSattnMap * map)
     g_object_unref (map->queue);
     map->queue = NULL;
   }
+  gst_clear_caps (&map->caps);
 }
 
 void
@@ -330,6 +406,7 @@ gst_sattn_map_configure (GstSattnMap * map, guint width, guint height,
     gint fps_n, gint fps_d)
 {
   gst_video_info_init (&map->info);
+  gst_clear_caps (&map->caps);
   if (!gst_video_info_set_format (&map->info, GST_VIDEO_FORMAT_GRAY8, width,
           height)) {
     map->width = map->height = 0;
@@ -339,7 +416,7 @@ gst_sattn_map_configure (GstSattnMap * map, guint width, guint height,
   map->info.fps_d = fps_d;
   map->width = width;
   map->height = height;
-  map->caps_dirty = TRUE;
+  map->caps = gst_video_info_to_caps (&map->info);
   map->discont = TRUE;
 }
 
@@ -355,55 +432,13 @@ map_get_pad (GstElement * element, GstSattnMap * map)
   return pad;
 }
 
-/* Queue stream-start and segment if they were not sent (and the caps
- * when known). */
-static void
-map_queue_sticky (GstElement * element, GstSattnMap * map, GstPad * pad,
-    const GstSegment * segment, gboolean with_caps)
-{
-  if (!map->sent_stream_start) {
-    GstPad *sink = gst_element_get_static_pad (element, "sink");
-    GstEvent *up = sink ? gst_pad_get_sticky_event (sink,
-        GST_EVENT_STREAM_START, 0) : NULL;
-    guint group;
-    gchar *id;
-    GstEvent *ev;
-
-    id = gst_pad_create_stream_id (pad, element, "attn");
-    ev = gst_event_new_stream_start (id);
-    if (up == NULL || !gst_event_parse_group_id (up, &group))
-      group = gst_util_group_id_next ();
-    gst_event_set_group_id (ev, group);
-    map_queue (map, GST_MINI_OBJECT (ev));
-    g_free (id);
-    gst_clear_event (&up);
-    gst_clear_object (&sink);
-    map->sent_stream_start = TRUE;
-    map->caps_dirty = TRUE;
-    map->segment_dirty = TRUE;
-  }
-  if (with_caps && map->caps_dirty && map->width > 0) {
-    GstCaps *caps = gst_video_info_to_caps (&map->info);
-
-    GST_DEBUG_OBJECT (pad, "map caps %" GST_PTR_FORMAT, caps);
-    map_queue (map, GST_MINI_OBJECT (gst_event_new_caps (caps)));
-    gst_caps_unref (caps);
-    map->caps_dirty = FALSE;
-  }
-  if (segment && segment->format != GST_FORMAT_UNDEFINED &&
-      (map->segment_dirty || !gst_segment_is_equal (segment, &map->segment))) {
-    map->segment = *segment;
-    map_queue (map, GST_MINI_OBJECT (gst_event_new_segment (segment)));
-    map->segment_dirty = FALSE;
-  }
-}
-
 void
 gst_sattn_map_push (GstElement * element, GstSattnMap * map,
     const float *weights, gsize rows, gsize cols, GstClockTime pts,
     GstClockTime duration, const GstSegment * segment)
 {
   GstPad *pad = map_get_pad (element, map);
+  GstSample *sample;
   GstBuffer *buf;
   GstMapInfo info;
   gpointer mem;
@@ -416,8 +451,6 @@ gst_sattn_map_push (GstElement * element, GstSattnMap * map,
     gst_object_unref (pad);
     return;
   }
-  map_queue_sticky (element, map, pad, segment, TRUE);
-
   /* Fallible: gst_buffer_new_allocate aborts the process when there is
    * no memory; a map frame that cannot be had is skipped with a warning. */
   mem = g_try_malloc (MAX (GST_VIDEO_INFO_SIZE (&map->info), 1));
@@ -445,7 +478,10 @@ gst_sattn_map_push (GstElement * element, GstSattnMap * map,
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
     map->discont = FALSE;
   }
-  map_queue (map, GST_MINI_OBJECT (buf));
+  /* The sample holds the only reference from here on. */
+  sample = gst_sample_new (buf, map->caps, segment, NULL);
+  gst_buffer_unref (buf);
+  map_queue (map, sample);
   gst_object_unref (pad);
 }
 
@@ -478,7 +514,6 @@ gst_sattn_map_flush_stop (GstElement * element, GstSattnMap * map)
   gst_data_queue_flush (map->queue);
   g_atomic_int_set (&map->main_pushed, 0);
   g_atomic_int_set (&map->flow_error, 0);
-  map->segment_dirty = TRUE;
   map->discont = TRUE;
   if (pad == NULL) {
     gst_data_queue_set_flushing (map->queue, FALSE);
@@ -508,7 +543,7 @@ gst_sattn_map_eos (GstElement * element, GstSattnMap * map,
 
   if (pad == NULL)
     return;
-  map_queue_sticky (element, map, pad, segment, FALSE);
-  map_queue (map, GST_MINI_OBJECT (gst_event_new_eos ()));
+  /* Stream-start and the segment go before EOS; caps only with a map. */
+  map_queue (map, gst_sample_new (NULL, NULL, segment, NULL));
   gst_object_unref (pad);
 }

@@ -25,22 +25,25 @@ typedef struct
   /* The request pad (NULL when not requested); object lock. */
   GstPad *pad;
 
-  /* Between the streaming thread and the pad's task. */
+  /* Between the streaming thread and the pad's task (both thread-safe).
+   * The queue carries samples (a map with its caps and segment, or no
+   * buffer for end of stream): the task, the only thread that pushes
+   * data on the pad, sends stream-start, caps and segment before a map
+   * whenever the pad lacks them (after a request, a flush or a caps or
+   * segment change), so no flush, activation or release can leave the
+   * branch without them or send them out of order. */
   GstDataQueue *queue;
   gint main_pushed;             /* atomic: the features pad has pushed */
   gint flow_error;              /* atomic: a fatal flow was reported */
+  gint stream_set_up;           /* atomic: a stream exists (for a
+                                   warning) */
 
   /* Streaming thread. */
-  gboolean sent_stream_start;
-  gboolean caps_dirty;
-  gboolean segment_dirty;
   gboolean discont;
-  GstSegment segment;           /* the last segment queued */
+  GstCaps *caps;                /* of the maps; NULL when width is 0 */
   GstVideoInfo info;            /* valid when width > 0 */
   guint width, height;
   guint64 offset;               /* maps since the last reset */
-  gboolean stream_set_up;       /* a stream exists (written racily, read
-                                   for a warning only) */
 } GstSattnMap;
 
 void gst_sattn_map_init (GstSattnMap * map);

@@ -287,7 +287,7 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
   obs->windows_total = 0;
   obs_clear_acc (obs);
   gst_sattn_map_reset (&obs->map);
-  obs->map.stream_set_up = TRUE;
+  g_atomic_int_set (&obs->map.stream_set_up, 1);
 
   GST_DEBUG_OBJECT (element, "observing: statistics %d, weights %d",
       obs->stats_on, obs->weights_on);

@@ -2473,6 +2473,14 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
        * before it has a working model), and data is refused until caps
        * are accepted: the same caps as before continue the window and
        * the timeline where they were. */
+      if (!res && self->stream && GST_PAD_IS_FLUSHING (self->srcpad) &&
+          gst_pad_has_current_caps (self->srcpad)) {
+        /* Set up, but a flushing seek reached the source pad first: the
+         * pad keeps the caps and sends them after the flush.  Refusing
+         * them here would refuse them again when they are re-sent. */
+        GST_DEBUG_OBJECT (self, "source pad flushing, caps kept for later");
+        res = TRUE;
+      }
       self->caps_refused = !res;
       gst_caps_replace (&self->refused_caps, res ? NULL : caps);
       gst_event_unref (event);
