@@ -5,6 +5,10 @@
 #   make test-asan   the same under AddressSanitizer + UBSan (build-asan/)
 #   make seed        the scaled-vs-unscaled softmax experiment (core only)
 #   make bench       release build (build-release/) + the benchmark script
+#   make fuzz-stream SECONDS=600 [SEED=n] [ENABLE=2,5]
+#                    the element's stream fuzzer for that long (new seeds
+#                    each run unless SEED is given; ENABLE turns on classes
+#                    listed as pending fixes)
 #   make clean       remove the build directories and demo output
 #
 # MESON_ARGS is passed to `meson setup` (and to `meson configure` when the
@@ -44,7 +48,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 .NOTPARALLEL:
 
 .PHONY: all deps build build-asan build-release test test-asan demo seed \
-	bench clean
+	bench fuzz-stream clean
 
 all: build
 
@@ -109,6 +113,18 @@ bench: deps build-release
 	else \
 	  echo "tests/bench/run-bench.sh does not exist: nothing to run"; \
 	fi
+
+# Episodes of the stream fuzzer for SECONDS seconds (the test suite runs
+# a fixed 10,000); a failure prints its seed and a one-line reproducer.
+SECONDS_FUZZ := $(if $(SECONDS),$(SECONDS),600)
+SEED         ?= $(shell date +%s)
+ENABLE       ?=
+
+fuzz-stream: deps build
+	SATTN_FUZZ_SECONDS=$(SECONDS_FUZZ) SATTN_FUZZ_SEED=$(SEED) \
+	SATTN_FUZZ_ENABLE=$(ENABLE) \
+	  meson test -C $(BUILD) element-fuzz-stream --timeout-multiplier 0 \
+	  --print-errorlogs --verbose
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_RELEASE) build-fuzz out
