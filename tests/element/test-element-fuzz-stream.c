@@ -34,7 +34,9 @@
  * no critical or warning was logged (gst-check makes them fatal).
  *
  * Episode e uses seed SATTN_FUZZ_SEED + e (default seed 1),
- * SATTN_FUZZ_EPISODES episodes (default 10000), or as many as fit in
+ * SATTN_FUZZ_EPISODES episodes (default SATTN_FUZZ_EPISODES_DEFAULT, set
+ * by tests/element/meson.build for sanitizer builds, else 10000), or as
+ * many as fit in
  * SATTN_FUZZ_SECONDS when that is set.  A failure, a crash or a hang
  * (SATTN_FUZZ_TIMEOUT seconds per episode, default 60) prints the seed,
  * a one-line reproducer and the episode's event list.
@@ -304,12 +306,15 @@ ep_log (Episode * e, const gchar * fmt, ...)
   va_end (ap);
 }
 
+/* The reproducer is repro_pre + seed + repro_post (made at start-up, so
+ * that the crash handler only writes). */
+static gchar *repro_pre, *repro_post;
+
 static gchar *
 reproducer (guint64 seed)
 {
-  return g_strdup_printf ("%s%s%sSATTN_FUZZ_SEED=%" G_GUINT64_FORMAT
-      " SATTN_FUZZ_EPISODES=1 %s", enable_env ? "SATTN_FUZZ_ENABLE=" : "",
-      enable_env ? enable_env : "", enable_env ? " " : "", seed, self_exe);
+  return g_strdup_printf ("%s%" G_GUINT64_FORMAT "%s", repro_pre, seed,
+      repro_post);
 }
 
 static void
@@ -349,17 +354,12 @@ crash_handler (int sig)
 
     unused = write (2, msg, sizeof msg - 1);
     n = g_snprintf (line, sizeof line, "seed %" G_GUINT64_FORMAT
-        "; reproduce: ", e->seed);
+        "\nreproduce: ", e->seed);
     unused = write (2, line, n);
-    if (enable_env) {
-      unused = write (2, "SATTN_FUZZ_ENABLE=", 18);
-      unused = write (2, enable_env, strlen (enable_env));
-      unused = write (2, " ", 1);
-    }
-    n = g_snprintf (line, sizeof line, "SATTN_FUZZ_SEED=%" G_GUINT64_FORMAT
-        " SATTN_FUZZ_EPISODES=1 ", e->seed);
+    unused = write (2, repro_pre, strlen (repro_pre));
+    n = g_snprintf (line, sizeof line, "%" G_GUINT64_FORMAT, e->seed);
     unused = write (2, line, n);
-    unused = write (2, self_exe, strlen (self_exe));
+    unused = write (2, repro_post, strlen (repro_post));
     unused = write (2, "\nevents: ", 9);
     unused = write (2, e->log->str, e->log->len);
     unused = write (2, "\n", 1);
@@ -986,15 +986,22 @@ caps_str (gint rate, gint channels)
   return sattn_caps_string (rate, channels);
 }
 
+/* Push caps; returns whether the element's sink pad took them (a pad
+ * reports sticky events pushed as handled even when refused). */
 static gboolean
 push_caps (Episode * e, gint rate, gint channels)
 {
   gchar *s = caps_str (rate, channels);
-  GstCaps *caps = gst_caps_from_string (s);
+  GstCaps *caps = gst_caps_from_string (s), *cur;
+  GstPad *sink = gst_element_get_static_pad (e->h->element, "sink");
   gboolean res;
 
   g_free (s);
-  res = gst_harness_push_event (e->h, gst_event_new_caps (caps));
+  gst_harness_push_event (e->h, gst_event_new_caps (gst_caps_ref (caps)));
+  cur = gst_pad_get_current_caps (sink);
+  res = cur != NULL && gst_caps_is_equal (cur, caps);
+  gst_clear_caps (&cur);
+  gst_object_unref (sink);
   gst_caps_unref (caps);
   return res;
 }
@@ -1057,6 +1064,7 @@ op_caps (Episode * e, gboolean first)
   }
   res = push_caps (e, rate, channels);
   ep_check (e, res, "caps %d Hz, %d channels refused", rate, channels);
+  ep_consume (e);
 }
 
 /* Caps the properties cannot work with (pending item 8): refused with one
@@ -1082,6 +1090,7 @@ op_refused_caps (Episode * e)
   res = push_caps (e, rate, channels);
   ep_check (e, !res, "impossible caps %d Hz, %d channels accepted", rate,
       channels);
+  /* one error, whatever comes next */
   ep_consume (e);
   ep_check (e, e->errors_expected == 0, "refused caps posted no error");
   ep_log (e, "caps %d Hz %d ch again", e->rate, e->channels);
@@ -1097,6 +1106,7 @@ push_segment (Episode * e, const GstSegment * seg)
   gboolean res = gst_harness_push_event (e->h, gst_event_new_segment (seg));
 
   ep_check (e, res, "segment refused");
+  ep_consume (e);
 }
 
 static void
@@ -1502,6 +1512,65 @@ op_attn (Episode * e)
   attn_request (e);
 }
 
+static void
+push_stream_start (Episode * e)
+{
+  gchar *sid = g_strdup_printf ("fuzz-%" G_GUINT64_FORMAT "-%u", e->seed,
+      e->ops);
+
+  fail_unless (gst_harness_push_event (e->h,
+          gst_event_new_stream_start (sid)));
+  g_free (sid);
+}
+
+/* Back to READY for a new frame-size, window and hop (geometry changes
+ * in READY only), then a new stream: what was held is dropped. */
+static void
+op_ready (Episode * e)
+{
+  static const guint hops[] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+  Timeline *t = e->cur;
+  guint fs, window, hop;
+
+  ep_consume (e);
+  do
+    fs = rint_range (e, 1, e->wf ? 4 : 3);
+  while (e->wf && e->wf->d_model % fs != 0);
+  window = rint_range (e, 1, 8);
+  do
+    hop = hops[rint_range (e, 0, G_N_ELEMENTS (hops) - 1)];
+  while (hop > window);
+  if (e->attn && !cls_on (CLS_ATTN_RACE)) {
+    ep_log (e, "release attn (before READY)");
+    attn_release (e);
+  }
+  ep_log (e, "READY, frame-size %u window %u hop %u, PLAYING", fs, window,
+      hop);
+  if (t && !e->inexact)
+    ep_check (e, t->frames - t->out_next <= e->window, "timeline %u holds "
+        "%" G_GUINT64_FORMAT " frames without output (window %u)", t->id,
+        t->frames - t->out_next, e->window);
+  ep_check (e, gst_element_set_state (e->h->element, GST_STATE_READY) ==
+      GST_STATE_CHANGE_SUCCESS, "PLAYING -> READY failed");
+  g_object_set (e->h->element, "frame-size", fs, "window", window, "hop",
+      hop, "lookback", MIN (e->lookback, window), NULL);
+  ep_check (e, gst_element_set_state (e->h->element, GST_STATE_PLAYING) !=
+      GST_STATE_CHANGE_FAILURE, "READY -> PLAYING failed");
+  m_flush (e);
+  e->configured = FALSE;
+  e->eos = FALSE;
+  e->fs = fs;
+  e->window = window;
+  e->hop = hop;
+  e->lookback = MIN (e->lookback, window);
+  gst_segment_init (&e->seg, GST_FORMAT_UNDEFINED);
+  ep_consume (e);
+  push_stream_start (e);
+  op_caps (e, TRUE);
+  op_segment (e, TRUE);
+  ep_consume (e);
+}
+
 /* ------------------------------------------------------------ episodes */
 
 static void
@@ -1634,13 +1703,7 @@ run_episode (guint64 seed)
     ep_log (e, "request attn");
     attn_request (e);
   }
-  {
-    gchar *sid = g_strdup_printf ("fuzz-%" G_GUINT64_FORMAT, seed);
-
-    fail_unless (gst_harness_push_event (e->h,
-            gst_event_new_stream_start (sid)));
-    g_free (sid);
-  }
+  push_stream_start (e);
   op_caps (e, TRUE);
   op_segment (e, TRUE);
 
@@ -1665,8 +1728,10 @@ run_episode (guint64 seed)
       op_caps (e, FALSE);
     else if (k < 87)
       op_eos (e);
-    else if (k < 94)
+    else if (k < 92)
       op_property (e);
+    else if (k < 94)
+      op_ready (e);
     else if (k < 97)
       op_attn (e);
     else if (cls_on (CLS_REFUSED_CAPS))
@@ -1693,7 +1758,8 @@ env_u64 (const gchar * name, guint64 def)
 GST_START_TEST (test_fuzz_stream)
 {
   guint64 seed0 = env_u64 ("SATTN_FUZZ_SEED", 1);
-  guint64 episodes = env_u64 ("SATTN_FUZZ_EPISODES", 10000);
+  guint64 episodes = env_u64 ("SATTN_FUZZ_EPISODES",
+      env_u64 ("SATTN_FUZZ_EPISODES_DEFAULT", 10000));
   guint64 seconds = env_u64 ("SATTN_FUZZ_SECONDS", 0);
   gint64 t_end = seconds ? g_get_monotonic_time () +
       (gint64) seconds * G_USEC_PER_SEC : 0;
@@ -1765,6 +1831,15 @@ main (int argc, char **argv)
   self_exe = g_file_read_link ("/proc/self/exe", NULL);
   if (self_exe == NULL)
     self_exe = g_strdup (argv[0]);
+  repro_pre = g_strdup_printf ("%s%s%sSATTN_FUZZ_SEED=",
+      enable_env ? "SATTN_FUZZ_ENABLE=" : "", enable_env ? enable_env : "",
+      enable_env ? " " : "");
+  if (g_getenv ("SATTN_BUILD_ROOT"))
+    repro_post = g_strdup_printf (" SATTN_FUZZ_EPISODES=1 meson test -C %s "
+        "element-fuzz-stream --print-errorlogs",
+        g_getenv ("SATTN_BUILD_ROOT"));
+  else
+    repro_post = g_strdup_printf (" SATTN_FUZZ_EPISODES=1 %s", self_exe);
 
   gst_check_init (&argc, &argv);
   return gst_check_run_suite (sattn_fuzz_suite (), "sattn-fuzz-stream",
