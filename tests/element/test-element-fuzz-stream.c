@@ -288,6 +288,24 @@ typedef struct
   guint ops;
 } Episode;
 
+/* What the run covered, printed at the end. */
+enum
+{
+  ST_BUFFER, ST_BUF_ODD, ST_BUF_EMPTY, ST_BUF_LARGE, ST_SPECIAL, ST_DISCONT,
+  ST_GAP_FLAG, ST_PTS_NONE, ST_JUMP, ST_JUMP_HOURS, ST_GAP, ST_FLUSH,
+  ST_SEGMENT, ST_SEG_NONTIME, ST_CAPS, ST_EOS, ST_PROP, ST_READY, ST_ATTN,
+  ST_WEIGHTS, ST_ERROR_POLICY, ST_OUT_BUFFERS, ST_RESYNCS, N_ST
+};
+static const gchar *st_names[N_ST] = {
+  "buffers", "odd-sized", "empty", "large", "with special values",
+  "DISCONT", "GAP-flagged", "PTS NONE", "PTS jumps", "jumps of hours",
+  "GAP events", "flushes", "segments", "non-TIME segments", "caps changes",
+  "EOS", "property sets", "READY cycles", "attn requests",
+  "episodes with weights", "invalid-frames=error stops", "output buffers",
+  "timelines"
+};
+static guint64 stats[N_ST];
+
 static Episode *current;        /* for the crash, exit and alarm reports */
 static gchar *self_exe;
 
@@ -463,6 +481,7 @@ m_start_timeline (Episode * e, GstClockTime ts)
   if (!GST_CLOCK_TIME_IS_VALID (ts))
     ts = e->seg.format == GST_FORMAT_TIME ? e->seg.start : 0;
   t->id = e->tl->len;
+  stats[ST_RESYNCS]++;
   t->t0 = ts;
   t->rate = e->rate;
   t->fs = e->fs;
@@ -729,6 +748,7 @@ check_span (Episode * e, const Item * it)
   e->scope_last = it->pts;
 
   if (it->type == IT_BUFFER) {
+    stats[ST_OUT_BUFFERS]++;
     ep_check (e, it->n_floats != G_MAXSIZE, "buffer size not a multiple "
         "of 4 bytes");
     ep_check (e, it->n_floats > 0 && it->n_floats % row_floats == 0,
@@ -940,6 +960,7 @@ attn_request (Episode * e)
 {
   GstPadLinkReturn lr;
 
+  stats[ST_ATTN]++;
   e->attn = gst_element_request_pad_simple (e->h->element, "attn");
   ep_check (e, e->attn != NULL, "the attn pad could not be requested");
   e->attn_sink = gst_pad_new ("attnsink", GST_PAD_SINK);
@@ -1042,6 +1063,7 @@ op_caps (Episode * e, gboolean first)
     channels = chance (e, 0.5) || first ? pick_channels (e) : e->channels;
   }
   ep_log (e, "caps %d Hz %d ch", rate, channels);
+  stats[ST_CAPS] += !first;
   if (!e->configured || rate != e->rate || channels != e->channels) {
     GstClockTime next = GST_CLOCK_TIME_NONE;
 
@@ -1103,6 +1125,8 @@ op_refused_caps (Episode * e)
 static void
 push_segment (Episode * e, const GstSegment * seg)
 {
+  stats[ST_SEGMENT]++;
+  stats[ST_SEG_NONTIME] += seg->format != GST_FORMAT_TIME;
   gboolean res = gst_harness_push_event (e->h, gst_event_new_segment (seg));
 
   ep_check (e, res, "segment refused");
@@ -1170,6 +1194,7 @@ op_flush (Episode * e)
     attn_release (e);
   }
   ep_log (e, "flush");
+  stats[ST_FLUSH]++;
   if (t && !e->inexact)
     ep_check (e, t->frames - t->out_next <= e->window, "timeline %u holds "
         "%" G_GUINT64_FORMAT " frames without output (window %u)", t->id,
@@ -1187,6 +1212,7 @@ static void
 op_eos (Episode * e)
 {
   ep_log (e, "EOS");
+  stats[ST_EOS]++;
   e->eos_seen = FALSE;
   fail_unless (gst_harness_push_event (e->h, gst_event_new_eos ()));
   if (e->configured)
@@ -1347,6 +1373,16 @@ op_buffer (Episode * e)
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
   if (gap)
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_GAP);
+  stats[ST_BUFFER]++;
+  stats[ST_BUF_ODD] += size % e->fb != 0;
+  stats[ST_BUF_EMPTY] += size == 0;
+  stats[ST_BUF_LARGE] += size >= 1000 * e->fb;
+  stats[ST_SPECIAL] += special >= 0;
+  stats[ST_DISCONT] += discont;
+  stats[ST_GAP_FLAG] += gap;
+  stats[ST_PTS_NONE] += !GST_CLOCK_TIME_IS_VALID (pts);
+  stats[ST_JUMP] += g_str_has_prefix (desc, "jump");
+  stats[ST_JUMP_HOURS] += g_str_equal (desc, "jump-hours");
   ep_log (e, "buf %" G_GSIZE_FORMAT "B pts %s %" GST_TIME_FORMAT "%s%s%s",
       size, desc, GST_TIME_ARGS (pts), discont ? " discont" : "",
       gap ? " gap" : "", special >= 0 ? " special" : "");
@@ -1380,6 +1416,7 @@ op_buffer (Episode * e)
     ep_check (e, e->errors_expected == 0, "invalid-frames=error posted no "
         "error");
     e->stopped = TRUE;
+    stats[ST_ERROR_POLICY]++;
   }
 }
 
@@ -1435,6 +1472,7 @@ op_gap (Episode * e)
   }
   if (late && dur != GST_CLOCK_TIME_NONE)
     dur = MIN (dur, 6 * GST_SECOND);
+  stats[ST_GAP]++;
   ep_log (e, "gap %s %" GST_TIME_FORMAT " + %" GST_TIME_FORMAT "%s", desc,
       GST_TIME_ARGS (ts), GST_TIME_ARGS (dur), huge ? " (huge)" : "");
 
@@ -1473,6 +1511,7 @@ op_property (Episode * e)
 {
   guint k = rint_range (e, 0, 3);
 
+  stats[ST_PROP]++;
   if (k == 0) {
     e->policy = (gint) rint_range (e, 0, 2);
     ep_log (e, "invalid-frames=%d", e->policy);
@@ -1544,6 +1583,7 @@ op_ready (Episode * e)
     ep_log (e, "release attn (before READY)");
     attn_release (e);
   }
+  stats[ST_READY]++;
   ep_log (e, "READY, frame-size %u window %u hop %u, PLAYING", fs, window,
       hop);
   if (t && !e->inexact)
@@ -1628,6 +1668,7 @@ ep_setup (Episode * e, guint64 seed)
   if (e->wf) {
     wpath = scaled_weights (e->wf, e->wscale);
     ep_log (e, "weights %s x %g", e->wf->file, e->wscale);
+    stats[ST_WEIGHTS]++;
   }
   e->h = sattn_harness_new ("window", e->window, "hop", e->hop,
       "frame-size", e->fs, "heads", e->heads, "causal", e->causal,
@@ -1785,6 +1826,10 @@ GST_START_TEST (test_fuzz_stream)
   fprintf (stderr, "sattn-fuzz: %" G_GUINT64_FORMAT " episodes from seed %"
       G_GUINT64_FORMAT " passed (pending classes enabled:%s)\n", n, seed0,
       *on ? on : " none");
+  for (c = 0; c < N_ST; c++)
+    fprintf (stderr, "%s%s %" G_GUINT64_FORMAT, c ? ", " : "  covered: ",
+        st_names[c], stats[c]);
+  fprintf (stderr, "\n");
   g_free (on);
   remove_tmp_dir ();
 }
