@@ -272,6 +272,8 @@ typedef struct
   gboolean eos;
   gboolean stopped;             /* an expected error ended the episode */
   gboolean inexact;             /* hostile times: structural checks only */
+  gboolean validity_unknown;    /* overflowing projections (item 4) make
+                                   frames invalid: flags not checked */
   guint errors_expected;
 
   /* output side */
@@ -821,6 +823,8 @@ check_span (Episode * e, const Item * it)
       const float *row = &g_array_index (e->floats, float,
           it->f0 + (f - a) * row_floats);
 
+      if (e->validity_unknown)
+        continue;
       if (!tl_frame_invalid (t, f)) {
         all_inv = FALSE;
         continue;
@@ -829,7 +833,8 @@ check_span (Episode * e, const Item * it)
         ep_check (e, row[i] == 0.0f, "row of invalid frame %"
             G_GUINT64_FORMAT " is not zero (%g)", f, (double) row[i]);
     }
-    ep_check (e, it->gap == all_inv, "GAP flag %s on a buffer whose rows "
+    ep_check (e, e->validity_unknown || it->gap == all_inv, "GAP flag %s "
+        "on a buffer whose rows "
         "(frames %" G_GUINT64_FORMAT "-%" G_GINT64_FORMAT " of timeline %u) "
         "are %s invalid", it->gap ? "set" : "missing", a, b, t->id,
         all_inv ? "all" : "not all");
@@ -859,7 +864,7 @@ check_span (Episode * e, const Item * it)
         " instead of %" G_GUINT64_FORMAT "-%" G_GUINT64_FORMAT " (window "
         "%u, hop %u, start %d)", rows, a, b, a, end, e->window, e->hop,
         e->start);
-    ep_check (e, it->gap == !any_valid, "GAP flag %s on pooled rows "
+    ep_check (e, e->validity_unknown || it->gap == !any_valid, "GAP flag %s on pooled rows "
         "ending at frame %" G_GINT64_FORMAT, it->gap ? "set" : "missing", b);
   }
   t->rows += rows;
@@ -1390,12 +1395,12 @@ op_buffer (Episode * e)
   /* The model: the resync rule, then the bytes.  issue 9 item 6: a late
    * buffer (carry empty) continues the counter; a DISCONT buffer that
    * overlaps the timeline restarts at the counter, not before it. */
-  if (late) {
-    if (e->cur == NULL)
-      m_check_discont (e, GST_CLOCK_TIME_NONE, FALSE);
-  } else if (discont && GST_CLOCK_TIME_IS_VALID (exp_before) &&
+  if (discont && GST_CLOCK_TIME_IS_VALID (exp_before) &&
       GST_CLOCK_TIME_IS_VALID (pts) && pts < exp_before) {
     m_check_discont (e, exp_before, TRUE);
+  } else if (late) {
+    if (e->cur == NULL)
+      m_check_discont (e, GST_CLOCK_TIME_NONE, FALSE);
   } else {
     m_check_discont (e, pts, discont);
   }
@@ -1513,7 +1518,7 @@ op_property (Episode * e)
 
   stats[ST_PROP]++;
   if (k == 0) {
-    e->policy = (gint) rint_range (e, 0, 2);
+    e->policy = (gint) rint_range (e, 0, e->validity_unknown ? 1 : 2);
     ep_log (e, "invalid-frames=%d", e->policy);
     g_object_set (e->h->element, "invalid-frames", e->policy, NULL);
   } else if (k == 1) {
@@ -1648,6 +1653,13 @@ ep_setup (Episode * e, guint64 seed)
     e->wf = &wfixtures[rint_range (e, 0, G_N_ELEMENTS (wfixtures) - 1)];
     e->wscale = big ? wscales_big[rint_range (e, 0, 2)] :
         wscales_ok[rint_range (e, 0, G_N_ELEMENTS (wscales_ok) - 1)];
+    /* issue 9 item 4: which frames overflow their projections (and so
+     * count as invalid) is not modelled; outputs must still be finite */
+    if (cls_on (CLS_PROJ_OVERFLOW)) {
+      e->validity_unknown = TRUE;
+      if (e->policy == INV_ERROR)
+        e->policy = INV_MASK;
+    }
     e->heads = e->wf->heads;
     /* a frame-size dividing d_model */
     do
