@@ -6,15 +6,26 @@
  * continue, jitter, jump by hours or are NONE, DISCONT and GAP flags, GAP
  * events of any duration, FLUSH_START/STOP, SEGMENT events (rate and
  * applied rate != 1, BYTES and DEFAULT formats), caps changes (rate,
- * channels), EOS followed by a flush and more data, samples that are
- * NaN, +-Inf, +-1e38 or subnormal, trained weights scaled by extreme
- * factors, property changes while data flows and attn pad requests and
- * releases.
+ * channels) and READY cycles (frame-size, window, hop), EOS followed by a
+ * flush and more data, samples that are NaN, +-Inf, +-1e38 or subnormal
+ * (and whatever a sample cut between two buffers makes), trained weights
+ * of tests/data scaled by 1e-30 to 1e3 (1e18 to 3e38: pending item 4),
+ * property changes while data flows and attn pad requests and releases.
  *
  * A reference model written here from the element's documented contract
  * (not from its code) follows every input: which timeline (the frames
  * between two resync points) each complete frame belongs to, where that
- * timeline starts in time and which of its frames are invalid.  Every
+ * timeline starts in time and which of its frames are invalid.  Its rules:
+ * a DISCONT flag, or a PTS more than max(half a frame, 40 ms) from the
+ * sample counter, drains and starts a new timeline at that PTS (NONE: at
+ * the counter); a new SEGMENT drains and the next data starts a timeline
+ * (at the segment start when untimed); caps changes drain and continue at
+ * the counter; FLUSH_STOP and READY drop what is held; an incomplete
+ * frame is dropped at a drain; GAP events and GAP buffers add masked
+ * frames up to the gap's end on the sample grid; NaN/Inf frames follow
+ * invalid-frames.  Generated times stay clear of the 40 ms threshold
+ * (jitter <= 5 ms, jumps >= 100 ms) so that the rules never hinge on a
+ * rounding.  Every
  * output buffer or GAP event is checked against it as it arrives:
  *  - it continues the oldest timeline that still owes output: its PTS is
  *    exactly that timeline's start + first frame x frame-size / rate, its
@@ -36,8 +47,8 @@
  * Episode e uses seed SATTN_FUZZ_SEED + e (default seed 1),
  * SATTN_FUZZ_EPISODES episodes (default SATTN_FUZZ_EPISODES_DEFAULT, set
  * by tests/element/meson.build for sanitizer builds, else 10000), or as
- * many as fit in
- * SATTN_FUZZ_SECONDS when that is set.  A failure, a crash or a hang
+ * many as fit in SATTN_FUZZ_SECONDS when that is set (make fuzz-stream
+ * SECONDS=...).  A failure, a crash or a hang
  * (SATTN_FUZZ_TIMEOUT seconds per episode, default 60) prints the seed,
  * a one-line reproducer and the episode's event list.
  * SATTN_FUZZ_VERBOSE=1 prints every episode's events, =2 also every input
