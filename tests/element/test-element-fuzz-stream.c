@@ -82,7 +82,9 @@ enum
   CLS_MEAN_OVERFLOW = 3,        /* +-1e38 samples with output=mean */
   CLS_PROJ_OVERFLOW = 4,        /* weights x 1e18.., +-1e38 with weights */
   CLS_POSITION_SEGMENT = 5,     /* SEGMENT differing only in position */
-  CLS_LATE_TIMES = 6,           /* late GAPs/buffers, PTS near the clock end */
+  CLS_LATE_TIMES = 6,           /* late GAPs/buffers, PTS near the clock
+                                   end, a GAP (event or empty GAP buffer)
+                                   adding no sample to a half-made frame */
   CLS_ATTN_RACE = 7,            /* attn pad requested after caps */
   CLS_REFUSED_CAPS = 8,         /* refused caps, then accepted ones */
   N_CLS
