@@ -8,6 +8,10 @@
 #   make bench       release build (build-release/) + the benchmark script
 #   make soak        release build + 10^8 frames of a W1-like stream through
 #                    the element (SOAK_FRAMES=...; not in CI, ~10+ minutes)
+#   make fuzz-stream SECONDS=600 [SEED=n] [ENABLE=2,5]
+#                    the element's stream fuzzer for that long (new seeds
+#                    each run unless SEED is given; ENABLE turns on classes
+#                    listed as pending fixes)
 #   make clean       remove the build directories and demo output
 #
 # MESON_ARGS is passed to `meson setup` (and to `meson configure` when the
@@ -49,7 +53,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 .NOTPARALLEL:
 
 .PHONY: all deps build build-asan build-tsan build-release test test-asan \
-	test-tsan demo seed bench soak clean
+	test-tsan demo seed bench soak fuzz-stream clean
 
 all: build
 
@@ -128,6 +132,18 @@ soak: deps build-release
 	GST_PLUGIN_PATH_1_0=$(BUILD_RELEASE)/plugin:$$(pkg-config --variable=pluginsdir gstreamer-1.0) \
 	GST_REGISTRY_1_0=$(BUILD_RELEASE)/soak-registry.bin \
 	  $(BUILD_RELEASE)/tests/soak/sattn-soak stream $(SOAK_FRAMES)
+
+# Episodes of the stream fuzzer for SECONDS seconds (the test suite runs
+# a fixed 10,000); a failure prints its seed and a one-line reproducer.
+SECONDS_FUZZ := $(if $(SECONDS),$(SECONDS),600)
+SEED         ?= $(shell date +%s)
+ENABLE       ?=
+
+fuzz-stream: deps build
+	SATTN_FUZZ_SECONDS=$(SECONDS_FUZZ) SATTN_FUZZ_SEED=$(SEED) \
+	SATTN_FUZZ_ENABLE=$(ENABLE) \
+	  meson test -C $(BUILD) element-fuzz-stream --timeout-multiplier 0 \
+	  --print-errorlogs --verbose
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz out
