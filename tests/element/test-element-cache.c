@@ -470,6 +470,10 @@ GST_END_TEST;
 
 /* ------------------------------------------------------ measurement */
 
+/* Resident memory means nothing under AddressSanitizer (shadow memory,
+ * quarantine): the measurement exists only without it. */
+#ifndef __SANITIZE_ADDRESS__
+
 /* VmRSS of this process, in KiB. */
 static guint64
 rss_kib (void)
@@ -504,9 +508,6 @@ big_harness (const gchar * path)
   return h;
 }
 
-/* Resident memory means nothing under AddressSanitizer (shadow memory,
- * quarantine): the RSS test exists only without it. */
-#ifndef __SANITIZE_ADDRESS__
 /* Prints the resident memory of one element and of 16 elements on the
  * same ~50 MB weights file, and checks that the 15 extra elements add
  * less than half a model (one model each would add 15 copies). */
