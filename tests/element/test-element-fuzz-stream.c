@@ -1911,6 +1911,10 @@ main (int argc, char **argv)
   else
     repro_post = g_strdup_printf (" SATTN_FUZZ_EPISODES=1 %s", self_exe);
 
+  /* No fork: check's failure path in a forked child is _exit (), which
+   * would skip exit_report and lose the seed; in the same process a
+   * failed check returns here and the report runs at exit. */
+  g_setenv ("CK_FORK", "no", TRUE);
   gst_check_init (&argc, &argv);
   return gst_check_run_suite (sattn_fuzz_suite (), "sattn-fuzz-stream",
       __FILE__);
