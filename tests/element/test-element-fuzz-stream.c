@@ -281,7 +281,8 @@ typedef struct
   GPtrArray *tl;                /* Timeline*, in order */
   Timeline *cur;                /* open timeline or NULL */
   guint ocur;                   /* first timeline that may still output */
-  GstSegment seg;
+  GstSegment seg;               /* the last segment pushed */
+  GstSegment tseg;              /* the TIME segment it is for the element */
   gboolean eos;
   gboolean stopped;             /* an expected error ended the episode */
   gboolean inexact;             /* hostile times: structural checks only */
@@ -301,7 +302,17 @@ typedef struct
   GstPad *attn, *attn_sink;
   gint attn_caps, attn_bad;
   guint ops;
+
+  /* geometry set while running: deferred to the next READY, one warning
+   * per property and run */
+  guint deferred[4];            /* window, hop, heads, lookback; 0: none */
+  guint defer_warned;           /* bit per property */
+  guint warnings_expected;
 } Episode;
+
+static const gchar *geometry_props[4] = { "window", "hop", "heads",
+  "lookback"
+};
 
 /* What the run covered, printed at the end. */
 enum
@@ -494,7 +505,7 @@ m_start_timeline (Episode * e, GstClockTime ts)
   Timeline *t = g_new0 (Timeline, 1);
 
   if (!GST_CLOCK_TIME_IS_VALID (ts))
-    ts = e->seg.format == GST_FORMAT_TIME ? e->seg.start : 0;
+    ts = e->tseg.start;
   t->id = e->tl->len;
   stats[ST_RESYNCS]++;
   t->t0 = ts;
@@ -928,6 +939,16 @@ ep_consume (Episode * e)
       e->errors_expected--;
       g_clear_error (&err);
       g_free (dbg);
+    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_WARNING) {
+      GError *err = NULL;
+
+      gst_message_parse_warning (msg, &err, NULL);
+      if (strstr (err->message, "cannot change while PAUSED or PLAYING")) {
+        ep_check (e, e->warnings_expected > 0, "unexpected warning: %s",
+            err->message);
+        e->warnings_expected--;
+      }
+      g_clear_error (&err);
     }
     gst_message_unref (msg);
   }
@@ -1140,6 +1161,49 @@ op_refused_caps (Episode * e)
   ep_check (e, e->errors_expected == 0, "errors left");
 }
 
+/* The documented segment rules.  The element works in the TIME segment
+ * of a segment: TIME as it is, BYTES and DEFAULT (sample periods)
+ * converted with the input rate, any other format TIME from 0. */
+static void
+m_time_segment (Episode * e, const GstSegment * in, GstSegment * out)
+{
+  guint64 units = 0;
+
+  if (in->format == GST_FORMAT_TIME) {
+    *out = *in;
+    return;
+  }
+  gst_segment_init (out, GST_FORMAT_TIME);
+  out->rate = in->rate;
+  out->applied_rate = in->applied_rate;
+  out->flags = in->flags;
+  if (in->format == GST_FORMAT_BYTES)
+    units = (guint64) e->rate * e->bpf;
+  else if (in->format == GST_FORMAT_DEFAULT)
+    units = (guint64) e->rate;
+  if (units == 0)
+    return;
+  out->start = gst_util_uint64_scale (in->start, GST_SECOND, units);
+  out->base = gst_util_uint64_scale (in->base, GST_SECOND, units);
+  out->offset = gst_util_uint64_scale (in->offset, GST_SECOND, units);
+  out->stop = in->stop == (guint64) -1 ? (guint64) -1 :
+      gst_util_uint64_scale (in->stop, GST_SECOND, units);
+}
+
+/* A segment changes the timeline (drains, restarts the window) when its
+ * TIME segment differs in format, rate, applied rate, start, base or
+ * offset, or in stop when the rate is negative; position, duration, time
+ * and flags are updates that change nothing. */
+static gboolean
+m_segment_moves (const GstSegment * a, const GstSegment * b)
+{
+  if (a->format != b->format || a->rate != b->rate ||
+      a->applied_rate != b->applied_rate || a->start != b->start ||
+      a->base != b->base || a->offset != b->offset)
+    return TRUE;
+  return a->rate < 0.0 && a->stop != b->stop;
+}
+
 static void
 push_segment (Episode * e, const GstSegment * seg)
 {
@@ -1154,7 +1218,7 @@ push_segment (Episode * e, const GstSegment * seg)
 static void
 op_segment (Episode * e, gboolean first)
 {
-  GstSegment seg;
+  GstSegment seg, tseg;
   gint k = (gint) rint_range (e, 0, 9);
 
   if (!first && k == 0) {
@@ -1168,6 +1232,7 @@ op_segment (Episode * e, gboolean first)
     ep_log (e, "position-only segment %" G_GUINT64_FORMAT, seg.position);
     push_segment (e, &seg);
     e->seg = seg;
+    m_time_segment (e, &seg, &e->tseg);
     return;
   } else {
     static const gdouble rates[] = { 1.0, 1.0, 2.0, 0.5, -1.0 };
@@ -1189,7 +1254,8 @@ op_segment (Episode * e, gboolean first)
     ep_log (e, "segment %s start %" G_GUINT64_FORMAT " rate %g arate %g",
         gst_format_get_name (fmt), seg.start, seg.rate, seg.applied_rate);
   }
-  if (!gst_segment_is_equal (&seg, &e->seg) && e->configured &&
+  m_time_segment (e, &seg, &tseg);
+  if (m_segment_moves (&tseg, &e->tseg) && e->configured &&
       GST_CLOCK_TIME_IS_VALID (e->t0)) {
     /* a new segment: drained, the next data starts a new timeline */
     m_drain (e);
@@ -1197,6 +1263,7 @@ op_segment (Episode * e, gboolean first)
     e->bytes = 0;
   }
   e->seg = seg;
+  e->tseg = tseg;
   push_segment (e, &seg);
 }
 
@@ -1508,8 +1575,9 @@ op_gap (Episode * e)
         bytes = samples * e->bpf;
         bytes = bytes > e->bytes ? bytes - e->bytes : 0;
       } else {
-        bytes = late ? 0 : gst_util_uint64_scale_round (dur, e->rate,
-            GST_SECOND) * e->bpf;
+        /* ends before the timeline starts: only the part after the
+         * counter counts, and there is none */
+        bytes = 0;
       }
       if (bytes == 0 && e->carry_len > 0 && !cls_on (CLS_LATE_TIMES)) {
         /* issue 9 item 6: a GAP that adds no sample must not mask the
@@ -1545,13 +1613,20 @@ op_property (Episode * e)
     ep_log (e, "map-head=%d", head);
     g_object_set (e->h->element, "map-head", head, NULL);
   } else {
-    /* geometry while running: ignored until READY */
-    static const gchar *props[] = { "window", "hop", "heads", "lookback" };
-    const gchar *p = props[rint_range (e, 0, 3)];
+    /* geometry while running: deferred to the next READY, the first
+     * change of each property per run posts a warning */
+    guint pi = rint_range (e, 0, 3);
     guint v = rint_range (e, 1, 8);
 
-    ep_log (e, "%s=%u (running: ignored)", p, v);
-    g_object_set (e->h->element, p, v, NULL);
+    ep_log (e, "%s=%u (running: deferred)", geometry_props[pi], v);
+    e->deferred[pi] = v;
+    if (!(e->defer_warned & (1u << pi)))
+      e->warnings_expected++;
+    e->defer_warned |= 1u << pi;
+    g_object_set (e->h->element, geometry_props[pi], v, NULL);
+    ep_consume (e);
+    ep_check (e, e->warnings_expected == 0, "no warning for %s set while "
+        "running", geometry_props[pi]);
   }
 }
 
@@ -1587,7 +1662,7 @@ op_ready (Episode * e)
 {
   static const guint hops[] = { 1, 2, 3, 4, 5, 6, 7, 8 };
   Timeline *t = e->cur;
-  guint fs, window, hop;
+  guint fs, window, hop, pi;
 
   ep_consume (e);
   do
@@ -1610,6 +1685,34 @@ op_ready (Episode * e)
         t->frames - t->out_next, e->window);
   ep_check (e, gst_element_set_state (e->h->element, GST_STATE_READY) ==
       GST_STATE_CHANGE_SUCCESS, "PLAYING -> READY failed");
+  /* The values set while running took effect at READY. */
+  for (pi = 0; pi < 4; pi++) {
+    guint v = 0;
+
+    if (e->deferred[pi] == 0)
+      continue;
+    g_object_get (e->h->element, geometry_props[pi], &v, NULL);
+    ep_check (e, v == e->deferred[pi], "%s=%u set while running reads %u "
+        "after READY", geometry_props[pi], e->deferred[pi], v);
+  }
+  if (e->deferred[2] != 0) {
+    /* heads: kept when some channel count of 1..4 fills whole heads (and
+     * it is the weights file's), else set back */
+    guint hd = e->deferred[2];
+
+    if (!e->wf && (hd <= 4 || hd == 6 || hd == 8)) {
+      e->heads = hd;
+    } else {
+      ep_log (e, "heads=%u back", e->heads);
+      g_object_set (e->h->element, "heads", e->heads, NULL);
+    }
+    if (!e->wf)
+      while (fs * 4 % e->heads != 0 && fs * 3 % e->heads != 0 &&
+          fs * 2 % e->heads != 0 && fs % e->heads != 0)
+        fs = rint_range (e, 1, 3);
+  }
+  memset (e->deferred, 0, sizeof e->deferred);
+  e->defer_warned = 0;
   g_object_set (e->h->element, "frame-size", fs, "window", window, "hop",
       hop, "lookback", MIN (e->lookback, window), NULL);
   ep_check (e, gst_element_set_state (e->h->element, GST_STATE_PLAYING) !=
@@ -1622,6 +1725,7 @@ op_ready (Episode * e)
   e->hop = hop;
   e->lookback = MIN (e->lookback, window);
   gst_segment_init (&e->seg, GST_FORMAT_UNDEFINED);
+  gst_segment_init (&e->tseg, GST_FORMAT_TIME);
   ep_consume (e);
   push_stream_start (e);
   op_caps (e, TRUE);
@@ -1647,6 +1751,7 @@ ep_setup (Episode * e, guint64 seed)
   e->floats = g_array_new (FALSE, FALSE, sizeof (float));
   e->t0 = GST_CLOCK_TIME_NONE;
   gst_segment_init (&e->seg, GST_FORMAT_UNDEFINED);
+  gst_segment_init (&e->tseg, GST_FORMAT_TIME);
 
   e->window = chance (e, 0.8) ? rint_range (e, 1, 8) : rint_range (e, 9, 24);
   do
@@ -1747,6 +1852,8 @@ ep_final_checks (Episode * e)
   }
   ep_check (e, e->errors_expected == 0, "%u expected errors not posted",
       e->errors_expected);
+  ep_check (e, e->warnings_expected == 0, "%u expected warnings not posted",
+      e->warnings_expected);
 }
 
 /* Static, so that the exit and crash reports can still read it after
