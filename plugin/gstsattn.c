@@ -1206,7 +1206,10 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
       memset (self->carry + self->carry_len, 0, take);
     }
     self->carry_len += take;
-    self->carry_invalid |= invalid;
+    /* Only bytes taken in mark the frame: a 0-byte GAP buffer adds
+     * nothing to it. */
+    if (take > 0)
+      self->carry_invalid |= invalid;
     size -= take;
     if (self->carry_len < fb)
       return GST_FLOW_OK;

@@ -1425,10 +1425,6 @@ op_buffer (Episode * e)
   if ((e->output == OUT_MEAN && !cls_on (CLS_MEAN_OVERFLOW)) ||
       (e->wf && !cls_on (CLS_PROJ_OVERFLOW)))
     size -= size % 4;
-  /* issue 9 item 6: a GAP buffer of 0 bytes must not mask the frame being
-   * put together (the element does) */
-  if (size == 0 && e->carry_len > 0 && !cls_on (CLS_LATE_TIMES))
-    gap = FALSE;
   n_floats = (size + 3) / 4;
   data = g_new (float, MAX (n_floats, 1));
   amp = chance (e, 0.1) ? 1e-3f : chance (e, 0.1) ? 30.0f : 1.0f;
@@ -1578,12 +1574,6 @@ op_gap (Episode * e)
         /* ends before the timeline starts: only the part after the
          * counter counts, and there is none */
         bytes = 0;
-      }
-      if (bytes == 0 && e->carry_len > 0 && !cls_on (CLS_LATE_TIMES)) {
-        /* issue 9 item 6: a GAP that adds no sample must not mask the
-         * frame being put together (the element does) */
-        g_string_append (e->log, " (not sent)");
-        return;
       }
       m_feed (e, NULL, bytes, TRUE);
     }
