@@ -8,10 +8,9 @@
 #   make bench       release build (build-release/) + the benchmark script
 #   make soak        release build + 10^8 frames of a W1-like stream through
 #                    the element (SOAK_FRAMES=...; not in CI, ~10+ minutes)
-#   make fuzz-stream SECONDS=600 [SEED=n] [ENABLE=2,5]
+#   make fuzz-stream SECONDS=600 [SEED=n]
 #                    the element's stream fuzzer for that long (new seeds
-#                    each run unless SEED is given; ENABLE turns on classes
-#                    listed as pending fixes)
+#                    each run unless SEED is given)
 #   make clean       remove the build directories and demo output
 #
 # MESON_ARGS is passed to `meson setup` (and to `meson configure` when the
@@ -137,11 +136,9 @@ soak: deps build-release
 # a fixed 10,000); a failure prints its seed and a one-line reproducer.
 SECONDS_FUZZ := $(if $(SECONDS),$(SECONDS),600)
 SEED         ?= $(shell date +%s)
-ENABLE       ?=
 
 fuzz-stream: deps build
 	SATTN_FUZZ_SECONDS=$(SECONDS_FUZZ) SATTN_FUZZ_SEED=$(SEED) \
-	SATTN_FUZZ_ENABLE=$(ENABLE) \
 	  meson test -C $(BUILD) element-fuzz-stream --timeout-multiplier 0 \
 	  --print-errorlogs --verbose
 

@@ -827,7 +827,9 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
 
   uint64_t lead = sattn_stream_skip_lead (s);
   size_t k = (size_t) (n_frames < lead ? n_frames : lead);
-  size_t need = sattn_stream_max_rows (s, k);
+  /* max_rows (s, 0) counts what a drain would emit: with no lead frames
+   * the call writes nothing. */
+  size_t need = k > 0 ? sattn_stream_max_rows (s, k) : 0;
   if (need > 0 && out == NULL)
     return SATTN_E_INVAL;
   if (out_rows < need)

@@ -83,7 +83,8 @@
  * every input frame still gets its output; timestamps saturate at the
  * last valid clock time (G_MAXUINT64 - 1) instead of wrapping.
  * A SEGMENT that changes the timeline (format, rate, applied rate, start,
- * base or offset, or stop when the rate is negative) drains what is held
+ * base or offset, or stop when the rate is negative, compared as received
+ * in its own format) drains what is held
  * before the segment goes downstream and restarts the window at the next
  * buffer.  A SEGMENT that changes only position, duration, time or flags
  * (what sources send after a flush, or as position updates) is forwarded
@@ -301,6 +302,7 @@ struct _GstSattn
   gsize info_cap;
 
   GstSegment segment;
+  GstSegment in_segment;        /* as received, before the TIME conversion */
   GstEvent *pending_segment;    /* held until the source caps are set */
   GstClockTime resync_ts;       /* T0; NONE = taken from the next input */
   guint64 bytes_since_resync;
@@ -556,6 +558,7 @@ gst_sattn_init (GstSattn * self)
   self->held_time = GST_CLOCK_TIME_NONE;
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
+  gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
 }
 
 /* Frees the model, the stream and every buffer sized by them. */
@@ -1206,7 +1209,10 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
       memset (self->carry + self->carry_len, 0, take);
     }
     self->carry_len += take;
-    self->carry_invalid |= invalid;
+    /* Only bytes taken in mark the frame: a 0-byte GAP buffer adds
+     * nothing to it. */
+    if (take > 0)
+      self->carry_invalid |= invalid;
     size -= take;
     if (self->carry_len < fb)
       return GST_FLOW_OK;
@@ -2499,8 +2505,11 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
         gst_event_unref (event);
         event = ev;
       }
+      /* Compared as received: a BYTES or DEFAULT segment that differs
+       * only in position is an update even when the input rate (and so
+       * its TIME conversion) changed since the last one. */
       if (self->stream && GST_CLOCK_TIME_IS_VALID (self->resync_ts) &&
-          gst_sattn_segment_moves (&self->segment, &seg)) {
+          gst_sattn_segment_moves (&self->in_segment, &in)) {
         /* A new timeline mid-stream: what is held belongs to the old one,
          * and the next data starts a new window and timeline. */
         GST_DEBUG_OBJECT (self, "new segment, draining");
@@ -2509,6 +2518,7 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
         self->resync_ts = GST_CLOCK_TIME_NONE;
       }
       self->segment = seg;
+      self->in_segment = in;
       if (gst_pad_has_current_caps (self->srcpad)) {
         gst_clear_event (&self->pending_segment);
         return gst_pad_push_event (self->srcpad, event);
@@ -2632,6 +2642,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       self->running = TRUE;
       GST_OBJECT_UNLOCK (self);
       gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
+  gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
       self->caps_refused = FALSE;
       gst_clear_caps (&self->refused_caps);
       gst_sattn_flush (self);

@@ -389,8 +389,8 @@ uint64_t sattn_stream_skip_lead (const SattnStream *s);
  * weights afterwards, and the same output rows.  The first
  * min (n_frames, sattn_stream_skip_lead (s)) frames are pushed and their
  * rows written to out / info as sattn_stream_push writes them (out needs
- * room for sattn_stream_max_rows (s, that many) rows; may be NULL when it
- * is 0); after them every window holds only invalid frames, so the rest
+ * room for sattn_stream_max_rows (s, that many) rows when that many is
+ * not 0; none otherwise, and out may then be NULL); after them every window holds only invalid frames, so the rest
  * costs O(window) time whatever n_frames is: the rows of their windows
  * are zeros with valid = 0 and are described by *skipped, not written.
  * Fails with SATTN_E_INVAL, consuming nothing, when the frame count would

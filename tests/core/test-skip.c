@@ -85,12 +85,16 @@ skip_rows (SattnStream *s, Rows *r, uint64_t g, int parts,
       k = g;
     parts--;
     uint64_t lead = sattn_stream_skip_lead (s);
-    size_t need = sattn_stream_max_rows (s, (size_t) (k < lead ? k : lead));
+    size_t kl = (size_t) (k < lead ? k : lead);
+    /* No lead frames: nothing is written, out may be NULL (even with
+     * frames pending since the last window). */
+    size_t need = kl > 0 ? sattn_stream_max_rows (s, kl) : 0;
     size_t got = 0;
     SattnSkipped sk;
     rows_reserve (r, need);
-    SattnStatus st = sattn_stream_skip (s, k, r->rows + r->n * r->rf, need,
-                                        r->info + r->n, &got, &sk);
+    SattnStatus st = sattn_stream_skip (s, k, need ? r->rows + r->n * r->rf
+                                        : NULL, need, need ? r->info + r->n
+                                        : NULL, &got, &sk);
     tu_check (st == SATTN_OK, "skip: %s", sattn_status_string (st));
     r->n += got;
     *total_skipped += sk.rows;

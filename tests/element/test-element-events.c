@@ -127,6 +127,79 @@ GST_START_TEST (test_segment_position_update)
 
 GST_END_TEST;
 
+/* A DEFAULT (0) or BYTES (1) segment, 10 frames, a caps change to twice
+ * the rate (drains; continues at the counter), 6 frames, the same segment
+ * with only its position moved, 6 frames, EOS, untimestamped.  The
+ * position update must change nothing although the segment's TIME
+ * conversion differs at the new rate: 22 rows, DISCONT only on the first
+ * buffer and the first after the caps change, PTS contiguous from the
+ * caps change on. */
+GST_START_TEST (test_segment_position_after_rate_change)
+{
+  const GstFormat fmt = __i__ == 0 ? GST_FORMAT_DEFAULT : GST_FORMAT_BYTES;
+  float x[10];
+  GstHarness *h;
+  GstSegment seg;
+  SattnOutput o;
+  guint k, n_discont = 0;
+  gsize rows = 0;
+
+  sattn_fill_signal (x, G_N_ELEMENTS (x), 93, 1.0f);
+  h = sattn_harness_new ("window", 8, "hop", 4, NULL);
+  sattn_set_caps (h, 1000, 1);
+  gst_segment_init (&seg, fmt);
+  seg.start = seg.time = seg.position = fmt == GST_FORMAT_DEFAULT ? 250 :
+      1000;
+  fail_unless (gst_harness_push_event (h, gst_event_new_segment (&seg)));
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              sizeof x, GST_CLOCK_TIME_NONE, 0)), GST_FLOW_OK);
+  {
+    /* caps only (sattn_set_caps would send a TIME segment too) */
+    gchar *cs = sattn_caps_string (2000, 1);
+    GstCaps *caps = gst_caps_from_string (cs);
+
+    fail_unless (gst_harness_push_event (h, gst_event_new_caps (caps)));
+    gst_caps_unref (caps);
+    g_free (cs);
+  }
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              6 * sizeof (float), GST_CLOCK_TIME_NONE, 0)), GST_FLOW_OK);
+  seg.position += 40;
+  fail_unless (gst_harness_push_event (h, gst_event_new_segment (&seg)));
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              6 * sizeof (float), GST_CLOCK_TIME_NONE, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+
+  sattn_output_init (&o);
+  sattn_output_pull_all (h, &o);
+  for (k = 0; k < o.bufs->len; k++) {
+    const SattnOutBuf *b = &g_array_index (o.bufs, SattnOutBuf, k);
+
+    rows += b->n_floats;
+    n_discont += b->discont;
+    if (k == 0)
+      fail_unless_equals_uint64 (b->pts, 250 * GST_MSECOND);
+    if (k > 0 && !b->discont) {
+      const SattnOutBuf *p = &g_array_index (o.bufs, SattnOutBuf, k - 1);
+
+      fail_unless_equals_uint64 (b->pts, p->pts + p->duration);
+    }
+  }
+  fail_unless_equals_int (rows, 22);
+  fail_unless_equals_int (n_discont, 2);
+  /* the last row: frame 6 + 6 - 1 after the caps change at 260 ms */
+  {
+    const SattnOutBuf *b = &g_array_index (o.bufs, SattnOutBuf,
+        o.bufs->len - 1);
+
+    fail_unless_equals_uint64 (b->pts + b->duration, 266 * GST_MSECOND);
+  }
+  sattn_output_clear (&o);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
 /* Segments that change the timeline (base, rate, applied rate, start):
  * what is held is drained before the new segment goes downstream, the
  * window restarts (the rest equals a fresh stream's output, DISCONT on
@@ -683,6 +756,7 @@ sattn_events_suite (void)
   tcase_set_timeout (tc, 240);
   tcase_add_loop_test (tc, test_segment_position_update, 0, 4);
   tcase_add_loop_test (tc, test_segment_real_change, 0, 4);
+  tcase_add_loop_test (tc, test_segment_position_after_rate_change, 0, 2);
   tcase_add_loop_test (tc, test_segment_non_time, 0, 3);
   tcase_add_test (tc, test_caps_query);
   tcase_add_test (tc, test_impossible_pipelines);

@@ -9,7 +9,7 @@
  * channels) and READY cycles (frame-size, window, hop), EOS followed by a
  * flush and more data, samples that are NaN, +-Inf, +-1e38 or subnormal
  * (and whatever a sample cut between two buffers makes), trained weights
- * of tests/data scaled by 1e-30 to 1e3 (1e18 to 3e38: pending item 4),
+ * of tests/data scaled by 1e-30 to 3e38 (overflowing projections),
  * property changes while data flows and attn pad requests and releases.
  *
  * A reference model written here from the element's documented contract
@@ -17,13 +17,23 @@
  * between two resync points) each complete frame belongs to, where that
  * timeline starts in time and which of its frames are invalid.  Its rules:
  * a DISCONT flag, or a PTS more than max(half a frame, 40 ms) from the
- * sample counter, drains and starts a new timeline at that PTS (NONE: at
- * the counter); a new SEGMENT drains and the next data starts a timeline
- * (at the segment start when untimed); caps changes drain and continue at
- * the counter; FLUSH_STOP and READY drop what is held; an incomplete
- * frame is dropped at a drain; GAP events and GAP buffers add masked
- * frames up to the gap's end on the sample grid; NaN/Inf frames follow
- * invalid-frames.  Generated times stay clear of the 40 ms threshold
+ * sample counter, drains and starts a new timeline at that PTS (NONE, or
+ * a PTS behind the counter: at the counter, time never goes back); a
+ * SEGMENT that moves (format, rate, applied rate, start, base, offset, or
+ * stop when the rate is negative, as sent) drains and the next data starts
+ * a timeline (at the segment start, BYTES and DEFAULT converted with the
+ * input rate, when untimed), one differing only in position changes
+ * nothing; caps changes drain and continue at the counter; refused caps
+ * change nothing (one error, not repeated for the same caps); FLUSH_STOP
+ * and READY drop what is held; an incomplete frame is dropped at a drain;
+ * GAP events add masked frames up to the gap's end (saturated at the end
+ * of the clock) on the sample grid, only after the counter, and resync
+ * only when not behind it; GAP buffers' bytes are masked (0 bytes mask
+ * nothing); NaN/Inf frames follow invalid-frames (with weights, frames
+ * whose projections overflow are invalid too: flags are not checked);
+ * geometry set while running takes effect at the next READY with one
+ * warning per property.  Near the end of the clock's range, where
+ * timestamps saturate, only counts are checked (rows <= frames).  Generated times stay clear of the 40 ms threshold
  * (jitter <= 5 ms, jumps >= 100 ms) so that the rules never hinge on a
  * rounding.  Every
  * output buffer or GAP event is checked against it as it arrives:
@@ -54,9 +64,12 @@
  * SATTN_FUZZ_VERBOSE=1 prints every episode's events, =2 also every input
  * float, assembled frame and output float.
  *
- * Input classes whose required behaviour (issue 9) the element does not
- * show yet are listed in pending_fix[] and not generated;
- * SATTN_FUZZ_ENABLE=2,5 (item numbers, or "all") turns them on.
+ * Every input class is generated, including those whose rules issue 9
+ * set (GAPs of hours or to the end of the clock, +-1e38 with
+ * output=mean, weights whose projections overflow, position-only
+ * segments, late and overlapping times, attn pads requested mid-stream
+ * and kept across flushes and READY, refused caps); the run's summary
+ * counts each class.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -70,44 +83,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------ classes */
-
-/* Input classes by the item of issue 9 that defines their required
- * behaviour.  TRUE: the element does not behave as required yet, so the
- * class is not generated unless SATTN_FUZZ_ENABLE names it. */
-enum
-{
-  CLS_HUGE_GAP = 2,             /* GAP of hours or near G_MAXUINT64 */
-  CLS_MEAN_OVERFLOW = 3,        /* +-1e38 samples with output=mean */
-  CLS_PROJ_OVERFLOW = 4,        /* weights x 1e18.., +-1e38 with weights */
-  CLS_POSITION_SEGMENT = 5,     /* SEGMENT differing only in position */
-  CLS_LATE_TIMES = 6,           /* late GAPs/buffers, PTS near the clock
-                                   end, a GAP (event or empty GAP buffer)
-                                   adding no sample to a half-made frame */
-  CLS_ATTN_RACE = 7,            /* attn pad requested after caps */
-  CLS_REFUSED_CAPS = 8,         /* refused caps, then accepted ones */
-  N_CLS
-};
-
-static const gboolean pending_fix[N_CLS] = {
-  [CLS_HUGE_GAP] = TRUE,        /* issue 9 item 2 */
-  [CLS_MEAN_OVERFLOW] = TRUE,   /* issue 9 item 3 */
-  [CLS_PROJ_OVERFLOW] = TRUE,   /* issue 9 item 4 */
-  [CLS_POSITION_SEGMENT] = TRUE,        /* issue 9 item 5 */
-  [CLS_LATE_TIMES] = TRUE,      /* issue 9 item 6 */
-  [CLS_ATTN_RACE] = TRUE,       /* issue 9 item 7 */
-  [CLS_REFUSED_CAPS] = TRUE,    /* issue 9 item 8 */
-};
-
-static gboolean cls_enabled[N_CLS];
-static gchar *enable_env;       /* SATTN_FUZZ_ENABLE as given */
-
-static gboolean
-cls_on (gint c)
-{
-  return cls_enabled[c];
-}
 
 /* ------------------------------------------------------------ weights */
 
@@ -123,7 +98,7 @@ static const WFixture wfixtures[] = {
   {"e12_h3_separate_nobias_biaskv.safetensors", 12, 3},
 };
 
-/* Scales applied to every weight: harmless ones, and (pending item 4)
+/* Scales applied to every weight: harmless ones, and
  * ones that overflow the projections. */
 static const gdouble wscales_ok[] = { 1.0, 1e-30, 1e-3, 10.0, 1e3 };
 static const gdouble wscales_big[] = { 1e18, 1e30, 3e38 };
@@ -281,10 +256,12 @@ typedef struct
   GPtrArray *tl;                /* Timeline*, in order */
   Timeline *cur;                /* open timeline or NULL */
   guint ocur;                   /* first timeline that may still output */
-  GstSegment seg;
+  GstSegment seg;               /* the last segment pushed */
+  GstSegment tseg;              /* the TIME segment it is for the element */
   gboolean eos;
   gboolean stopped;             /* an expected error ended the episode */
   gboolean inexact;             /* hostile times: structural checks only */
+  guint64 inexact_rows;         /* rows pushed, counted once inexact */
   gboolean validity_unknown;    /* overflowing projections (item 4) make
                                    frames invalid: flags not checked */
   guint errors_expected;
@@ -301,7 +278,21 @@ typedef struct
   GstPad *attn, *attn_sink;
   gint attn_caps, attn_bad;
   guint ops;
+
+  /* geometry set while running: deferred to the next READY, one warning
+   * per property and run */
+  guint deferred[4];            /* window, hop, heads, lookback; 0: none */
+  guint defer_warned;           /* bit per property */
+  guint warnings_expected;
+
+  /* the last refused caps whose error was posted in this run: the same
+   * caps refused again do not post it again */
+  gint refused_rate, refused_channels;
 } Episode;
+
+static const gchar *geometry_props[4] = { "window", "hop", "heads",
+  "lookback"
+};
 
 /* What the run covered, printed at the end. */
 enum
@@ -309,7 +300,9 @@ enum
   ST_BUFFER, ST_BUF_ODD, ST_BUF_EMPTY, ST_BUF_LARGE, ST_SPECIAL, ST_DISCONT,
   ST_GAP_FLAG, ST_PTS_NONE, ST_JUMP, ST_JUMP_HOURS, ST_GAP, ST_FLUSH,
   ST_SEGMENT, ST_SEG_NONTIME, ST_CAPS, ST_EOS, ST_PROP, ST_READY, ST_ATTN,
-  ST_WEIGHTS, ST_ERROR_POLICY, ST_OUT_BUFFERS, ST_RESYNCS, N_ST
+  ST_WEIGHTS, ST_ERROR_POLICY, ST_OUT_BUFFERS, ST_RESYNCS, ST_HUGE_GAP,
+  ST_MEAN_BIG, ST_PROJ_BIG, ST_POS_SEGMENT, ST_LATE, ST_CLOCK_END,
+  ST_GAP_NOTHING, ST_ATTN_LATE, ST_REFUSED, ST_DEFERRED, N_ST
 };
 static const gchar *st_names[N_ST] = {
   "buffers", "odd-sized", "empty", "large", "with special values",
@@ -317,7 +310,11 @@ static const gchar *st_names[N_ST] = {
   "GAP events", "flushes", "segments", "non-TIME segments", "caps changes",
   "EOS", "property sets", "READY cycles", "attn requests",
   "episodes with weights", "invalid-frames=error stops", "output buffers",
-  "timelines"
+  "timelines", "GAPs of hours or to the clock's end",
+  "special-valued buffers with output=mean", "episodes with overflowing weights",
+  "position-only segments", "late or overlapping times",
+  "times near the clock's end", "no-sample GAPs on a half frame",
+  "attn requests after caps", "refused caps", "deferred geometry sets"
 };
 static guint64 stats[N_ST];
 
@@ -482,10 +479,14 @@ tl_free (gpointer p)
 static GstClockTime
 m_expected (Episode * e)
 {
+  guint64 d;
+
   if (!GST_CLOCK_TIME_IS_VALID (e->t0))
     return GST_CLOCK_TIME_NONE;
-  return e->t0 + gst_util_uint64_scale (e->bytes, GST_SECOND,
-      (guint64) e->rate * e->bpf);
+  /* saturates at the last valid clock time, never wraps */
+  d = gst_util_uint64_scale (e->bytes, GST_SECOND, (guint64) e->rate *
+      e->bpf);
+  return d > G_MAXUINT64 - 1 - e->t0 ? G_MAXUINT64 - 1 : e->t0 + d;
 }
 
 static void
@@ -494,7 +495,7 @@ m_start_timeline (Episode * e, GstClockTime ts)
   Timeline *t = g_new0 (Timeline, 1);
 
   if (!GST_CLOCK_TIME_IS_VALID (ts))
-    ts = e->seg.format == GST_FORMAT_TIME ? e->seg.start : 0;
+    ts = e->tseg.start;
   t->id = e->tl->len;
   stats[ST_RESYNCS]++;
   t->t0 = ts;
@@ -537,13 +538,16 @@ m_flush (Episode * e)
   e->carry_invalid = FALSE;
 }
 
+/* Within a segment time never goes back: a resync at a time behind the
+ * counter restarts the window but continues the counter's time line. */
 static void
 m_resync (Episode * e, GstClockTime ts)
 {
   GstClockTime exp = m_expected (e);
 
   m_drain (e);
-  m_start_timeline (e, GST_CLOCK_TIME_IS_VALID (ts) ? ts : exp);
+  m_start_timeline (e, GST_CLOCK_TIME_IS_VALID (ts) &&
+      (!GST_CLOCK_TIME_IS_VALID (exp) || ts >= exp) ? ts : exp);
 }
 
 /* The documented resync rule before data at ts: a DISCONT flag or a PTS
@@ -782,19 +786,27 @@ check_span (Episode * e, const Item * it)
           GST_TIME_ARGS (it->pts));
   }
 
-  t = out_target (e);
-  ep_check (e, t != NULL, "%s at %" GST_TIME_FORMAT " that no input frame "
-      "accounts for", what, GST_TIME_ARGS (it->pts));
   if (e->inexact) {
-    /* Hostile times: only counts in frames mode. */
+    /* Hostile times (near the end of the clock's range, where timestamps
+     * saturate): which timeline an output belongs to cannot be told from
+     * its time, so only the count: in frames mode the buffer rows of the
+     * episode never exceed the frames received. */
     if (e->output == OUT_FRAMES && it->type == IT_BUFFER) {
-      ep_check (e, t->out_next + rows <= t->frames, "more rows than frames "
-          "(timeline %u: %" G_GUINT64_FORMAT " + %" G_GSIZE_FORMAT " > %"
-          G_GUINT64_FORMAT ")", t->id, t->out_next, rows, t->frames);
-      t->out_next += rows;
+      guint64 frames = 0;
+      guint k;
+
+      for (k = 0; k < e->tl->len; k++)
+        frames += ((Timeline *) g_ptr_array_index (e->tl, k))->frames;
+      e->inexact_rows += rows;
+      ep_check (e, e->inexact_rows <= frames, "more rows than frames (%"
+          G_GUINT64_FORMAT " > %" G_GUINT64_FORMAT ")", e->inexact_rows,
+          frames);
     }
     return;
   }
+  t = out_target (e);
+  ep_check (e, t != NULL, "%s at %" GST_TIME_FORMAT " that no input frame "
+      "accounts for", what, GST_TIME_ARGS (it->pts));
 
   a = t->out_next;
   ep_check (e, it->pts == tl_ts (t, a), "%s PTS %" GST_TIME_FORMAT " is "
@@ -810,7 +822,10 @@ check_span (Episode * e, const Item * it)
       "which has received %" G_GUINT64_FORMAT, what, a, b, t->id, t->frames);
 
   if (it->type == IT_GAP) {
-    ep_check (e, tl_all_invalid (t, (gint64) a, b), "GAP event over frames "
+    /* (frames whose projections overflow are invalid too: with
+     * validity_unknown the model cannot tell) */
+    ep_check (e, e->validity_unknown || tl_all_invalid (t, (gint64) a, b),
+        "GAP event over frames "
         "%" G_GUINT64_FORMAT "-%" G_GINT64_FORMAT " that are not all "
         "invalid", a, b);
     t->after_gap = TRUE;
@@ -928,6 +943,16 @@ ep_consume (Episode * e)
       e->errors_expected--;
       g_clear_error (&err);
       g_free (dbg);
+    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_WARNING) {
+      GError *err = NULL;
+
+      gst_message_parse_warning (msg, &err, NULL);
+      if (strstr (err->message, "cannot change while PAUSED or PLAYING")) {
+        ep_check (e, e->warnings_expected > 0, "unexpected warning: %s",
+            err->message);
+        e->warnings_expected--;
+      }
+      g_clear_error (&err);
     }
     gst_message_unref (msg);
   }
@@ -1107,7 +1132,7 @@ op_caps (Episode * e, gboolean first)
   ep_consume (e);
 }
 
-/* Caps the properties cannot work with (pending item 8): refused with one
+/* Caps the properties cannot work with: refused with one
  * error; then the previous caps again, which must not restart anything. */
 static void
 op_refused_caps (Episode * e)
@@ -1126,11 +1151,15 @@ op_refused_caps (Episode * e)
       (e->output == OUT_FRAMES || (rate / e->fs) % e->hop == 0))
     return;                     /* happens to work: nothing to refuse */
   ep_log (e, "refused caps %d Hz %d ch", rate, channels);
-  e->errors_expected++;
+  stats[ST_REFUSED]++;
+  if (rate != e->refused_rate || channels != e->refused_channels)
+    e->errors_expected++;
+  e->refused_rate = rate;
+  e->refused_channels = channels;
   res = push_caps (e, rate, channels);
   ep_check (e, !res, "impossible caps %d Hz, %d channels accepted", rate,
       channels);
-  /* one error, whatever comes next */
+  /* one error (none for the same caps again), whatever comes next */
   ep_consume (e);
   ep_check (e, e->errors_expected == 0, "refused caps posted no error");
   ep_log (e, "caps %d Hz %d ch again", e->rate, e->channels);
@@ -1138,6 +1167,49 @@ op_refused_caps (Episode * e)
   ep_check (e, res, "the previous caps were refused after a refusal");
   ep_consume (e);
   ep_check (e, e->errors_expected == 0, "errors left");
+}
+
+/* The documented segment rules.  The element works in the TIME segment
+ * of a segment: TIME as it is, BYTES and DEFAULT (sample periods)
+ * converted with the input rate, any other format TIME from 0. */
+static void
+m_time_segment (Episode * e, const GstSegment * in, GstSegment * out)
+{
+  guint64 units = 0;
+
+  if (in->format == GST_FORMAT_TIME) {
+    *out = *in;
+    return;
+  }
+  gst_segment_init (out, GST_FORMAT_TIME);
+  out->rate = in->rate;
+  out->applied_rate = in->applied_rate;
+  out->flags = in->flags;
+  if (in->format == GST_FORMAT_BYTES)
+    units = (guint64) e->rate * e->bpf;
+  else if (in->format == GST_FORMAT_DEFAULT)
+    units = (guint64) e->rate;
+  if (units == 0)
+    return;
+  out->start = gst_util_uint64_scale (in->start, GST_SECOND, units);
+  out->base = gst_util_uint64_scale (in->base, GST_SECOND, units);
+  out->offset = gst_util_uint64_scale (in->offset, GST_SECOND, units);
+  out->stop = in->stop == (guint64) -1 ? (guint64) -1 :
+      gst_util_uint64_scale (in->stop, GST_SECOND, units);
+}
+
+/* A segment changes the timeline (drains, restarts the window) when it
+ * differs (as sent) in format, rate, applied rate, start, base or offset,
+ * or in stop when the rate is negative; position, duration, time and
+ * flags are updates that change nothing. */
+static gboolean
+m_segment_moves (const GstSegment * a, const GstSegment * b)
+{
+  if (a->format != b->format || a->rate != b->rate ||
+      a->applied_rate != b->applied_rate || a->start != b->start ||
+      a->base != b->base || a->offset != b->offset)
+    return TRUE;
+  return a->rate < 0.0 && a->stop != b->stop;
 }
 
 static void
@@ -1154,20 +1226,22 @@ push_segment (Episode * e, const GstSegment * seg)
 static void
 op_segment (Episode * e, gboolean first)
 {
-  GstSegment seg;
+  GstSegment seg, tseg;
   gint k = (gint) rint_range (e, 0, 9);
 
   if (!first && k == 0) {
     seg = e->seg;
     ep_log (e, "same segment");
-  } else if (!first && k == 1 && cls_on (CLS_POSITION_SEGMENT)) {
+  } else if (!first && k == 1) {
     /* issue 9 item 5: only the position moves */
     seg = e->seg;
     seg.position = (seg.position == GST_CLOCK_TIME_NONE ? 0 : seg.position)
         + rint_range (e, 1, 1000000);
     ep_log (e, "position-only segment %" G_GUINT64_FORMAT, seg.position);
+    stats[ST_POS_SEGMENT]++;
     push_segment (e, &seg);
     e->seg = seg;
+    m_time_segment (e, &seg, &e->tseg);
     return;
   } else {
     static const gdouble rates[] = { 1.0, 1.0, 2.0, 0.5, -1.0 };
@@ -1189,7 +1263,8 @@ op_segment (Episode * e, gboolean first)
     ep_log (e, "segment %s start %" G_GUINT64_FORMAT " rate %g arate %g",
         gst_format_get_name (fmt), seg.start, seg.rate, seg.applied_rate);
   }
-  if (!gst_segment_is_equal (&seg, &e->seg) && e->configured &&
+  m_time_segment (e, &seg, &tseg);
+  if (m_segment_moves (&seg, &e->seg) && e->configured &&
       GST_CLOCK_TIME_IS_VALID (e->t0)) {
     /* a new segment: drained, the next data starts a new timeline */
     m_drain (e);
@@ -1197,6 +1272,7 @@ op_segment (Episode * e, gboolean first)
     e->bytes = 0;
   }
   e->seg = seg;
+  e->tseg = tseg;
   push_segment (e, &seg);
 }
 
@@ -1205,12 +1281,6 @@ op_flush (Episode * e)
 {
   Timeline *t = e->cur;
 
-  if (e->attn && !cls_on (CLS_ATTN_RACE)) {
-    /* issue 9 item 7: a flush leaves the attn pad without its
-     * stream-start and caps */
-    ep_log (e, "release attn (before a flush)");
-    attn_release (e);
-  }
   ep_log (e, "flush");
   stats[ST_FLUSH]++;
   if (t && !e->inexact)
@@ -1267,8 +1337,9 @@ pick_pts (Episode * e, gboolean * discont, gchar * desc, gsize desc_len)
       g_strlcpy (desc, "none", desc_len);
       return GST_CLOCK_TIME_NONE;
     }
-    if (k < 50 && cls_on (CLS_LATE_TIMES)) {
+    if (k < 50) {
       g_strlcpy (desc, "near-clock-end", desc_len);
+      stats[ST_CLOCK_END]++;
       e->inexact = TRUE;
       return G_MAXUINT64 - 1 - rint_range (e, 0, 1000000000);
     }
@@ -1302,19 +1373,22 @@ pick_pts (Episode * e, gboolean * discont, gchar * desc, gsize desc_len)
     g_strlcpy (desc, "jump-hours", desc_len);
     return exp + rint_range (e, 1, 5) * 3600 * GST_SECOND;
   }
-  if (cls_on (CLS_LATE_TIMES)) {
+  {
     if (k < 95 && e->carry_len == 0 && exp >= 100 * GST_MSECOND) {
       g_strlcpy (desc, "backwards", desc_len);
+      stats[ST_LATE]++;
       return exp - rint_range (e, 100, (guint) MIN (exp / GST_MSECOND,
               100000)) * GST_MSECOND;
     }
     if (k < 97 && exp >= 5 * GST_MSECOND) {
       g_strlcpy (desc, "overlap-discont", desc_len);
+      stats[ST_LATE]++;
       *discont = TRUE;
       return exp - rint_range (e, 1, 5000) * GST_USECOND;
     }
     if (k < 99) {
       g_strlcpy (desc, "near-clock-end", desc_len);
+      stats[ST_CLOCK_END]++;
       e->inexact = TRUE;
       return G_MAXUINT64 - 1 - rint_range (e, 0, 1000000000);
     }
@@ -1329,11 +1403,11 @@ op_buffer (Episode * e)
   gsize size, n_floats, i;
   guint k = rint_range (e, 0, 99);
   gboolean discont = chance (e, 0.08), gap = chance (e, 0.05);
-  gboolean special_ok, ok, late = FALSE;
+  gboolean special_ok, ok;
   gint special = -1;
   float *data;
   gfloat amp;
-  GstClockTime pts, exp_before;
+  GstClockTime pts;
   GstBuffer *buf;
   GstFlowReturn ret, want;
   gchar desc[32];
@@ -1352,34 +1426,21 @@ op_buffer (Episode * e)
   else
     size = rint_range (e, 20000, 40000) * e->fb;
   /* A sample cut between two buffers is put together from the bytes of
-   * two random floats: any value up to 3.4e38.  Where such values are
-   * a pending class (3: output=mean, 4: weights), buffers end on whole
-   * samples. */
-  if ((e->output == OUT_MEAN && !cls_on (CLS_MEAN_OVERFLOW)) ||
-      (e->wf && !cls_on (CLS_PROJ_OVERFLOW)))
-    size -= size % 4;
-  /* issue 9 item 6: a GAP buffer of 0 bytes must not mask the frame being
-   * put together (the element does) */
-  if (size == 0 && e->carry_len > 0 && !cls_on (CLS_LATE_TIMES))
-    gap = FALSE;
+   * two random floats: any value up to 3.4e38. */
   n_floats = (size + 3) / 4;
   data = g_new (float, MAX (n_floats, 1));
   amp = chance (e, 0.1) ? 1e-3f : chance (e, 0.1) ? 30.0f : 1.0f;
   /* which special values this episode may carry */
   special_ok = chance (e, 0.3);
   if (special_ok) {
-    gboolean big_ok = !(e->output == OUT_MEAN &&
-        !cls_on (CLS_MEAN_OVERFLOW)) && !(e->wf &&
-        !cls_on (CLS_PROJ_OVERFLOW));
-    special = big_ok ? 7 : 4;
+    special = 7;
+    stats[ST_MEAN_BIG] += e->output == OUT_MEAN;
   }
+  stats[ST_GAP_NOTHING] += size == 0 && gap && e->carry_len > 0;
   for (i = 0; i < n_floats; i++)
     data[i] = sample (e, special, amp);
 
-  exp_before = m_expected (e);
   pts = pick_pts (e, &discont, desc, sizeof desc);
-  if (g_str_equal (desc, "backwards"))
-    late = TRUE;
   if (size == 0) {
     buf = gst_buffer_new ();
     GST_BUFFER_PTS (buf) = pts;
@@ -1405,18 +1466,10 @@ op_buffer (Episode * e)
       size, desc, GST_TIME_ARGS (pts), discont ? " discont" : "",
       gap ? " gap" : "", special >= 0 ? " special" : "");
 
-  /* The model: the resync rule, then the bytes.  issue 9 item 6: a late
-   * buffer (carry empty) continues the counter; a DISCONT buffer that
-   * overlaps the timeline restarts at the counter, not before it. */
-  if (discont && GST_CLOCK_TIME_IS_VALID (exp_before) &&
-      GST_CLOCK_TIME_IS_VALID (pts) && pts < exp_before) {
-    m_check_discont (e, exp_before, TRUE);
-  } else if (late) {
-    if (e->cur == NULL)
-      m_check_discont (e, GST_CLOCK_TIME_NONE, FALSE);
-  } else {
-    m_check_discont (e, pts, discont);
-  }
+  /* The model: the resync rule, then the bytes.  A buffer stamped behind
+   * the counter by more than the threshold, or an overlapping DISCONT
+   * one, restarts the window at the counter, not before it (m_resync). */
+  m_check_discont (e, pts, discont);
   ok = m_feed (e, (const guint8 *) data, size, gap);
   want = ok ? GST_FLOW_OK : GST_FLOW_ERROR;
   if (!ok)
@@ -1458,7 +1511,7 @@ op_gap (Episode * e)
 
     ts = chance (e, 0.5) && exp >= j ? exp - j : exp + j;
     desc = "jitter";
-  } else if (k < 90 || !cls_on (CLS_LATE_TIMES)) {
+  } else if (k < 90) {
     ts = exp + rint_range (e, 100, 2000) * GST_MSECOND;
     desc = "jump";
   } else {
@@ -1468,6 +1521,7 @@ op_gap (Episode * e)
     ts = exp > back ? exp - back : 0;
     late = TRUE;
     desc = "late";
+    stats[ST_LATE]++;
   }
 
   if (kd < 10) {
@@ -1477,7 +1531,7 @@ op_gap (Episode * e)
   } else if (kd < 80) {
     dur = gst_util_uint64_scale (rint_range (e, 1, 10 * e->fs), GST_SECOND,
         e->rate);
-  } else if (kd < 92 || !cls_on (CLS_HUGE_GAP)) {
+  } else if (kd < 92) {
     dur = rint_range (e, 1, 50000) * GST_USECOND;
   } else if (kd < 97) {
     dur = rint_range (e, 1, 3) * 3600 * GST_SECOND +
@@ -1491,34 +1545,34 @@ op_gap (Episode * e)
   if (late && dur != GST_CLOCK_TIME_NONE)
     dur = MIN (dur, 6 * GST_SECOND);
   stats[ST_GAP]++;
+  stats[ST_HUGE_GAP] += huge;
   ep_log (e, "gap %s %" GST_TIME_FORMAT " + %" GST_TIME_FORMAT "%s", desc,
       GST_TIME_ARGS (ts), GST_TIME_ARGS (dur), huge ? " (huge)" : "");
 
   /* The model: GAP frames are masked frames up to the gap's end on the
    * sample grid of the timeline; one without a duration adds nothing. */
   if (e->configured && GST_CLOCK_TIME_IS_VALID (dur)) {
-    if (!late)
+    /* a GAP that starts behind the counter never resyncs */
+    exp = m_expected (e);
+    if (!GST_CLOCK_TIME_IS_VALID (exp) || ts >= exp)
       m_check_discont (e, ts, FALSE);
     else if (e->cur == NULL)
       m_check_discont (e, GST_CLOCK_TIME_NONE, FALSE);
-    if (!e->inexact) {
-      if (ts + dur >= e->t0) {
-        samples = gst_util_uint64_scale_round (ts + dur - e->t0, e->rate,
-            GST_SECOND);
-        bytes = samples * e->bpf;
-        bytes = bytes > e->bytes ? bytes - e->bytes : 0;
-      } else {
-        bytes = late ? 0 : gst_util_uint64_scale_round (dur, e->rate,
-            GST_SECOND) * e->bpf;
-      }
-      if (bytes == 0 && e->carry_len > 0 && !cls_on (CLS_LATE_TIMES)) {
-        /* issue 9 item 6: a GAP that adds no sample must not mask the
-         * frame being put together (the element does) */
-        g_string_append (e->log, " (not sent)");
-        return;
-      }
-      m_feed (e, NULL, bytes, TRUE);
+    /* the end saturates at the last valid clock time */
+    GstClockTime end = dur > G_MAXUINT64 - 1 - ts ? G_MAXUINT64 - 1 :
+        ts + dur;
+
+    if (end >= e->t0) {
+      samples = gst_util_uint64_scale_round (end - e->t0, e->rate,
+          GST_SECOND);
+      bytes = samples * e->bpf;
+      bytes = bytes > e->bytes ? bytes - e->bytes : 0;
+    } else {
+      /* ends before the timeline starts: only the part after the
+       * counter counts, and there is none */
+      bytes = 0;
     }
+    m_feed (e, NULL, bytes, TRUE);
   }
   fail_unless (gst_harness_push_event (e->h, gst_event_new_gap (ts, dur)));
   ep_consume (e);
@@ -1545,13 +1599,21 @@ op_property (Episode * e)
     ep_log (e, "map-head=%d", head);
     g_object_set (e->h->element, "map-head", head, NULL);
   } else {
-    /* geometry while running: ignored until READY */
-    static const gchar *props[] = { "window", "hop", "heads", "lookback" };
-    const gchar *p = props[rint_range (e, 0, 3)];
+    /* geometry while running: deferred to the next READY, the first
+     * change of each property per run posts a warning */
+    guint pi = rint_range (e, 0, 3);
     guint v = rint_range (e, 1, 8);
 
-    ep_log (e, "%s=%u (running: ignored)", p, v);
-    g_object_set (e->h->element, p, v, NULL);
+    ep_log (e, "%s=%u (running: deferred)", geometry_props[pi], v);
+    stats[ST_DEFERRED]++;
+    e->deferred[pi] = v;
+    if (!(e->defer_warned & (1u << pi)))
+      e->warnings_expected++;
+    e->defer_warned |= 1u << pi;
+    g_object_set (e->h->element, geometry_props[pi], v, NULL);
+    ep_consume (e);
+    ep_check (e, e->warnings_expected == 0, "no warning for %s set while "
+        "running", geometry_props[pi]);
   }
 }
 
@@ -1563,9 +1625,8 @@ op_attn (Episode * e)
     attn_release (e);
     return;
   }
-  if (e->configured && !cls_on (CLS_ATTN_RACE))
-    return;
   ep_log (e, "request attn");
+  stats[ST_ATTN_LATE] += e->configured;
   attn_request (e);
 }
 
@@ -1587,7 +1648,7 @@ op_ready (Episode * e)
 {
   static const guint hops[] = { 1, 2, 3, 4, 5, 6, 7, 8 };
   Timeline *t = e->cur;
-  guint fs, window, hop;
+  guint fs, window, hop, pi;
 
   ep_consume (e);
   do
@@ -1597,10 +1658,6 @@ op_ready (Episode * e)
   do
     hop = hops[rint_range (e, 0, G_N_ELEMENTS (hops) - 1)];
   while (hop > window);
-  if (e->attn && !cls_on (CLS_ATTN_RACE)) {
-    ep_log (e, "release attn (before READY)");
-    attn_release (e);
-  }
   stats[ST_READY]++;
   ep_log (e, "READY, frame-size %u window %u hop %u, PLAYING", fs, window,
       hop);
@@ -1610,6 +1667,35 @@ op_ready (Episode * e)
         t->frames - t->out_next, e->window);
   ep_check (e, gst_element_set_state (e->h->element, GST_STATE_READY) ==
       GST_STATE_CHANGE_SUCCESS, "PLAYING -> READY failed");
+  /* The values set while running took effect at READY. */
+  for (pi = 0; pi < 4; pi++) {
+    guint v = 0;
+
+    if (e->deferred[pi] == 0)
+      continue;
+    g_object_get (e->h->element, geometry_props[pi], &v, NULL);
+    ep_check (e, v == e->deferred[pi], "%s=%u set while running reads %u "
+        "after READY", geometry_props[pi], e->deferred[pi], v);
+  }
+  if (e->deferred[2] != 0) {
+    /* heads: kept when some channel count of 1..4 fills whole heads (and
+     * it is the weights file's), else set back */
+    guint hd = e->deferred[2];
+
+    if (!e->wf && (hd <= 4 || hd == 6 || hd == 8)) {
+      e->heads = hd;
+    } else {
+      ep_log (e, "heads=%u back", e->heads);
+      g_object_set (e->h->element, "heads", e->heads, NULL);
+    }
+    if (!e->wf)
+      while (fs * 4 % e->heads != 0 && fs * 3 % e->heads != 0 &&
+          fs * 2 % e->heads != 0 && fs % e->heads != 0)
+        fs = rint_range (e, 1, 3);
+  }
+  memset (e->deferred, 0, sizeof e->deferred);
+  e->defer_warned = 0;
+  e->refused_rate = e->refused_channels = 0;
   g_object_set (e->h->element, "frame-size", fs, "window", window, "hop",
       hop, "lookback", MIN (e->lookback, window), NULL);
   ep_check (e, gst_element_set_state (e->h->element, GST_STATE_PLAYING) !=
@@ -1622,6 +1708,7 @@ op_ready (Episode * e)
   e->hop = hop;
   e->lookback = MIN (e->lookback, window);
   gst_segment_init (&e->seg, GST_FORMAT_UNDEFINED);
+  gst_segment_init (&e->tseg, GST_FORMAT_TIME);
   ep_consume (e);
   push_stream_start (e);
   op_caps (e, TRUE);
@@ -1647,6 +1734,7 @@ ep_setup (Episode * e, guint64 seed)
   e->floats = g_array_new (FALSE, FALSE, sizeof (float));
   e->t0 = GST_CLOCK_TIME_NONE;
   gst_segment_init (&e->seg, GST_FORMAT_UNDEFINED);
+  gst_segment_init (&e->tseg, GST_FORMAT_TIME);
 
   e->window = chance (e, 0.8) ? rint_range (e, 1, 8) : rint_range (e, 9, 24);
   do
@@ -1661,18 +1749,17 @@ ep_setup (Episode * e, guint64 seed)
       INV_ERROR;
   e->post_messages = chance (e, 0.15);
   if (chance (e, 0.12)) {
-    gboolean big = cls_on (CLS_PROJ_OVERFLOW) && chance (e, 0.3);
+    gboolean big = chance (e, 0.3);
 
     e->wf = &wfixtures[rint_range (e, 0, G_N_ELEMENTS (wfixtures) - 1)];
     e->wscale = big ? wscales_big[rint_range (e, 0, 2)] :
         wscales_ok[rint_range (e, 0, G_N_ELEMENTS (wscales_ok) - 1)];
     /* issue 9 item 4: which frames overflow their projections (and so
      * count as invalid) is not modelled; outputs must still be finite */
-    if (cls_on (CLS_PROJ_OVERFLOW)) {
-      e->validity_unknown = TRUE;
-      if (e->policy == INV_ERROR)
-        e->policy = INV_MASK;
-    }
+    e->validity_unknown = TRUE;
+    if (e->policy == INV_ERROR)
+      e->policy = INV_MASK;
+    stats[ST_PROJ_BIG] += big;
     e->heads = e->wf->heads;
     /* a frame-size dividing d_model */
     do
@@ -1747,6 +1834,8 @@ ep_final_checks (Episode * e)
   }
   ep_check (e, e->errors_expected == 0, "%u expected errors not posted",
       e->errors_expected);
+  ep_check (e, e->warnings_expected == 0, "%u expected warnings not posted",
+      e->warnings_expected);
 }
 
 /* Static, so that the exit and crash reports can still read it after
@@ -1800,10 +1889,8 @@ run_episode (guint64 seed)
       op_ready (e);
     else if (k < 97)
       op_attn (e);
-    else if (cls_on (CLS_REFUSED_CAPS))
-      op_refused_caps (e);
     else
-      op_buffer (e);
+      op_refused_caps (e);
   }
   ep_final_checks (e);
   if (verbose)
@@ -1831,14 +1918,7 @@ GST_START_TEST (test_fuzz_stream)
       (gint64) seconds * G_USEC_PER_SEC : 0;
   guint64 n;
   gint c;
-  gchar *on = g_strdup ("");
 
-  for (c = CLS_HUGE_GAP; c < N_CLS; c++)
-    if (cls_enabled[c] && pending_fix[c]) {
-      gchar *s = g_strdup_printf ("%s %d", on, c);
-      g_free (on);
-      on = s;
-    }
   signal (SIGSEGV, crash_handler);
   signal (SIGBUS, crash_handler);
   signal (SIGFPE, crash_handler);
@@ -1849,13 +1929,11 @@ GST_START_TEST (test_fuzz_stream)
   for (n = 0; seconds ? g_get_monotonic_time () < t_end : n < episodes; n++)
     run_episode (seed0 + n);
   fprintf (stderr, "sattn-fuzz: %" G_GUINT64_FORMAT " episodes from seed %"
-      G_GUINT64_FORMAT " passed (pending classes enabled:%s)\n", n, seed0,
-      *on ? on : " none");
+      G_GUINT64_FORMAT " passed (every input class generated)\n", n, seed0);
   for (c = 0; c < N_ST; c++)
     fprintf (stderr, "%s%s %" G_GUINT64_FORMAT, c ? ", " : "  covered: ",
         st_names[c], stats[c]);
   fprintf (stderr, "\n");
-  g_free (on);
   remove_tmp_dir ();
 }
 
@@ -1877,33 +1955,10 @@ sattn_fuzz_suite (void)
 int
 main (int argc, char **argv)
 {
-  const gchar *en = g_getenv ("SATTN_FUZZ_ENABLE");
-  gint c;
-
-  for (c = 0; c < N_CLS; c++)
-    cls_enabled[c] = !pending_fix[c];
-  if (en && *en) {
-    gchar **parts = g_strsplit (en, ",", -1), **p;
-
-    enable_env = g_strdup (en);
-    for (p = parts; *p; p++) {
-      if (g_strcmp0 (*p, "all") == 0) {
-        for (c = 0; c < N_CLS; c++)
-          cls_enabled[c] = TRUE;
-      } else {
-        c = atoi (*p);
-        if (c > 0 && c < N_CLS)
-          cls_enabled[c] = TRUE;
-      }
-    }
-    g_strfreev (parts);
-  }
   self_exe = g_file_read_link ("/proc/self/exe", NULL);
   if (self_exe == NULL)
     self_exe = g_strdup (argv[0]);
-  repro_pre = g_strdup_printf ("%s%s%sSATTN_FUZZ_SEED=",
-      enable_env ? "SATTN_FUZZ_ENABLE=" : "", enable_env ? enable_env : "",
-      enable_env ? " " : "");
+  repro_pre = g_strdup ("SATTN_FUZZ_SEED=");
   if (g_getenv ("SATTN_BUILD_ROOT"))
     repro_post = g_strdup_printf (" SATTN_FUZZ_EPISODES=1 meson test -C %s "
         "element-fuzz-stream --print-errorlogs",
@@ -1911,6 +1966,10 @@ main (int argc, char **argv)
   else
     repro_post = g_strdup_printf (" SATTN_FUZZ_EPISODES=1 %s", self_exe);
 
+  /* No fork: check's failure path in a forked child is _exit (), which
+   * would skip exit_report and lose the seed; in the same process a
+   * failed check returns here and the report runs at exit. */
+  g_setenv ("CK_FORK", "no", TRUE);
   gst_check_init (&argc, &argv);
   return gst_check_run_suite (sattn_fuzz_suite (), "sattn-fuzz-stream",
       __FILE__);

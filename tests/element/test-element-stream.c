@@ -572,6 +572,58 @@ GST_START_TEST (test_gap)
 
 GST_END_TEST;
 
+/* Input that adds no sample while half a frame is held must not mask
+ * that frame: a 0-byte buffer flagged GAP (0), a GAP event of duration 0
+ * at the counter (1).  16 frames of 2 samples x 1 channel cut at 5.5
+ * frames (a sample boundary) around it:
+ * every row equals the reference's with every frame valid. */
+GST_START_TEST (test_gap_adds_nothing)
+{
+  const gint rate = 1000;
+  const gsize d = 2, cut = 11 * sizeof (float);
+  RefConfig c = { 8, 2, 1, 0, 0.0, FALSE, OUT_FRAMES, START_PAD };
+  float x[32];
+  GstHarness *h;
+  SattnOutput o;
+  RefOut ref;
+  guint i;
+
+  sattn_fill_signal (x, 32, 73, 1.0f);
+  h = sattn_harness_new ("window", c.window, "hop", c.hop, "frame-size", 2,
+      NULL);
+  sattn_set_caps (h, rate, 1);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x, cut, 0,
+              0)), GST_FLOW_OK);
+  if (__i__ == 0) {
+    GstBuffer *buf = gst_buffer_new ();
+
+    GST_BUFFER_PTS (buf) = GST_CLOCK_TIME_NONE;
+    GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_GAP);
+    fail_unless_equals_int (gst_harness_push (h, buf), GST_FLOW_OK);
+  } else {
+    fail_unless (gst_harness_push_event (h, gst_event_new_gap
+            (11 * GST_MSECOND, 0)));
+  }
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new ((guint8 *)
+              x + cut, sizeof x - cut, GST_CLOCK_TIME_NONE, 0)),
+      GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+
+  sattn_output_init (&o);
+  sattn_output_pull_all (h, &o);
+  ref_stream (&c, x, NULL, 16, d, TRUE, &ref);
+  fail_unless_equals_int (sattn_check_buffers ("gap adds nothing", &o, 0,
+          o.bufs->len, 0, &ref, 0, rate, 2, 0), 16);
+  for (i = 0; i < o.bufs->len; i++)
+    fail_if (g_array_index (o.bufs, SattnOutBuf, i).gap);
+
+  ref_out_clear (&ref);
+  sattn_output_clear (&o);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
 /* Frames with NaN / Inf under invalid-frames=mask (0) and =zero (1). */
 GST_START_TEST (test_invalid_frames_policy)
 {
@@ -732,6 +784,7 @@ sattn_stream_suite (void)
   tcase_add_test (tc, test_new_segment);
   tcase_add_test (tc, test_event_order_and_caps_change);
   tcase_add_loop_test (tc, test_gap, 0, 2);
+  tcase_add_loop_test (tc, test_gap_adds_nothing, 0, 2);
   tcase_add_loop_test (tc, test_invalid_frames_policy, 0, 2);
   tcase_add_loop_test (tc, test_src_caps_per_mode, 0, 4);
   tcase_add_loop_test (tc, test_many_channels, 0, 3);

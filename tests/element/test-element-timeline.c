@@ -526,6 +526,55 @@ GST_START_TEST (test_gap_health_messages)
 
 GST_END_TEST;
 
+/* Two GAP events in a row (window 8, hop 6, rate 1200): the first, of
+ * 100 frames, is skipped in closed form and leaves frames that no window
+ * has covered yet (100 is not a multiple of the hop); the second, of 10
+ * frames, starts with a window that holds no usable frame and must be
+ * skipped too, not refused.  Frames (0) and last (1) mode: both events
+ * are taken, no error, and the output tiles the 20 + 110 + 20 frames. */
+GST_START_TEST (test_gap_after_gap)
+{
+  const gint rate = 1200;
+  const gsize T = 20, d = 1;
+  const gboolean last = __i__ == 1;
+  float x[2 * 20];
+  GstHarness *h;
+  GstBus *bus;
+  GstMessage *msg;
+  SattnOutput o;
+  GArray *items;
+
+#define FT(f) gst_util_uint64_scale ((f), GST_SECOND, rate)
+  sattn_fill_signal (x, 2 * T * d, 21, 1.0f);
+  h = sattn_harness_new ("window", 8, "hop", 6, "output", last ? OUT_LAST :
+      OUT_FRAMES, NULL);
+  bus = sattn_attach_bus (h);
+  sattn_set_caps (h, rate, d);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              T * d * sizeof (float), 0, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_gap (FT (20),
+              FT (120) - FT (20))));
+  fail_unless (gst_harness_push_event (h, gst_event_new_gap (FT (120),
+              FT (130) - FT (120))));
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x + T * d,
+              T * d * sizeof (float), FT (130), 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  fail_unless (msg == NULL, "error %" GST_PTR_FORMAT, msg);
+
+  sattn_output_init (&o);
+  items = pull_items (h, d, &o);
+  fail_unless_equals_uint64 (check_tiling (items, 0, rate,
+          !last, 6), 2 * T + 110);
+#undef FT
+  g_array_unref (items);
+  sattn_output_clear (&o);
+  sattn_detach_bus (h, bus);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
 static Suite *
 sattn_timeline_suite (void)
 {
@@ -536,6 +585,7 @@ sattn_timeline_suite (void)
   tcase_add_loop_test (tc, test_gap_huge, 0, 3);
   tcase_add_loop_test (tc, test_gap_end_of_time, 0, 4);
   tcase_add_test (tc, test_gap_health_messages);
+  tcase_add_loop_test (tc, test_gap_after_gap, 0, 2);
   tcase_add_loop_test (tc, test_contradicting_times, 0, 5);
   tcase_add_loop_test (tc, test_pts_end_of_clock, 0, 2);
   return s;
