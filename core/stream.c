@@ -28,6 +28,14 @@
 #define PROJ_ROWS 64
 #define PROJ_COLS 32
 
+/* Buffers written by several threads are cache-line aligned, and parts
+ * of different threads (score scratch, statistics, task sums) start on
+ * lines of their own: no false sharing between workers. */
+#define LINE 64
+#define LINE_FLOATS (LINE / sizeof (float))
+#define WSTATS_STRIDE ((sizeof (SattnStats) + LINE - 1) / LINE * LINE)
+#define TSUMS_STRIDE (LINE / sizeof (double))   /* doubles per task */
+
 struct SattnStream {
   const SattnModel *m;
   SattnStreamConfig sc;
@@ -40,9 +48,12 @@ struct SattnStream {
   float *o;                       /* n × dv */
   unsigned n_threads;             /* caller included */
   SattnPool *workers;             /* NULL with one thread */
-  SattnStats *wstats;             /* threads: per-worker statistics parts */
-  double *tsums;                  /* 2 per attention task: the weight and
-                                     entropy sums, merged in task order */
+  SattnStats *wstats;             /* threads: per-worker statistics parts,
+                                     WSTATS_STRIDE bytes apart */
+  double *tsums;                  /* 2 per attention task (TSUMS_STRIDE
+                                     apart): the weight and entropy sums,
+                                     merged in task order */
+  size_t sstride;                 /* floats between threads' score scratch */
   float *pool;                    /* n × d_out (mean mode) */
   float *wkeep;                   /* heads × n × ncols (keep_weights) */
   size_t wkeep_rows;
@@ -111,6 +122,33 @@ mul3 (size_t a, size_t b, size_t c)
   return a * b * c;
 }
 
+/* Floats of one thread's score scratch: min (ATTN_ROWS, window) rows,
+ * rounded up to whole cache lines. */
+static size_t
+score_stride (size_t n, size_t ncols)
+{
+  const size_t arows = n < ATTN_ROWS ? n : ATTN_ROWS;
+  if (ncols > (SIZE_MAX - LINE_FLOATS) / arows)
+    return 0;
+  return (arows * ncols + LINE_FLOATS - 1) / LINE_FLOATS * LINE_FLOATS;
+}
+
+/* size bytes at a cache-line boundary, NULL on failure. */
+static void *
+alloc_lines (size_t size)
+{
+  void *p = NULL;
+  if (posix_memalign (&p, LINE, size) != 0)
+    return NULL;
+  return p;
+}
+
+static SattnStats *
+wstats_at (SattnStream *s, unsigned w)
+{
+  return (SattnStats *) (void *) ((char *) s->wstats + w * WSTATS_STRIDE);
+}
+
 static size_t
 attn_tasks (size_t heads, size_t rows)
 {
@@ -124,7 +162,6 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
               StreamSizes *z)
 {
   const size_t n = sc->window, ncols = n + m->n_extra, H = m->cfg.heads;
-  const size_t arows = n < ATTN_ROWS ? n : ATTN_ROWS;
   const size_t fs = sizeof (float);
 
   *z = (StreamSizes) { 0 };
@@ -135,7 +172,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
       (z->ktring = mul3 (2 * n, m->dq, fs)) == 0 ||
       (z->kscratch = mul3 (n, m->dq, fs)) == 0 ||
       (z->vring = mul3 (2 * n, m->dv, fs)) == 0 ||
-      (z->scores = mul3 (z->n_threads, arows * ncols, fs)) == 0 ||
+      (z->scores = mul3 (z->n_threads, score_stride (n, ncols), fs)) == 0 ||
       (z->o = mul3 (n, m->dv, fs)) == 0)
     return 0;
   z->vring_ok = 2 * n;
@@ -148,8 +185,9 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
           (z->wkeep = mul3 (H * n, ncols, fs)) == 0))
     return 0;
   if (sc->collect_stats) {
-    z->wstats = z->n_threads * sizeof (SattnStats);
-    if ((z->tsums = mul3 (attn_tasks (H, n), 2, sizeof (double))) == 0)
+    z->wstats = z->n_threads * WSTATS_STRIDE;
+    if ((z->tsums = mul3 (attn_tasks (H, n), TSUMS_STRIDE,
+                sizeof (double))) == 0)
       return 0;
   }
   z->threads_bytes = sattn_pool_bytes (z->n_threads);
@@ -215,22 +253,22 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->h = sc->hop;
   s->ncols = n + m->n_extra;
   s->n_threads = z.n_threads;
-  s->qring = malloc (z.qring);
-  s->ktring = malloc (z.ktring);
-  s->kscratch = malloc (z.kscratch);
-  s->vring = malloc (z.vring);
+  s->qring = alloc_lines (z.qring);
+  s->ktring = alloc_lines (z.ktring);
+  s->kscratch = alloc_lines (z.kscratch);
+  s->vring = alloc_lines (z.vring);
   s->vring_ok = malloc (z.vring_ok);
   s->row_ok = malloc (z.row_ok);
-  s->scores = malloc (z.scores);
-  s->o = malloc (z.o);
+  s->scores = alloc_lines (z.scores);
+  s->o = alloc_lines (z.o);
   if (z.pool)
-    s->pool = malloc (z.pool);
+    s->pool = alloc_lines (z.pool);
   if (z.wkeep)
-    s->wkeep = malloc (z.wkeep);
+    s->wkeep = alloc_lines (z.wkeep);
   if (z.wstats)
-    s->wstats = malloc (z.wstats);
+    s->wstats = alloc_lines (z.wstats);
   if (z.tsums)
-    s->tsums = malloc (z.tsums);
+    s->tsums = alloc_lines (z.tsums);
   if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
       !s->row_ok || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
       (z.wstats && !s->wstats) || (z.tsums && !s->tsums)) {
@@ -242,8 +280,9 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     goto fail;
   }
   sattn_stats_clear (&s->stats);
+  s->sstride = score_stride (n, s->ncols);
   for (unsigned w = 0; s->wstats && w < s->n_threads; w++)
-    sattn_stats_clear (&s->wstats[w]);
+    sattn_stats_clear (wstats_at (s, w));
   sattn_stream_reset (s);
   if (status)
     *status = SATTN_OK;
@@ -362,8 +401,7 @@ attn_task (void *ctx, size_t task, unsigned worker)
   size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
   size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
   /* Each thread's scratch holds min (ATTN_ROWS, window) rows. */
-  const size_t arows = s->n < ATTN_ROWS ? s->n : ATTN_ROWS;
-  float *S = s->scores + (size_t) worker * arows * s->ncols;
+  float *S = s->scores + (size_t) worker * s->sstride;
 
   if (!s->sc.collect_stats) {
     sattn_attend_rows (s->m, c->a, h, r0, r1, S, NULL);
@@ -374,11 +412,11 @@ attn_task (void *ctx, size_t task, unsigned worker)
   SattnStats part;
   sattn_stats_clear (&part);
   sattn_attend_rows (s->m, c->a, h, r0, r1, S, &part);
-  s->tsums[2 * task] = part.max_weight_sum;
-  s->tsums[2 * task + 1] = part.entropy_sum;
+  s->tsums[TSUMS_STRIDE * task] = part.max_weight_sum;
+  s->tsums[TSUMS_STRIDE * task + 1] = part.entropy_sum;
   part.max_weight_sum = 0.0;
   part.entropy_sum = 0.0;
-  sattn_stats_merge (&s->wstats[worker], &part);
+  sattn_stats_merge (wstats_at (s, worker), &part);
 }
 
 /* Store frames [0, cnt) (all landing in ring slots without wrap) at
@@ -513,12 +551,12 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
-      sattn_stats_merge (stats, &s->wstats[w]);
-      sattn_stats_clear (&s->wstats[w]);
+      sattn_stats_merge (stats, wstats_at (s, w));
+      sattn_stats_clear (wstats_at (s, w));
     }
     for (size_t t = 0; t < n_tasks; t++) {
-      stats->max_weight_sum += s->tsums[2 * t];
-      stats->entropy_sum += s->tsums[2 * t + 1];
+      stats->max_weight_sum += s->tsums[TSUMS_STRIDE * t];
+      stats->entropy_sum += s->tsums[TSUMS_STRIDE * t + 1];
     }
   }
 
