@@ -334,19 +334,44 @@ sattn_stream_max_rows (const SattnStream *s, size_t n_frames)
 /* ------------------------------------------------------------- tasks */
 
 /* One projection y = x W^T + b (see sattn_project), cut into blocks of
- * PROJ_ROWS rows × PROJ_COLS columns. */
+ * PROJ_ROWS rows × PROJ_COLS columns.  A block can also be copied where
+ * the ring needs it (see proj_copies), so that this work runs in the
+ * tasks too. */
 typedef struct {
   const float *Wt, *b, *x;
   size_t n, d_in, d_out, ldx;
   float *y;
   size_t ldy;
   size_t col_blocks, first;      /* first: index of its first task */
+  size_t mirror;                 /* 0, or floats from a row of y to its copy */
+  float *kt;                     /* NULL, or y transposed: row c, column i */
+  size_t ldkt, kt_mirror;        /* kt's row stride; floats to its copy */
 } ProjJob;
 
 typedef struct {
   ProjJob job[3];
   size_t n_jobs, n_tasks;
+  double fma;                    /* multiply-adds of the tasks */
 } ProjCtx;
+
+/* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
+static void
+proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
+{
+  if (p->mirror)
+    for (size_t i = r0; i < r1; i++)
+      memcpy (p->y + i * p->ldy + c0 + p->mirror, p->y + i * p->ldy + c0,
+              (c1 - c0) * sizeof (float));
+  if (p->kt) {
+    const size_t km = p->kt_mirror;
+    for (size_t t = c0; t < c1; t++) {
+      float *restrict dst = p->kt + t * p->ldkt;
+      const float *restrict src = p->y + t;
+      for (size_t i = r0; i < r1; i++)
+        dst[i] = dst[i + km] = src[i * p->ldy];
+    }
+  }
+}
 
 static void
 proj_task (void *ctx, size_t task, unsigned worker)
@@ -364,25 +389,57 @@ proj_task (void *ctx, size_t task, unsigned worker)
   (void) worker;
   sattn_project_cols (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in,
                       p->d_out, c0, c1, p->ldx, p->y + r0 * p->ldy, p->ldy);
+  proj_copies (p, r0, r1, c0, c1);
 }
 
-/* Add a projection: identity copies and BLAS-sized products run here on
- * the caller's thread, the rest becomes tasks of c. */
+/* Add a projection: BLAS-sized products run here on the caller's thread
+ * (copies included), the rest becomes tasks of c.  Identity projections
+ * become tasks too when `copy_tasks`, else they run here. */
+static void
+proj_add_copies (ProjCtx *c, const float *Wt, const float *b, const float *x,
+                 size_t n, size_t d_in, size_t d_out, size_t ldx, float *y,
+                 size_t ldy, size_t mirror, float *kt, size_t ldkt,
+                 size_t kt_mirror, int copy_tasks)
+{
+  if (n == 0)
+    return;
+  ProjJob pj = { Wt, b, x, n, d_in, d_out, ldx, y, ldy,
+    (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks, mirror, kt, ldkt,
+    kt_mirror };
+  if ((Wt == NULL && !copy_tasks) ||
+      sattn_project_uses_blas (Wt, n, d_in, d_out)) {
+    sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
+    proj_copies (&pj, 0, n, 0, d_out);
+    return;
+  }
+  c->job[c->n_jobs++] = pj;
+  c->n_tasks += pj.col_blocks * ((n + PROJ_ROWS - 1) / PROJ_ROWS);
+  if (Wt != NULL)
+    c->fma += (double) n * d_in * d_out;
+}
+
 static void
 proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
           size_t n, size_t d_in, size_t d_out, size_t ldx, float *y,
           size_t ldy)
 {
-  if (n == 0)
-    return;
-  if (Wt == NULL || sattn_project_uses_blas (Wt, n, d_in, d_out)) {
-    sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
-    return;
-  }
-  ProjJob *p = &c->job[c->n_jobs++];
-  *p = (ProjJob) { Wt, b, x, n, d_in, d_out, ldx, y, ldy,
-    (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks };
-  c->n_tasks += p->col_blocks * ((n + PROJ_ROWS - 1) / PROJ_ROWS);
+  proj_add_copies (c, Wt, b, x, n, d_in, d_out, ldx, y, ldy, 0, NULL, 0, 0,
+                   0);
+}
+
+/* Below this many multiply-adds a projection phase runs on the caller's
+ * thread: handing it to the workers costs more than it saves.  The same
+ * blocks run either way: the bytes do not depend on it. */
+#define PROJ_PAR_FMA 100000.0
+/* Below this many floats written, the copies of identity projections run
+ * on the caller's thread. */
+#define COPY_PAR_FLOATS 8192
+
+static void
+proj_run (SattnStream *s, ProjCtx *pc)
+{
+  sattn_pool_run (pc->fma >= PROJ_PAR_FMA ? s->workers : NULL, pc->n_tasks,
+                  proj_task, pc);
 }
 
 /* The attention of one window: task = (head, block of ATTN_ROWS rows). */
@@ -454,11 +511,30 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   float *k = s->kscratch;
   float *v = s->vring + slot * dv;
 
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0 };
-  proj_add (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq);
-  proj_add (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq);
-  proj_add (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv);
-  sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
+  /* Except under SATTN_INVALID_ERROR (which may have to give the slots
+   * their old frames back from the mirrors), the tasks write the mirrors
+   * and the transposed K straight away; frames found unusable below are
+   * rewritten in every copy. */
+  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR;
+  float *kt = s->ktring + slot;
+  const size_t copies = cnt * (3 * dq + 2 * dv);
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
+  if (direct) {
+    proj_add_copies (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq, n * dq,
+                     NULL, 0, 0, copy_tasks);
+    proj_add_copies (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq, 0,
+                     kt, 2 * n, n, copy_tasks);
+    proj_add_copies (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv, n * dv,
+                     NULL, 0, 0, copy_tasks);
+  } else {
+    proj_add (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq);
+    proj_add (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq);
+    proj_add (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv);
+  }
+  if (copy_tasks && pc.fma < PROJ_PAR_FMA)
+    pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
+  proj_run (s, &pc);
 
   for (size_t i = 0; i < cnt; i++) {
     SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
@@ -493,15 +569,24 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       memset (k + i * dq, 0, dq * sizeof (float));
       memset (v + i * dv, 0, dv * sizeof (float));
     }
+    if (!(f == SATTN_FRAME_OK) && direct) {
+      /* Rewritten: its mirrors and transposed K follow. */
+      memcpy (q + (i + n) * dq, q + i * dq, dq * sizeof (float));
+      memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
+      for (size_t t = 0; t < dq; t++)
+        kt[t * 2 * n + i] = kt[t * 2 * n + i + n] = k[i * dq + t];
+    }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
-  memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
-  for (size_t t = 0; t < dq; t++) {
-    float *restrict dst = s->ktring + t * 2 * n + slot;
-    for (size_t i = 0; i < cnt; i++)
-      dst[i] = dst[i + n] = k[i * dq + t];
+  if (!direct) {
+    memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
+    for (size_t t = 0; t < dq; t++) {
+      float *restrict dst = s->ktring + t * 2 * n + slot;
+      for (size_t i = 0; i < cnt; i++)
+        dst[i] = dst[i + n] = k[i * dq + t];
+    }
+    memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
   }
-  memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
   return cnt;
 }
 
@@ -563,9 +648,9 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   if (m->wo == NULL && m->bo == NULL) {
     sattn_output_project (m, s->o, rows, out, ldo);
   } else {
-    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0 };
+    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
-    sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
+    proj_run (s, &pc);
   }
   /* On the calling thread, after the workers: it counts into s->stats. */
   finish_rows (s, a.query_ok, rows, q0, out, ldo);
