@@ -80,8 +80,10 @@ struct SattnPool {
   pthread_t *tid;
   Worker *wk;
   Range *range;                 /* n_threads */
-  Job job[2];
+  /* The line a waiting worker polls: the generation and the jobs it
+   * needs next come with one miss. */
   _Alignas (LINE) uint32_t gen; /* current generation (atomic) */
+  Job job[2];
   _Alignas (LINE) size_t done;  /* tasks finished in this run (atomic) */
   _Alignas (LINE) int stop;     /* atomic */
   int sleeping;                 /* atomic: workers in cond_wait */
