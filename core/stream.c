@@ -618,6 +618,9 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   size_t base = (size_t) (s->total % n);     /* first key slot */
   size_t q0 = n - rows;
   SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
+  /* Without an output projection the tasks write their rows of O straight
+   * into out: no serial copy after them. */
+  float *o = m->wo == NULL && m->bo == NULL && ldo == m->dv ? out : s->o;
 
   SattnAttnArgs a = {
     .q = s->qring + (base + q0) * m->dq, .ldq = m->dq,
@@ -627,7 +630,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
     .query_ok = s->vring_ok + base + q0,
     .allow = NULL, .ld_allow = 0,
     .m = rows, .nk = n, .q0 = q0,
-    .scores = NULL, .o = s->o,
+    .scores = NULL, .o = o,
     .weights = s->wkeep, .stats = NULL,
     .sat_threshold = s->sc.saturation_threshold,
   };
@@ -646,7 +649,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   }
 
   if (m->wo == NULL && m->bo == NULL) {
-    sattn_output_project (m, s->o, rows, out, ldo);
+    sattn_output_project (m, o, rows, out, ldo);
   } else {
     ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
