@@ -65,6 +65,12 @@ struct SattnStream {
   SattnStats stats;
   uint8_t *row_ok;                /* n: the last window's output rows that
                                      are valid (query usable, finite) */
+  /* Copies deferred to the window's tasks (see store_frames): frames
+   * dx[0, dcnt) of the current push, at slot dslot; dcopy[i] = 1 copies
+   * the frame, 0 writes zeros. */
+  const float *dx;
+  size_t dcnt, dslot;
+  uint8_t *dcopy;                 /* n */
   int have_error;                 /* a push stopped at err_frame */
   uint64_t err_frame;
   SattnFrameFault err_fault;
@@ -80,6 +86,7 @@ sattn_stream_free (SattnStream *s)
   free (s->wstats); free (s->tsums);
   sattn_pool_free (s->workers);
   free (s->row_ok);
+  free (s->dcopy);
   free (s);
 }
 
@@ -100,12 +107,14 @@ sattn_stream_reset (SattnStream *s)
   s->have_window = 0;
   s->wkeep_rows = 0;
   s->have_error = 0;
+  s->dcnt = 0;
 }
 
 /* Every allocation of a stream, in bytes: the one table sattn_stream_new
  * allocates from and sattn_stream_bytes adds up. */
 typedef struct {
-  size_t qring, ktring, kscratch, vring, vring_ok, row_ok, scores, o, pool,
+  size_t qring, ktring, kscratch, vring, vring_ok, row_ok, dcopy, scores, o,
+      pool,
       wkeep,
       wstats, tsums, threads_bytes, total;
   unsigned n_threads;
@@ -177,6 +186,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
     return 0;
   z->vring_ok = 2 * n;
   z->row_ok = n;
+  z->dcopy = n;
   if (sc->output == SATTN_OUTPUT_MEAN && (z->pool = mul3 (n, m->d_out, fs)) == 0)
     return 0;
   if (sc->output == SATTN_OUTPUT_WINDOW && mul3 (n, m->d_out, fs) == 0)
@@ -192,7 +202,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   }
   z->threads_bytes = sattn_pool_bytes (z->n_threads);
   size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
-    z->vring, z->vring_ok, z->row_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
+    z->vring, z->vring_ok, z->row_ok, z->dcopy, z->scores, z->o, z->pool, z->wkeep, z->wstats,
     z->tsums, z->threads_bytes };
   size_t total = 0;
   for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
@@ -259,6 +269,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->vring = alloc_lines (z.vring);
   s->vring_ok = malloc (z.vring_ok);
   s->row_ok = malloc (z.row_ok);
+  s->dcopy = malloc (z.dcopy);
   s->scores = alloc_lines (z.scores);
   s->o = alloc_lines (z.o);
   if (z.pool)
@@ -270,7 +281,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   if (z.tsums)
     s->tsums = alloc_lines (z.tsums);
   if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
-      !s->row_ok || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
+      !s->row_ok || !s->dcopy || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
       (z.wstats && !s->wstats) || (z.tsums && !s->tsums)) {
     st = SATTN_E_NOMEM;
     goto fail;
@@ -449,12 +460,48 @@ typedef struct {
   size_t row_blocks;
 } AttnCtx;
 
+/* Head h's columns of the deferred frames (see store_frames) into the
+ * rings: Q and V rows and their mirrors, K transposed in both copies.
+ * Only head h's attention reads them. */
+static void
+copy_deferred (SattnStream *s, size_t h)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
+  const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value, slot = s->dslot;
+
+  for (size_t i = 0; i < s->dcnt; i++) {
+    const float *x = s->dx + i * d;
+    float *q = s->qring + (slot + i) * dq + h * dh;
+    float *v = s->vring + (slot + i) * dv + h * dvh;
+    if (s->dcopy[i]) {
+      memcpy (q, x + h * dh, dh * sizeof (float));
+      memcpy (q + n * dq, x + h * dh, dh * sizeof (float));
+      memcpy (v, x + h * dvh, dvh * sizeof (float));
+      memcpy (v + n * dv, x + h * dvh, dvh * sizeof (float));
+    } else {
+      memset (q, 0, dh * sizeof (float));
+      memset (q + n * dq, 0, dh * sizeof (float));
+      memset (v, 0, dvh * sizeof (float));
+      memset (v + n * dv, 0, dvh * sizeof (float));
+    }
+  }
+  for (size_t t = h * dh; t < (h + 1) * dh; t++) {
+    float *restrict dst = s->ktring + t * 2 * n + slot;
+    for (size_t i = 0; i < s->dcnt; i++)
+      dst[i] = dst[i + n] = s->dcopy[i] ? s->dx[i * d + t] : 0.0f;
+  }
+}
+
 static void
 attn_task (void *ctx, size_t task, unsigned worker)
 {
   const AttnCtx *c = ctx;
   SattnStream *s = c->s;
   size_t h = task / c->row_blocks;
+  /* One task per head: it copies its head's deferred frames first. */
+  if (c->row_blocks == 1 && s->dcnt > 0)
+    copy_deferred (s, h);
   size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
   size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
   /* Each thread's scratch holds min (ATTN_ROWS, window) rows. */
@@ -517,6 +564,36 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * rewritten in every copy. */
   const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR;
   float *kt = s->ktring + slot;
+  /* Q, K and V plain copies of the frames, and a window due right after
+   * them (computed before this push returns, while x is valid): the
+   * window's tasks copy each head's columns themselves (see
+   * copy_deferred), in parallel instead of here.  A frame written as
+   * zeros instead (the frame rule) has dcopy 0. */
+  const int defer = direct && m->wq == NULL && m->bq == NULL &&
+      m->wk == NULL && m->bk == NULL && m->wv == NULL && m->bv == NULL &&
+      s->total + cnt == s->next_window;
+  if (defer) {
+    for (size_t i = 0; i < cnt; i++) {
+      SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
+                                             x + i * d, x + i * d, x + i * d,
+                                             x + i * d);
+      /* Zero policy: the projections of a zero frame are zeros here. */
+      int ok = f == SATTN_FRAME_OK ||
+          (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
+           (f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW));
+      if (f != SATTN_FRAME_OK) {
+        s->stats.invalid_frames++;
+        if (f == SATTN_FRAME_OVERFLOW)
+          s->stats.overflow_frames++;
+      }
+      s->dcopy[i] = f == SATTN_FRAME_OK;
+      s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
+    }
+    s->dx = x;
+    s->dcnt = cnt;
+    s->dslot = slot;
+    return cnt;
+  }
   const size_t copies = cnt * (3 * dq + 2 * dv);
   ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
   int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
@@ -636,7 +713,12 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   };
   AttnCtx ac = { s, &a, (rows + ATTN_ROWS - 1) / ATTN_ROWS };
   size_t n_tasks = attn_tasks (m->cfg.heads, rows);
+  /* Deferred copies: in the tasks with one task per head, else here. */
+  if (s->dcnt > 0 && ac.row_blocks != 1)
+    for (size_t h = 0; h < m->cfg.heads; h++)
+      copy_deferred (s, h);
   sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+  s->dcnt = 0;
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
       sattn_stats_merge (stats, wstats_at (s, w));
