@@ -565,13 +565,15 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR;
   float *kt = s->ktring + slot;
   /* Q, K and V plain copies of the frames, and a window due right after
-   * them (computed before this push returns, while x is valid): the
-   * window's tasks copy each head's columns themselves (see
-   * copy_deferred), in parallel instead of here.  A frame written as
+   * them (computed before this push returns, while x is valid), too few
+   * for copy tasks of their own: the window's tasks copy each head's
+   * columns themselves (see copy_deferred), in parallel instead of here.  A frame written as
    * zeros instead (the frame rule) has dcopy 0. */
-  const int defer = direct && m->wq == NULL && m->bq == NULL &&
-      m->wk == NULL && m->bk == NULL && m->wv == NULL && m->bv == NULL &&
-      s->total + cnt == s->next_window;
+  const size_t copies = cnt * (3 * dq + 2 * dv);
+  int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
+  const int defer = direct && !copy_tasks &&
+      m->wq == NULL && m->bq == NULL && m->wk == NULL && m->bk == NULL &&
+      m->wv == NULL && m->bv == NULL && s->total + cnt == s->next_window;
   if (defer) {
     for (size_t i = 0; i < cnt; i++) {
       SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
@@ -594,9 +596,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     s->dslot = slot;
     return cnt;
   }
-  const size_t copies = cnt * (3 * dq + 2 * dv);
   ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
-  int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
   if (direct) {
     proj_add_copies (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq, n * dq,
                      NULL, 0, 0, copy_tasks);
