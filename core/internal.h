@@ -128,6 +128,9 @@ void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
 float sattn_softmax_scan (float *s, size_t n, const uint8_t *ok, float scale,
                           size_t counts[4]);
 void sattn_mul (float *y, size_t n, float a);
+/* Nonzero when every one of n floats is finite (sattn_all_finite, tested
+ * on the bits: vectorised, exact). */
+int sattn_finite (const float *x, size_t n);
 /* y[i] = exp (y[i] - mx) (all y[i] <= mx, -inf allowed); returns the sum. */
 double sattn_exp_sum (float *y, size_t n, float mx);
 /* The same, also returning *ex = sum of e_i (y_i - mx) over entries with

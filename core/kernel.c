@@ -212,7 +212,7 @@ clamp_context (float *o, size_t rows, size_t ld, size_t dv)
 {
   for (size_t i = 0; i < rows; i++) {
     float *r = o + i * ld;
-    if (sattn_all_finite (r, dv))
+    if (sattn_finite (r, dv))
       continue;
     for (size_t t = 0; t < dv; t++) {
       if (r[t] > FLT_MAX)
@@ -305,10 +305,14 @@ sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
 {
   if (flagged)
     return SATTN_FRAME_FLAGGED;
-  if (!sattn_all_finite (x, m->cfg.d_model))
+  if (!sattn_finite (x, m->cfg.d_model))
     return SATTN_FRAME_NONFINITE;
-  if (!sattn_all_finite (q, m->dq) || !sattn_all_finite (k, m->dq) ||
-      !sattn_all_finite (v, m->dv))
+  /* An identity projection without bias copies x: finite already. */
+  if ((m->wq != NULL || m->bq != NULL) && !sattn_finite (q, m->dq))
+    return SATTN_FRAME_OVERFLOW;
+  if ((m->wk != NULL || m->bk != NULL) && !sattn_finite (k, m->dq))
+    return SATTN_FRAME_OVERFLOW;
+  if ((m->wv != NULL || m->bv != NULL) && !sattn_finite (v, m->dv))
     return SATTN_FRAME_OVERFLOW;
   return SATTN_FRAME_OK;
 }
@@ -320,7 +324,7 @@ sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
   size_t bad = 0;
   for (size_t i = 0; i < rows; i++) {
     float *r = out + i * ldo;
-    if (sattn_all_finite (r, m->d_out))
+    if (sattn_finite (r, m->d_out))
       continue;
     memset (r, 0, m->d_out * sizeof (float));
     if (row_ok)

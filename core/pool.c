@@ -2,22 +2,33 @@
  *
  * sattn_pool_run (p, n, fn, ctx) runs fn (ctx, task, worker) for every
  * task in [0, n) on the calling thread and the pool's workers, and returns
- * when all of them are done.  Which thread runs which task is left to
- * chance; callers make every task write its own disjoint output (and
- * per-task or per-worker scratch), so results never depend on it.
+ * when all of them are done.  Which thread runs which task is not fixed;
+ * callers make every task write its own disjoint output (and per-task or
+ * per-worker scratch), so results never depend on it.
  *
- * Claiming: one 64-bit word holds (generation << 32 | next task).  A run
- * publishes its job (fn, ctx, n) in the slot of its generation's parity,
- * then stores (gen, 0).  A thread claims task i by a compare-and-swap
- * (gen, i) -> (gen, i + 1); the swap only succeeds while the generation is
- * current and unfinished, so a thread that read a stale job slot can never
- * run a task with it (the slot of gen + 2 is written only after gen + 1
- * was published).  The caller waits for the done counter only, never for
- * a worker that is still asleep: such a worker finds nothing to claim.
+ * Affinity: the tasks are cut into one contiguous range per thread
+ * (thread t's range is [t n / T, (t + 1) n / T)); each thread runs its own
+ * range first, then takes what is left of the others' (a late or
+ * descheduled thread's work is not lost, only moved).  Callers number
+ * tasks so that a range keeps the same data from run to run (the heads of
+ * a window), so each thread finds its heads' key/value rings in its own
+ * cache hop after hop.
+ *
+ * Claiming: each range has a word (generation << 32 | next task) on a
+ * cache line of its own.  A run publishes its job (fn, ctx, n) in the slot
+ * of its generation's parity, resets every range word to (gen, start),
+ * then stores gen in the generation word.  A thread claims task i of a
+ * range by a compare-and-swap (gen, i) -> (gen, i + 1); the swap only
+ * succeeds while the generation is current, so a thread that read a stale
+ * job slot can never run a task with it (the slot of gen + 2 is written
+ * only after every task of gen + 1 was done).  The caller waits for the
+ * done counter only, never for a worker that is still asleep: such a
+ * worker finds nothing to claim.
  *
  * Idle workers spin for a short bounded time, then sleep on a condition
- * variable; the caller broadcasts only when a worker sleeps.  Nothing is
- * allocated by sattn_pool_run.
+ * variable; the caller broadcasts only when a worker sleeps.  The words
+ * written by different threads (generation, done counter, range words)
+ * sit on separate cache lines.  Nothing is allocated by sattn_pool_run.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -26,6 +37,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +55,8 @@
 /* Workers need little stack: the hot loops use a few KiB. */
 #define WORKER_STACK (256 * 1024)
 
+#define LINE 64
+
 typedef struct {
   SattnTaskFn fn;       /* accessed with __atomic: see the header comment */
   void *ctx;
@@ -54,15 +68,24 @@ typedef struct {
   unsigned id;
 } Worker;
 
+/* One thread's range of tasks: gen << 32 | next task (atomic). */
+typedef struct {
+  _Alignas (LINE) uint64_t word;
+} Range;
+
 struct SattnPool {
+  /* Read by every thread, written by the caller once per run. */
   unsigned n_threads;           /* caller included */
   unsigned n_started;           /* workers created */
   pthread_t *tid;
   Worker *wk;
-  uint64_t state;               /* gen << 32 | next task (atomic) */
-  size_t done;                  /* tasks finished in this run (atomic) */
+  Range *range;                 /* n_threads */
+  /* The line a waiting worker polls: the generation and the jobs it
+   * needs next come with one miss. */
+  _Alignas (LINE) uint32_t gen; /* current generation (atomic) */
   Job job[2];
-  int stop;                     /* atomic */
+  _Alignas (LINE) size_t done;  /* tasks finished in this run (atomic) */
+  _Alignas (LINE) int stop;     /* atomic */
   int sleeping;                 /* atomic: workers in cond_wait */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -100,34 +123,47 @@ sattn_pool_bytes (unsigned n_threads)
   if (n_threads <= 1)
     return 0;
   size_t w = n_threads - 1;
-  return sizeof (SattnPool) + w * (sizeof (pthread_t) + sizeof (Worker) +
-      WORKER_STACK);
+  return sizeof (SattnPool) + n_threads * sizeof (Range) +
+      w * (sizeof (pthread_t) + sizeof (Worker) + WORKER_STACK);
 }
 
-/* Claim and run tasks of generation gen until none is left. */
+/* First task of thread t's range (t = n_threads: n). */
+static inline size_t
+range_start (const SattnPool *p, unsigned t, size_t n)
+{
+  return (size_t) ((uint64_t) t * n / p->n_threads);
+}
+
+/* Claim and run tasks of generation gen until none is left: the thread's
+ * own range first, then the others' in turn. */
 static void
 run_tasks (SattnPool *p, uint32_t gen, unsigned id)
 {
-  uint64_t st = __atomic_load_n (&p->state, __ATOMIC_ACQUIRE);
-  for (;;) {
-    if ((uint32_t) (st >> 32) != gen)
-      return;
-    const Job *j = &p->job[gen & 1];
-    size_t n = __atomic_load_n (&j->n, __ATOMIC_RELAXED);
-    size_t i = (size_t) (uint32_t) st;
-    if (i >= n)
-      return;
-    SattnTaskFn fn = __atomic_load_n (&j->fn, __ATOMIC_RELAXED);
-    void *ctx = __atomic_load_n (&j->ctx, __ATOMIC_RELAXED);
-    if (__atomic_compare_exchange_n (&p->state, &st, st + 1, 0,
-            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      /* The swap succeeded: gen was current and task i unclaimed, so fn,
-       * ctx and n were gen's (see the header comment). */
-      fn (ctx, i, id);
-      __atomic_fetch_add (&p->done, 1, __ATOMIC_RELEASE);
-      st = __atomic_load_n (&p->state, __ATOMIC_ACQUIRE);
+  const Job *j = &p->job[gen & 1];
+  const unsigned T = p->n_threads;
+  for (unsigned k = 0; k < T; k++) {
+    unsigned r = id + k < T ? id + k : id + k - T;
+    uint64_t *w = &p->range[r].word;
+    uint64_t st = __atomic_load_n (w, __ATOMIC_ACQUIRE);
+    for (;;) {
+      if ((uint32_t) (st >> 32) != gen)
+        return;               /* a later run has started: nothing is ours */
+      size_t n = __atomic_load_n (&j->n, __ATOMIC_RELAXED);
+      size_t i = (size_t) (uint32_t) st;
+      if (i >= range_start (p, r + 1, n))
+        break;
+      SattnTaskFn fn = __atomic_load_n (&j->fn, __ATOMIC_RELAXED);
+      void *ctx = __atomic_load_n (&j->ctx, __ATOMIC_RELAXED);
+      if (__atomic_compare_exchange_n (w, &st, st + 1, 0,
+              __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        /* The swap succeeded: gen was current and task i unclaimed, so
+         * fn, ctx and n were gen's (see the header comment). */
+        fn (ctx, i, id);
+        __atomic_fetch_add (&p->done, 1, __ATOMIC_RELEASE);
+        st = __atomic_load_n (w, __ATOMIC_ACQUIRE);
+      }
+      /* On failure st holds the current value: retry with it. */
     }
-    /* On failure st holds the current value: retry with it. */
   }
 }
 
@@ -150,19 +186,22 @@ worker_main (void *arg)
     uint32_t gen = seen;
     int64_t t_end = mono_ns () + SPIN_NS;
     for (unsigned k = 1;; k++) {
-      if (__atomic_load_n (&p->stop, __ATOMIC_ACQUIRE))
-        return NULL;
-      gen = (uint32_t) (__atomic_load_n (&p->state, __ATOMIC_ACQUIRE) >> 32);
-      if (gen != seen || (k % 64 == 0 && mono_ns () > t_end))
+      gen = __atomic_load_n (&p->gen, __ATOMIC_ACQUIRE);
+      if (gen != seen)
         break;
+      if (k % 64 == 0) {
+        if (__atomic_load_n (&p->stop, __ATOMIC_ACQUIRE))
+          return NULL;
+        if (mono_ns () > t_end)
+          break;
+      }
       cpu_relax ();
     }
     if (gen == seen) {
       pthread_mutex_lock (&p->mu);
       __atomic_fetch_add (&p->sleeping, 1, __ATOMIC_SEQ_CST);
       while (!__atomic_load_n (&p->stop, __ATOMIC_SEQ_CST) &&
-          (gen = (uint32_t) (__atomic_load_n (&p->state,
-                      __ATOMIC_SEQ_CST) >> 32)) == seen)
+          (gen = __atomic_load_n (&p->gen, __ATOMIC_SEQ_CST)) == seen)
         pthread_cond_wait (&p->cv, &p->mu);
       __atomic_fetch_sub (&p->sleeping, 1, __ATOMIC_SEQ_CST);
       pthread_mutex_unlock (&p->mu);
@@ -189,6 +228,7 @@ sattn_pool_free (SattnPool *p)
   pthread_mutex_destroy (&p->mu);
   free (p->tid);
   free (p->wk);
+  free (p->range);
   free (p);
 }
 
@@ -197,21 +237,26 @@ sattn_pool_new (unsigned n_threads)
 {
   if (n_threads <= 1)
     return NULL;
-  SattnPool *p = calloc (1, sizeof (*p));
+  SattnPool *p = aligned_alloc (LINE, sizeof (*p));
   if (p == NULL)
     return NULL;
+  memset (p, 0, sizeof (*p));
   p->n_threads = n_threads;
   p->tid = calloc (n_threads - 1, sizeof (pthread_t));
   p->wk = calloc (n_threads - 1, sizeof (Worker));
-  if (p->tid == NULL || p->wk == NULL) {
+  p->range = aligned_alloc (LINE, n_threads * sizeof (Range));
+  if (p->tid == NULL || p->wk == NULL || p->range == NULL) {
     free (p->tid);
     free (p->wk);
+    free (p->range);
     free (p);
     return NULL;
   }
+  memset (p->range, 0, n_threads * sizeof (Range));
   if (pthread_mutex_init (&p->mu, NULL) != 0) {
     free (p->tid);
     free (p->wk);
+    free (p->range);
     free (p);
     return NULL;
   }
@@ -219,6 +264,7 @@ sattn_pool_new (unsigned n_threads)
     pthread_mutex_destroy (&p->mu);
     free (p->tid);
     free (p->wk);
+    free (p->range);
     free (p);
     return NULL;
   }
@@ -259,14 +305,17 @@ sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
       fn (ctx, i, 0);
     return;
   }
-  uint64_t st = __atomic_load_n (&p->state, __ATOMIC_RELAXED);
-  uint32_t gen = (uint32_t) (st >> 32) + 1;
+  uint32_t gen = __atomic_load_n (&p->gen, __ATOMIC_RELAXED) + 1;
   Job *j = &p->job[gen & 1];
   __atomic_store_n (&j->fn, fn, __ATOMIC_RELAXED);
   __atomic_store_n (&j->ctx, ctx, __ATOMIC_RELAXED);
   __atomic_store_n (&j->n, n, __ATOMIC_RELAXED);
   __atomic_store_n (&p->done, 0, __ATOMIC_RELAXED);
-  __atomic_store_n (&p->state, (uint64_t) gen << 32, __ATOMIC_SEQ_CST);
+  for (unsigned t = 0; t < p->n_threads; t++)
+    __atomic_store_n (&p->range[t].word,
+                      (uint64_t) gen << 32 | range_start (p, t, n),
+                      __ATOMIC_RELEASE);
+  __atomic_store_n (&p->gen, gen, __ATOMIC_SEQ_CST);
   if (__atomic_load_n (&p->sleeping, __ATOMIC_SEQ_CST) > 0) {
     pthread_mutex_lock (&p->mu);
     pthread_cond_broadcast (&p->cv);

@@ -146,6 +146,21 @@ exp_sum_body_portable (float *y, size_t n, float mx, double *ex, float *xmin)
 
 /* ---------------------------------------------------------------- AVX2 */
 
+/* A float is finite unless its exponent field is all ones: adding 1 to
+ * the field carries into bit 31 exactly then.  Integer OR, so the loop
+ * vectorises without reassociating any float arithmetic. */
+static int
+finite_portable (const float *restrict x, size_t n)
+{
+  uint32_t acc = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy (&u, x + i, sizeof (u));
+    acc |= (u & 0x7f800000u) + 0x00800000u;
+  }
+  return (acc & 0x80000000u) == 0;
+}
+
 #ifdef SATTN_HAVE_X86
 #define AVX2 __attribute__ ((target ("avx2,fma")))
 
@@ -498,6 +513,21 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
     m = t > m ? t : m;
   }
   return m;
+}
+
+AVX2 static int
+finite_avx2 (const float *restrict x, size_t n)
+{
+  const __m256i em = _mm256_set1_epi32 (0x7f800000), one = _mm256_set1_epi32 (0x00800000);
+  __m256i acc = _mm256_setzero_si256 ();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i u = _mm256_loadu_si256 ((const __m256i *) (x + i));
+    acc = _mm256_or_si256 (acc,
+        _mm256_add_epi32 (_mm256_and_si256 (u, em), one));
+  }
+  return _mm256_movemask_ps (_mm256_castsi256_ps (acc)) == 0 &&
+      finite_portable (x + i, n - i);
 }
 
 AVX2 static void
@@ -865,4 +895,14 @@ sattn_exp_sum_stats (float *y, size_t n, float mx, double *ex, float *xmin)
     return exp_sum_stats_avx2 (y, n, mx, ex, xmin);
 #endif
   return exp_sum_body_portable (y, n, mx, ex, xmin);
+}
+
+int
+sattn_finite (const float *x, size_t n)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 0)
+    return finite_avx2 (x, n);
+#endif
+  return finite_portable (x, n);
 }

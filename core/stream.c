@@ -28,6 +28,14 @@
 #define PROJ_ROWS 64
 #define PROJ_COLS 32
 
+/* Buffers written by several threads are cache-line aligned, and parts
+ * of different threads (score scratch, statistics, task sums) start on
+ * lines of their own: no false sharing between workers. */
+#define LINE 64
+#define LINE_FLOATS (LINE / sizeof (float))
+#define WSTATS_STRIDE ((sizeof (SattnStats) + LINE - 1) / LINE * LINE)
+#define TSUMS_STRIDE (LINE / sizeof (double))   /* doubles per task */
+
 struct SattnStream {
   const SattnModel *m;
   SattnStreamConfig sc;
@@ -40,9 +48,12 @@ struct SattnStream {
   float *o;                       /* n × dv */
   unsigned n_threads;             /* caller included */
   SattnPool *workers;             /* NULL with one thread */
-  SattnStats *wstats;             /* threads: per-worker statistics parts */
-  double *tsums;                  /* 2 per attention task: the weight and
-                                     entropy sums, merged in task order */
+  SattnStats *wstats;             /* threads: per-worker statistics parts,
+                                     WSTATS_STRIDE bytes apart */
+  double *tsums;                  /* 2 per attention task (TSUMS_STRIDE
+                                     apart): the weight and entropy sums,
+                                     merged in task order */
+  size_t sstride;                 /* floats between threads' score scratch */
   float *pool;                    /* n × d_out (mean mode) */
   float *wkeep;                   /* heads × n × ncols (keep_weights) */
   size_t wkeep_rows;
@@ -54,6 +65,12 @@ struct SattnStream {
   SattnStats stats;
   uint8_t *row_ok;                /* n: the last window's output rows that
                                      are valid (query usable, finite) */
+  /* Copies deferred to the window's tasks (see store_frames): frames
+   * dx[0, dcnt) of the current push, at slot dslot; dcopy[i] = 1 copies
+   * the frame, 0 writes zeros. */
+  const float *dx;
+  size_t dcnt, dslot;
+  uint8_t *dcopy;                 /* n */
   int have_error;                 /* a push stopped at err_frame */
   uint64_t err_frame;
   SattnFrameFault err_fault;
@@ -69,6 +86,7 @@ sattn_stream_free (SattnStream *s)
   free (s->wstats); free (s->tsums);
   sattn_pool_free (s->workers);
   free (s->row_ok);
+  free (s->dcopy);
   free (s);
 }
 
@@ -89,12 +107,14 @@ sattn_stream_reset (SattnStream *s)
   s->have_window = 0;
   s->wkeep_rows = 0;
   s->have_error = 0;
+  s->dcnt = 0;
 }
 
 /* Every allocation of a stream, in bytes: the one table sattn_stream_new
  * allocates from and sattn_stream_bytes adds up. */
 typedef struct {
-  size_t qring, ktring, kscratch, vring, vring_ok, row_ok, scores, o, pool,
+  size_t qring, ktring, kscratch, vring, vring_ok, row_ok, dcopy, scores, o,
+      pool,
       wkeep,
       wstats, tsums, threads_bytes, total;
   unsigned n_threads;
@@ -111,6 +131,33 @@ mul3 (size_t a, size_t b, size_t c)
   return a * b * c;
 }
 
+/* Floats of one thread's score scratch: min (ATTN_ROWS, window) rows,
+ * rounded up to whole cache lines. */
+static size_t
+score_stride (size_t n, size_t ncols)
+{
+  const size_t arows = n < ATTN_ROWS ? n : ATTN_ROWS;
+  if (ncols > (SIZE_MAX - LINE_FLOATS) / arows)
+    return 0;
+  return (arows * ncols + LINE_FLOATS - 1) / LINE_FLOATS * LINE_FLOATS;
+}
+
+/* size bytes at a cache-line boundary, NULL on failure. */
+static void *
+alloc_lines (size_t size)
+{
+  void *p = NULL;
+  if (posix_memalign (&p, LINE, size) != 0)
+    return NULL;
+  return p;
+}
+
+static SattnStats *
+wstats_at (SattnStream *s, unsigned w)
+{
+  return (SattnStats *) (void *) ((char *) s->wstats + w * WSTATS_STRIDE);
+}
+
 static size_t
 attn_tasks (size_t heads, size_t rows)
 {
@@ -124,7 +171,6 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
               StreamSizes *z)
 {
   const size_t n = sc->window, ncols = n + m->n_extra, H = m->cfg.heads;
-  const size_t arows = n < ATTN_ROWS ? n : ATTN_ROWS;
   const size_t fs = sizeof (float);
 
   *z = (StreamSizes) { 0 };
@@ -135,11 +181,12 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
       (z->ktring = mul3 (2 * n, m->dq, fs)) == 0 ||
       (z->kscratch = mul3 (n, m->dq, fs)) == 0 ||
       (z->vring = mul3 (2 * n, m->dv, fs)) == 0 ||
-      (z->scores = mul3 (z->n_threads, arows * ncols, fs)) == 0 ||
+      (z->scores = mul3 (z->n_threads, score_stride (n, ncols), fs)) == 0 ||
       (z->o = mul3 (n, m->dv, fs)) == 0)
     return 0;
   z->vring_ok = 2 * n;
   z->row_ok = n;
+  z->dcopy = n;
   if (sc->output == SATTN_OUTPUT_MEAN && (z->pool = mul3 (n, m->d_out, fs)) == 0)
     return 0;
   if (sc->output == SATTN_OUTPUT_WINDOW && mul3 (n, m->d_out, fs) == 0)
@@ -148,13 +195,14 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
           (z->wkeep = mul3 (H * n, ncols, fs)) == 0))
     return 0;
   if (sc->collect_stats) {
-    z->wstats = z->n_threads * sizeof (SattnStats);
-    if ((z->tsums = mul3 (attn_tasks (H, n), 2, sizeof (double))) == 0)
+    z->wstats = z->n_threads * WSTATS_STRIDE;
+    if ((z->tsums = mul3 (attn_tasks (H, n), TSUMS_STRIDE,
+                sizeof (double))) == 0)
       return 0;
   }
   z->threads_bytes = sattn_pool_bytes (z->n_threads);
   size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
-    z->vring, z->vring_ok, z->row_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
+    z->vring, z->vring_ok, z->row_ok, z->dcopy, z->scores, z->o, z->pool, z->wkeep, z->wstats,
     z->tsums, z->threads_bytes };
   size_t total = 0;
   for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
@@ -215,24 +263,25 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->h = sc->hop;
   s->ncols = n + m->n_extra;
   s->n_threads = z.n_threads;
-  s->qring = malloc (z.qring);
-  s->ktring = malloc (z.ktring);
-  s->kscratch = malloc (z.kscratch);
-  s->vring = malloc (z.vring);
+  s->qring = alloc_lines (z.qring);
+  s->ktring = alloc_lines (z.ktring);
+  s->kscratch = alloc_lines (z.kscratch);
+  s->vring = alloc_lines (z.vring);
   s->vring_ok = malloc (z.vring_ok);
   s->row_ok = malloc (z.row_ok);
-  s->scores = malloc (z.scores);
-  s->o = malloc (z.o);
+  s->dcopy = malloc (z.dcopy);
+  s->scores = alloc_lines (z.scores);
+  s->o = alloc_lines (z.o);
   if (z.pool)
-    s->pool = malloc (z.pool);
+    s->pool = alloc_lines (z.pool);
   if (z.wkeep)
-    s->wkeep = malloc (z.wkeep);
+    s->wkeep = alloc_lines (z.wkeep);
   if (z.wstats)
-    s->wstats = malloc (z.wstats);
+    s->wstats = alloc_lines (z.wstats);
   if (z.tsums)
-    s->tsums = malloc (z.tsums);
+    s->tsums = alloc_lines (z.tsums);
   if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
-      !s->row_ok || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
+      !s->row_ok || !s->dcopy || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
       (z.wstats && !s->wstats) || (z.tsums && !s->tsums)) {
     st = SATTN_E_NOMEM;
     goto fail;
@@ -242,8 +291,9 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     goto fail;
   }
   sattn_stats_clear (&s->stats);
+  s->sstride = score_stride (n, s->ncols);
   for (unsigned w = 0; s->wstats && w < s->n_threads; w++)
-    sattn_stats_clear (&s->wstats[w]);
+    sattn_stats_clear (wstats_at (s, w));
   sattn_stream_reset (s);
   if (status)
     *status = SATTN_OK;
@@ -295,19 +345,44 @@ sattn_stream_max_rows (const SattnStream *s, size_t n_frames)
 /* ------------------------------------------------------------- tasks */
 
 /* One projection y = x W^T + b (see sattn_project), cut into blocks of
- * PROJ_ROWS rows × PROJ_COLS columns. */
+ * PROJ_ROWS rows × PROJ_COLS columns.  A block can also be copied where
+ * the ring needs it (see proj_copies), so that this work runs in the
+ * tasks too. */
 typedef struct {
   const float *Wt, *b, *x;
   size_t n, d_in, d_out, ldx;
   float *y;
   size_t ldy;
   size_t col_blocks, first;      /* first: index of its first task */
+  size_t mirror;                 /* 0, or floats from a row of y to its copy */
+  float *kt;                     /* NULL, or y transposed: row c, column i */
+  size_t ldkt, kt_mirror;        /* kt's row stride; floats to its copy */
 } ProjJob;
 
 typedef struct {
   ProjJob job[3];
   size_t n_jobs, n_tasks;
+  double fma;                    /* multiply-adds of the tasks */
 } ProjCtx;
+
+/* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
+static void
+proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
+{
+  if (p->mirror)
+    for (size_t i = r0; i < r1; i++)
+      memcpy (p->y + i * p->ldy + c0 + p->mirror, p->y + i * p->ldy + c0,
+              (c1 - c0) * sizeof (float));
+  if (p->kt) {
+    const size_t km = p->kt_mirror;
+    for (size_t t = c0; t < c1; t++) {
+      float *restrict dst = p->kt + t * p->ldkt;
+      const float *restrict src = p->y + t;
+      for (size_t i = r0; i < r1; i++)
+        dst[i] = dst[i + km] = src[i * p->ldy];
+    }
+  }
+}
 
 static void
 proj_task (void *ctx, size_t task, unsigned worker)
@@ -325,25 +400,57 @@ proj_task (void *ctx, size_t task, unsigned worker)
   (void) worker;
   sattn_project_cols (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in,
                       p->d_out, c0, c1, p->ldx, p->y + r0 * p->ldy, p->ldy);
+  proj_copies (p, r0, r1, c0, c1);
 }
 
-/* Add a projection: identity copies and BLAS-sized products run here on
- * the caller's thread, the rest becomes tasks of c. */
+/* Add a projection: BLAS-sized products run here on the caller's thread
+ * (copies included), the rest becomes tasks of c.  Identity projections
+ * become tasks too when `copy_tasks`, else they run here. */
+static void
+proj_add_copies (ProjCtx *c, const float *Wt, const float *b, const float *x,
+                 size_t n, size_t d_in, size_t d_out, size_t ldx, float *y,
+                 size_t ldy, size_t mirror, float *kt, size_t ldkt,
+                 size_t kt_mirror, int copy_tasks)
+{
+  if (n == 0)
+    return;
+  ProjJob pj = { Wt, b, x, n, d_in, d_out, ldx, y, ldy,
+    (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks, mirror, kt, ldkt,
+    kt_mirror };
+  if ((Wt == NULL && !copy_tasks) ||
+      sattn_project_uses_blas (Wt, n, d_in, d_out)) {
+    sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
+    proj_copies (&pj, 0, n, 0, d_out);
+    return;
+  }
+  c->job[c->n_jobs++] = pj;
+  c->n_tasks += pj.col_blocks * ((n + PROJ_ROWS - 1) / PROJ_ROWS);
+  if (Wt != NULL)
+    c->fma += (double) n * d_in * d_out;
+}
+
 static void
 proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
           size_t n, size_t d_in, size_t d_out, size_t ldx, float *y,
           size_t ldy)
 {
-  if (n == 0)
-    return;
-  if (Wt == NULL || sattn_project_uses_blas (Wt, n, d_in, d_out)) {
-    sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
-    return;
-  }
-  ProjJob *p = &c->job[c->n_jobs++];
-  *p = (ProjJob) { Wt, b, x, n, d_in, d_out, ldx, y, ldy,
-    (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks };
-  c->n_tasks += p->col_blocks * ((n + PROJ_ROWS - 1) / PROJ_ROWS);
+  proj_add_copies (c, Wt, b, x, n, d_in, d_out, ldx, y, ldy, 0, NULL, 0, 0,
+                   0);
+}
+
+/* Below this many multiply-adds a projection phase runs on the caller's
+ * thread: handing it to the workers costs more than it saves.  The same
+ * blocks run either way: the bytes do not depend on it. */
+#define PROJ_PAR_FMA 100000.0
+/* Below this many floats written, the copies of identity projections run
+ * on the caller's thread. */
+#define COPY_PAR_FLOATS 8192
+
+static void
+proj_run (SattnStream *s, ProjCtx *pc)
+{
+  sattn_pool_run (pc->fma >= PROJ_PAR_FMA ? s->workers : NULL, pc->n_tasks,
+                  proj_task, pc);
 }
 
 /* The attention of one window: task = (head, block of ATTN_ROWS rows). */
@@ -353,17 +460,52 @@ typedef struct {
   size_t row_blocks;
 } AttnCtx;
 
+/* Head h's columns of the deferred frames (see store_frames) into the
+ * rings: Q and V rows and their mirrors, K transposed in both copies.
+ * Only head h's attention reads them. */
+static void
+copy_deferred (SattnStream *s, size_t h)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
+  const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value, slot = s->dslot;
+
+  for (size_t i = 0; i < s->dcnt; i++) {
+    const float *x = s->dx + i * d;
+    float *q = s->qring + (slot + i) * dq + h * dh;
+    float *v = s->vring + (slot + i) * dv + h * dvh;
+    if (s->dcopy[i]) {
+      memcpy (q, x + h * dh, dh * sizeof (float));
+      memcpy (q + n * dq, x + h * dh, dh * sizeof (float));
+      memcpy (v, x + h * dvh, dvh * sizeof (float));
+      memcpy (v + n * dv, x + h * dvh, dvh * sizeof (float));
+    } else {
+      memset (q, 0, dh * sizeof (float));
+      memset (q + n * dq, 0, dh * sizeof (float));
+      memset (v, 0, dvh * sizeof (float));
+      memset (v + n * dv, 0, dvh * sizeof (float));
+    }
+  }
+  for (size_t t = h * dh; t < (h + 1) * dh; t++) {
+    float *restrict dst = s->ktring + t * 2 * n + slot;
+    for (size_t i = 0; i < s->dcnt; i++)
+      dst[i] = dst[i + n] = s->dcopy[i] ? s->dx[i * d + t] : 0.0f;
+  }
+}
+
 static void
 attn_task (void *ctx, size_t task, unsigned worker)
 {
   const AttnCtx *c = ctx;
   SattnStream *s = c->s;
   size_t h = task / c->row_blocks;
+  /* One task per head: it copies its head's deferred frames first. */
+  if (c->row_blocks == 1 && s->dcnt > 0)
+    copy_deferred (s, h);
   size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
   size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
   /* Each thread's scratch holds min (ATTN_ROWS, window) rows. */
-  const size_t arows = s->n < ATTN_ROWS ? s->n : ATTN_ROWS;
-  float *S = s->scores + (size_t) worker * arows * s->ncols;
+  float *S = s->scores + (size_t) worker * s->sstride;
 
   if (!s->sc.collect_stats) {
     sattn_attend_rows (s->m, c->a, h, r0, r1, S, NULL);
@@ -374,11 +516,11 @@ attn_task (void *ctx, size_t task, unsigned worker)
   SattnStats part;
   sattn_stats_clear (&part);
   sattn_attend_rows (s->m, c->a, h, r0, r1, S, &part);
-  s->tsums[2 * task] = part.max_weight_sum;
-  s->tsums[2 * task + 1] = part.entropy_sum;
+  s->tsums[TSUMS_STRIDE * task] = part.max_weight_sum;
+  s->tsums[TSUMS_STRIDE * task + 1] = part.entropy_sum;
   part.max_weight_sum = 0.0;
   part.entropy_sum = 0.0;
-  sattn_stats_merge (&s->wstats[worker], &part);
+  sattn_stats_merge (wstats_at (s, worker), &part);
 }
 
 /* Store frames [0, cnt) (all landing in ring slots without wrap) at
@@ -416,11 +558,60 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   float *k = s->kscratch;
   float *v = s->vring + slot * dv;
 
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0 };
-  proj_add (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq);
-  proj_add (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq);
-  proj_add (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv);
-  sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
+  /* Except under SATTN_INVALID_ERROR (which may have to give the slots
+   * their old frames back from the mirrors), the tasks write the mirrors
+   * and the transposed K straight away; frames found unusable below are
+   * rewritten in every copy. */
+  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR;
+  float *kt = s->ktring + slot;
+  /* Q, K and V plain copies of the frames, and a window due right after
+   * them (computed before this push returns, while x is valid), too few
+   * for copy tasks of their own: the window's tasks copy each head's
+   * columns themselves (see copy_deferred), in parallel instead of here.  A frame written as
+   * zeros instead (the frame rule) has dcopy 0. */
+  const size_t copies = cnt * (3 * dq + 2 * dv);
+  int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
+  const int defer = direct && !copy_tasks &&
+      m->wq == NULL && m->bq == NULL && m->wk == NULL && m->bk == NULL &&
+      m->wv == NULL && m->bv == NULL && s->total + cnt == s->next_window;
+  if (defer) {
+    for (size_t i = 0; i < cnt; i++) {
+      SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
+                                             x + i * d, x + i * d, x + i * d,
+                                             x + i * d);
+      /* Zero policy: the projections of a zero frame are zeros here. */
+      int ok = f == SATTN_FRAME_OK ||
+          (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
+           (f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW));
+      if (f != SATTN_FRAME_OK) {
+        s->stats.invalid_frames++;
+        if (f == SATTN_FRAME_OVERFLOW)
+          s->stats.overflow_frames++;
+      }
+      s->dcopy[i] = f == SATTN_FRAME_OK;
+      s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
+    }
+    s->dx = x;
+    s->dcnt = cnt;
+    s->dslot = slot;
+    return cnt;
+  }
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  if (direct) {
+    proj_add_copies (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq, n * dq,
+                     NULL, 0, 0, copy_tasks);
+    proj_add_copies (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq, 0,
+                     kt, 2 * n, n, copy_tasks);
+    proj_add_copies (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv, n * dv,
+                     NULL, 0, 0, copy_tasks);
+  } else {
+    proj_add (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq);
+    proj_add (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq);
+    proj_add (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv);
+  }
+  if (copy_tasks && pc.fma < PROJ_PAR_FMA)
+    pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
+  proj_run (s, &pc);
 
   for (size_t i = 0; i < cnt; i++) {
     SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
@@ -455,15 +646,24 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       memset (k + i * dq, 0, dq * sizeof (float));
       memset (v + i * dv, 0, dv * sizeof (float));
     }
+    if (!(f == SATTN_FRAME_OK) && direct) {
+      /* Rewritten: its mirrors and transposed K follow. */
+      memcpy (q + (i + n) * dq, q + i * dq, dq * sizeof (float));
+      memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
+      for (size_t t = 0; t < dq; t++)
+        kt[t * 2 * n + i] = kt[t * 2 * n + i + n] = k[i * dq + t];
+    }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
-  memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
-  for (size_t t = 0; t < dq; t++) {
-    float *restrict dst = s->ktring + t * 2 * n + slot;
-    for (size_t i = 0; i < cnt; i++)
-      dst[i] = dst[i + n] = k[i * dq + t];
+  if (!direct) {
+    memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
+    for (size_t t = 0; t < dq; t++) {
+      float *restrict dst = s->ktring + t * 2 * n + slot;
+      for (size_t i = 0; i < cnt; i++)
+        dst[i] = dst[i + n] = k[i * dq + t];
+    }
+    memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
   }
-  memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
   return cnt;
 }
 
@@ -495,6 +695,9 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   size_t base = (size_t) (s->total % n);     /* first key slot */
   size_t q0 = n - rows;
   SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
+  /* Without an output projection the tasks write their rows of O straight
+   * into out: no serial copy after them. */
+  float *o = m->wo == NULL && m->bo == NULL && ldo == m->dv ? out : s->o;
 
   SattnAttnArgs a = {
     .q = s->qring + (base + q0) * m->dq, .ldq = m->dq,
@@ -504,30 +707,35 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
     .query_ok = s->vring_ok + base + q0,
     .allow = NULL, .ld_allow = 0,
     .m = rows, .nk = n, .q0 = q0,
-    .scores = NULL, .o = s->o,
+    .scores = NULL, .o = o,
     .weights = s->wkeep, .stats = NULL,
     .sat_threshold = s->sc.saturation_threshold,
   };
   AttnCtx ac = { s, &a, (rows + ATTN_ROWS - 1) / ATTN_ROWS };
   size_t n_tasks = attn_tasks (m->cfg.heads, rows);
+  /* Deferred copies: in the tasks with one task per head, else here. */
+  if (s->dcnt > 0 && ac.row_blocks != 1)
+    for (size_t h = 0; h < m->cfg.heads; h++)
+      copy_deferred (s, h);
   sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+  s->dcnt = 0;
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
-      sattn_stats_merge (stats, &s->wstats[w]);
-      sattn_stats_clear (&s->wstats[w]);
+      sattn_stats_merge (stats, wstats_at (s, w));
+      sattn_stats_clear (wstats_at (s, w));
     }
     for (size_t t = 0; t < n_tasks; t++) {
-      stats->max_weight_sum += s->tsums[2 * t];
-      stats->entropy_sum += s->tsums[2 * t + 1];
+      stats->max_weight_sum += s->tsums[TSUMS_STRIDE * t];
+      stats->entropy_sum += s->tsums[TSUMS_STRIDE * t + 1];
     }
   }
 
   if (m->wo == NULL && m->bo == NULL) {
-    sattn_output_project (m, s->o, rows, out, ldo);
+    sattn_output_project (m, o, rows, out, ldo);
   } else {
-    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0 };
+    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
-    sattn_pool_run (s->workers, pc.n_tasks, proj_task, &pc);
+    proj_run (s, &pc);
   }
   /* On the calling thread, after the workers: it counts into s->stats. */
   finish_rows (s, a.query_ok, rows, q0, out, ldo);
