@@ -823,6 +823,18 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
   return produced;
 }
 
+/* Of `left` frames still to store, how many the next store may take: up
+ * to the next window, and without wrapping the ring. */
+static size_t
+next_chunk (const SattnStream *s, uint64_t left)
+{
+  const size_t n = s->n;
+  uint64_t until = s->next_window - s->total;
+  uint64_t cnt = left < until ? left : until;
+  size_t room = n - (size_t) ((s->total + n) % n);
+  return (size_t) (cnt < room ? cnt : room);
+}
+
 SattnStatus
 sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
                    const uint8_t *valid, float *out, size_t out_rows,
@@ -843,14 +855,8 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
   size_t produced = 0;
 
   while (n_frames > 0) {
-    /* Frames until the next window, then until the ring wraps. */
-    uint64_t p = s->total + n;
-    size_t until = (size_t) (s->next_window - s->total);
-    size_t cnt = n_frames < until ? n_frames : until;
-    size_t room = n - (size_t) (p % n);
-    if (cnt > room)
-      cnt = room;
-    size_t stored = store_frames (s, frames, valid, cnt, p);
+    size_t cnt = next_chunk (s, n_frames);
+    size_t stored = store_frames (s, frames, valid, cnt, s->total + n);
     s->total += stored;
     if (s->sc.collect_stats)
       s->stats.frames += stored;
@@ -1050,13 +1056,8 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
    * computes them. */
   n_frames -= k;
   while (k > 0) {
-    uint64_t p = s->total + n;
-    size_t until = (size_t) (s->next_window - s->total);
-    size_t cnt = k < until ? k : until;
-    size_t room = n - (size_t) (p % n);
-    if (cnt > room)
-      cnt = room;
-    store_invalid (s, cnt, p);
+    size_t cnt = next_chunk (s, k);
+    store_invalid (s, cnt, s->total + n);
     s->stats.invalid_frames += cnt;
     s->total += cnt;
     if (s->sc.collect_stats)
