@@ -2058,7 +2058,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
   chunk = gst_sattn_chunk_frames (&c, d_model);
   if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
-    sattn_model_free (model);
+    gst_sattn_cache_release (model);
     return FALSE;
   }
   stream = sattn_stream_new (model, &sc, &st);
@@ -2068,7 +2068,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
             G_GUINT64_FORMAT "-value frames: %" G_GSIZE_FORMAT " bytes",
             c.window, d_model, sattn_stream_bytes (model, &sc)),
         ("%s", sattn_status_string (st)));
-    sattn_model_free (model);
+    gst_sattn_cache_release (model);
     return FALSE;
   }
   if (stream == NULL) {
@@ -2081,7 +2081,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   /* The element's own buffers, before the old stream is let go. */
   if (!gst_sattn_alloc_scratch (self, &scratch, &c, d_model, chunk)) {
     sattn_stream_free (stream);
-    sattn_model_free (model);
+    gst_sattn_cache_release (model);
     return FALSE;
   }
 
@@ -2089,7 +2089,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   if (!gst_sattn_output_accepted (self, &c, rate, channels, stream, caps)) {
     gst_sattn_scratch_clear (&scratch);
     sattn_stream_free (stream);
-    sattn_model_free (model);
+    gst_sattn_cache_release (model);
     return FALSE;
   }
 

@@ -468,6 +468,37 @@ GST_START_TEST (test_threads)
 
 GST_END_TEST;
 
+/* Every way set_caps can fail after the model was taken from the cache
+ * gives it back: here downstream refuses the output caps.  The cache must
+ * end empty (a model freed behind its back would stay listed). */
+GST_START_TEST (test_released_on_refusal)
+{
+  GError *err = NULL;
+  GstElement *p = gst_parse_launch ("audiotestsrc num-buffers=4 ! "
+      "audio/x-raw,format=F32LE,channels=2,rate=8000 ! sattn output=window "
+      "window=4 hop=2 ! audio/x-raw,channels=3 ! fakesink", &err);
+  GstBus *bus;
+  GstMessage *msg;
+  guint m, u;
+
+  fail_unless (p != NULL && err == NULL);
+  bus = gst_element_get_bus (p);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  msg = gst_bus_timed_pop_filtered (bus, 20 * GST_SECOND,
+      GST_MESSAGE_ERROR | GST_MESSAGE_EOS);
+  fail_unless (msg != NULL && GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR,
+      "downstream did not refuse the output caps");
+  gst_message_unref (msg);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+  cache_counts_idle (&m, &u);
+  fail_unless_equals_int (m, 0);
+  fail_unless_equals_int (u, 0);
+}
+
+GST_END_TEST;
+
 /* ------------------------------------------------------ measurement */
 
 /* Resident memory means nothing under AddressSanitizer (shadow memory,
@@ -601,6 +632,7 @@ cache_suite (void)
   tcase_add_test (tc, test_identity_share);
   tcase_add_test (tc, test_changed_file);
   tcase_add_test (tc, test_threads);
+  tcase_add_test (tc, test_released_on_refusal);
   suite_add_tcase (s, tc);
   /* Resident memory means nothing under AddressSanitizer. */
 #ifndef __SANITIZE_ADDRESS__
