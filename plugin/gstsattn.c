@@ -1101,22 +1101,16 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
   return GST_FLOW_OK;
 }
 
-/* Push n whole frames (NULL: zeros) that are all invalid (GAP), or
- * subject to the invalid-frames policy, which the core applies. */
+/* Push n whole frames (NULL: zeros) that are all invalid (GAP: masked
+ * under every policy), or subject to the invalid-frames policy, which the
+ * core applies (set by gst_sattn_process). */
 static GstFlowReturn
 gst_sattn_push_frames (GstSattn * self, const float *frames, guint64 n,
-    gboolean invalid, GstSattnInvalidFrames policy, GstSattnOut * out)
+    gboolean invalid, GstSattnOut * out)
 {
   const gsize d = self->d_model;
   GstFlowReturn ret = GST_FLOW_OK;
 
-  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_MASK ==
-      (int) SATTN_INVALID_MASK);
-  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_ZERO ==
-      (int) SATTN_INVALID_ZERO);
-  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_ERROR ==
-      (int) SATTN_INVALID_ERROR);
-  sattn_stream_set_invalid_policy (self->stream, (SattnInvalidPolicy) policy);
   while (n > 0) {
     gsize k = (gsize) MIN (n, (guint64) self->chunk);
     const float *src = frames ? frames : self->zeros;
@@ -1150,8 +1144,7 @@ gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
   lead = sattn_stream_skip_lead (self->stream);
   k = MIN (n, lead);
   if (k > 0) {
-    ret = gst_sattn_push_frames (self, NULL, k, TRUE,
-        GST_SATTN_INVALID_FRAMES_MASK, out);
+    ret = gst_sattn_push_frames (self, NULL, k, TRUE, out);
     if (ret != GST_FLOW_OK)
       return ret;
     n -= k;
@@ -1187,15 +1180,37 @@ gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
   return GST_FLOW_OK;
 }
 
+static GstSattnInvalidFrames
+gst_sattn_get_policy (GstSattn * self)
+{
+  GstSattnInvalidFrames policy;
+
+  GST_OBJECT_LOCK (self);
+  policy = self->invalid_frames;
+  GST_OBJECT_UNLOCK (self);
+  return policy;
+}
+
 /* Feed size bytes of interleaved samples (data NULL: zeros).  invalid:
  * every frame touched by these bytes is masked. */
 static GstFlowReturn
 gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
-    gboolean invalid, GstSattnInvalidFrames policy, GstSattnOut * out)
+    gboolean invalid, GstSattnOut * out)
 {
   const gsize fb = self->frame_bytes;
   GstFlowReturn ret = GST_FLOW_OK;
   guint64 n, rest;
+
+  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_MASK ==
+      (int) SATTN_INVALID_MASK);
+  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_ZERO ==
+      (int) SATTN_INVALID_ZERO);
+  G_STATIC_ASSERT ((int) GST_SATTN_INVALID_FRAMES_ERROR ==
+      (int) SATTN_INVALID_ERROR);
+  /* The property may change while PLAYING: the streaming thread hands it
+   * to the core here, once per buffer or GAP. */
+  sattn_stream_set_invalid_policy (self->stream,
+      (SattnInvalidPolicy) gst_sattn_get_policy (self));
 
   self->bytes_since_resync += size;
 
@@ -1218,7 +1233,7 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
       return GST_FLOW_OK;
     self->carry_len = 0;
     ret = gst_sattn_push_frames (self, (const float *) self->carry, 1,
-        self->carry_invalid, policy, out);
+        self->carry_invalid, out);
     self->carry_invalid = FALSE;
     if (ret != GST_FLOW_OK)
       return ret;
@@ -1234,7 +1249,7 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
   } else if (n > 0) {
     if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0) {
       ret = gst_sattn_push_frames (self, (const float *) data, n, invalid,
-          policy, out);
+          out);
       if (data)
         data += n * fb;
     } else {
@@ -1243,8 +1258,7 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
         gsize k = (gsize) MIN (n, (guint64) self->chunk);
 
         memcpy (self->scratch, data, k * fb);
-        ret = gst_sattn_push_frames (self, self->scratch, k, invalid, policy,
-            out);
+        ret = gst_sattn_push_frames (self, self->scratch, k, invalid, out);
         data += k * fb;
         n -= k;
       }
@@ -1370,17 +1384,6 @@ gst_sattn_check_discont (GstSattn * self, GstClockTime ts, gboolean discont)
   return GST_FLOW_OK;
 }
 
-static GstSattnInvalidFrames
-gst_sattn_get_policy (GstSattn * self)
-{
-  GstSattnInvalidFrames policy;
-
-  GST_OBJECT_LOCK (self);
-  policy = self->invalid_frames;
-  GST_OBJECT_UNLOCK (self);
-  return policy;
-}
-
 static GstFlowReturn
 gst_sattn_not_negotiated (GstSattn * self)
 {
@@ -1424,8 +1427,7 @@ gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
     return GST_FLOW_ERROR;
   }
   gap = GST_BUFFER_FLAG_IS_SET (buffer, GST_BUFFER_FLAG_GAP);
-  ret = gst_sattn_process (self, map.data, map.size, gap,
-      gst_sattn_get_policy (self), &out);
+  ret = gst_sattn_process (self, map.data, map.size, gap, &out);
   gst_buffer_unmap (buffer, &map);
   gst_buffer_unref (buffer);
 
@@ -1480,8 +1482,7 @@ gst_sattn_handle_gap (GstSattn * self, GstEvent * event)
   if (bytes == 0)
     return GST_FLOW_OK;
 
-  ret = gst_sattn_process (self, NULL, bytes, TRUE,
-      gst_sattn_get_policy (self), &out);
+  ret = gst_sattn_process (self, NULL, bytes, TRUE, &out);
   ret2 = gst_sattn_out_finish (self, &out);
   return ret != GST_FLOW_OK ? ret : ret2;
 }
