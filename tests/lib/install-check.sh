@@ -1,6 +1,8 @@
 #!/bin/sh
 # The installed library as a user sees it.
 #
+#   install-check.sh --readme README.md examples/use-library.c
+#       the README's "Use the library" C block is the example, verbatim;
 #   install-check.sh --run EXE
 #       run examples/use-library (built in-tree against libsattn.so) and
 #       check its output (below);
@@ -44,6 +46,26 @@ check_output () {
           print "use-library output: " n " rows, row 0 = frame 0, every row within its frames range" }
   ' "$1"
 }
+
+if [ "${1:-}" = "--readme" ]; then
+  # README.md's "Use the library" C block is examples/use-library.c.
+  awk '
+    /^## / { insec = ($0 == "## Use the library") }
+    insec && /^```c$/ { inblock = 1; next }
+    inblock && /^```$/ { exit }
+    inblock { print }
+  ' "$2" >"${TMPDIR:-/tmp}/readme-use-library.$$"
+  rc=0
+  if ! cmp -s "${TMPDIR:-/tmp}/readme-use-library.$$" "$3"; then
+    echo "README.md (Use the library) and $3 differ:"
+    diff "$3" "${TMPDIR:-/tmp}/readme-use-library.$$" || true
+    rc=1
+  else
+    echo "README.md shows $3 as it is ($(wc -l <"$3") lines)"
+  fi
+  rm -f "${TMPDIR:-/tmp}/readme-use-library.$$"
+  exit $rc
+fi
 
 if [ "${1:-}" = "--run" ]; then
   out=$(mktemp)
