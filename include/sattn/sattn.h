@@ -126,9 +126,29 @@ typedef struct {
 typedef struct SattnModel SattnModel;
 
 /* w == NULL: identity projections.  Non-finite weights -> SATTN_E_NONFINITE.
- * On failure returns NULL and sets *status (status may be NULL). */
+ * On failure returns NULL and sets *status (status may be NULL);
+ * sattn_model_check says why in words. */
 SattnModel *sattn_model_new (const SattnConfig *cfg, const SattnWeights *w,
                              SattnStatus *status);
+
+/* Whether sattn_model_new (cfg, w) accepts this configuration and these
+ * weights, without allocating anything: the same rules, written once.
+ * Returns the status sattn_model_new would fail with (SATTN_OK when it
+ * would only fail for want of memory) and, when it is not SATTN_OK,
+ * writes into err (err_len bytes, NUL-terminated, cut to fit; err may be
+ * NULL) an English sentence that names the offending values and values
+ * that work, e.g. "heads=3 does not divide d_model=8; heads values that
+ * work: 1, 2, 4, 8".  Field names are SattnConfig's.  The rules:
+ *  - d_model >= 1, heads >= 1, threads >= 0;
+ *  - scale finite, and 0 (the default) or a normal float (>= FLT_MIN);
+ *  - d_head = 0 needs heads to divide d_model;
+ *  - identity projections (wq / wk / wv NULL) need heads * d_head (resp.
+ *    heads * d_value) == d_model;
+ *  - d_out: required with wo, heads * d_value (or 0) without;
+ *  - bias_k and bias_v both or neither; every weight finite (the message
+ *    names the tensor and the index of the first NaN / Inf). */
+SattnStatus sattn_model_check (const SattnConfig *cfg, const SattnWeights *w,
+                               char *err, size_t err_len);
 void sattn_model_free (SattnModel *m);
 
 /* The configuration with every 0-default resolved. */
@@ -251,13 +271,19 @@ typedef enum {
                              sattn_stream_error_frame */
 } SattnInvalidPolicy;
 
+/* The saturation threshold a stream uses when its configuration says 0:
+ * a row counts as saturated when its largest weight exceeds it. */
+#define SATTN_DEFAULT_SATURATION 0.99f
+
 typedef struct {
   size_t window;                /* n >= 1 */
   size_t hop;                   /* 1 <= h <= n */
   SattnOutputMode output;
   SattnStartPolicy start;
   int collect_stats;            /* accumulate SattnStats */
-  float saturation_threshold;   /* 0 = 0.99 */
+  float saturation_threshold;   /* in [0, 1]; 0 = SATTN_DEFAULT_SATURATION
+                                   (so a threshold of exactly 0 is not
+                                   expressible: the smallest is FLT_MIN) */
   int keep_weights;             /* keep the last window's weights for
                                    sattn_stream_last_weights */
   SattnInvalidPolicy invalid_policy; /* unusable frames; default MASK */
@@ -280,6 +306,20 @@ SattnStream *sattn_stream_new (const SattnModel *m,
                                const SattnStreamConfig *sc,
                                SattnStatus *status);
 void sattn_stream_free (SattnStream *s);
+
+/* Whether sattn_stream_new (m, sc) accepts sc, without allocating: the
+ * same rules, written once (window >= 1, 1 <= hop <= window, the enums in
+ * range, saturation_threshold in [0, 1]; with m, sizes that fit the
+ * address space).  m may be NULL to check sc alone (before a model
+ * exists).  Returns the status sattn_stream_new would fail with
+ * (SATTN_OK when it would only fail for want of memory) and, when not
+ * SATTN_OK, writes an English sentence naming the offending values and
+ * what would work into err (err_len bytes, NUL-terminated, cut to fit;
+ * err may be NULL), e.g. "hop=20 is larger than window=8; hop must be
+ * between 1 and the window (or the window at least 20)". */
+SattnStatus sattn_stream_config_check (const SattnModel *m,
+                                       const SattnStreamConfig *sc,
+                                       char *err, size_t err_len);
 
 /* The bytes sattn_stream_new (m, sc) would allocate: buffers, statistics
  * parts and the worker threads' stacks (with threads resolved as the
