@@ -92,9 +92,6 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
                          size_t n, size_t d_in, size_t d_out, size_t c0,
                          size_t c1, size_t ldx, float *y, size_t ldy);
 
-/* Merge statistics of a part into the total.  The double sums are added,
- * so merging parts in a fixed order gives the same bytes every run. */
-void sattn_stats_merge (SattnStats *dst, const SattnStats *src);
 
 /* pool.c: the worker threads of one stream. */
 #define SATTN_MAX_THREADS 256

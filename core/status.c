@@ -114,6 +114,8 @@ sattn_divisors (char *buf, size_t len, size_t value, size_t wanted)
 void
 sattn_stats_merge (SattnStats *d, const SattnStats *s)
 {
+  if (d == NULL || s == NULL)
+    return;
   d->windows += s->windows;
   d->frames += s->frames;
   d->rows += s->rows;
@@ -130,4 +132,18 @@ sattn_stats_merge (SattnStats *d, const SattnStats *s)
   if (s->lse_max > d->lse_max) d->lse_max = s->lse_max;
   d->max_weight_sum += s->max_weight_sum;
   d->entropy_sum += s->entropy_sum;
+}
+
+double
+sattn_stats_mean_max_weight (const SattnStats *st)
+{
+  return st != NULL && st->rows > 0
+      ? st->max_weight_sum / (double) st->rows : 0.0;
+}
+
+double
+sattn_stats_mean_entropy (const SattnStats *st)
+{
+  return st != NULL && st->rows > 0
+      ? st->entropy_sum / (double) st->rows : 0.0;
 }

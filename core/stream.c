@@ -383,6 +383,46 @@ sattn_stream_pending (const SattnStream *s)
   return (size_t) (s->total - s->last_end);
 }
 
+uint64_t
+sattn_stream_frames_to_window (const SattnStream *s)
+{
+  if (s == NULL)
+    return 0;
+  return s->next_window - s->total;
+}
+
+size_t
+sattn_stream_config_window_rows (const SattnStreamConfig *sc)
+{
+  if (stream_check (NULL, sc, NULL, 0) != SATTN_OK)
+    return 0;
+  switch (sc->output) {
+    case SATTN_OUTPUT_FRAMES: return sc->hop;
+    case SATTN_OUTPUT_LAST: return 1;
+    default: return sc->window;
+  }
+}
+
+size_t
+sattn_stream_window_rows (const SattnStream *s, int drain)
+{
+  if (s == NULL)
+    return 0;
+  size_t pending = sattn_stream_pending (s);
+  if (drain && pending == 0)
+    return 0;
+  switch (s->sc.output) {
+    case SATTN_OUTPUT_FRAMES: {
+      /* The frames without a row when the window comes (the hop's new
+       * frames; the whole window for the first one under START_WAIT). */
+      uint64_t rows = drain ? pending : s->next_window - s->next_out;
+      return (size_t) (rows < s->n ? rows : s->n);
+    }
+    case SATTN_OUTPUT_LAST: return 1;
+    default: return s->n;
+  }
+}
+
 size_t
 sattn_stream_max_rows (const SattnStream *s, size_t n_frames)
 {

@@ -192,7 +192,21 @@ typedef struct {
                                   (rows with 1 valid key count as 0) */
 } SattnStats;
 
+/* Empty statistics: counts 0, score / lse min +inf and max -inf. */
 void sattn_stats_clear (SattnStats *st);
+
+/* Add the statistics `from` (of other windows, e.g. one window taken with
+ * sattn_stream_get_stats (s, &w, 1)) into `into`: counts and sums added,
+ * minima and maxima combined.  Merging parts in a fixed order gives the
+ * same bytes every run; into == from is not allowed.  NULL: nothing. */
+void sattn_stats_merge (SattnStats *into, const SattnStats *from);
+
+/* The mean over rows of the row's largest weight (max_weight_sum / rows),
+ * and of the normalised entropy (entropy_sum / rows): 1 / visible keys and
+ * 1 for uniform rows, 1 and 0 for saturated ones.  0 without rows (or st
+ * NULL). */
+double sattn_stats_mean_max_weight (const SattnStats *st);
+double sattn_stats_mean_entropy (const SattnStats *st);
 
 /* --------------------------------------------------------- frame faults */
 
@@ -341,6 +355,34 @@ size_t sattn_stream_max_rows (const SattnStream *s, size_t n_frames);
 
 /* Frames received but not yet accounted for by an output row. */
 size_t sattn_stream_pending (const SattnStream *s);
+
+/* The window schedule, for callers that must know where windows fall
+ * (e.g. to hand the stream one window per push and read each window's
+ * statistics and weights on its own).
+ *
+ * Frames to push before the next window is computed (>= 1 for a valid
+ * stream; 0 for s NULL): a push of exactly that many frames ends with
+ * that window, a shorter one computes none.  hop after each window; after
+ * creation or a reset, hop (SATTN_START_PAD) or window (SATTN_START_WAIT);
+ * after a drain, hop. */
+uint64_t sattn_stream_frames_to_window (const SattnStream *s);
+
+/* The query rows the next window computes (the rows of
+ * sattn_stream_last_weights after it): drain == 0 for the window a push
+ * completes (see sattn_stream_frames_to_window), drain != 0 for the one
+ * sattn_stream_drain would compute now (0 when nothing is pending).
+ *   SATTN_OUTPUT_FRAMES: the frames that have no row yet when the window
+ *     comes: hop; the whole window for the first window under
+ *     SATTN_START_WAIT; the pending frames in a drain;
+ *   SATTN_OUTPUT_WINDOW, SATTN_OUTPUT_MEAN: window;
+ *   SATTN_OUTPUT_LAST: 1. */
+size_t sattn_stream_window_rows (const SattnStream *s, int drain);
+
+/* The query rows of a window in the steady state of a stream configured
+ * with sc (no stream needed): hop in frames mode, window in window and
+ * mean modes, 1 in last mode.  0 when sc fails sattn_stream_config_check
+ * (m NULL). */
+size_t sattn_stream_config_window_rows (const SattnStreamConfig *sc);
 
 /* Push n_frames frames (n_frames × d_model floats).  valid (n_frames, may
  * be NULL = all valid): 0 marks a frame invalid (a GAP, a masked sample):

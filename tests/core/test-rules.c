@@ -1,7 +1,10 @@
 /* The core's rules in words: sattn_model_check and
  * sattn_stream_config_check agree with sattn_model_new / sattn_stream_new
  * on every rule, and their messages name the offending values and values
- * that work; the named default saturation threshold.
+ * that work; the named default saturation threshold; the window schedule
+ * (sattn_stream_frames_to_window, sattn_stream_window_rows) against a
+ * schedule written from the header; the statistics merge and means
+ * against the whole run and the float64 reference.
  *
  * Every case states the status the header's rule gives and a phrase the
  * message must hold; the constructors are run on the same input so the
@@ -289,11 +292,245 @@ test_default_saturation (void)
                (unsigned long long) counts[0], n, rs.saturated);
 }
 
+
+/* ------------------------------------------------------------ schedule */
+
+/* The schedule, written here from the header's words (independent of the
+ * core): windows end at frame counts e = first, first + hop, ... with
+ * first = hop (pad) or window (wait); a drain ends one at T when frames
+ * are pending, and the next is due hop frames later.  Rows per window:
+ * frames mode the frames since the last window (at most window), window
+ * and mean modes window, last mode 1. */
+typedef struct {
+  size_t window, hop;
+  SattnOutputMode output;
+  SattnStartPolicy start;
+  uint64_t total, next, last;   /* frames pushed, next window, last end */
+} Sched;
+
+static size_t
+sched_rows (const Sched *k, uint64_t end)
+{
+  if (k->output == SATTN_OUTPUT_FRAMES) {
+    uint64_t r = end - k->last;
+    return (size_t) (r < k->window ? r : k->window);
+  }
+  return k->output == SATTN_OUTPUT_LAST ? 1 : k->window;
+}
+
+static void
+test_schedule (void)
+{
+  TuRng r;
+  tu_rng_init (&r, 4242);
+  SattnConfig c = cfg_of (4, 2);
+  SattnModel *m = sattn_model_new (&c, NULL, NULL);
+  float x[64 * 4];
+  size_t windows_checked = 0;
+
+  tu_fill_normal (&r, x, 64 * 4, 1.0);
+  tu_case_begin ("frames_to_window / window_rows against the schedule");
+  for (int cfg = 0; cfg < 48 && !tu_case_failed (); cfg++) {
+    SattnStreamConfig sc;
+    memset (&sc, 0, sizeof sc);
+    sc.window = tu_rng_range (&r, 1, 12);
+    sc.hop = tu_rng_range (&r, 1, sc.window);
+    sc.output = (SattnOutputMode) (cfg % 4);
+    sc.start = (SattnStartPolicy) ((cfg / 4) % 2);
+    sc.keep_weights = 1;
+    sc.collect_stats = 1;
+    Sched k = { sc.window, sc.hop, sc.output, sc.start, 0, 0, 0 };
+    k.next = sc.start == SATTN_START_WAIT ? sc.window : sc.hop;
+    tu_check (sattn_stream_config_window_rows (&sc) ==
+              (sc.output == SATTN_OUTPUT_FRAMES ? sc.hop :
+               sc.output == SATTN_OUTPUT_LAST ? 1 : sc.window),
+              "config_window_rows %zu (window %zu hop %zu output %d)",
+              sattn_stream_config_window_rows (&sc), sc.window, sc.hop,
+              (int) sc.output);
+    SattnStream *s = sattn_stream_new (m, &sc, NULL);
+    float *out = malloc (64 * sattn_stream_row_floats (s) * sizeof (float));
+    for (int step = 0; step < 40 && !tu_case_failed (); step++) {
+      uint64_t due = sattn_stream_frames_to_window (s);
+      tu_check (due == k.next - k.total, "cfg %d step %d: frames_to_window "
+                "%llu, want %llu", cfg, step, (unsigned long long) due,
+                (unsigned long long) (k.next - k.total));
+      size_t want_rows = sched_rows (&k, k.next);
+      tu_check (sattn_stream_window_rows (s, 0) == want_rows,
+                "cfg %d step %d: window_rows %zu, want %zu", cfg, step,
+                sattn_stream_window_rows (s, 0), want_rows);
+      uint64_t pend = k.total - k.last;
+      size_t want_drain = pend == 0 ? 0 : sched_rows (&k, k.total);
+      tu_check (sattn_stream_window_rows (s, 1) == want_drain,
+                "cfg %d step %d: drain window_rows %zu, want %zu", cfg,
+                step, sattn_stream_window_rows (s, 1), want_drain);
+      SattnStats before, after;
+      sattn_stream_get_stats (s, &before, 0);
+      size_t rows = 0, wr = 0, wc = 0;
+      int act = (int) tu_rng_range (&r, 0, 5);
+      if (act == 0) {
+        /* a drain */
+        tu_check (sattn_stream_drain (s, out, 64, NULL, &rows) == SATTN_OK,
+                  "drain");
+        if (pend > 0) {
+          tu_check (sattn_stream_last_weights (s, 0, NULL, &wr, &wc) ==
+                    SATTN_OK && wr == want_drain, "cfg %d step %d: the "
+                    "drain's window has %zu rows, want %zu", cfg, step, wr,
+                    want_drain);
+          k.last = k.total;
+          k.next = k.total + k.hop;
+          windows_checked++;
+        }
+      } else if (act == 1 && due > 1) {
+        /* fewer frames than due: no window */
+        size_t cnt = tu_rng_range (&r, 1, (size_t) due - 1);
+        tu_check (sattn_stream_push (s, x, cnt, NULL, out, 64, NULL, &rows)
+                  == SATTN_OK, "push");
+        sattn_stream_get_stats (s, &after, 0);
+        tu_check (after.windows == before.windows, "cfg %d step %d: %zu of "
+                  "%llu frames computed a window", cfg, step, cnt,
+                  (unsigned long long) due);
+        k.total += cnt;
+      } else {
+        /* exactly the frames due: one window, with the rows said */
+        tu_check (sattn_stream_push (s, x, (size_t) due, NULL, out, 64, NULL,
+                                     &rows) == SATTN_OK, "push");
+        sattn_stream_get_stats (s, &after, 0);
+        tu_check (after.windows == before.windows + 1, "cfg %d step %d: "
+                  "%llu frames computed %llu windows", cfg, step,
+                  (unsigned long long) due,
+                  (unsigned long long) (after.windows - before.windows));
+        tu_check (sattn_stream_last_weights (s, 0, NULL, &wr, &wc) ==
+                  SATTN_OK && wr == want_rows, "cfg %d step %d: the window "
+                  "has %zu rows, want %zu", cfg, step, wr, want_rows);
+        k.total += due;
+        k.last = k.total;
+        k.next = k.total + k.hop;
+        windows_checked++;
+      }
+    }
+    free (out);
+    sattn_stream_free (s);
+  }
+  tu_check (sattn_stream_frames_to_window (NULL) == 0 &&
+            sattn_stream_window_rows (NULL, 0) == 0 &&
+            sattn_stream_config_window_rows (NULL) == 0, "NULL arguments");
+  sattn_model_free (m);
+  tu_case_end ("%zu windows", windows_checked);
+}
+
+/* --------------------------------------------------------------- stats */
+
+/* Statistics taken window by window and merged equal the statistics of
+ * the whole run (counts exactly, sums within 1e-12 relative: the order of
+ * the additions differs), and their means agree with the float64
+ * reference's (1e-5). */
+static void
+test_stats_merge (void)
+{
+  const size_t d = 8, n = 8, hop = 4, T = 40;
+  TuRng r;
+  tu_rng_init (&r, 99);
+  tu_case_begin ("sattn_stats_merge / mean_max_weight / mean_entropy");
+  SattnConfig c = cfg_of (d, 2);
+  SattnModel *m = sattn_model_new (&c, NULL, NULL);
+  float x[40 * 8];
+  tu_fill_normal (&r, x, T * d, 1.5);
+  x[13 * d + 2] = NAN;               /* one invalid frame: masked key */
+  SattnStreamConfig sc;
+  memset (&sc, 0, sizeof sc);
+  sc.window = n;
+  sc.hop = hop;
+  sc.output = SATTN_OUTPUT_WINDOW;
+  sc.collect_stats = 1;
+  SattnStream *whole = sattn_stream_new (m, &sc, NULL);
+  SattnStream *parts = sattn_stream_new (m, &sc, NULL);
+  float *out = malloc (T * n * d * sizeof (float));
+  SattnStats acc, w, all, refsum;
+  size_t rows;
+  sattn_stats_clear (&acc);
+  sattn_stats_clear (&refsum);
+  memset (&refsum, 0, sizeof refsum);
+  double ref_maxw = 0.0, ref_ent = 0.0;
+  size_t ref_rows = 0;
+  sattn_stream_push (whole, x, T, NULL, out, T, NULL, &rows);
+  sattn_stream_get_stats (whole, &all, 0);
+  for (size_t f = 0; f < T; f += hop) {
+    sattn_stream_push (parts, x + f * d, hop, NULL, out, T, NULL, &rows);
+    sattn_stream_get_stats (parts, &w, 1);
+    sattn_stats_merge (&acc, &w);
+    /* The reference over the same window: keys [f + hop - n, f + hop). */
+    size_t end = f + hop, lo = end > n ? end - n : 0, nw = end - lo;
+    RefModel rm = { 0 };
+    rm.d_model = rm.d_out = d;
+    rm.heads = 2;
+    rm.d_head = rm.d_value = d / 2;
+    rm.scale = (double) sattn_model_config (m)->scale;
+    RefStats rs = { 0 };
+    double *ro = malloc (nw * d * sizeof *ro);
+    uint8_t qv[8];
+    for (size_t j = 0; j < nw; j++)     /* an unusable query: zeros, no row */
+      qv[j] = lo + j != 13;
+    ref_attend (&rm, x + lo * d, nw, NULL, qv, NULL, ro, NULL, &rs);
+    free (ro);
+    ref_maxw += rs.max_weight_sum;
+    ref_ent += rs.entropy_sum;
+    ref_rows += rs.rows;
+  }
+  tu_check (acc.windows == all.windows && acc.frames == all.frames &&
+            acc.rows == all.rows && acc.masked_keys == all.masked_keys &&
+            acc.invalid_frames == all.invalid_frames &&
+            acc.fully_masked_rows == all.fully_masked_rows &&
+            acc.nonfinite_scores == all.nonfinite_scores &&
+            acc.saturated_rows == all.saturated_rows,
+            "merged counts differ from the whole run's");
+  tu_check (acc.invalid_frames == 1 && acc.masked_keys > 0,
+            "the NaN frame is not counted (invalid %llu, masked %llu)",
+            (unsigned long long) acc.invalid_frames,
+            (unsigned long long) acc.masked_keys);
+  tu_check (acc.score_min == all.score_min && acc.score_max == all.score_max
+            && acc.lse_min == all.lse_min && acc.lse_max == all.lse_max,
+            "merged extremes differ");
+  tu_check (fabs (acc.max_weight_sum - all.max_weight_sum) <=
+            1e-12 * all.max_weight_sum &&
+            fabs (acc.entropy_sum - all.entropy_sum) <=
+            1e-12 * all.entropy_sum, "merged sums differ");
+  tu_check (acc.rows == ref_rows, "rows %llu, reference %zu",
+            (unsigned long long) acc.rows, ref_rows);
+  double mw = sattn_stats_mean_max_weight (&acc);
+  double me = sattn_stats_mean_entropy (&acc);
+  tu_check (fabs (mw - ref_maxw / (double) ref_rows) <= 1e-5,
+            "mean max weight %.9g, reference %.9g", mw,
+            ref_maxw / (double) ref_rows);
+  tu_check (fabs (me - ref_ent / (double) ref_rows) <= 1e-5,
+            "mean entropy %.9g, reference %.9g", me,
+            ref_ent / (double) ref_rows);
+  SattnStats empty;
+  sattn_stats_clear (&empty);
+  tu_check (sattn_stats_mean_max_weight (&empty) == 0.0 &&
+            sattn_stats_mean_entropy (&empty) == 0.0 &&
+            sattn_stats_mean_entropy (NULL) == 0.0, "means without rows");
+  SattnStats keep = acc;
+  sattn_stats_merge (&acc, &empty);
+  tu_check (memcmp (&keep, &acc, sizeof acc) == 0,
+            "merging empty statistics changed the total");
+  sattn_stats_merge (NULL, &acc);
+  sattn_stats_merge (&acc, NULL);
+  free (out);
+  sattn_stream_free (whole);
+  sattn_stream_free (parts);
+  sattn_model_free (m);
+  tu_case_end ("mean max weight %.6f (reference %.6f), mean entropy %.6f "
+               "(reference %.6f)", mw, ref_maxw / (double) ref_rows, me,
+               ref_ent / (double) ref_rows);
+}
+
 int
 main (void)
 {
   test_model_rules ();
   test_stream_rules ();
   test_default_saturation ();
+  test_schedule ();
+  test_stats_merge ();
   return tu_summary ("test-rules");
 }
