@@ -705,8 +705,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   if (GST_CLOCK_TIME_IS_VALID (next_ts))
     gst_sattn_start_timeline (self, next_ts);
 
-  held = gst_util_uint64_scale ((guint64) (c.start == GST_SATTN_START_WAIT ?
-          c.window : c.hop) * c.frame_size, GST_SECOND, rate);
+  /* What the element holds back: the frames before the first window (the
+   * stream is new, so the core's count from here). */
+  held = gst_util_uint64_scale (sattn_stream_frames_to_window (stream) *
+      c.frame_size, GST_SECOND, rate);
   GST_OBJECT_LOCK (self);
   self->held_time = held;
   GST_OBJECT_UNLOCK (self);
