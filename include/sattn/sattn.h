@@ -46,12 +46,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sattn/sattn-version.h>
+#include <sattn/sattn-export.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define SATTN_VERSION_MAJOR 0
-#define SATTN_VERSION_MINOR 1
+SATTN_API_BEGIN
 
 /* ---------------------------------------------------------------- status */
 
@@ -486,6 +487,7 @@ SattnStatus sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
                                size_t out_rows, SattnRowInfo *info,
                                size_t *n_rows, SattnSkipped *skipped);
 
+SATTN_API_END
 #ifdef __cplusplus
 }
 #endif
