@@ -139,9 +139,12 @@ def _candidates():
         return [env]
     names = []
     if _config is not None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        names.append(os.path.normpath(os.path.join(
+            here, _config.LIBDIR_FROM_PACKAGE, _config.SONAME)))
         names.append(os.path.join(_config.LIBDIR, _config.SONAME))
-        names.append(_config.SONAME)
-    names.append("libsattn.so.0")
+    # the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache)
+    names.append(_config.SONAME if _config is not None else "libsattn.so.0")
     return names
 
 
