@@ -114,9 +114,8 @@ def main(argv=None):
                                  st["saturated_rows"]))
     if st["rows"]:
         print("softmax:  mean max weight %.3f, mean normalised entropy "
-              "%.3f over %d rows" % (st["max_weight_sum"] / st["rows"],
-                                     st["entropy_sum"] / st["rows"],
-                                     st["rows"]))
+              "%.3f over %d rows" % (st["mean_max_weight"],
+                                     st["mean_entropy"], st["rows"]))
     if rows.size:
         energy = np.sqrt((rows.astype(np.float64) ** 2).mean(axis=1))
         k = int(energy.argmax())

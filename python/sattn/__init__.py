@@ -50,6 +50,15 @@ def _status_string(status):
     return _lib.sattn_status_string(int(status)).decode()
 
 
+def _words(check, *args):
+    """The English sentence a sattn_*_check function writes (None when it
+    finds nothing wrong, e.g. when only memory ran out)."""
+    err = ctypes.create_string_buffer(1024)
+    if check(*args, err, len(err)) == _lib.OK:
+        return None
+    return err.value.decode(errors="replace")
+
+
 def _check(status, message=None):
     if status != _lib.OK:
         raise SattnError(status, message)
@@ -162,7 +171,10 @@ class Model:
                                  None if w is None else ctypes.byref(w),
                                  ctypes.byref(st))
         if not h:
-            raise SattnError(st.value)
+            # the core's words for what it refused
+            raise SattnError(st.value, _words(
+                _lib.sattn_model_check, ctypes.byref(cfg),
+                None if w is None else ctypes.byref(w)))
         self._h = h
         c = _lib.sattn_model_config(h).contents
         self._cfg = {f: getattr(c, f) for f, _ in c._fields_}
@@ -278,7 +290,12 @@ def _frames(model, x, name="x"):
 
 
 def _stats_dict(s):
-    return {f: getattr(s, f) for f, _ in s._fields_}
+    """SattnStats as a dict, with the core's means over rows:
+    mean_max_weight and mean_entropy (normalised, 0..1)."""
+    d = {f: getattr(s, f) for f, _ in s._fields_}
+    d["mean_max_weight"] = _lib.sattn_stats_mean_max_weight(ctypes.byref(s))
+    d["mean_entropy"] = _lib.sattn_stats_mean_entropy(ctypes.byref(s))
+    return d
 
 
 def attend(model, x, key_valid=None, query_valid=None, allow=None, *,
@@ -352,7 +369,8 @@ class Stream:
         h = _lib.sattn_stream_new(model._h, ctypes.byref(sc),
                                   ctypes.byref(st))
         if not h:
-            raise SattnError(st.value)
+            raise SattnError(st.value, _words(
+                _lib.sattn_stream_config_check, model._h, ctypes.byref(sc)))
         self._h = h
         self.model = model
         self.output = output
@@ -431,6 +449,11 @@ class Stream:
     def frames(self):
         """Frames pushed since creation or the last reset."""
         return _lib.sattn_stream_frames(self._h)
+
+    @property
+    def frames_to_window(self):
+        """Frames to push before the next window is computed."""
+        return _lib.sattn_stream_frames_to_window(self._h)
 
     @property
     def pending(self):

@@ -178,20 +178,30 @@ sattn_frame_fault_string = _fn("sattn_frame_fault_string", _c.c_char_p,
                                _c.c_int)
 sattn_model_new = _fn("sattn_model_new", _vp, _P(SattnConfig),
                       _P(SattnWeights), _P(_c.c_int))
+sattn_model_check = _fn("sattn_model_check", _c.c_int, _P(SattnConfig),
+                        _P(SattnWeights), _c.c_char_p, _size)
 sattn_model_free = _fn("sattn_model_free", None, _vp)
 sattn_model_config = _fn("sattn_model_config", _P(SattnConfig), _vp)
 sattn_model_d_out = _fn("sattn_model_d_out", _size, _vp)
 sattn_model_extra_keys = _fn("sattn_model_extra_keys", _size, _vp)
 sattn_stats_clear = _fn("sattn_stats_clear", None, _P(SattnStats))
+sattn_stats_mean_max_weight = _fn("sattn_stats_mean_max_weight", _c.c_double,
+                                  _P(SattnStats))
+sattn_stats_mean_entropy = _fn("sattn_stats_mean_entropy", _c.c_double,
+                               _P(SattnStats))
 sattn_attend = _fn("sattn_attend", _c.c_int, _vp, _fp, _size, _P(SattnMask),
                    _fp, _fp, _P(SattnStats))
 sattn_stream_new = _fn("sattn_stream_new", _vp, _vp, _P(SattnStreamConfig),
                        _P(_c.c_int))
+sattn_stream_config_check = _fn("sattn_stream_config_check", _c.c_int, _vp,
+                                _P(SattnStreamConfig), _c.c_char_p, _size)
 sattn_stream_free = _fn("sattn_stream_free", None, _vp)
 sattn_stream_bytes = _fn("sattn_stream_bytes", _size, _vp,
                          _P(SattnStreamConfig))
 sattn_stream_row_floats = _fn("sattn_stream_row_floats", _size, _vp)
 sattn_stream_max_rows = _fn("sattn_stream_max_rows", _size, _vp, _size)
+sattn_stream_frames_to_window = _fn("sattn_stream_frames_to_window",
+                                    _c.c_uint64, _vp)
 sattn_stream_pending = _fn("sattn_stream_pending", _size, _vp)
 sattn_stream_push = _fn("sattn_stream_push", _c.c_int, _vp, _fp, _size, _u8p,
                         _fp, _size, _P(SattnRowInfo), _P(_size))

@@ -1,20 +1,18 @@
-"""Shared pieces of the Python package tests: an independent float64
-reference of the attention, written here from the formula with numpy (no
-code shared with libsattn or the package), random models, and the error
-measures every test reports.
+"""Shared pieces of the Python package tests: the float64 reference every
+suite shares (tests/common/reference.c, written from the formula, no code
+shared with libsattn; built as a small shared library for these tests and
+called through ctypes), random models, and the error measures every test
+reports.
 
-Reference, per head h (columns [h*d_head, (h+1)*d_head) of Q and K,
-[h*d_value, (h+1)*d_value) of V, as torch.nn.MultiheadAttention splits):
-    Q = x Wq^T + bq, K = x Wk^T + bk, V = x Wv^T + bv   (W None = identity)
-    extra keys, always visible: bias_k / bias_v, then a zero key / value
-    s_ij = scale * Q_i . K_j, softmax over the keys visible to query i
-    (key_valid[j] != 0, row j finite, allow[i, j] != 0, causal: j <= i,
-    lookback L > 0: i - j <= L), in float64 with the row max subtracted;
-    no visible key: a zero row
-    out_i = concat_h(P_i V) Wo^T + bo
-    out_i = 0 (and P_i = 0) when query_valid[i] == 0 or row i is not finite
+reference() takes the same weights as sattn.Model (numpy, PyTorch layout)
+and resolves the dimensions as sattn.h documents them: d_head from wq's
+rows (else d_model / heads), d_value from wv's (else d_head), d_out from
+wo's (else heads * d_value), scale 0 = 1 / sqrt(d_head); and a row of x
+with NaN/Inf samples gets a zero output row (query_valid 0), as sattn.h's
+frame rule says (the reference hides such a row as a key by itself).
 """
 
+import ctypes
 import os
 import sys
 
@@ -32,72 +30,105 @@ OUT_REL_BOUND = 1e-5
 NMSE_BOUND = 1e-10
 WEIGHT_BOUND = 1e-5
 
+# ------------------------------------------- tests/common/reference.h
+
+_fp = ctypes.POINTER(ctypes.c_float)
+_dp = ctypes.POINTER(ctypes.c_double)
+_u8p = ctypes.POINTER(ctypes.c_uint8)
+
+
+class RefModel(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in
+                ("d_model", "heads", "d_head", "d_value", "d_out")] + [
+        ("scale", ctypes.c_double),
+        ("causal", ctypes.c_int),
+        ("lookback", ctypes.c_size_t)] + [
+        (f, _fp) for f in ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",
+                           "bias_k", "bias_v")] + [
+        ("add_zero_attn", ctypes.c_int),
+        ("f32_scores", ctypes.c_int)]
+
+
+class RefStats(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in
+                ("rows", "fully_masked", "nonfinite")] + [
+        (f, ctypes.c_double) for f in
+        ("score_min", "score_max", "lse_min", "lse_max", "max_weight_sum",
+         "entropy_sum")] + [
+        (f, ctypes.c_size_t) for f in ("saturated", "sat_lo", "sat_hi")] + [
+        ("sat_margin", ctypes.c_double),
+        ("sat_threshold", ctypes.c_double)]
+
+
+# Mirrored structs of the reference, by C name (test_layout.py).
+REF_STRUCTS = {"RefModel": RefModel, "RefStats": RefStats}
+
+_ref = None
+
+
+def _ref_lib():
+    global _ref
+    if _ref is None:
+        path = os.environ.get("SATTN_TEST_REFERENCE")
+        if not path:
+            raise RuntimeError("SATTN_TEST_REFERENCE is not set (the "
+                               "tests/common reference as a shared library)")
+        _ref = ctypes.CDLL(path)
+        _ref.ref_attend.restype = None
+        _ref.ref_attend.argtypes = [
+            ctypes.POINTER(RefModel), _fp, ctypes.c_size_t, _u8p, _u8p, _u8p,
+            _dp, _dp, ctypes.POINTER(RefStats)]
+        _ref.ref_extra_keys.restype = ctypes.c_size_t
+        _ref.ref_extra_keys.argtypes = [ctypes.POINTER(RefModel)]
+    return _ref
+
+
+def _mask(a, n):
+    if a is None:
+        return None
+    return np.ascontiguousarray(np.asarray(a).reshape(-1) != 0, np.uint8)
+
 
 def reference(x, heads, w=None, d_head=None, d_value=None, scale=None,
               causal=False, lookback=0, key_valid=None, query_valid=None,
               allow=None):
-    """Returns (out, weights) in float64: n × d_out and
-    heads × n × (n + extra keys).  w: dict of float arrays (PyTorch layout)
-    and add_zero_attn, any of them absent."""
+    """ref_attend of tests/common/reference.c: returns (out, weights) in
+    float64, n × d_out and heads × n × (n + extra keys).  w: dict of
+    arrays (PyTorch layout) and add_zero_attn, any of them absent."""
+    lib = _ref_lib()
     w = w or {}
-    x = np.asarray(x, dtype=np.float64)
+    x = np.ascontiguousarray(x, dtype=np.float32)
     n, e = x.shape
-    finite = np.isfinite(x).all(axis=1)
-    xs = np.where(finite[:, None], x, 0.0)
-
-    def proj(wk, bk):
-        y = xs @ np.asarray(w[wk], np.float64).T if w.get(wk) is not None \
-            else xs.copy()
-        if w.get(bk) is not None:
-            y = y + np.asarray(w[bk], np.float64).reshape(-1)
-        return y
-
-    q, k, v = proj("wq", "bq"), proj("wk", "bk"), proj("wv", "bv")
-    dh = d_head or q.shape[1] // heads
-    dv = d_value or v.shape[1] // heads
-    if w.get("bias_k") is not None:
-        k = np.vstack([k, np.asarray(w["bias_k"], np.float64).reshape(1, -1)])
-        v = np.vstack([v, np.asarray(w["bias_v"], np.float64).reshape(1, -1)])
-    if w.get("add_zero_attn"):
-        k = np.vstack([k, np.zeros((1, k.shape[1]))])
-        v = np.vstack([v, np.zeros((1, v.shape[1]))])
-    nk = k.shape[0]
-    if scale is None or scale == 0:
-        scale = 1.0 / np.sqrt(dh)
-
-    qv = np.ones(n, bool) if query_valid is None \
-        else np.asarray(query_valid) != 0
-    qv &= finite
-    kv = np.ones(n, bool) if key_valid is None else np.asarray(key_valid) != 0
-    kv &= finite
-    vis = np.ones((n, nk), bool)
-    vis[:, :n] &= kv[None, :]
-    if allow is not None:
-        vis[:, :n] &= np.asarray(allow).reshape(n, n) != 0
-    i = np.arange(n)[:, None]
-    j = np.arange(n)[None, :]
-    if causal:
-        vis[:, :n] &= j <= i
-    if lookback:
-        vis[:, :n] &= (i - j) <= lookback
-
-    o = np.zeros((n, heads * dv))
-    p_all = np.zeros((heads, n, nk))
-    for h in range(heads):
-        s = scale * (q[:, h * dh:(h + 1) * dh] @ k[:, h * dh:(h + 1) * dh].T)
-        s = np.where(vis, s, -np.inf)
-        for r in range(n):
-            if not qv[r] or not vis[r].any():
-                continue
-            z = np.exp(s[r] - s[r][vis[r]].max())
-            p_all[h, r] = z / z.sum()
-        o[:, h * dv:(h + 1) * dv] = p_all[h] @ v[:, h * dv:(h + 1) * dv]
-    out = o @ np.asarray(w["wo"], np.float64).T if w.get("wo") is not None \
-        else o
-    if w.get("bo") is not None:
-        out = out + np.asarray(w["bo"], np.float64).reshape(-1)
-    out[~qv] = 0.0
-    return out, p_all
+    keep = {k: np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+            for k, v in w.items() if k != "add_zero_attn" and v is not None}
+    rows = {k: np.shape(w[k])[0] for k in ("wq", "wv", "wo")
+            if w.get(k) is not None}
+    m = RefModel()
+    m.d_model, m.heads = e, heads
+    m.d_head = d_head or (rows["wq"] // heads if "wq" in rows else e // heads)
+    m.d_value = d_value or (rows["wv"] // heads if "wv" in rows
+                            else m.d_head)
+    m.d_out = rows.get("wo", heads * m.d_value)
+    m.scale = scale if scale else 1.0 / np.sqrt(m.d_head)
+    m.causal = 1 if causal else 0
+    m.lookback = lookback
+    for k, a in keep.items():
+        setattr(m, k, a.ctypes.data_as(_fp))
+    m.add_zero_attn = 1 if w.get("add_zero_attn") else 0
+    extra = lib.ref_extra_keys(ctypes.byref(m))
+    out = np.zeros((n, m.d_out))
+    wts = np.zeros((heads, n, n + extra))
+    # sattn.h's frame rule for queries: a row with NaN/Inf samples has a
+    # zero output row (the reference itself hides it as a key only)
+    qv = np.isfinite(x).all(axis=1)
+    if query_valid is not None:
+        qv &= np.asarray(query_valid).reshape(-1) != 0
+    masks = [_mask(key_valid, n), _mask(qv, n), _mask(allow, n * n)]
+    lib.ref_attend(ctypes.byref(m), x.ctypes.data_as(_fp), n,
+                   *[None if a is None else a.ctypes.data_as(_u8p)
+                     for a in masks],
+                   out.ctypes.data_as(_dp), wts.ctypes.data_as(_dp), None)
+    return out, wts
 
 
 def random_weights(rng, d_model, heads, d_head, d_value, d_out, proj=True,

@@ -1,11 +1,15 @@
 /* Prints, as JSON, the size and the field offsets of every public struct
- * the Python package mirrors with ctypes (python/sattn/_lib.py), and the
- * values of the enums it names, as this compiler lays them out from the
- * installed headers.  tests/python/test_layout.py compares them with the
- * mirrors: a field added, removed, retyped or moved in sattn.h without the
- * same change in _lib.py fails there (a renamed one fails here, at
+ * the Python package mirrors with ctypes (python/sattn/_lib.py), and of
+ * the float64 reference's structs the Python tests mirror
+ * (tests/python/common.py), and the values of the enums the package
+ * names, as this compiler lays them out from the headers.
+ * tests/python/test_layout.py compares them with the mirrors: a field
+ * added, removed, retyped or moved in sattn.h or reference.h without the
+ * same change in the mirror fails there (a renamed one fails here, at
  * compile time). */
 #include <sattn/sattn.h>
+
+#include "reference.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -87,6 +91,44 @@ main (void)
   FIELD (SattnRowInfo, first);
   FIELD (SattnRowInfo, n_frames);
   FIELD (SattnRowInfo, valid);
+  END ();
+  BEGIN (RefModel);
+  FIELD (RefModel, d_model);
+  FIELD (RefModel, heads);
+  FIELD (RefModel, d_head);
+  FIELD (RefModel, d_value);
+  FIELD (RefModel, d_out);
+  FIELD (RefModel, scale);
+  FIELD (RefModel, causal);
+  FIELD (RefModel, lookback);
+  FIELD (RefModel, wq);
+  FIELD (RefModel, bq);
+  FIELD (RefModel, wk);
+  FIELD (RefModel, bk);
+  FIELD (RefModel, wv);
+  FIELD (RefModel, bv);
+  FIELD (RefModel, wo);
+  FIELD (RefModel, bo);
+  FIELD (RefModel, bias_k);
+  FIELD (RefModel, bias_v);
+  FIELD (RefModel, add_zero_attn);
+  FIELD (RefModel, f32_scores);
+  END ();
+  BEGIN (RefStats);
+  FIELD (RefStats, rows);
+  FIELD (RefStats, fully_masked);
+  FIELD (RefStats, nonfinite);
+  FIELD (RefStats, score_min);
+  FIELD (RefStats, score_max);
+  FIELD (RefStats, lse_min);
+  FIELD (RefStats, lse_max);
+  FIELD (RefStats, max_weight_sum);
+  FIELD (RefStats, entropy_sum);
+  FIELD (RefStats, saturated);
+  FIELD (RefStats, sat_lo);
+  FIELD (RefStats, sat_hi);
+  FIELD (RefStats, sat_margin);
+  FIELD (RefStats, sat_threshold);
   END ();
   printf ("},\n\"enums\": {");
   first = 1;

@@ -1,8 +1,8 @@
 """sattn.attend and sattn.Model (numpy weights) against the float64
-reference of common.py, over random models covering every weight, mask
-and geometry option; bounds in common.py (output max-abs <= 1e-5 *
-(1 + max |ref|) and NMSE <= 1e-10, weights max-abs <= 1e-5).  The worst
-figures are printed."""
+reference shared by every suite (tests/common/reference.c), over random
+models covering every weight, mask and geometry option; bounds in
+common.py (output max-abs <= 1e-5 * (1 + max |ref|) and NMSE <= 1e-10,
+weights max-abs <= 1e-5).  The worst figures are printed."""
 
 import itertools
 import unittest

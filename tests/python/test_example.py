@@ -2,7 +2,7 @@
 into frames (with a NaN dropout and a partial last frame) and n × d_model
 frames, in frames and mean modes.  Checks what the example promises: one
 row per input frame in frames mode (a row per window in mean mode), rows
-equal to the float64 reference of common.py window by window (bound
+equal to the shared float64 reference window by window (bound
 max-abs <= 1e-5 * (1 + max |ref|)), the dropout's row zeros and flagged,
 the summary printed, and a clear error with exit status 1 under
 --invalid error.

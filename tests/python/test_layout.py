@@ -1,8 +1,9 @@
-"""The ctypes mirrors of python/sattn/_lib.py against the C compiler's
+"""The ctypes mirrors of python/sattn/_lib.py (and of the shared float64
+reference's structs, tests/python/common.py) against the C compiler's
 layout of the same structs (tests/python/struct-layout.c, built from the
-public headers): sizes, field names, offsets and sizes, and the enum
-values the package names.  A field added to, removed from, moved or
-retyped in sattn.h without the same change in _lib.py fails here.
+headers): sizes, field names, offsets and sizes, and the enum values the
+package names.  A field added to, removed from, moved or retyped in
+sattn.h (or reference.h) without the same change in the mirror fails here.
 
 Usage: test_layout.py STRUCT-LAYOUT-PROGRAM"""
 
@@ -12,9 +13,11 @@ import subprocess
 import sys
 import unittest
 
+import common
 from sattn import _lib
 
 LAYOUT_PROGRAM = None
+ALL_STRUCTS = dict(_lib.STRUCTS, **common.REF_STRUCTS)
 
 
 def c_layout():
@@ -70,7 +73,7 @@ def mirror_enums():
 
 class TestLayout(unittest.TestCase):
     def test_structs(self):
-        self.assertEqual(mismatches(c_layout(), _lib.STRUCTS), [])
+        self.assertEqual(mismatches(c_layout(), ALL_STRUCTS), [])
 
     def test_enums(self):
         c = c_layout()
@@ -90,7 +93,7 @@ class TestLayout(unittest.TestCase):
                        {"_fields_": f[:2] + [(f[2][0], ctypes.c_uint8)]
                         + f[3:]})
         for cls in (swapped, missing, retyped):
-            structs = dict(_lib.STRUCTS, SattnStreamConfig=cls)
+            structs = dict(ALL_STRUCTS, SattnStreamConfig=cls)
             self.assertNotEqual(mismatches(c, structs), [])
 
 

@@ -1,5 +1,5 @@
 """sattn.Stream against sattn.attend, window by window, and both against
-the float64 reference of common.py.
+the shared float64 reference (tests/common/reference.c).
 
 The schedule is stated here from sattn.h, not read from the stream: with
 start "pad" a window ends after every hop frames (h, 2h, ...), with
