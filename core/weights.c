@@ -1419,11 +1419,12 @@ matrix_dims (const Mapper *m, const Tensor *t, size_t *rows, size_t *cols)
 
 /* A requested size (caller or metadata) against the one the shapes give. */
 static SattnStatus
-resolve_dim (const Mapper *m, const char *what, const char *key,
+resolve_dim (const Mapper *m, const char *what, const char *noun,
              size_t caller, size_t total, size_t heads, size_t *out,
              SattnSource *from)
 {
   ShowBuf sb;
+  const char *key = what;
   gint64 meta = meta_uint (m, key);
 
   if (meta == 0)
@@ -1442,18 +1443,20 @@ resolve_dim (const Mapper *m, const char *what, const char *key,
   } else {
     if (total % heads != 0)
       return fail (SATTN_E_SHAPE, m->err, m->err_len,
-                   "heads = %zu does not divide the projections' %s "
-                   "size %zu", heads, what, total);
+                   "heads = %zu does not divide the %zu %s values of the "
+                   "projections under prefix '%s'", heads, total, noun,
+                   show (&sb, m->prefix));
     *out = total / heads;
     *from = SATTN_FROM_SHAPES;
     return SATTN_OK;
   }
   if (*out > total || total % *out != 0 || total / *out != heads)
     return fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "heads = %zu x %s = %zu is %s, but the projections under "
-                 "prefix '%s' give %zu", heads, what, *out,
-                 *out > total ? "larger" : "another size",
-                 show (&sb, m->prefix), total);
+                 "heads = %zu x %s = %zu %s values, but the projections "
+                 "under prefix '%s' have %zu%s (%s = 0 takes it from the "
+                 "file)", heads, what, *out, noun, show (&sb, m->prefix),
+                 total, total % heads == 0 ? "" : ", which heads does not "
+                 "divide", what);
   return SATTN_OK;
 }
 
@@ -1606,11 +1609,15 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
         (st = matrix_dims (&m, vw, &dv, &cv)) != SATTN_OK)
       goto out;
     if (ck != e || cv != e) {
+      const Tensor *t = ck != e ? kw : vw;
+      ShowBuf s2;
+      char got[96];
       st = fail (SATTN_E_SHAPE, err, err_len,
-                 "tensor '%s' takes %zu inputs but '%s' takes %zu: "
-                 "self-attention on frames needs the same input size "
-                 "(kdim = vdim = d_model)", show (&sb, qw->name), e,
-                 ck != e ? kw->name : vw->name, ck != e ? ck : cv);
+                 "tensor '%s' has shape %s; expected [%zu, %zu]: "
+                 "self-attention on frames needs the input size of '%s' "
+                 "(kdim = vdim = d_model = %zu)", show (&sb, t->name),
+                 shape_str (got, sizeof got, t->shape, t->ndim), t->shape[0],
+                 e, show (&s2, qw->name), e);
       goto out;
     }
     if (dk != dq) {
@@ -1624,10 +1631,19 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     total = dq;
   }
   if (cfg_inout->d_model != 0 && cfg_inout->d_model != e) {
+    const Tensor *t = fw != NULL ? fw : qw;
+    size_t d = cfg_inout->d_model, rows = t->shape[0];
+    char got[96];
+    /* nn.MultiheadAttention's projections are E wide whatever E is. */
+    if ((l->layout == SATTN_LAYOUT_MHA ||
+         l->layout == SATTN_LAYOUT_MHA_SEPARATE) && rows % e == 0 &&
+        rows / e <= SIZE_MAX / d)
+      rows = rows / e * d;
     st = fail (SATTN_E_SHAPE, err, err_len,
-               "d_model = %zu but the attention weights under prefix '%s' "
-               "take frames of %zu values", cfg_inout->d_model,
-               show (&sb, pfx), e);
+               "tensor '%s' has shape %s; expected [%zu, %zu]: the attention "
+               "weights take frames of %zu values, not d_model = %zu",
+               show (&sb, t->name),
+               shape_str (got, sizeof got, t->shape, t->ndim), rows, d, e, d);
     goto out;
   }
   m.e = e;
@@ -1658,10 +1674,13 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   }
 
   if (fw != NULL) {
-    /* [Wq; Wk; Wv] with 2 Dq + Dv rows: thirds unless told otherwise. */
+    /* [Wq; Wk; Wv] with 2 Dq + Dv rows: thirds unless told otherwise
+     * (nn.MultiheadAttention's in_proj_weight: always thirds). */
     gint64 mh = meta_uint (&m, "head_dim");
     size_t dh = cfg_inout->d_head != 0 ? cfg_inout->d_head
         : mh > 0 ? (size_t) mh : 0;
+    if (l->layout == SATTN_LAYOUT_MHA)
+      dh = 0;
     if (dh != 0) {
       if (dh > total / 2 / heads || 2 * heads * dh >= total) {
         st = fail (SATTN_E_SHAPE, err, err_len,
@@ -1683,9 +1702,9 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       dq = dv = total / 3;
     }
   }
-  if ((st = resolve_dim (&m, "head_dim", "head_dim", cfg_inout->d_head, dq,
-                         heads, &d_head, &rep.d_head_from)) != SATTN_OK ||
-      (st = resolve_dim (&m, "value_dim", "value_dim", cfg_inout->d_value,
+  if ((st = resolve_dim (&m, "head_dim", "query/key", cfg_inout->d_head,
+                         dq, heads, &d_head, &rep.d_head_from)) != SATTN_OK ||
+      (st = resolve_dim (&m, "value_dim", "value", cfg_inout->d_value,
                          dv, heads, &d_value, &rep.d_value_from)) != SATTN_OK)
     goto out;
 

@@ -209,7 +209,11 @@ void sattn_mha_weights_free (SattnMhaWeights *mw);
  *  SATTN_LAYOUT_SEEDS      W_q, W_k, W_v, [W_o] (a QKV module with three
  *                          Linear layers; commonly bias-free, no W_o)
  *  SATTN_LAYOUT_FUSED      qkv, [proj] (timm): qkv.weight holds the rows
- *                          [Wq; Wk; Wv] as in_proj_weight does
+ *                          [Wq; Wk; Wv] as in_proj_weight does; in
+ *                          thirds unless a head_dim is given (caller or
+ *                          metadata), then 2 heads head_dim rows of Q
+ *                          and K and the rest V.  in_proj_weight is
+ *                          always in thirds.
  *
  * Shapes (E = d_model, Dq = heads * d_head, Dv = heads * d_value):
  *   Q and K weights (Dq, E), V (Dv, E), fused (2 Dq + Dv, E), biases of
