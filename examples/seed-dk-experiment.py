@@ -260,7 +260,7 @@ def main():
         print("   (max weight: mean over softmax rows of the largest weight, "
               "1/%d = %.3f is uniform;\n    entropy: mean of entropy / "
               "log(%d keys), 1 = uniform, 0 = one-hot; agreement bound "
-              "1e-4)" % (w, 1 / w, w))
+              "1e-6)" % (w, 1 / w, w))
     if a.check and bad:
         print("seed-dk-experiment: %d figure(s) disagree with PyTorch" % bad)
         return 1
