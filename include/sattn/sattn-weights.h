@@ -42,6 +42,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+SATTN_API_BEGIN
 
 /* Largest JSON header accepted, in bytes (the limit of the reference
  * safetensors implementation). */
@@ -304,6 +305,7 @@ SattnStatus sattn_attn_weights_load (const char *path, const char *prefix,
                                      SattnAttnReport *report,
                                      char *err, size_t err_len);
 
+SATTN_API_END
 #ifdef __cplusplus
 }
 #endif
