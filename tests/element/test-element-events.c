@@ -597,6 +597,8 @@ GST_START_TEST (test_weights_messages)
                 "values", "has shape [48, 16]"}, NULL},
     {"heads=2 head-dim=4", 16, {"heads = 2 x head_dim = 4 query/key values",
                 "have 16"}, "identity"},
+    {"value-dim=3", 16, {"heads = 2 x value_dim = 3 value values",
+                "have 16"}, "identity"},
   };
   gchar *path = fixture_path ("e16_h2_nobias.safetensors");
   gchar *desc = g_strdup_printf ("audiotestsrc num-buffers=5 ! audio/x-raw,"
