@@ -764,7 +764,7 @@ sattn_events_suite (void)
   tcase_add_test (tc, test_caps_query);
   tcase_add_test (tc, test_impossible_pipelines);
   tcase_add_test (tc, test_downstream_refuses);
-  tcase_add_loop_test (tc, test_weights_messages, 0, 3);
+  tcase_add_loop_test (tc, test_weights_messages, 0, 4);
   tcase_add_test (tc, test_scale_tiny);
   tcase_add_test (tc, test_property_while_running);
   return s;
