@@ -167,6 +167,7 @@ class Model:
     def _new(self, cfg, w):
         st = ctypes.c_int(_lib.E_INVAL)
         self._h = None
+        self.report = None  # what a weights file held (from_safetensors)
         h = _lib.sattn_model_new(ctypes.byref(cfg),
                                  None if w is None else ctypes.byref(w),
                                  ctypes.byref(st))
@@ -223,8 +224,7 @@ class Model:
     def layout(self):
         """The weights file's attention layout ("mha", "hf", "seeds", ...;
         None for a model built from arrays)."""
-        report = getattr(self, "report", None)
-        return report["layout"] if report else None
+        return self.report["layout"] if self.report else None
 
     def __del__(self):
         h = getattr(self, "_h", None)

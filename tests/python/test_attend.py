@@ -137,6 +137,7 @@ class TestAttend(unittest.TestCase):
                           c["d_value"], m.d_out, m.extra_keys),
                          (12, 3, 4, 4, 12, 0))
         self.assertAlmostEqual(c["scale"], 0.5, places=6)
+        self.assertIsNone(m.layout)  # built from arrays, not a file
 
 
 if __name__ == "__main__":
