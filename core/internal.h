@@ -18,7 +18,18 @@ struct SattnModel {
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
   size_t n_extra;
+  /* Positions: RoPE frequencies theta_k = theta_hi[k] + theta_lo[k]
+   * (d_head / 2 each, NULL without RoPE); ALiBi slopes (heads, NULL
+   * without ALiBi). */
+  double *theta_hi, *theta_lo;
+  float *alibi;
 };
+
+/* Rotate the Q or K row x (heads * d_head floats, head-major) of the frame
+ * at absolute index pos by the model's RoPE; no-op without RoPE. */
+void sattn_rope_row (const SattnModel *m, float *x, uint64_t pos);
+/* Nonzero when the model rotates Q and K. */
+int sattn_model_rope (const SattnModel *m);
 
 /* Project n rows: y (n × d_out, row stride ldy) = x (n × d_in, stride ldx)
  * W^T + b, given Wt = W^T (d_in × d_out).  Wt NULL = identity (d_in ==

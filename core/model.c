@@ -63,7 +63,83 @@ sattn_model_free (SattnModel *m)
   free (m->wv); free (m->bv);
   free (m->wo); free (m->bo);
   free (m->k_extra); free (m->v_extra);
+  free (m->theta_hi); free (m->theta_lo); free (m->alibi);
   free (m);
+}
+
+/* Press et al.: for H a power of two, slope_h = 2^(-8(h+1)/H); else the
+ * slopes of the largest power of two P < H, then slopes 0, 2, 4, ... of
+ * 2P until there are H. */
+double
+sattn_alibi_slope (size_t h, size_t heads)
+{
+  if (heads == 0 || h >= heads)
+    return 0.0;
+  size_t p = 1;
+  while (p * 2 <= heads)
+    p *= 2;
+  if (h < p)
+    return exp2 (-8.0 * (double) (h + 1) / (double) p);
+  return exp2 (-8.0 * (double) (2 * (h - p) + 1) / (double) (2 * p));
+}
+
+const char *
+sattn_model_explain (const SattnConfig *c, const SattnWeights *w)
+{
+  if (c == NULL)
+    return "no configuration";
+  if (c->positions > SATTN_POSITIONS_ALIBI)
+    return "unknown positional encoding";
+  if (c->positions == SATTN_POSITIONS_NONE)
+    return NULL;
+  if (w != NULL && (w->bias_k != NULL || w->add_zero_attn))
+    return "positional encodings cannot be combined with add_bias_kv or "
+        "add_zero_attn: their extra keys have no frame position";
+  if (c->positions != SATTN_POSITIONS_ALIBI) {
+    size_t dh = c->d_head;
+    if (dh == 0 && c->heads > 0)
+      dh = c->d_model / c->heads;
+    if (dh % 2 != 0)
+      return "RoPE rotates pairs of values: the head size (d_head) must be "
+          "even";
+    if (!(c->rope_base == 0.0 || (c->rope_base > 1.0 && isfinite (c->rope_base))))
+      return "rope_base must be greater than 1 (or 0 for 10000)";
+  }
+  return NULL;
+}
+
+int
+sattn_model_rope (const SattnModel *m)
+{
+  return m->theta_hi != NULL;
+}
+
+/* x_a, x_b <- (x_a cos - x_b sin, x_b cos + x_a sin), angle = pos * theta
+ * formed exactly: hi + lo with hi = fl (pos * theta_hi), lo its error
+ * (fma) plus pos * theta_lo; sin / cos of hi are correctly reduced by the
+ * C library, and |lo| < 2^-20 rad for pos < 2^53 lets cos (hi + lo) = cos hi
+ * - lo sin hi to double precision. */
+void
+sattn_rope_row (const SattnModel *m, float *x, uint64_t pos)
+{
+  if (m->theta_hi == NULL)
+    return;
+  const size_t dh = m->cfg.d_head, half = dh / 2, H = m->cfg.heads;
+  const int inter = m->cfg.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
+  const double p = (double) pos;
+  for (size_t k = 0; k < half; k++) {
+    double hi = p * m->theta_hi[k];
+    double lo = fma (p, m->theta_hi[k], -hi) + p * m->theta_lo[k];
+    double sh = sin (hi), ch = cos (hi);
+    double cs = ch - lo * sh, sn = sh + lo * ch;
+    size_t ia = inter ? 2 * k : k, ib = inter ? 2 * k + 1 : k + half;
+    for (size_t h = 0; h < H; h++) {
+      float *xh = x + h * dh;
+      double a = xh[ia], b = xh[ib];
+      xh[ia] = (float) (a * cs - b * sn);
+      xh[ib] = (float) (b * cs + a * sn);
+    }
+  }
 }
 
 SattnModel *
@@ -128,6 +204,16 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
     st = SATTN_E_SHAPE;
     goto fail;
   }
+  if (sattn_model_explain (&c, w) != NULL) {
+    /* An odd head size is a shape problem; the rest are bad values. */
+    int rope = c.positions == SATTN_POSITIONS_ROPE ||
+        c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
+    st = rope && c.d_head % 2 != 0 && w->bias_k == NULL && !w->add_zero_attn
+        ? SATTN_E_SHAPE : SATTN_E_INVAL;
+    goto fail;
+  }
+  if (c.rope_base == 0.0)
+    c.rope_base = 10000.0;
   if ((w->bias_k == NULL) != (w->bias_v == NULL)) {
     st = SATTN_E_INVAL;
     goto fail;
@@ -172,6 +258,28 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
       memcpy (m->k_extra, w->bias_k, dq * sizeof (float));
       memcpy (m->v_extra, w->bias_v, dv * sizeof (float));
     }
+  }
+  if (c.positions == SATTN_POSITIONS_ROPE ||
+      c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED) {
+    const size_t half = c.d_head / 2;
+    m->theta_hi = malloc ((half ? half : 1) * sizeof (double));
+    m->theta_lo = malloc ((half ? half : 1) * sizeof (double));
+    if (m->theta_hi == NULL || m->theta_lo == NULL)
+      ok = 0;
+    for (size_t k = 0; ok && k < half; k++) {
+      /* In long double (64-bit significand on x86), split into two
+       * doubles. */
+      long double t = powl ((long double) c.rope_base,
+                            -2.0L * (long double) k / (long double) c.d_head);
+      m->theta_hi[k] = (double) t;
+      m->theta_lo[k] = (double) (t - (long double) m->theta_hi[k]);
+    }
+  } else if (c.positions == SATTN_POSITIONS_ALIBI) {
+    m->alibi = malloc (c.heads * sizeof (float));
+    if (m->alibi == NULL)
+      ok = 0;
+    for (size_t h = 0; ok && h < c.heads; h++)
+      m->alibi[h] = (float) sattn_alibi_slope (h, c.heads);
   }
   if (!ok) {
     st = SATTN_E_NOMEM;

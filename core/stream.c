@@ -562,7 +562,10 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * their old frames back from the mirrors), the tasks write the mirrors
    * and the transposed K straight away; frames found unusable below are
    * rewritten in every copy. */
-  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR;
+  const int rope = sattn_model_rope (m);
+  /* RoPE rotates Q and K after the projection, on this thread: the
+   * mirrors and the transposed K are then written below. */
+  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR && !rope;
   float *kt = s->ktring + slot;
   /* Q, K and V plain copies of the frames, and a window due right after
    * them (computed before this push returns, while x is valid), too few
@@ -614,6 +617,11 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   proj_run (s, &pc);
 
   for (size_t i = 0; i < cnt; i++) {
+    /* Absolute frame index p0 - n + i (p0 is n ahead). */
+    if (rope) {
+      sattn_rope_row (m, q + i * dq, p0 - n + i);
+      sattn_rope_row (m, k + i * dq, p0 - n + i);
+    }
     SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
                                            x + i * d, q + i * dq, k + i * dq,
                                            v + i * dv);
@@ -640,6 +648,10 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     }
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ZERO) {
       zero_frame (m, q + i * dq, k + i * dq, v + i * dv);
+      if (rope) {
+        sattn_rope_row (m, q + i * dq, p0 - n + i);
+        sattn_rope_row (m, k + i * dq, p0 - n + i);
+      }
       ok = 1;
     } else if (!ok) {
       memset (q + i * dq, 0, dq * sizeof (float));
@@ -939,6 +951,21 @@ sattn_stream_last_weights (const SattnStream *s, int head, float *out,
   }
   for (size_t i = 0; i < r * c; i++)
     out[i] *= inv;
+  return SATTN_OK;
+}
+
+SattnStatus
+sattn_stream_reset_at (SattnStream *s, uint64_t first_frame)
+{
+  if (s == NULL || first_frame >= (UINT64_C (1) << 53))
+    return SATTN_E_INVAL;
+  sattn_stream_reset (s);
+  /* The ring's slots follow the frame count modulo n: with the ring
+   * cleared, any origin works. */
+  s->total = first_frame;
+  s->next_out = first_frame;
+  s->last_end = first_frame;
+  s->next_window += first_frame;
   return SATTN_OK;
 }
 

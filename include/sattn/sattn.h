@@ -74,6 +74,30 @@ const char *sattn_status_string (SattnStatus st);
 
 /* ----------------------------------------------------------------- model */
 
+/* Positional encodings (SattnConfig.positions).  p is a frame's absolute
+ * index, i a query's and j a key's.
+ *  ROPE:             rotary, the half-split layout of GPT-NeoX / LLaMA
+ *                    (rotate_half): per head, pair (k, k + d_head/2) of Q
+ *                    and K is rotated by the angle p * theta_k after the
+ *                    projection and its bias.  d_head must be even.
+ *  ROPE_INTERLEAVED: the same on pairs (2k, 2k+1) (RoFormer, GPT-J).
+ *  ALIBI:            a bias -slope_h * (i - j) added to the scaled score
+ *                    with causal, -slope_h * |i - j| without; slopes of
+ *                    Press et al.: 2^(-8(h+1)/H) for H a power of two, else
+ *                    those of the next lower power of two followed by every
+ *                    other slope of twice that power.
+ * The angles are exact to double rounding at any frame index: p * theta_k
+ * is formed as an unevaluated sum of two doubles (theta_k itself is held
+ * to 2^-106), and only the large part goes through sin / cos, whose
+ * argument reduction is exact; scores at frame 1e9 are as accurate as at
+ * frame 0.  Keys are rotated once, when their frame is stored. */
+typedef enum {
+  SATTN_POSITIONS_NONE = 0,
+  SATTN_POSITIONS_ROPE,
+  SATTN_POSITIONS_ROPE_INTERLEAVED,
+  SATTN_POSITIONS_ALIBI,
+} SattnPositions;
+
 typedef struct {
   size_t d_model;   /* E: floats per input frame, >= 1 */
   size_t heads;     /* H >= 1 */
@@ -93,6 +117,13 @@ typedef struct {
                        N > 1 = the caller plus N - 1 workers, 0 = one per
                        CPU available to the process (its affinity mask);
                        at most 256 are used.  Must be >= 0. */
+  /* Positional encoding at the absolute frame index (frames since the
+   * stream started or was reset, see sattn_stream_reset_at; rows 0..n-1 in
+   * sattn_attend).  Not allowed with bias_k / add_zero_attn (extra keys
+   * have no position): sattn_model_new fails with SATTN_E_INVAL. */
+  SattnPositions positions;
+  double rope_base; /* RoPE: theta_k = rope_base^(-2k/d_head); 0 = 10000.
+                       Must be finite and > 1 (or 0). */
 } SattnConfig;
 
 /* Weights in PyTorch layout.  Every pointer may be NULL:
@@ -130,6 +161,15 @@ typedef struct SattnModel SattnModel;
 SattnModel *sattn_model_new (const SattnConfig *cfg, const SattnWeights *w,
                              SattnStatus *status);
 void sattn_model_free (SattnModel *m);
+
+/* Why sattn_model_new (cfg, w) would refuse the positional-encoding part of
+ * the configuration, as a static English sentence; NULL when that part is
+ * fine (other problems are only told by the status). */
+const char *sattn_model_explain (const SattnConfig *cfg,
+                                 const SattnWeights *w);
+
+/* ALiBi slope of head h of H (Press et al.; see SattnPositions). */
+double sattn_alibi_slope (size_t h, size_t heads);
 
 /* The configuration with every 0-default resolved. */
 const SattnConfig *sattn_model_config (const SattnModel *m);
@@ -337,6 +377,13 @@ SattnStatus sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
 /* Forget every frame: the next frame is frame 0 of a new stream.
  * Statistics are kept. */
 void sattn_stream_reset (SattnStream *s);
+
+/* Forget every frame, as sattn_stream_reset does, and give the next frame
+ * the absolute index first_frame (resuming a stream whose earlier frames
+ * were handled elsewhere: positional encodings and row infos continue from
+ * there).  first_frame must be below 2^53 (exact in a double).
+ * SATTN_E_INVAL otherwise. */
+SattnStatus sattn_stream_reset_at (SattnStream *s, uint64_t first_frame);
 
 /* Frames pushed since creation or the last reset (the index the next
  * frame will have). */

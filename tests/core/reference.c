@@ -62,6 +62,55 @@ project_d (const float *W, const float *b, const double *x, size_t d_in,
   }
 }
 
+/* Press et al.'s get_slopes: power of two n: start = 2^(-8/n), slope_i =
+ * start^(i+1); otherwise the slopes of the closest lower power of two p,
+ * then get_slopes (2p)[0::2][:n - p]. */
+static void
+slopes_pow2 (size_t n, double *out)
+{
+  double start = pow (2.0, -(pow (2.0, -(log2 ((double) n) - 3.0))));
+  for (size_t i = 0; i < n; i++)
+    out[i] = start * pow (start, (double) i);
+}
+
+void
+ref_alibi_slopes (size_t heads, double *slopes)
+{
+  size_t p = 1;
+  while (p * 2 <= heads)
+    p *= 2;
+  slopes_pow2 (p, slopes);
+  if (p == heads)
+    return;
+  double *two = xcalloc (2 * p, sizeof *two);
+  slopes_pow2 (2 * p, two);
+  for (size_t i = 0; i < heads - p; i++)
+    slopes[p + i] = two[2 * i];
+  free (two);
+}
+
+/* Rotate the rows of Y (n × heads*d_head) by the model's RoPE. */
+static void
+rope_rows (const RefModel *m, double *Y, size_t n)
+{
+  const size_t dh = m->d_head, half = dh / 2, dq = m->heads * dh;
+  const int inter = m->positions == 2;
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < half; k++) {
+      long double th = powl ((long double) m->rope_base,
+                             -(long double) (2 * k) / (long double) dh);
+      long double ang = (long double) (m->pos0 + i) * th;
+      double c = (double) cosl (ang), s = (double) sinl (ang);
+      size_t ia = inter ? 2 * k : k, ib = inter ? 2 * k + 1 : k + half;
+      for (size_t h = 0; h < m->heads; h++) {
+        double *y = Y + i * dq + h * dh;
+        double a = y[ia], b = y[ib];
+        y[ia] = a * c - b * s;
+        y[ib] = b * c + a * s;
+      }
+    }
+}
+
 static int
 row_finite (const float *x, size_t d)
 {
@@ -93,6 +142,13 @@ ref_attend (const RefModel *m, const float *x, size_t n,
   project (m->wq, m->bq, x, n, E, dq, Q);
   project (m->wk, m->bk, x, n, E, dq, K);
   project (m->wv, m->bv, x, n, E, dvt, V);
+  if (m->positions == 1 || m->positions == 2) {
+    rope_rows (m, Q, n);
+    rope_rows (m, K, n);
+  }
+  double *slopes = xcalloc (H, sizeof *slopes);
+  if (m->positions == 3)
+    ref_alibi_slopes (H, slopes);
   size_t e = n;
   if (m->bias_k) {
     for (size_t c = 0; c < dq; c++)
@@ -149,6 +205,8 @@ ref_attend (const RefModel *m, const float *x, size_t n,
         for (size_t c = 0; c < dh; c++)
           acc += q[c] * k[c];
         acc *= m->scale;
+        if (m->positions == 3 && j < n)
+          acc -= slopes[h] * (double) (j > i ? j - i : i - j);
         if (!isfinite (acc) && st)
           st->nonfinite++;
         if (isnan (acc))
@@ -235,6 +293,7 @@ ref_attend (const RefModel *m, const float *x, size_t n,
   free (vis);
   free (O);
   free (finite);
+  free (slopes);
 }
 
 /* FLT_MAX + half an ulp: from there on a double rounds to float inf. */

@@ -28,7 +28,20 @@ typedef struct {
   const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
   const float *bias_k, *bias_v;
   int add_zero_attn;
+  /* Positions (0 none, 1 rope, 2 rope-interleaved, 3 alibi: the values of
+   * SattnPositions), from the formula in long double:
+   *   rope: theta_k = base^(-2k/d_head), angle = (pos0 + i) theta_k,
+   *         pairs (k, k + d_head/2) (interleaved: (2k, 2k+1)) of each
+   *         head of Q_i and K_i rotated by it after the bias;
+   *   alibi: s_ij += -slope_h |i - j|, slope_h of Press et al. written
+   *         from their recursive rule. */
+  int positions;
+  double rope_base;     /* resolved (10000 for the default) */
+  uint64_t pos0;        /* absolute index of row 0 */
 } RefModel;
+
+/* ALiBi slopes of Press et al. (their get_slopes), heads of them. */
+void ref_alibi_slopes (size_t heads, double *slopes);
 
 typedef struct {
   size_t rows;          /* (head, valid query) rows */
