@@ -23,7 +23,29 @@ struct SattnModel {
    * without ALiBi). */
   double *theta_hi, *theta_lo;
   float *alibi;
+  /* Encoder layer (cfg.encoder): linear1 / linear2 transposed (d_model ×
+   * d_ff, d_ff × d_model), biases and LayerNorm parameters (NULL = 0 / 1);
+   * with norm_first, zq / zk / zv are the projections of an all-zero
+   * frame (norm1 of it is norm1's bias), NULL otherwise. */
+  float *w1, *b1, *w2, *b2, *n1w, *n1b, *n2w, *n2b;
+  float *zq, *zk, *zv;
 };
+
+/* layer.c: the per-row parts of an encoder layer. */
+#define SATTN_LAYER_ROWS 16
+/* Floats of scratch sattn_layer_rows needs for up to SATTN_LAYER_ROWS
+ * rows. */
+size_t sattn_layer_scratch (const SattnModel *m);
+/* y (rows × d_model, stride ldy, rows <= SATTN_LAYER_ROWS) holds the
+ * attention's output rows, x (stride ldx) their query frames: y becomes
+ * the layer's output (rows of unusable queries are zeroed by the caller
+ * afterwards). */
+void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
+                       float *y, size_t ldy, size_t rows, float *scratch);
+/* LayerNorm of rows (stride ld) of d_model floats with norm1's
+ * parameters, from x into y. */
+void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
+                        float *y, size_t ldy, size_t rows);
 
 /* Rotate the Q or K row x (heads * d_head floats, head-major) of the frame
  * at absolute index pos by the model's RoPE; no-op without RoPE. */

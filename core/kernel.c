@@ -380,15 +380,26 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   float *S = malloc (n * ncols * sizeof (float));
   uint8_t *kok = malloc (n);
   uint8_t *qok = malloc (n);
+  /* Encoder layer: norm1 (x) for pre-norm, the layer's scratch. */
+  float *xn = c->encoder && c->norm_first
+      ? malloc (n * c->d_model * sizeof (float)) : NULL;
+  float *lscr = c->encoder
+      ? malloc (sattn_layer_scratch (m) * sizeof (float)) : NULL;
   SattnStatus st = SATTN_OK;
-  if (!q || !k || !kt || !v || !o || !S || !kok || !qok) {
+  if (!q || !k || !kt || !v || !o || !S || !kok || !qok ||
+      (c->encoder && c->norm_first && !xn) || (c->encoder && !lscr)) {
     st = SATTN_E_NOMEM;
     goto done;
   }
 
-  sattn_project (m->wq, m->bq, x, n, c->d_model, m->dq, c->d_model, q, m->dq);
-  sattn_project (m->wk, m->bk, x, n, c->d_model, m->dq, c->d_model, k, m->dq);
-  sattn_project (m->wv, m->bv, x, n, c->d_model, m->dv, c->d_model, v, m->dv);
+  const float *xp = x;
+  if (xn != NULL) {
+    sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
+    xp = xn;
+  }
+  sattn_project (m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model, q, m->dq);
+  sattn_project (m->wk, m->bk, xp, n, c->d_model, m->dq, c->d_model, k, m->dq);
+  sattn_project (m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model, v, m->dv);
   for (size_t j = 0; j < n && sattn_model_rope (m); j++) {
     sattn_rope_row (m, q + j * m->dq, j);
     sattn_rope_row (m, k + j * m->dq, j);
@@ -436,6 +447,11 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   };
   sattn_attend_window (m, &a);
   sattn_output_project (m, o, n, out, m->d_out);
+  for (size_t i0 = 0; c->encoder && i0 < n; i0 += SATTN_LAYER_ROWS) {
+    size_t r = n - i0 < SATTN_LAYER_ROWS ? n - i0 : SATTN_LAYER_ROWS;
+    sattn_layer_rows (m, x + i0 * c->d_model, c->d_model,
+                      out + i0 * m->d_out, m->d_out, r, lscr);
+  }
   for (size_t i = 0; i < n; i++)
     if (!qok[i])
       memset (out + i * m->d_out, 0, m->d_out * sizeof (float));
@@ -448,6 +464,6 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
 
 done:
   free (q); free (k); free (kt); free (v); free (o); free (S); free (kok);
-  free (qok);
+  free (qok); free (xn); free (lscr);
   return st;
 }

@@ -64,6 +64,9 @@ sattn_model_free (SattnModel *m)
   free (m->wo); free (m->bo);
   free (m->k_extra); free (m->v_extra);
   free (m->theta_hi); free (m->theta_lo); free (m->alibi);
+  free (m->w1); free (m->b1); free (m->w2); free (m->b2);
+  free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
+  free (m->zq); free (m->zk); free (m->zv);
   free (m);
 }
 
@@ -90,6 +93,20 @@ sattn_model_explain (const SattnConfig *c, const SattnWeights *w)
     return "no configuration";
   if (c->positions > SATTN_POSITIONS_ALIBI)
     return "unknown positional encoding";
+  if (c->encoder) {
+    if (w == NULL || w->w1 == NULL || w->w2 == NULL)
+      return "an encoder layer needs its feed-forward weights (linear1 and "
+          "linear2)";
+    if (c->d_ff == 0)
+      return "an encoder layer needs the feed-forward width (d_ff)";
+    if (c->activation > SATTN_ACTIVATION_GELU)
+      return "unknown activation";
+    if (!(c->norm_eps >= 0.0) || isinf (c->norm_eps))
+      return "norm_eps must be finite and >= 0";
+    if (c->d_out != 0 && c->d_out != c->d_model)
+      return "an encoder layer adds the attention's output to its input: "
+          "the output size (d_out) must equal d_model";
+  }
   if (c->positions == SATTN_POSITIONS_NONE)
     return NULL;
   if (w != NULL && (w->bias_k != NULL || w->add_zero_attn))
@@ -210,6 +227,29 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
         c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
     st = rope && c.d_head % 2 != 0 && w->bias_k == NULL && !w->add_zero_attn
         ? SATTN_E_SHAPE : SATTN_E_INVAL;
+    if (c.encoder && (w->w1 == NULL || w->w2 == NULL))
+      st = SATTN_E_MISSING;
+    else if (c.encoder && c.d_out != 0 && c.d_out != c.d_model)
+      st = SATTN_E_SHAPE;
+    goto fail;
+  }
+  if (c.encoder && c.norm_eps == 0.0)
+    c.norm_eps = 1e-5;
+  if (c.encoder && (mul_ok (c.d_ff, c.d_model) == 0 ||
+          c.d_ff > SIZE_MAX / 4 / (c.d_model + 1))) {
+    st = SATTN_E_NOMEM;
+    goto fail;
+  }
+  if (c.encoder &&
+      (!finite_or_null (w->w1, c.d_ff * c.d_model) ||
+       !finite_or_null (w->b1, c.d_ff) ||
+       !finite_or_null (w->w2, c.d_ff * c.d_model) ||
+       !finite_or_null (w->b2, c.d_model) ||
+       !finite_or_null (w->norm1_w, c.d_model) ||
+       !finite_or_null (w->norm1_b, c.d_model) ||
+       !finite_or_null (w->norm2_w, c.d_model) ||
+       !finite_or_null (w->norm2_b, c.d_model))) {
+    st = SATTN_E_NONFINITE;
     goto fail;
   }
   if (c.rope_base == 0.0)
@@ -257,6 +297,33 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
     else if (w->bias_k != NULL) {
       memcpy (m->k_extra, w->bias_k, dq * sizeof (float));
       memcpy (m->v_extra, w->bias_v, dv * sizeof (float));
+    }
+  }
+  if (c.encoder) {
+    m->w1 = dup_transposed (w->w1, c.d_ff, c.d_model, &ok);
+    m->b1 = dup_floats (w->b1, c.d_ff, &ok);
+    m->w2 = dup_transposed (w->w2, c.d_model, c.d_ff, &ok);
+    m->b2 = dup_floats (w->b2, c.d_model, &ok);
+    m->n1w = dup_floats (w->norm1_w, c.d_model, &ok);
+    m->n1b = dup_floats (w->norm1_b, c.d_model, &ok);
+    m->n2w = dup_floats (w->norm2_w, c.d_model, &ok);
+    m->n2b = dup_floats (w->norm2_b, c.d_model, &ok);
+    if (ok && c.norm_first && m->n1b != NULL) {
+      /* A zero frame (invalid policy ZERO) enters the attention as
+       * norm1 (0) = norm1's bias. */
+      m->zq = malloc (dq * sizeof (float));
+      m->zk = malloc (dq * sizeof (float));
+      m->zv = malloc (dv * sizeof (float));
+      if (m->zq == NULL || m->zk == NULL || m->zv == NULL)
+        ok = 0;
+      else {
+        sattn_project (m->wq, m->bq, m->n1b, 1, c.d_model, dq, c.d_model,
+                       m->zq, dq);
+        sattn_project (m->wk, m->bk, m->n1b, 1, c.d_model, dq, c.d_model,
+                       m->zk, dq);
+        sattn_project (m->wv, m->bv, m->n1b, 1, c.d_model, dv, c.d_model,
+                       m->zv, dv);
+      }
     }
   }
   if (c.positions == SATTN_POSITIONS_ROPE ||

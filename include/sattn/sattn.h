@@ -91,6 +91,12 @@ const char *sattn_status_string (SattnStatus st);
  * to 2^-106), and only the large part goes through sin / cos, whose
  * argument reduction is exact; scores at frame 1e9 are as accurate as at
  * frame 0.  Keys are rotated once, when their frame is stored. */
+/* Feed-forward activation of an encoder layer (SattnConfig.activation). */
+typedef enum {
+  SATTN_ACTIVATION_RELU = 0,
+  SATTN_ACTIVATION_GELU,     /* exact: x/2 (1 + erf (x / sqrt 2)) */
+} SattnActivation;
+
 typedef enum {
   SATTN_POSITIONS_NONE = 0,
   SATTN_POSITIONS_ROPE,
@@ -124,6 +130,18 @@ typedef struct {
   SattnPositions positions;
   double rope_base; /* RoPE: theta_k = rope_base^(-2k/d_head); 0 = 10000.
                        Must be finite and > 1 (or 0). */
+  /* Encoder layer (PyTorch nn.TransformerEncoderLayer) around the
+   * attention, per output row, when encoder != 0 (needs w1 and w2 in
+   * SattnWeights and d_out == d_model):
+   *   post-norm (default): y = norm1 (x + SA (x)); out = norm2 (y + FF (y))
+   *   pre-norm (norm_first): y = x + SA (norm1 (x)); out = y + FF (norm2 (y))
+   *   FF (y) = linear2 (act (linear1 (y))),  norm = LayerNorm (eps).
+   * x is the row's query frame; pooled outputs pool the layer's rows. */
+  int encoder;
+  size_t d_ff;      /* rows of linear1 (the feed-forward width), >= 1 */
+  SattnActivation activation;
+  int norm_first;
+  double norm_eps;  /* LayerNorm eps; 0 = 1e-5.  Must be finite, >= 0. */
 } SattnConfig;
 
 /* Weights in PyTorch layout.  Every pointer may be NULL:
@@ -152,6 +170,13 @@ typedef struct {
   const float *wo, *bo;
   const float *bias_k, *bias_v;
   int add_zero_attn;
+  /* Encoder layer parts (SattnConfig.encoder), PyTorch layout:
+   *  w1: d_ff × d_model   b1: d_ff       (linear1; w1 required)
+   *  w2: d_model × d_ff   b2: d_model    (linear2; w2 required)
+   *  norm1_w, norm1_b, norm2_w, norm2_b: d_model (LayerNorm weight and
+   *  bias; NULL = 1 and 0).  Ignored without encoder. */
+  const float *w1, *b1, *w2, *b2;
+  const float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
 } SattnWeights;
 
 typedef struct SattnModel SattnModel;

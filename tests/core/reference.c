@@ -22,17 +22,17 @@ xcalloc (size_t n, size_t sz)
 
 /* y (n × d_out) = x (n × d_in) W^T + b, in double; W NULL = identity. */
 static void
-project (const float *W, const float *b, const float *x, size_t n,
+project (const float *W, const float *b, const double *x, size_t n,
          size_t d_in, size_t d_out, double *y)
 {
   for (size_t i = 0; i < n; i++) {
-    const float *xi = x + i * d_in;
+    const double *xi = x + i * d_in;
     for (size_t o = 0; o < d_out; o++) {
       double acc = 0.0;
       if (W) {
         const float *w = W + o * d_in;
         for (size_t k = 0; k < d_in; k++)
-          acc += (double) w[k] * (double) xi[k];
+          acc += (double) w[k] * xi[k];
       } else {
         acc = xi[o];
       }
@@ -112,7 +112,7 @@ rope_rows (const RefModel *m, double *Y, size_t n)
 }
 
 static int
-row_finite (const float *x, size_t d)
+row_finite (const double *x, size_t d)
 {
   for (size_t k = 0; k < d; k++)
     if (!isfinite (x[k]))
@@ -120,11 +120,100 @@ row_finite (const float *x, size_t d)
   return 1;
 }
 
+static void
+attend_d (const RefModel *m, const double *x, size_t n,
+          const uint8_t *key_valid, const uint8_t *query_valid,
+          const uint8_t *allow, double *out, double *weights, RefStats *st);
+
+static double *
+to_double (const float *x, size_t n)
+{
+  double *y = xcalloc (n, sizeof *y);
+  for (size_t i = 0; i < n; i++)
+    y[i] = x[i];
+  return y;
+}
+
 void
 ref_attend (const RefModel *m, const float *x, size_t n,
             const uint8_t *key_valid, const uint8_t *query_valid,
             const uint8_t *allow, double *out, double *weights,
             RefStats *st)
+{
+  double *xd = to_double (x, n * m->d_model);
+  attend_d (m, xd, n, key_valid, query_valid, allow, out, weights, st);
+  free (xd);
+}
+
+/* LayerNorm of d values, in place. */
+static void
+layer_norm (double *y, size_t d, const float *w, const float *b, double eps)
+{
+  double mean = 0.0, var = 0.0;
+  for (size_t t = 0; t < d; t++)
+    mean += y[t];
+  mean /= (double) d;
+  for (size_t t = 0; t < d; t++)
+    var += (y[t] - mean) * (y[t] - mean);
+  var /= (double) d;
+  for (size_t t = 0; t < d; t++)
+    y[t] = (y[t] - mean) / sqrt (var + eps) * (w ? w[t] : 1.0) +
+        (b ? b[t] : 0.0);
+}
+
+/* out (d) = linear2 (act (linear1 (u))). */
+static void
+feed_forward (const RefLayer *l, size_t d, const double *u, double *out)
+{
+  double *h = xcalloc (l->d_ff, sizeof *h);
+  project_d (l->w1, l->b1, u, d, l->d_ff, h);
+  for (size_t t = 0; t < l->d_ff; t++)
+    h[t] = l->gelu ? 0.5 * h[t] * (1.0 + erf (h[t] / sqrt (2.0)))
+        : (h[t] > 0.0 ? h[t] : 0.0);
+  project_d (l->w2, l->b2, h, l->d_ff, d, out);
+  free (h);
+}
+
+void
+ref_encoder (const RefModel *m, const RefLayer *l, const double *x, size_t n,
+             double *out)
+{
+  const size_t d = m->d_model;
+  double *u = xcalloc (n * d, sizeof *u);
+  double *a = xcalloc (n * d, sizeof *a);
+  double *f = xcalloc (d, sizeof *f);
+  memcpy (u, x, n * d * sizeof *u);
+  if (l->norm_first)
+    for (size_t i = 0; i < n; i++)
+      layer_norm (u + i * d, d, l->n1w, l->n1b, l->eps);
+  attend_d (m, u, n, NULL, NULL, NULL, a, NULL, NULL);
+  for (size_t i = 0; i < n; i++) {
+    double *y = out + i * d;
+    for (size_t t = 0; t < d; t++)
+      y[t] = x[i * d + t] + a[i * d + t];
+    if (!l->norm_first) {
+      layer_norm (y, d, l->n1w, l->n1b, l->eps);
+      feed_forward (l, d, y, f);
+      for (size_t t = 0; t < d; t++)
+        y[t] += f[t];
+      layer_norm (y, d, l->n2w, l->n2b, l->eps);
+    } else {
+      memcpy (u + i * d, y, d * sizeof *u);
+      layer_norm (u + i * d, d, l->n2w, l->n2b, l->eps);
+      feed_forward (l, d, u + i * d, f);
+      for (size_t t = 0; t < d; t++)
+        y[t] += f[t];
+    }
+  }
+  free (u);
+  free (a);
+  free (f);
+}
+
+static void
+attend_d (const RefModel *m, const double *x, size_t n,
+          const uint8_t *key_valid, const uint8_t *query_valid,
+          const uint8_t *allow, double *out, double *weights, RefStats *st)
 {
   const size_t H = m->heads, dh = m->d_head, dv = m->d_value;
   const size_t dq = H * dh, dvt = H * dv, E = m->d_model;
@@ -302,16 +391,18 @@ ref_projection_overflows (const RefModel *m, const float *x)
 {
   const size_t dq = m->heads * m->d_head, dvt = m->heads * m->d_value;
   double *y = xcalloc (dq > dvt ? dq : dvt, sizeof *y);
+  double *xd = to_double (x, m->d_model);
   int over = 0;
-  project (m->wq, m->bq, x, 1, m->d_model, dq, y);
+  project (m->wq, m->bq, xd, 1, m->d_model, dq, y);
   for (size_t c = 0; c < dq; c++)
     over |= fabs (y[c]) >= 0x1.ffffffp+127;
-  project (m->wk, m->bk, x, 1, m->d_model, dq, y);
+  project (m->wk, m->bk, xd, 1, m->d_model, dq, y);
   for (size_t c = 0; c < dq; c++)
     over |= fabs (y[c]) >= 0x1.ffffffp+127;
-  project (m->wv, m->bv, x, 1, m->d_model, dvt, y);
+  project (m->wv, m->bv, xd, 1, m->d_model, dvt, y);
   for (size_t c = 0; c < dvt; c++)
     over |= fabs (y[c]) >= 0x1.ffffffp+127;
   free (y);
+  free (xd);
   return over;
 }
