@@ -182,16 +182,92 @@ gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
 /* Reads the weights file (path) for d_model-value frames (0 = whatever the
  * file has: a check of the file alone) and fills mc / w.  Posts an element
  * error naming the file and what is wrong with it on failure. */
+void
+gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc)
+{
+  mc->positions = (SattnPositions) c->positions;
+  mc->rope_base = c->rope_base;
+  mc->activation = (SattnActivation) c->activation;
+  mc->norm_first = c->norm_first;
+  mc->norm_eps = c->norm_eps;
+}
+
+/* The file's attention module, and around it an encoder layer when
+ * prefix holds one (its attention then under prefix + "self_attn."); the
+ * options its metadata records.  Fills err on failure. */
+static SattnStatus
+gst_sattn_read_file (const gchar * path, const gchar * prefix,
+    guint64 d_model, guint heads, gboolean zero_attn, guint set_by_user,
+    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw,
+    SattnLayerWeights ** lw, gchar * err, gsize err_len)
+{
+  SattnTensorFile *f = NULL;
+  gchar msg[1024] = "";
+  gchar *pfx, *attn;
+  const gchar *meta;
+  guint64 u;
+  SattnStatus st;
+
+  *mw = NULL;
+  *lw = NULL;
+  st = sattn_tensor_file_load (path, &f, msg, sizeof msg);
+  if (st != SATTN_OK) {
+    /* The loader's I/O messages name the path already. */
+    if (st == SATTN_E_IO)
+      g_strlcpy (err, msg, err_len);
+    else
+      g_snprintf (err, err_len, "'%s': %s", path, msg);
+    return st;
+  }
+  if (prefix == NULL)
+    prefix = "";
+  pfx = (prefix[0] != '\0' && !g_str_has_suffix (prefix, ".")) ?
+      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  attn = sattn_encoder_layer_present (f, pfx) ?
+      g_strconcat (pfx, "self_attn.", NULL) : g_strdup (pfx);
+  /* heads left at its default: the exported module's. */
+  meta = NULL;
+  if (!(set_by_user & GST_SATTN_SET_HEADS)) {
+    gchar *k = g_strconcat (attn, "num_heads", NULL);
+    meta = sattn_tensor_file_metadata (f, k);
+    g_free (k);
+  }
+  if (meta != NULL && g_ascii_string_to_unsigned (meta, 10, 1, MAX_HEADS, &u,
+          NULL))
+    heads = (guint) u;
+  mc->heads = heads;
+  st = sattn_mha_weights_from_file (f, attn, (size_t) d_model, heads,
+      zero_attn, mc, w, mw, msg, sizeof msg);
+  if (st == SATTN_OK)
+    st = sattn_options_from_file (f, pfx, set_by_user & 0xffffu, mc, msg,
+        sizeof msg);
+  if (st == SATTN_OK && sattn_encoder_layer_present (f, pfx))
+    st = sattn_encoder_weights_from_file (f, pfx, mc, w, lw, msg,
+        sizeof msg);
+  if (st != SATTN_OK) {
+    g_snprintf (err, err_len, "'%s': %s", path, msg);
+    sattn_mha_weights_free (*mw);
+    sattn_layer_weights_free (*lw);
+    *mw = NULL;
+    *lw = NULL;
+  }
+  sattn_tensor_file_free (f);
+  g_free (pfx);
+  g_free (attn);
+  return st;
+}
+
 gboolean
 gst_sattn_load_weights (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
-    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw)
+    guint set_by_user, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw, SattnLayerWeights ** lw)
 {
   gchar err[1024] = "";
   SattnStatus st;
 
-  st = sattn_mha_weights_load (path, prefix ? prefix : "", (size_t) d_model,
-      heads, zero_attn, mc, w, mw, err, sizeof err);
+  st = gst_sattn_read_file (path, prefix, d_model, heads, zero_attn,
+      set_by_user, mc, w, mw, lw, err, sizeof err);
   if (st == SATTN_OK)
     return TRUE;
 
@@ -519,6 +595,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnStatus st = SATTN_OK;
   SattnWeights weights = { 0, };
   SattnMhaWeights *mw = NULL;
+  SattnLayerWeights *lw = NULL;
+  const char *why;
   gchar *wpath, *wprefix;
   gboolean zero_attn;
   GstCaps *srccaps;
@@ -559,9 +637,22 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   mc.causal = c.causal;
   mc.lookback = c.lookback;
   mc.threads = c.threads;
+  gst_sattn_layer_config (&c, &mc);
   weights.add_zero_attn = zero_attn;
   if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
-          d_model, c.heads, zero_attn, &mc, &weights, &mw)) {
+          d_model, c.heads, zero_attn, c.set_by_user, &mc, &weights, &mw,
+          &lw)) {
+    g_free (wpath);
+    g_free (wprefix);
+    return FALSE;
+  }
+  /* The core's words for positions / layer options it cannot run. */
+  why = sattn_model_explain (&mc, &weights);
+  if (why != NULL) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s (positions=%s)", why,
+            gst_sattn_positions_nick (c.positions)), (NULL));
+    sattn_mha_weights_free (mw);
+    sattn_layer_weights_free (lw);
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
@@ -571,6 +662,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
       (wpath != NULL || zero_attn) ? &weights : NULL, &st);
   sattn_mha_weights_free (mw);
+  sattn_layer_weights_free (lw);
   g_free (wpath);
   g_free (wprefix);
   if (model == NULL) {
@@ -803,6 +895,7 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     SattnConfig mc = { 0, };
     SattnWeights w = { 0, };
     SattnMhaWeights *mw = NULL;
+    SattnLayerWeights *lw = NULL;
 
     /* The core's own words: which tensor has which shape, and what the
      * stream's d_model would need. */
@@ -812,13 +905,15 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     zero_attn = self->add_zero_attn;
     GST_OBJECT_UNLOCK (self);
     mc.heads = c.heads;
+    gst_sattn_layer_config (&c, &mc);
     if (wpath != NULL && gst_sattn_load_weights (self, wpath, wprefix,
-            (guint64) channels * c.frame_size, c.heads, zero_attn, &mc, &w,
-            &mw)) {
+            (guint64) channels * c.frame_size, c.heads, zero_attn,
+            c.set_by_user, &mc, &w, &mw, &lw)) {
       /* The file changed since READY->PAUSED and now fits. */
       shape = FALSE;
     }
     sattn_mha_weights_free (mw);
+    sattn_layer_weights_free (lw);
     g_free (wpath);
     g_free (wprefix);
   }
