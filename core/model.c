@@ -1,6 +1,7 @@
 /* SattnModel: resolved configuration plus owned copies of the weights. */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,12 +39,6 @@ dup_floats (const float *src, size_t n, int *ok)
   return d;
 }
 
-static int
-finite_or_null (const float *x, size_t n)
-{
-  return x == NULL || sattn_all_finite (x, n);
-}
-
 /* a * b without wrapping; 0 on overflow. */
 static size_t
 mul_ok (size_t a, size_t b)
@@ -53,21 +48,24 @@ mul_ok (size_t a, size_t b)
   return a * b;
 }
 
-void
-sattn_model_free (SattnModel *m)
+/* A weight tensor of rows × cols floats (cols 0: a vector) must be finite:
+ * names the first NaN / Inf. */
+static SattnStatus
+check_finite (const char *name, const float *x, size_t rows, size_t cols,
+              char *err, size_t err_len)
 {
-  if (m == NULL)
-    return;
-  free (m->wq); free (m->bq);
-  free (m->wk); free (m->bk);
-  free (m->wv); free (m->bv);
-  free (m->wo); free (m->bo);
-  free (m->k_extra); free (m->v_extra);
-  free (m->theta_hi); free (m->theta_lo); free (m->alibi);
-  free (m->w1); free (m->b1); free (m->w2); free (m->b2);
-  free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
-  free (m->zq); free (m->zk); free (m->zv);
-  free (m);
+  size_t n = cols ? rows * cols : rows;
+  size_t i = x ? sattn_first_nonfinite (x, n) : n;
+  if (i == n)
+    return SATTN_OK;
+  if (cols)
+    return sattn_fail (SATTN_E_NONFINITE, err, err_len,
+                       "weight %s holds %s at [%zu, %zu]; every weight "
+                       "must be finite", name, isnan (x[i]) ? "NaN" : "Inf",
+                       i / cols, i % cols);
+  return sattn_fail (SATTN_E_NONFINITE, err, err_len,
+                     "weight %s holds %s at element %zu; every weight must "
+                     "be finite", name, isnan (x[i]) ? "NaN" : "Inf", i);
 }
 
 /* Press et al.: for H a power of two, slope_h = 2^(-8(h+1)/H); else the
@@ -84,45 +82,6 @@ sattn_alibi_slope (size_t h, size_t heads)
   if (h < p)
     return exp2 (-8.0 * (double) (h + 1) / (double) p);
   return exp2 (-8.0 * (double) (2 * (h - p) + 1) / (double) (2 * p));
-}
-
-const char *
-sattn_model_explain (const SattnConfig *c, const SattnWeights *w)
-{
-  if (c == NULL)
-    return "no configuration";
-  if (c->positions > SATTN_POSITIONS_ALIBI)
-    return "unknown positional encoding";
-  if (c->encoder) {
-    if (w == NULL || w->w1 == NULL || w->w2 == NULL)
-      return "an encoder layer needs its feed-forward weights (linear1 and "
-          "linear2)";
-    if (c->d_ff == 0)
-      return "an encoder layer needs the feed-forward width (d_ff)";
-    if (c->activation > SATTN_ACTIVATION_GELU)
-      return "unknown activation";
-    if (!(c->norm_eps >= 0.0) || isinf (c->norm_eps))
-      return "norm_eps must be finite and >= 0";
-    if (c->d_out != 0 && c->d_out != c->d_model)
-      return "an encoder layer adds the attention's output to its input: "
-          "the output size (d_out) must equal d_model";
-  }
-  if (c->positions == SATTN_POSITIONS_NONE)
-    return NULL;
-  if (w != NULL && (w->bias_k != NULL || w->add_zero_attn))
-    return "positional encodings cannot be combined with add_bias_kv or "
-        "add_zero_attn: their extra keys have no frame position";
-  if (c->positions != SATTN_POSITIONS_ALIBI) {
-    size_t dh = c->d_head;
-    if (dh == 0 && c->heads > 0)
-      dh = c->d_model / c->heads;
-    if (dh % 2 != 0)
-      return "RoPE rotates pairs of values: the head size (d_head) must be "
-          "even";
-    if (!(c->rope_base == 0.0 || (c->rope_base > 1.0 && isfinite (c->rope_base))))
-      return "rope_base must be greater than 1 (or 0 for 10000)";
-  }
-  return NULL;
 }
 
 int
@@ -159,6 +118,223 @@ sattn_rope_row (const SattnModel *m, float *x, uint64_t pos)
   }
 }
 
+/* Every rule a model configuration and its weights must follow, the one
+ * place they are written: resolves cfg into *c (0-defaults replaced) and
+ * the projected sizes, or says in err what is wrong and what would work. */
+static SattnStatus
+model_resolve (const SattnConfig *cfg, const SattnWeights *w, SattnConfig *c,
+               size_t *dq_out, size_t *dv_out, char *err, size_t err_len)
+{
+  static const SattnWeights none = { 0 };
+  char ok[160];
+  SattnStatus st;
+
+  if (err != NULL && err_len > 0)
+    err[0] = '\0';
+  if (cfg == NULL)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "no model configuration (cfg is NULL)");
+  if (w == NULL)
+    w = &none;
+  *c = *cfg;
+
+  if (c->d_model == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "d_model=0: a frame needs at least one value");
+  if (c->heads == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "heads=0: at least one head is needed");
+  if (c->threads < 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "threads=%d is negative; use 1 (the calling thread "
+                       "only), a count N > 1, or 0 for one per CPU",
+                       c->threads);
+  if (!(c->scale >= 0.0f) || isinf (c->scale))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "scale=%g is not a finite number >= 0; use scale=0 "
+                       "for the default 1/sqrt(d_head) or a positive value",
+                       (double) c->scale);
+  if (c->scale > 0.0f && c->scale < FLT_MIN)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "scale=%g is below the smallest normal float (%g), "
+                       "the precision the scores are computed in; use "
+                       "scale=0 for the default 1/sqrt(d_head) or a value "
+                       "of at least %g", (double) c->scale, (double) FLT_MIN,
+                       (double) FLT_MIN);
+  if (c->d_head == 0) {
+    if (c->d_model % c->heads != 0) {
+      sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "heads=%zu does not divide d_model=%zu; heads "
+                         "values that work: %s", c->heads, c->d_model, ok);
+    }
+    c->d_head = c->d_model / c->heads;
+  }
+  if (c->d_value == 0)
+    c->d_value = c->d_head;
+  size_t dq = mul_ok (c->heads, c->d_head);
+  size_t dv = mul_ok (c->heads, c->d_value);
+  if (dq == 0 || dv == 0 || mul_ok (dq, c->d_model) == 0 ||
+      mul_ok (dv, c->d_model) == 0)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                       "heads=%zu x d_head=%zu (d_value=%zu) x d_model=%zu "
+                       "floats of projection weights overflow the address "
+                       "space", c->heads, c->d_head, c->d_value, c->d_model);
+  if (w->wo != NULL) {
+    if (c->d_out == 0)   /* rows of wo cannot be guessed */
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "an output projection wo needs d_out, its number "
+                         "of rows (d_out=0 means \"no wo\")");
+  } else {
+    if (c->d_out == 0)
+      c->d_out = dv;
+    if (c->d_out != dv)
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "d_out=%zu without an output projection: the "
+                         "output rows are heads x d_value = %zu values; use "
+                         "d_out=0 or %zu, or give wo", c->d_out, dv, dv);
+  }
+  if (mul_ok (c->d_out, dv) == 0)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                       "d_out=%zu x %zu floats of output projection "
+                       "overflow the address space", c->d_out, dv);
+  if ((w->wq == NULL || w->wk == NULL) && dq != c->d_model) {
+    sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
+    return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "heads=%zu x d_head=%zu = %zu is not d_model=%zu, "
+                       "which the identity %s projection (no %s given) "
+                       "needs; use d_head=0 with heads one of: %s", c->heads,
+                       c->d_head, dq, c->d_model,
+                       w->wq == NULL ? "query" : "key",
+                       w->wq == NULL ? "wq" : "wk", ok);
+  }
+  if (w->wv == NULL && dv != c->d_model) {
+    sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
+    return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "heads=%zu x d_value=%zu = %zu is not d_model=%zu, "
+                       "which the identity value projection (no wv given) "
+                       "needs; use d_value=0 and d_head=0 with heads one "
+                       "of: %s", c->heads, c->d_value, dv, c->d_model, ok);
+  }
+  if ((w->bias_k == NULL) != (w->bias_v == NULL))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "bias_k and bias_v come together (PyTorch "
+                       "add_bias_kv): give both or neither");
+  if (c->positions > SATTN_POSITIONS_ALIBI)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "positions=%d is not a positional encoding (none, "
+                       "rope, rope-interleaved, alibi)", (int) c->positions);
+  if (c->positions != SATTN_POSITIONS_NONE &&
+      (w->bias_k != NULL || w->add_zero_attn))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "positional encodings cannot be combined with "
+                       "add_bias_kv or add_zero_attn: their extra keys have "
+                       "no frame position");
+  if (c->positions == SATTN_POSITIONS_ROPE ||
+      c->positions == SATTN_POSITIONS_ROPE_INTERLEAVED) {
+    if (c->d_head % 2 != 0)
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "RoPE rotates pairs of values: d_head=%zu must be "
+                         "even", c->d_head);
+    if (!(c->rope_base == 0.0 || (c->rope_base > 1.0 &&
+                                  isfinite (c->rope_base))))
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "rope_base=%g must be a finite number > 1 (or 0 "
+                         "for 10000)", c->rope_base);
+  }
+  if (c->encoder) {
+    if (w->w1 == NULL || w->w2 == NULL)
+      return sattn_fail (SATTN_E_MISSING, err, err_len,
+                         "an encoder layer needs its feed-forward weights: "
+                         "%s is missing", w->w1 == NULL ? "w1 (linear1)" :
+                         "w2 (linear2)");
+    if (c->d_ff == 0)
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "d_ff=0: an encoder layer needs the feed-forward "
+                         "width (the rows of linear1)");
+    if (c->activation > SATTN_ACTIVATION_GELU)
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "activation=%d is neither relu nor gelu",
+                         (int) c->activation);
+    if (!(c->norm_eps >= 0.0) || isinf (c->norm_eps))
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "norm_eps=%g must be a finite number >= 0",
+                         c->norm_eps);
+    if (c->d_out != c->d_model)
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "an encoder layer adds the attention's output to "
+                         "its input: d_out=%zu must equal d_model=%zu",
+                         c->d_out, c->d_model);
+    if (mul_ok (c->d_ff, c->d_model) == 0 ||
+        c->d_ff > SIZE_MAX / 4 / (c->d_model + SATTN_LAYER_ROWS))
+      return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                         "d_ff=%zu x d_model=%zu floats of feed-forward "
+                         "weights overflow the address space", c->d_ff,
+                         c->d_model);
+    if ((st = check_finite ("w1", w->w1, c->d_ff, c->d_model, err,
+                            err_len)) ||
+        (st = check_finite ("b1", w->b1, c->d_ff, 0, err, err_len)) ||
+        (st = check_finite ("w2", w->w2, c->d_model, c->d_ff, err,
+                            err_len)) ||
+        (st = check_finite ("b2", w->b2, c->d_model, 0, err, err_len)) ||
+        (st = check_finite ("norm1_w", w->norm1_w, c->d_model, 0, err,
+                            err_len)) ||
+        (st = check_finite ("norm1_b", w->norm1_b, c->d_model, 0, err,
+                            err_len)) ||
+        (st = check_finite ("norm2_w", w->norm2_w, c->d_model, 0, err,
+                            err_len)) ||
+        (st = check_finite ("norm2_b", w->norm2_b, c->d_model, 0, err,
+                            err_len)))
+      return st;
+    if (c->norm_eps == 0.0)
+      c->norm_eps = 1e-5;
+  }
+  if (c->rope_base == 0.0)
+    c->rope_base = 10000.0;
+  if ((st = check_finite ("wq", w->wq, dq, c->d_model, err, err_len)) ||
+      (st = check_finite ("bq", w->bq, dq, 0, err, err_len)) ||
+      (st = check_finite ("wk", w->wk, dq, c->d_model, err, err_len)) ||
+      (st = check_finite ("bk", w->bk, dq, 0, err, err_len)) ||
+      (st = check_finite ("wv", w->wv, dv, c->d_model, err, err_len)) ||
+      (st = check_finite ("bv", w->bv, dv, 0, err, err_len)) ||
+      (st = check_finite ("wo", w->wo, c->d_out, dv, err, err_len)) ||
+      (st = check_finite ("bo", w->bo, c->d_out, 0, err, err_len)) ||
+      (st = check_finite ("bias_k", w->bias_k, dq, 0, err, err_len)) ||
+      (st = check_finite ("bias_v", w->bias_v, dv, 0, err, err_len)))
+    return st;
+  if (c->scale == 0.0f)
+    c->scale = (float) (1.0 / sqrt ((double) c->d_head));
+  *dq_out = dq;
+  *dv_out = dv;
+  return SATTN_OK;
+}
+
+SattnStatus
+sattn_model_check (const SattnConfig *cfg, const SattnWeights *w, char *err,
+                   size_t err_len)
+{
+  SattnConfig c;
+  size_t dq, dv;
+  return model_resolve (cfg, w, &c, &dq, &dv, err, err_len);
+}
+
+void
+sattn_model_free (SattnModel *m)
+{
+  if (m == NULL)
+    return;
+  free (m->wq); free (m->bq);
+  free (m->wk); free (m->bk);
+  free (m->wv); free (m->bv);
+  free (m->wo); free (m->bo);
+  free (m->k_extra); free (m->v_extra);
+  free (m->theta_hi); free (m->theta_lo); free (m->alibi);
+  free (m->w1); free (m->b1); free (m->w2); free (m->b2);
+  free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
+  free (m->zq); free (m->zk); free (m->zv);
+  free (m);
+}
+
 SattnModel *
 sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
                  SattnStatus *status)
@@ -167,107 +343,14 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   SattnModel *m = NULL;
   SattnWeights none = { 0 };
   SattnConfig c;
-
-  if (cfg_in == NULL) {
-    st = SATTN_E_INVAL;
-    goto fail;
-  }
-  if (w == NULL)
-    w = &none;
-  c = *cfg_in;
+  size_t dq, dv;
 
   /* --- check every argument before allocating --- */
-  if (c.d_model == 0 || c.heads == 0 || c.threads < 0 ||
-      !(c.scale >= 0.0f) || isinf (c.scale)) {
-    st = SATTN_E_INVAL;
+  st = model_resolve (cfg_in, w, &c, &dq, &dv, NULL, 0);
+  if (st != SATTN_OK)
     goto fail;
-  }
-  if (c.d_head == 0) {
-    if (c.d_model % c.heads != 0) {
-      st = SATTN_E_SHAPE;
-      goto fail;
-    }
-    c.d_head = c.d_model / c.heads;
-  }
-  if (c.d_value == 0)
-    c.d_value = c.d_head;
-  size_t dq = mul_ok (c.heads, c.d_head);
-  size_t dv = mul_ok (c.heads, c.d_value);
-  if (dq == 0 || dv == 0 || mul_ok (dq, c.d_model) == 0 ||
-      mul_ok (dv, c.d_model) == 0) {
-    st = SATTN_E_NOMEM;
-    goto fail;
-  }
-  if (w->wo != NULL) {
-    if (c.d_out == 0) {
-      st = SATTN_E_SHAPE;   /* rows of wo cannot be guessed */
-      goto fail;
-    }
-  } else {
-    if (c.d_out == 0)
-      c.d_out = dv;
-    if (c.d_out != dv) {
-      st = SATTN_E_SHAPE;
-      goto fail;
-    }
-  }
-  if (mul_ok (c.d_out, dv) == 0) {
-    st = SATTN_E_NOMEM;
-    goto fail;
-  }
-  if ((w->wq == NULL && dq != c.d_model) ||
-      (w->wk == NULL && dq != c.d_model) ||
-      (w->wv == NULL && dv != c.d_model)) {
-    st = SATTN_E_SHAPE;
-    goto fail;
-  }
-  if (sattn_model_explain (&c, w) != NULL) {
-    /* An odd head size is a shape problem; the rest are bad values. */
-    int rope = c.positions == SATTN_POSITIONS_ROPE ||
-        c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
-    st = rope && c.d_head % 2 != 0 && w->bias_k == NULL && !w->add_zero_attn
-        ? SATTN_E_SHAPE : SATTN_E_INVAL;
-    if (c.encoder && (w->w1 == NULL || w->w2 == NULL))
-      st = SATTN_E_MISSING;
-    else if (c.encoder && c.d_out != 0 && c.d_out != c.d_model)
-      st = SATTN_E_SHAPE;
-    goto fail;
-  }
-  if (c.encoder && c.norm_eps == 0.0)
-    c.norm_eps = 1e-5;
-  if (c.encoder && (mul_ok (c.d_ff, c.d_model) == 0 ||
-          c.d_ff > SIZE_MAX / 4 / (c.d_model + 1))) {
-    st = SATTN_E_NOMEM;
-    goto fail;
-  }
-  if (c.encoder &&
-      (!finite_or_null (w->w1, c.d_ff * c.d_model) ||
-       !finite_or_null (w->b1, c.d_ff) ||
-       !finite_or_null (w->w2, c.d_ff * c.d_model) ||
-       !finite_or_null (w->b2, c.d_model) ||
-       !finite_or_null (w->norm1_w, c.d_model) ||
-       !finite_or_null (w->norm1_b, c.d_model) ||
-       !finite_or_null (w->norm2_w, c.d_model) ||
-       !finite_or_null (w->norm2_b, c.d_model))) {
-    st = SATTN_E_NONFINITE;
-    goto fail;
-  }
-  if (c.rope_base == 0.0)
-    c.rope_base = 10000.0;
-  if ((w->bias_k == NULL) != (w->bias_v == NULL)) {
-    st = SATTN_E_INVAL;
-    goto fail;
-  }
-  if (!finite_or_null (w->wq, dq * c.d_model) || !finite_or_null (w->bq, dq) ||
-      !finite_or_null (w->wk, dq * c.d_model) || !finite_or_null (w->bk, dq) ||
-      !finite_or_null (w->wv, dv * c.d_model) || !finite_or_null (w->bv, dv) ||
-      !finite_or_null (w->wo, c.d_out * dv) || !finite_or_null (w->bo, c.d_out) ||
-      !finite_or_null (w->bias_k, dq) || !finite_or_null (w->bias_v, dv)) {
-    st = SATTN_E_NONFINITE;
-    goto fail;
-  }
-  if (c.scale == 0.0f)
-    c.scale = (float) (1.0 / sqrt ((double) c.d_head));
+  if (w == NULL)
+    w = &none;
 
   /* --- allocate --- */
   m = calloc (1, sizeof (*m));

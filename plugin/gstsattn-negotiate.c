@@ -596,7 +596,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnWeights weights = { 0, };
   SattnMhaWeights *mw = NULL;
   SattnLayerWeights *lw = NULL;
-  const char *why;
+  char why[512];
   gchar *wpath, *wprefix;
   gboolean zero_attn;
   GstCaps *srccaps;
@@ -646,11 +646,17 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     g_free (wprefix);
     return FALSE;
   }
-  /* The core's words for positions / layer options it cannot run. */
-  why = sattn_model_explain (&mc, &weights);
-  if (why != NULL) {
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s (positions=%s)", why,
-            gst_sattn_positions_nick (c.positions)), (NULL));
+  /* The core's words for a configuration it cannot run (positions,
+   * encoder layer options, ...). */
+  st = sattn_model_check (&mc, (wpath != NULL || zero_attn) ? &weights :
+      NULL, why, sizeof why);
+  if (st != SATTN_OK && st != SATTN_E_NOMEM) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
+            "with heads=%u head-dim=%u positions=%s: %s", d_model,
+            (guint) mc.heads, c.head_dim,
+            gst_sattn_positions_nick (c.positions), why),
+        ("%s", sattn_status_string (st)));
     sattn_mha_weights_free (mw);
     sattn_layer_weights_free (lw);
     g_free (wpath);

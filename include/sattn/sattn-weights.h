@@ -42,6 +42,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+SATTN_API_BEGIN
 
 /* Largest JSON header accepted, in bytes (the limit of the reference
  * safetensors implementation). */
@@ -237,6 +238,7 @@ SattnStatus sattn_options_from_file (const SattnTensorFile *f,
                                      SattnConfig *cfg_inout, char *err,
                                      size_t err_len);
 
+SATTN_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -295,9 +295,10 @@ test_refusals (void)
   SattnModel *m = sattn_model_new (&c, &w, &st);
   tu_check (m == NULL, "bias_k + rope accepted");
   TU_CHECK_STATUS (st, SATTN_E_INVAL, "bias_k + rope");
-  tu_check (sattn_model_explain (&c, &w) != NULL &&
-            strstr (sattn_model_explain (&c, &w), "add_bias_kv") != NULL,
-            "no reason for bias_k");
+  char why[256];
+  sattn_model_check (&c, &w, why, sizeof why);
+  tu_check (strstr (why, "add_bias_kv") != NULL, "no reason for bias_k: %s",
+            why);
   SattnWeights z = { .add_zero_attn = 1 };
   c.positions = SATTN_POSITIONS_ALIBI;
   m = sattn_model_new (&c, &z, &st);
@@ -308,7 +309,9 @@ test_refusals (void)
   m = sattn_model_new (&c, NULL, &st);
   tu_check (m == NULL, "odd head size accepted");
   TU_CHECK_STATUS (st, SATTN_E_SHAPE, "odd head size");
-  tu_check (sattn_model_explain (&c, NULL) != NULL, "no reason for odd");
+  TU_CHECK_STATUS (sattn_model_check (&c, NULL, why, sizeof why),
+                   SATTN_E_SHAPE, "check odd head size");
+  tu_check (strstr (why, "d_head=3") != NULL, "no reason for odd: %s", why);
   c.d_model = 8;
   c.rope_base = 0.5;
   m = sattn_model_new (&c, NULL, &st);
