@@ -408,7 +408,10 @@ SattnStatus sattn_stream_config_check (const SattnModel *m,
  * parts and the worker threads' stacks (with threads resolved as the
  * stream would resolve them).  The score scratch is 16 rows ×
  * (window + extra keys) per thread, so it grows linearly with the window;
- * keep_weights adds heads × window × (window + extra keys) floats.
+ * keep_weights adds heads × window × (window + extra keys) floats; an
+ * encoder layer adds 2 × window × d_model floats (the frames, for the
+ * residual), window × d_model more with norm_first, and 16 × (d_ff +
+ * d_model) floats of scratch per thread.
  * Returns 0 when sc is invalid or the size overflows size_t; use it to
  * refuse a configuration before trying.  sattn_stream_new fails with
  * SATTN_E_NOMEM (nothing leaked) when an allocation or a thread creation
