@@ -30,6 +30,9 @@ G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
 typedef struct
 {
   guint window, hop, frame_size, heads, head_dim, lookback;
+  guint value_dim;              /* per-head value size; 0 = head-dim */
+  gboolean heads_set;           /* heads set explicitly; else the weights
+                                   file's metadata says (or 1) */
   gdouble scale;
   gboolean causal;
   GstSattnOutput output;
@@ -41,12 +44,8 @@ typedef struct
   gboolean norm_first;
   gdouble norm_eps;
   guint set_by_user;            /* SATTN_SET_* bits (sattn-weights.h) of
-                                   the options set explicitly, and
-                                   GST_SATTN_SET_HEADS */
+                                   the options set explicitly */
 } GstSattnSettings;
-
-/* heads set explicitly (beside the SATTN_SET_* bits). */
-#define GST_SATTN_SET_HEADS (1u << 16)
 
 struct _GstSattn
 {
