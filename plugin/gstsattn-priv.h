@@ -38,6 +38,13 @@ typedef struct
   GstSattnOutput output;
   GstSattnStart start;
   gint threads;
+  GstSattnPositions positions;
+  gdouble rope_base;
+  GstSattnActivation activation;
+  gboolean norm_first;
+  gdouble norm_eps;
+  guint set_by_user;            /* SATTN_SET_* bits (sattn-weights.h) of
+                                   the options set explicitly */
 } GstSattnSettings;
 
 struct _GstSattn
@@ -121,10 +128,19 @@ void gst_sattn_free_stream (GstSattn * self);
 
 /* gstsattn-negotiate.c */
 
+/* Reads the attention module (and the encoder layer around it, when the
+ * prefix holds one) and the options the file's metadata records; heads
+ * not set by the user (set_by_user) comes from the metadata too. */
 G_GNUC_INTERNAL
 gboolean gst_sattn_load_weights (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
-    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw);
+    guint set_by_user, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw, SattnLayerWeights ** lw);
+/* The positions and encoder-layer options of c into mc. */
+G_GNUC_INTERNAL
+void gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc);
+G_GNUC_INTERNAL
+const gchar *gst_sattn_positions_nick (GstSattnPositions p);
 G_GNUC_INTERNAL
 gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
 G_GNUC_INTERNAL

@@ -63,6 +63,13 @@ class SattnConfig(ctypes.Structure):
         ("causal", ctypes.c_int),
         ("lookback", _size),
         ("threads", ctypes.c_int),
+        ("positions", ctypes.c_int),
+        ("rope_base", ctypes.c_double),
+        ("encoder", ctypes.c_int),
+        ("d_ff", _size),
+        ("activation", ctypes.c_int),
+        ("norm_first", ctypes.c_int),
+        ("norm_eps", ctypes.c_double),
     ]
 
 
@@ -74,6 +81,9 @@ class SattnWeights(ctypes.Structure):
         ("wo", _fp), ("bo", _fp),
         ("bias_k", _fp), ("bias_v", _fp),
         ("add_zero_attn", ctypes.c_int),
+        ("w1", _fp), ("b1", _fp), ("w2", _fp), ("b2", _fp),
+        ("norm1_w", _fp), ("norm1_b", _fp),
+        ("norm2_w", _fp), ("norm2_b", _fp),
     ]
 
 

@@ -41,6 +41,13 @@ main (void)
   FIELD (SattnConfig, causal);
   FIELD (SattnConfig, lookback);
   FIELD (SattnConfig, threads);
+  FIELD (SattnConfig, positions);
+  FIELD (SattnConfig, rope_base);
+  FIELD (SattnConfig, encoder);
+  FIELD (SattnConfig, d_ff);
+  FIELD (SattnConfig, activation);
+  FIELD (SattnConfig, norm_first);
+  FIELD (SattnConfig, norm_eps);
   END ();
   BEGIN (SattnWeights);
   FIELD (SattnWeights, wq);
@@ -54,6 +61,14 @@ main (void)
   FIELD (SattnWeights, bias_k);
   FIELD (SattnWeights, bias_v);
   FIELD (SattnWeights, add_zero_attn);
+  FIELD (SattnWeights, w1);
+  FIELD (SattnWeights, b1);
+  FIELD (SattnWeights, w2);
+  FIELD (SattnWeights, b2);
+  FIELD (SattnWeights, norm1_w);
+  FIELD (SattnWeights, norm1_b);
+  FIELD (SattnWeights, norm2_w);
+  FIELD (SattnWeights, norm2_b);
   END ();
   BEGIN (SattnStats);
   FIELD (SattnStats, windows);
@@ -126,6 +141,9 @@ main (void)
   FIELD (RefModel, bias_v);
   FIELD (RefModel, add_zero_attn);
   FIELD (RefModel, f32_scores);
+  FIELD (RefModel, positions);
+  FIELD (RefModel, rope_base);
+  FIELD (RefModel, pos0);
   END ();
   BEGIN (RefStats);
   FIELD (RefStats, rows);
