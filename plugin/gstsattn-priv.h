@@ -12,6 +12,7 @@
 
 #include "gstsattn.h"
 #include "gstsattn-obs.h"
+#include "gstsattn-meta-priv.h"
 #include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
@@ -99,6 +100,7 @@ typedef struct
   gsize cap_rows, rows;
   guint64 first_frame, end_frame;
   gboolean any_valid;
+  GstSattnMeta *meta;           /* on buf: the rows' window metadata */
 } GstSattnOut;
 
 /* The element's buffers for one stream configuration. */

@@ -403,6 +403,10 @@ gst_sattn_class_init (GstSattnClass * klass)
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
 
+  /* Window metadata on every output buffer (gstsattn-meta.h): registered
+   * with the class, before any buffer can carry it. */
+  gst_sattn_meta_get_info ();
+
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_OUTPUT, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_START, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_INVALID_FRAMES, 0);
