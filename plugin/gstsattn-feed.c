@@ -34,7 +34,7 @@ gst_sattn_ts_add (GstClockTime ts, guint64 d)
 }
 
 /* Timestamp of input frame f (counted since the last resync). */
-static GstClockTime
+GstClockTime
 gst_sattn_frame_ts (GstSattn * self, guint64 f)
 {
   /* frame-size x GST_SECOND fits in 64 bits; the scale saturates at
@@ -327,10 +327,12 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
   }
 
   while (n > 0) {
-    guint64 before = sattn_stream_frames (self->stream);
+    guint64 before;
     GstClockTime ts = gst_sattn_frame_ts (self, self->frames_since_resync);
 
     k = gst_sattn_obs_split (&self->obs, self->stream, n);
+    k = gst_sattn_swap_step (self, k);
+    before = sattn_stream_frames (self->stream);
     dst = dummy;
     room = 0;
     if (need > 0) {
@@ -344,6 +346,7 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
     if (st != SATTN_OK)
       return gst_sattn_core_error (self, "sattn_stream_push", st);
     g_assert (n_rows <= room);
+    gst_sattn_swap_record (self, frames, valid, k);
     self->frames_since_resync += k;
     gst_sattn_out_account (self, out, n_rows);
     gst_sattn_obs_frames (&self->obs, GST_ELEMENT (self), self->stream, ts);
@@ -413,6 +416,7 @@ gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
   st = sattn_stream_skip (self->stream, n, NULL, 0, NULL, NULL, &sk);
   if (st != SATTN_OK)
     return gst_sattn_core_error (self, "sattn_stream_skip", st);
+  gst_sattn_swap_record (self, NULL, NULL, n);
   self->frames_since_resync += n;
   if (sk.rows == 0)
     return GST_FLOW_OK;
@@ -465,6 +469,7 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
    * to the core here, once per buffer or GAP. */
   sattn_stream_set_invalid_policy (self->stream,
       (SattnInvalidPolicy) gst_sattn_get_policy (self));
+  gst_sattn_swap_poll (self);
 
   self->bytes_since_resync += size;
 
@@ -598,6 +603,7 @@ gst_sattn_resync (GstSattn * self, GstClockTime ts)
   if (!GST_CLOCK_TIME_IS_VALID (ts) || ts < gst_sattn_expected_ts (self))
     ts = gst_sattn_expected_ts (self);
   sattn_stream_reset (self->stream);
+  gst_sattn_swap_reset (self);
   gst_sattn_start_timeline (self, ts);
   return ret;
 }
@@ -802,6 +808,7 @@ gst_sattn_flush (GstSattn * self)
 {
   if (self->stream)
     sattn_stream_reset (self->stream);
+  gst_sattn_swap_reset (self);
   gst_sattn_obs_reset (&self->obs, self->stream);
   self->carry_len = 0;
   self->carry_invalid = FALSE;
@@ -872,6 +879,7 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
         GST_DEBUG_OBJECT (self, "new segment, draining");
         gst_sattn_drain (self);
         sattn_stream_reset (self->stream);
+        gst_sattn_swap_reset (self);
         self->resync_ts = GST_CLOCK_TIME_NONE;
       }
       self->segment = seg;

@@ -381,11 +381,15 @@ gst_sattn_class_init (GstSattnClass * klass)
           "safetensors file with a torch.nn.MultiheadAttention state dict "
           "(in_proj_weight or q/k/v_proj_weight, out_proj, bias_k/bias_v); "
           "NULL = identity projections.  Read and checked on READY->PAUSED "
-          "and when caps arrive", NULL, geom));
+          "and when caps arrive.  Set while PAUSED or PLAYING: loaded off "
+          "the streaming thread, it takes over at a window boundary if it "
+          "has the running model's d_model and d_out (else a warning, and "
+          "the running model stays)", NULL, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
       g_param_spec_string ("weights-prefix", "Weights prefix",
           "Prefix of the attention module's tensors inside a larger state "
-          "dict, e.g. \"encoder.layers.0.self_attn.\"", "", geom));
+          "dict, e.g. \"encoder.layers.0.self_attn.\"; may change while "
+          "playing, as weights may", "", rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_ADD_ZERO_ATTN,
       g_param_spec_boolean ("add-zero-attn", "Add zero attention",
           "Append an all-zero key and value to every window, as "
@@ -455,12 +459,15 @@ gst_sattn_init (GstSattn * self)
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
   gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
+  gst_sattn_swap_init (&self->swap);
 }
 
 /* Frees the model, the stream and every buffer sized by them. */
 void
 gst_sattn_free_stream (GstSattn * self)
 {
+  /* A model loading or loaded for a swap was made for this stream. */
+  gst_sattn_swap_discard (&self->swap);
   sattn_stream_free (self->stream);
   self->stream = NULL;
   gst_sattn_cache_release (self->model);
@@ -481,7 +488,9 @@ gst_sattn_finalize (GObject * object)
 {
   GstSattn *self = GST_SATTN (object);
 
+  gst_sattn_swap_stop (&self->swap);
   gst_sattn_free_stream (self);
+  gst_sattn_swap_clear (&self->swap);
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
@@ -578,6 +587,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
 
   GST_OBJECT_LOCK (self);
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
+      prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
     gboolean first = gst_sattn_defer_property (self, prop_id, value, pspec);
@@ -637,10 +647,13 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       self->weights = g_value_dup_string (value);
       if (self->weights != NULL && self->weights[0] == '\0')
         g_clear_pointer (&self->weights, g_free);
+      /* Running: loaded off the streaming thread (gstsattn-swap.c). */
+      self->swap.requested |= self->running;
       break;
     case PROP_WEIGHTS_PREFIX:
       g_free (self->weights_prefix);
       self->weights_prefix = g_value_dup_string (value);
+      self->swap.requested |= self->running;
       break;
     case PROP_ADD_ZERO_ATTN:
       self->add_zero_attn = g_value_get_boolean (value);
@@ -792,6 +805,8 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
 
   switch (transition) {
     case GST_STATE_CHANGE_PAUSED_TO_READY:
+      /* Pads are deactivated: cancel and join a weights loader. */
+      gst_sattn_swap_stop (&self->swap);
       gst_sattn_free_stream (self);
       gst_clear_event (&self->pending_segment);
       GST_OBJECT_LOCK (self);
