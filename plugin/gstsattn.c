@@ -53,9 +53,25 @@
  * caps, the error names them and what downstream accepts.
  *
  * Geometry properties (all but #GstSattn:invalid-frames,
- * #GstSattn:message-interval and #GstSattn:map-head) set while PAUSED or
- * PLAYING take effect at the next READY; the first such change of each
- * property per run posts a warning.
+ * #GstSattn:message-interval, #GstSattn:map-head, #GstSattn:weights and
+ * #GstSattn:weights-prefix) set while PAUSED or PLAYING take effect at the
+ * next READY; the first such change of each property per run posts a
+ * warning.
+ *
+ * #GstSattn:weights and #GstSattn:weights-prefix set while PAUSED or
+ * PLAYING swap the model: the file is loaded and checked on a loader
+ * thread and takes over at the next window boundary, its stream primed
+ * with the frames the following windows hold, so that from there on the
+ * output is the new model's on the same frames; the element then posts an
+ * element message `sattn-weights-swapped` (`weights`, `frame`,
+ * `timestamp`).  A file that cannot be read, or whose model has another
+ * d_out or other extra keys, posts a warning naming it and the reason,
+ * and the running model stays.
+ *
+ * Every output buffer carries a GstSattnMeta (installed header
+ * <sattn/gstsattn-meta.h>): per output row, the input frames it accounts
+ * for, the running-time span of its window, its usable and masked keys
+ * and its fully masked softmax rows.
  *
  * Memory is sized when caps arrive: the core's stream
  * (sattn_stream_bytes) plus the element's own buffers.  A configuration
