@@ -146,8 +146,8 @@ gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
 G_GNUC_INTERNAL
 void gst_sattn_swap_poll (GstSattn * self);
 /* Before a core call of n frames: hand over to a loaded model at a window
- * boundary; returns how many frames the call may take (1 while a model
- * waits for the boundary). */
+ * boundary; returns how many frames the call may take (up to the next
+ * window while a model waits for the boundary). */
 G_GNUC_INTERNAL
 gsize gst_sattn_swap_step (GstSattn * self, gsize n);
 /* n frames went to the core (frames NULL: zeros; valid NULL: all valid

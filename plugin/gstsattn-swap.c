@@ -398,12 +398,13 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
 
   if (G_LIKELY (!g_atomic_int_get (&sw->ready)))
     return n;
-  /* A window boundary: every frame in has its row.  Until then one frame
-   * at a time, so that the core call ends at the boundary. */
+  /* A window boundary: every frame in has its row.  Until then the core
+   * call ends at the next window, so that it ends at a boundary. */
   frames = sattn_stream_frames (self->stream);
   p = MIN (window - hop, frames);
   if (sattn_stream_pending (self->stream) != 0 || sw->hist_len < p)
-    return 1;
+    return (gsize) MIN ((guint64) n,
+        MAX (sattn_stream_frames_to_window (self->stream), 1));
 
   g_mutex_lock (&sw->lock);
   model = sw->ready_model;

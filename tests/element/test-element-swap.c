@@ -39,7 +39,8 @@ fixture (const gchar * name)
 /* The rows a fresh core stream of the weights at path gives for x (T
  * frames), drained at the end, as doubles. */
 static double *
-fresh_rows (const gchar * path, const float *x, gsize T)
+fresh_rows (const gchar * path, const float *x, gsize T, gint output,
+    gsize * n_rows)
 {
   SattnConfig mc = { 0, };
   SattnWeights w = { 0, };
@@ -62,6 +63,7 @@ fresh_rows (const gchar * path, const float *x, gsize T)
   fail_unless (m != NULL);
   sc.window = WINDOW;
   sc.hop = HOP;
+  sc.output = (SattnOutputMode) output;
   s = sattn_stream_new (m, &sc, &st);
   fail_unless (s != NULL);
   for (i = 0; i < T; i += FRAMES_PER_BUF) {
@@ -73,9 +75,11 @@ fresh_rows (const gchar * path, const float *x, gsize T)
   fail_unless_equals_int (sattn_stream_drain (s, out + n * D, T + WINDOW - n,
           NULL, &nr), SATTN_OK);
   n += nr;
-  fail_unless_equals_int (n, T);
-  for (i = 0; i < T * D; i++)
+  if (output == OUT_FRAMES)
+    fail_unless_equals_int (n, T);
+  for (i = 0; i < n * D; i++)
     rows[i] = out[i];
+  *n_rows = n;
   sattn_stream_free (s);
   sattn_model_free (m);
   g_free (out);
@@ -114,7 +118,7 @@ swapped_at (GstBus * bus, const gchar * want_path)
 
 /* Check the output: T rows, PTS from the frame counter, contiguous. */
 static float *
-pull_rows (GstHarness * h, gsize T)
+pull_rows (GstHarness * h, gsize T, gsize n_rows)
 {
   SattnOutput o;
   float *rows;
@@ -123,24 +127,27 @@ pull_rows (GstHarness * h, gsize T)
 
   sattn_output_init (&o);
   sattn_output_pull_all (h, &o);
-  fail_unless_equals_int (o.floats->len, T * D);
+  fail_unless_equals_int (o.floats->len, n_rows * D);
   for (b = 0; b < o.bufs->len; b++) {
     SattnOutBuf *ob = &g_array_index (o.bufs, SattnOutBuf, b);
 
     fail_unless_equals_uint64 (ob->pts, next);
-    fail_unless_equals_uint64 (ob->pts, gst_util_uint64_scale (ob->offset,
-            GST_SECOND, RATE));
+    if (n_rows == T)
+      fail_unless_equals_uint64 (ob->pts, gst_util_uint64_scale (ob->offset,
+              GST_SECOND, RATE));
     fail_unless (ob->discont == (b == 0), "DISCONT on buffer %u", b);
     next = ob->pts + ob->duration;
   }
   fail_unless_equals_uint64 (next, gst_util_uint64_scale (T, GST_SECOND,
           RATE));
-  rows = g_memdup2 (o.floats->data, T * D * sizeof (float));
+  rows = g_memdup2 (o.floats->data, n_rows * D * sizeof (float));
   sattn_output_clear (&o);
   return rows;
 }
 
-GST_START_TEST (test_swap_while_playing)
+/* output: frames (one row per frame) or mean (one per window). */
+static void
+swap_while_playing (gint output)
 {
   const gsize T1 = 203, T_MAX = 20000, T_AFTER = 301;
   gchar *a = fixture ("e16_h2_nobias.safetensors");
@@ -150,12 +157,12 @@ GST_START_TEST (test_swap_while_playing)
   GstHarness *h;
   GstBus *bus;
   gint64 at = -1;
-  gsize T = 0, end;
+  gsize T = 0, end, n_a, n_b, r_at;
   gchar *label;
 
   sattn_fill_signal (x, T_MAX * D, 31, 1.0f);
   h = sattn_harness_new ("weights", a, "heads", HEADS, "window", WINDOW,
-      "hop", HOP, NULL);
+      "hop", HOP, "output", output, NULL);
   bus = sattn_attach_bus (h);
   sattn_set_caps (h, RATE, D);
   for (; T < T1; T += FRAMES_PER_BUF)
@@ -183,17 +190,24 @@ GST_START_TEST (test_swap_while_playing)
   fail_unless (gst_bus_pop_filtered (bus, GST_MESSAGE_WARNING |
           GST_MESSAGE_ERROR) == NULL, "a warning or error was posted");
 
-  got = pull_rows (h, T);
-  ref_a = fresh_rows (a, x, T);
-  ref_b = fresh_rows (b, x, T);
-  g_print ("swap: %" G_GSIZE_FORMAT " frames in, %" G_GSIZE_FORMAT
-      " frames out, boundary at frame %" G_GINT64_FORMAT "\n", T, T, at);
-  label = g_strdup_printf ("rows [0, %" G_GINT64_FORMAT ") vs fresh A", at);
-  sattn_assert_close (label, got, ref_a, (gsize) at * D);
+  ref_a = fresh_rows (a, x, T, output, &n_a);
+  ref_b = fresh_rows (b, x, T, output, &n_b);
+  fail_unless_equals_int (n_a, n_b);
+  got = pull_rows (h, T, n_a);
+  /* The rows before the boundary: one per frame, or one per window (a
+   * window every hop frames from the start). */
+  r_at = output == OUT_FRAMES ? (gsize) at : (gsize) at / HOP;
+  g_print ("swap output=%d: %" G_GSIZE_FORMAT " frames in, %" G_GSIZE_FORMAT
+      " rows out, boundary at frame %" G_GINT64_FORMAT " (row %" G_GSIZE_FORMAT
+      ")\n", output, T, n_a, at, r_at);
+  label = g_strdup_printf ("output=%d rows [0, %" G_GSIZE_FORMAT
+      ") vs fresh A", output, r_at);
+  sattn_assert_close (label, got, ref_a, r_at * D);
   g_free (label);
-  label = g_strdup_printf ("rows [%" G_GINT64_FORMAT ", %" G_GSIZE_FORMAT
-      ") vs fresh B", at, T);
-  sattn_assert_close (label, got + at * D, ref_b + at * D, (T - at) * D);
+  label = g_strdup_printf ("output=%d rows [%" G_GSIZE_FORMAT ", %"
+      G_GSIZE_FORMAT ") vs fresh B", output, r_at, n_a);
+  sattn_assert_close (label, got + r_at * D, ref_b + r_at * D,
+      (n_a - r_at) * D);
   g_free (label);
 
   g_free (got);
@@ -204,6 +218,18 @@ GST_START_TEST (test_swap_while_playing)
   g_free (a);
   g_free (b);
   g_free (x);
+}
+
+GST_START_TEST (test_swap_while_playing)
+{
+  swap_while_playing (OUT_FRAMES);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_swap_while_playing_mean)
+{
+  swap_while_playing (OUT_MEAN);
 }
 
 GST_END_TEST;
@@ -258,8 +284,8 @@ refused (const gchar * bad_path, const gchar * expect_in_message)
   fail_unless_equals_string (prop, bad_path);
   g_free (prop);
 
-  got = pull_rows (h, T);
-  ref_a = fresh_rows (a, x, T);
+  ref_a = fresh_rows (a, x, T, OUT_FRAMES, &T);
+  got = pull_rows (h, T, T);
   sattn_assert_close ("refused swap: every row vs fresh A", got, ref_a,
       T * D);
   g_free (got);
@@ -324,6 +350,7 @@ sattn_swap_suite (void)
 
   suite_add_tcase (s, tc);
   tcase_add_test (tc, test_swap_while_playing);
+  tcase_add_test (tc, test_swap_while_playing_mean);
   tcase_add_test (tc, test_swap_missing_file);
   tcase_add_test (tc, test_swap_other_geometry);
   tcase_add_test (tc, test_swap_then_stop);
