@@ -439,6 +439,8 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   }
   /* The priming's windows are not the stream's: no statistics from them. */
   sattn_stream_get_stats (stream, NULL, 1);
+  sattn_stream_set_invalid_policy (stream,
+      (SattnInvalidPolicy) gst_sattn_get_policy (self));
   sattn_stream_free (self->stream);
   gst_sattn_cache_release (self->model);
   self->stream = stream;
