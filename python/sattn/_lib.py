@@ -149,6 +149,10 @@ class SattnRowInfo(ctypes.Structure):
         ("first", ctypes.c_uint64),
         ("n_frames", ctypes.c_uint32),
         ("valid", ctypes.c_uint8),
+        ("window_end", ctypes.c_uint64),
+        ("valid_keys", ctypes.c_uint32),
+        ("masked_keys", ctypes.c_uint32),
+        ("fully_masked", ctypes.c_uint32),
     ]
 
 

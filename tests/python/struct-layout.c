@@ -107,6 +107,10 @@ main (void)
   FIELD (SattnRowInfo, first);
   FIELD (SattnRowInfo, n_frames);
   FIELD (SattnRowInfo, valid);
+  FIELD (SattnRowInfo, window_end);
+  FIELD (SattnRowInfo, valid_keys);
+  FIELD (SattnRowInfo, masked_keys);
+  FIELD (SattnRowInfo, fully_masked);
   END ();
   BEGIN (SattnAttnReport);
   FIELD (SattnAttnReport, layout);
