@@ -26,7 +26,9 @@ from . import _lib
 __all__ = ["SattnError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
 
 # One record per output row (SattnRowInfo): first input frame it accounts
-# for, how many frames, and whether it holds a computed result (0: zeros).
+# for, how many frames, whether it holds a computed result (0: zeros), and
+# its window: the frame count it ends at, its usable and masked keys, the
+# fully masked (head, query) rows.
 ROW_INFO_DTYPE = np.dtype(_lib.SattnRowInfo)
 
 
@@ -410,7 +412,8 @@ class Stream:
     def push(self, frames, valid=None):
         """Push frames (n × d_model; one frame may be 1-D) and return
         (rows, info) for every window they complete: rows is k × row_floats
-        float32, info a structured array (first, n_frames, valid) of k.
+        float32, info a structured array (first, n_frames, valid,
+        window_end, valid_keys, masked_keys, fully_masked) of k.
         valid (n entries, may be None): 0 marks a frame invalid (a gap)."""
         a = _frames(self.model, frames, "frames")
         n = a.shape[0]

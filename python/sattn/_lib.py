@@ -63,6 +63,13 @@ class SattnConfig(ctypes.Structure):
         ("causal", ctypes.c_int),
         ("lookback", _size),
         ("threads", ctypes.c_int),
+        ("positions", ctypes.c_int),
+        ("rope_base", ctypes.c_double),
+        ("encoder", ctypes.c_int),
+        ("d_ff", _size),
+        ("activation", ctypes.c_int),
+        ("norm_first", ctypes.c_int),
+        ("norm_eps", ctypes.c_double),
     ]
 
 
@@ -74,6 +81,9 @@ class SattnWeights(ctypes.Structure):
         ("wo", _fp), ("bo", _fp),
         ("bias_k", _fp), ("bias_v", _fp),
         ("add_zero_attn", ctypes.c_int),
+        ("w1", _fp), ("b1", _fp), ("w2", _fp), ("b2", _fp),
+        ("norm1_w", _fp), ("norm1_b", _fp),
+        ("norm2_w", _fp), ("norm2_b", _fp),
     ]
 
 
@@ -139,6 +149,10 @@ class SattnRowInfo(ctypes.Structure):
         ("first", ctypes.c_uint64),
         ("n_frames", ctypes.c_uint32),
         ("valid", ctypes.c_uint8),
+        ("window_end", ctypes.c_uint64),
+        ("valid_keys", ctypes.c_uint32),
+        ("masked_keys", ctypes.c_uint32),
+        ("fully_masked", ctypes.c_uint32),
     ]
 
 
