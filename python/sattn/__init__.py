@@ -121,13 +121,16 @@ class Model:
     d_head, d_value and d_out default (0) to what the arrays' shapes say,
     else to sattn.h's defaults (d_model/heads, d_head, heads*d_value).
     scale 0 = 1/sqrt(d_head); causal, lookback and threads as in
-    SattnConfig.  Weights are copied: the arrays may change afterwards.
+    SattnConfig; positions "none", "rope", "rope-interleaved" or "alibi"
+    at the absolute frame index, rope_base 0 = 10000.  Weights are
+    copied: the arrays may change afterwards.
     """
 
     def __init__(self, d_model, heads, *, wq=None, bq=None, wk=None,
                  bk=None, wv=None, bv=None, wo=None, bo=None, bias_k=None,
                  bias_v=None, add_zero_attn=False, d_head=0, d_value=0,
-                 d_out=0, scale=0.0, causal=False, lookback=0, threads=1):
+                 d_out=0, scale=0.0, causal=False, lookback=0, threads=1,
+                 positions="none", rope_base=0.0):
         arrays = {}
         given = dict(wq=wq, bq=bq, wk=wk, bk=bk, wv=wv, bv=bv, wo=wo, bo=bo,
                      bias_k=bias_k, bias_v=bias_v)
@@ -135,7 +138,7 @@ class Model:
             if given[k] is not None:
                 arrays[k] = _f32(given[k], k)
         cfg = _config(d_model, heads, d_head, d_value, d_out, scale, causal,
-                      lookback, threads)
+                      lookback, threads, positions, rope_base)
         # The shapes the arrays give fill the dimensions left at 0, so
         # that (heads*d_head, d_model) weights need no d_head argument.
         h = cfg.heads
@@ -185,41 +188,59 @@ class Model:
     @classmethod
     def from_safetensors(cls, path, prefix="", heads=0, *, d_model=0,
                          d_head=0, d_value=0, add_zero_attn=False,
-                         scale=0.0, causal=False, lookback=0, threads=1):
+                         scale=0.0, causal=False, lookback=0, threads=1,
+                         positions=None, rope_base=None):
         """The attention module stored under prefix in a safetensors file,
         in any layout sattn-weights.h lists (torch nn.MultiheadAttention,
         Hugging Face q_proj/k_proj/v_proj, BERT, diffusers, LLaMA, W_q/W_k/
-        W_v, fused qkv), through sattn_attn_weights_load.  heads, d_head,
-        d_value and d_model 0 = from the file (metadata, else shapes; heads
-        1 when nothing says); a value given must agree with the file.
-        scale, causal, lookback and threads as in SattnConfig (scale 0 =
-        PyTorch's 1/sqrt(d_head)).  Model.layout names the layout found,
-        Model.report says what the file held."""
+        W_v, fused qkv), through sattn_attn_weights_from_file.  heads,
+        d_head, d_value and d_model 0 = from the file (metadata, else
+        shapes; heads 1 when nothing says); a value given must agree with
+        the file.  positions / rope_base None = the file's metadata (else
+        none / 10000), checked against it when given
+        (sattn_options_from_file).  scale, causal, lookback and threads as
+        in SattnConfig (scale 0 = PyTorch's 1/sqrt(d_head)).  Model.layout
+        names the layout found, Model.report says what the file held."""
         if _lib.sattn_attn_weights_load is None:
             raise SattnError(_lib.E_INVAL, "libsattn was built without the "
                              "weights reader (GLib and json-glib)")
         cfg = _config(d_model, heads, d_head, d_value, 0, scale, causal,
-                      lookback, threads)
+                      lookback, threads, positions or "none", rope_base or 0)
+        given = ((_lib.SET_POSITIONS if positions is not None else 0)
+                 | (_lib.SET_ROPE_BASE if rope_base is not None else 0))
+        pfx = (prefix or "").encode()
         w = _lib.SattnWeights()
-        owner = ctypes.c_void_p()
+        f, owner = ctypes.c_void_p(), ctypes.c_void_p()
         rep = _lib.SattnAttnReport()
         err = ctypes.create_string_buffer(1024)
-        st = _lib.sattn_attn_weights_load(
-            _path_bytes(path), (prefix or "").encode(),
-            1 if add_zero_attn else 0, ctypes.byref(cfg), ctypes.byref(w),
-            ctypes.byref(owner), ctypes.byref(rep), err, len(err))
-        if st != _lib.OK:
-            raise SattnError(st, err.value.decode(errors="replace"))
-        self = cls.__new__(cls)
         try:
+            st = _lib.sattn_tensor_file_load(_path_bytes(path),
+                                             ctypes.byref(f), err, len(err))
+            if st == _lib.OK:
+                st = _lib.sattn_attn_weights_from_file(
+                    f, pfx, 1 if add_zero_attn else 0, ctypes.byref(cfg),
+                    ctypes.byref(w), ctypes.byref(owner), ctypes.byref(rep),
+                    err, len(err))
+            if st == _lib.OK:
+                st = _lib.sattn_options_from_file(f, pfx, given,
+                                                  ctypes.byref(cfg), err,
+                                                  len(err))
+            if st != _lib.OK:
+                msg = err.value.decode(errors="replace")
+                name = os.fsdecode(path)
+                if name not in msg:  # say which file, as the loader does
+                    msg = "'%s': %s" % (name, msg)
+                raise SattnError(st, msg)
+            self = cls.__new__(cls)
             self._new(cfg, w)
         finally:
             _lib.sattn_mha_weights_free(owner)
+            _lib.sattn_tensor_file_free(f)
         sources = {v: k for k, v in _lib.SOURCES.items()}
         self.report = {f: getattr(rep, f) for f, _ in rep._fields_}
         self.report["layout"] = _lib.sattn_layout_name(rep.layout).decode()
-        for f in ("heads_from", "d_head_from", "d_value_from"):
-            self.report[f] = sources.get(self.report[f], self.report[f])
+        for k in ("heads_from", "d_head_from", "d_value_from"):
+            self.report[k] = sources.get(self.report[k], self.report[k])
         return self
 
     @property
@@ -265,7 +286,7 @@ def _uint(v, name):
 
 
 def _config(d_model, heads, d_head, d_value, d_out, scale, causal, lookback,
-            threads):
+            threads, positions="none", rope_base=0.0):
     c = _lib.SattnConfig()
     c.d_model = _uint(d_model, "d_model")
     c.heads = _uint(heads, "heads")
@@ -276,6 +297,8 @@ def _config(d_model, heads, d_head, d_value, d_out, scale, causal, lookback,
     c.causal = 1 if causal else 0
     c.lookback = _uint(lookback, "lookback")
     c.threads = int(threads)
+    c.positions = _pick(_lib.POSITIONS, positions, "positions")
+    c.rope_base = float(rope_base)
     return c
 
 

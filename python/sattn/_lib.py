@@ -42,6 +42,10 @@ OUTPUT_MODES = {"frames": 0, "window": 1, "mean": 2, "last": 3}
 START_POLICIES = {"pad": 0, "wait": 1}
 INVALID_POLICIES = {"mask": 0, "zero": 1, "error": 2}
 FRAME_FAULTS = {"ok": 0, "flagged": 1, "nonfinite": 2, "overflow": 3}
+POSITIONS = {"none": 0, "rope": 1, "rope-interleaved": 2, "alibi": 3}
+# sattn_options_from_file: options the caller set on purpose
+SET_POSITIONS = 1 << 3
+SET_ROPE_BASE = 1 << 4
 # SattnSource (sattn-weights.h): where a value of a weights mapping came from
 SOURCES = {"caller": 0, "metadata": 1, "shapes": 2, "default": 3}
 
@@ -257,6 +261,17 @@ try:
         _P(SattnAttnReport), _c.c_char_p, _size)
     sattn_mha_weights_free = _fn("sattn_mha_weights_free", None, _vp)
     sattn_layout_name = _fn("sattn_layout_name", _c.c_char_p, _c.c_int)
+    sattn_tensor_file_load = _fn(
+        "sattn_tensor_file_load", _c.c_int, _c.c_char_p, _P(_vp),
+        _c.c_char_p, _size)
+    sattn_tensor_file_free = _fn("sattn_tensor_file_free", None, _vp)
+    sattn_attn_weights_from_file = _fn(
+        "sattn_attn_weights_from_file", _c.c_int, _vp, _c.c_char_p,
+        _c.c_int, _P(SattnConfig), _P(SattnWeights), _P(_vp),
+        _P(SattnAttnReport), _c.c_char_p, _size)
+    sattn_options_from_file = _fn(
+        "sattn_options_from_file", _c.c_int, _vp, _c.c_char_p, _c.c_uint,
+        _P(SattnConfig), _c.c_char_p, _size)
 except AttributeError:
     sattn_attn_weights_load = None
     sattn_mha_weights_free = None

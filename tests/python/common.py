@@ -92,12 +92,17 @@ def _mask(a, n):
     return np.ascontiguousarray(np.asarray(a).reshape(-1) != 0, np.uint8)
 
 
+# RefModel.positions: the values of SattnPositions (reference.h)
+REF_POSITIONS = {"none": 0, "rope": 1, "rope-interleaved": 2, "alibi": 3}
+
+
 def reference(x, heads, w=None, d_head=None, d_value=None, scale=None,
               causal=False, lookback=0, key_valid=None, query_valid=None,
-              allow=None):
+              allow=None, positions="none", rope_base=10000.0, pos0=0):
     """ref_attend of tests/common/reference.c: returns (out, weights) in
     float64, n × d_out and heads × n × (n + extra keys).  w: dict of
-    arrays (PyTorch layout) and add_zero_attn, any of them absent."""
+    arrays (PyTorch layout) and add_zero_attn, any of them absent;
+    positions at absolute frame indices pos0, pos0 + 1, ..."""
     lib = _ref_lib()
     w = w or {}
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -115,6 +120,9 @@ def reference(x, heads, w=None, d_head=None, d_value=None, scale=None,
     m.scale = scale if scale else 1.0 / np.sqrt(m.d_head)
     m.causal = 1 if causal else 0
     m.lookback = lookback
+    m.positions = REF_POSITIONS[positions]
+    m.rope_base = rope_base
+    m.pos0 = pos0
     for k, a in keep.items():
         setattr(m, k, a.ctypes.data_as(_fp))
     m.add_zero_attn = 1 if w.get("add_zero_attn") else 0

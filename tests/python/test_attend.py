@@ -119,6 +119,20 @@ class TestAttend(unittest.TestCase):
         x = (60 * rng.standard_normal((12, 16))).astype(np.float32)
         self.check(m, w, ref_kw, x, {}, "amplitude 60")
 
+    def test_positions(self):
+        rng = np.random.default_rng(15)
+        w = common.random_weights(rng, 16, 2, 8, 8, 16)
+        arrays = {k: v for k, v in w.items() if k != "add_zero_attn"}
+        x = rng.standard_normal((11, 16)).astype(np.float32)
+        for positions in ("rope", "rope-interleaved", "alibi"):
+            for causal in (False, True):
+                m = sattn.Model(16, 2, positions=positions, causal=causal,
+                                **arrays)
+                self.assertEqual(m.config["positions"],
+                                 common.REF_POSITIONS[positions])
+                self.check(m, w, dict(causal=causal, positions=positions),
+                           x, {}, "%s causal=%s" % (positions, causal))
+
     def test_threads_identical(self):
         # threads only changes who computes a stream; attend runs on the
         # caller's thread: the same bytes for any setting

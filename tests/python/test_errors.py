@@ -40,6 +40,12 @@ class TestErrors(unittest.TestCase):
         self.assertIn("wq has shape (8, 7), expected (8, 8)", str(e))
         e = self.raises(_lib.E_SHAPE, sattn.Model, 8, 2, bo=np.zeros(7))
         self.assertIn("bo", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Model, 8, 2, positions="sine")
+        self.assertIn("rope, rope-interleaved, alibi", str(e))
+        # positions with an extra key (no position): the core's words
+        e = self.raises(_lib.E_INVAL, sattn.Model, 8, 2, positions="rope",
+                        bias_k=np.zeros(8), bias_v=np.zeros(8))
+        self.assertIn("positional encodings", str(e))
         self.raises(_lib.E_INVAL, sattn.Model, 8, 0)
         self.raises(_lib.E_INVAL, sattn.Model, -8, 2)
         self.raises(_lib.E_INVAL, sattn.Model, 8, 2, scale=float("nan"))

@@ -142,6 +142,29 @@ class TestStream(unittest.TestCase):
             prev = e
         return np.array(rows)
 
+    def test_positions_absolute(self):
+        # positions count frames since the stream started: the window
+        # ending at e is the reference's block x[b:e] at positions b, ...
+        rng = np.random.default_rng(25)
+        w = common.random_weights(rng, 16, 2, 8, 8, 16)
+        arrays = {k: v for k, v in w.items() if k != "add_zero_attn"}
+        x = rng.standard_normal((29, 16)).astype(np.float32)
+        window, hop = 8, 3
+        for positions in ("rope", "rope-interleaved", "alibi"):
+            m = sattn.Model(16, 2, positions=positions, causal=True, **arrays)
+            got, _ = run(sattn.Stream(m, window, hop), x, rng)
+            ends, drained = schedule(len(x), window, hop, "pad")
+            want, prev = [], 0
+            for e in ends + ([drained] if drained is not None else []):
+                b = max(0, e - window)
+                out, _ = common.reference(x[b:e], 2, w, causal=True,
+                                          positions=positions, pos0=b)
+                want.extend(out[prev - b:])
+                prev = e
+            d = common.Diff(got, np.array(want))
+            self.worst_ref.add(d)
+            self.assertTrue(d.out_ok(), "%s: %s" % (positions, d))
+
     def test_threads_byte_identical(self):
         rng = np.random.default_rng(21)
         w = common.random_weights(rng, 32, 4, 8, 8, 32)
