@@ -69,8 +69,8 @@ static const Geo geos[] = {
   /* heads x d_head != d_model */
   { "dk-wide", 16, 2, 40, 7, FX_PROJ | FX_BIAS | FX_DK_WIDE | FX_CAUSAL |
     FX_BIASKV, 0, ALL_MODES, 200 },
-  { "dk-narrow", 64, 4, 256, 16, FX_PROJ | FX_OUT | FX_BO | FX_DK_NARROW, 0,
-    ALL_MODES, 700 },
+  { "dk-narrow", 32, 4, 64, 8, FX_PROJ | FX_OUT | FX_BO | FX_DK_NARROW, 0,
+    ALL_MODES, 240 },
 };
 
 /* Everything one run produced, to be compared byte for byte. */
