@@ -84,6 +84,20 @@ typedef struct {
 
 void sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a);
 
+/* The keys a query at window position qpos may see among nk window keys:
+ * [*lo, *hi), limited by causal and lookback (extra keys are always
+ * visible).  The one home of that rule: the attention and the row
+ * descriptions of a stream both ask it. */
+static inline void
+sattn_visible_keys (const SattnConfig *c, size_t qpos, size_t nk, size_t *lo,
+                    size_t *hi)
+{
+  size_t h = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
+  size_t l = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
+  *hi = h;
+  *lo = l > h ? h : l;
+}
+
 /* Output projection of m rows of O (m × dv) into out (stride ldo). */
 void sattn_output_project (const SattnModel *m, const float *o, size_t rows,
                            float *out, size_t ldo);

@@ -261,10 +261,8 @@ sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
       continue;
     }
     size_t qpos = a->q0 + r0 + i;
-    size_t hi = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
-    size_t lo = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
-    if (lo > hi)
-      lo = hi;
+    size_t lo, hi;
+    sattn_visible_keys (c, qpos, nk, &lo, &hi);
     float scale = c->scale;
     if (m->alibi != NULL) {
       /* ALiBi: scaled score - slope * |i - j| over the visible range (no

@@ -949,6 +949,45 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   }
 }
 
+/* The key side of the window just computed, for the rows info[0..) that
+ * account for its query rows [q0, n): frames mode one query per row
+ * (n - q0 rows), pooled modes all of them in info[0].  See SattnRowInfo. */
+static void
+describe_window (const SattnStream *s, SattnRowInfo *info, size_t q0)
+{
+  const SattnModel *m = s->m;
+  const size_t n = s->n;
+  const uint8_t *key_ok = s->vring_ok + (size_t) (s->total % n);
+  const int per_row = s->sc.output == SATTN_OUTPUT_FRAMES;
+  uint32_t masked = 0, fm_sum = 0;
+  size_t scan = 0, last1 = 0;   /* last1: 1 + last usable key < scan */
+
+  for (size_t j = 0; j < n; j++)
+    masked += !key_ok[j];
+  for (size_t q = q0; q < n; q++) {
+    size_t lo, hi;
+    sattn_visible_keys (&m->cfg, q, n, &lo, &hi);
+    /* hi never decreases with q (causal: q + 1; else n). */
+    for (; scan < hi; scan++)
+      if (key_ok[scan])
+        last1 = scan + 1;
+    /* As the kernel counts: usable queries only; extra keys always seen. */
+    uint32_t fm = key_ok[q] && m->n_extra == 0 && last1 <= lo ?
+        (uint32_t) m->cfg.heads : 0;
+    if (per_row)
+      info[q - q0].fully_masked = fm;
+    else
+      fm_sum += fm;
+  }
+  for (size_t i = 0; i < (per_row ? n - q0 : 1); i++) {
+    info[i].window_end = s->total;
+    info[i].valid_keys = (uint32_t) n - masked;
+    info[i].masked_keys = masked;
+    if (!per_row)
+      info[i].fully_masked = fm_sum;
+  }
+}
+
 /* Emit the output of the window ending now; `drain` for a partial one. */
 static size_t
 emit_window (SattnStream *s, float *out, SattnRowInfo *info)
@@ -965,10 +1004,13 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
       compute_window (s, rows, out, d_out);
       if (info)
         for (size_t i = 0; i < rows; i++) {
+          memset (&info[i], 0, sizeof (info[i]));
           info[i].first = s->next_out + i;
           info[i].n_frames = 1;
           info[i].valid = s->row_ok[n - rows + i];
         }
+      if (info)
+        describe_window (s, info, n - rows);
       s->next_out += rows;
       produced = rows;
       break;
@@ -1012,6 +1054,8 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
     size_t first_q = s->sc.output == SATTN_OUTPUT_LAST ? n - 1 : 0;
     for (size_t i = first_q; i < n; i++)
       any |= s->row_ok[i];
+    memset (&info[0], 0, sizeof (info[0]));
+    describe_window (s, info, first_q);
     info[0].first = s->last_end;
     info[0].n_frames = (uint32_t) (s->total - s->last_end);
     info[0].valid = (uint8_t) any;

@@ -779,6 +779,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->cfg = c;
   self->model = model;
   self->stream = stream;
+  self->stream_config = sc;
   self->sink_caps = gst_caps_ref (caps);
   self->rate = rate;
   self->channels = channels;

@@ -12,6 +12,8 @@
 
 #include "gstsattn.h"
 #include "gstsattn-obs.h"
+#include "gstsattn-meta-priv.h"
+#include "gstsattn-swap.h"
 #include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
@@ -99,6 +101,10 @@ struct _GstSattn
   guint64 frames_since_resync;
   guint64 out_offset;
   gboolean discont_pending;
+  SattnStreamConfig stream_config;      /* what the stream was made with */
+
+  /* Weights swap while running; see gstsattn-swap.h. */
+  GstSattnSwap swap;
 };
 
 /* An output buffer being filled by one or more core calls. */
@@ -109,6 +115,7 @@ typedef struct
   gsize cap_rows, rows;
   guint64 first_frame, end_frame;
   gboolean any_valid;
+  GstSattnMeta *meta;           /* on buf: the rows' window metadata */
 } GstSattnOut;
 
 /* The element's buffers for one stream configuration. */
@@ -152,7 +159,30 @@ G_GNUC_INTERNAL
 gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
     GstQuery * query);
 
+/* gstsattn-swap.c (streaming thread) */
+
+/* Start loading the weights set while running, if they were. */
+G_GNUC_INTERNAL
+void gst_sattn_swap_poll (GstSattn * self);
+/* Before a core call of n frames: hand over to a loaded model at a window
+ * boundary; returns how many frames the call may take (up to the next
+ * window while a model waits for the boundary). */
+G_GNUC_INTERNAL
+gsize gst_sattn_swap_step (GstSattn * self, gsize n);
+/* n frames went to the core (frames NULL: zeros; valid NULL: all valid
+ * when frames is given, all invalid when not). */
+G_GNUC_INTERNAL
+void gst_sattn_swap_record (GstSattn * self, const float *frames,
+    const guint8 * valid, guint64 n);
+/* The stream was reset. */
+G_GNUC_INTERNAL
+void gst_sattn_swap_reset (GstSattn * self);
+
 /* gstsattn-feed.c */
+
+/* Timestamp of input frame f (counted since the last resync). */
+G_GNUC_INTERNAL
+GstClockTime gst_sattn_frame_ts (GstSattn * self, guint64 f);
 
 G_GNUC_INTERNAL
 GstClockTime gst_sattn_expected_ts (GstSattn * self);

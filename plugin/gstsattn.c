@@ -53,9 +53,25 @@
  * caps, the error names them and what downstream accepts.
  *
  * Geometry properties (all but #GstSattn:invalid-frames,
- * #GstSattn:message-interval and #GstSattn:map-head) set while PAUSED or
- * PLAYING take effect at the next READY; the first such change of each
- * property per run posts a warning.
+ * #GstSattn:message-interval, #GstSattn:map-head, #GstSattn:weights and
+ * #GstSattn:weights-prefix) set while PAUSED or PLAYING take effect at the
+ * next READY; the first such change of each property per run posts a
+ * warning.
+ *
+ * #GstSattn:weights and #GstSattn:weights-prefix set while PAUSED or
+ * PLAYING swap the model: the file is loaded and checked on a loader
+ * thread and takes over at the next window boundary, its stream primed
+ * with the frames the following windows hold, so that from there on the
+ * output is the new model's on the same frames; the element then posts an
+ * element message `sattn-weights-swapped` (`weights`, `frame`,
+ * `timestamp`).  A file that cannot be read, or whose model has another
+ * d_out or other extra keys, posts a warning naming it and the reason,
+ * and the running model stays.
+ *
+ * Every output buffer carries a GstSattnMeta (installed header
+ * <sattn/gstsattn-meta.h>): per output row, the input frames it accounts
+ * for, the running-time span of its window, its usable and masked keys
+ * and its fully masked softmax rows.
  *
  * Memory is sized when caps arrive: the core's stream
  * (sattn_stream_bytes) plus the element's own buffers.  A configuration
@@ -451,11 +467,15 @@ gst_sattn_class_init (GstSattnClass * klass)
           "safetensors file with a torch.nn.MultiheadAttention state dict "
           "(in_proj_weight or q/k/v_proj_weight, out_proj, bias_k/bias_v); "
           "NULL = identity projections.  Read and checked on READY->PAUSED "
-          "and when caps arrive", NULL, geom));
+          "and when caps arrive.  Set while PAUSED or PLAYING: loaded off "
+          "the streaming thread, it takes over at a window boundary if it "
+          "has the running model's d_model and d_out (else a warning, and "
+          "the running model stays)", NULL, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
       g_param_spec_string ("weights-prefix", "Weights prefix",
           "Prefix of the attention module's tensors inside a larger state "
-          "dict, e.g. \"encoder.layers.0.self_attn.\"", "", geom));
+          "dict, e.g. \"encoder.layers.0.self_attn.\"; may change while "
+          "playing, as weights may", "", rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_ADD_ZERO_ATTN,
       g_param_spec_boolean ("add-zero-attn", "Add zero attention",
           "Append an all-zero key and value to every window, as "
@@ -501,6 +521,10 @@ gst_sattn_class_init (GstSattnClass * klass)
       "sattn developers <sattn@localhost>");
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
+
+  /* Window metadata on every output buffer (gstsattn-meta.h): registered
+   * with the class, before any buffer can carry it. */
+  gst_sattn_meta_get_info ();
 
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_OUTPUT, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_START, 0);
@@ -558,12 +582,15 @@ gst_sattn_init (GstSattn * self)
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
   gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
+  gst_sattn_swap_init (&self->swap);
 }
 
 /* Frees the model, the stream and every buffer sized by them. */
 void
 gst_sattn_free_stream (GstSattn * self)
 {
+  /* A model loading or loaded for a swap was made for this stream. */
+  gst_sattn_swap_discard (&self->swap);
   sattn_stream_free (self->stream);
   self->stream = NULL;
   gst_sattn_cache_release (self->model);
@@ -584,7 +611,9 @@ gst_sattn_finalize (GObject * object)
 {
   GstSattn *self = GST_SATTN (object);
 
+  gst_sattn_swap_stop (&self->swap);
   gst_sattn_free_stream (self);
+  gst_sattn_swap_clear (&self->swap);
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
@@ -681,6 +710,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
 
   GST_OBJECT_LOCK (self);
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
+      prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
     gboolean first = gst_sattn_defer_property (self, prop_id, value, pspec);
@@ -744,10 +774,13 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       self->weights = g_value_dup_string (value);
       if (self->weights != NULL && self->weights[0] == '\0')
         g_clear_pointer (&self->weights, g_free);
+      /* Running: loaded off the streaming thread (gstsattn-swap.c). */
+      self->swap.requested |= self->running;
       break;
     case PROP_WEIGHTS_PREFIX:
       g_free (self->weights_prefix);
       self->weights_prefix = g_value_dup_string (value);
+      self->swap.requested |= self->running;
       break;
     case PROP_ADD_ZERO_ATTN:
       self->add_zero_attn = g_value_get_boolean (value);
@@ -940,6 +973,8 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
 
   switch (transition) {
     case GST_STATE_CHANGE_PAUSED_TO_READY:
+      /* Pads are deactivated: cancel and join a weights loader. */
+      gst_sattn_swap_stop (&self->swap);
       gst_sattn_free_stream (self);
       gst_clear_event (&self->pending_segment);
       GST_OBJECT_LOCK (self);

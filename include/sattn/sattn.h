@@ -380,6 +380,19 @@ typedef struct {
   uint8_t valid;      /* 0: the row's query frame(s) were all unusable
                          (or their output projection overflowed) and the
                          row is zeros (window mode: those sub-rows) */
+  /* The window the row was computed in: the n key positions ending
+   * before frame window_end (positions before frame 0 are padding).
+   * valid_keys + masked_keys = n; extra keys (bias_k, zero-attn) are in
+   * neither.  masked_keys counts positions as SattnStats.masked_keys does
+   * (padding, flagged, unusable frames); fully_masked as
+   * SattnStats.fully_masked_rows does: (head, query) softmax rows of the
+   * row's usable query frames whose visible keys were all masked (their
+   * attention result is zeros).  Filled whether or not statistics are
+   * collected. */
+  uint64_t window_end;
+  uint32_t valid_keys;
+  uint32_t masked_keys;
+  uint32_t fully_masked;
 } SattnRowInfo;
 
 typedef struct SattnStream SattnStream;

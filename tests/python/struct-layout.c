@@ -8,6 +8,7 @@
  * same change in the mirror fails there (a renamed one fails here, at
  * compile time). */
 #include <sattn/sattn.h>
+#include <sattn/sattn-weights.h>
 
 #include "reference.h"
 
@@ -106,6 +107,22 @@ main (void)
   FIELD (SattnRowInfo, first);
   FIELD (SattnRowInfo, n_frames);
   FIELD (SattnRowInfo, valid);
+  FIELD (SattnRowInfo, window_end);
+  FIELD (SattnRowInfo, valid_keys);
+  FIELD (SattnRowInfo, masked_keys);
+  FIELD (SattnRowInfo, fully_masked);
+  END ();
+  BEGIN (SattnAttnReport);
+  FIELD (SattnAttnReport, layout);
+  FIELD (SattnAttnReport, heads_from);
+  FIELD (SattnAttnReport, d_head_from);
+  FIELD (SattnAttnReport, d_value_from);
+  FIELD (SattnAttnReport, q_bias);
+  FIELD (SattnAttnReport, k_bias);
+  FIELD (SattnAttnReport, v_bias);
+  FIELD (SattnAttnReport, out_proj);
+  FIELD (SattnAttnReport, out_bias);
+  FIELD (SattnAttnReport, bias_kv);
   END ();
   BEGIN (RefModel);
   FIELD (RefModel, d_model);
@@ -173,6 +190,10 @@ main (void)
   ENUM (SATTN_FRAME_FLAGGED);
   ENUM (SATTN_FRAME_NONFINITE);
   ENUM (SATTN_FRAME_OVERFLOW);
+  ENUM (SATTN_FROM_CALLER);
+  ENUM (SATTN_FROM_METADATA);
+  ENUM (SATTN_FROM_SHAPES);
+  ENUM (SATTN_FROM_DEFAULT);
   printf ("},\n\"enum_size\": %zu}\n", sizeof (SattnStatus));
   return 0;
 }
