@@ -660,11 +660,16 @@ mul_avx512 (float *restrict y, size_t n, float a)
   }
 }
 
-/* Four query rows × 32 keys per step; tails with masked 16-lane steps. */
-AVX512 static void
-qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
-           size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
-           size_t lds)
+#define INIT(p) (acc ? _mm512_loadu_ps (p) : _mm512_setzero_ps ())
+#define INIT_M(m, p) (acc ? _mm512_maskz_loadu_ps (m, p) : _mm512_setzero_ps ())
+/* Four query rows × 32 keys per step; tails with masked 16-lane steps.
+ * acc: the sums start from S (a previous block of the inner dimension)
+ * instead of 0; the chain of FMAs of each entry is then the same as in
+ * one pass, so the bytes are too. */
+AVX512 static inline __attribute__ ((always_inline)) void
+qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
+                size_t ldkt, size_t m, size_t nk, size_t dh,
+                float *restrict S, size_t lds, int acc)
 {
   size_t i = 0;
   for (; i + 4 <= m; i += 4) {
@@ -673,10 +678,10 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
     float *s0 = S + i * lds;
     size_t j = 0;
     for (; j + 32 <= nk; j += 32) {
-      __m512 a0 = _mm512_setzero_ps (), a1 = _mm512_setzero_ps ();
-      __m512 b0 = _mm512_setzero_ps (), b1 = _mm512_setzero_ps ();
-      __m512 c0 = _mm512_setzero_ps (), c1 = _mm512_setzero_ps ();
-      __m512 d0 = _mm512_setzero_ps (), d1 = _mm512_setzero_ps ();
+      __m512 a0 = INIT (s0 + j), a1 = INIT (s0 + j + 16);
+      __m512 b0 = INIT (s0 + lds + j), b1 = INIT (s0 + lds + j + 16);
+      __m512 c0 = INIT (s0 + 2 * lds + j), c1 = INIT (s0 + 2 * lds + j + 16);
+      __m512 d0 = INIT (s0 + 3 * lds + j), d1 = INIT (s0 + 3 * lds + j + 16);
       for (size_t t = 0; t < dh; t++) {
         const float *kr = kt + t * ldkt + j;
         __m512 k0 = _mm512_loadu_ps (kr), k1 = _mm512_loadu_ps (kr + 16);
@@ -704,8 +709,9 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
     }
     for (; j < nk; j += 16) {
       __mmask16 tm = tail_mask (nk - j);
-      __m512 a0 = _mm512_setzero_ps (), b0 = _mm512_setzero_ps ();
-      __m512 c0 = _mm512_setzero_ps (), d0 = _mm512_setzero_ps ();
+      __m512 a0 = INIT_M (tm, s0 + j), b0 = INIT_M (tm, s0 + lds + j);
+      __m512 c0 = INIT_M (tm, s0 + 2 * lds + j);
+      __m512 d0 = INIT_M (tm, s0 + 3 * lds + j);
       for (size_t t = 0; t < dh; t++) {
         __m512 k0 = _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j);
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (q0[t]), k0, a0);
@@ -724,8 +730,8 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
     float *s0 = S + i * lds;
     size_t j = 0;
     for (; j + 64 <= nk; j += 64) {
-      __m512 a0 = _mm512_setzero_ps (), a1 = _mm512_setzero_ps ();
-      __m512 a2 = _mm512_setzero_ps (), a3 = _mm512_setzero_ps ();
+      __m512 a0 = INIT (s0 + j), a1 = INIT (s0 + j + 16);
+      __m512 a2 = INIT (s0 + j + 32), a3 = INIT (s0 + j + 48);
       for (size_t t = 0; t < dh; t++) {
         const float *kr = kt + t * ldkt + j;
         __m512 x = _mm512_set1_ps (q0[t]);
@@ -741,12 +747,35 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
     }
     for (; j < nk; j += 16) {
       __mmask16 tm = tail_mask (nk - j);
-      __m512 a0 = _mm512_setzero_ps ();
+      __m512 a0 = INIT_M (tm, s0 + j);
       for (size_t t = 0; t < dh; t++)
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (q0[t]),
             _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j), a0);
       _mm512_mask_storeu_ps (s0 + j, tm, a0);
     }
+  }
+}
+
+#undef INIT
+#undef INIT_M
+
+/* Inner dimensions longer than this are cut into blocks (the rows of kt
+ * of a block of columns stay in L1 while every row of q passes). */
+#define QK_KBLOCK 128
+
+AVX512 static void
+qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
+           size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+           size_t lds)
+{
+  if (dh <= QK_KBLOCK || m < 8) {
+    qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0);
+    return;
+  }
+  for (size_t t0 = 0; t0 < dh; t0 += QK_KBLOCK) {
+    size_t kb = dh - t0 < QK_KBLOCK ? dh - t0 : QK_KBLOCK;
+    qk_avx512_body (q + t0, ldq, kt + t0 * ldkt, ldkt, m, nk, kb, S, lds,
+                    t0 > 0);
   }
 }
 
