@@ -475,6 +475,7 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
   const __m256 qnan = _mm256_set1_ps (NAN);
   const __m256i zero = _mm256_setzero_si256 ();
   __m256 mx = ninf;
+  size_t n_valid = 0, n_nan = 0, n_pinf = 0, n_ninf = 0;
   size_t j = 0;
   for (; j + 8 <= n; j += 8) {
     __m256 v = _mm256_mul_ps (_mm256_loadu_ps (s + j), vs);
@@ -494,15 +495,25 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
     _mm256_storeu_ps (s + j, out);
     mx = _mm256_max_ps (mx, _mm256_blendv_ps (ninf, v, valid));
     int mv = _mm256_movemask_ps (valid);
-    if (mv != 0xff)             /* all valid: no NaN lane */
-      counts[1] += (size_t) __builtin_popcount (_mm256_movemask_ps (
+    n_valid += (size_t) __builtin_popcount (mv);
+    /* NaN and +-inf scores are rare: |v| == inf or a NaN lane sends the
+     * vector to the counts by kind (see scan_avx512). */
+    __m256 inf = _mm256_cmp_ps (_mm256_andnot_ps (_mm256_set1_ps (-0.0f), v),
+                                pinf, _CMP_EQ_OQ);
+    if (__builtin_expect (_mm256_movemask_ps (_mm256_or_ps (nanm, inf)) != 0,
+                          0)) {
+      n_nan += (size_t) __builtin_popcount (_mm256_movemask_ps (
               _mm256_and_ps (okm, nanm)));
-    counts[0] += (size_t) __builtin_popcount (mv);
-    counts[2] += (size_t) __builtin_popcount (_mm256_movemask_ps (
-            _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
-    counts[3] += (size_t) __builtin_popcount (_mm256_movemask_ps (
-            _mm256_and_ps (valid, _mm256_cmp_ps (v, ninf, _CMP_EQ_OQ))));
+      n_pinf += (size_t) __builtin_popcount (_mm256_movemask_ps (
+              _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
+      n_ninf += (size_t) __builtin_popcount (_mm256_movemask_ps (
+              _mm256_and_ps (valid, _mm256_cmp_ps (v, ninf, _CMP_EQ_OQ))));
+    }
   }
+  counts[0] += n_valid;
+  counts[1] += n_nan;
+  counts[2] += n_pinf;
+  counts[3] += n_ninf;
   float lanes[8];
   _mm256_storeu_ps (lanes, mx);
   float m = -INFINITY;
@@ -626,6 +637,7 @@ scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
   const __m512 pinf = _mm512_set1_ps (INFINITY);
   const __m512 qnan = _mm512_set1_ps (NAN);
   __m512 mx = ninf;
+  size_t n_valid = 0, n_nan = 0, n_pinf = 0, n_ninf = 0;
   for (size_t j = 0; j < n; j += 16) {
     __mmask16 tm = tail_mask (n - j);
     __m512 v = _mm512_mul_ps (_mm512_maskz_loadu_ps (tm, s + j), vs);
@@ -639,13 +651,24 @@ scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
     out = _mm512_mask_blend_ps (okm & nanm, out, qnan);
     _mm512_mask_storeu_ps (s + j, tm, out);
     mx = _mm512_mask_max_ps (mx, valid, mx, v);
-    counts[0] += (size_t) __builtin_popcount (valid);
-    counts[1] += (size_t) __builtin_popcount (okm & nanm);
-    counts[2] += (size_t) __builtin_popcount (valid &
-        _mm512_cmp_ps_mask (v, pinf, _CMP_EQ_OQ));
-    counts[3] += (size_t) __builtin_popcount (valid &
-        _mm512_cmp_ps_mask (v, ninf, _CMP_EQ_OQ));
+    n_valid += (size_t) __builtin_popcount (valid);
+    /* NaN and +-inf scores are rare: one class test finds them, the
+     * counts by kind are taken only then. */
+    __mmask16 inf = valid & _mm512_fpclass_ps_mask (v, 0x18);
+    if (__builtin_expect ((okm & nanm) != 0 || inf != 0, 0)) {
+      n_nan += (size_t) __builtin_popcount (okm & nanm);
+      n_pinf += (size_t) __builtin_popcount (inf &
+          _mm512_cmp_ps_mask (v, pinf, _CMP_EQ_OQ));
+      n_ninf += (size_t) __builtin_popcount (inf &
+          _mm512_cmp_ps_mask (v, ninf, _CMP_EQ_OQ));
+    }
   }
+  /* Counted in registers, added once: adding into counts[] inside the
+   * loop made a chain through memory from one vector to the next. */
+  counts[0] += n_valid;
+  counts[1] += n_nan;
+  counts[2] += n_pinf;
+  counts[3] += n_ninf;
   return _mm512_reduce_max_ps (mx);
 }
 
