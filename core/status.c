@@ -2,6 +2,8 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 const char *
 sattn_status_string (SattnStatus st)
@@ -47,19 +49,90 @@ sattn_stats_clear (SattnStats *st)
   st->lse_max = -INFINITY;
 }
 
-int
-sattn_all_finite (const float *x, size_t n)
+size_t
+sattn_first_nonfinite (const float *x, size_t n)
 {
-  /* x - x is 0 for finite x and NaN for NaN/Inf: one branch per block. */
-  float acc = 0.0f;
-  for (size_t i = 0; i < n; i++)
-    acc += x[i] - x[i];
-  return acc == 0.0f;
+  if (sattn_finite (x, n))
+    return n;
+  size_t i = 0;
+  while (i < n && isfinite (x[i]))
+    i++;
+  return i;
+}
+
+SattnStatus
+sattn_fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
+{
+  if (err != NULL && err_len > 0) {
+    va_list ap;
+    va_start (ap, fmt);
+    vsnprintf (err, err_len, fmt, ap);
+    va_end (ap);
+  }
+  return st;
+}
+
+/* Keep d in best[] (at most 16) if it is among the 16 divisors nearest
+ * to wanted; ties go to the smaller divisor. */
+static void
+divisor_offer (size_t *best, size_t *n, size_t d, size_t wanted)
+{
+  const size_t cap = 16;
+  size_t dist = d > wanted ? d - wanted : wanted - d;
+  if (*n < cap) {
+    best[(*n)++] = d;
+    return;
+  }
+  size_t far = 0, fard = 0;
+  for (size_t i = 0; i < *n; i++) {
+    size_t di = best[i] > wanted ? best[i] - wanted : wanted - best[i];
+    if (di > fard || (di == fard && best[i] > best[far])) {
+      fard = di;
+      far = i;
+    }
+  }
+  if (dist < fard || (dist == fard && d < best[far]))
+    best[far] = d;
+}
+
+void
+sattn_divisors (char *buf, size_t len, size_t value, size_t wanted)
+{
+  size_t best[16], n = 0;
+
+  if (len == 0)
+    return;
+  buf[0] = '\0';
+  /* Divisors come in pairs (d, value / d) with d <= sqrt (value): 2^20
+   * steps at most for the values a model can have; beyond, no list. */
+  if (value == 0 || value > ((size_t) 1 << 40))
+    return;
+  for (size_t d = 1; d <= value / d; d++) {
+    if (value % d != 0)
+      continue;
+    divisor_offer (best, &n, d, wanted);
+    if (value / d != d)
+      divisor_offer (best, &n, value / d, wanted);
+  }
+  for (size_t i = 1; i < n; i++)          /* ascending */
+    for (size_t j = i; j > 0 && best[j - 1] > best[j]; j--) {
+      size_t t = best[j];
+      best[j] = best[j - 1];
+      best[j - 1] = t;
+    }
+  for (size_t i = 0, used = 0; i < n && used < len; i++) {
+    int k = snprintf (buf + used, len - used, i ? ", %zu" : "%zu", best[i]);
+    if (k < 0)
+      break;
+    used += (size_t) k;
+  }
 }
 
 void
 sattn_stats_merge (SattnStats *d, const SattnStats *s)
 {
+  if (d == NULL || s == NULL)
+    return;
   d->windows += s->windows;
   d->frames += s->frames;
   d->rows += s->rows;
@@ -76,4 +149,18 @@ sattn_stats_merge (SattnStats *d, const SattnStats *s)
   if (s->lse_max > d->lse_max) d->lse_max = s->lse_max;
   d->max_weight_sum += s->max_weight_sum;
   d->entropy_sum += s->entropy_sum;
+}
+
+double
+sattn_stats_mean_max_weight (const SattnStats *st)
+{
+  return st != NULL && st->rows > 0
+      ? st->max_weight_sum / (double) st->rows : 0.0;
+}
+
+double
+sattn_stats_mean_entropy (const SattnStats *st)
+{
+  return st != NULL && st->rows > 0
+      ? st->entropy_sum / (double) st->rows : 0.0;
 }

@@ -1,0 +1,995 @@
+/* The sattn element's negotiation: caps parsing, the negotiation rules
+ * (explain / validate), weights loading at caps time, the memory check,
+ * source caps, set_caps, the caps the sink pad allows, the caps check
+ * behind ACCEPT_CAPS and READY -> PAUSED, the sink CAPS / ACCEPT_CAPS
+ * queries and the source pad's queries.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "gstsattn-priv.h"
+#include "gstsattn-cache.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#ifdef G_OS_UNIX
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
+
+/* Frames handed to the core per call; bounds the scratch memory. */
+#define MIN_CHUNK_FRAMES 256
+#define MAX_CHUNK_FRAMES 4096
+
+/* ------------------------------------------------------------ caps */
+
+/* Up to 16 divisors of value that are <= max_value, those nearest to
+ * wanted, as "a, b, c". */
+static gchar *
+gst_sattn_divisors (guint64 value, guint64 max_value, guint64 wanted)
+{
+  guint64 best[16];
+  guint n = 0, i, j;
+  guint64 d;
+  GString *s;
+
+  max_value = MIN (max_value, value);
+  for (d = 1; d <= max_value; d++) {
+    if (value % d != 0)
+      continue;
+    if (n < G_N_ELEMENTS (best)) {
+      best[n++] = d;
+    } else {
+      /* Replace the one farthest from wanted if d is nearer. */
+      guint far = 0;
+      guint64 fard = 0;
+      for (i = 0; i < n; i++) {
+        guint64 dist = best[i] > wanted ? best[i] - wanted : wanted - best[i];
+        if (dist >= fard) {
+          fard = dist;
+          far = i;
+        }
+      }
+      if ((d > wanted ? d - wanted : wanted - d) < fard) {
+        for (j = far; j + 1 < n; j++)
+          best[j] = best[j + 1];
+        best[n - 1] = d;
+      }
+    }
+  }
+  s = g_string_new (NULL);
+  for (i = 0; i < n; i++)
+    g_string_append_printf (s, "%s%" G_GUINT64_FORMAT, i ? ", " : "",
+        best[i]);
+  if (n == 0)
+    g_string_append (s, "none");
+  return g_string_free (s, FALSE);
+}
+
+static const gchar *
+gst_sattn_output_nick (GstSattnOutput o)
+{
+  static const gchar *nicks[] = { "frames", "window", "mean", "last" };
+
+  return (guint) o < G_N_ELEMENTS (nicks) ? nicks[o] : "?";
+}
+
+/* The core's scale from the property (a double): a positive value that
+ * float rounds to 0 must not turn into "0 = the default", so it goes to
+ * the core as the smallest positive float, which the core refuses (below
+ * the smallest normal float) in its own words. */
+static float
+gst_sattn_core_scale (gdouble scale)
+{
+  float f = (float) scale;
+
+  return scale > 0.0 && f == 0.0f ? nextafterf (0.0f, 1.0f) : f;
+}
+
+/* The core's configurations from the properties, for d_model-value
+ * frames: the one place the element maps its settings onto them.  The
+ * invalid-frames policy and the observability fields of sc are filled by
+ * the caller. */
+static void
+gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
+    SattnConfig * mc, SattnStreamConfig * sc)
+{
+  mc->d_model = (size_t) d_model;
+  mc->heads = c->heads;
+  mc->d_head = c->head_dim;
+  mc->scale = gst_sattn_core_scale (c->scale);
+  mc->causal = c->causal;
+  mc->lookback = c->lookback;
+  mc->threads = c->threads;
+  sc->window = c->window;
+  sc->hop = c->hop;
+  sc->output = (SattnOutputMode) c->output;
+  sc->start = (SattnStartPolicy) c->start;
+}
+
+/* Why the settings cannot work with rate / channels (d_model = channels ×
+ * frame-size): a message that says what would work (g_free it), or NULL
+ * when they can.  weights: a weights file is set (its projections, not
+ * identity ones, then fix the head size).  The caps event, the CAPS /
+ * ACCEPT_CAPS queries and the READY -> PAUSED check all ask it.  The
+ * core's rules (heads against d_model, scale, hop against window) are the
+ * core's, in its words (sattn_model_check, sattn_stream_config_check);
+ * the rules kept here are GStreamer's: whole frame and output rates, caps
+ * sizes, the element's size limit. */
+static gchar *
+gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
+    guint64 d_model, gboolean weights)
+{
+  guint64 frame_rate;
+  gchar *ok, *msg;
+  gchar err[512];
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnStatus st;
+
+  if (d_model > MAX_D_MODEL) {
+    return g_strdup_printf ("Frames of %d channels x frame-size=%u = %"
+        G_GUINT64_FORMAT " values are too large (at most %u)", channels,
+        c->frame_size, d_model, MAX_D_MODEL);
+  }
+  if (c->head_dim != 0 && (guint64) c->heads * c->head_dim != d_model) {
+    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
+    if (weights) {
+      /* nn.MultiheadAttention splits E into heads of E / heads. */
+      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
+          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), and the "
+          "weights file's projections give every head d_model / heads "
+          "values; use head-dim=0 or head-dim=d_model/heads with heads one "
+          "of: %s", c->heads, c->head_dim, d_model, channels, c->frame_size,
+          ok);
+    } else {
+      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
+          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
+          "identity projections (no weights file) need; use head-dim=0 or "
+          "head-dim=d_model/heads with heads one of: %s", c->heads,
+          c->head_dim, d_model, channels, c->frame_size, ok);
+    }
+    g_free (ok);
+    return msg;
+  }
+  /* The core's rules.  head-dim is settled above (and by the weights file
+   * when there is one), so the core checks the default head split. */
+  gst_sattn_core_config (c, d_model, &mc, &sc);
+  mc.d_head = 0;
+  st = sattn_model_check (&mc, NULL, err, sizeof err);
+  if (st == SATTN_E_SHAPE)
+    return g_strdup_printf ("%s (d_model = %d channels x frame-size=%u)",
+        err, channels, c->frame_size);
+  if (st != SATTN_OK && g_str_has_prefix (err, "scale=")
+      && (gdouble) mc.scale != c->scale)
+    /* The core saw the property's double as a float. */
+    return g_strdup_printf ("%s (scale=%g was set; the nearest positive float32 is %g)",
+        err, c->scale, (gdouble) mc.scale);
+  if (st != SATTN_OK)
+    return g_strdup (err);
+  if (sattn_stream_config_check (NULL, &sc, err, sizeof err) != SATTN_OK)
+    return g_strdup (err);
+
+  if (rate % c->frame_size != 0) {
+    ok = gst_sattn_divisors (rate, MAX_FRAME_SIZE, c->frame_size);
+    msg = g_strdup_printf ("frame-size=%u does not divide the input rate of "
+        "%d Hz, so the frame rate would not be a whole number; frame-size "
+        "values that work: %s", c->frame_size, rate, ok);
+    g_free (ok);
+    return msg;
+  }
+  frame_rate = rate / c->frame_size;
+  if (c->output != GST_SATTN_OUTPUT_FRAMES && frame_rate % c->hop != 0) {
+    ok = gst_sattn_divisors (frame_rate, c->window, c->hop);
+    msg = g_strdup_printf ("hop=%u does not divide the frame rate of %"
+        G_GUINT64_FORMAT " Hz (rate %d / frame-size %u), so output=%s would "
+        "not have a whole output rate; hop values that work with window=%u: "
+        "%s (or output=frames)", c->hop, frame_rate, rate, c->frame_size,
+        gst_sattn_output_nick (c->output), c->window, ok);
+    g_free (ok);
+    return msg;
+  }
+  if (c->output == GST_SATTN_OUTPUT_WINDOW &&
+      (guint64) c->window * d_model > G_MAXINT) {
+    return g_strdup_printf ("output=window would need window=%u x %"
+        G_GUINT64_FORMAT " = more than %d channels; use a smaller window or "
+        "another output mode", c->window, d_model, G_MAXINT);
+  }
+  return NULL;
+}
+
+/* Checks the settings against the input; on failure posts an element
+ * error that says what would work. */
+static gboolean
+gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
+    gint channels, guint64 d_model, gboolean weights)
+{
+  gchar *why = gst_sattn_explain (c, rate, channels, d_model, weights);
+
+  if (why == NULL)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", why), (NULL));
+  g_free (why);
+  return FALSE;
+}
+
+/* Reads the weights file (path) for d_model-value frames (0 = whatever the
+ * file has: a check of the file alone) and fills mc / w.  Posts an element
+ * error naming the file and what is wrong with it on failure. */
+gboolean
+gst_sattn_load_weights (GstSattn * self, const gchar * path,
+    const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
+    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw)
+{
+  gchar err[1024] = "";
+  SattnStatus st;
+
+  st = sattn_mha_weights_load (path, prefix ? prefix : "", (size_t) d_model,
+      heads, zero_attn, mc, w, mw, err, sizeof err);
+  if (st == SATTN_OK)
+    return TRUE;
+
+  switch (st) {
+    case SATTN_E_IO:
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+          ("Could not read the weights file: %s", err),
+          ("%s", sattn_status_string (st)));
+      break;
+    case SATTN_E_SHAPE:
+      if (d_model == 0) {
+        /* Checked before caps: E is the file's, heads the property's. */
+        GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+            ("The weights file does not fit the element's properties: %s",
+                err), ("%s", sattn_status_string (st)));
+      } else {
+        GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+            ("The weights file does not fit the stream, whose frames have "
+                "d_model=%" G_GUINT64_FORMAT " values (channels x "
+                "frame-size): %s", d_model, err),
+            ("%s", sattn_status_string (st)));
+      }
+      break;
+    case SATTN_E_INVAL:
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+          ("The weights file cannot be used with these properties: %s",
+              err), ("%s: %s", path, sattn_status_string (st)));
+      break;
+    default:
+      GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+          ("The weights file is not a usable safetensors "
+              "MultiheadAttention state dict: %s", err),
+          ("%s", sattn_status_string (st)));
+      break;
+  }
+  return FALSE;
+}
+
+/* Frames handed to the core per call: scratch stays O(window × d_model),
+ * at most max(window, 1 MiB). */
+static gsize
+gst_sattn_chunk_frames (const GstSattnSettings * c, guint64 d_model)
+{
+  gsize chunk = CLAMP (c->hop, MIN_CHUNK_FRAMES, MAX_CHUNK_FRAMES);
+
+  chunk = MIN (chunk, MAX ((gsize) c->window,
+          (gsize) (1u << 20) / (d_model * sizeof (float))));
+  return MAX (chunk, 1);
+}
+
+/* Row descriptions one core call can need: a push of chunk frames with
+ * up to a window pending (frames mode), or its windows. */
+static gsize
+gst_sattn_info_rows (const GstSattnSettings * c, gsize chunk)
+{
+  return c->output == GST_SATTN_OUTPUT_FRAMES ? c->window + chunk :
+      chunk / c->hop + 2;
+}
+
+static void
+gst_sattn_scratch_clear (GstSattnScratch * sc)
+{
+  g_free (sc->carry);
+  g_free (sc->scratch);
+  g_free (sc->zeros);
+  g_free (sc->invalid_flags);
+  g_free (sc->info);
+  memset (sc, 0, sizeof (*sc));
+}
+
+/* Fallible: posts an element error naming the size that could not be
+ * had and returns FALSE (nothing allocated then). */
+static gboolean
+gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
+    const GstSattnSettings * c, guint64 d_model, gsize chunk)
+{
+  const gsize fb = (gsize) d_model * sizeof (float);
+  const gchar *what = NULL;
+  gsize size = 0;
+
+  memset (sc, 0, sizeof (*sc));
+  sc->info_cap = gst_sattn_info_rows (c, chunk);
+  if ((sc->carry = g_try_malloc (size = fb)) == NULL)
+    what = "a partial frame";
+  else if ((sc->scratch = g_try_malloc (size = chunk * fb)) == NULL)
+    what = "realigned input frames";
+  else if ((sc->zeros = g_try_malloc0 (size = chunk * fb)) == NULL)
+    what = "zero frames";
+  else if ((sc->invalid_flags = g_try_malloc0 (size = chunk)) == NULL)
+    what = "frame flags";
+  else if ((sc->info = g_try_new (SattnRowInfo, sc->info_cap)) == NULL) {
+    size = sc->info_cap * sizeof (SattnRowInfo);
+    what = "row descriptions";
+  }
+  if (what == NULL)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+      ("Could not allocate %" G_GSIZE_FORMAT " bytes for %s (%" G_GSIZE_FORMAT
+          " frames of %" G_GUINT64_FORMAT " values per core call)", size,
+          what, chunk, d_model), (NULL));
+  gst_sattn_scratch_clear (sc);
+  return FALSE;
+}
+
+/* a + b, saturating (sizes of memory that may not exist). */
+static guint64
+gst_sattn_size_add (guint64 a, guint64 b)
+{
+  return b > G_MAXUINT64 - a ? G_MAXUINT64 : a + b;
+}
+
+static guint64
+gst_sattn_size_mul (guint64 a, guint64 b)
+{
+  return a != 0 && b > G_MAXUINT64 / a ? G_MAXUINT64 : a * b;
+}
+
+/* Memory this process can still get: the headroom below RLIMIT_AS and
+ * RLIMIT_DATA and the machine's physical memory, whichever is least
+ * (G_MAXUINT64 when none is known); *what names it. */
+static guint64
+gst_sattn_memory_headroom (const gchar ** what)
+{
+  guint64 avail = G_MAXUINT64;
+
+  *what = "no known limit";
+#ifdef G_OS_UNIX
+  {
+    long page = sysconf (_SC_PAGESIZE), phys = sysconf (_SC_PHYS_PAGES);
+    unsigned long long size = 0, rss, shared, text, lib, data = 0;
+    struct rlimit rl;
+    FILE *f;
+
+    if (page > 0 && phys > 0) {
+      avail = gst_sattn_size_mul ((guint64) phys, (guint64) page);
+      *what = "the machine's physical memory";
+    }
+    /* Address space and data segment in use now (Linux). */
+    f = fopen ("/proc/self/statm", "r");
+    if (f != NULL) {
+      if (fscanf (f, "%llu %llu %llu %llu %llu %llu", &size, &rss, &shared,
+              &text, &lib, &data) != 6)
+        size = data = 0;
+      fclose (f);
+    }
+    if (page > 0) {
+      size *= (unsigned long long) page;
+      data *= (unsigned long long) page;
+    }
+    if (getrlimit (RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      guint64 h = rl.rlim_cur > size ? rl.rlim_cur - size : 0;
+      if (h < avail) {
+        avail = h;
+        *what = "the headroom below the address-space limit (RLIMIT_AS)";
+      }
+    }
+    if (getrlimit (RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      guint64 h = rl.rlim_cur > data ? rl.rlim_cur - data : 0;
+      if (h < avail) {
+        avail = h;
+        *what = "the headroom below the data-segment limit (RLIMIT_DATA)";
+      }
+    }
+  }
+#endif
+  return avail;
+}
+
+/* Before allocating a stream: what it and the element's own buffers need,
+ * against what the process can have.  Posts an element error that gives
+ * the sizes and returns FALSE when it cannot fit.  SATTN_MEMORY_CHECK=0 in
+ * the environment turns the check off (allocation failures are still
+ * reported as errors). */
+static gboolean
+gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
+    const SattnStreamConfig * sc, const GstSattnSettings * c,
+    guint64 d_model, gsize chunk)
+{
+  const gchar *env = g_getenv ("SATTN_MEMORY_CHECK");
+  guint64 core, own, fb, row_bytes, total, avail;
+  const gchar *what;
+  gchar *s_total, *s_avail;
+
+  if (env != NULL && strcmp (env, "0") == 0)
+    return TRUE;
+  core = sattn_stream_bytes (model, sc);
+  if (core == 0)                /* the size does not fit in size_t */
+    core = G_MAXUINT64;
+  fb = d_model * sizeof (float);
+  row_bytes = gst_sattn_size_mul (sattn_model_d_out (model) *
+      sizeof (float), c->output == GST_SATTN_OUTPUT_WINDOW ? c->window : 1);
+  /* carry, realigned input, zeros, invalid flags, row descriptions, one
+   * output buffer of the rows of one core call, the weights the health
+   * messages and the attention map read. */
+  own = fb;
+  own = gst_sattn_size_add (own, gst_sattn_size_mul (2 * chunk, fb));
+  own = gst_sattn_size_add (own, chunk);
+  own = gst_sattn_size_add (own, gst_sattn_info_rows (c, chunk) *
+      sizeof (SattnRowInfo));
+  own = gst_sattn_size_add (own, gst_sattn_size_mul (gst_sattn_info_rows (c,
+              chunk), row_bytes));
+  if (sc->keep_weights) {
+    guint64 cells = gst_sattn_size_mul (c->window, c->window +
+        sattn_model_extra_keys (model));
+    /* Two float copies and one GRAY8 map frame; a message's weights as
+     * GValues when statistics are on too. */
+    own = gst_sattn_size_add (own, gst_sattn_size_mul (cells,
+            2 * sizeof (float) + 1 + (sc->collect_stats ? sizeof (GValue) :
+                0)));
+  }
+  total = gst_sattn_size_add (core, own);
+  avail = gst_sattn_memory_headroom (&what);
+  GST_DEBUG_OBJECT (self, "memory: stream %" G_GUINT64_FORMAT ", element %"
+      G_GUINT64_FORMAT ", available %" G_GUINT64_FORMAT " (%s)", core, own,
+      avail, what);
+  if (core != SIZE_MAX && total <= avail && total <= G_MAXSIZE)
+    return TRUE;
+
+  s_total = g_format_size_full (total, G_FORMAT_SIZE_IEC_UNITS);
+  s_avail = g_format_size_full (avail, G_FORMAT_SIZE_IEC_UNITS);
+  GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+      ("window=%u with %" G_GUINT64_FORMAT "-value frames (output=%s, "
+          "heads=%u) needs %s (%" G_GUINT64_FORMAT " bytes: %"
+          G_GUINT64_FORMAT " for the attention stream, %" G_GUINT64_FORMAT
+          " for the element's buffers), more than this process can have: "
+          "%s (%s); use a smaller window or smaller frames", c->window,
+          d_model, gst_sattn_output_nick (c->output), c->heads, s_total,
+          total, core == SIZE_MAX ? G_MAXUINT64 : core, own, s_avail,
+          what), ("SATTN_MEMORY_CHECK=0 turns this check off"));
+  g_free (s_total);
+  g_free (s_avail);
+  return FALSE;
+}
+
+/* The output caps of rows of row_floats values at out_rate rows/s. */
+static GstCaps *
+gst_sattn_src_caps_new (gsize row_floats, guint64 out_rate)
+{
+  return gst_caps_new_simple ("audio/x-raw",
+      "format", G_TYPE_STRING, "F32LE",
+      "layout", G_TYPE_STRING, "interleaved",
+      "rate", G_TYPE_INT, (gint) out_rate,
+      "channels", G_TYPE_INT, (gint) row_floats,
+      "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+}
+
+/* Whether downstream accepts the output caps that the input caps and the
+ * settings c give (stream built for them).  If not, posts one error that
+ * names those caps, says how they follow from the input and the
+ * properties, and what downstream takes. */
+static gboolean
+gst_sattn_output_accepted (GstSattn * self, const GstSattnSettings * c,
+    gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps)
+{
+  const gsize row_floats = sattn_stream_row_floats (stream);
+  const guint64 frame_rate = rate / c->frame_size;
+  GstCaps *srccaps, *peer;
+  gchar *offered, *takes, *rows;
+
+  srccaps = gst_sattn_src_caps_new (row_floats,
+      c->output == GST_SATTN_OUTPUT_FRAMES ? frame_rate : frame_rate / c->hop);
+  if (gst_pad_peer_query_accept_caps (self->srcpad, srccaps)) {
+    gst_caps_unref (srccaps);
+    return TRUE;
+  }
+  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  offered = gst_caps_to_string (srccaps);
+  takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
+  if (c->output == GST_SATTN_OUTPUT_FRAMES)
+    rows = g_strdup_printf ("one row per frame, at the frame rate %d Hz / "
+        "frame-size=%u", rate, c->frame_size);
+  else
+    rows = g_strdup_printf ("one row per window, every hop=%u frames of "
+        "frame-size=%u at %d Hz", c->hop, c->frame_size, rate);
+  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+      ("Downstream refused the output caps %s: output=%s gives rows of %"
+          G_GSIZE_FORMAT " values (d_model=%" G_GUINT64_FORMAT " = %d "
+          "channels x frame-size=%u), %s; downstream accepts %s", offered,
+          gst_sattn_output_nick (c->output), row_floats,
+          (guint64) channels * c->frame_size, channels, c->frame_size, rows,
+          takes), ("input caps %" GST_PTR_FORMAT, sinkcaps));
+  g_free (rows);
+  g_free (offered);
+  g_free (takes);
+  gst_clear_caps (&peer);
+  gst_caps_unref (srccaps);
+  return FALSE;
+}
+
+/* Rate and channels of input caps the element can read at all (fixed
+ * audio/x-raw F32LE interleaved); FALSE otherwise. */
+static gboolean
+gst_sattn_parse_caps (GstCaps * caps, gint * rate, gint * channels)
+{
+  GstStructure *s;
+  const gchar *format, *layout;
+
+  if (caps == NULL || !gst_caps_is_fixed (caps))
+    return FALSE;
+  s = gst_caps_get_structure (caps, 0);
+  format = gst_structure_get_string (s, "format");
+  layout = gst_structure_get_string (s, "layout");
+  return gst_structure_has_name (s, "audio/x-raw")
+      && g_strcmp0 (format, "F32LE") == 0
+      && (layout == NULL || strcmp (layout, "interleaved") == 0)
+      && gst_structure_get_int (s, "rate", rate)
+      && gst_structure_get_int (s, "channels", channels)
+      && *rate > 0 && *channels > 0;
+}
+
+#define GST_SATTN_UNSUPPORTED_CAPS "Unsupported input caps; sattn takes " \
+    "audio/x-raw, format=F32LE, layout=interleaved with a rate and a " \
+    "channel count"
+
+gboolean
+gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
+{
+  GstSattnSettings c;
+  gint rate = 0, channels = 0;
+  guint64 d_model, frame_rate, out_rate;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnModel *model;
+  SattnStream *stream;
+  SattnStatus st = SATTN_OK;
+  SattnWeights weights = { 0, };
+  SattnMhaWeights *mw = NULL;
+  gchar *wpath, *wprefix;
+  gboolean zero_attn;
+  GstCaps *srccaps;
+  gsize row_floats, chunk;
+  GstClockTime next_ts, held;
+  gboolean res;
+  GstSattnScratch scratch;
+
+  if (self->sink_caps && gst_caps_is_equal (caps, self->sink_caps))
+    return TRUE;
+  GST_DEBUG_OBJECT (self, "sink caps %" GST_PTR_FORMAT, caps);
+
+  if (!gst_sattn_parse_caps (caps, &rate, &channels)) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (GST_SATTN_UNSUPPORTED_CAPS),
+        ("caps: %" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+
+  GST_OBJECT_LOCK (self);
+  c = self->props;
+  wpath = g_strdup (self->weights);
+  wprefix = g_strdup (self->weights_prefix);
+  zero_attn = self->add_zero_attn;
+  GST_OBJECT_UNLOCK (self);
+
+  d_model = (guint64) channels * c.frame_size;
+  if (!gst_sattn_validate (self, &c, rate, channels, d_model,
+          wpath != NULL)) {
+    g_free (wpath);
+    g_free (wprefix);
+    return FALSE;
+  }
+
+  gst_sattn_core_config (&c, d_model, &mc, &sc);
+  weights.add_zero_attn = zero_attn;
+  if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
+          d_model, c.heads, zero_attn, &mc, &weights, &mw)) {
+    g_free (wpath);
+    g_free (wprefix);
+    return FALSE;
+  }
+  /* The model keeps its own copy of the weights, shared with every
+   * element whose file, prefix and configuration match. */
+  model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
+      (wpath != NULL || zero_attn) ? &weights : NULL, &st);
+  if (model == NULL) {
+    gchar err[512] = "";
+
+    /* The core's words for what is wrong (the model was refused before
+     * anything was allocated unless st is SATTN_E_NOMEM). */
+    if (st == SATTN_E_NOMEM
+        || sattn_model_check (&mc, (wpath != NULL || zero_attn) ?
+            &weights : NULL, err, sizeof err) == SATTN_OK)
+      g_strlcpy (err, sattn_status_string (st), sizeof err);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
+            "with heads=%u head-dim=%u: %s", d_model, c.heads, c.head_dim,
+            err), ("%s", sattn_status_string (st)));
+    sattn_mha_weights_free (mw);
+    g_free (wpath);
+    g_free (wprefix);
+    return FALSE;
+  }
+  sattn_mha_weights_free (mw);
+  g_free (wpath);
+  g_free (wprefix);
+  sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
+  gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
+  chunk = gst_sattn_chunk_frames (&c, d_model);
+  if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
+    gst_sattn_cache_release (model);
+    return FALSE;
+  }
+  stream = sattn_stream_new (model, &sc, &st);
+  if (stream == NULL && st == SATTN_E_NOMEM) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the attention stream for window=%u with %"
+            G_GUINT64_FORMAT "-value frames: %" G_GSIZE_FORMAT " bytes",
+            c.window, d_model, sattn_stream_bytes (model, &sc)),
+        ("%s", sattn_status_string (st)));
+    gst_sattn_cache_release (model);
+    return FALSE;
+  }
+  if (stream == NULL) {
+    gchar err[512] = "";
+
+    if (sattn_stream_config_check (model, &sc, err, sizeof err) == SATTN_OK)
+      g_strlcpy (err, sattn_status_string (st), sizeof err);
+    gst_sattn_cache_release (model);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Could not set up a stream with window=%u hop=%u: %s", c.window,
+            c.hop, err), ("%s", sattn_status_string (st)));
+    return FALSE;
+  }
+  /* The element's own buffers, before the old stream is let go. */
+  if (!gst_sattn_alloc_scratch (self, &scratch, &c, d_model, chunk)) {
+    sattn_stream_free (stream);
+    gst_sattn_cache_release (model);
+    return FALSE;
+  }
+
+  /* Downstream must take the output before anything changes. */
+  if (!gst_sattn_output_accepted (self, &c, rate, channels, stream, caps)) {
+    gst_sattn_scratch_clear (&scratch);
+    sattn_stream_free (stream);
+    gst_sattn_cache_release (model);
+    return FALSE;
+  }
+
+  /* The old configuration's frames go out under the old caps. */
+  next_ts = GST_CLOCK_TIME_NONE;
+  if (self->stream) {
+    gst_sattn_drain (self);
+    next_ts = gst_sattn_expected_ts (self);
+  }
+  gst_sattn_free_stream (self);
+
+  row_floats = sattn_stream_row_floats (stream);
+  frame_rate = rate / c.frame_size;
+  out_rate = c.output == GST_SATTN_OUTPUT_FRAMES ? frame_rate :
+      frame_rate / c.hop;
+
+  self->cfg = c;
+  self->model = model;
+  self->stream = stream;
+  self->sink_caps = gst_caps_ref (caps);
+  self->rate = rate;
+  self->channels = channels;
+  self->bpf = (gsize) channels * sizeof (float);
+  self->d_model = (gsize) d_model;
+  self->frame_bytes = (gsize) d_model * sizeof (float);
+  self->row_floats = row_floats;
+  self->chunk = chunk;
+  self->carry = scratch.carry;
+  self->scratch = scratch.scratch;
+  self->zeros = scratch.zeros;
+  self->invalid_flags = scratch.invalid_flags;
+  self->info = scratch.info;
+  self->info_cap = scratch.info_cap;
+  gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), model, &sc, rate,
+      c.frame_size, c.scale);
+
+  /* A new timeline, continuing where the old one ended (if any). */
+  self->resync_ts = GST_CLOCK_TIME_NONE;
+  if (GST_CLOCK_TIME_IS_VALID (next_ts))
+    gst_sattn_start_timeline (self, next_ts);
+
+  /* What the element holds back: the frames before the first window (the
+   * stream is new, so the core's count from here). */
+  held = gst_util_uint64_scale (sattn_stream_frames_to_window (stream) *
+      c.frame_size, GST_SECOND, rate);
+  GST_OBJECT_LOCK (self);
+  self->held_time = held;
+  GST_OBJECT_UNLOCK (self);
+
+  srccaps = gst_sattn_src_caps_new (row_floats, out_rate);
+  GST_DEBUG_OBJECT (self, "d_model %" G_GUINT64_FORMAT ", src caps %"
+      GST_PTR_FORMAT, d_model, srccaps);
+  res = gst_pad_set_caps (self->srcpad, srccaps);
+  gst_caps_unref (srccaps);
+
+  if (self->pending_segment) {
+    gst_pad_push_event (self->srcpad, self->pending_segment);
+    self->pending_segment = NULL;
+  }
+  return res;
+}
+
+/* ------------------------------------------------------------ queries */
+
+/* The settings, whether a weights file is set and its embedding size
+ * (0 = not read yet), under the object lock. */
+static void
+gst_sattn_snapshot (GstSattn * self, GstSattnSettings * c,
+    gboolean * weights, guint64 * file_d_model)
+{
+  GST_OBJECT_LOCK (self);
+  *c = self->props;
+  *weights = self->weights != NULL;
+  *file_d_model = self->weights != NULL ? self->weights_d_model : 0;
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* v = the multiples of step in [step, max] (an int, or a stepped range);
+ * FALSE when there is none. */
+static gboolean
+gst_sattn_multiples (GValue * v, guint64 step, guint64 max)
+{
+  max = MIN (max, (guint64) G_MAXINT);
+  if (step == 0 || step > max)
+    return FALSE;
+  max -= max % step;
+  if (max == step) {
+    g_value_init (v, G_TYPE_INT);
+    g_value_set_int (v, (gint) step);
+  } else {
+    g_value_init (v, GST_TYPE_INT_RANGE);
+    gst_value_set_int_range_step (v, (gint) step, (gint) max, (gint) step);
+  }
+  return TRUE;
+}
+
+/* What the sink CAPS query answers in PAUSED and PLAYING: the template
+ * narrowed by what can be stated cheaply: rates that are multiples of frame-size (× hop in the
+ * pooled modes), channel counts that fill whole heads (or the weights
+ * file's d_model), within the size limits.  Every caps that can work is
+ * in it; ACCEPT_CAPS decides the rest.  Empty when nothing can work. */
+static GstCaps *
+gst_sattn_allowed_caps (GstSattn * self)
+{
+  GstSattnSettings c;
+  gboolean weights;
+  guint64 file_d, rate_step, max_ch, ch_step, d;
+  GValue rates = G_VALUE_INIT, chans = G_VALUE_INIT;
+  GstStructure *s;
+
+  gst_sattn_snapshot (self, &c, &weights, &file_d);
+
+  rate_step = c.frame_size;
+  if (c.output != GST_SATTN_OUTPUT_FRAMES)
+    rate_step *= c.hop;
+  max_ch = MAX_D_MODEL / c.frame_size;
+  if (c.output == GST_SATTN_OUTPUT_WINDOW)
+    max_ch = MIN (max_ch, (guint64) G_MAXINT / ((guint64) c.window *
+            c.frame_size));
+  d = file_d != 0 ? file_d : (c.head_dim != 0 ?
+      (guint64) c.heads * c.head_dim : 0);
+  if (d != 0) {
+    /* d_model is fixed: one channel count, if any. */
+    if (d % c.frame_size != 0 || d / c.frame_size > max_ch)
+      return gst_caps_new_empty ();
+    ch_step = d / c.frame_size;
+    max_ch = ch_step;
+  } else {
+    /* channels × frame-size must be a multiple of heads. */
+    ch_step = c.heads / gst_util_greatest_common_divisor (c.heads,
+        c.frame_size);
+  }
+  if (!gst_sattn_multiples (&rates, rate_step, G_MAXINT))
+    return gst_caps_new_empty ();
+  if (!gst_sattn_multiples (&chans, ch_step, max_ch)) {
+    g_value_unset (&rates);
+    return gst_caps_new_empty ();
+  }
+  s = gst_structure_new ("audio/x-raw", "format", G_TYPE_STRING, "F32LE",
+      "layout", G_TYPE_STRING, "interleaved", NULL);
+  gst_structure_take_value (s, "rate", &rates);
+  gst_structure_take_value (s, "channels", &chans);
+  return gst_caps_new_full (s, NULL);
+}
+
+/* Whether caps can be used; if not and post, posts one element error that
+ * says why (once for the same caps). */
+static gboolean
+gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
+{
+  GstSattnSettings c;
+  gboolean weights, posted;
+  guint64 file_d, d_model;
+  gint rate = 0, channels = 0;
+  gchar *why = NULL;
+  gboolean shape = FALSE;
+
+  gst_sattn_snapshot (self, &c, &weights, &file_d);
+  if (!gst_sattn_parse_caps (caps, &rate, &channels)) {
+    why = g_strdup (GST_SATTN_UNSUPPORTED_CAPS);
+  } else {
+    d_model = (guint64) channels * c.frame_size;
+    why = gst_sattn_explain (&c, rate, channels, d_model, weights);
+    shape = why == NULL && file_d != 0 && d_model != file_d;
+  }
+  if (why == NULL && !shape)
+    return TRUE;
+
+  GST_DEBUG_OBJECT (self, "refusing %" GST_PTR_FORMAT ": %s", caps,
+      why ? why : "d_model differs from the weights file");
+  GST_OBJECT_LOCK (self);
+  posted = !post || (self->posted_caps != NULL &&
+      gst_caps_is_equal (caps, self->posted_caps));
+  if (!posted)
+    gst_caps_replace (&self->posted_caps, caps);
+  GST_OBJECT_UNLOCK (self);
+  if (!posted && why != NULL) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", why),
+        ("caps: %" GST_PTR_FORMAT, caps));
+  } else if (!posted) {
+    gchar *wpath, *wprefix;
+    gboolean zero_attn;
+    SattnConfig mc = { 0, };
+    SattnWeights w = { 0, };
+    SattnMhaWeights *mw = NULL;
+
+    /* The core's own words: which tensor has which shape, and what the
+     * stream's d_model would need. */
+    GST_OBJECT_LOCK (self);
+    wpath = g_strdup (self->weights);
+    wprefix = g_strdup (self->weights_prefix);
+    zero_attn = self->add_zero_attn;
+    GST_OBJECT_UNLOCK (self);
+    mc.heads = c.heads;
+    if (wpath != NULL && gst_sattn_load_weights (self, wpath, wprefix,
+            (guint64) channels * c.frame_size, c.heads, zero_attn, &mc, &w,
+            &mw)) {
+      /* The file changed since READY->PAUSED and now fits. */
+      shape = FALSE;
+    }
+    sattn_mha_weights_free (mw);
+    g_free (wpath);
+    g_free (wprefix);
+  }
+  g_free (why);
+  return !shape && why == NULL;
+}
+
+/* At READY -> PAUSED: when nothing the upstream peer can produce would
+ * work, fail now with one error that says why (for the caps upstream
+ * would pick), instead of a refused caps event and upstream's own
+ * not-negotiated error later.  TRUE when negotiation may succeed (or
+ * upstream cannot tell yet). */
+gboolean
+gst_sattn_check_upstream (GstSattn * self)
+{
+  GstCaps *tmpl, *peer, *ours, *both, *pick;
+  gboolean ok;
+
+  tmpl = gst_pad_get_pad_template_caps (self->sinkpad);
+  peer = gst_pad_peer_query_caps (self->sinkpad, tmpl);
+  gst_caps_unref (tmpl);
+  if (peer == NULL || gst_caps_is_any (peer) || gst_caps_is_empty (peer)) {
+    /* No peer yet, anything, or nothing we read at all (upstream's own
+     * negotiation error says that). */
+    gst_clear_caps (&peer);
+    return TRUE;
+  }
+  ours = gst_sattn_allowed_caps (self);
+  both = gst_caps_intersect (peer, ours);
+  /* Inside ours only settings that fail whatever the caps (hop > window,
+   * scale) can still refuse the pick; outside, its rate or channels. */
+  pick = gst_caps_fixate (gst_caps_ref (gst_caps_is_empty (both) ? peer :
+          both));
+  GST_DEBUG_OBJECT (self, "upstream offers %" GST_PTR_FORMAT ", we take %"
+      GST_PTR_FORMAT ", checking %" GST_PTR_FORMAT, peer, ours, pick);
+  ok = gst_sattn_check_caps (self, pick, TRUE);
+  if (ok && gst_caps_is_empty (both)) {
+    /* Cannot happen (ours holds every caps that works); say it anyway. */
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("None of the input caps upstream offers works with these "
+            "properties"), ("upstream: %" GST_PTR_FORMAT, peer));
+    ok = FALSE;
+  }
+  gst_caps_unref (pick);
+  gst_caps_unref (both);
+  gst_caps_unref (ours);
+  gst_caps_unref (peer);
+  return ok;
+}
+
+gboolean
+gst_sattn_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  GstSattn *self = GST_SATTN (parent);
+
+  switch (GST_QUERY_TYPE (query)) {
+    case GST_QUERY_CAPS:{
+      GstCaps *filter, *caps, *res;
+      gboolean running;
+
+      gst_query_parse_caps (query, &filter);
+      GST_OBJECT_LOCK (self);
+      running = self->running;
+      GST_OBJECT_UNLOCK (self);
+      /* Properties are frozen from READY -> PAUSED on; before that (when
+       * pipelines are built and linked) they may still change, so the
+       * answer is the template and READY -> PAUSED checks what upstream
+       * offers against the final properties. */
+      caps = running ? gst_sattn_allowed_caps (self) :
+          gst_pad_get_pad_template_caps (pad);
+      if (filter) {
+        res = gst_caps_intersect_full (filter, caps, GST_CAPS_INTERSECT_FIRST);
+        gst_caps_unref (caps);
+        caps = res;
+      }
+      GST_LOG_OBJECT (self, "caps query: %" GST_PTR_FORMAT, caps);
+      gst_query_set_caps_result (query, caps);
+      gst_caps_unref (caps);
+      return TRUE;
+    }
+    case GST_QUERY_ACCEPT_CAPS:{
+      GstCaps *caps;
+
+      gst_query_parse_accept_caps (query, &caps);
+      /* Refused here, the caps event never arrives: the error is posted
+       * now, once, with the reason. */
+      gst_query_set_accept_caps_result (query, gst_sattn_check_caps (self,
+              caps, TRUE));
+      return TRUE;
+    }
+    default:
+      return gst_pad_query_default (pad, parent, query);
+  }
+}
+
+gboolean
+gst_sattn_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  GstSattn *self = GST_SATTN (parent);
+
+  if (gst_sattn_cache_handle_query (query))
+    return TRUE;
+  switch (GST_QUERY_TYPE (query)) {
+    case GST_QUERY_LATENCY:{
+      gboolean live;
+      GstClockTime min, max, held;
+
+      if (!gst_pad_peer_query (self->sinkpad, query))
+        return FALSE;
+      gst_query_parse_latency (query, &live, &min, &max);
+      GST_OBJECT_LOCK (self);
+      held = self->held_time;
+      GST_OBJECT_UNLOCK (self);
+      if (GST_CLOCK_TIME_IS_VALID (held)) {
+        min += held;
+        if (GST_CLOCK_TIME_IS_VALID (max))
+          max += held;
+      }
+      GST_DEBUG_OBJECT (self, "latency: live %d, min %" GST_TIME_FORMAT
+          ", max %" GST_TIME_FORMAT, live, GST_TIME_ARGS (min),
+          GST_TIME_ARGS (max));
+      gst_query_set_latency (query, live, min, max);
+      return TRUE;
+    }
+    default:
+      return gst_pad_query_default (pad, parent, query);
+  }
+}

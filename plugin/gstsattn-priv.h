@@ -1,0 +1,157 @@
+/* Private to the sattn element: the instance struct and the types and
+ * functions that gstsattn.c (GObject, properties, state changes),
+ * gstsattn-negotiate.c (caps, queries) and gstsattn-feed.c (timeline,
+ * output, chain, events) share.  Not installed.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifndef GST_SATTN_PRIV_H
+#define GST_SATTN_PRIV_H
+
+#include <gst/gst.h>
+
+#include "gstsattn.h"
+#include "gstsattn-obs.h"
+#include "sattn/sattn-weights.h"
+
+G_BEGIN_DECLS
+
+G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
+#define GST_CAT_DEFAULT gst_sattn_debug
+
+#define MAX_WINDOW 65536
+#define MAX_FRAME_SIZE 65536
+#define MAX_HEADS 4096
+#define MAX_THREADS 256
+/* Largest frame (channels × frame-size floats) the element accepts. */
+#define MAX_D_MODEL (1u << 20)
+
+/* Settings copied from the properties when caps arrive. */
+typedef struct
+{
+  guint window, hop, frame_size, heads, head_dim, lookback;
+  gdouble scale;
+  gboolean causal;
+  GstSattnOutput output;
+  GstSattnStart start;
+  gint threads;
+} GstSattnSettings;
+
+struct _GstSattn
+{
+  GstElement parent;
+
+  GstPad *sinkpad;
+  GstPad *srcpad;
+  /* Health messages, warnings and the attn request pad (attention map);
+   * see gstsattn-obs.h for which lock guards what. */
+  GstSattnObs obs;
+
+  /* Properties; object lock. */
+  GstSattnSettings props;
+  GstSattnInvalidFrames invalid_frames;
+  gchar *weights;               /* safetensors path; NULL = identity */
+  gchar *weights_prefix;        /* module prefix inside the state dict */
+  gboolean add_zero_attn;
+  gboolean running;             /* PAUSED or PLAYING: geometry frozen */
+  guint64 weights_d_model;      /* E of the weights file checked at
+                                   READY->PAUSED; 0 = not known */
+  GstCaps *posted_caps;         /* last caps refused with an error posted */
+  GArray *pending_props;        /* GstSattnPendingProp set while running */
+  GstClockTime held_time;       /* latency added; NONE before caps */
+
+  /* Streaming state; streaming thread (or state change with pads off). */
+  GstSattnSettings cfg;         /* settings of the current model */
+  SattnModel *model;
+  SattnStream *stream;
+  GstCaps *sink_caps;
+  gboolean caps_refused;        /* last caps event could not be used */
+  GstCaps *refused_caps;        /* those caps: refused once, posted once */
+  gint rate, channels;
+  gsize bpf;                    /* bytes per sample period */
+  gsize d_model, frame_bytes, row_floats;
+  gsize chunk;                  /* frames per core call */
+
+  guint8 *carry;                /* < one frame of bytes, float aligned */
+  gsize carry_len;
+  gboolean carry_invalid;
+  float *scratch;               /* chunk × d_model: realigned input */
+  float *zeros;                 /* chunk × d_model zeros */
+  guint8 *invalid_flags;        /* chunk zeros */
+  SattnRowInfo *info;
+  gsize info_cap;
+
+  GstSegment segment;
+  GstSegment in_segment;        /* as received, before the TIME conversion */
+  GstEvent *pending_segment;    /* held until the source caps are set */
+  GstClockTime resync_ts;       /* T0; NONE = taken from the next input */
+  guint64 bytes_since_resync;
+  guint64 frames_since_resync;
+  guint64 out_offset;
+  gboolean discont_pending;
+};
+
+/* An output buffer being filled by one or more core calls. */
+typedef struct
+{
+  GstBuffer *buf;
+  GstMapInfo map;
+  gsize cap_rows, rows;
+  guint64 first_frame, end_frame;
+  gboolean any_valid;
+} GstSattnOut;
+
+/* The element's buffers for one stream configuration. */
+typedef struct
+{
+  guint8 *carry;
+  float *scratch, *zeros;
+  guint8 *invalid_flags;
+  SattnRowInfo *info;
+  gsize info_cap;
+} GstSattnScratch;
+
+/* gstsattn.c */
+
+G_GNUC_INTERNAL
+void gst_sattn_free_stream (GstSattn * self);
+
+/* gstsattn-negotiate.c */
+
+G_GNUC_INTERNAL
+gboolean gst_sattn_load_weights (GstSattn * self, const gchar * path,
+    const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
+    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw);
+G_GNUC_INTERNAL
+gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
+G_GNUC_INTERNAL
+gboolean gst_sattn_check_upstream (GstSattn * self);
+G_GNUC_INTERNAL
+gboolean gst_sattn_sink_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
+G_GNUC_INTERNAL
+gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
+
+/* gstsattn-feed.c */
+
+G_GNUC_INTERNAL
+GstClockTime gst_sattn_expected_ts (GstSattn * self);
+G_GNUC_INTERNAL
+void gst_sattn_start_timeline (GstSattn * self, GstClockTime ts);
+G_GNUC_INTERNAL
+GstSattnInvalidFrames gst_sattn_get_policy (GstSattn * self);
+G_GNUC_INTERNAL
+GstFlowReturn gst_sattn_drain (GstSattn * self);
+G_GNUC_INTERNAL
+void gst_sattn_flush (GstSattn * self);
+G_GNUC_INTERNAL
+GstFlowReturn gst_sattn_chain (GstPad * pad, GstObject * parent,
+    GstBuffer * buffer);
+G_GNUC_INTERNAL
+gboolean gst_sattn_sink_event (GstPad * pad, GstObject * parent,
+    GstEvent * event);
+
+G_END_DECLS
+
+#endif /* GST_SATTN_PRIV_H */
