@@ -695,6 +695,46 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
                 float *restrict S, size_t lds, int acc)
 {
   size_t i = 0;
+  /* Eight rows × 32 keys: sixteen independent FMA chains (the latency of
+   * two FMA ports with room to spare), 10 loads per 16 FMAs. */
+  for (; i + 8 <= m && nk >= 32; i += 8) {
+    const float *q0 = q + i * ldq;
+    float *s0 = S + i * lds;
+    size_t j = 0;
+    for (; j + 32 <= nk; j += 32) {
+      __m512 a[8], b[8];
+      for (int r = 0; r < 8; r++) {
+        a[r] = INIT (s0 + r * lds + j);
+        b[r] = INIT (s0 + r * lds + j + 16);
+      }
+      for (size_t t = 0; t < dh; t++) {
+        const float *kr = kt + t * ldkt + j;
+        __m512 k0 = _mm512_loadu_ps (kr), k1 = _mm512_loadu_ps (kr + 16);
+        for (int r = 0; r < 8; r++) {
+          __m512 x = _mm512_set1_ps (q0[r * ldq + t]);
+          a[r] = _mm512_fmadd_ps (x, k0, a[r]);
+          b[r] = _mm512_fmadd_ps (x, k1, b[r]);
+        }
+      }
+      for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps (s0 + r * lds + j, a[r]);
+        _mm512_storeu_ps (s0 + r * lds + j + 16, b[r]);
+      }
+    }
+    for (; j < nk; j += 16) {
+      __mmask16 tm = tail_mask (nk - j);
+      __m512 a[8];
+      for (int r = 0; r < 8; r++)
+        a[r] = INIT_M (tm, s0 + r * lds + j);
+      for (size_t t = 0; t < dh; t++) {
+        __m512 k0 = _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j);
+        for (int r = 0; r < 8; r++)
+          a[r] = _mm512_fmadd_ps (_mm512_set1_ps (q0[r * ldq + t]), k0, a[r]);
+      }
+      for (int r = 0; r < 8; r++)
+        _mm512_mask_storeu_ps (s0 + r * lds + j, tm, a[r]);
+    }
+  }
   for (; i + 4 <= m; i += 4) {
     const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
         *q3 = q2 + ldq;
