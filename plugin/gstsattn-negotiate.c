@@ -102,6 +102,7 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   mc->d_model = (size_t) d_model;
   mc->heads = c->heads;
   mc->d_head = c->head_dim;
+  mc->d_value = c->value_dim;
   mc->scale = gst_sattn_core_scale (c->scale);
   mc->causal = c->causal;
   mc->lookback = c->lookback;
@@ -137,30 +138,38 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
         G_GUINT64_FORMAT " values are too large (at most %u)", channels,
         c->frame_size, d_model, MAX_D_MODEL);
   }
-  if (c->head_dim != 0 && (guint64) c->heads * c->head_dim != d_model) {
+  /* Identity projections (no weights file) split the frame itself into
+   * heads; with weights the file's shapes settle head-dim and value-dim
+   * (any size; checked against the file when it is read). */
+  if (!weights && c->head_dim != 0 &&
+      (guint64) c->heads * c->head_dim != d_model) {
     ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
-    if (weights) {
-      /* nn.MultiheadAttention splits E into heads of E / heads. */
-      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
-          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), and the "
-          "weights file's projections give every head d_model / heads "
-          "values; use head-dim=0 or head-dim=d_model/heads with heads one "
-          "of: %s", c->heads, c->head_dim, d_model, channels, c->frame_size,
-          ok);
-    } else {
-      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
-          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
-          "identity projections (no weights file) need; use head-dim=0 or "
-          "head-dim=d_model/heads with heads one of: %s", c->heads,
-          c->head_dim, d_model, channels, c->frame_size, ok);
-    }
+    msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
+        "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
+        "identity projections (no weights file) need; use head-dim=0 or "
+        "head-dim=d_model/heads with heads one of: %s (a head-dim of any "
+        "size needs a weights file with projections of that size)",
+        c->heads, c->head_dim, d_model, channels, c->frame_size, ok);
     g_free (ok);
+    return msg;
+  }
+  if (!weights && c->value_dim != 0 &&
+      (guint64) c->heads * c->value_dim != d_model) {
+    msg = g_strdup_printf ("heads=%u x value-dim=%u does not equal d_model="
+        "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
+        "identity projections (no weights file) need; use value-dim=0 (a "
+        "value-dim of any size needs a weights file with value "
+        "projections of that size)", c->heads, c->value_dim, d_model,
+        channels, c->frame_size);
     return msg;
   }
   /* The core's rules.  head-dim is settled above (and by the weights file
    * when there is one), so the core checks the default head split. */
   gst_sattn_core_config (c, d_model, &mc, &sc);
   mc.d_head = 0;
+  mc.d_value = 0;
+  if (weights)
+    mc.heads = 1;     /* the file's shapes settle the head split */
   st = sattn_model_check (&mc, NULL, err, sizeof err);
   if (st == SATTN_E_SHAPE)
     return g_strdup_printf ("%s (d_model = %d channels x frame-size=%u)",
@@ -228,11 +237,26 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
 {
   gchar err[1024] = "";
   SattnStatus st;
+  SattnAttnReport rep;
 
-  st = sattn_mha_weights_load (path, prefix ? prefix : "", (size_t) d_model,
-      heads, zero_attn, mc, w, mw, err, sizeof err);
-  if (st == SATTN_OK)
+  /* Sizes left at 0 come from the file: its metadata, then its shapes. */
+  GST_OBJECT_LOCK (self);
+  mc->heads = self->props.heads_set ? heads : 0;
+  mc->d_head = self->props.head_dim;
+  mc->d_value = self->props.value_dim;
+  GST_OBJECT_UNLOCK (self);
+  mc->d_model = (size_t) d_model;
+  st = sattn_attn_weights_load (path, prefix ? prefix : "", zero_attn, mc,
+      w, mw, &rep, err, sizeof err);
+  if (st == SATTN_OK) {
+    GST_DEBUG_OBJECT (self, "weights '%s': layout %s, d_model %"
+        G_GSIZE_FORMAT ", heads %" G_GSIZE_FORMAT " x head-dim %"
+        G_GSIZE_FORMAT " / value-dim %" G_GSIZE_FORMAT ", output %"
+        G_GSIZE_FORMAT " values%s", path, sattn_layout_name (rep.layout),
+        mc->d_model, mc->heads, mc->d_head, mc->d_value, mc->d_out,
+        rep.out_proj ? "" : " (no output projection)");
     return TRUE;
+  }
 
   switch (st) {
     case SATTN_E_IO:
@@ -261,8 +285,8 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
       break;
     default:
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-          ("The weights file is not a usable safetensors "
-              "MultiheadAttention state dict: %s", err),
+          ("The weights file is not a usable safetensors attention "
+              "state dict: %s", err),
           ("%s", sattn_status_string (st)));
       break;
   }
@@ -783,7 +807,7 @@ gst_sattn_allowed_caps (GstSattn * self)
   if (c.output == GST_SATTN_OUTPUT_WINDOW)
     max_ch = MIN (max_ch, (guint64) G_MAXINT / ((guint64) c.window *
             c.frame_size));
-  d = file_d != 0 ? file_d : (c.head_dim != 0 ?
+  d = weights ? file_d : (c.head_dim != 0 ?
       (guint64) c.heads * c.head_dim : 0);
   if (d != 0) {
     /* d_model is fixed: one channel count, if any. */
@@ -791,6 +815,8 @@ gst_sattn_allowed_caps (GstSattn * self)
       return gst_caps_new_empty ();
     ch_step = d / c.frame_size;
     max_ch = ch_step;
+  } else if (weights) {
+    ch_step = 1;      /* the file's d_model is not known yet */
   } else {
     /* channels × frame-size must be a multiple of heads. */
     ch_step = c.heads / gst_util_greatest_common_divisor (c.heads,

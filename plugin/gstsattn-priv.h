@@ -30,6 +30,9 @@ G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
 typedef struct
 {
   guint window, hop, frame_size, heads, head_dim, lookback;
+  guint value_dim;              /* per-head value size; 0 = head-dim */
+  gboolean heads_set;           /* heads set explicitly; else the weights
+                                   file's metadata says (or 1) */
   gdouble scale;
   gboolean causal;
   GstSattnOutput output;

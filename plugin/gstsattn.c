@@ -192,6 +192,7 @@ GST_DEBUG_CATEGORY (gst_sattn_debug);
 #define DEFAULT_FRAME_SIZE 1
 #define DEFAULT_HEADS 1
 #define DEFAULT_HEAD_DIM 0
+#define DEFAULT_VALUE_DIM 0
 #define DEFAULT_SCALE 0.0
 #define DEFAULT_CAUSAL FALSE
 #define DEFAULT_LOOKBACK 0
@@ -208,6 +209,7 @@ enum
   PROP_FRAME_SIZE,
   PROP_HEADS,
   PROP_HEAD_DIM,
+  PROP_VALUE_DIM,
   PROP_SCALE,
   PROP_CAUSAL,
   PROP_LOOKBACK,
@@ -334,13 +336,23 @@ gst_sattn_class_init (GstSattnClass * klass)
           "input rate", 1, MAX_FRAME_SIZE, DEFAULT_FRAME_SIZE, geom));
   g_object_class_install_property (gobject_class, PROP_HEADS,
       g_param_spec_uint ("heads", "Heads",
-          "Attention heads; must divide d_model when head-dim is 0",
+          "Attention heads (with weights: unset = the file's num_heads "
+          "metadata, else 1; set, it must agree with that metadata); "
+          "without weights it must divide d_model when head-dim is 0",
           1, MAX_HEADS, DEFAULT_HEADS, geom));
   g_object_class_install_property (gobject_class, PROP_HEAD_DIM,
       g_param_spec_uint ("head-dim", "Head dimension",
-          "Per-head query/key size (0 = d_model / heads; without weights "
-          "heads x head-dim must equal d_model)", 0, MAX_D_MODEL,
-          DEFAULT_HEAD_DIM, geom));
+          "Per-head query/key size d_k: queries and keys have heads x "
+          "head-dim values, any size with weights (0 = as the weights "
+          "file's shapes say, or d_model / heads without weights); "
+          "identity projections (no weights) need heads x head-dim = "
+          "d_model", 0, MAX_D_MODEL, DEFAULT_HEAD_DIM, geom));
+  g_object_class_install_property (gobject_class, PROP_VALUE_DIM,
+      g_param_spec_uint ("value-dim", "Value dimension",
+          "Per-head value size d_v (0 = head-dim, or as the weights file "
+          "says); without an output projection an output row has heads x "
+          "value-dim values; identity projections need heads x value-dim "
+          "= d_model", 0, MAX_D_MODEL, DEFAULT_VALUE_DIM, geom));
   g_object_class_install_property (gobject_class, PROP_SCALE,
       g_param_spec_double ("scale", "Scale",
           "Score scale applied before the softmax (0 = 1/sqrt(head-dim), "
@@ -440,6 +452,7 @@ gst_sattn_init (GstSattn * self)
   self->props.frame_size = DEFAULT_FRAME_SIZE;
   self->props.heads = DEFAULT_HEADS;
   self->props.head_dim = DEFAULT_HEAD_DIM;
+  self->props.value_dim = DEFAULT_VALUE_DIM;
   self->props.scale = DEFAULT_SCALE;
   self->props.causal = DEFAULT_CAUSAL;
   self->props.lookback = DEFAULT_LOOKBACK;
@@ -603,9 +616,13 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_HEADS:
       self->props.heads = g_value_get_uint (value);
+      self->props.heads_set = TRUE;
       break;
     case PROP_HEAD_DIM:
       self->props.head_dim = g_value_get_uint (value);
+      break;
+    case PROP_VALUE_DIM:
+      self->props.value_dim = g_value_get_uint (value);
       break;
     case PROP_SCALE:
       self->props.scale = g_value_get_double (value);
@@ -671,6 +688,9 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       break;
     case PROP_HEAD_DIM:
       g_value_set_uint (value, self->props.head_dim);
+      break;
+    case PROP_VALUE_DIM:
+      g_value_set_uint (value, self->props.value_dim);
       break;
     case PROP_SCALE:
       g_value_set_double (value, self->props.scale);

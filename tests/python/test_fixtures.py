@@ -5,7 +5,8 @@ by attend() and by a Stream (one window of the fixture's n frames, where
 the fixture has no key padding), compared with PyTorch's float64 output
 and attention weights.  Bound (as tests/weights/test-weights-parity.c):
 max-abs <= 1e-5 * (1 + max |torch|), for the output and the weights.
-Every fixture's figures are printed."""
+Every fixture's figures are printed.  Also: the reader's errors.
+Registered only when libsattn has the weights reader."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import numpy as np
 
 import common
 import sattn
+from sattn import _lib
 
 DATA = os.path.join(common.SOURCE_ROOT, "tests", "data")
 
@@ -79,6 +81,37 @@ class TestFixtures(unittest.TestCase):
                     self.assertTrue(self.bound(ds), "stream %s" % ds)
                     self.assertEqual(list(info["first"]), list(range(n)))
 
+
+class TestWeightsErrors(unittest.TestCase):
+    """A weights file the reader refuses raises SattnError with the
+    reader's message, naming the file and what is wrong."""
+
+    def raises(self, status, fn, *args, **kw):
+        with self.assertRaises(sattn.SattnError) as cm:
+            fn(*args, **kw)
+        e = cm.exception
+        self.assertEqual(e.status, status, str(e))
+        self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
+        return e
+
+    def test_weights_file_errors(self):
+        nobias = os.path.join(DATA, "e16_h2_nobias.safetensors")
+        e = self.raises(_lib.E_IO, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "no-such-file.safetensors"))
+        self.assertIn("no-such-file.safetensors", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors, nobias,
+                        "", 3)
+        self.assertIn("heads = 3", str(e))
+        self.assertIn(nobias, str(e))
+        e = self.raises(_lib.E_MISSING, sattn.Model.from_safetensors, nobias,
+                        "encoder.", 2)
+        self.assertIn("'encoder.'", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "kdim.safetensors"), "", 2)
+        self.assertIn("k_proj_weight", str(e))
+        e = self.raises(_lib.E_FORMAT, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "fixtures.json"), "", 2)
+        self.assertIn("fixtures.json", str(e))
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
