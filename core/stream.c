@@ -32,7 +32,7 @@
  * and about BATCH_BYTES of staging per stream. */
 #define BATCH_FRAMES 255
 #define BATCH_MIN 8
-#define BATCH_BYTES (2u << 20)
+#define BATCH_BYTES (512u << 10)
 #define PROJ_ROWS 64
 #define PROJ_COLS 32
 
@@ -179,12 +179,18 @@ alloc_lines (size_t size)
 }
 
 /* Rows of a batch (xstage, ostage) of rows of row_floats floats: up to
- * BATCH_BYTES, at least BATCH_MIN, fewer than BATCH_FRAMES. */
+ * BATCH_BYTES, at least BATCH_MIN, at most BATCH_FRAMES, whole blocks
+ * of PROJ_ROWS when there is room for one.  Every stream holds these
+ * buffers (16 elements of d_model 1792 would hold 64 MiB at 2 MiB each). */
 static size_t
 batch_rows (size_t row_floats)
 {
   size_t r = BATCH_BYTES / (row_floats * sizeof (float));
-  return r < BATCH_MIN ? BATCH_MIN : r > BATCH_FRAMES ? BATCH_FRAMES : r;
+  if (r > BATCH_FRAMES)
+    r = BATCH_FRAMES;
+  if (r >= PROJ_ROWS)
+    r = r / PROJ_ROWS * PROJ_ROWS;
+  return r < BATCH_MIN ? BATCH_MIN : r;
 }
 
 static SattnStats *
