@@ -1031,6 +1031,259 @@ meta_uint (const Mapper *m, const char *key)
   return (gint64) u;
 }
 
+/* ------------------------------------- nn.TransformerEncoderLayer mapping */
+
+struct SattnLayerWeights {
+  float *block;   /* every array below lives in this one allocation */
+};
+
+void
+sattn_layer_weights_free (SattnLayerWeights *lw)
+{
+  if (lw == NULL)
+    return;
+  g_free (lw->block);
+  g_free (lw);
+}
+
+/* prefix with a '.' appended unless empty or ending in one (g_free it). */
+static char *
+dotted (const char *prefix)
+{
+  if (prefix == NULL)
+    prefix = "";
+  return (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
+      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+}
+
+int
+sattn_encoder_layer_present (const SattnTensorFile *f, const char *prefix)
+{
+  if (f == NULL)
+    return 0;
+  char *pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx };
+  int yes = find (&m, "linear1.weight") != NULL &&
+      find (&m, "linear2.weight") != NULL;
+  g_free (pfx);
+  return yes;
+}
+
+SattnStatus
+sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
+                                 SattnConfig *cfg_inout,
+                                 SattnWeights *w_inout,
+                                 SattnLayerWeights **owner, char *err,
+                                 size_t err_len)
+{
+  static const char *const names[] = { "linear1.weight", "linear1.bias",
+    "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
+    "norm2.weight", "norm2.bias" };
+  const Tensor *t[8];
+  SattnLayerWeights *lw = NULL;
+  SattnStatus st = SATTN_OK;
+  ShowBuf sb;
+  char *pfx;
+
+  set_err (err, err_len, "%s", "");
+  if (owner != NULL)
+    *owner = NULL;
+  if (f == NULL || cfg_inout == NULL || w_inout == NULL || owner == NULL ||
+      cfg_inout->d_model == 0)
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx, .e = cfg_inout->d_model, .err = err,
+    .err_len = err_len };
+  const size_t e = m.e;
+  for (size_t i = 0; i < 8; i++)
+    t[i] = find (&m, names[i]);
+  if (t[0] == NULL || t[2] == NULL) {
+    st = fail (SATTN_E_MISSING, err, err_len,
+               "no tensor '%s%s' under prefix '%s': not an "
+               "nn.TransformerEncoderLayer", show (&sb, pfx),
+               names[t[0] == NULL ? 0 : 2], pfx);
+    goto out;
+  }
+  /* The feed-forward width: the rows of linear1. */
+  size_t dff = t[0]->ndim == 2 ? t[0]->shape[0] : 0;
+  if (dff == 0 || dff > SIZE_MAX / 8 / e) {
+    char got[96];
+    st = fail (SATTN_E_SHAPE, err, err_len,
+               "tensor '%s' has shape %s; expected (F, E) with F > 0 (E = "
+               "d_model = %zu)", show (&sb, t[0]->name),
+               shape_str (got, sizeof got, t[0]->shape, t[0]->ndim), e);
+    goto out;
+  }
+  if ((st = check (&m, t[0], dff, e, 0, "(F, E)")) != SATTN_OK ||
+      (t[1] && (st = check (&m, t[1], dff, 0, 0, "(F)")) != SATTN_OK) ||
+      (st = check (&m, t[2], e, dff, 0, "(E, F)")) != SATTN_OK ||
+      (t[3] && (st = check (&m, t[3], e, 0, 0, "(E)")) != SATTN_OK))
+    goto out;
+  for (size_t i = 4; i < 8; i++)
+    if (t[i] && (st = check (&m, t[i], e, 0, 0, "(E)")) != SATTN_OK)
+      goto out;
+
+  size_t total = 2 * dff * e + dff + 5 * e;
+  lw = g_new0 (SattnLayerWeights, 1);
+  lw->block = g_try_new (float, total);
+  if (lw->block == NULL) {
+    st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    goto out;
+  }
+  const size_t sizes[8] = { dff * e, dff, e * dff, e, e, e, e, e };
+  const float **dst[8] = { &w_inout->w1, &w_inout->b1, &w_inout->w2,
+    &w_inout->b2, &w_inout->norm1_w, &w_inout->norm1_b, &w_inout->norm2_w,
+    &w_inout->norm2_b };
+  size_t off = 0;
+  for (size_t i = 0; i < 8; i++) {
+    *dst[i] = NULL;
+    if (t[i] == NULL)
+      continue;
+    memcpy (lw->block + off, t[i]->data, sizes[i] * sizeof (float));
+    *dst[i] = lw->block + off;
+    off += sizes[i];
+  }
+  g_assert (off <= total);
+  cfg_inout->encoder = 1;
+  cfg_inout->d_ff = dff;
+  *owner = lw;
+  lw = NULL;
+
+out:
+  sattn_layer_weights_free (lw);
+  g_free (pfx);
+  return st;
+}
+
+/* A metadata value "<prefix>key", or NULL. */
+static const char *
+meta_str (const Mapper *m, const char *key)
+{
+  char *full = g_strconcat (m->prefix, key, NULL);
+  const char *v = sattn_tensor_file_metadata (m->f, full);
+  g_free (full);
+  return v;
+}
+
+static const char *const positions_names[] = { "none", "rope",
+  "rope-interleaved", "alibi" };
+static const char *const activation_names[] = { "relu", "gelu" };
+
+SattnStatus
+sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
+                         unsigned set, SattnConfig *cfg_inout, char *err,
+                         size_t err_len)
+{
+  SattnStatus st = SATTN_OK;
+  SattnConfig c;
+  ShowBuf sb;
+  const char *v;
+
+  set_err (err, err_len, "%s", "");
+  if (f == NULL || cfg_inout == NULL)
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  c = *cfg_inout;
+  char *pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
+
+  if ((v = meta_str (&m, "activation")) != NULL) {
+    size_t k = 0;
+    while (k < G_N_ELEMENTS (activation_names) &&
+           g_ascii_strcasecmp (v, activation_names[k]) != 0)
+      k++;
+    if (k == G_N_ELEMENTS (activation_names)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "the layer was exported with "
+                 "activation '%s' (metadata '%sactivation'); sattn runs relu "
+                 "and gelu", show (&sb, v), pfx);
+      goto out;
+    }
+    if ((set & SATTN_SET_ACTIVATION) && (size_t) c.activation != k) {
+      st = fail (SATTN_E_INVAL, err, err_len, "activation=%s but the layer "
+                 "was exported with activation=%s (metadata '%sactivation')",
+                 c.activation <= SATTN_ACTIVATION_GELU ?
+                 activation_names[c.activation] : "?", activation_names[k],
+                 pfx);
+      goto out;
+    }
+    c.activation = (SattnActivation) k;
+  }
+  if ((v = meta_str (&m, "norm_first")) != NULL) {
+    int nf = strcmp (v, "1") == 0 || g_ascii_strcasecmp (v, "true") == 0;
+    if (!nf && strcmp (v, "0") != 0 && g_ascii_strcasecmp (v, "false") != 0) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_first' is "
+                 "'%s'; expected 0 or 1", pfx, show (&sb, v));
+      goto out;
+    }
+    if ((set & SATTN_SET_NORM_FIRST) && (c.norm_first != 0) != nf) {
+      st = fail (SATTN_E_INVAL, err, err_len, "norm-first=%s but the layer "
+                 "was exported with norm_first=%s (metadata '%snorm_first')",
+                 c.norm_first ? "true" : "false", nf ? "true" : "false", pfx);
+      goto out;
+    }
+    c.norm_first = nf;
+  }
+  if ((v = meta_str (&m, "norm_eps")) != NULL) {
+    char *end = NULL;
+    double eps = g_ascii_strtod (v, &end);
+    if (end == v || *end != '\0' || !(eps >= 0.0) || isinf (eps)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_eps' is "
+                 "'%s'; expected a finite number >= 0", pfx, show (&sb, v));
+      goto out;
+    }
+    double mine = c.norm_eps == 0.0 ? 1e-5 : c.norm_eps;
+    if ((set & SATTN_SET_NORM_EPS) &&
+        fabs (mine - eps) > 1e-9 * fmax (fabs (mine), fabs (eps))) {
+      st = fail (SATTN_E_INVAL, err, err_len, "norm-eps=%g but the layer was "
+                 "exported with norm_eps=%g (metadata '%snorm_eps')", mine,
+                 eps, pfx);
+      goto out;
+    }
+    c.norm_eps = eps;
+  }
+  if ((v = meta_str (&m, "positions")) != NULL) {
+    size_t k = 0;
+    while (k < G_N_ELEMENTS (positions_names) &&
+           g_ascii_strcasecmp (v, positions_names[k]) != 0)
+      k++;
+    if (k == G_N_ELEMENTS (positions_names)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%spositions' is "
+                 "'%s'; sattn knows none, rope, rope-interleaved, alibi", pfx,
+                 show (&sb, v));
+      goto out;
+    }
+    if ((set & SATTN_SET_POSITIONS) && (size_t) c.positions != k) {
+      st = fail (SATTN_E_INVAL, err, err_len, "positions=%s but the model "
+                 "was exported with positions=%s (metadata '%spositions')",
+                 c.positions <= SATTN_POSITIONS_ALIBI ?
+                 positions_names[c.positions] : "?", positions_names[k], pfx);
+      goto out;
+    }
+    c.positions = (SattnPositions) k;
+  }
+  if ((v = meta_str (&m, "rope_base")) != NULL) {
+    char *end = NULL;
+    double b = g_ascii_strtod (v, &end);
+    if (end == v || *end != '\0' || !(b > 1.0) || isinf (b)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%srope_base' is "
+                 "'%s'; expected a number > 1", pfx, show (&sb, v));
+      goto out;
+    }
+    double mine = c.rope_base == 0.0 ? 10000.0 : c.rope_base;
+    if ((set & SATTN_SET_ROPE_BASE) && mine != b) {
+      st = fail (SATTN_E_INVAL, err, err_len, "rope-base=%g but the model "
+                 "was exported with rope_base=%g (metadata '%srope_base')",
+                 mine, b, pfx);
+      goto out;
+    }
+    c.rope_base = b;
+  }
+  *cfg_inout = c;
+
+out:
+  g_free (pfx);
+  return st;
+}
+
 SattnStatus
 sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              size_t d_model, size_t heads, int add_zero_attn,

@@ -111,6 +111,7 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   sc->hop = c->hop;
   sc->output = (SattnOutputMode) c->output;
   sc->start = (SattnStartPolicy) c->start;
+  gst_sattn_layer_config (c, mc);
 }
 
 /* Why the settings cannot work with rate / channels (d_model = channels ×
@@ -230,10 +231,74 @@ gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
 /* Reads the weights file (path) for d_model-value frames (0 = whatever the
  * file has: a check of the file alone) and fills mc / w.  Posts an element
  * error naming the file and what is wrong with it on failure. */
+void
+gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc)
+{
+  mc->positions = (SattnPositions) c->positions;
+  mc->rope_base = c->rope_base;
+  mc->activation = (SattnActivation) c->activation;
+  mc->norm_first = c->norm_first;
+  mc->norm_eps = c->norm_eps;
+}
+
+/* The file's attention module (any layout), and around it an encoder
+ * layer when prefix holds one (its attention then under prefix +
+ * "self_attn."); the options its metadata records.  Fills err on
+ * failure. */
+static SattnStatus
+gst_sattn_read_file (const gchar * path, const gchar * prefix,
+    gboolean zero_attn, guint set_by_user, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw, SattnLayerWeights ** lw, SattnAttnReport * rep,
+    gchar * err, gsize err_len)
+{
+  SattnTensorFile *f = NULL;
+  gchar msg[1024] = "";
+  gchar *pfx, *attn;
+  SattnStatus st;
+  gboolean encoder;
+
+  *mw = NULL;
+  *lw = NULL;
+  st = sattn_tensor_file_load (path, &f, msg, sizeof msg);
+  if (st != SATTN_OK) {
+    /* The loader's I/O messages name the path already. */
+    if (st == SATTN_E_IO)
+      g_strlcpy (err, msg, err_len);
+    else
+      g_snprintf (err, err_len, "'%s': %s", path, msg);
+    return st;
+  }
+  if (prefix == NULL)
+    prefix = "";
+  pfx = (prefix[0] != '\0' && !g_str_has_suffix (prefix, ".")) ?
+      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  encoder = sattn_encoder_layer_present (f, pfx);
+  attn = encoder ? g_strconcat (pfx, "self_attn.", NULL) : g_strdup (pfx);
+  st = sattn_attn_weights_from_file (f, attn, zero_attn, mc, w, mw, rep,
+      msg, sizeof msg);
+  if (st == SATTN_OK)
+    st = sattn_options_from_file (f, pfx, set_by_user, mc, msg, sizeof msg);
+  if (st == SATTN_OK && encoder)
+    st = sattn_encoder_weights_from_file (f, pfx, mc, w, lw, msg,
+        sizeof msg);
+  if (st != SATTN_OK) {
+    g_snprintf (err, err_len, "'%s': %s", path, msg);
+    sattn_mha_weights_free (*mw);
+    sattn_layer_weights_free (*lw);
+    *mw = NULL;
+    *lw = NULL;
+  }
+  sattn_tensor_file_free (f);
+  g_free (pfx);
+  g_free (attn);
+  return st;
+}
+
 gboolean
 gst_sattn_load_weights (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
-    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw)
+    guint set_by_user, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw, SattnLayerWeights ** lw)
 {
   gchar err[1024] = "";
   SattnStatus st;
@@ -246,15 +311,16 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   mc->d_value = self->props.value_dim;
   GST_OBJECT_UNLOCK (self);
   mc->d_model = (size_t) d_model;
-  st = sattn_attn_weights_load (path, prefix ? prefix : "", zero_attn, mc,
-      w, mw, &rep, err, sizeof err);
+  st = gst_sattn_read_file (path, prefix, zero_attn, set_by_user, mc, w, mw,
+      lw, &rep, err, sizeof err);
   if (st == SATTN_OK) {
     GST_DEBUG_OBJECT (self, "weights '%s': layout %s, d_model %"
         G_GSIZE_FORMAT ", heads %" G_GSIZE_FORMAT " x head-dim %"
         G_GSIZE_FORMAT " / value-dim %" G_GSIZE_FORMAT ", output %"
-        G_GSIZE_FORMAT " values%s", path, sattn_layout_name (rep.layout),
+        G_GSIZE_FORMAT " values%s%s", path, sattn_layout_name (rep.layout),
         mc->d_model, mc->heads, mc->d_head, mc->d_value, mc->d_out,
-        rep.out_proj ? "" : " (no output projection)");
+        rep.out_proj ? "" : " (no output projection)",
+        mc->encoder ? ", encoder layer" : "");
     return TRUE;
   }
 
@@ -582,6 +648,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnStatus st = SATTN_OK;
   SattnWeights weights = { 0, };
   SattnMhaWeights *mw = NULL;
+  SattnLayerWeights *lw = NULL;
   gchar *wpath, *wprefix;
   gboolean zero_attn;
   GstCaps *srccaps;
@@ -618,7 +685,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   gst_sattn_core_config (&c, d_model, &mc, &sc);
   weights.add_zero_attn = zero_attn;
   if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
-          d_model, c.heads, zero_attn, &mc, &weights, &mw)) {
+          d_model, c.heads, zero_attn, c.set_by_user, &mc, &weights, &mw,
+          &lw)) {
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
@@ -638,14 +706,18 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
       g_strlcpy (err, sattn_status_string (st), sizeof err);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
-            "with heads=%u head-dim=%u: %s", d_model, c.heads, c.head_dim,
-            err), ("%s", sattn_status_string (st)));
+            "with heads=%u head-dim=%u positions=%s: %s", d_model,
+            (guint) mc.heads, c.head_dim,
+            gst_sattn_positions_nick (c.positions), err),
+        ("%s", sattn_status_string (st)));
     sattn_mha_weights_free (mw);
+    sattn_layer_weights_free (lw);
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
   }
   sattn_mha_weights_free (mw);
+  sattn_layer_weights_free (lw);
   g_free (wpath);
   g_free (wprefix);
   sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
@@ -707,6 +779,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->cfg = c;
   self->model = model;
   self->stream = stream;
+  self->stream_config = sc;
   self->sink_caps = gst_caps_ref (caps);
   self->rate = rate;
   self->channels = channels;
@@ -875,6 +948,7 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     SattnConfig mc = { 0, };
     SattnWeights w = { 0, };
     SattnMhaWeights *mw = NULL;
+    SattnLayerWeights *lw = NULL;
 
     /* The core's own words: which tensor has which shape, and what the
      * stream's d_model would need. */
@@ -884,13 +958,15 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     zero_attn = self->add_zero_attn;
     GST_OBJECT_UNLOCK (self);
     mc.heads = c.heads;
+    gst_sattn_layer_config (&c, &mc);
     if (wpath != NULL && gst_sattn_load_weights (self, wpath, wprefix,
-            (guint64) channels * c.frame_size, c.heads, zero_attn, &mc, &w,
-            &mw)) {
+            (guint64) channels * c.frame_size, c.heads, zero_attn,
+            c.set_by_user, &mc, &w, &mw, &lw)) {
       /* The file changed since READY->PAUSED and now fits. */
       shape = FALSE;
     }
     sattn_mha_weights_free (mw);
+    sattn_layer_weights_free (lw);
     g_free (wpath);
     g_free (wprefix);
   }

@@ -187,6 +187,59 @@ SattnStatus sattn_mha_weights_load (const char *path, const char *prefix,
 
 void sattn_mha_weights_free (SattnMhaWeights *mw);
 
+/* ------------------------------------- nn.TransformerEncoderLayer mapping */
+
+/* Nonzero when the file holds prefix + "linear1.weight" and prefix +
+ * "linear2.weight": an encoder layer whose attention is under prefix +
+ * "self_attn.". */
+int sattn_encoder_layer_present (const SattnTensorFile *f,
+                                 const char *prefix);
+
+typedef struct SattnLayerWeights SattnLayerWeights;
+
+/* The feed-forward and LayerNorm parts of the nn.TransformerEncoderLayer
+ * under prefix (as for sattn_mha_weights_from_file), for frames of
+ * cfg_inout->d_model floats (E, required: the attention's mapping sets it):
+ *   linear1.weight (F, E), [linear1.bias (F)], linear2.weight (E, F),
+ *   [linear2.bias (E)], [norm1.weight, norm1.bias, norm2.weight,
+ *   norm2.bias (E)]   (brackets: may be absent; F = feed-forward width)
+ * On success sets cfg_inout->encoder = 1 and d_ff = F and the encoder
+ * fields of w_inout (the attention fields are left alone); *owner holds
+ * the arrays (free with sattn_layer_weights_free after sattn_model_new).
+ * Errors as for sattn_mha_weights_from_file, with a message. */
+SattnStatus sattn_encoder_weights_from_file (const SattnTensorFile *f,
+                                             const char *prefix,
+                                             SattnConfig *cfg_inout,
+                                             SattnWeights *w_inout,
+                                             SattnLayerWeights **owner,
+                                             char *err, size_t err_len);
+
+void sattn_layer_weights_free (SattnLayerWeights *lw);
+
+/* Options of SattnConfig that a caller set on purpose (bit mask for
+ * sattn_options_from_file). */
+enum {
+  SATTN_SET_ACTIVATION = 1 << 0,
+  SATTN_SET_NORM_FIRST = 1 << 1,
+  SATTN_SET_NORM_EPS = 1 << 2,
+  SATTN_SET_POSITIONS = 1 << 3,
+  SATTN_SET_ROPE_BASE = 1 << 4,
+};
+
+/* The options the file's __metadata__ records under prefix (written by
+ * examples/export-torch-mha.py): "activation" (relu | gelu), "norm_first"
+ * (0 | 1), "norm_eps", "positions" (none | rope | rope-interleaved |
+ * alibi), "rope_base".  Each option found becomes cfg_inout's value unless
+ * its bit is in `set` (the caller chose it): then the two must agree, and
+ * SATTN_E_INVAL with a message naming both values is returned when they do
+ * not.  Values the core cannot run (an unknown activation) are
+ * SATTN_E_INVAL too.  Absent options leave cfg_inout as it is.  cfg_inout
+ * is written only on success. */
+SattnStatus sattn_options_from_file (const SattnTensorFile *f,
+                                     const char *prefix, unsigned set,
+                                     SattnConfig *cfg_inout, char *err,
+                                     size_t err_len);
+
 /* ------------------------------------------- attention modules, any layout */
 
 /* The attention layouts recognised under a prefix P (every name below is

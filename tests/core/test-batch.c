@@ -16,8 +16,8 @@
  * SATTN_INVALID_ERROR the one bad frame stops every variant at the same
  * frame with the same rows before it.  Geometries cover d_model >= 256
  * (where a 256-row block would go to BLAS: batches stay below it), hop 1
- * (the per-frame case the batching is for), Q/K/V weights without Wo and
- * Wo without Q/K/V weights. */
+ * (the per-frame case the batching is for), Q/K/V weights without Wo,
+ * Wo without Q/K/V weights, and RoPE (applied after the projection). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,15 +31,25 @@ typedef struct {
   size_t d, heads, n, h;
   unsigned flags;
   size_t frames;
+  SattnPositions positions;
 } Geo;
 
 static const Geo geos[] = {
-  { "hop1-d96", 96, 4, 20, 1, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 700 },
-  { "W1-like", 64, 4, 64, 16, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 900 },
-  { "d300-hop2", 300, 4, 16, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 600 },
-  { "causal-odd", 40, 2, 9, 3, FX_PROJ | FX_OUT | FX_CAUSAL | FX_DIMS, 500 },
-  { "qkv-only", 48, 3, 12, 1, FX_PROJ | FX_BIAS, 500 },
-  { "out-only", 48, 3, 12, 2, FX_OUT | FX_BO, 500 },
+  { "hop1-d96", 96, 4, 20, 1, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 700,
+    SATTN_POSITIONS_NONE },
+  { "W1-like", 64, 4, 64, 16, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 900,
+    SATTN_POSITIONS_NONE },
+  { "d300-hop2", 300, 4, 16, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 600,
+    SATTN_POSITIONS_NONE },
+  { "causal-odd", 40, 2, 9, 3, FX_PROJ | FX_OUT | FX_CAUSAL | FX_DIMS, 500,
+    SATTN_POSITIONS_NONE },
+  { "qkv-only", 48, 3, 12, 1, FX_PROJ | FX_BIAS, 500,
+    SATTN_POSITIONS_NONE },
+  { "out-only", 48, 3, 12, 2, FX_OUT | FX_BO, 500,
+    SATTN_POSITIONS_NONE },
+  /* RoPE rotates Q and K after the projection (a staged row too). */
+  { "rope-hop1", 64, 4, 16, 1, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 500,
+    SATTN_POSITIONS_ROPE },
 };
 
 typedef struct {
@@ -143,14 +153,16 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
     tu_case_end ("%zu frames", g->frames);
     return;
   }
-  SattnConfig c2 = f.cfg;
+  SattnConfig c1 = f.cfg, c2 = f.cfg;
+  c1.positions = c2.positions = g->positions;
   c2.threads = 2;
   SattnStatus st;
-  SattnModel *m2 = sattn_model_new (&c2, &f.w, &st);
+  SattnModel *m1 = sattn_model_new (&c1, &f.w, &st);
+  SattnModel *m2 = m1 ? sattn_model_new (&c2, &f.w, &st) : NULL;
   const size_t total = g->frames, d = g->d;
   float *x = malloc (total * d * sizeof (float));
   uint8_t *valid = malloc (total);
-  if (m2 == NULL || x == NULL || valid == NULL) {
+  if (m1 == NULL || m2 == NULL || x == NULL || valid == NULL) {
     tu_check (0, "setup: %s", sattn_status_string (st));
     goto done;
   }
@@ -176,11 +188,11 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
   memset (&b, 0, sizeof b);
   memset (&c, 0, sizeof c);
   TuRng r1 = rng, r2 = rng;
-  if (run_stream (f.model, g, pol, x, valid, total, g->h, NULL, &a) &&
-      run_stream (f.model, g, pol, x, valid, total, 0, &r1, &b) &&
+  if (run_stream (m1, g, pol, x, valid, total, g->h, NULL, &a) &&
+      run_stream (m1, g, pol, x, valid, total, 0, &r1, &b) &&
       run_stream (m2, g, pol, x, valid, total, 0, &r2, &c)) {
     SattnStreamConfig sc = { .window = g->n, .hop = g->h };
-    SattnStream *s = sattn_stream_new (f.model, &sc, NULL);
+    SattnStream *s = sattn_stream_new (m1, &sc, NULL);
     size_t rf = sattn_stream_row_floats (s);
     sattn_stream_free (s);
     tu_check (a.n_rows > total / 2 || pol == SATTN_INVALID_ERROR,
@@ -195,6 +207,7 @@ done:
   free (x);
   free (valid);
   sattn_model_free (m2);
+  sattn_model_free (m1);
   fx_free (&f);
   tu_case_end ("%zu frames", g->frames);
 }
