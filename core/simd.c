@@ -475,6 +475,7 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
   const __m256 qnan = _mm256_set1_ps (NAN);
   const __m256i zero = _mm256_setzero_si256 ();
   __m256 mx = ninf;
+  size_t n_valid = 0, n_nan = 0, n_pinf = 0, n_ninf = 0;
   size_t j = 0;
   for (; j + 8 <= n; j += 8) {
     __m256 v = _mm256_mul_ps (_mm256_loadu_ps (s + j), vs);
@@ -494,15 +495,25 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
     _mm256_storeu_ps (s + j, out);
     mx = _mm256_max_ps (mx, _mm256_blendv_ps (ninf, v, valid));
     int mv = _mm256_movemask_ps (valid);
-    if (mv != 0xff)             /* all valid: no NaN lane */
-      counts[1] += (size_t) __builtin_popcount (_mm256_movemask_ps (
+    n_valid += (size_t) __builtin_popcount (mv);
+    /* NaN and +-inf scores are rare: |v| == inf or a NaN lane sends the
+     * vector to the counts by kind (see scan_avx512). */
+    __m256 inf = _mm256_cmp_ps (_mm256_andnot_ps (_mm256_set1_ps (-0.0f), v),
+                                pinf, _CMP_EQ_OQ);
+    if (__builtin_expect (_mm256_movemask_ps (_mm256_or_ps (nanm, inf)) != 0,
+                          0)) {
+      n_nan += (size_t) __builtin_popcount (_mm256_movemask_ps (
               _mm256_and_ps (okm, nanm)));
-    counts[0] += (size_t) __builtin_popcount (mv);
-    counts[2] += (size_t) __builtin_popcount (_mm256_movemask_ps (
-            _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
-    counts[3] += (size_t) __builtin_popcount (_mm256_movemask_ps (
-            _mm256_and_ps (valid, _mm256_cmp_ps (v, ninf, _CMP_EQ_OQ))));
+      n_pinf += (size_t) __builtin_popcount (_mm256_movemask_ps (
+              _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
+      n_ninf += (size_t) __builtin_popcount (_mm256_movemask_ps (
+              _mm256_and_ps (valid, _mm256_cmp_ps (v, ninf, _CMP_EQ_OQ))));
+    }
   }
+  counts[0] += n_valid;
+  counts[1] += n_nan;
+  counts[2] += n_pinf;
+  counts[3] += n_ninf;
   float lanes[8];
   _mm256_storeu_ps (lanes, mx);
   float m = -INFINITY;
@@ -626,6 +637,7 @@ scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
   const __m512 pinf = _mm512_set1_ps (INFINITY);
   const __m512 qnan = _mm512_set1_ps (NAN);
   __m512 mx = ninf;
+  size_t n_valid = 0, n_nan = 0, n_pinf = 0, n_ninf = 0;
   for (size_t j = 0; j < n; j += 16) {
     __mmask16 tm = tail_mask (n - j);
     __m512 v = _mm512_mul_ps (_mm512_maskz_loadu_ps (tm, s + j), vs);
@@ -639,13 +651,24 @@ scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
     out = _mm512_mask_blend_ps (okm & nanm, out, qnan);
     _mm512_mask_storeu_ps (s + j, tm, out);
     mx = _mm512_mask_max_ps (mx, valid, mx, v);
-    counts[0] += (size_t) __builtin_popcount (valid);
-    counts[1] += (size_t) __builtin_popcount (okm & nanm);
-    counts[2] += (size_t) __builtin_popcount (valid &
-        _mm512_cmp_ps_mask (v, pinf, _CMP_EQ_OQ));
-    counts[3] += (size_t) __builtin_popcount (valid &
-        _mm512_cmp_ps_mask (v, ninf, _CMP_EQ_OQ));
+    n_valid += (size_t) __builtin_popcount (valid);
+    /* NaN and +-inf scores are rare: one class test finds them, the
+     * counts by kind are taken only then. */
+    __mmask16 inf = valid & _mm512_fpclass_ps_mask (v, 0x18);
+    if (__builtin_expect ((okm & nanm) != 0 || inf != 0, 0)) {
+      n_nan += (size_t) __builtin_popcount (okm & nanm);
+      n_pinf += (size_t) __builtin_popcount (inf &
+          _mm512_cmp_ps_mask (v, pinf, _CMP_EQ_OQ));
+      n_ninf += (size_t) __builtin_popcount (inf &
+          _mm512_cmp_ps_mask (v, ninf, _CMP_EQ_OQ));
+    }
   }
+  /* Counted in registers, added once: adding into counts[] inside the
+   * loop made a chain through memory from one vector to the next. */
+  counts[0] += n_valid;
+  counts[1] += n_nan;
+  counts[2] += n_pinf;
+  counts[3] += n_ninf;
   return _mm512_reduce_max_ps (mx);
 }
 
@@ -660,23 +683,68 @@ mul_avx512 (float *restrict y, size_t n, float a)
   }
 }
 
-/* Four query rows × 32 keys per step; tails with masked 16-lane steps. */
-AVX512 static void
-qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
-           size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
-           size_t lds)
+#define INIT(p) (acc ? _mm512_loadu_ps (p) : _mm512_setzero_ps ())
+#define INIT_M(m, p) (acc ? _mm512_maskz_loadu_ps (m, p) : _mm512_setzero_ps ())
+/* Four query rows × 32 keys per step; tails with masked 16-lane steps.
+ * acc: the sums start from S (a previous block of the inner dimension)
+ * instead of 0; the chain of FMAs of each entry is then the same as in
+ * one pass, so the bytes are too. */
+AVX512 static inline __attribute__ ((always_inline)) void
+qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
+                size_t ldkt, size_t m, size_t nk, size_t dh,
+                float *restrict S, size_t lds, int acc)
 {
   size_t i = 0;
+  /* Eight rows × 32 keys: sixteen independent FMA chains (the latency of
+   * two FMA ports with room to spare), 10 loads per 16 FMAs. */
+  for (; i + 8 <= m && nk >= 32; i += 8) {
+    const float *q0 = q + i * ldq;
+    float *s0 = S + i * lds;
+    size_t j = 0;
+    for (; j + 32 <= nk; j += 32) {
+      __m512 a[8], b[8];
+      for (int r = 0; r < 8; r++) {
+        a[r] = INIT (s0 + r * lds + j);
+        b[r] = INIT (s0 + r * lds + j + 16);
+      }
+      for (size_t t = 0; t < dh; t++) {
+        const float *kr = kt + t * ldkt + j;
+        __m512 k0 = _mm512_loadu_ps (kr), k1 = _mm512_loadu_ps (kr + 16);
+        for (int r = 0; r < 8; r++) {
+          __m512 x = _mm512_set1_ps (q0[r * ldq + t]);
+          a[r] = _mm512_fmadd_ps (x, k0, a[r]);
+          b[r] = _mm512_fmadd_ps (x, k1, b[r]);
+        }
+      }
+      for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps (s0 + r * lds + j, a[r]);
+        _mm512_storeu_ps (s0 + r * lds + j + 16, b[r]);
+      }
+    }
+    for (; j < nk; j += 16) {
+      __mmask16 tm = tail_mask (nk - j);
+      __m512 a[8];
+      for (int r = 0; r < 8; r++)
+        a[r] = INIT_M (tm, s0 + r * lds + j);
+      for (size_t t = 0; t < dh; t++) {
+        __m512 k0 = _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j);
+        for (int r = 0; r < 8; r++)
+          a[r] = _mm512_fmadd_ps (_mm512_set1_ps (q0[r * ldq + t]), k0, a[r]);
+      }
+      for (int r = 0; r < 8; r++)
+        _mm512_mask_storeu_ps (s0 + r * lds + j, tm, a[r]);
+    }
+  }
   for (; i + 4 <= m; i += 4) {
     const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
         *q3 = q2 + ldq;
     float *s0 = S + i * lds;
     size_t j = 0;
     for (; j + 32 <= nk; j += 32) {
-      __m512 a0 = _mm512_setzero_ps (), a1 = _mm512_setzero_ps ();
-      __m512 b0 = _mm512_setzero_ps (), b1 = _mm512_setzero_ps ();
-      __m512 c0 = _mm512_setzero_ps (), c1 = _mm512_setzero_ps ();
-      __m512 d0 = _mm512_setzero_ps (), d1 = _mm512_setzero_ps ();
+      __m512 a0 = INIT (s0 + j), a1 = INIT (s0 + j + 16);
+      __m512 b0 = INIT (s0 + lds + j), b1 = INIT (s0 + lds + j + 16);
+      __m512 c0 = INIT (s0 + 2 * lds + j), c1 = INIT (s0 + 2 * lds + j + 16);
+      __m512 d0 = INIT (s0 + 3 * lds + j), d1 = INIT (s0 + 3 * lds + j + 16);
       for (size_t t = 0; t < dh; t++) {
         const float *kr = kt + t * ldkt + j;
         __m512 k0 = _mm512_loadu_ps (kr), k1 = _mm512_loadu_ps (kr + 16);
@@ -704,8 +772,9 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
     }
     for (; j < nk; j += 16) {
       __mmask16 tm = tail_mask (nk - j);
-      __m512 a0 = _mm512_setzero_ps (), b0 = _mm512_setzero_ps ();
-      __m512 c0 = _mm512_setzero_ps (), d0 = _mm512_setzero_ps ();
+      __m512 a0 = INIT_M (tm, s0 + j), b0 = INIT_M (tm, s0 + lds + j);
+      __m512 c0 = INIT_M (tm, s0 + 2 * lds + j);
+      __m512 d0 = INIT_M (tm, s0 + 3 * lds + j);
       for (size_t t = 0; t < dh; t++) {
         __m512 k0 = _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j);
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (q0[t]), k0, a0);
@@ -724,8 +793,8 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
     float *s0 = S + i * lds;
     size_t j = 0;
     for (; j + 64 <= nk; j += 64) {
-      __m512 a0 = _mm512_setzero_ps (), a1 = _mm512_setzero_ps ();
-      __m512 a2 = _mm512_setzero_ps (), a3 = _mm512_setzero_ps ();
+      __m512 a0 = INIT (s0 + j), a1 = INIT (s0 + j + 16);
+      __m512 a2 = INIT (s0 + j + 32), a3 = INIT (s0 + j + 48);
       for (size_t t = 0; t < dh; t++) {
         const float *kr = kt + t * ldkt + j;
         __m512 x = _mm512_set1_ps (q0[t]);
@@ -741,12 +810,35 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
     }
     for (; j < nk; j += 16) {
       __mmask16 tm = tail_mask (nk - j);
-      __m512 a0 = _mm512_setzero_ps ();
+      __m512 a0 = INIT_M (tm, s0 + j);
       for (size_t t = 0; t < dh; t++)
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (q0[t]),
             _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j), a0);
       _mm512_mask_storeu_ps (s0 + j, tm, a0);
     }
+  }
+}
+
+#undef INIT
+#undef INIT_M
+
+/* Inner dimensions longer than this are cut into blocks (the rows of kt
+ * of a block of columns stay in L1 while every row of q passes). */
+#define QK_KBLOCK 128
+
+AVX512 static void
+qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
+           size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+           size_t lds)
+{
+  if (dh <= QK_KBLOCK || m < 8) {
+    qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0);
+    return;
+  }
+  for (size_t t0 = 0; t0 < dh; t0 += QK_KBLOCK) {
+    size_t kb = dh - t0 < QK_KBLOCK ? dh - t0 : QK_KBLOCK;
+    qk_avx512_body (q + t0, ldq, kt + t0 * ldkt, ldkt, m, nk, kb, S, lds,
+                    t0 > 0);
   }
 }
 

@@ -25,6 +25,14 @@
 #include <string.h>
 
 #define ATTN_ROWS 16
+/* Batched projections: at most this many rows per block product (below
+ * the BLAS threshold of sattn_project, so that every row is computed by
+ * the register-tiled loop with the same summation order as one frame
+ * alone: the bytes do not depend on how frames are grouped into pushes),
+ * and about BATCH_BYTES of staging per stream. */
+#define BATCH_FRAMES 255
+#define BATCH_MIN 8
+#define BATCH_BYTES (512u << 10)
 #define PROJ_ROWS 64
 #define PROJ_COLS 32
 
@@ -71,6 +79,21 @@ struct SattnStream {
   const float *dx;
   size_t dcnt, dslot;
   uint8_t *dcopy;                 /* n */
+  /* Batched projections (see sattn_stream_push).  xstage: Q | K | V of up
+   * to xcap frames of one push, each projection with weights computed for
+   * all of them as one block product (NULL without Q/K/V weights).
+   * ostage: the O rows of up to ocap query rows of the windows of one
+   * push, output-projected as one block before the push returns (frames
+   * mode with Wo only); ostage_ok their query flags; they belong to the
+   * output rows from oout (info from oinfo, may be NULL). */
+  float *xstage;
+  size_t xcap;
+  float *ostage;
+  uint8_t *ostage_ok;
+  size_t ocap, ocnt;
+  int odefer;                     /* this push stages its O rows */
+  float *oout;
+  SattnRowInfo *oinfo;
   /* Encoder layer: the frames (mirrored ring, 2n × d_model) for the
    * residual, norm1 of the frames being stored (n × d_model, pre-norm
    * only) and the layer's scratch per thread (lstride floats apart). */
@@ -92,6 +115,7 @@ sattn_stream_free (SattnStream *s)
   sattn_pool_free (s->workers);
   free (s->row_ok);
   free (s->dcopy);
+  free (s->xstage); free (s->ostage); free (s->ostage_ok);
   free (s->xring); free (s->xnorm); free (s->lscratch);
   free (s);
 }
@@ -116,13 +140,15 @@ sattn_stream_reset (SattnStream *s)
   s->wkeep_rows = 0;
   s->have_error = 0;
   s->dcnt = 0;
+  s->ocnt = 0;
+  s->odefer = 0;
 }
 
 /* Every allocation of a stream, in bytes: the one table sattn_stream_new
  * allocates from and sattn_stream_bytes adds up. */
 typedef struct {
   size_t qring, ktring, kscratch, vring, vring_ok, row_ok, dcopy, scores, o,
-      pool,
+      xstage, ostage, ostage_ok, xcap, ocap, pool,
       wkeep,
       wstats, tsums, threads_bytes, xring, xnorm, lscratch, total;
   unsigned n_threads;
@@ -158,6 +184,21 @@ alloc_lines (size_t size)
   if (posix_memalign (&p, LINE, size) != 0)
     return NULL;
   return p;
+}
+
+/* Rows of a batch (xstage, ostage) of rows of row_floats floats: up to
+ * BATCH_BYTES, at least BATCH_MIN, at most BATCH_FRAMES, whole blocks
+ * of PROJ_ROWS when there is room for one.  Every stream holds these
+ * buffers (16 elements of d_model 1792 would hold 64 MiB at 2 MiB each). */
+static size_t
+batch_rows (size_t row_floats)
+{
+  size_t r = BATCH_BYTES / (row_floats * sizeof (float));
+  if (r > BATCH_FRAMES)
+    r = BATCH_FRAMES;
+  if (r >= PROJ_ROWS)
+    r = r / PROJ_ROWS * PROJ_ROWS;
+  return r < BATCH_MIN ? BATCH_MIN : r;
 }
 
 static SattnStats *
@@ -205,6 +246,20 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   z->vring_ok = 2 * n;
   z->row_ok = n;
   z->dcopy = n;
+  /* Batched projections: not for an encoder layer (pre-norm projects
+   * norm1 of the frames; the layer runs on each window's projected rows). */
+  if (!m->cfg.encoder && (m->wq != NULL || m->wk != NULL || m->wv != NULL)) {
+    z->xcap = batch_rows (2 * m->dq + m->dv);
+    if ((z->xstage = mul3 (z->xcap, 2 * m->dq + m->dv, fs)) == 0)
+      return 0;
+  }
+  if (!m->cfg.encoder && m->wo != NULL &&
+      sc->output == SATTN_OUTPUT_FRAMES) {
+    z->ocap = batch_rows (m->dv);
+    if ((z->ostage = mul3 (z->ocap, m->dv, fs)) == 0)
+      return 0;
+    z->ostage_ok = z->ocap;
+  }
   if (sc->output == SATTN_OUTPUT_MEAN && (z->pool = mul3 (n, m->d_out, fs)) == 0)
     return 0;
   if (sc->output == SATTN_OUTPUT_WINDOW && mul3 (n, m->d_out, fs) == 0)
@@ -228,7 +283,8 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   }
   z->threads_bytes = sattn_pool_bytes (z->n_threads);
   size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
-    z->vring, z->vring_ok, z->row_ok, z->dcopy, z->scores, z->o, z->pool, z->wkeep, z->wstats,
+    z->vring, z->vring_ok, z->row_ok, z->dcopy, z->xstage, z->ostage,
+    z->ostage_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
     z->tsums, z->threads_bytes, z->xring, z->xnorm, z->lscratch };
   size_t total = 0;
   for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
@@ -354,6 +410,14 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->vring_ok = malloc (z.vring_ok);
   s->row_ok = malloc (z.row_ok);
   s->dcopy = malloc (z.dcopy);
+  s->xcap = z.xcap;
+  s->ocap = z.ocap;
+  if (z.xstage)
+    s->xstage = alloc_lines (z.xstage);
+  if (z.ostage) {
+    s->ostage = alloc_lines (z.ostage);
+    s->ostage_ok = malloc (z.ostage_ok);
+  }
   s->scores = alloc_lines (z.scores);
   s->o = alloc_lines (z.o);
   if (z.pool)
@@ -372,7 +436,8 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     s->lscratch = alloc_lines (z.lscratch);
   s->lstride = m->cfg.encoder ? layer_stride (m) : 0;
   if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
-      !s->row_ok || !s->dcopy || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
+      !s->row_ok || !s->dcopy || (z.xstage && !s->xstage) ||
+      (z.ostage && (!s->ostage || !s->ostage_ok)) || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
       (z.wstats && !s->wstats) || (z.tsums && !s->tsums) ||
       (z.xring && !s->xring) || (z.xnorm && !s->xnorm) ||
       (z.lscratch && !s->lscratch)) {
@@ -656,8 +721,38 @@ attn_task (void *ctx, size_t task, unsigned worker)
   sattn_stats_merge (wstats_at (s, worker), &part);
 }
 
-/* Store frames [0, cnt) (all landing in ring slots without wrap) at
- * virtual index p0. */
+/* Where a projection of store_frames takes its input from. */
+typedef struct {
+  const float *Wt, *b, *x;
+  size_t ldx, d_in;
+} ProjSrc;
+
+/* Projection j (0 Q, 1 K, 2 V) of the staged frames: xcap rows. */
+static float *
+stage_at (const SattnStream *s, int j)
+{
+  return s->xstage + (size_t) j * s->xcap * s->m->dq;
+}
+
+/* The projections with weights of frames x[0, cnt) (cnt <= xcap) into
+ * xstage, each as one block product: tasks of PROJ_ROWS × PROJ_COLS, the
+ * same blocks and loop as store_frames uses for a few frames, so every
+ * row gets the same bytes. */
+static void
+stage_projections (SattnStream *s, const float *x, size_t cnt)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model;
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  if (m->wq != NULL)
+    proj_add (&pc, m->wq, m->bq, x, cnt, d, m->dq, d, stage_at (s, 0), m->dq);
+  if (m->wk != NULL)
+    proj_add (&pc, m->wk, m->bk, x, cnt, d, m->dq, d, stage_at (s, 1), m->dq);
+  if (m->wv != NULL)
+    proj_add (&pc, m->wv, m->bv, x, cnt, d, m->dv, d, stage_at (s, 2), m->dv);
+  proj_run (s, &pc);
+}
+
 /* The projections of an all-zero frame: the biases (zero without). */
 static void
 zero_frame (const SattnModel *m, float *q, float *k, float *v)
@@ -685,11 +780,13 @@ zero_frame (const SattnModel *m, float *q, float *k, float *v)
 
 /* Store frames [0, cnt) (all landing in ring slots without wrap) at
  * virtual index p0, applying the frame rule and the invalid policy.
+ * pre: row of xstage holding the projections with weights of frame 0
+ * (see stage_projections), or SIZE_MAX to project here.
  * Returns how many were stored: cnt, or under SATTN_INVALID_ERROR the
  * index of the first frame with bad data (recorded in s->err_*). */
 static size_t
 store_frames (SattnStream *s, const float *x, const uint8_t *valid,
-              size_t cnt, uint64_t p0)
+              size_t cnt, uint64_t p0, size_t pre)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
@@ -739,24 +836,38 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     s->dslot = slot;
     return cnt;
   }
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  /* Each projection: from the frames, or copied from its staged rows
+   * (bias included) as an identity of the projected width. */
   /* Pre-norm encoder layer: the attention sees norm1 of the frames. */
   const float *xp = x;
   if (s->xnorm != NULL) {
     sattn_layer_norm1 (m, x, d, s->xnorm, d, cnt);
     xp = s->xnorm;
   }
+  ProjSrc ps[3] = {
+    { m->wq, m->bq, xp, d, d }, { m->wk, m->bk, xp, d, d },
+    { m->wv, m->bv, xp, d, d } };
+  if (pre != SIZE_MAX)
+    for (int j = 0; j < 3; j++)
+      if (ps[j].Wt != NULL) {
+        size_t w = j < 2 ? dq : dv;
+        ps[j] = (ProjSrc) { NULL, NULL, stage_at (s, j) + pre * w, w, w };
+      }
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
   if (direct) {
-    proj_add_copies (&pc, m->wq, m->bq, xp, cnt, d, dq, d, q, dq, n * dq,
-                     NULL, 0, 0, copy_tasks);
-    proj_add_copies (&pc, m->wk, m->bk, xp, cnt, d, dq, d, k, dq, 0,
-                     kt, 2 * n, n, copy_tasks);
-    proj_add_copies (&pc, m->wv, m->bv, xp, cnt, d, dv, d, v, dv, n * dv,
-                     NULL, 0, 0, copy_tasks);
+    proj_add_copies (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
+                     ps[0].ldx, q, dq, n * dq, NULL, 0, 0, copy_tasks);
+    proj_add_copies (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
+                     ps[1].ldx, k, dq, 0, kt, 2 * n, n, copy_tasks);
+    proj_add_copies (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
+                     ps[2].ldx, v, dv, n * dv, NULL, 0, 0, copy_tasks);
   } else {
-    proj_add (&pc, m->wq, m->bq, xp, cnt, d, dq, d, q, dq);
-    proj_add (&pc, m->wk, m->bk, xp, cnt, d, dq, d, k, dq);
-    proj_add (&pc, m->wv, m->bv, xp, cnt, d, dv, d, v, dv);
+    proj_add (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
+              ps[0].ldx, q, dq);
+    proj_add (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
+              ps[1].ldx, k, dq);
+    proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
+              ps[2].ldx, v, dv);
   }
   if (copy_tasks && pc.fma < PROJ_PAR_FMA)
     pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
@@ -875,10 +986,39 @@ layer_task (void *ctx, size_t task, unsigned worker)
                     c->s->lscratch + (size_t) worker * c->s->lstride);
 }
 
-/* Compute the window ending after frame count F = s->total, for the last
- * `rows` query rows of it (rows <= n), writing rows of output. */
+
+/* The output projection of the staged O rows (see sattn_stream_push) as
+ * one block product, then what finish_rows does for each window's rows. */
 static void
-compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
+flush_rows (SattnStream *s)
+{
+  const SattnModel *m = s->m;
+  const size_t cnt = s->ocnt, d_out = m->d_out;
+  if (cnt == 0)
+    return;
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  proj_add (&pc, m->wo, m->bo, s->ostage, cnt, m->dv, d_out, m->dv, s->oout,
+            d_out);
+  proj_run (s, &pc);
+  for (size_t i = 0; i < cnt; i++)
+    if (!s->ostage_ok[i])
+      memset (s->oout + i * d_out, 0, d_out * sizeof (float));
+  s->stats.overflow_rows += sattn_zero_overflowed_rows (m, s->oout, cnt,
+                                                        d_out, s->ostage_ok);
+  if (s->oinfo)
+    for (size_t i = 0; i < cnt; i++)
+      s->oinfo[i].valid = s->ostage_ok[i];
+  s->ocnt = 0;
+}
+
+/* Compute the window ending after frame count F = s->total, for the last
+ * `rows` query rows of it (rows <= n), writing rows of output.  When the
+ * push stages O rows (s->odefer) and they fit, the rows are staged
+ * instead: out and info (may be NULL) receive them at flush_rows, and the
+ * return value is 1 (0 when out is final). */
+static int
+compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
+                SattnRowInfo *info)
 {
   const SattnModel *m = s->m;
   const size_t n = s->n;
@@ -888,6 +1028,20 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
   /* Without an output projection the tasks write their rows of O straight
    * into out: no serial copy after them. */
   float *o = m->wo == NULL && m->bo == NULL && ldo == m->dv ? out : s->o;
+  int staged = 0;
+  if (s->odefer) {
+    if (s->ocnt + rows > s->ocap || (s->ocnt > 0 &&
+            out != s->oout + s->ocnt * ldo))
+      flush_rows (s);
+    if (rows <= s->ocap) {
+      if (s->ocnt == 0) {
+        s->oout = out;
+        s->oinfo = info;
+      }
+      o = s->ostage + s->ocnt * m->dv;
+      staged = 1;
+    }
+  }
 
   SattnAttnArgs a = {
     .q = s->qring + (base + q0) * m->dq, .ldq = m->dq,
@@ -920,7 +1074,10 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
     }
   }
 
-  if (m->wo == NULL && m->bo == NULL) {
+  if (staged) {
+    memcpy (s->ostage_ok + s->ocnt, a.query_ok, rows);
+    s->ocnt += rows;
+  } else if (m->wo == NULL && m->bo == NULL) {
     sattn_output_project (m, o, rows, out, ldo);
   } else {
     ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
@@ -936,7 +1093,8 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
                     layer_task, &lc);
   }
   /* On the calling thread, after the workers: it counts into s->stats. */
-  finish_rows (s, a.query_ok, rows, q0, out, ldo);
+  if (!staged)
+    finish_rows (s, a.query_ok, rows, q0, out, ldo);
 
   if (s->wkeep)
     s->wkeep_rows = rows;
@@ -947,6 +1105,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
       if (!a.key_ok[j])
         stats->masked_keys++;
   }
+  return staged;
 }
 
 /* The key side of the window just computed, for the rows info[0..) that
@@ -1001,13 +1160,15 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
       size_t rows = (size_t) (s->total - s->next_out);
       if (rows > n)
         rows = n;               /* cannot happen: windows come every <= n */
-      compute_window (s, rows, out, d_out);
+      int staged = compute_window (s, rows, out, d_out, info);
       if (info)
         for (size_t i = 0; i < rows; i++) {
           memset (&info[i], 0, sizeof (info[i]));
           info[i].first = s->next_out + i;
           info[i].n_frames = 1;
-          info[i].valid = s->row_ok[n - rows + i];
+          /* Staged rows get theirs at flush_rows. */
+          if (!staged)
+            info[i].valid = s->row_ok[n - rows + i];
         }
       if (info)
         describe_window (s, info, n - rows);
@@ -1016,18 +1177,18 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
       break;
     }
     case SATTN_OUTPUT_WINDOW:
-      compute_window (s, n, out, d_out);
+      compute_window (s, n, out, d_out, NULL);
       produced = 1;
       break;
     case SATTN_OUTPUT_LAST:
-      compute_window (s, 1, out, d_out);
+      compute_window (s, 1, out, d_out, NULL);
       produced = 1;
       break;
     case SATTN_OUTPUT_MEAN: {
       /* In double, a block of columns at a time: a float sum of rows near
        * FLT_MAX overflows, the double one cannot, and the mean of finite
        * rows then rounds to a finite float. */
-      compute_window (s, n, s->pool, d_out);
+      compute_window (s, n, s->pool, d_out, NULL);
       size_t cnt = 0;
       for (size_t i = 0; i < n; i++)
         cnt += s->row_ok[i] != 0;
@@ -1095,15 +1256,39 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
   const size_t d = s->m->cfg.d_model, n = s->n;
   const size_t rf = sattn_stream_row_floats (s);
   size_t produced = 0;
+  /* A push of more frames than the next window takes (a buffer of many
+   * hops, a file processed offline) projects them in blocks of up to xcap
+   * frames (xcnt staged, xoff of them stored), and output-projects the
+   * rows of its windows in blocks of up to ocap rows, instead of one
+   * matrix-vector product per frame and per row; a push of one hop takes
+   * the direct path (live latency).  Same bytes either way: the same loop
+   * computes every row (see BATCH_FRAMES). */
+  const int batch = n_frames > next_chunk (s, n_frames);
+  size_t xcnt = 0, xoff = 0;
+  s->odefer = batch && s->ostage != NULL;
 
   while (n_frames > 0) {
     size_t cnt = next_chunk (s, n_frames);
-    size_t stored = store_frames (s, frames, valid, cnt, s->total + n);
+    size_t pre = SIZE_MAX;
+    if (batch && s->xstage != NULL) {
+      if (xoff == xcnt) {
+        xcnt = n_frames < s->xcap ? n_frames : s->xcap;
+        xoff = 0;
+        stage_projections (s, frames, xcnt);
+      }
+      if (cnt > xcnt - xoff)
+        cnt = xcnt - xoff;
+      pre = xoff;
+    }
+    size_t stored = store_frames (s, frames, valid, cnt, s->total + n, pre);
+    xoff += stored;
     s->total += stored;
     if (s->sc.collect_stats)
       s->stats.frames += stored;
     if (stored < cnt) {
       /* Invalid policy ERROR: no window can be due before that frame. */
+      flush_rows (s);
+      s->odefer = 0;
       if (n_rows)
         *n_rows = produced;
       return SATTN_E_NONFINITE;
@@ -1116,6 +1301,8 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
       produced += emit_window (s, out + produced * rf,
                                info ? info + produced : NULL);
   }
+  flush_rows (s);
+  s->odefer = 0;
   if (n_rows)
     *n_rows = produced;
   return SATTN_OK;

@@ -1616,6 +1616,393 @@ run_threads_section (const Opts *o)
   return failures;
 }
 
+/* ------------------------------------------------- FMA peak (issue 13) */
+
+/* The honest ceiling: the FMA rate of the core this runs on, measured in
+ * the same run by a register-only loop per ISA level (AVX-512: 16 lanes,
+ * AVX2+FMA: 8 lanes), twelve independent accumulators (more than latency
+ * 4 × 2 FMA ports needs), nothing but FMAs in the loop.  The accumulators
+ * stay bounded (a = a * 0.999 + 1e-7) so no value ever turns subnormal or
+ * infinite. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#include <pthread.h>
+#define BENCH_HAVE_X86 1
+
+#define FMA12(T, fma)                                                      \
+  a0 = fma (a0, x, y); a1 = fma (a1, x, y); a2 = fma (a2, x, y);           \
+  a3 = fma (a3, x, y); a4 = fma (a4, x, y); a5 = fma (a5, x, y);           \
+  a6 = fma (a6, x, y); a7 = fma (a7, x, y); a8 = fma (a8, x, y);           \
+  a9 = fma (a9, x, y); a10 = fma (a10, x, y); a11 = fma (a11, x, y)
+
+__attribute__ ((target ("avx512f"), noinline)) static float
+peak_loop_avx512 (uint64_t iters)
+{
+  const __m512 x = _mm512_set1_ps (0.999f), y = _mm512_set1_ps (1e-7f);
+  __m512 a0 = _mm512_set1_ps (0.f), a1 = _mm512_set1_ps (1.f),
+      a2 = _mm512_set1_ps (2.f), a3 = _mm512_set1_ps (3.f),
+      a4 = _mm512_set1_ps (4.f), a5 = _mm512_set1_ps (5.f),
+      a6 = _mm512_set1_ps (6.f), a7 = _mm512_set1_ps (7.f),
+      a8 = _mm512_set1_ps (8.f), a9 = _mm512_set1_ps (9.f),
+      a10 = _mm512_set1_ps (10.f), a11 = _mm512_set1_ps (11.f);
+  for (uint64_t k = 0; k < iters; k++) {
+    FMA12 (__m512, _mm512_fmadd_ps);
+  }
+  __m512 s = _mm512_add_ps (_mm512_add_ps (_mm512_add_ps (a0, a1),
+          _mm512_add_ps (a2, a3)), _mm512_add_ps (_mm512_add_ps (a4, a5),
+          _mm512_add_ps (a6, a7)));
+  s = _mm512_add_ps (s, _mm512_add_ps (_mm512_add_ps (a8, a9),
+          _mm512_add_ps (a10, a11)));
+  return _mm512_reduce_add_ps (s);
+}
+
+__attribute__ ((target ("avx2,fma"), noinline)) static float
+peak_loop_avx2 (uint64_t iters)
+{
+  const __m256 x = _mm256_set1_ps (0.999f), y = _mm256_set1_ps (1e-7f);
+  __m256 a0 = _mm256_set1_ps (0.f), a1 = _mm256_set1_ps (1.f),
+      a2 = _mm256_set1_ps (2.f), a3 = _mm256_set1_ps (3.f),
+      a4 = _mm256_set1_ps (4.f), a5 = _mm256_set1_ps (5.f),
+      a6 = _mm256_set1_ps (6.f), a7 = _mm256_set1_ps (7.f),
+      a8 = _mm256_set1_ps (8.f), a9 = _mm256_set1_ps (9.f),
+      a10 = _mm256_set1_ps (10.f), a11 = _mm256_set1_ps (11.f);
+  for (uint64_t k = 0; k < iters; k++) {
+    FMA12 (__m256, _mm256_fmadd_ps);
+  }
+  __m256 s = _mm256_add_ps (_mm256_add_ps (_mm256_add_ps (a0, a1),
+          _mm256_add_ps (a2, a3)), _mm256_add_ps (_mm256_add_ps (a4, a5),
+          _mm256_add_ps (a6, a7)));
+  s = _mm256_add_ps (s, _mm256_add_ps (_mm256_add_ps (a8, a9),
+          _mm256_add_ps (a10, a11)));
+  float l[8];
+  _mm256_storeu_ps (l, s);
+  return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+#endif
+
+/* ISA levels of the peak table: 2 = AVX-512 (the core's default on such
+ * CPUs), 1 = AVX2+FMA (SATTN_SIMD=1). */
+static int
+peak_isa_supported (int isa)
+{
+#ifdef BENCH_HAVE_X86
+  if (isa == 2)
+    return __builtin_cpu_supports ("avx512f") &&
+        __builtin_cpu_supports ("avx512dq") &&
+        __builtin_cpu_supports ("avx512bw") &&
+        __builtin_cpu_supports ("avx512vl");
+  return isa == 1 && __builtin_cpu_supports ("avx2") &&
+      __builtin_cpu_supports ("fma");
+#else
+  (void) isa;
+  return 0;
+#endif
+}
+
+static volatile float peak_sink;
+
+/* FLOPs of the loop (a multiply-add counts 2). */
+static double
+peak_flops (int isa, uint64_t iters)
+{
+  return (double) iters * 12.0 * (isa == 2 ? 16.0 : 8.0) * 2.0;
+}
+
+static void
+peak_loop (int isa, uint64_t iters)
+{
+#ifdef BENCH_HAVE_X86
+  peak_sink = isa == 2 ? peak_loop_avx512 (iters) : peak_loop_avx2 (iters);
+#else
+  (void) isa;
+  (void) iters;
+#endif
+}
+
+typedef struct {
+  int isa;
+  uint64_t iters;
+  double secs, cpu;
+} PeakArg;
+
+static void *
+peak_thread (void *p)
+{
+  PeakArg *a = p;
+  double t0 = now_s (), c0 = clock_s (CLOCK_THREAD_CPUTIME_ID);
+  peak_loop (a->isa, a->iters);
+  a->secs = now_s () - t0;
+  a->cpu = clock_s (CLOCK_THREAD_CPUTIME_ID) - c0;
+  return NULL;
+}
+
+/* The one-thread peak of the last peak_measure, per CPU second. */
+static double peak_cpu_last = NAN;
+
+/* Loop iterations that take about `secs` on one thread. */
+static uint64_t
+peak_calibrate (int isa, double secs)
+{
+  uint64_t it = 100000;
+  for (;;) {
+    double t0 = now_s ();
+    peak_loop (isa, it);
+    double t = now_s () - t0;
+    if (t > 0.02 || it > (1ull << 40))
+      return (uint64_t) ((double) it * secs / (t > 0 ? t : 1e-9)) + 1;
+    it *= 4;
+  }
+}
+
+/* GFLOP/s of `threads` copies of the loop running at once (1 or 2), per
+ * wall-clock second of the slowest; NAN when it cannot run. */
+static double
+peak_measure (int isa, int threads, uint64_t iters)
+{
+#ifdef BENCH_HAVE_X86
+  PeakArg a[2] = { { isa, iters, 0.0, 0.0 }, { isa, iters, 0.0, 0.0 } };
+  if (threads == 1) {
+    peak_thread (&a[0]);
+    peak_cpu_last = peak_flops (isa, iters) / a[0].cpu * 1e-9;
+    return peak_flops (isa, iters) / a[0].secs * 1e-9;
+  }
+  pthread_t tid;
+  if (pthread_create (&tid, NULL, peak_thread, &a[1]) != 0)
+    return NAN;
+  peak_thread (&a[0]);
+  pthread_join (tid, NULL);
+  double t = a[0].secs > a[1].secs ? a[0].secs : a[1].secs;
+  return 2.0 * peak_flops (isa, iters) / t * 1e-9;
+#else
+  (void) isa;
+  (void) threads;
+  (void) iters;
+  return NAN;
+#endif
+}
+
+/* One row of the peak table, measured in a child process (so that the
+ * core's ISA choice, made once per process, follows SATTN_SIMD). */
+typedef struct {
+  int done, failed;
+  char message[256];
+  double peak[2];               /* GFLOP/s: 1 thread, 2 threads at once */
+  double gflops[2];             /* useful GFLOP/s, threads=1 / threads=2 */
+  double frac[2];               /* gflops / peak of the same repeat */
+  double ratio;                 /* threads=2 / threads=1 frames/s */
+  double p99_us[2];             /* wall time per push */
+  double cpu_gflops1, cpu_frac1;   /* threads=1 per CPU second */
+} PeakRow;
+
+static void
+peak_row_measure (const Workload *w, int rw, size_t push, int isa,
+                  const Opts *o, PeakRow *r)
+{
+  const size_t E = wl_d_model (w);
+  size_t pool_frames = 4 * w->window > 4096 ? 4 * w->window : 4096;
+  pool_frames = (pool_frames + push - 1) / push * push;
+  /* At most 3 repeats of 0.2 s per side (default --time): the table has
+   * 18 rows and make bench other sections. */
+  const int reps = o->repeats < 3 ? o->repeats : 3;
+  const double T = o->quick ? 0.02 : 0.2 * o->core_time / 1.5;
+  const double fpf = flops_per_frame (w, rw);
+  Model m[2];
+  SattnStream *s[2] = { NULL, NULL };
+  Hist *hist[2] = { calloc (1, sizeof (Hist)), calloc (1, sizeof (Hist)) };
+  float *pool = malloc (pool_frames * E * sizeof (float));
+  float *out = malloc (push * E * sizeof (float));
+  double *v[7];
+  char err[256] = "";
+  int fail = 0;
+  for (int k = 0; k < 7; k++)
+    v[k] = calloc ((size_t) reps, sizeof (double));
+  memset (m, 0, sizeof m);
+  memset (r, 0, sizeof (*r));
+  if (!hist[0] || !hist[1] || !pool || !out || !v[0] || !v[1] || !v[2] ||
+      !v[3] || !v[4] || !v[5] || !v[6]) {
+    snprintf (r->message, sizeof r->message, "out of memory");
+    r->failed = 1;
+    goto done;
+  }
+  Rng rng = { 777 + E };
+  fill_normal (&rng, pool, pool_frames * E, 1.0);
+  for (int t = 0; t < 2 && !fail; t++) {
+    bench_threads = t + 1;
+    if (model_init (&m[t], w, rw, err, sizeof err) != 0 ||
+        (s[t] = stream_new (&m[t], w, err, sizeof err)) == NULL)
+      fail = 1;
+  }
+  bench_threads = 1;
+  uint64_t it = peak_calibrate (isa, o->quick ? 0.01 : 0.1);
+  size_t pos[2] = { 0, 0 };
+  uint64_t pushes = 0;
+  double cpu_fps;
+  for (int rep = 0; rep < reps && !fail; rep++) {
+    double fps[2], pk[2];
+    pk[0] = peak_measure (isa, 1, it);
+    for (int t = 0; t < 2; t++) {
+      if (rep == 0)
+        measure_throughput (s[t], pool, pool_frames, &pos[t], E, push, out,
+                            push, 0.3 * T, &cpu_fps, &pushes, &fail);
+      fps[t] = measure_throughput (s[t], pool, pool_frames, &pos[t], E, push,
+                                   out, push, T, &cpu_fps, &pushes, &fail);
+      if (t == 0)
+        v[6][rep] = fpf * cpu_fps * 1e-9 / peak_cpu_last;
+      measure_latency (s[t], pool, pool_frames, &pos[t], E, push, out, push,
+                       0.5 * T, CLOCK_MONOTONIC, hist[t], &pushes, &fail);
+    }
+    pk[1] = peak_measure (isa, 2, it);
+    for (int t = 0; t < 2; t++) {
+      v[t][rep] = fpf * fps[t] * 1e-9;
+      v[2 + t][rep] = v[t][rep] / pk[t];
+      v[4 + t][rep] = pk[t];
+    }
+  }
+  if (fail) {
+    snprintf (r->message, sizeof r->message, "%s",
+              err[0] ? err : "push failed");
+    r->failed = 1;
+    goto done;
+  }
+  {
+    double *ratio = calloc ((size_t) reps, sizeof (double));
+    if (ratio == NULL) {
+      r->failed = 1;
+      goto done;
+    }
+    for (int rep = 0; rep < reps; rep++)
+      ratio[rep] = v[1][rep] / v[0][rep];
+    r->ratio = median (ratio, (size_t) reps);
+    free (ratio);
+  }
+  for (int t = 0; t < 2; t++) {
+    r->gflops[t] = median (v[t], (size_t) reps);
+    r->frac[t] = median (v[2 + t], (size_t) reps);
+    r->peak[t] = median (v[4 + t], (size_t) reps);
+    r->p99_us[t] = hist_quantile (hist[t], 0.99) * 1e6;
+  }
+  r->cpu_frac1 = median (v[6], (size_t) reps);
+  r->cpu_gflops1 = r->cpu_frac1 * r->peak[0];
+  r->done = 1;
+done:
+  for (int t = 0; t < 2; t++) {
+    sattn_stream_free (s[t]);
+    model_clear (&m[t]);
+    free (hist[t]);
+  }
+  for (int k = 0; k < 7; k++)
+    free (v[k]);
+  free (pool);
+  free (out);
+}
+
+/* peak_row_measure in a child process whose environment selects the ISA
+ * before the core looks at it. */
+static void
+peak_row_isolated (const Workload *w, int rw, size_t push, int isa,
+                   const Opts *o, PeakRow *r)
+{
+  int fd[2];
+  memset (r, 0, sizeof (*r));
+  fflush (stdout);
+  fflush (stderr);
+  if (pipe (fd) != 0) {
+    r->failed = 1;
+    snprintf (r->message, sizeof r->message, "pipe: %s", strerror (errno));
+    return;
+  }
+  pid_t pid = fork ();
+  if (pid < 0) {
+    close (fd[0]);
+    close (fd[1]);
+    r->failed = 1;
+    snprintf (r->message, sizeof r->message, "fork: %s", strerror (errno));
+    return;
+  }
+  if (pid == 0) {
+    close (fd[0]);
+    setenv ("SATTN_SIMD", isa == 2 ? "2" : "1", 1);
+    PeakRow res;
+    peak_row_measure (w, rw, push, isa, o, &res);
+    ssize_t k = write (fd[1], &res, sizeof res);
+    _exit (k == (ssize_t) sizeof res ? 0 : 2);
+  }
+  close (fd[1]);
+  ssize_t k = read (fd[0], r, sizeof (*r));
+  close (fd[0]);
+  int status = 0;
+  waitpid (pid, &status, 0);
+  if (k != (ssize_t) sizeof (*r)) {
+    memset (r, 0, sizeof (*r));
+    r->failed = 1;
+    snprintf (r->message, sizeof r->message, "the measuring process died");
+  }
+}
+
+/* The table of the performance issue: every workload's useful GFLOP/s as
+ * a fraction of the FMA peak measured in the same repeat, threads=1 and
+ * threads=2 (against the peak of two loops running at once), p99 per
+ * push for both, for each ISA level; W4 with random weights also with
+ * pushes of 160 frames (a buffer of a file processed offline), where the
+ * projections are batched.  Wall clock throughout (threads=2 needs it);
+ * threads=1 also per CPU second.  Not pinned. */
+static int
+run_peak_section (const Opts *o)
+{
+  int failures = 0;
+  printf ("sattn-bench --peak: useful GFLOP/s (flops_per_frame) as a "
+          "fraction of the measured FMA peak; medians of %d interleaved "
+          "repeats; %ld CPU(s) online\n\n", o->repeats < 3 ? o->repeats : 3,
+          sysconf (_SC_NPROCESSORS_ONLN));
+  printf ("| workload | weights | frames/push | ISA | peak 1 core GFLOP/s "
+          "| peak 2 cores GFLOP/s | t=1 GFLOP/s | t=1 %% of peak "
+          "| t=1 %% of peak (CPU s) | t=1 p99 µs/push | t=2 GFLOP/s "
+          "| t=2 %% of 2-core peak | t=2 p99 µs/push | t=2 / t=1 |\n");
+  printf ("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|\n");
+  fflush (stdout);
+  for (size_t i = 0; i < N_WORKLOADS; i++) {
+    const Workload *w = &workloads[i];
+    if (o->only && strstr (o->only, w->name) == NULL)
+      continue;
+    for (int rw = 0; rw < 2; rw++) {
+      if (o->weights_filter >= 0 && rw != o->weights_filter)
+        continue;
+      size_t pushes[2] = { w->hop, 0 };
+      if (strcmp (w->name, "W4") == 0 && rw)
+        pushes[1] = 160;
+      for (int pk = 0; pk < 2 && pushes[pk]; pk++)
+        for (int isa = 2; isa >= 1; isa--) {
+          if (!peak_isa_supported (isa))
+            continue;
+          PeakRow r;
+          peak_row_isolated (w, rw, pushes[pk], isa, o, &r);
+          const char *isa_name = isa == 2 ? "AVX-512" : "AVX2 (SATTN_SIMD=1)";
+          if (r.failed || !r.done) {
+            printf ("| %s | %s | %zu | %s | FAILED: %s |\n", w->name,
+                    rw ? "random" : "identity", pushes[pk], isa_name,
+                    r.message);
+            failures++;
+          } else {
+            printf ("| %s | %s | %zu | %s | %.1f | %.1f | %.2f | %.1f%% "
+                    "| %.1f%% | %.1f | %.2f | %.1f%% | %.1f | %.2fx |\n",
+                    w->name, rw ? "random" : "identity", pushes[pk],
+                    isa_name, r.peak[0], r.peak[1], r.gflops[0],
+                    100.0 * r.frac[0], 100.0 * r.cpu_frac1, r.p99_us[0],
+                    r.gflops[1], 100.0 * r.frac[1], r.p99_us[1], r.ratio);
+          }
+          fflush (stdout);
+        }
+    }
+  }
+  printf ("\npeak = a register-only FMA loop (12 independent accumulators) "
+          "of that ISA, one thread resp. two at once, measured in the same "
+          "repeat as the row; t=1 %% of peak uses wall-clock time on both "
+          "sides, \"CPU s\" the thread's CPU time (immune to preemption); "
+          "t=2 %% divides by the two-thread peak.\n");
+  return failures;
+}
+
 /* ------------------------------------------------------- encoder layer */
 
 /* --encoder: an nn.TransformerEncoderLayer on the W1 geometry (64 values
@@ -1943,6 +2330,9 @@ usage (FILE *f)
       "  --blas-info     print the OpenBLAS kernel set in use and exit\n"
       "  --threads-scaling  only W1/W3 with threads=1 vs threads=2, side\n"
       "                  by side (core and pipeline, wall clock)\n"
+      "  --peak          only the FMA-peak table: useful GFLOP/s of every\n"
+      "                  workload as a fraction of the measured FMA peak,\n"
+      "                  threads=1 and 2, AVX-512 and AVX2 (SATTN_SIMD=1)\n"
       "  --encoder       only an encoder layer (feed-forward 4 d, RoPE) on\n"
       "                  the W1 geometry, core and pipeline; its weights\n"
       "                  file goes to --dump DIR (else $TMPDIR or /tmp)\n");
@@ -1960,7 +2350,7 @@ main (int argc, char **argv)
   o.do_fork = 1;
   o.sgemm_size = 1024;
   o.weights_filter = -1;
-  int have_time = 0, threads_scaling = 0, encoder = 0;
+  int have_time = 0, threads_scaling = 0, peak_table = 0, encoder = 0;
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -1993,6 +2383,8 @@ main (int argc, char **argv)
       o.dump = argv[++i];
     } else if (strcmp (a, "--threads-scaling") == 0) {
       threads_scaling = 1;
+    } else if (strcmp (a, "--peak") == 0) {
+      peak_table = 1;
     } else if (strcmp (a, "--encoder") == 0) {
       encoder = 1;
     } else if (strcmp (a, "--blas-info") == 0) {
@@ -2035,6 +2427,8 @@ main (int argc, char **argv)
     return 2;
   }
 
+  if (peak_table)
+    return run_peak_section (&o) ? 1 : 0;
   if (encoder) {
 #ifdef SATTN_BENCH_HAVE_WEIGHTS
 #ifdef SATTN_BENCH_HAVE_GST

@@ -95,6 +95,12 @@ echo "\$ $bench --threads-scaling $*"
 "$bench" --threads-scaling "$@" || status=$?
 
 echo
+echo "== FMA peak: every workload as a fraction of it, threads=1 and 2, AVX-512 and AVX2"
+# Not pinned: the two-thread peak and threads=2 need two CPUs.
+echo "\$ $bench --peak $*"
+"$bench" --peak "$@" || status=$?
+
+echo
 echo "== Observability cost (bus messages, attention map) on W1"
 if command -v gst-launch-1.0 >/dev/null 2>&1 && [ -x /usr/bin/time ]; then
   if [ -n "$quick" ]; then obs_args="2 1"; else obs_args="10 9"; fi
