@@ -9,6 +9,7 @@
 #define GST_SATTN_PRIV_H
 
 #include <gst/gst.h>
+#include <gst/audio/audio.h>
 
 #include "gstsattn.h"
 #include "gstsattn-obs.h"
@@ -25,6 +26,9 @@ G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
 #define MAX_THREADS 256
 /* Largest frame (channels × frame-size floats) the element accepts. */
 #define MAX_D_MODEL (1u << 20)
+
+/* Output buffers are sized for at most this many input frames. */
+#define GST_SATTN_OUT_FRAMES 16384
 
 /* Settings copied from the properties when caps arrive. */
 typedef struct
@@ -59,6 +63,11 @@ struct _GstSattn
   GstCaps *posted_caps;         /* last caps refused with an error posted */
   GArray *pending_props;        /* GstSattnPendingProp set while running */
   GstClockTime held_time;       /* latency added; NONE before caps */
+  GstClockTime alignment_threshold;     /* as audiobuffersplit's */
+  GstClockTime discont_wait;    /* as audiobuffersplit's */
+  SattnTensorFile *wfile;       /* the weights file as read at READY ->
+                                   PAUSED (NULL: none); immutable, freed at
+                                   PAUSED -> READY; pointer under the lock */
 
   /* Streaming state; streaming thread (or state change with pads off). */
   GstSattnSettings cfg;         /* settings of the current model */
@@ -89,6 +98,15 @@ struct _GstSattn
   guint64 frames_since_resync;
   guint64 out_offset;
   gboolean discont_pending;
+  /* Discontinuity detection on the input's own timestamps; the output
+   * timeline stays the frame counter's. */
+  GstAudioStreamAlign *align;
+  GstClockTime align_next;      /* where align expects the next sample */
+  /* Source caps other/tensors: one row per buffer, each with the
+   * timestamps of its own input frames (kept in out_info). */
+  gboolean tensor_out;
+  SattnRowInfo *out_info;
+  gsize out_info_cap;
 };
 
 /* An output buffer being filled by one or more core calls. */
@@ -109,6 +127,8 @@ typedef struct
   guint8 *invalid_flags;
   SattnRowInfo *info;
   gsize info_cap;
+  SattnRowInfo *out_info;       /* tensor output: rows of one buffer */
+  gsize out_info_cap;
 } GstSattnScratch;
 
 /* gstsattn.c */
@@ -122,6 +142,14 @@ G_GNUC_INTERNAL
 gboolean gst_sattn_load_weights (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
     SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw);
+G_GNUC_INTERNAL
+gboolean gst_sattn_read_weights (GstSattn * self, const gchar * path,
+    SattnTensorFile ** file);
+G_GNUC_INTERNAL
+gboolean gst_sattn_map_weights (GstSattn * self, const SattnTensorFile * file,
+    const gchar * path, const gchar * prefix, guint64 d_model, guint heads,
+    gboolean zero_attn, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw);
 G_GNUC_INTERNAL
 gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
 G_GNUC_INTERNAL
@@ -139,6 +167,9 @@ G_GNUC_INTERNAL
 GstClockTime gst_sattn_expected_ts (GstSattn * self);
 G_GNUC_INTERNAL
 void gst_sattn_start_timeline (GstSattn * self, GstClockTime ts);
+G_GNUC_INTERNAL
+void gst_sattn_align_restart (GstSattn * self, GstClockTime ts,
+    guint64 n_samples);
 G_GNUC_INTERNAL
 GstSattnInvalidFrames gst_sattn_get_policy (GstSattn * self);
 G_GNUC_INTERNAL

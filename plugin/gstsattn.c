@@ -199,6 +199,9 @@ GST_DEBUG_CATEGORY (gst_sattn_debug);
 #define DEFAULT_START GST_SATTN_START_PAD
 #define DEFAULT_INVALID_FRAMES GST_SATTN_INVALID_FRAMES_MASK
 #define DEFAULT_THREADS 1
+/* As audiobuffersplit's. */
+#define DEFAULT_ALIGNMENT_THRESHOLD (40 * GST_MSECOND)
+#define DEFAULT_DISCONT_WAIT (1 * GST_SECOND)
 
 enum
 {
@@ -218,22 +221,30 @@ enum
   PROP_WEIGHTS,
   PROP_WEIGHTS_PREFIX,
   PROP_ADD_ZERO_ATTN,
+  PROP_ALIGNMENT_THRESHOLD,
+  PROP_DISCONT_WAIT,
   /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
 };
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
     GST_PAD_SINK,
     GST_PAD_ALWAYS,
-    GST_STATIC_CAPS ("audio/x-raw, format = (string) F32LE, "
-        "layout = (string) interleaved, rate = (int) [ 1, MAX ], "
+    GST_STATIC_CAPS ("audio/x-raw, format = (string) " GST_AUDIO_NE (F32)
+        ", layout = (string) interleaved, rate = (int) [ 1, MAX ], "
         "channels = (int) [ 1, MAX ]"));
 
+/* audio/x-raw when the output rate is a whole number (preferred), the
+ * NNStreamer tensor form (one row per buffer, fractional framerate) at any
+ * rate; see gst_sattn_src_caps_new. */
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC,
     GST_PAD_ALWAYS,
-    GST_STATIC_CAPS ("audio/x-raw, format = (string) F32LE, "
-        "layout = (string) interleaved, rate = (int) [ 1, MAX ], "
-        "channels = (int) [ 1, MAX ]"));
+    GST_STATIC_CAPS ("audio/x-raw, format = (string) " GST_AUDIO_NE (F32)
+        ", layout = (string) interleaved, rate = (int) [ 1, MAX ], "
+        "channels = (int) [ 1, MAX ]; "
+        "other/tensors, format = (string) static, num_tensors = (int) 1, "
+        "types = (string) float32, dimensions = (string) ANY, "
+        "framerate = (fraction) [ 0/1, MAX ]"));
 
 #define gst_sattn_parent_class parent_class
 G_DEFINE_TYPE (GstSattn, gst_sattn, GST_TYPE_ELEMENT);
@@ -391,6 +402,19 @@ gst_sattn_class_init (GstSattnClass * klass)
           "Append an all-zero key and value to every window, as "
           "torch.nn.MultiheadAttention(add_zero_attn=True) does", FALSE,
           geom));
+  g_object_class_install_property (gobject_class, PROP_ALIGNMENT_THRESHOLD,
+      g_param_spec_uint64 ("alignment-threshold", "Alignment Threshold",
+          "Timestamp alignment threshold in nanoseconds: an input timestamp "
+          "this far from where the sample count says the data lies is a "
+          "discontinuity (the window restarts)", 0, G_MAXUINT64 - 1,
+          DEFAULT_ALIGNMENT_THRESHOLD, rw | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (gobject_class, PROP_DISCONT_WAIT,
+      g_param_spec_uint64 ("discont-wait", "Discont Wait",
+          "Window of time in nanoseconds to wait before creating a "
+          "discontinuity: timestamps must stay beyond alignment-threshold "
+          "this long (0 = at once; a DISCONT flag always resyncs at once)",
+          0, G_MAXUINT64 - 1, DEFAULT_DISCONT_WAIT,
+          rw | GST_PARAM_MUTABLE_PLAYING));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -399,7 +423,7 @@ gst_sattn_class_init (GstSattnClass * klass)
       "Sliding-window self-attention", "Filter/Analyzer/Audio",
       "Masked multi-head self-attention over sliding windows of signal "
       "frames, pushing attention features",
-      "sattn developers <sattn@localhost>");
+      "sattn project");
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
 
@@ -447,6 +471,9 @@ gst_sattn_init (GstSattn * self)
   self->props.start = DEFAULT_START;
   self->props.threads = DEFAULT_THREADS;
   self->invalid_frames = DEFAULT_INVALID_FRAMES;
+  self->alignment_threshold = DEFAULT_ALIGNMENT_THRESHOLD;
+  self->discont_wait = DEFAULT_DISCONT_WAIT;
+  self->align_next = GST_CLOCK_TIME_NONE;
   self->held_time = GST_CLOCK_TIME_NONE;
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
@@ -467,6 +494,9 @@ gst_sattn_free_stream (GstSattn * self)
   g_clear_pointer (&self->invalid_flags, g_free);
   g_clear_pointer (&self->info, g_free);
   self->info_cap = 0;
+  g_clear_pointer (&self->out_info, g_free);
+  self->out_info_cap = 0;
+  g_clear_pointer (&self->align, gst_audio_stream_align_free);
   self->carry_len = 0;
   self->carry_invalid = FALSE;
   gst_clear_caps (&self->sink_caps);
@@ -478,6 +508,7 @@ gst_sattn_finalize (GObject * object)
   GstSattn *self = GST_SATTN (object);
 
   gst_sattn_free_stream (self);
+  g_clear_pointer (&self->wfile, sattn_tensor_file_free);
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
@@ -574,6 +605,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
 
   GST_OBJECT_LOCK (self);
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
+      prop_id != PROP_ALIGNMENT_THRESHOLD && prop_id != PROP_DISCONT_WAIT &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
     gboolean first = gst_sattn_defer_property (self, prop_id, value, pspec);
@@ -641,6 +673,12 @@ gst_sattn_set_property (GObject * object, guint prop_id,
     case PROP_ADD_ZERO_ATTN:
       self->add_zero_attn = g_value_get_boolean (value);
       break;
+    case PROP_ALIGNMENT_THRESHOLD:
+      self->alignment_threshold = g_value_get_uint64 (value);
+      break;
+    case PROP_DISCONT_WAIT:
+      self->discont_wait = g_value_get_uint64 (value);
+      break;
     default:
       if (!gst_sattn_obs_set_property (&self->obs, prop_id, value))
         G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -703,6 +741,12 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
     case PROP_ADD_ZERO_ATTN:
       g_value_set_boolean (value, self->add_zero_attn);
       break;
+    case PROP_ALIGNMENT_THRESHOLD:
+      g_value_set_uint64 (value, self->alignment_threshold);
+      break;
+    case PROP_DISCONT_WAIT:
+      g_value_set_uint64 (value, self->discont_wait);
+      break;
     default:
       if (!gst_sattn_obs_get_property (&self->obs, prop_id, value))
         G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -731,11 +775,13 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       zero_attn = self->add_zero_attn;
       GST_OBJECT_UNLOCK (self);
       if (wpath != NULL) {
-        /* Check the file now: a broken one fails the state change with a
-         * message, not the first buffer.  d_model 0 = as the file says. */
+        /* Read and check the file now, once: a broken one fails the state
+         * change with a message, not the first buffer; caps events map
+         * the tensors read here.  d_model 0 = as the file says. */
         SattnConfig mc = { 0, };
         SattnWeights w = { 0, };
         SattnMhaWeights *mw = NULL;
+        SattnTensorFile *file = NULL;
         guint heads;
         gboolean ok;
 
@@ -743,11 +789,17 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
         heads = self->props.heads;
         GST_OBJECT_UNLOCK (self);
         mc.heads = heads;
-        ok = gst_sattn_load_weights (self, wpath, wprefix, 0, heads,
+        ok = gst_sattn_read_weights (self, wpath, &file) &&
+            gst_sattn_map_weights (self, file, wpath, wprefix, 0, heads,
             zero_attn, &mc, &w, &mw);
         sattn_mha_weights_free (mw);
+        if (!ok)
+          g_clear_pointer (&file, sattn_tensor_file_free);
         GST_OBJECT_LOCK (self);
         self->weights_d_model = ok ? mc.d_model : 0;
+        if (self->wfile)
+          sattn_tensor_file_free (self->wfile);
+        self->wfile = file;
         GST_OBJECT_UNLOCK (self);
         if (!ok) {
           g_free (wpath);
@@ -787,16 +839,22 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
   }
 
   switch (transition) {
-    case GST_STATE_CHANGE_PAUSED_TO_READY:
+    case GST_STATE_CHANGE_PAUSED_TO_READY:{
+      SattnTensorFile *file;
+
       gst_sattn_free_stream (self);
       gst_clear_event (&self->pending_segment);
       GST_OBJECT_LOCK (self);
       self->running = FALSE;
       self->held_time = GST_CLOCK_TIME_NONE;
       self->weights_d_model = 0;
+      file = self->wfile;
+      self->wfile = NULL;
       GST_OBJECT_UNLOCK (self);
+      sattn_tensor_file_free (file);
       gst_sattn_apply_deferred (self);
       break;
+    }
     default:
       break;
   }
