@@ -58,6 +58,21 @@ gst_sattn_start_timeline (GstSattn * self, GstClockTime ts)
   self->discont_pending = TRUE;
 }
 
+/* Where the discontinuity detector expects the next sample: the time of
+ * its last restart plus the samples it counted since. */
+static GstClockTime
+gst_sattn_align_next (GstSattn * self)
+{
+  GstClockTime t = gst_audio_stream_align_get_timestamp_at_discont
+      (self->align);
+
+  if (!GST_CLOCK_TIME_IS_VALID (t))
+    return GST_CLOCK_TIME_NONE;
+  return gst_sattn_time_of_frame (t,
+      gst_audio_stream_align_get_samples_since_discont (self->align), 1,
+      self->rate);
+}
+
 /* Make the discontinuity detector take ts as where the next n_samples
  * samples lie, with no discontinuity pending (a new timeline, or one that
  * continues across new caps). */
@@ -72,7 +87,6 @@ gst_sattn_align_restart (GstSattn * self, GstClockTime ts, guint64 n_samples)
   gst_audio_stream_align_mark_discont (self->align);
   gst_audio_stream_align_process (self->align, TRUE, ts,
       (guint) MIN (n_samples, G_MAXUINT), &out_ts, &out_dur, &pos);
-  self->align_next = gst_sattn_ts_add (out_ts, out_dur);
 }
 
 /* ------------------------------------------------------------ output */
@@ -614,6 +628,12 @@ gst_sattn_align_configure (GstSattn * self)
   threshold = self->alignment_threshold;
   wait = self->discont_wait;
   GST_OBJECT_UNLOCK (self);
+  /* Never under two sample periods: timestamps rounded to the nanosecond
+   * put a continuous stream up to one sample off the count, which a
+   * threshold of one sample or less (40 ms at 25 Hz or less) would take
+   * for a discontinuity at every buffer. */
+  threshold = MAX (threshold, gst_util_uint64_scale_int_ceil (2, GST_SECOND,
+          self->rate));
   gst_audio_stream_align_set_alignment_threshold (self->align, threshold);
   gst_audio_stream_align_set_discont_wait (self->align, wait);
   return threshold;
@@ -651,12 +671,20 @@ gst_sattn_check_discont (GstSattn * self, GstClockTime ts, gboolean discont,
     return ret;
   }
   /* Untimestamped data continues where the detector expects it. */
-  ats = GST_CLOCK_TIME_IS_VALID (ts) ? ts : self->align_next;
+  ats = GST_CLOCK_TIME_IS_VALID (ts) ? ts : gst_sattn_align_next (self);
   if (!GST_CLOCK_TIME_IS_VALID (ats))
     ats = gst_sattn_expected_ts (self);
   jump = gst_audio_stream_align_process (self->align, FALSE, ats,
       (guint) MIN (n_samples, G_MAXUINT), &out_ts, &out_dur, &pos);
-  self->align_next = gst_sattn_ts_add (out_ts, out_dur);
+  GST_LOG_OBJECT (self, "input %" GST_TIME_FORMAT " + %" G_GUINT64_FORMAT
+      " samples: jump %d (at %" GST_TIME_FORMAT " + %" GST_TIME_FORMAT ")",
+      GST_TIME_ARGS (ats), n_samples, jump, GST_TIME_ARGS (out_ts),
+      GST_TIME_ARGS (out_dur));
+  /* At the end of the clock's range the counter saturates: data stamped
+   * there continues the timeline, whatever the sample count says. */
+  if (jump && ts == GST_SATTN_TS_END &&
+      gst_sattn_expected_ts (self) == GST_SATTN_TS_END)
+    jump = FALSE;
   if (jump && GST_CLOCK_TIME_IS_VALID (ts)) {
     GST_DEBUG_OBJECT (self, "timestamp %" GST_TIME_FORMAT " off the input's "
         "sample count (the output timeline expects %" GST_TIME_FORMAT

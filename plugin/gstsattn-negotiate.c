@@ -240,49 +240,6 @@ gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
 static void gst_sattn_weights_error (GstSattn * self, SattnStatus st,
     const gchar * path, guint64 d_model, const gchar * err);
 
-/* Reads the weights file at path into *file (the tensors, not yet mapped
- * on a model).  Posts an element error naming the file and what is wrong
- * with it on failure. */
-gboolean
-gst_sattn_read_weights (GstSattn * self, const gchar * path,
-    SattnTensorFile ** file)
-{
-  gchar msg[1024] = "", err[1200];
-  SattnStatus st = sattn_tensor_file_load (path, file, msg, sizeof msg);
-
-  if (st == SATTN_OK)
-    return TRUE;
-  /* Read errors name the path already; the others get it first. */
-  if (st == SATTN_E_IO)
-    g_strlcpy (err, msg, sizeof err);
-  else
-    g_snprintf (err, sizeof err, "'%s': %s", path, msg);
-  gst_sattn_weights_error (self, st, path, 0, err);
-  return FALSE;
-}
-
-/* Maps the tensors of file (read from path) for d_model-value frames (0 =
- * whatever the file has: a check of the file alone) and fills mc / w.
- * Posts an element error naming the file and what is wrong on failure. */
-gboolean
-gst_sattn_map_weights (GstSattn * self, const SattnTensorFile * file,
-    const gchar * path, const gchar * prefix, guint64 d_model, guint heads,
-    gboolean zero_attn, SattnConfig * mc, SattnWeights * w,
-    SattnMhaWeights ** mw)
-{
-  gchar msg[1024] = "", err[1200];
-  SattnStatus st;
-
-  st = sattn_mha_weights_from_file (file, prefix ? prefix : "",
-      (size_t) d_model, heads, zero_attn, mc, w, mw, msg, sizeof msg);
-  if (st == SATTN_OK)
-    return TRUE;
-  /* As sattn_mha_weights_load words it: the file first. */
-  g_snprintf (err, sizeof err, "'%s': %s", path, msg);
-  gst_sattn_weights_error (self, st, path, d_model, err);
-  return FALSE;
-}
-
 /* Reads the weights file (path) for d_model-value frames (0 = whatever the
  * file has: a check of the file alone) and fills mc / w.  Posts an element
  * error naming the file and what is wrong with it on failure. */
@@ -300,6 +257,76 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
     return TRUE;
   gst_sattn_weights_error (self, st, path, d_model, err);
   return FALSE;
+}
+
+/* The model configuration of the settings c for d_model-value frames
+ * (zeroed first: the model cache compares it byte for byte). */
+void
+gst_sattn_model_config (const GstSattnSettings * c, guint64 d_model,
+    SattnConfig * mc)
+{
+  memset (mc, 0, sizeof (*mc));
+  mc->d_model = (size_t) d_model;
+  mc->heads = c->heads;
+  mc->d_head = c->head_dim;
+  mc->scale = (float) c->scale;
+  mc->causal = c->causal;
+  mc->lookback = c->lookback;
+  mc->threads = c->threads;
+}
+
+/* At READY -> PAUSED: reads the weights file (if any) once, checks it for
+ * its own d_model (the only one it can serve) and builds its model through
+ * the cache; the first caps with that d_model take the model over, later
+ * caps with the same d_model share the running one, so the file is not
+ * read again while PAUSED or PLAYING.  Posts an element error and returns
+ * FALSE when the file cannot be used. */
+gboolean
+gst_sattn_prepare_weights (GstSattn * self)
+{
+  GstSattnSettings c;
+  gchar *wpath, *wprefix;
+  gboolean zero_attn, ok;
+  SattnConfig mc;
+  SattnWeights w = { 0, };
+  SattnMhaWeights *mw = NULL;
+  SattnModel *model = NULL, *old;
+  SattnStatus st = SATTN_OK;
+
+  GST_OBJECT_LOCK (self);
+  c = self->props;
+  wpath = g_strdup (self->weights);
+  wprefix = g_strdup (self->weights_prefix);
+  zero_attn = self->add_zero_attn;
+  GST_OBJECT_UNLOCK (self);
+
+  gst_sattn_model_config (&c, 0, &mc);
+  w.add_zero_attn = zero_attn;
+  ok = wpath == NULL || gst_sattn_load_weights (self, wpath, wprefix, 0,
+      c.heads, zero_attn, &mc, &w, &mw);
+  if (ok && wpath != NULL) {
+    model = gst_sattn_cache_acquire (wpath, wprefix, &mc, &w, &st);
+    if (model == NULL) {
+      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+          ("Could not set up attention for the weights file's %"
+              G_GSIZE_FORMAT "-value frames with heads=%u head-dim=%u: %s",
+              mc.d_model, c.heads, c.head_dim, sattn_status_string (st)),
+          ("%s", wpath));
+      ok = FALSE;
+    }
+  }
+  sattn_mha_weights_free (mw);
+  g_free (wpath);
+  g_free (wprefix);
+
+  GST_OBJECT_LOCK (self);
+  self->weights_d_model = model ? mc.d_model : 0;
+  old = self->wmodel;
+  self->wmodel = model;
+  self->wcfg = mc;
+  GST_OBJECT_UNLOCK (self);
+  gst_sattn_cache_release (old);
+  return ok;
 }
 
 /* The element error for a weights file that could not be used. */
@@ -554,15 +581,17 @@ static GstCaps *
 gst_sattn_src_caps_new (const GstSattnSettings * c, gsize row_floats,
     gint num, gint den, gboolean tensors)
 {
-  GstAudioInfo info;
   gchar *dims;
   GstCaps *caps;
 
   if (!tensors) {
-    gst_audio_info_init (&info);
-    gst_audio_info_set_format (&info, GST_AUDIO_FORMAT_F32, num,
-        (gint) row_floats, NULL);
-    return gst_audio_info_to_caps (&info);
+    /* Feature values have no speaker positions: channel-mask 0. */
+    return gst_caps_new_simple ("audio/x-raw",
+        "format", G_TYPE_STRING, GST_AUDIO_NE (F32),
+        "layout", G_TYPE_STRING, "interleaved",
+        "rate", G_TYPE_INT, num,
+        "channels", G_TYPE_INT, (gint) row_floats,
+        "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
   }
   if (c->output == GST_SATTN_OUTPUT_WINDOW)
     dims = g_strdup_printf ("%" G_GSIZE_FORMAT ":%u", row_floats / c->window,
@@ -700,7 +729,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnStatus st = SATTN_OK;
   SattnWeights weights = { 0, };
   SattnMhaWeights *mw = NULL;
-  SattnTensorFile *wfile;
+  SattnModel *prepared;
+  SattnConfig pcfg;
   gchar *wpath, *wprefix;
   gboolean zero_attn, tensors = FALSE;
   GstCaps *srccaps;
@@ -724,40 +754,55 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   wpath = g_strdup (self->weights);
   wprefix = g_strdup (self->weights_prefix);
   zero_attn = self->add_zero_attn;
-  wfile = self->wfile;
+  prepared = self->wmodel;
+  pcfg = self->wcfg;
+  if (prepared != NULL && wpath != NULL && pcfg.d_model == channels *
+      (guint64) c.frame_size)
+    self->wmodel = NULL;        /* taken over below */
+  else
+    prepared = NULL;
   GST_OBJECT_UNLOCK (self);
 
   d_model = (guint64) channels * c.frame_size;
   if (!gst_sattn_validate (self, &c, rate, channels, d_model,
           wpath != NULL)) {
+    if (prepared != NULL) {
+      GST_OBJECT_LOCK (self);
+      self->wmodel = prepared;
+      GST_OBJECT_UNLOCK (self);
+    }
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
   }
 
-  mc.d_model = (size_t) d_model;
-  mc.heads = c.heads;
-  mc.d_head = c.head_dim;
-  mc.scale = (float) c.scale;
-  mc.causal = c.causal;
-  mc.lookback = c.lookback;
-  mc.threads = c.threads;
+  gst_sattn_model_config (&c, d_model, &mc);
   weights.add_zero_attn = zero_attn;
-  /* The tensors read at READY -> PAUSED, mapped for this d_model (read
-   * here only when there are none, e.g. caps without a state change). */
-  if (wpath != NULL && !(wfile != NULL ? gst_sattn_map_weights (self, wfile,
-              wpath, wprefix, d_model, c.heads, zero_attn, &mc, &weights,
-              &mw) : gst_sattn_load_weights (self, wpath, wprefix, d_model,
-              c.heads, zero_attn, &mc, &weights, &mw))) {
-    g_free (wpath);
-    g_free (wprefix);
-    return FALSE;
+  if (prepared != NULL) {
+    /* The weights file's model, built when the file was read at READY ->
+     * PAUSED: its reference is this stream's now. */
+    model = prepared;
+    mc = pcfg;
+  } else if (wpath != NULL && self->model != NULL && self->d_model ==
+      d_model && gst_sattn_cache_ref (self->model)) {
+    /* New caps, same frames (the settings are frozen while running): the
+     * running model serves them. */
+    model = self->model;
+  } else {
+    /* Read here only when nothing was prepared (caps without a state
+     * change, or a model built outside the cache). */
+    if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
+            d_model, c.heads, zero_attn, &mc, &weights, &mw)) {
+      g_free (wpath);
+      g_free (wprefix);
+      return FALSE;
+    }
+    /* The model keeps its own copy of the weights, shared with every
+     * element whose file, prefix and configuration match. */
+    model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
+        (wpath != NULL || zero_attn) ? &weights : NULL, &st);
+    sattn_mha_weights_free (mw);
   }
-  /* The model keeps its own copy of the weights, shared with every
-   * element whose file, prefix and configuration match. */
-  model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
-      (wpath != NULL || zero_attn) ? &weights : NULL, &st);
-  sattn_mha_weights_free (mw);
   g_free (wpath);
   g_free (wprefix);
   if (model == NULL) {
@@ -1051,22 +1096,20 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     SattnConfig mc = { 0, };
     SattnWeights w = { 0, };
     SattnMhaWeights *mw = NULL;
-    SattnTensorFile *wfile;
 
     /* The core's own words: which tensor has which shape, and what the
-     * stream's d_model would need (from the tensors read at READY ->
-     * PAUSED). */
+     * stream's d_model would need (the file is read again on this error
+     * path only). */
     GST_OBJECT_LOCK (self);
     wpath = g_strdup (self->weights);
     wprefix = g_strdup (self->weights_prefix);
     zero_attn = self->add_zero_attn;
-    wfile = self->wfile;
     GST_OBJECT_UNLOCK (self);
     mc.heads = c.heads;
-    if (wpath != NULL && wfile != NULL && gst_sattn_map_weights (self, wfile,
-            wpath, wprefix, (guint64) channels * c.frame_size, c.heads,
-            zero_attn, &mc, &w, &mw)) {
-      /* Cannot happen (file_d is the file's d_model); accept. */
+    if (wpath != NULL && gst_sattn_load_weights (self, wpath, wprefix,
+            (guint64) channels * c.frame_size, c.heads, zero_attn, &mc, &w,
+            &mw)) {
+      /* The file changed since READY->PAUSED and now fits. */
       shape = FALSE;
     }
     sattn_mha_weights_free (mw);

@@ -65,9 +65,12 @@ struct _GstSattn
   GstClockTime held_time;       /* latency added; NONE before caps */
   GstClockTime alignment_threshold;     /* as audiobuffersplit's */
   GstClockTime discont_wait;    /* as audiobuffersplit's */
-  SattnTensorFile *wfile;       /* the weights file as read at READY ->
-                                   PAUSED (NULL: none); immutable, freed at
-                                   PAUSED -> READY; pointer under the lock */
+  SattnModel *wmodel;           /* the model of the weights file, built
+                                   (through the cache) when the file is
+                                   read at READY -> PAUSED; caps with the
+                                   file's d_model take a reference on it.
+                                   Released at PAUSED -> READY */
+  SattnConfig wcfg;             /* its configuration */
 
   /* Streaming state; streaming thread (or state change with pads off). */
   GstSattnSettings cfg;         /* settings of the current model */
@@ -101,7 +104,6 @@ struct _GstSattn
   /* Discontinuity detection on the input's own timestamps; the output
    * timeline stays the frame counter's. */
   GstAudioStreamAlign *align;
-  GstClockTime align_next;      /* where align expects the next sample */
   /* Source caps other/tensors: one row per buffer, each with the
    * timestamps of its own input frames (kept in out_info). */
   gboolean tensor_out;
@@ -143,13 +145,10 @@ gboolean gst_sattn_load_weights (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
     SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw);
 G_GNUC_INTERNAL
-gboolean gst_sattn_read_weights (GstSattn * self, const gchar * path,
-    SattnTensorFile ** file);
+gboolean gst_sattn_prepare_weights (GstSattn * self);
 G_GNUC_INTERNAL
-gboolean gst_sattn_map_weights (GstSattn * self, const SattnTensorFile * file,
-    const gchar * path, const gchar * prefix, guint64 d_model, guint heads,
-    gboolean zero_attn, SattnConfig * mc, SattnWeights * w,
-    SattnMhaWeights ** mw);
+void gst_sattn_model_config (const GstSattnSettings * c, guint64 d_model,
+    SattnConfig * mc);
 G_GNUC_INTERNAL
 gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
 G_GNUC_INTERNAL

@@ -406,7 +406,8 @@ gst_sattn_class_init (GstSattnClass * klass)
       g_param_spec_uint64 ("alignment-threshold", "Alignment Threshold",
           "Timestamp alignment threshold in nanoseconds: an input timestamp "
           "this far from where the sample count says the data lies is a "
-          "discontinuity (the window restarts)", 0, G_MAXUINT64 - 1,
+          "discontinuity (the window restarts); at least two sample "
+          "periods are used", 0, G_MAXUINT64 - 1,
           DEFAULT_ALIGNMENT_THRESHOLD, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_DISCONT_WAIT,
       g_param_spec_uint64 ("discont-wait", "Discont Wait",
@@ -473,7 +474,6 @@ gst_sattn_init (GstSattn * self)
   self->invalid_frames = DEFAULT_INVALID_FRAMES;
   self->alignment_threshold = DEFAULT_ALIGNMENT_THRESHOLD;
   self->discont_wait = DEFAULT_DISCONT_WAIT;
-  self->align_next = GST_CLOCK_TIME_NONE;
   self->held_time = GST_CLOCK_TIME_NONE;
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
@@ -508,7 +508,8 @@ gst_sattn_finalize (GObject * object)
   GstSattn *self = GST_SATTN (object);
 
   gst_sattn_free_stream (self);
-  g_clear_pointer (&self->wfile, sattn_tensor_file_free);
+  gst_sattn_cache_release (self->wmodel);
+  self->wmodel = NULL;
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
@@ -765,50 +766,10 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
 
   switch (transition) {
     case GST_STATE_CHANGE_READY_TO_PAUSED:{
-      gchar *wpath, *wprefix;
-
-      gboolean zero_attn;
-
-      GST_OBJECT_LOCK (self);
-      wpath = g_strdup (self->weights);
-      wprefix = g_strdup (self->weights_prefix);
-      zero_attn = self->add_zero_attn;
-      GST_OBJECT_UNLOCK (self);
-      if (wpath != NULL) {
-        /* Read and check the file now, once: a broken one fails the state
-         * change with a message, not the first buffer; caps events map
-         * the tensors read here.  d_model 0 = as the file says. */
-        SattnConfig mc = { 0, };
-        SattnWeights w = { 0, };
-        SattnMhaWeights *mw = NULL;
-        SattnTensorFile *file = NULL;
-        guint heads;
-        gboolean ok;
-
-        GST_OBJECT_LOCK (self);
-        heads = self->props.heads;
-        GST_OBJECT_UNLOCK (self);
-        mc.heads = heads;
-        ok = gst_sattn_read_weights (self, wpath, &file) &&
-            gst_sattn_map_weights (self, file, wpath, wprefix, 0, heads,
-            zero_attn, &mc, &w, &mw);
-        sattn_mha_weights_free (mw);
-        if (!ok)
-          g_clear_pointer (&file, sattn_tensor_file_free);
-        GST_OBJECT_LOCK (self);
-        self->weights_d_model = ok ? mc.d_model : 0;
-        if (self->wfile)
-          sattn_tensor_file_free (self->wfile);
-        self->wfile = file;
-        GST_OBJECT_UNLOCK (self);
-        if (!ok) {
-          g_free (wpath);
-          g_free (wprefix);
-          return GST_STATE_CHANGE_FAILURE;
-        }
-      }
-      g_free (wpath);
-      g_free (wprefix);
+      /* Read and check the weights file now, once: a broken one fails
+       * the state change with a message, not the first buffer. */
+      if (!gst_sattn_prepare_weights (self))
+        return GST_STATE_CHANGE_FAILURE;
       GST_OBJECT_LOCK (self);
       gst_clear_caps (&self->posted_caps);
       GST_OBJECT_UNLOCK (self);
@@ -840,7 +801,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
 
   switch (transition) {
     case GST_STATE_CHANGE_PAUSED_TO_READY:{
-      SattnTensorFile *file;
+      SattnModel *wmodel;
 
       gst_sattn_free_stream (self);
       gst_clear_event (&self->pending_segment);
@@ -848,10 +809,10 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       self->running = FALSE;
       self->held_time = GST_CLOCK_TIME_NONE;
       self->weights_d_model = 0;
-      file = self->wfile;
-      self->wfile = NULL;
+      wmodel = self->wmodel;
+      self->wmodel = NULL;
       GST_OBJECT_UNLOCK (self);
-      sattn_tensor_file_free (file);
+      gst_sattn_cache_release (wmodel);
       gst_sattn_apply_deferred (self);
       break;
     }
