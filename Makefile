@@ -5,6 +5,9 @@
 #   make test-asan   the same under AddressSanitizer + UBSan (build-asan/)
 #   make test-tsan   the same under ThreadSanitizer (build-tsan/)
 #   make seed        the scaled-vs-unscaled softmax experiment (core only)
+#   make install-check  meson install into a scratch prefix, build
+#                    examples/use-library.c there with pkg-config alone and
+#                    run it (part of make test too: suite 'install')
 #   make bench       release build (build-release/) + the benchmark script
 #   make soak        release build + 10^8 frames of a W1-like stream through
 #                    the element (SOAK_FRAMES=...; not in CI, ~10+ minutes)
@@ -52,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 .NOTPARALLEL:
 
 .PHONY: all deps build build-asan build-tsan build-release test test-asan \
-	test-tsan demo seed bench soak fuzz-stream clean
+	test-tsan demo seed bench soak fuzz-stream clean install-check
 
 all: build
 
@@ -116,6 +119,9 @@ demo: deps build
 
 seed: deps build
 	$(BUILD)/examples/seed-experiment
+
+install-check: deps build
+	meson test -C $(BUILD) --suite install --print-errorlogs
 
 bench: deps build-release
 	@if [ -f tests/bench/run-bench.sh ]; then \

@@ -55,8 +55,22 @@ void sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a);
 void sattn_output_project (const SattnModel *m, const float *o, size_t rows,
                            float *out, size_t ldo);
 
-/* Nonzero when every one of n floats is finite. */
-int sattn_all_finite (const float *x, size_t n);
+/* The index of the first NaN / Inf among n floats, n when all are finite
+ * (sattn_finite first: the vectorised test, then the scan only on
+ * failure).  The one finite check of the library: the model's weights,
+ * the weights reader's tensors and the frame rule all go through it or
+ * through sattn_finite. */
+size_t sattn_first_nonfinite (const float *x, size_t n);
+
+/* Writes the message (printf format) into err (err_len bytes, may be NULL
+ * / 0) and returns st: the error words of the configuration checks. */
+SattnStatus sattn_fail (SattnStatus st, char *err, size_t err_len,
+                        const char *fmt, ...)
+    __attribute__ ((format (printf, 4, 5)));
+
+/* Up to 16 divisors of value, those nearest to wanted, ascending, as
+ * "a, b, c" in buf (len bytes): the values that work, for messages. */
+void sattn_divisors (char *buf, size_t len, size_t value, size_t wanted);
 
 /* One head, query rows [r0, r1) of the window described by a: scores in
  * S (scratch, (r1 - r0) × (nk + n_extra)), output into the rows of a->o and
@@ -78,9 +92,6 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
                          size_t n, size_t d_in, size_t d_out, size_t c0,
                          size_t c1, size_t ldx, float *y, size_t ldy);
 
-/* Merge statistics of a part into the total.  The double sums are added,
- * so merging parts in a fixed order gives the same bytes every run. */
-void sattn_stats_merge (SattnStats *dst, const SattnStats *src);
 
 /* pool.c: the worker threads of one stream. */
 #define SATTN_MAX_THREADS 256
@@ -128,8 +139,8 @@ void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
 float sattn_softmax_scan (float *s, size_t n, const uint8_t *ok, float scale,
                           size_t counts[4]);
 void sattn_mul (float *y, size_t n, float a);
-/* Nonzero when every one of n floats is finite (sattn_all_finite, tested
- * on the bits: vectorised, exact). */
+/* Nonzero when every one of n floats is finite (tested on the bits:
+ * vectorised, exact). */
 int sattn_finite (const float *x, size_t n);
 /* y[i] = exp (y[i] - mx) (all y[i] <= mx, -inf allowed); returns the sum. */
 double sattn_exp_sum (float *y, size_t n, float mx);

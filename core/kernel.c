@@ -415,7 +415,7 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
     .allow = mask ? mask->allow : NULL, .ld_allow = n,
     .m = n, .nk = n, .q0 = 0,
     .scores = S, .o = o, .weights = weights, .stats = stats,
-    .sat_threshold = 0.99f,
+    .sat_threshold = SATTN_DEFAULT_SATURATION,
   };
   sattn_attend_window (m, &a);
   sattn_output_project (m, o, n, out, m->d_out);

@@ -1,6 +1,7 @@
 /* SattnModel: resolved configuration plus owned copies of the weights. */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,12 +39,6 @@ dup_floats (const float *src, size_t n, int *ok)
   return d;
 }
 
-static int
-finite_or_null (const float *x, size_t n)
-{
-  return x == NULL || sattn_all_finite (x, n);
-}
-
 /* a * b without wrapping; 0 on overflow. */
 static size_t
 mul_ok (size_t a, size_t b)
@@ -51,6 +46,155 @@ mul_ok (size_t a, size_t b)
   if (a != 0 && b > SIZE_MAX / a)
     return 0;
   return a * b;
+}
+
+/* A weight tensor of rows × cols floats (cols 0: a vector) must be finite:
+ * names the first NaN / Inf. */
+static SattnStatus
+check_finite (const char *name, const float *x, size_t rows, size_t cols,
+              char *err, size_t err_len)
+{
+  size_t n = cols ? rows * cols : rows;
+  size_t i = x ? sattn_first_nonfinite (x, n) : n;
+  if (i == n)
+    return SATTN_OK;
+  if (cols)
+    return sattn_fail (SATTN_E_NONFINITE, err, err_len,
+                       "weight %s holds %s at [%zu, %zu]; every weight "
+                       "must be finite", name, isnan (x[i]) ? "NaN" : "Inf",
+                       i / cols, i % cols);
+  return sattn_fail (SATTN_E_NONFINITE, err, err_len,
+                     "weight %s holds %s at element %zu; every weight must "
+                     "be finite", name, isnan (x[i]) ? "NaN" : "Inf", i);
+}
+
+/* Every rule a model configuration and its weights must follow, the one
+ * place they are written: resolves cfg into *c (0-defaults replaced) and
+ * the projected sizes, or says in err what is wrong and what would work. */
+static SattnStatus
+model_resolve (const SattnConfig *cfg, const SattnWeights *w, SattnConfig *c,
+               size_t *dq_out, size_t *dv_out, char *err, size_t err_len)
+{
+  static const SattnWeights none = { 0 };
+  char ok[160];
+  SattnStatus st;
+
+  if (err != NULL && err_len > 0)
+    err[0] = '\0';
+  if (cfg == NULL)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "no model configuration (cfg is NULL)");
+  if (w == NULL)
+    w = &none;
+  *c = *cfg;
+
+  if (c->d_model == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "d_model=0: a frame needs at least one value");
+  if (c->heads == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "heads=0: at least one head is needed");
+  if (c->threads < 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "threads=%d is negative; use 1 (the calling thread "
+                       "only), a count N > 1, or 0 for one per CPU",
+                       c->threads);
+  if (!(c->scale >= 0.0f) || isinf (c->scale))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "scale=%g is not a finite number >= 0; use scale=0 "
+                       "for the default 1/sqrt(d_head) or a positive value",
+                       (double) c->scale);
+  if (c->scale > 0.0f && c->scale < FLT_MIN)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "scale=%g is below the smallest normal float (%g), "
+                       "the precision the scores are computed in; use "
+                       "scale=0 for the default 1/sqrt(d_head) or a value "
+                       "of at least %g", (double) c->scale, (double) FLT_MIN,
+                       (double) FLT_MIN);
+  if (c->d_head == 0) {
+    if (c->d_model % c->heads != 0) {
+      sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "heads=%zu does not divide d_model=%zu; heads "
+                         "values that work: %s", c->heads, c->d_model, ok);
+    }
+    c->d_head = c->d_model / c->heads;
+  }
+  if (c->d_value == 0)
+    c->d_value = c->d_head;
+  size_t dq = mul_ok (c->heads, c->d_head);
+  size_t dv = mul_ok (c->heads, c->d_value);
+  if (dq == 0 || dv == 0 || mul_ok (dq, c->d_model) == 0 ||
+      mul_ok (dv, c->d_model) == 0)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                       "heads=%zu x d_head=%zu (d_value=%zu) x d_model=%zu "
+                       "floats of projection weights overflow the address "
+                       "space", c->heads, c->d_head, c->d_value, c->d_model);
+  if (w->wo != NULL) {
+    if (c->d_out == 0)   /* rows of wo cannot be guessed */
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "an output projection wo needs d_out, its number "
+                         "of rows (d_out=0 means \"no wo\")");
+  } else {
+    if (c->d_out == 0)
+      c->d_out = dv;
+    if (c->d_out != dv)
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "d_out=%zu without an output projection: the "
+                         "output rows are heads x d_value = %zu values; use "
+                         "d_out=0 or %zu, or give wo", c->d_out, dv, dv);
+  }
+  if (mul_ok (c->d_out, dv) == 0)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                       "d_out=%zu x %zu floats of output projection "
+                       "overflow the address space", c->d_out, dv);
+  if ((w->wq == NULL || w->wk == NULL) && dq != c->d_model) {
+    sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
+    return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "heads=%zu x d_head=%zu = %zu is not d_model=%zu, "
+                       "which the identity %s projection (no %s given) "
+                       "needs; use d_head=0 with heads one of: %s", c->heads,
+                       c->d_head, dq, c->d_model,
+                       w->wq == NULL ? "query" : "key",
+                       w->wq == NULL ? "wq" : "wk", ok);
+  }
+  if (w->wv == NULL && dv != c->d_model) {
+    sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
+    return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "heads=%zu x d_value=%zu = %zu is not d_model=%zu, "
+                       "which the identity value projection (no wv given) "
+                       "needs; use d_value=0 and d_head=0 with heads one "
+                       "of: %s", c->heads, c->d_value, dv, c->d_model, ok);
+  }
+  if ((w->bias_k == NULL) != (w->bias_v == NULL))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "bias_k and bias_v come together (PyTorch "
+                       "add_bias_kv): give both or neither");
+  if ((st = check_finite ("wq", w->wq, dq, c->d_model, err, err_len)) ||
+      (st = check_finite ("bq", w->bq, dq, 0, err, err_len)) ||
+      (st = check_finite ("wk", w->wk, dq, c->d_model, err, err_len)) ||
+      (st = check_finite ("bk", w->bk, dq, 0, err, err_len)) ||
+      (st = check_finite ("wv", w->wv, dv, c->d_model, err, err_len)) ||
+      (st = check_finite ("bv", w->bv, dv, 0, err, err_len)) ||
+      (st = check_finite ("wo", w->wo, c->d_out, dv, err, err_len)) ||
+      (st = check_finite ("bo", w->bo, c->d_out, 0, err, err_len)) ||
+      (st = check_finite ("bias_k", w->bias_k, dq, 0, err, err_len)) ||
+      (st = check_finite ("bias_v", w->bias_v, dv, 0, err, err_len)))
+    return st;
+  if (c->scale == 0.0f)
+    c->scale = (float) (1.0 / sqrt ((double) c->d_head));
+  *dq_out = dq;
+  *dv_out = dv;
+  return SATTN_OK;
+}
+
+SattnStatus
+sattn_model_check (const SattnConfig *cfg, const SattnWeights *w, char *err,
+                   size_t err_len)
+{
+  SattnConfig c;
+  size_t dq, dv;
+  return model_resolve (cfg, w, &c, &dq, &dv, err, err_len);
 }
 
 void
@@ -74,74 +218,14 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   SattnModel *m = NULL;
   SattnWeights none = { 0 };
   SattnConfig c;
-
-  if (cfg_in == NULL) {
-    st = SATTN_E_INVAL;
-    goto fail;
-  }
-  if (w == NULL)
-    w = &none;
-  c = *cfg_in;
+  size_t dq, dv;
 
   /* --- check every argument before allocating --- */
-  if (c.d_model == 0 || c.heads == 0 || c.threads < 0 ||
-      !(c.scale >= 0.0f) || isinf (c.scale)) {
-    st = SATTN_E_INVAL;
+  st = model_resolve (cfg_in, w, &c, &dq, &dv, NULL, 0);
+  if (st != SATTN_OK)
     goto fail;
-  }
-  if (c.d_head == 0) {
-    if (c.d_model % c.heads != 0) {
-      st = SATTN_E_SHAPE;
-      goto fail;
-    }
-    c.d_head = c.d_model / c.heads;
-  }
-  if (c.d_value == 0)
-    c.d_value = c.d_head;
-  size_t dq = mul_ok (c.heads, c.d_head);
-  size_t dv = mul_ok (c.heads, c.d_value);
-  if (dq == 0 || dv == 0 || mul_ok (dq, c.d_model) == 0 ||
-      mul_ok (dv, c.d_model) == 0) {
-    st = SATTN_E_NOMEM;
-    goto fail;
-  }
-  if (w->wo != NULL) {
-    if (c.d_out == 0) {
-      st = SATTN_E_SHAPE;   /* rows of wo cannot be guessed */
-      goto fail;
-    }
-  } else {
-    if (c.d_out == 0)
-      c.d_out = dv;
-    if (c.d_out != dv) {
-      st = SATTN_E_SHAPE;
-      goto fail;
-    }
-  }
-  if (mul_ok (c.d_out, dv) == 0) {
-    st = SATTN_E_NOMEM;
-    goto fail;
-  }
-  if ((w->wq == NULL && dq != c.d_model) ||
-      (w->wk == NULL && dq != c.d_model) ||
-      (w->wv == NULL && dv != c.d_model)) {
-    st = SATTN_E_SHAPE;
-    goto fail;
-  }
-  if ((w->bias_k == NULL) != (w->bias_v == NULL)) {
-    st = SATTN_E_INVAL;
-    goto fail;
-  }
-  if (!finite_or_null (w->wq, dq * c.d_model) || !finite_or_null (w->bq, dq) ||
-      !finite_or_null (w->wk, dq * c.d_model) || !finite_or_null (w->bk, dq) ||
-      !finite_or_null (w->wv, dv * c.d_model) || !finite_or_null (w->bv, dv) ||
-      !finite_or_null (w->wo, c.d_out * dv) || !finite_or_null (w->bo, c.d_out) ||
-      !finite_or_null (w->bias_k, dq) || !finite_or_null (w->bias_v, dv)) {
-    st = SATTN_E_NONFINITE;
-    goto fail;
-  }
-  if (c.scale == 0.0f)
-    c.scale = (float) (1.0 / sqrt ((double) c.d_head));
+  if (w == NULL)
+    w = &none;
 
   /* --- allocate --- */
   m = calloc (1, sizeof (*m));

@@ -2,6 +2,8 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 const char *
 sattn_status_string (SattnStatus st)
@@ -47,19 +49,73 @@ sattn_stats_clear (SattnStats *st)
   st->lse_max = -INFINITY;
 }
 
-int
-sattn_all_finite (const float *x, size_t n)
+size_t
+sattn_first_nonfinite (const float *x, size_t n)
 {
-  /* x - x is 0 for finite x and NaN for NaN/Inf: one branch per block. */
-  float acc = 0.0f;
-  for (size_t i = 0; i < n; i++)
-    acc += x[i] - x[i];
-  return acc == 0.0f;
+  if (sattn_finite (x, n))
+    return n;
+  size_t i = 0;
+  while (i < n && isfinite (x[i]))
+    i++;
+  return i;
+}
+
+SattnStatus
+sattn_fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
+{
+  if (err != NULL && err_len > 0) {
+    va_list ap;
+    va_start (ap, fmt);
+    vsnprintf (err, err_len, fmt, ap);
+    va_end (ap);
+  }
+  return st;
+}
+
+void
+sattn_divisors (char *buf, size_t len, size_t value, size_t wanted)
+{
+  size_t best[16], n = 0;
+
+  for (size_t d = 1; d <= value; d++) {
+    if (value % d != 0)
+      continue;
+    if (n < sizeof best / sizeof best[0]) {
+      best[n++] = d;
+      continue;
+    }
+    /* Replace the one farthest from wanted if d is nearer (d grows, so
+     * the list stays sorted). */
+    size_t far = 0, fard = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t dist = best[i] > wanted ? best[i] - wanted : wanted - best[i];
+      if (dist >= fard) {
+        fard = dist;
+        far = i;
+      }
+    }
+    if ((d > wanted ? d - wanted : wanted - d) < fard) {
+      for (size_t j = far; j + 1 < n; j++)
+        best[j] = best[j + 1];
+      best[n - 1] = d;
+    }
+  }
+  if (len == 0)
+    return;
+  buf[0] = '\0';
+  for (size_t i = 0, used = 0; i < n && used < len; i++) {
+    int k = snprintf (buf + used, len - used, i ? ", %zu" : "%zu", best[i]);
+    if (k < 0)
+      break;
+    used += (size_t) k;
+  }
 }
 
 void
 sattn_stats_merge (SattnStats *d, const SattnStats *s)
 {
+  if (d == NULL || s == NULL)
+    return;
   d->windows += s->windows;
   d->frames += s->frames;
   d->rows += s->rows;
@@ -76,4 +132,18 @@ sattn_stats_merge (SattnStats *d, const SattnStats *s)
   if (s->lse_max > d->lse_max) d->lse_max = s->lse_max;
   d->max_weight_sum += s->max_weight_sum;
   d->entropy_sum += s->entropy_sum;
+}
+
+double
+sattn_stats_mean_max_weight (const SattnStats *st)
+{
+  return st != NULL && st->rows > 0
+      ? st->max_weight_sum / (double) st->rows : 0.0;
+}
+
+double
+sattn_stats_mean_entropy (const SattnStats *st)
+{
+  return st != NULL && st->rows > 0
+      ? st->entropy_sum / (double) st->rows : 0.0;
 }

@@ -214,14 +214,72 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   return 1;
 }
 
+/* Every rule a stream configuration must follow, the one place they are
+ * written; m NULL checks sc alone. */
+static SattnStatus
+stream_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
+              size_t err_len)
+{
+  (void) m;
+  if (err != NULL && err_len > 0)
+    err[0] = '\0';
+  if (sc == NULL)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "no stream configuration (sc is NULL)");
+  if (sc->window == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "window=0: a window holds at least one frame");
+  if (sc->hop == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "hop=0: hop must be between 1 and the window (%zu)",
+                       sc->window);
+  if (sc->hop > sc->window)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "hop=%zu is larger than window=%zu; hop must be "
+                       "between 1 and the window (or the window at least "
+                       "%zu)", sc->hop, sc->window, sc->hop);
+  if ((unsigned) sc->output > SATTN_OUTPUT_LAST)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "output=%d is not an output mode (0 frames, 1 window, "
+                       "2 mean, 3 last)", (int) sc->output);
+  if ((unsigned) sc->start > SATTN_START_WAIT)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "start=%d is not a start policy (0 pad, 1 wait)",
+                       (int) sc->start);
+  if ((unsigned) sc->invalid_policy > SATTN_INVALID_ERROR)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "invalid_policy=%d is not an invalid-frames policy "
+                       "(0 mask, 1 zero, 2 error)", (int) sc->invalid_policy);
+  if (!(sc->saturation_threshold >= 0.0f && sc->saturation_threshold <= 1.0f))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "saturation_threshold=%g is not within [0, 1] (0 "
+                       "means the default %g)",
+                       (double) sc->saturation_threshold,
+                       (double) SATTN_DEFAULT_SATURATION);
+  return SATTN_OK;
+}
+
 static int
 stream_config_ok (const SattnModel *m, const SattnStreamConfig *sc)
 {
-  return m != NULL && sc != NULL && sc->window != 0 && sc->hop != 0 &&
-      sc->hop <= sc->window && sc->output <= SATTN_OUTPUT_LAST &&
-      sc->start <= SATTN_START_WAIT &&
-      sc->invalid_policy <= SATTN_INVALID_ERROR &&
-      sc->saturation_threshold >= 0.0f && sc->saturation_threshold <= 1.0f;
+  return m != NULL && stream_check (m, sc, NULL, 0) == SATTN_OK;
+}
+
+SattnStatus
+sattn_stream_config_check (const SattnModel *m, const SattnStreamConfig *sc,
+                           char *err, size_t err_len)
+{
+  StreamSizes z;
+  SattnStatus st = stream_check (m, sc, err, err_len);
+  if (st != SATTN_OK || m == NULL)
+    return st;
+  if (!stream_sizes (m, sc, &z))
+    return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                       "window=%zu of %zu-value frames (heads=%zu, %zu "
+                       "extra keys) needs more memory than the address "
+                       "space holds; use a smaller window",
+                       sc->window, m->cfg.d_model, m->cfg.heads, m->n_extra);
+  return SATTN_OK;
 }
 
 size_t
@@ -258,7 +316,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->m = m;
   s->sc = *sc;
   if (s->sc.saturation_threshold == 0.0f)
-    s->sc.saturation_threshold = 0.99f;
+    s->sc.saturation_threshold = SATTN_DEFAULT_SATURATION;
   s->n = n;
   s->h = sc->hop;
   s->ncols = n + m->n_extra;
@@ -323,6 +381,46 @@ sattn_stream_pending (const SattnStream *s)
   if (s->sc.output == SATTN_OUTPUT_FRAMES)
     return (size_t) (s->total - s->next_out);
   return (size_t) (s->total - s->last_end);
+}
+
+uint64_t
+sattn_stream_frames_to_window (const SattnStream *s)
+{
+  if (s == NULL)
+    return 0;
+  return s->next_window - s->total;
+}
+
+size_t
+sattn_stream_config_window_rows (const SattnStreamConfig *sc)
+{
+  if (stream_check (NULL, sc, NULL, 0) != SATTN_OK)
+    return 0;
+  switch (sc->output) {
+    case SATTN_OUTPUT_FRAMES: return sc->hop;
+    case SATTN_OUTPUT_LAST: return 1;
+    default: return sc->window;
+  }
+}
+
+size_t
+sattn_stream_window_rows (const SattnStream *s, int drain)
+{
+  if (s == NULL)
+    return 0;
+  size_t pending = sattn_stream_pending (s);
+  if (drain && pending == 0)
+    return 0;
+  switch (s->sc.output) {
+    case SATTN_OUTPUT_FRAMES: {
+      /* The frames without a row when the window comes (the hop's new
+       * frames; the whole window for the first one under START_WAIT). */
+      uint64_t rows = drain ? pending : s->next_window - s->next_out;
+      return (size_t) (rows < s->n ? rows : s->n);
+    }
+    case SATTN_OUTPUT_LAST: return 1;
+    default: return s->n;
+  }
 }
 
 size_t

@@ -7,6 +7,7 @@
  * present, never allocated from what the header claims.
  */
 #include "sattn/sattn-weights.h"
+#include "internal.h"
 
 #include <glib.h>
 #include <glib/gstdio.h>
@@ -1000,17 +1001,16 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
                  shape_str (got, sizeof got, t->shape, t->ndim), want, sym,
                  m->e);
   }
-  for (size_t i = 0; i < t->numel; i++) {
-    if (!isfinite (t->data[i])) {
-      if (t->ndim == 2 && t->shape[1] > 0)
-        return fail (SATTN_E_NONFINITE, m->err, m->err_len,
-                     "tensor '%s' holds %s at [%zu, %zu]", show (&sb, t->name),
-                     isnan (t->data[i]) ? "NaN" : "Inf", i / t->shape[1],
-                     i % t->shape[1]);
+  size_t i = sattn_first_nonfinite (t->data, t->numel);
+  if (i < t->numel) {
+    if (t->ndim == 2 && t->shape[1] > 0)
       return fail (SATTN_E_NONFINITE, m->err, m->err_len,
-                   "tensor '%s' holds %s at element %zu", show (&sb, t->name),
-                   isnan (t->data[i]) ? "NaN" : "Inf", i);
-    }
+                   "tensor '%s' holds %s at [%zu, %zu]", show (&sb, t->name),
+                   isnan (t->data[i]) ? "NaN" : "Inf", i / t->shape[1],
+                   i % t->shape[1]);
+    return fail (SATTN_E_NONFINITE, m->err, m->err_len,
+                 "tensor '%s' holds %s at element %zu", show (&sb, t->name),
+                 isnan (t->data[i]) ? "NaN" : "Inf", i);
   }
   return SATTN_OK;
 }

@@ -42,6 +42,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+SATTN_API_BEGIN
 
 /* Largest JSON header accepted, in bytes (the limit of the reference
  * safetensors implementation). */
@@ -184,6 +185,7 @@ SattnStatus sattn_mha_weights_load (const char *path, const char *prefix,
 
 void sattn_mha_weights_free (SattnMhaWeights *mw);
 
+SATTN_API_END
 #ifdef __cplusplus
 }
 #endif

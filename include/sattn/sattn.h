@@ -46,12 +46,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sattn/sattn-version.h>
+#include <sattn/sattn-export.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define SATTN_VERSION_MAJOR 0
-#define SATTN_VERSION_MINOR 1
+SATTN_API_BEGIN
 
 /* ---------------------------------------------------------------- status */
 
@@ -126,9 +127,29 @@ typedef struct {
 typedef struct SattnModel SattnModel;
 
 /* w == NULL: identity projections.  Non-finite weights -> SATTN_E_NONFINITE.
- * On failure returns NULL and sets *status (status may be NULL). */
+ * On failure returns NULL and sets *status (status may be NULL);
+ * sattn_model_check says why in words. */
 SattnModel *sattn_model_new (const SattnConfig *cfg, const SattnWeights *w,
                              SattnStatus *status);
+
+/* Whether sattn_model_new (cfg, w) accepts this configuration and these
+ * weights, without allocating anything: the same rules, written once.
+ * Returns the status sattn_model_new would fail with (SATTN_OK when it
+ * would only fail for want of memory) and, when it is not SATTN_OK,
+ * writes into err (err_len bytes, NUL-terminated, cut to fit; err may be
+ * NULL) an English sentence that names the offending values and values
+ * that work, e.g. "heads=3 does not divide d_model=8; heads values that
+ * work: 1, 2, 4, 8".  Field names are SattnConfig's.  The rules:
+ *  - d_model >= 1, heads >= 1, threads >= 0;
+ *  - scale finite, and 0 (the default) or a normal float (>= FLT_MIN);
+ *  - d_head = 0 needs heads to divide d_model;
+ *  - identity projections (wq / wk / wv NULL) need heads * d_head (resp.
+ *    heads * d_value) == d_model;
+ *  - d_out: required with wo, heads * d_value (or 0) without;
+ *  - bias_k and bias_v both or neither; every weight finite (the message
+ *    names the tensor and the index of the first NaN / Inf). */
+SattnStatus sattn_model_check (const SattnConfig *cfg, const SattnWeights *w,
+                               char *err, size_t err_len);
 void sattn_model_free (SattnModel *m);
 
 /* The configuration with every 0-default resolved. */
@@ -172,7 +193,21 @@ typedef struct {
                                   (rows with 1 valid key count as 0) */
 } SattnStats;
 
+/* Empty statistics: counts 0, score / lse min +inf and max -inf. */
 void sattn_stats_clear (SattnStats *st);
+
+/* Add the statistics `from` (of other windows, e.g. one window taken with
+ * sattn_stream_get_stats (s, &w, 1)) into `into`: counts and sums added,
+ * minima and maxima combined.  Merging parts in a fixed order gives the
+ * same bytes every run; into == from is not allowed.  NULL: nothing. */
+void sattn_stats_merge (SattnStats *into, const SattnStats *from);
+
+/* The mean over rows of the row's largest weight (max_weight_sum / rows),
+ * and of the normalised entropy (entropy_sum / rows): 1 / visible keys and
+ * 1 for uniform rows, 1 and 0 for saturated ones.  0 without rows (or st
+ * NULL). */
+double sattn_stats_mean_max_weight (const SattnStats *st);
+double sattn_stats_mean_entropy (const SattnStats *st);
 
 /* --------------------------------------------------------- frame faults */
 
@@ -251,13 +286,19 @@ typedef enum {
                              sattn_stream_error_frame */
 } SattnInvalidPolicy;
 
+/* The saturation threshold a stream uses when its configuration says 0:
+ * a row counts as saturated when its largest weight exceeds it. */
+#define SATTN_DEFAULT_SATURATION 0.99f
+
 typedef struct {
   size_t window;                /* n >= 1 */
   size_t hop;                   /* 1 <= h <= n */
   SattnOutputMode output;
   SattnStartPolicy start;
   int collect_stats;            /* accumulate SattnStats */
-  float saturation_threshold;   /* 0 = 0.99 */
+  float saturation_threshold;   /* in [0, 1]; 0 = SATTN_DEFAULT_SATURATION
+                                   (so a threshold of exactly 0 is not
+                                   expressible: the smallest is FLT_MIN) */
   int keep_weights;             /* keep the last window's weights for
                                    sattn_stream_last_weights */
   SattnInvalidPolicy invalid_policy; /* unusable frames; default MASK */
@@ -281,6 +322,20 @@ SattnStream *sattn_stream_new (const SattnModel *m,
                                SattnStatus *status);
 void sattn_stream_free (SattnStream *s);
 
+/* Whether sattn_stream_new (m, sc) accepts sc, without allocating: the
+ * same rules, written once (window >= 1, 1 <= hop <= window, the enums in
+ * range, saturation_threshold in [0, 1]; with m, sizes that fit the
+ * address space).  m may be NULL to check sc alone (before a model
+ * exists).  Returns the status sattn_stream_new would fail with
+ * (SATTN_OK when it would only fail for want of memory) and, when not
+ * SATTN_OK, writes an English sentence naming the offending values and
+ * what would work into err (err_len bytes, NUL-terminated, cut to fit;
+ * err may be NULL), e.g. "hop=20 is larger than window=8; hop must be
+ * between 1 and the window (or the window at least 20)". */
+SattnStatus sattn_stream_config_check (const SattnModel *m,
+                                       const SattnStreamConfig *sc,
+                                       char *err, size_t err_len);
+
 /* The bytes sattn_stream_new (m, sc) would allocate: buffers, statistics
  * parts and the worker threads' stacks (with threads resolved as the
  * stream would resolve them).  The score scratch is 16 rows ×
@@ -301,6 +356,34 @@ size_t sattn_stream_max_rows (const SattnStream *s, size_t n_frames);
 
 /* Frames received but not yet accounted for by an output row. */
 size_t sattn_stream_pending (const SattnStream *s);
+
+/* The window schedule, for callers that must know where windows fall
+ * (e.g. to hand the stream one window per push and read each window's
+ * statistics and weights on its own).
+ *
+ * Frames to push before the next window is computed (>= 1 for a valid
+ * stream; 0 for s NULL): a push of exactly that many frames ends with
+ * that window, a shorter one computes none.  hop after each window; after
+ * creation or a reset, hop (SATTN_START_PAD) or window (SATTN_START_WAIT);
+ * after a drain, hop. */
+uint64_t sattn_stream_frames_to_window (const SattnStream *s);
+
+/* The query rows the next window computes (the rows of
+ * sattn_stream_last_weights after it): drain == 0 for the window a push
+ * completes (see sattn_stream_frames_to_window), drain != 0 for the one
+ * sattn_stream_drain would compute now (0 when nothing is pending).
+ *   SATTN_OUTPUT_FRAMES: the frames that have no row yet when the window
+ *     comes: hop; the whole window for the first window under
+ *     SATTN_START_WAIT; the pending frames in a drain;
+ *   SATTN_OUTPUT_WINDOW, SATTN_OUTPUT_MEAN: window;
+ *   SATTN_OUTPUT_LAST: 1. */
+size_t sattn_stream_window_rows (const SattnStream *s, int drain);
+
+/* The query rows of a window in the steady state of a stream configured
+ * with sc (no stream needed): hop in frames mode, window in window and
+ * mean modes, 1 in last mode.  0 when sc fails sattn_stream_config_check
+ * (m NULL). */
+size_t sattn_stream_config_window_rows (const SattnStreamConfig *sc);
 
 /* Push n_frames frames (n_frames × d_model floats).  valid (n_frames, may
  * be NULL = all valid): 0 marks a frame invalid (a GAP, a masked sample):
@@ -399,6 +482,7 @@ SattnStatus sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
                                size_t out_rows, SattnRowInfo *info,
                                size_t *n_rows, SattnSkipped *skipped);
 
+SATTN_API_END
 #ifdef __cplusplus
 }
 #endif

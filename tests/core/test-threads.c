@@ -9,7 +9,7 @@
  *    causal / lookback, extra keys, every output mode, random weights and
  *    identity projections, statistics on;
  *  - accuracy: with threads = 2, full windows of W1 and W3 against the
- *    float64 reference (tests/core/reference.c), NMSE <= 1e-10 (the bound
+ *    float64 reference (tests/common/reference.c), NMSE <= 1e-10 (the bound
  *    of test-stream);
  *  - process state: a process that set OpenBLAS to 2 threads still reads 2
  *    after creating, pushing to and freeing streams with threads 1, 2 and

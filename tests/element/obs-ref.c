@@ -3,8 +3,8 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "obs-ref.h"
+#include "reference.h"
 
-#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -81,101 +81,43 @@ frame_ok (const float *x, const guint8 * valid, gsize T, gsize d, gssize f)
   return TRUE;
 }
 
-static gboolean
-key_visible (const RefConfig * c, gssize qi, gssize kj)
-{
-  if (c->causal && kj > qi)
-    return FALSE;
-  if (c->lookback > 0 && kj < qi && (gsize) (qi - kj) > c->lookback)
-    return FALSE;
-  return TRUE;
-}
-
-/* Scaled scores of query frame qi, head h, over the window's keys:
- * s[j] = NAN for a hidden key, ±INFINITY where float32 would overflow.
- * Returns the number of visible keys; *n_inf counts the infinite ones. */
-static gsize
-row_scores (const RefConfig * c, const float *x, const guint8 * valid,
-    gsize T, gsize d, const ObsWindow * w, gssize qi, gsize h, double *s,
-    gsize * n_inf)
-{
-  const gsize n = c->window, H = c->heads, dh = d / H;
-  const double scale = c->scale > 0 ? c->scale : 1.0 / sqrt ((double) dh);
-  const double fscale = (double) (float) scale;
-  gsize j, t, visible = 0;
-
-  *n_inf = 0;
-  for (j = 0; j < n; j++) {
-    gssize kj = (gssize) w->end - (gssize) n + (gssize) j;
-    double dot = 0.0;
-
-    s[j] = NAN;
-    if (!frame_ok (x, valid, T, d, kj) || !key_visible (c, qi, kj))
-      continue;
-    for (t = 0; t < dh; t++)
-      dot += (double) x[(gsize) qi * d + h * dh + t] *
-          (double) x[(gsize) kj * d + h * dh + t];
-    visible++;
-    if (fabs (dot) > FLT_MAX || fabs (dot * fscale) > FLT_MAX) {
-      s[j] = dot > 0 ? INFINITY : -INFINITY;
-      (*n_inf)++;
-    } else {
-      s[j] = dot * fscale;
-    }
-  }
-  return visible;
-}
-
-/* Softmax of one row of scores (NAN = hidden) into p, the way the core
- * defines its limits: +inf entries share the mass. */
+/* Window w as the shared float64 reference sees it (tests/common): keys
+ * are its n frames (padding and unusable frames hidden), queries its last
+ * w->rows usable frames; identity projections, the scale rounded to float
+ * as the core holds it, scores overflowing as float32 scores do.  Runs
+ * the reference with st (may be NULL) and weights (may be NULL: H × n × n). */
 static void
-row_softmax (const double *s, gsize n, double *p, double *lse,
-    double *wmax, double *ent, gsize * n_valid)
+window_attend (const RefConfig * c, const float *x, const guint8 * valid,
+    gsize T, gsize d, const ObsWindow * w, double *weights, RefStats * st)
 {
-  gsize j, n_pinf = 0, nv = 0;
-  double mx = -INFINITY, sum = 0.0, ex = 0.0;
+  const gsize n = c->window;
+  RefModel m = { 0 };
+  float *xw = g_new0 (float, n * d);
+  guint8 *kv = g_new0 (guint8, n), *qv = g_new0 (guint8, n);
+  double *out = g_new (double, n * d);
+  gsize j;
 
+  m.d_model = m.d_out = d;
+  m.heads = c->heads;
+  m.d_head = m.d_value = d / c->heads;
+  m.scale = (double) (float) (c->scale > 0 ? c->scale :
+      1.0 / sqrt ((double) m.d_head));
+  m.causal = c->causal;
+  m.lookback = c->lookback;
+  m.f32_scores = 1;
   for (j = 0; j < n; j++) {
-    p[j] = 0.0;
-    if (isnan (s[j]))
-      continue;
-    nv++;
-    if (s[j] == INFINITY)
-      n_pinf++;
-    if (s[j] > mx)
-      mx = s[j];
-  }
-  *n_valid = nv;
-  if (nv == 0) {
-    *lse = NAN;
-    *wmax = 0.0;
-    *ent = 0.0;
-    return;
-  }
-  if (n_pinf > 0 || mx == -INFINITY) {
-    gsize cnt = n_pinf > 0 ? n_pinf : nv;
+    gssize f = (gssize) w->end - (gssize) n + (gssize) j;
 
-    for (j = 0; j < n; j++)
-      if (!isnan (s[j]) && (n_pinf == 0 || s[j] == INFINITY))
-        p[j] = 1.0 / (double) cnt;
-    *lse = n_pinf > 0 ? INFINITY : -INFINITY;
-    *wmax = 1.0 / (double) cnt;
-    *ent = log ((double) cnt);
-    return;
+    kv[j] = frame_ok (x, valid, T, d, f);
+    qv[j] = kv[j] && j >= n - w->rows;
+    if (f >= 0)
+      memcpy (xw + j * d, x + (gsize) f * d, d * sizeof (float));
   }
-  for (j = 0; j < n; j++)
-    if (!isnan (s[j]) && s[j] != -INFINITY) {
-      double e = exp (s[j] - mx);
-
-      sum += e;
-      ex += e * (s[j] - mx);
-    }
-  for (j = 0; j < n; j++)
-    if (!isnan (s[j]) && s[j] != -INFINITY)
-      p[j] = exp (s[j] - mx) / sum;
-  *lse = mx + log (sum);
-  *wmax = 1.0 / sum;
-  *ent = log (sum) - ex / sum;
+  ref_attend (&m, xw, n, kv, qv, NULL, out, weights, st);
+  g_free (xw);
+  g_free (kv);
+  g_free (qv);
+  g_free (out);
 }
 
 void
@@ -183,9 +125,9 @@ obs_ref_window_stats (const RefConfig * c, const float *x,
     const guint8 * valid, gsize T, gsize d, const ObsWindow * w,
     float threshold, ObsStats * out)
 {
-  const gsize n = c->window, H = c->heads;
-  double *s = g_new (double, n), *p = g_new (double, n);
-  gsize i, j, h;
+  const gsize n = c->window;
+  RefStats st = { 0 };
+  gsize i, j;
 
   obs_stats_clear (out);
   out->windows = 1;
@@ -198,44 +140,21 @@ obs_ref_window_stats (const RefConfig * c, const float *x,
     if (!frame_ok (x, valid, T, d, (gssize) i))
       out->invalid_frames++;
 
-  for (i = 0; i < w->rows; i++) {
-    gssize qi = (gssize) w->end - (gssize) w->rows + (gssize) i;
-
-    if (!frame_ok (x, valid, T, d, qi))
-      continue;                 /* an invalid query: zeros, not a row */
-    for (h = 0; h < H; h++) {
-      gsize n_inf, nv;
-      double lse, wmax, ent;
-
-      row_scores (c, x, valid, T, d, w, qi, h, s, &n_inf);
-      out->nonfinite_scores += n_inf;
-      row_softmax (s, n, p, &lse, &wmax, &ent, &nv);
-      out->rows++;
-      if (nv == 0) {
-        out->fully_masked_rows++;
-        continue;
-      }
-      for (j = 0; j < n; j++)
-        if (!isnan (s[j]) && isfinite (s[j])) {
-          out->score_min = MIN (out->score_min, s[j]);
-          out->score_max = MAX (out->score_max, s[j]);
-        }
-      if (isfinite (lse)) {
-        out->lse_min = MIN (out->lse_min, lse);
-        out->lse_max = MAX (out->lse_max, lse);
-      }
-      out->max_weight_sum += wmax;
-      if (nv > 1)
-        out->entropy_sum += ent / log ((double) nv);
-      /* Rows with one visible key have no choice: not saturated. */
-      if (nv > 1 && wmax > (double) threshold)
-        out->saturated_rows++;
-      out->max_weight_margin = MIN (out->max_weight_margin,
-          fabs (wmax - (double) threshold));
-    }
-  }
-  g_free (s);
-  g_free (p);
+  /* Invalid queries give zeros, not rows; rows with one visible key have
+   * no choice: not saturated. */
+  st.sat_threshold = (double) threshold;
+  window_attend (c, x, valid, T, d, w, NULL, &st);
+  out->rows = st.rows;
+  out->fully_masked_rows = st.fully_masked;
+  out->nonfinite_scores = st.nonfinite;
+  out->saturated_rows = st.saturated;
+  out->score_min = st.score_min;
+  out->score_max = st.score_max;
+  out->lse_min = st.lse_min;
+  out->lse_max = st.lse_max;
+  out->max_weight_sum = st.max_weight_sum;
+  out->entropy_sum = st.entropy_sum;
+  out->max_weight_margin = st.sat_margin;
 }
 
 void
@@ -244,29 +163,24 @@ obs_ref_window_weights (const RefConfig * c, const float *x,
     double *weights)
 {
   const gsize n = c->window, H = c->heads;
-  double *s = g_new (double, n), *p = g_new (double, n);
+  double *all = g_new (double, H * n * n);
   gsize i, j, h;
 
+  window_attend (c, x, valid, T, d, w, all, NULL);
   memset (weights, 0, w->rows * n * sizeof (double));
   for (i = 0; i < w->rows; i++) {
-    gssize qi = (gssize) w->end - (gssize) w->rows + (gssize) i;
+    gsize r = n - w->rows + i;
 
-    if (!frame_ok (x, valid, T, d, qi))
-      continue;
     for (h = 0; h < H; h++) {
-      gsize n_inf, nv;
-      double lse, wmax, ent;
+      const double *p = all + (h * n + r) * n;
 
       if (head >= 0 && (gsize) head != h)
         continue;
-      row_scores (c, x, valid, T, d, w, qi, h, s, &n_inf);
-      row_softmax (s, n, p, &lse, &wmax, &ent, &nv);
       for (j = 0; j < n; j++)
         weights[i * n + j] += head >= 0 ? p[j] : p[j] / (double) H;
     }
   }
-  g_free (s);
-  g_free (p);
+  g_free (all);
 }
 
 static guint64

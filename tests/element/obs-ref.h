@@ -1,7 +1,7 @@
-/* Float64 reference of what the sattn element observes per window: the
- * window schedule, the softmax statistics of the health messages and the
- * attention weights shown on the attn pad (identity projections), written
- * from the formulas, independent of the core.
+/* What the sattn element observes per window: the window schedule, the
+ * softmax statistics of the health messages and the attention weights
+ * shown on the attn pad (identity projections), from the shared float64
+ * reference of tests/common/reference.h, independent of the core.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */

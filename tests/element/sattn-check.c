@@ -3,6 +3,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
+#include "reference.h"
 
 #include <math.h>
 #include <string.h>
@@ -150,57 +151,27 @@ sattn_output_pull_all (GstHarness * h, SattnOutput * o)
 
 /* ------------------------------------------------------------ reference */
 
-void
-ref_attend (const RefConfig * c, const double *x, const guint8 * valid,
+/* One window of the shared float64 reference (tests/common): x (n × d,
+ * values of float frames, so exact as floats) with key validity, identity
+ * projections; writes n × d rows (invalid query rows zero). */
+static void
+ref_window (const RefConfig * c, const double *x, const guint8 * valid,
     gsize n, gsize d, double *out)
 {
-  const gsize H = c->heads, dh = d / H;
-  const double scale = c->scale > 0 ? c->scale : 1.0 / sqrt ((double) dh);
-  double *s = g_new (double, n);
-  gsize i, j, hh, t;
+  RefModel m = { 0 };
+  float *xf = g_new (float, n * d);
+  gsize i;
 
-  for (i = 0; i < n; i++) {
-    double *o = out + i * d;
-
-    memset (o, 0, d * sizeof (double));
-    if (!valid[i])
-      continue;
-    for (hh = 0; hh < H; hh++) {
-      const double *q = x + i * d + hh * dh;
-      double mx = -INFINITY, sum = 0;
-
-      for (j = 0; j < n; j++) {
-        gboolean allowed = valid[j];
-
-        if (c->causal && j > i)
-          allowed = FALSE;
-        if (c->lookback > 0 && j < i && i - j > c->lookback)
-          allowed = FALSE;
-        s[j] = NAN;
-        if (!allowed)
-          continue;
-        s[j] = 0;
-        for (t = 0; t < dh; t++)
-          s[j] += q[t] * x[j * d + hh * dh + t];
-        s[j] *= scale;
-        if (s[j] > mx)
-          mx = s[j];
-      }
-      for (j = 0; j < n; j++)
-        if (!isnan (s[j]))
-          sum += exp (s[j] - mx);
-      for (j = 0; j < n; j++) {
-        double p;
-
-        if (isnan (s[j]))
-          continue;
-        p = exp (s[j] - mx) / sum;
-        for (t = 0; t < dh; t++)
-          o[hh * dh + t] += p * x[j * d + hh * dh + t];
-      }
-    }
-  }
-  g_free (s);
+  m.d_model = m.d_out = d;
+  m.heads = c->heads;
+  m.d_head = m.d_value = d / c->heads;
+  m.scale = c->scale > 0 ? c->scale : 1.0 / sqrt ((double) m.d_head);
+  m.causal = c->causal;
+  m.lookback = c->lookback;
+  for (i = 0; i < n * d; i++)
+    xf[i] = (float) x[i];
+  ref_attend (&m, xf, n, valid, valid, NULL, out, NULL, NULL);
+  g_free (xf);
 }
 
 static gboolean
@@ -303,7 +274,7 @@ stream_schedule (const RefConfig * c, const SattnModel * m, const float *x,
     if (m)
       core_attend (m, xw, vw, n, d, rw);
     else
-      ref_attend (c, xw, vw, n, d, rw);
+      ref_window (c, xw, vw, n, d, rw);
 
     switch (c->output) {
       case OUT_FRAMES:

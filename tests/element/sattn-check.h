@@ -1,6 +1,7 @@
 /* Shared helpers of the sattn element tests: harness set-up, buffer
- * making, output collection and an independent float64 reference of what
- * the element must output (identity projections).
+ * making, output collection and what the element must output (identity
+ * projections), window by window over the shared float64 reference of
+ * tests/common/reference.h.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -100,11 +101,6 @@ gsize sattn_check_buffers (const char *label, const SattnOutput * o,
     guint b0, guint b1, gsize f0, const RefOut * ref, gsize r0, gint rate,
     guint frame_size, GstClockTime t0);
 void ref_out_clear (RefOut * out);
-
-/* One window of float64 attention: x (n × d) with key validity, identity
- * projections; writes n × d rows (invalid query rows zero). */
-void ref_attend (const RefConfig * c, const double *x, const guint8 * valid,
-    gsize n, gsize d, double *out);
 
 /* Compare got (n floats) against ref with tolerance 1e-5 × (1 + max|ref|);
  * prints max-abs and NMSE under label; fails the test when exceeded. */

@@ -1,7 +1,7 @@
 /* sattn element: the "sattn" health messages and the warnings.
  *
- * Every message field is compared with a float64 reference computed from
- * the formulas (obs-ref.c): counts exactly, doubles within
+ * Every message field is compared with the shared float64 reference
+ * (tests/common, through obs-ref.c): counts exactly, doubles within
  * 1e-5 × (1 + |ref|) (the core works in float32).  Known inputs check the
  * closed forms too: identical frames give uniform weights (max-weight =
  * 1 / valid keys, entropy = 1), one dominant key saturates every row,

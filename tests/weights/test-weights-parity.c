@@ -4,7 +4,7 @@
  * by tests/data/make-fixtures.py): load the weights file through the public
  * weights API, run sattn_attend on the fixture's input and compare the
  * output and the per-head attention weights with PyTorch's float64
- * results.  A float64 reference written here from the formula, fed with the
+ * results.  The shared float64 reference (tests/common), fed with the
  * same loaded weights, is compared too: it separates a loader/mapping
  * fault (reference off) from a kernel fault (only the core off).
  *
@@ -15,6 +15,8 @@
  */
 #include <sattn/sattn.h>
 #include <sattn/sattn-weights.h>
+
+#include "reference.h"
 
 #include <glib.h>
 #include <json-glib/json-glib.h>
@@ -54,87 +56,36 @@ diff_ok (const Diff *d)
 
 /* ---------------------------------------------------------- reference */
 
-/* Straight from PyTorch's definition (F.multi_head_attention_forward) in
- * float64: q = x Wq^T + bq (scaled by 1/sqrt(d)), k, v likewise; extra key
- * rows bias_k / bias_v, then a zero row for add_zero_attn; per head
- * softmax(q k^T + mask) v; out = concat(heads) Wo^T + bo. */
+/* The shared float64 reference (tests/common/reference.h), fed with the
+ * loaded weights as PyTorch's F.multi_head_attention_forward uses them:
+ * q, k, v projections, extra key rows bias_k / bias_v, then a zero row for
+ * add_zero_attn; per head softmax(q k^T / sqrt(d) + mask) v; out =
+ * concat(heads) Wo^T + bo. */
 static void
 reference (const SattnWeights *w, size_t e, size_t h, size_t n,
-           const double *x, int causal, size_t lookback,
-           const int *key_valid, double *out, double *attn)
+           const float *x, int causal, size_t lookback,
+           const uint8_t *key_valid, double *out, double *attn)
 {
-  size_t d = e / h, extra = (w->bias_k ? 1 : 0) + (w->add_zero_attn ? 1 : 0);
-  size_t nk = n + extra;
-  double *q = g_new0 (double, n * e), *k = g_new0 (double, nk * e);
-  double *v = g_new0 (double, nk * e), *o = g_new0 (double, n * e);
-  double *s = g_new0 (double, nk);
+  RefModel m = { 0 };
 
-  for (size_t i = 0; i < n; i++)
-    for (size_t r = 0; r < e; r++) {
-      double aq = w->bq ? w->bq[r] : 0, ak = w->bk ? w->bk[r] : 0;
-      double av = w->bv ? w->bv[r] : 0;
-      for (size_t c = 0; c < e; c++) {
-        aq += (double) w->wq[r * e + c] * x[i * e + c];
-        ak += (double) w->wk[r * e + c] * x[i * e + c];
-        av += (double) w->wv[r * e + c] * x[i * e + c];
-      }
-      q[i * e + r] = aq / sqrt ((double) d);
-      k[i * e + r] = ak;
-      v[i * e + r] = av;
-    }
-  if (w->bias_k)
-    for (size_t r = 0; r < e; r++) {
-      k[n * e + r] = w->bias_k[r];
-      v[n * e + r] = w->bias_v[r];
-    }
-  /* a zero-attn row stays all zero (g_new0) */
-
-  for (size_t hd = 0; hd < h; hd++)
-    for (size_t i = 0; i < n; i++) {
-      double mx = -INFINITY, sum = 0;
-      for (size_t j = 0; j < nk; j++) {
-        int hidden = 0;
-        if (j < n) {
-          hidden = (causal && j > i) || (lookback && i >= j && i - j > lookback)
-                   || (key_valid && !key_valid[j]);
-        }
-        if (hidden) {
-          s[j] = -INFINITY;
-          continue;
-        }
-        double a = 0;
-        for (size_t c = 0; c < d; c++)
-          a += q[i * e + hd * d + c] * k[j * e + hd * d + c];
-        s[j] = a;
-        if (a > mx)
-          mx = a;
-      }
-      for (size_t j = 0; j < nk; j++) {
-        s[j] = s[j] == -INFINITY ? 0 : exp (s[j] - mx);
-        sum += s[j];
-      }
-      for (size_t c = 0; c < d; c++) {
-        double a = 0;
-        for (size_t j = 0; j < nk; j++)
-          a += s[j] / sum * v[j * e + hd * d + c];
-        o[i * e + hd * d + c] = a;
-      }
-      for (size_t j = 0; j < nk; j++)
-        attn[(hd * n + i) * nk + j] = s[j] / sum;
-    }
-
-  for (size_t i = 0; i < n; i++)
-    for (size_t r = 0; r < e; r++) {
-      double a = w->bo ? w->bo[r] : 0;
-      for (size_t c = 0; c < e; c++)
-        a += (double) w->wo[r * e + c] * o[i * e + c];
-      out[i * e + r] = a;
-    }
-  g_free (q);
-  g_free (k);
-  g_free (v);
-  g_free (o);
-  g_free (s);
+  m.d_model = m.d_out = e;
+  m.heads = h;
+  m.d_head = m.d_value = e / h;
+  m.scale = 1.0 / sqrt ((double) m.d_head);
+  m.causal = causal;
+  m.lookback = lookback;
+  m.wq = w->wq;
+  m.bq = w->bq;
+  m.wk = w->wk;
+  m.bk = w->bk;
+  m.wv = w->wv;
+  m.bv = w->bv;
+  m.wo = w->wo;
+  m.bo = w->bo;
+  m.bias_k = w->bias_k;
+  m.bias_v = w->bias_v;
+  m.add_zero_attn = w->add_zero_attn;
+  ref_attend (&m, x, n, key_valid, NULL, NULL, out, attn, NULL);
 }
 
 /* ---------------------------------------------------------- fixtures */
@@ -253,7 +204,6 @@ run_fixture (const char *dir, JsonObject *fx)
   double *data = NULL, *xd, *tout, *tattn, *rout = NULL, *rattn = NULL;
   float *x = NULL, *out = NULL, *attn = NULL;
   uint8_t *kv = NULL;
-  int *kvi = NULL;
   int pass = 0;
   Diff d_out = { 0 }, d_attn = { 0 }, r_out = { 0 }, r_attn = { 0 };
 
@@ -262,9 +212,8 @@ run_fixture (const char *dir, JsonObject *fx)
     JsonArray *a = json_object_get_array_member (fx, "key_valid");
     g_assert (json_array_get_length (a) == n);
     kv = g_new (uint8_t, n);
-    kvi = g_new (int, n);
     for (size_t i = 0; i < n; i++)
-      kvi[i] = kv[i] = json_array_get_int_element (a, (guint) i) != 0;
+      kv[i] = json_array_get_int_element (a, (guint) i) != 0;
   }
 
   data = read_f64 (dpath, n * e * 2 + h * n * nk);
@@ -310,7 +259,7 @@ run_fixture (const char *dir, JsonObject *fx)
 
   rout = g_new (double, n * e);
   rattn = g_new (double, h * n * nk);
-  reference (&w, e, h, n, xd, causal, lookback, kvi, rout, rattn);
+  reference (&w, e, h, n, x, causal, lookback, kv, rout, rattn);
 
   for (size_t i = 0; i < n * e; i++) {
     diff_add (&d_out, out[i], tout[i]);
@@ -356,7 +305,6 @@ done:
   g_free (rout);
   g_free (rattn);
   g_free (kv);
-  g_free (kvi);
   g_free (wpath);
   g_free (dpath);
   return pass;

@@ -111,6 +111,7 @@ ref_attend (const RefModel *m, const float *x, size_t n,
     st->sat_threshold = keep;
     st->score_min = st->lse_min = INFINITY;
     st->score_max = st->lse_max = -INFINITY;
+    st->sat_margin = INFINITY;
   }
   if (weights)
     memset (weights, 0, H * n * nk * sizeof *weights);
@@ -148,7 +149,11 @@ ref_attend (const RefModel *m, const float *x, size_t n,
         double acc = 0.0;
         for (size_t c = 0; c < dh; c++)
           acc += q[c] * k[c];
-        acc *= m->scale;
+        if (m->f32_scores
+            && (fabs (acc) > FLT_MAX || fabs (acc * m->scale) > FLT_MAX))
+          acc = acc > 0 ? INFINITY : -INFINITY;
+        else
+          acc *= m->scale;
         if (!isfinite (acc) && st)
           st->nonfinite++;
         if (isnan (acc))
@@ -183,6 +188,11 @@ ref_attend (const RefModel *m, const float *x, size_t n,
         for (size_t j = 0; j < nk; j++)
           p[j] = (vis[j] && s[j] == INFINITY) ? 1.0 : 0.0;
         sum = (double) ninf;
+      } else if (mx == -INFINITY) {
+        /* every visible score is -inf: the limit shares the mass */
+        for (size_t j = 0; j < nk; j++)
+          p[j] = vis[j] ? 1.0 : 0.0;
+        sum = (double) nvis;
       } else {
         for (size_t j = 0; j < nk; j++) {
           p[j] = vis[j] ? exp (s[j] - mx) : 0.0;
@@ -201,9 +211,9 @@ ref_attend (const RefModel *m, const float *x, size_t n,
       }
       if (st) {
         double lse = ninf ? INFINITY : mx + log (sum);
-        if (lse < st->lse_min)
+        if (isfinite (lse) && lse < st->lse_min)
           st->lse_min = lse;
-        if (lse > st->lse_max)
+        if (isfinite (lse) && lse > st->lse_max)
           st->lse_max = lse;
         st->max_weight_sum += pmax;
         st->entropy_sum += nvis > 1 ? ent / log ((double) nvis) : 0.0;
@@ -213,6 +223,10 @@ ref_attend (const RefModel *m, const float *x, size_t n,
           st->sat_lo++;
         if (nvis > 1 && pmax > thr - 1e-6)
           st->sat_hi++;
+        if (nvis > 1 && pmax > thr)
+          st->saturated++;
+        if (fabs (pmax - thr) < st->sat_margin)
+          st->sat_margin = fabs (pmax - thr);
       }
       double *oh = O + h * dv;
       for (size_t c = 0; c < dv; c++)

@@ -1,16 +1,20 @@
-/* Independent float64 reference of masked multi-head self-attention,
- * written straight from the formula (no code shared with libsattn):
+/* The float64 reference of masked multi-head self-attention shared by
+ * every test suite (core, element, weights), written straight from the
+ * formula (no code shared with libsattn):
  *
  *   Q = x Wq^T + bq,  K = x Wk^T + bk,  V = x Wv^T + bv   (W NULL = identity)
  *   head h: columns [h*d_head, (h+1)*d_head) of Q and K,
  *           columns [h*d_value, (h+1)*d_value) of V      (nn.MultiheadAttention)
  *   extra keys (always visible): bias_k / bias_v, then the zero key / value
- *   s_ij = scale * Q_i,h . K_j,h
+ *   s_ij = scale * Q_i,h . K_j,h   (f32_scores: a dot product or scaled
+ *     score beyond the float32 range is +-inf, as float32 arithmetic makes
+ *     it; the scale is then usually given rounded to float)
  *   key j hidden from query i when: key_valid[j] == 0, row j of x is not
  *     finite, allow[i*n+j] == 0, causal and j > i, lookback L > 0 and
  *     i - j > L; NaN scores are hidden too
  *   P_i = softmax over the visible keys, max-subtracted, in double; +inf
- *     scores share the mass equally; no visible key: P_i = 0 (context 0)
+ *     scores share the mass equally, as do all visible keys when every
+ *     visible score is -inf; no visible key: P_i = 0 (context 0)
  *   O_i = concat_h P_i,h V_h;  out_i = O_i Wo^T + bo (Wo NULL = identity)
  *   query_valid[i] == 0: out_i = 0 and P_i = 0.
  */
@@ -28,6 +32,7 @@ typedef struct {
   const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
   const float *bias_k, *bias_v;
   int add_zero_attn;
+  int f32_scores;       /* scores overflow as float32 scores do (above) */
 } RefModel;
 
 typedef struct {
@@ -35,10 +40,16 @@ typedef struct {
   size_t fully_masked;  /* of those, rows without a visible key */
   size_t nonfinite;     /* NaN / inf scores among not-otherwise-hidden keys */
   double score_min, score_max; /* finite visible scaled scores */
-  double lse_min, lse_max;
+  double lse_min, lse_max;     /* rows whose log-sum-exp is finite */
   double max_weight_sum;
   double entropy_sum;   /* entropy / log(visible keys); 1 key: 0 */
-  size_t sat_lo, sat_hi; /* rows whose max weight > thr + 1e-6, > thr - 1e-6 */
+  /* Saturation: rows with >= 2 visible keys whose max weight exceeds the
+   * threshold (`saturated`), or exceeds it by the margin 1e-6 (sat_lo) or
+   * comes within 1e-6 of it (sat_hi): a float32 implementation lies in
+   * [sat_lo, sat_hi].  sat_margin: min over rows with a visible key of
+   * |max weight - threshold| (how close a row came to the line). */
+  size_t saturated, sat_lo, sat_hi;
+  double sat_margin;
   double sat_threshold;  /* set by the caller before the call (0 = 0.99) */
 } RefStats;
 
