@@ -26,33 +26,52 @@
  *
  * ## Output
  *
- * The source caps are `audio/x-raw, format=F32LE, layout=interleaved` with
- * an unpositioned channel layout (`channel-mask=0`), shaped by
- * #GstSattn:output (d_out = d_model here, rates in Hz):
+ * The sink caps are `audio/x-raw`, native-endian F32, interleaved, read
+ * with #GstAudioInfo.  The output, shaped by #GstSattn:output (d_out =
+ * d_model here), has a row rate of input rate / frame-size, divided by
+ * hop in the pooled modes:
  *
- * - `frames`: one output frame of d_out channels per input frame,
- *   rate = input rate / frame-size.
- * - `window`: one output frame of window × d_out channels per window,
- *   rate = input rate / (frame-size × hop).
- * - `mean`, `last`: one output frame of d_out channels per window, the
- *   mean of the valid rows or the last frame's row,
- *   rate = input rate / (frame-size × hop).
+ * - `frames`: one row of d_out values per input frame;
+ * - `window`: one row of window × d_out values per window;
+ * - `mean`, `last`: one row of d_out values per window, the mean of the
+ *   valid rows or the last frame's row.
  *
- * An output rate that is not a whole number, or a combination of
- * properties that cannot work with the input (hop > window, heads not
- * dividing d_model, a weights file of another d_model, ...), fails
- * negotiation with one element error that names the property values that
- * would work: at READY -> PAUSED when nothing upstream offers can work,
- * otherwise when ACCEPT_CAPS refuses the caps (before the caps event).
- * In PAUSED and PLAYING the sink CAPS query answers rates that are
- * multiples of frame-size (× hop in the pooled modes) and channel counts
- * that fill whole heads (or the weights file's d_model); in NULL and
+ * The source caps are `audio/x-raw` (native-endian F32, interleaved, one
+ * row per sample period, unpositioned: `channel-mask=0`) when the row
+ * rate is a whole number and downstream takes it; otherwise NNStreamer's
+ * `other/tensors, format=static, num_tensors=1, types=float32,
+ * dimensions=d_out:1` (`d_out:window` in window mode, innermost first)
+ * with `framerate` the exact fraction, one row per buffer, stamped at its
+ * first new frame and lasting its hop (e.g. hop 256 at 16 kHz: 125/2).
+ * GStreamer 1.22's audioconvert cannot take 64 or more channels: wide rows
+ * belong in filesink, appsink or tensor elements.
+ *
+ * A combination of properties that cannot work with the input (hop >
+ * window, heads not dividing d_model, a weights file of another d_model,
+ * or a row rate that is not whole when downstream takes no tensors, ...)
+ * fails negotiation with one element error that names the property values
+ * that would work: at READY -> PAUSED when nothing upstream offers can
+ * work, otherwise when ACCEPT_CAPS refuses the caps (before the caps
+ * event).  In PAUSED and PLAYING the sink CAPS query answers channel
+ * counts that fill whole heads (or the weights file's d_model) and, in
+ * this order, the common rates whose row rate is whole, every such rate,
+ * then (when downstream takes other/tensors) any rate, so that a source
+ * fixating to the rate nearest its default picks a common one that gives
+ * audio/x-raw (frame-size=64 after audiotestsrc: 48 kHz); in NULL and
  * READY, while properties may still change, it answers the template.
  * Refused caps leave the element as it was: when the previous caps come
  * back, window and timeline continue.  When downstream refuses the output
  * caps, the error names them and what downstream accepts.
  *
+ * Discontinuities are found by #GstAudioStreamAlign on the input's own
+ * timestamps, with #GstSattn:alignment-threshold and #GstSattn:discont-wait
+ * as in audiobuffersplit; the output timeline is the frame counter's.
+ *
+ * The weights file is read once per READY -> PAUSED and its model built
+ * then (shared through the model cache); caps never read it again.
+ *
  * Geometry properties (all but #GstSattn:invalid-frames,
+ * #GstSattn:alignment-threshold, #GstSattn:discont-wait,
  * #GstSattn:message-interval and #GstSattn:map-head) set while PAUSED or
  * PLAYING take effect at the next READY; the first such change of each
  * property per run posts a warning.

@@ -33,7 +33,9 @@
  * whose projections overflow are invalid too: flags are not checked);
  * geometry set while running takes effect at the next READY with one
  * warning per property.  Near the end of the clock's range, where
- * timestamps saturate, only counts are checked (rows <= frames).  Generated times stay clear of the 40 ms threshold
+ * timestamps saturate, only counts are checked (rows <= frames).  The
+ * discontinuity rule is GstAudioStreamAlign's with discont-wait=0 (m_check_discont);
+ * downstream takes audio/x-raw only.  Generated times stay clear of the 40 ms threshold
  * (jitter <= 5 ms, jumps >= 100 ms) so that the rules never hinge on a
  * rounding.  Every
  * output buffer or GAP event is checked against it as it arrives:
