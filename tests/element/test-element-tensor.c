@@ -456,6 +456,7 @@ GST_END_TEST;
 GST_START_TEST (test_caps_query_order)
 {
   GstHarness *h = sattn_harness_new ("frame-size", 64, NULL);
+  GstBus *bus = sattn_attach_bus (h);
   GstPad *sinkpad = GST_PAD_PEER (h->srcpad);
   GstCaps *all, *fixed;
   const GstStructure *s;
@@ -474,13 +475,25 @@ GST_START_TEST (test_caps_query_order)
   fixed = gst_caps_from_string ("audio/x-raw, format=" GST_AUDIO_NE (F32)
       ", layout=interleaved, rate=44100, channels=1");
   fail_unless (gst_caps_can_intersect (all, fixed));
+  /* ACCEPT_CAPS agrees with the CAPS query. */
+  fail_unless (gst_pad_query_accept_caps (sinkpad, fixed));
   gst_caps_unref (all);
 
   gst_harness_set_sink_caps_str (h, "audio/x-raw");
   all = gst_pad_query_caps (sinkpad, NULL);
   fail_if (gst_caps_can_intersect (all, fixed), "%" GST_PTR_FORMAT, all);
+  fail_if (gst_pad_query_accept_caps (sinkpad, fixed));
+  /* ... and its refusal says what works. */
+  {
+    gchar *text = sattn_pop_error (bus);
+
+    fail_unless (strstr (text, "frame-size values that work: ") != NULL,
+        "%s", text);
+    g_free (text);
+  }
   gst_caps_unref (fixed);
   gst_caps_unref (all);
+  sattn_detach_bus (h, bus);
   gst_harness_teardown (h);
 }
 
