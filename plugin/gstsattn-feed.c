@@ -109,6 +109,8 @@ gst_sattn_out_finish_rows (GstSattn * self, GstBuffer * buf, gsize rows)
 
     row = gst_buffer_copy_region (buf, GST_BUFFER_COPY_MEMORY,
         i * row_bytes, row_bytes);
+    /* Shared, unchanged memory: no tag to drop downstream. */
+    GST_BUFFER_FLAG_UNSET (row, GST_BUFFER_FLAG_TAG_MEMORY);
     pts = gst_sattn_frame_ts (self, ri->first);
     end = gst_sattn_frame_ts (self, ri->first + ri->n_frames);
     GST_BUFFER_PTS (row) = pts;
