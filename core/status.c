@@ -72,37 +72,54 @@ sattn_fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
   return st;
 }
 
+/* Keep d in best[] (at most 16) if it is among the 16 divisors nearest
+ * to wanted; ties go to the smaller divisor. */
+static void
+divisor_offer (size_t *best, size_t *n, size_t d, size_t wanted)
+{
+  const size_t cap = 16;
+  size_t dist = d > wanted ? d - wanted : wanted - d;
+  if (*n < cap) {
+    best[(*n)++] = d;
+    return;
+  }
+  size_t far = 0, fard = 0;
+  for (size_t i = 0; i < *n; i++) {
+    size_t di = best[i] > wanted ? best[i] - wanted : wanted - best[i];
+    if (di > fard || (di == fard && best[i] > best[far])) {
+      fard = di;
+      far = i;
+    }
+  }
+  if (dist < fard || (dist == fard && d < best[far]))
+    best[far] = d;
+}
+
 void
 sattn_divisors (char *buf, size_t len, size_t value, size_t wanted)
 {
   size_t best[16], n = 0;
 
-  for (size_t d = 1; d <= value; d++) {
-    if (value % d != 0)
-      continue;
-    if (n < sizeof best / sizeof best[0]) {
-      best[n++] = d;
-      continue;
-    }
-    /* Replace the one farthest from wanted if d is nearer (d grows, so
-     * the list stays sorted). */
-    size_t far = 0, fard = 0;
-    for (size_t i = 0; i < n; i++) {
-      size_t dist = best[i] > wanted ? best[i] - wanted : wanted - best[i];
-      if (dist >= fard) {
-        fard = dist;
-        far = i;
-      }
-    }
-    if ((d > wanted ? d - wanted : wanted - d) < fard) {
-      for (size_t j = far; j + 1 < n; j++)
-        best[j] = best[j + 1];
-      best[n - 1] = d;
-    }
-  }
   if (len == 0)
     return;
   buf[0] = '\0';
+  /* Divisors come in pairs (d, value / d) with d <= sqrt (value): 2^20
+   * steps at most for the values a model can have; beyond, no list. */
+  if (value == 0 || value > ((size_t) 1 << 40))
+    return;
+  for (size_t d = 1; d <= value / d; d++) {
+    if (value % d != 0)
+      continue;
+    divisor_offer (best, &n, d, wanted);
+    if (value / d != d)
+      divisor_offer (best, &n, value / d, wanted);
+  }
+  for (size_t i = 1; i < n; i++)          /* ascending */
+    for (size_t j = i; j > 0 && best[j - 1] > best[j]; j--) {
+      size_t t = best[j];
+      best[j] = best[j - 1];
+      best[j - 1] = t;
+    }
   for (size_t i = 0, used = 0; i < n && used < len; i++) {
     int k = snprintf (buf + used, len - used, i ? ", %zu" : "%zu", best[i]);
     if (k < 0)

@@ -79,41 +79,62 @@ gst_sattn_output_nick (GstSattnOutput o)
   return (guint) o < G_N_ELEMENTS (nicks) ? nicks[o] : "?";
 }
 
+/* The core's scale from the property (a double): a positive value that
+ * float rounds to 0 must not turn into "0 = the default", so it goes to
+ * the core as the smallest positive float, which the core refuses (below
+ * the smallest normal float) in its own words. */
+static float
+gst_sattn_core_scale (gdouble scale)
+{
+  float f = (float) scale;
+
+  return scale > 0.0 && f == 0.0f ? nextafterf (0.0f, 1.0f) : f;
+}
+
+/* The core's configurations from the properties, for d_model-value
+ * frames: the one place the element maps its settings onto them.  The
+ * invalid-frames policy and the observability fields of sc are filled by
+ * the caller. */
+static void
+gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
+    SattnConfig * mc, SattnStreamConfig * sc)
+{
+  mc->d_model = (size_t) d_model;
+  mc->heads = c->heads;
+  mc->d_head = c->head_dim;
+  mc->scale = gst_sattn_core_scale (c->scale);
+  mc->causal = c->causal;
+  mc->lookback = c->lookback;
+  mc->threads = c->threads;
+  sc->window = c->window;
+  sc->hop = c->hop;
+  sc->output = (SattnOutputMode) c->output;
+  sc->start = (SattnStartPolicy) c->start;
+}
+
 /* Why the settings cannot work with rate / channels (d_model = channels ×
  * frame-size): a message that says what would work (g_free it), or NULL
  * when they can.  weights: a weights file is set (its projections, not
- * identity ones, then fix the head size).  The one home of the element's
- * negotiation rules: the caps event, the CAPS / ACCEPT_CAPS queries and
- * the READY -> PAUSED check all ask it. */
+ * identity ones, then fix the head size).  The caps event, the CAPS /
+ * ACCEPT_CAPS queries and the READY -> PAUSED check all ask it.  The
+ * core's rules (heads against d_model, scale, hop against window) are the
+ * core's, in its words (sattn_model_check, sattn_stream_config_check);
+ * the rules kept here are GStreamer's: caps sizes, the element's size
+ * limit (whole rates: gst_sattn_explain_rate). */
 static gchar *
 gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
     guint64 d_model, gboolean weights)
 {
   gchar *ok, *msg;
+  gchar err[512];
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnStatus st;
 
-  if (c->scale > 0.0 && c->scale < FLT_MIN) {
-    return g_strdup_printf ("scale=%g is below the smallest normal float "
-        "(%g), the precision the scores are computed in; use scale=0 for "
-        "the default 1/sqrt(head-dim) or a value of at least %g", c->scale,
-        (double) FLT_MIN, (double) FLT_MIN);
-  }
   if (d_model > MAX_D_MODEL) {
     return g_strdup_printf ("Frames of %d channels x frame-size=%u = %"
         G_GUINT64_FORMAT " values are too large (at most %u)", channels,
         c->frame_size, d_model, MAX_D_MODEL);
-  }
-  if (c->hop > c->window) {
-    return g_strdup_printf ("hop=%u is larger than window=%u; hop must be "
-        "between 1 and the window (or the window at least %u)", c->hop,
-        c->window, c->hop);
-  }
-  if (c->head_dim == 0 && d_model % c->heads != 0) {
-    ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
-    msg = g_strdup_printf ("heads=%u does not divide d_model=%"
-        G_GUINT64_FORMAT " (%d channels x frame-size=%u); heads values that "
-        "work: %s", c->heads, d_model, channels, c->frame_size, ok);
-    g_free (ok);
-    return msg;
   }
   if (c->head_dim != 0 && (guint64) c->heads * c->head_dim != d_model) {
     ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
@@ -135,6 +156,26 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
     g_free (ok);
     return msg;
   }
+  /* The core's rules.  head-dim is settled above (and by the weights file
+   * when there is one), so the core checks the default head split. */
+  gst_sattn_core_config (c, d_model, &mc, &sc);
+  mc.d_head = 0;
+  st = sattn_model_check (&mc, NULL, err, sizeof err);
+  if (st == SATTN_E_SHAPE)
+    return g_strdup_printf ("%s (d_model = %d channels x frame-size=%u)",
+        err, channels, c->frame_size);
+  if (st != SATTN_OK && g_str_has_prefix (err, "scale=")
+      && (gdouble) mc.scale != c->scale)
+    /* The core saw the property's double as a float. */
+    return g_strdup_printf ("%s (scale=%g was set; the nearest positive float32 is %g)",
+        err, c->scale, (gdouble) mc.scale);
+  if (st != SATTN_OK)
+    return g_strdup (err);
+  if (sattn_stream_config_check (NULL, &sc, err, sizeof err) != SATTN_OK)
+    return g_strdup (err);
+
+  /* Whole frame and output rates are a rule of audio/x-raw only
+   * (gst_sattn_explain_rate): other/tensors carry any rate. */
   if (c->output == GST_SATTN_OUTPUT_WINDOW &&
       (guint64) c->window * d_model > G_MAXINT) {
     return g_strdup_printf ("output=window would need window=%u x %"
@@ -259,22 +300,6 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   return FALSE;
 }
 
-/* The model configuration of the settings c for d_model-value frames
- * (zeroed first: the model cache compares it byte for byte). */
-void
-gst_sattn_model_config (const GstSattnSettings * c, guint64 d_model,
-    SattnConfig * mc)
-{
-  memset (mc, 0, sizeof (*mc));
-  mc->d_model = (size_t) d_model;
-  mc->heads = c->heads;
-  mc->d_head = c->head_dim;
-  mc->scale = (float) c->scale;
-  mc->causal = c->causal;
-  mc->lookback = c->lookback;
-  mc->threads = c->threads;
-}
-
 /* At READY -> PAUSED: reads the weights file (if any) once, checks it for
  * its own d_model (the only one it can serve) and builds its model through
  * the cache; the first caps with that d_model take the model over, later
@@ -287,7 +312,8 @@ gst_sattn_prepare_weights (GstSattn * self)
   GstSattnSettings c;
   gchar *wpath, *wprefix;
   gboolean zero_attn, ok;
-  SattnConfig mc;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
   SattnWeights w = { 0, };
   SattnMhaWeights *mw = NULL;
   SattnModel *model = NULL, *old;
@@ -300,7 +326,7 @@ gst_sattn_prepare_weights (GstSattn * self)
   zero_attn = self->add_zero_attn;
   GST_OBJECT_UNLOCK (self);
 
-  gst_sattn_model_config (&c, 0, &mc);
+  gst_sattn_core_config (&c, 0, &mc, &sc);
   w.add_zero_attn = zero_attn;
   ok = wpath == NULL || gst_sattn_load_weights (self, wpath, wprefix, 0,
       c.heads, zero_attn, &mc, &w, &mw);
@@ -776,7 +802,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     return FALSE;
   }
 
-  gst_sattn_model_config (&c, d_model, &mc);
+  gst_sattn_core_config (&c, d_model, &mc, &sc);
   weights.add_zero_attn = zero_attn;
   if (prepared != NULL) {
     /* The weights file's model, built when the file was read at READY ->
@@ -801,21 +827,28 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
      * element whose file, prefix and configuration match. */
     model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
         (wpath != NULL || zero_attn) ? &weights : NULL, &st);
-    sattn_mha_weights_free (mw);
   }
-  g_free (wpath);
-  g_free (wprefix);
   if (model == NULL) {
+    gchar err[512] = "";
+
+    /* The core's words for what is wrong (the model was refused before
+     * anything was allocated unless st is SATTN_E_NOMEM). */
+    if (st == SATTN_E_NOMEM
+        || sattn_model_check (&mc, (wpath != NULL || zero_attn) ?
+            &weights : NULL, err, sizeof err) == SATTN_OK)
+      g_strlcpy (err, sattn_status_string (st), sizeof err);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
             "with heads=%u head-dim=%u: %s", d_model, c.heads, c.head_dim,
-            sattn_status_string (st)), (NULL));
+            err), ("%s", sattn_status_string (st)));
+    sattn_mha_weights_free (mw);
+    g_free (wpath);
+    g_free (wprefix);
     return FALSE;
   }
-  sc.window = c.window;
-  sc.hop = c.hop;
-  sc.output = (SattnOutputMode) c.output;
-  sc.start = (SattnStartPolicy) c.start;
+  sattn_mha_weights_free (mw);
+  g_free (wpath);
+  g_free (wprefix);
   sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
   gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
   chunk = gst_sattn_chunk_frames (&c, d_model);
@@ -834,10 +867,14 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     return FALSE;
   }
   if (stream == NULL) {
+    gchar err[512] = "";
+
+    if (sattn_stream_config_check (model, &sc, err, sizeof err) == SATTN_OK)
+      g_strlcpy (err, sattn_status_string (st), sizeof err);
     gst_sattn_cache_release (model);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up a stream with window=%u hop=%u: %s", c.window,
-            c.hop, sattn_status_string (st)), (NULL));
+            c.hop, err), ("%s", sattn_status_string (st)));
     return FALSE;
   }
   /* The element's own buffers, before the old stream is let go. */
@@ -900,8 +937,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     gst_sattn_align_restart (self, next_ts, 0);
   }
 
-  held = gst_util_uint64_scale ((guint64) (c.start == GST_SATTN_START_WAIT ?
-          c.window : c.hop) * c.frame_size, GST_SECOND, rate);
+  /* What the element holds back: the frames before the first window (the
+   * stream is new, so the core's count from here). */
+  held = gst_util_uint64_scale (sattn_stream_frames_to_window (stream) *
+      c.frame_size, GST_SECOND, rate);
   GST_OBJECT_LOCK (self);
   self->held_time = held;
   GST_OBJECT_UNLOCK (self);

@@ -26,7 +26,7 @@ GST_DEBUG_CATEGORY (gst_sattn_obs_debug);
 
 #define DEFAULT_POST_MESSAGES FALSE
 #define DEFAULT_MESSAGE_INTERVAL (100 * GST_MSECOND)
-#define DEFAULT_SATURATION_THRESHOLD 0.99
+#define DEFAULT_SATURATION_THRESHOLD ((gdouble) SATTN_DEFAULT_SATURATION)
 #define DEFAULT_MESSAGE_WEIGHTS FALSE
 #define DEFAULT_MAP_HEAD -1
 #define MAX_MAP_HEAD 4095
@@ -249,10 +249,11 @@ gst_sattn_obs_stream_config (GstSattnObs * obs, GstElement * element,
   map = gst_sattn_map_requested (element, &obs->map);
 
   sc->collect_stats = post;
-  /* The core reads 0 as "the default 0.99": a threshold of 0 counts every
-   * row that has a weight, as the smallest positive float does. */
+  /* The core reads 0 as SATTN_DEFAULT_SATURATION; the property's 0 (and a
+   * value float rounds to 0) means "every row with a choice", which the
+   * core spells SATTN_SATURATION_EVERY_ROW. */
   f = (float) thr;
-  sc->saturation_threshold = f > 0.0f ? f : FLT_MIN;
+  sc->saturation_threshold = f > 0.0f ? f : SATTN_SATURATION_EVERY_ROW;
   sc->keep_weights = map || (post && weights);
 }
 
@@ -313,19 +314,8 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
     }
   }
 
-  /* The query rows a window computes: the hop's new frames, the whole
-   * window, or the last frame. */
-  switch (sc->output) {
-    case SATTN_OUTPUT_FRAMES:
-      height = (guint) sc->hop;
-      break;
-    case SATTN_OUTPUT_LAST:
-      height = 1;
-      break;
-    default:
-      height = (guint) sc->window;
-      break;
-  }
+  /* The query rows a window computes, as the core says. */
+  height = (guint) sattn_stream_config_window_rows (sc);
   /* One map per window: (rate / frame-size) / hop per second. */
   fps_n = (guint64) rate;
   fps_d = (guint64) frame_size * sc->hop;
@@ -351,49 +341,16 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
 gsize
 gst_sattn_obs_split (GstSattnObs * obs, const SattnStream * s, gsize n)
 {
-  gsize pending, due;
+  guint64 due;
 
   if (!obs->active)
     return n;
-  /* Frames since the last window; a window is due after hop of them, or
-   * after a whole window before the first one with start=wait.  Ending a
-   * call at hop frames when the window is not due yet costs one call and
-   * changes nothing else. */
-  pending = sattn_stream_pending (s);
-  due = pending < obs->hop ? obs->hop - pending : obs->window - pending;
-  if (due == 0 || due > obs->window)
-    due = 1;
-  return MIN (n, due);
+  /* Up to the next window's end, which the core knows. */
+  due = sattn_stream_frames_to_window (s);
+  return (gsize) MIN ((guint64) n, MAX (due, 1));
 }
 
 /* ------------------------------------------------------------ messages */
-
-static void
-stats_merge (SattnStats * acc, const SattnStats * w)
-{
-  acc->windows += w->windows;
-  acc->frames += w->frames;
-  acc->rows += w->rows;
-  acc->masked_keys += w->masked_keys;
-  acc->invalid_frames += w->invalid_frames;
-  acc->overflow_frames += w->overflow_frames;
-  acc->overflow_rows += w->overflow_rows;
-  acc->fully_masked_rows += w->fully_masked_rows;
-  acc->nonfinite_scores += w->nonfinite_scores;
-  acc->saturated_rows += w->saturated_rows;
-  acc->score_min = MIN (acc->score_min, w->score_min);
-  acc->score_max = MAX (acc->score_max, w->score_max);
-  acc->lse_min = MIN (acc->lse_min, w->lse_min);
-  acc->lse_max = MAX (acc->lse_max, w->lse_max);
-  acc->max_weight_sum += w->max_weight_sum;
-  acc->entropy_sum += w->entropy_sum;
-}
-
-static gdouble
-stats_mean (gdouble sum, guint64 rows)
-{
-  return rows > 0 ? sum / (gdouble) rows : 0.0;
-}
 
 /* The weights (rows × cols) as an array of rows, each an array of
  * doubles. */
@@ -454,8 +411,8 @@ obs_queue_message (GstSattnObs * obs, GstElement * element, SattnStream * s,
       "score-max", G_TYPE_DOUBLE, a->score_max,
       "lse-min", G_TYPE_DOUBLE, a->lse_min,
       "lse-max", G_TYPE_DOUBLE, a->lse_max,
-      "max-weight", G_TYPE_DOUBLE, stats_mean (a->max_weight_sum, a->rows),
-      "entropy", G_TYPE_DOUBLE, stats_mean (a->entropy_sum, a->rows),
+      "max-weight", G_TYPE_DOUBLE, sattn_stats_mean_max_weight (a),
+      "entropy", G_TYPE_DOUBLE, sattn_stats_mean_entropy (a),
       "saturated-rows", G_TYPE_UINT64, a->saturated_rows, NULL);
   if (with_weights && obs->wbuf) {
     gsize rows = 0, cols = 0;
@@ -597,8 +554,8 @@ obs_check_warnings (GstSattnObs * obs, GstElement * element,
         " window(s) with saturated rows since the last such warning; at "
         "most one such warning per %u s of stream time",
         obs->windows_total, w->lse_min, w->lse_max,
-        stats_mean (w->max_weight_sum, w->rows),
-        stats_mean (w->entropy_sum, w->rows), obs->sat_windows,
+        sattn_stats_mean_max_weight (w), sattn_stats_mean_entropy (w),
+        obs->sat_windows,
         (guint) (WARNING_INTERVAL / GST_SECOND));
     queue_warning (obs, element, text, debug);
     g_free (cause);
@@ -710,8 +667,7 @@ gst_sattn_obs_window (GstSattnObs * obs, GstElement * element,
       GST_TIME_ARGS (ts), first, end, w.rows, w.masked_keys,
       w.invalid_frames, w.fully_masked_rows, w.nonfinite_scores,
       w.saturated_rows, w.score_min, w.score_max, w.lse_min, w.lse_max,
-      stats_mean (w.max_weight_sum, w.rows), stats_mean (w.entropy_sum,
-          w.rows));
+      sattn_stats_mean_max_weight (&w), sattn_stats_mean_entropy (&w));
   obs_check_warnings (obs, element, &w, ts);
 
   if (!GST_CLOCK_TIME_IS_VALID (obs->acc_ts)) {
@@ -720,7 +676,7 @@ gst_sattn_obs_window (GstSattnObs * obs, GstElement * element,
   }
   obs->acc_end = end;
   obs->acc_end_ts = end_ts;
-  stats_merge (&obs->acc, &w);
+  sattn_stats_merge (&obs->acc, &w);
   if (interval == 0 || obs->acc_end_ts - obs->acc_ts >= interval)
     obs_queue_message (obs, element, s, segment, with_weights);
 }

@@ -147,9 +147,6 @@ gboolean gst_sattn_load_weights (GstSattn * self, const gchar * path,
 G_GNUC_INTERNAL
 gboolean gst_sattn_prepare_weights (GstSattn * self);
 G_GNUC_INTERNAL
-void gst_sattn_model_config (const GstSattnSettings * c, guint64 d_model,
-    SattnConfig * mc);
-G_GNUC_INTERNAL
 gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
 G_GNUC_INTERNAL
 gboolean gst_sattn_check_upstream (GstSattn * self);

@@ -289,6 +289,11 @@ typedef enum {
 /* The saturation threshold a stream uses when its configuration says 0:
  * a row counts as saturated when its largest weight exceeds it. */
 #define SATTN_DEFAULT_SATURATION 0.99f
+/* A threshold of zero ("every row with a choice is saturated"), which 0
+ * cannot say (it means the default): a row with >= 2 visible keys has a
+ * largest weight >= 1 / (window + extra keys), far above this, so the
+ * count is the same as with a threshold of 0.  It is FLT_MIN. */
+#define SATTN_SATURATION_EVERY_ROW 1.17549435082228750797e-38f
 
 typedef struct {
   size_t window;                /* n >= 1 */
@@ -297,8 +302,8 @@ typedef struct {
   SattnStartPolicy start;
   int collect_stats;            /* accumulate SattnStats */
   float saturation_threshold;   /* in [0, 1]; 0 = SATTN_DEFAULT_SATURATION
-                                   (so a threshold of exactly 0 is not
-                                   expressible: the smallest is FLT_MIN) */
+                                   (kept for compatibility); a threshold
+                                   of zero is SATTN_SATURATION_EVERY_ROW */
   int keep_weights;             /* keep the last window's weights for
                                    sattn_stream_last_weights */
   SattnInvalidPolicy invalid_policy; /* unusable frames; default MASK */

@@ -246,16 +246,17 @@ test_default_saturation (void)
   float x[16 * 8];
   /* Loud frames: many rows saturate, some do not. */
   tu_fill_normal (&r, x, n * d, 2.0);
-  uint64_t counts[2];
-  SattnStats st[2];
-  for (int k = 0; k < 2; k++) {
+  uint64_t counts[3];
+  SattnStats st[3];
+  for (int k = 0; k < 3; k++) {
     SattnStreamConfig sc;
     memset (&sc, 0, sizeof sc);
     sc.window = n;
     sc.hop = n;
     sc.output = SATTN_OUTPUT_WINDOW;
     sc.collect_stats = 1;
-    sc.saturation_threshold = k == 0 ? 0.0f : SATTN_DEFAULT_SATURATION;
+    sc.saturation_threshold = k == 0 ? 0.0f : k == 1 ?
+        SATTN_DEFAULT_SATURATION : SATTN_SATURATION_EVERY_ROW;
     SattnStream *s = sattn_stream_new (m, &sc, NULL);
     float *out = malloc (sattn_stream_max_rows (s, n) *
                          sattn_stream_row_floats (s) * sizeof (float));
@@ -284,6 +285,18 @@ test_default_saturation (void)
   tu_check (counts[0] >= rs.sat_lo && counts[0] <= rs.sat_hi,
             "saturated_rows %llu, reference [%zu, %zu]",
             (unsigned long long) counts[0], rs.sat_lo, rs.sat_hi);
+  /* A threshold of zero: every row with two or more visible keys (all
+   * of them here); the reference at a threshold of 1e-300. */
+  RefStats rz = { 0 };
+  rz.sat_threshold = 1e-300;
+  ro = malloc (n * d * sizeof *ro);
+  ref_attend (&rm, x, n, NULL, NULL, NULL, ro, NULL, &rz);
+  free (ro);
+  tu_check (SATTN_SATURATION_EVERY_ROW == FLT_MIN,
+            "SATTN_SATURATION_EVERY_ROW is not FLT_MIN");
+  tu_check (counts[2] == rz.saturated && rz.saturated == n,
+            "threshold zero counts %llu, reference %zu of %zu rows",
+            (unsigned long long) counts[2], rz.saturated, n);
   tu_check (rs.saturated > 0 && rs.saturated < n,
             "the input should saturate some rows but not all (%zu of %zu)",
             rs.saturated, n);

@@ -92,7 +92,7 @@ main (int argc, char **argv)
   sc.window = window;
   sc.hop = hop;
   sc.output = (SattnOutputMode) output;
-  sc.saturation_threshold = 0.99f;
+  sc.saturation_threshold = SATTN_DEFAULT_SATURATION;
   core = sattn_stream_bytes (m, &sc);
   sattn_model_free (m);
   g_print ("CORE_BYTES=%" G_GUINT64_FORMAT "\n", core);

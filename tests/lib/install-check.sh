@@ -156,6 +156,36 @@ if ! cmp -s "$tmp/installed.out" "$tmp/intree.out"; then
 fi
 echo "same output as the in-tree build ($(wc -l <"$tmp/intree.out") rows)"
 
+# The installed Python package (when meson's interpreter has numpy):
+# found from the prefix alone (no SATTN_LIBRARY, no LD_LIBRARY_PATH), it
+# loads the staged libsattn and computes what examples/use-library.c
+# computes, printed the same way.
+pkgdir=$(find "$stage" -path '*/sattn/_config.py' | head -n 1)
+if [ -n "$pkgdir" ]; then
+  pkgdir=$(dirname "$(dirname "$pkgdir")")
+  env -u SATTN_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pkgdir" "$python" -c '
+import os, sys
+import numpy as np
+import sattn, sattn._lib
+lib = os.path.realpath(sattn._lib.lib._name)
+if not lib.startswith(os.path.realpath(sys.argv[1]) + "/"):
+    sys.exit("the package loads %s, not the prefix'"'"'s library" % lib)
+x = (np.arange(16) * 7 % 5 - 2).astype(np.float32).reshape(8, 2)
+s = sattn.Stream(sattn.Model(2, 1, causal=True), 4, 2)
+rows = np.concatenate([s.push(x)[0], s.drain()[0]])
+for i, (a, r) in enumerate(zip(x, rows)):
+    print("frame %d: in %5.1f %5.1f  out %9.6f %9.6f" % (i, a[0], a[1], r[0], r[1]))
+' "$libdir" >"$tmp/python.out"
+  if ! cmp -s "$tmp/python.out" "$tmp/intree.out"; then
+    echo "the installed Python package and the C example disagree:"
+    diff "$tmp/intree.out" "$tmp/python.out" || true
+    exit 1
+  fi
+  echo "Python package ${pkgdir#"$stage"}/sattn: same rows as the C example"
+else
+  echo "no Python package installed (meson's Python has no numpy)"
+fi
+
 # The installed element loads from the prefix alone (it carries the core).
 if command -v gst-inspect-1.0 >/dev/null 2>&1; then
   env -u LD_LIBRARY_PATH GST_PLUGIN_SYSTEM_PATH_1_0= \

@@ -1,0 +1,474 @@
+"""sattn: numerically stable masked multi-head self-attention on streams of
+frames, from Python (numpy in, numpy out), over libsattn.
+
+    import numpy as np, sattn
+    model = sattn.Model.from_safetensors("attn.safetensors", heads=4)
+    stream = sattn.Stream(model, window=64, hop=16)
+    rows, info = stream.push(frames)      # frames: (n, d_model) float32
+    rows2, info2 = stream.drain()         # the frames still pending
+    out = sattn.attend(model, block)      # one window, the reference path
+
+The semantics are libsattn's (include/sattn/sattn.h): this module only
+converts arrays and turns a status into a SattnError carrying the core's
+message.  A Model is immutable and may be shared by any number of streams
+and threads; a Stream is used by one thread at a time.  The library is the
+one meson installed next to this package, or the file named by the
+environment variable SATTN_LIBRARY.
+"""
+
+import ctypes
+import os
+
+import numpy as np
+
+from . import _lib
+
+__all__ = ["SattnError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
+
+# One record per output row (SattnRowInfo): first input frame it accounts
+# for, how many frames, and whether it holds a computed result (0: zeros).
+ROW_INFO_DTYPE = np.dtype(_lib.SattnRowInfo)
+
+
+class SattnError(Exception):
+    """A libsattn failure.
+
+    status: the SattnStatus value (int); status_name: e.g. "SATTN_E_SHAPE";
+    message (str(e)): the core's words.  Stream.push under invalid="error"
+    adds frame (the index of the frame that stopped it), fault (why:
+    "nonfinite" or "overflow") and the rows / info computed before it."""
+
+    def __init__(self, status, message=None):
+        self.status = int(status)
+        self.status_name = _lib.STATUS_NAMES.get(self.status, "unknown")
+        if not message:
+            message = _status_string(status)
+        super().__init__(message)
+
+
+def _status_string(status):
+    return _lib.sattn_status_string(int(status)).decode()
+
+
+def _words(check, *args):
+    """The English sentence a sattn_*_check function writes (None when it
+    finds nothing wrong, e.g. when only memory ran out)."""
+    err = ctypes.create_string_buffer(1024)
+    if check(*args, err, len(err)) == _lib.OK:
+        return None
+    return err.value.decode(errors="replace")
+
+
+def _check(status, message=None):
+    if status != _lib.OK:
+        raise SattnError(status, message)
+
+
+def _fptr(a):
+    return None if a is None else a.ctypes.data_as(_lib._fp)
+
+
+def _u8ptr(a):
+    return None if a is None else a.ctypes.data_as(_lib._u8p)
+
+
+def _f32(a, name):
+    try:
+        return np.ascontiguousarray(a, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise SattnError(_lib.E_INVAL, "%s: %s" % (name, e)) from None
+
+
+def _mask(a, n, name):
+    """A 0/1 mask of n entries as uint8 (nonzero = 1), or None."""
+    if a is None:
+        return None
+    m = np.asarray(a)
+    if m.size != n:
+        raise SattnError(_lib.E_SHAPE, "%s has %d entries, expected %d"
+                         % (name, m.size, n))
+    return np.ascontiguousarray(m.reshape(-1) != 0, dtype=np.uint8)
+
+
+def _pick(table, value, name):
+    try:
+        return table[value]
+    except KeyError:
+        raise SattnError(_lib.E_INVAL, "%s=%r: expected one of %s"
+                         % (name, value, ", ".join(table))) from None
+
+
+# ------------------------------------------------------------------ model
+
+_WEIGHT_NAMES = ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",
+                 "bias_k", "bias_v")
+
+
+class Model:
+    """Configuration and weights of one attention, immutable.
+
+    Model(d_model, heads, wq=..., bq=..., ...): weights as numpy arrays in
+    PyTorch layout (y = x W^T + b), any of them None (see SattnWeights in
+    sattn.h: wq/wk/wv None = identity, a bias None = zero, wo None = no
+    output projection):
+
+        wq, wk: (heads*d_head, d_model)   bq, bk, bias_k: heads*d_head
+        wv:     (heads*d_value, d_model)  bv, bias_v:     heads*d_value
+        wo:     (d_out, heads*d_value)    bo:             d_out
+
+    d_head, d_value and d_out default (0) to what the arrays' shapes say,
+    else to sattn.h's defaults (d_model/heads, d_head, heads*d_value).
+    scale 0 = 1/sqrt(d_head); causal, lookback and threads as in
+    SattnConfig.  Weights are copied: the arrays may change afterwards.
+    """
+
+    def __init__(self, d_model, heads, *, wq=None, bq=None, wk=None,
+                 bk=None, wv=None, bv=None, wo=None, bo=None, bias_k=None,
+                 bias_v=None, add_zero_attn=False, d_head=0, d_value=0,
+                 d_out=0, scale=0.0, causal=False, lookback=0, threads=1):
+        arrays = {}
+        given = dict(wq=wq, bq=bq, wk=wk, bk=bk, wv=wv, bv=bv, wo=wo, bo=bo,
+                     bias_k=bias_k, bias_v=bias_v)
+        for k in _WEIGHT_NAMES:
+            if given[k] is not None:
+                arrays[k] = _f32(given[k], k)
+        cfg = _config(d_model, heads, d_head, d_value, d_out, scale, causal,
+                      lookback, threads)
+        # The shapes the arrays give fill the dimensions left at 0, so
+        # that (heads*d_head, d_model) weights need no d_head argument.
+        h = cfg.heads
+        if h:
+            for dim, names in (("d_head", ("wq", "wk")), ("d_value", ("wv",))):
+                for k in names:
+                    a = arrays.get(k)
+                    if (getattr(cfg, dim) == 0 and a is not None
+                            and a.ndim == 2 and a.shape[0] % h == 0):
+                        setattr(cfg, dim, a.shape[0] // h)
+        if cfg.d_out == 0 and "wo" in arrays and arrays["wo"].ndim == 2:
+            cfg.d_out = arrays["wo"].shape[0]
+        w = _lib.SattnWeights()
+        w.add_zero_attn = 1 if add_zero_attn else 0
+        sizes = _weight_shapes(cfg)
+        if sizes is None:
+            # No size can be derived: the core says why (it refuses the
+            # configuration before reading any weight).
+            self._new(cfg, None)
+            return
+        for k, a in arrays.items():
+            want = sizes[k]
+            # biases: any shape of that many elements (torch's bias_k is
+            # (1, 1, E)); matrices: exactly that shape
+            if a.shape != want and not (len(want) == 1 and a.size == want[0]):
+                raise SattnError(_lib.E_SHAPE, "%s has shape %s, expected %s"
+                                 % (k, a.shape, want))
+            setattr(w, k, _fptr(a))
+        self._new(cfg, w)
+
+    def _new(self, cfg, w):
+        st = ctypes.c_int(_lib.E_INVAL)
+        self._h = None
+        h = _lib.sattn_model_new(ctypes.byref(cfg),
+                                 None if w is None else ctypes.byref(w),
+                                 ctypes.byref(st))
+        if not h:
+            # the core's words for what it refused
+            raise SattnError(st.value, _words(
+                _lib.sattn_model_check, ctypes.byref(cfg),
+                None if w is None else ctypes.byref(w)))
+        self._h = h
+        c = _lib.sattn_model_config(h).contents
+        self._cfg = {f: getattr(c, f) for f, _ in c._fields_}
+
+    @classmethod
+    def from_safetensors(cls, path, prefix="", heads=1, *, d_model=0,
+                         add_zero_attn=False, scale=0.0, causal=False,
+                         lookback=0, threads=1):
+        """The torch.nn.MultiheadAttention stored under prefix in a
+        safetensors file (sattn_mha_weights_load): d_model 0 = from the
+        file; heads as the module was built; scale, causal, lookback and
+        threads as in SattnConfig (scale 0 = PyTorch's 1/sqrt(d_head))."""
+        if _lib.sattn_mha_weights_load is None:
+            raise SattnError(_lib.E_INVAL, "libsattn was built without the "
+                             "weights reader (GLib and json-glib)")
+        cfg = _config(d_model, heads, 0, 0, 0, scale, causal, lookback,
+                      threads)
+        w = _lib.SattnWeights()
+        owner = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(1024)
+        st = _lib.sattn_mha_weights_load(
+            _path_bytes(path), (prefix or "").encode(), cfg.d_model,
+            cfg.heads, 1 if add_zero_attn else 0, ctypes.byref(cfg),
+            ctypes.byref(w), ctypes.byref(owner), err, len(err))
+        if st != _lib.OK:
+            raise SattnError(st, err.value.decode(errors="replace"))
+        self = cls.__new__(cls)
+        try:
+            self._new(cfg, w)
+        finally:
+            _lib.sattn_mha_weights_free(owner)
+        return self
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            self._h = None
+            _lib.sattn_model_free(h)
+
+    @property
+    def config(self):
+        """The configuration with every 0-default resolved (a dict of the
+        SattnConfig fields)."""
+        return dict(self._cfg)
+
+    d_model = property(lambda self: self._cfg["d_model"])
+    heads = property(lambda self: self._cfg["heads"])
+    d_out = property(lambda self: _lib.sattn_model_d_out(self._h))
+    extra_keys = property(lambda self: _lib.sattn_model_extra_keys(self._h))
+
+    def __repr__(self):
+        c = self._cfg
+        return ("sattn.Model(d_model=%d, heads=%d, d_head=%d, d_value=%d, "
+                "d_out=%d, causal=%s, lookback=%d)"
+                % (c["d_model"], c["heads"], c["d_head"], c["d_value"],
+                   self.d_out, bool(c["causal"]), c["lookback"]))
+
+
+def _path_bytes(path):
+    return os.fsencode(path)
+
+
+def _uint(v, name):
+    v = int(v)
+    if v < 0:
+        raise SattnError(_lib.E_INVAL, "%s=%d: must be >= 0" % (name, v))
+    return v
+
+
+def _config(d_model, heads, d_head, d_value, d_out, scale, causal, lookback,
+            threads):
+    c = _lib.SattnConfig()
+    c.d_model = _uint(d_model, "d_model")
+    c.heads = _uint(heads, "heads")
+    c.d_head = _uint(d_head, "d_head")
+    c.d_value = _uint(d_value, "d_value")
+    c.d_out = _uint(d_out, "d_out")
+    c.scale = float(scale)
+    c.causal = 1 if causal else 0
+    c.lookback = _uint(lookback, "lookback")
+    c.threads = int(threads)
+    return c
+
+
+def _weight_shapes(cfg):
+    """The array shapes sattn_model_new will read for cfg, by sattn.h's
+    defaults; None when the defaults do not resolve (the core refuses)."""
+    e, h = cfg.d_model, cfg.heads
+    dh = cfg.d_head
+    if dh == 0:
+        if h == 0 or e % h:
+            return None
+        dh = e // h
+    dv = cfg.d_value or dh
+    dout = cfg.d_out or h * dv
+    return {"wq": (h * dh, e), "wk": (h * dh, e), "wv": (h * dv, e),
+            "bq": (h * dh,), "bk": (h * dh,), "bv": (h * dv,),
+            "wo": (dout, h * dv), "bo": (dout,),
+            "bias_k": (h * dh,), "bias_v": (h * dv,)}
+
+
+# --------------------------------------------------------------- one-shot
+
+def _frames(model, x, name="x"):
+    a = _f32(x, name)
+    e = model.d_model
+    if a.ndim == 1 and a.size == e:
+        a = a.reshape(1, e)
+    if a.ndim != 2 or a.shape[1] != e:
+        raise SattnError(_lib.E_SHAPE, "%s has shape %s, expected (n, %d) "
+                         "(d_model = %d)" % (name, a.shape, e, e))
+    return a
+
+
+def _stats_dict(s):
+    """SattnStats as a dict, with the core's means over rows:
+    mean_max_weight and mean_entropy (normalised, 0..1)."""
+    d = {f: getattr(s, f) for f, _ in s._fields_}
+    d["mean_max_weight"] = _lib.sattn_stats_mean_max_weight(ctypes.byref(s))
+    d["mean_entropy"] = _lib.sattn_stats_mean_entropy(ctypes.byref(s))
+    return d
+
+
+def attend(model, x, key_valid=None, query_valid=None, allow=None, *,
+           need_weights=False, need_stats=False):
+    """Attention over the rows of x (n × d_model) as one window
+    (sattn_attend, single-threaded): returns out (n × d_out, float32);
+    with need_weights also the weights (heads × n × (n + extra_keys)), with
+    need_stats also a dict of SattnStats, in that order, as a tuple.
+    key_valid / query_valid: n entries, 0 = masked; allow: n × n, 0 hides
+    key j from query i.  Rows with NaN/Inf are masked keys with zero
+    output rows (the frame rule of sattn.h)."""
+    a = _frames(model, x)
+    n = a.shape[0]
+    d_out = model.d_out
+    out = np.zeros((n, d_out), dtype=np.float32)
+    wts = None
+    if need_weights:
+        wts = np.zeros((model.heads, n, n + model.extra_keys),
+                       dtype=np.float32)
+    kv = _mask(key_valid, n, "key_valid")
+    qv = _mask(query_valid, n, "query_valid")
+    al = _mask(allow, n * n, "allow")
+    mask = None
+    if kv is not None or qv is not None or al is not None:
+        mask = _lib.SattnMask(_u8ptr(kv), _u8ptr(qv), _u8ptr(al))
+    st = None
+    if need_stats:
+        st = _lib.SattnStats()
+        _lib.sattn_stats_clear(ctypes.byref(st))
+    _check(_lib.sattn_attend(model._h, _fptr(a), n,
+                             None if mask is None else ctypes.byref(mask),
+                             _fptr(out), _fptr(wts),
+                             None if st is None else ctypes.byref(st)))
+    res = [out]
+    if need_weights:
+        res.append(wts)
+    if need_stats:
+        res.append(_stats_dict(st))
+    return res[0] if len(res) == 1 else tuple(res)
+
+
+# ----------------------------------------------------------------- stream
+
+class Stream:
+    """One stream's sliding-window state over a Model (sattn_stream_*).
+
+    window, hop: n >= 1 frames per window, a window every 1 <= hop <= n
+    frames (hop None = window).  output: "frames" (a row per input frame),
+    "window" (all n rows of a window flattened), "mean" or "last" (a pooled
+    row per window).  start: "pad" (compute from the first hop, padding
+    masked) or "wait" (first window when n frames are in).  invalid: what a
+    frame with NaN/Inf samples (or an overflowing projection) becomes:
+    "mask", "zero" or "error" (push raises SattnError).  collect_stats,
+    saturation_threshold (0 = the core's default), keep_weights as in
+    SattnStreamConfig.  The stream keeps its model alive."""
+
+    def __init__(self, model, window, hop=None, output="frames", *,
+                 start="pad", invalid="mask", collect_stats=False,
+                 saturation_threshold=0.0, keep_weights=False):
+        self._h = None
+        sc = _lib.SattnStreamConfig()
+        sc.window = _uint(window, "window")
+        sc.hop = _uint(window if hop is None else hop, "hop")
+        sc.output = _pick(_lib.OUTPUT_MODES, output, "output")
+        sc.start = _pick(_lib.START_POLICIES, start, "start")
+        sc.invalid_policy = _pick(_lib.INVALID_POLICIES, invalid, "invalid")
+        sc.collect_stats = 1 if collect_stats else 0
+        sc.saturation_threshold = float(saturation_threshold)
+        sc.keep_weights = 1 if keep_weights else 0
+        st = ctypes.c_int(_lib.E_INVAL)
+        h = _lib.sattn_stream_new(model._h, ctypes.byref(sc),
+                                  ctypes.byref(st))
+        if not h:
+            raise SattnError(st.value, _words(
+                _lib.sattn_stream_config_check, model._h, ctypes.byref(sc)))
+        self._h = h
+        self.model = model
+        self.output = output
+        self.row_floats = _lib.sattn_stream_row_floats(h)
+        self._n_rows = ctypes.c_size_t(0)
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            self._h = None
+            _lib.sattn_stream_free(h)
+
+    def _rows(self, n_frames):
+        m = _lib.sattn_stream_max_rows(self._h, n_frames)
+        out = np.empty((m, self.row_floats), dtype=np.float32)
+        info = np.empty(m, dtype=ROW_INFO_DTYPE)
+        return out, info
+
+    def push(self, frames, valid=None):
+        """Push frames (n × d_model; one frame may be 1-D) and return
+        (rows, info) for every window they complete: rows is k × row_floats
+        float32, info a structured array (first, n_frames, valid) of k.
+        valid (n entries, may be None): 0 marks a frame invalid (a gap)."""
+        a = _frames(self.model, frames, "frames")
+        n = a.shape[0]
+        v = _mask(valid, n, "valid")
+        out, info = self._rows(n)
+        st = _lib.sattn_stream_push(
+            self._h, _fptr(a), n, _u8ptr(v), _fptr(out), out.shape[0],
+            info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
+            ctypes.byref(self._n_rows))
+        k = self._n_rows.value
+        if st == _lib.E_NONFINITE:
+            idx = ctypes.c_uint64()
+            fault = ctypes.c_int()
+            _check(_lib.sattn_stream_error_frame(self._h, ctypes.byref(idx),
+                                                 ctypes.byref(fault)))
+            words = _lib.sattn_frame_fault_string(fault.value).decode()
+            e = SattnError(st, "frame %d %s" % (idx.value, words))
+            e.frame = idx.value
+            e.fault = {v: k for k, v in _lib.FRAME_FAULTS.items()}.get(
+                fault.value, fault.value)
+            e.rows, e.info = out[:k], info[:k]
+            raise e
+        _check(st)
+        return out[:k], info[:k]
+
+    def drain(self):
+        """Rows for every pending frame (end of stream), as push returns
+        them; the stream stays usable."""
+        out, info = self._rows(0)
+        _check(_lib.sattn_stream_drain(
+            self._h, _fptr(out), out.shape[0],
+            info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
+            ctypes.byref(self._n_rows)))
+        k = self._n_rows.value
+        return out[:k], info[:k]
+
+    def reset(self):
+        """Forget every frame: the next one is frame 0 (statistics kept)."""
+        _lib.sattn_stream_reset(self._h)
+
+    def stats(self, clear=False):
+        """The accumulated SattnStats as a dict; cleared after if clear."""
+        s = _lib.SattnStats()
+        _lib.sattn_stream_get_stats(self._h, ctypes.byref(s),
+                                    1 if clear else 0)
+        return _stats_dict(s)
+
+    def set_invalid_policy(self, invalid):
+        """"mask", "zero" or "error", from the next frame pushed."""
+        _check(_lib.sattn_stream_set_invalid_policy(
+            self._h, _pick(_lib.INVALID_POLICIES, invalid, "invalid")))
+
+    @property
+    def frames(self):
+        """Frames pushed since creation or the last reset."""
+        return _lib.sattn_stream_frames(self._h)
+
+    @property
+    def frames_to_window(self):
+        """Frames to push before the next window is computed."""
+        return _lib.sattn_stream_frames_to_window(self._h)
+
+    @property
+    def pending(self):
+        """Frames received but not yet accounted for by an output row."""
+        return _lib.sattn_stream_pending(self._h)
+
+    def last_weights(self, head=-1):
+        """The last window's weights (needs keep_weights): rows × (window +
+        extra keys); head -1 averages the heads."""
+        r, c = ctypes.c_size_t(), ctypes.c_size_t()
+        _check(_lib.sattn_stream_last_weights(self._h, int(head), None,
+                                              ctypes.byref(r),
+                                              ctypes.byref(c)))
+        out = np.empty((r.value, c.value), dtype=np.float32)
+        _check(_lib.sattn_stream_last_weights(self._h, int(head), _fptr(out),
+                                              ctypes.byref(r),
+                                              ctypes.byref(c)))
+        return out

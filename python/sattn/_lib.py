@@ -1,0 +1,230 @@
+"""ctypes view of libsattn: the structs and functions of include/sattn/sattn.h
+and include/sattn/sattn-weights.h, and where the library is found.
+
+The struct mirrors below follow the C declarations field by field;
+tests/python/test_layout.py compares their sizes and offsets with the C
+compiler's (tests/python/struct-layout.c), so a change of the headers that
+is not made here too fails the tests.
+"""
+
+import ctypes
+import os
+
+try:
+    from . import _config  # written by meson at install time
+except ImportError:  # the source tree: SATTN_LIBRARY says where it is
+    _config = None
+
+# ------------------------------------------------------------------ enums
+
+# SattnStatus
+OK = 0
+E_INVAL = 1
+E_SHAPE = 2
+E_NOMEM = 3
+E_NONFINITE = 4
+E_SPACE = 5
+E_IO = 6
+E_FORMAT = 7
+E_MISSING = 8
+E_DTYPE = 9
+
+STATUS_NAMES = {
+    OK: "SATTN_OK", E_INVAL: "SATTN_E_INVAL", E_SHAPE: "SATTN_E_SHAPE",
+    E_NOMEM: "SATTN_E_NOMEM", E_NONFINITE: "SATTN_E_NONFINITE",
+    E_SPACE: "SATTN_E_SPACE", E_IO: "SATTN_E_IO",
+    E_FORMAT: "SATTN_E_FORMAT", E_MISSING: "SATTN_E_MISSING",
+    E_DTYPE: "SATTN_E_DTYPE",
+}
+
+# SattnOutputMode, SattnStartPolicy, SattnInvalidPolicy, SattnFrameFault
+OUTPUT_MODES = {"frames": 0, "window": 1, "mean": 2, "last": 3}
+START_POLICIES = {"pad": 0, "wait": 1}
+INVALID_POLICIES = {"mask": 0, "zero": 1, "error": 2}
+FRAME_FAULTS = {"ok": 0, "flagged": 1, "nonfinite": 2, "overflow": 3}
+
+# ---------------------------------------------------------------- structs
+
+_fp = ctypes.POINTER(ctypes.c_float)
+_u8p = ctypes.POINTER(ctypes.c_uint8)
+_size = ctypes.c_size_t
+
+
+class SattnConfig(ctypes.Structure):
+    _fields_ = [
+        ("d_model", _size),
+        ("heads", _size),
+        ("d_head", _size),
+        ("d_value", _size),
+        ("d_out", _size),
+        ("scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("lookback", _size),
+        ("threads", ctypes.c_int),
+    ]
+
+
+class SattnWeights(ctypes.Structure):
+    _fields_ = [
+        ("wq", _fp), ("bq", _fp),
+        ("wk", _fp), ("bk", _fp),
+        ("wv", _fp), ("bv", _fp),
+        ("wo", _fp), ("bo", _fp),
+        ("bias_k", _fp), ("bias_v", _fp),
+        ("add_zero_attn", ctypes.c_int),
+    ]
+
+
+class SattnStats(ctypes.Structure):
+    _fields_ = [
+        ("windows", ctypes.c_uint64),
+        ("frames", ctypes.c_uint64),
+        ("rows", ctypes.c_uint64),
+        ("masked_keys", ctypes.c_uint64),
+        ("invalid_frames", ctypes.c_uint64),
+        ("overflow_frames", ctypes.c_uint64),
+        ("overflow_rows", ctypes.c_uint64),
+        ("fully_masked_rows", ctypes.c_uint64),
+        ("nonfinite_scores", ctypes.c_uint64),
+        ("saturated_rows", ctypes.c_uint64),
+        ("score_min", ctypes.c_double),
+        ("score_max", ctypes.c_double),
+        ("lse_min", ctypes.c_double),
+        ("lse_max", ctypes.c_double),
+        ("max_weight_sum", ctypes.c_double),
+        ("entropy_sum", ctypes.c_double),
+    ]
+
+
+class SattnMask(ctypes.Structure):
+    _fields_ = [
+        ("key_valid", _u8p),
+        ("query_valid", _u8p),
+        ("allow", _u8p),
+    ]
+
+
+class SattnStreamConfig(ctypes.Structure):
+    _fields_ = [
+        ("window", _size),
+        ("hop", _size),
+        ("output", ctypes.c_int),
+        ("start", ctypes.c_int),
+        ("collect_stats", ctypes.c_int),
+        ("saturation_threshold", ctypes.c_float),
+        ("keep_weights", ctypes.c_int),
+        ("invalid_policy", ctypes.c_int),
+    ]
+
+
+class SattnRowInfo(ctypes.Structure):
+    _fields_ = [
+        ("first", ctypes.c_uint64),
+        ("n_frames", ctypes.c_uint32),
+        ("valid", ctypes.c_uint8),
+    ]
+
+
+# Every mirrored struct, by its C name (tests/python/test_layout.py).
+STRUCTS = {c.__name__: c for c in (SattnConfig, SattnWeights, SattnStats,
+                                   SattnMask, SattnStreamConfig,
+                                   SattnRowInfo)}
+
+# --------------------------------------------------------------- library
+
+
+def _candidates():
+    env = os.environ.get("SATTN_LIBRARY")
+    if env:
+        return [env]
+    names = []
+    if _config is not None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        names.append(os.path.normpath(os.path.join(
+            here, _config.LIBDIR_FROM_PACKAGE, _config.SONAME)))
+        names.append(os.path.join(_config.LIBDIR, _config.SONAME))
+    # the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache)
+    names.append(_config.SONAME if _config is not None else "libsattn.so.0")
+    return names
+
+
+def _load():
+    tried = []
+    for name in _candidates():
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            tried.append("%s (%s)" % (name, e))
+    raise ImportError("sattn: cannot load libsattn; tried " + "; ".join(tried)
+                      + ". Set SATTN_LIBRARY to the library's path.")
+
+
+lib = _load()
+
+_c = ctypes
+_P = ctypes.POINTER
+_vp = ctypes.c_void_p
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+sattn_status_string = _fn("sattn_status_string", _c.c_char_p, _c.c_int)
+sattn_frame_fault_string = _fn("sattn_frame_fault_string", _c.c_char_p,
+                               _c.c_int)
+sattn_model_new = _fn("sattn_model_new", _vp, _P(SattnConfig),
+                      _P(SattnWeights), _P(_c.c_int))
+sattn_model_check = _fn("sattn_model_check", _c.c_int, _P(SattnConfig),
+                        _P(SattnWeights), _c.c_char_p, _size)
+sattn_model_free = _fn("sattn_model_free", None, _vp)
+sattn_model_config = _fn("sattn_model_config", _P(SattnConfig), _vp)
+sattn_model_d_out = _fn("sattn_model_d_out", _size, _vp)
+sattn_model_extra_keys = _fn("sattn_model_extra_keys", _size, _vp)
+sattn_stats_clear = _fn("sattn_stats_clear", None, _P(SattnStats))
+sattn_stats_mean_max_weight = _fn("sattn_stats_mean_max_weight", _c.c_double,
+                                  _P(SattnStats))
+sattn_stats_mean_entropy = _fn("sattn_stats_mean_entropy", _c.c_double,
+                               _P(SattnStats))
+sattn_attend = _fn("sattn_attend", _c.c_int, _vp, _fp, _size, _P(SattnMask),
+                   _fp, _fp, _P(SattnStats))
+sattn_stream_new = _fn("sattn_stream_new", _vp, _vp, _P(SattnStreamConfig),
+                       _P(_c.c_int))
+sattn_stream_config_check = _fn("sattn_stream_config_check", _c.c_int, _vp,
+                                _P(SattnStreamConfig), _c.c_char_p, _size)
+sattn_stream_free = _fn("sattn_stream_free", None, _vp)
+sattn_stream_bytes = _fn("sattn_stream_bytes", _size, _vp,
+                         _P(SattnStreamConfig))
+sattn_stream_row_floats = _fn("sattn_stream_row_floats", _size, _vp)
+sattn_stream_max_rows = _fn("sattn_stream_max_rows", _size, _vp, _size)
+sattn_stream_frames_to_window = _fn("sattn_stream_frames_to_window",
+                                    _c.c_uint64, _vp)
+sattn_stream_pending = _fn("sattn_stream_pending", _size, _vp)
+sattn_stream_push = _fn("sattn_stream_push", _c.c_int, _vp, _fp, _size, _u8p,
+                        _fp, _size, _P(SattnRowInfo), _P(_size))
+sattn_stream_drain = _fn("sattn_stream_drain", _c.c_int, _vp, _fp, _size,
+                         _P(SattnRowInfo), _P(_size))
+sattn_stream_reset = _fn("sattn_stream_reset", None, _vp)
+sattn_stream_frames = _fn("sattn_stream_frames", _c.c_uint64, _vp)
+sattn_stream_set_invalid_policy = _fn("sattn_stream_set_invalid_policy",
+                                      _c.c_int, _vp, _c.c_int)
+sattn_stream_error_frame = _fn("sattn_stream_error_frame", _c.c_int, _vp,
+                               _P(_c.c_uint64), _P(_c.c_int))
+sattn_stream_get_stats = _fn("sattn_stream_get_stats", None, _vp,
+                             _P(SattnStats), _c.c_int)
+sattn_stream_last_weights = _fn("sattn_stream_last_weights", _c.c_int, _vp,
+                                _c.c_int, _fp, _P(_size), _P(_size))
+
+# The weights layer is built only with GLib and json-glib.
+try:
+    sattn_mha_weights_load = _fn(
+        "sattn_mha_weights_load", _c.c_int, _c.c_char_p, _c.c_char_p, _size,
+        _size, _c.c_int, _P(SattnConfig), _P(SattnWeights), _P(_vp),
+        _c.c_char_p, _size)
+    sattn_mha_weights_free = _fn("sattn_mha_weights_free", None, _vp)
+except AttributeError:
+    sattn_mha_weights_load = None
+    sattn_mha_weights_free = None

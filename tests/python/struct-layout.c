@@ -1,0 +1,160 @@
+/* Prints, as JSON, the size and the field offsets of every public struct
+ * the Python package mirrors with ctypes (python/sattn/_lib.py), and of
+ * the float64 reference's structs the Python tests mirror
+ * (tests/python/common.py), and the values of the enums the package
+ * names, as this compiler lays them out from the headers.
+ * tests/python/test_layout.py compares them with the mirrors: a field
+ * added, removed, retyped or moved in sattn.h or reference.h without the
+ * same change in the mirror fails there (a renamed one fails here, at
+ * compile time). */
+#include <sattn/sattn.h>
+
+#include "reference.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define FIELD(T, f) \
+  printf ("%s\"%s\": [%zu, %zu]", first ? "" : ", ", #f, offsetof (T, f), \
+          sizeof (((T *) 0)->f)), first = 0
+#define BEGIN(T) \
+  printf ("%s\"%s\": {\"size\": %zu, \"fields\": {", nstruct++ ? ",\n" : "", \
+          #T, sizeof (T)), first = 1
+#define END() printf ("}}")
+#define ENUM(e) printf ("%s\"%s\": %d", first ? "" : ", ", #e, (int) (e)), \
+  first = 0
+
+int
+main (void)
+{
+  int first, nstruct = 0;
+
+  printf ("{\"structs\": {\n");
+  BEGIN (SattnConfig);
+  FIELD (SattnConfig, d_model);
+  FIELD (SattnConfig, heads);
+  FIELD (SattnConfig, d_head);
+  FIELD (SattnConfig, d_value);
+  FIELD (SattnConfig, d_out);
+  FIELD (SattnConfig, scale);
+  FIELD (SattnConfig, causal);
+  FIELD (SattnConfig, lookback);
+  FIELD (SattnConfig, threads);
+  END ();
+  BEGIN (SattnWeights);
+  FIELD (SattnWeights, wq);
+  FIELD (SattnWeights, bq);
+  FIELD (SattnWeights, wk);
+  FIELD (SattnWeights, bk);
+  FIELD (SattnWeights, wv);
+  FIELD (SattnWeights, bv);
+  FIELD (SattnWeights, wo);
+  FIELD (SattnWeights, bo);
+  FIELD (SattnWeights, bias_k);
+  FIELD (SattnWeights, bias_v);
+  FIELD (SattnWeights, add_zero_attn);
+  END ();
+  BEGIN (SattnStats);
+  FIELD (SattnStats, windows);
+  FIELD (SattnStats, frames);
+  FIELD (SattnStats, rows);
+  FIELD (SattnStats, masked_keys);
+  FIELD (SattnStats, invalid_frames);
+  FIELD (SattnStats, overflow_frames);
+  FIELD (SattnStats, overflow_rows);
+  FIELD (SattnStats, fully_masked_rows);
+  FIELD (SattnStats, nonfinite_scores);
+  FIELD (SattnStats, saturated_rows);
+  FIELD (SattnStats, score_min);
+  FIELD (SattnStats, score_max);
+  FIELD (SattnStats, lse_min);
+  FIELD (SattnStats, lse_max);
+  FIELD (SattnStats, max_weight_sum);
+  FIELD (SattnStats, entropy_sum);
+  END ();
+  BEGIN (SattnMask);
+  FIELD (SattnMask, key_valid);
+  FIELD (SattnMask, query_valid);
+  FIELD (SattnMask, allow);
+  END ();
+  BEGIN (SattnStreamConfig);
+  FIELD (SattnStreamConfig, window);
+  FIELD (SattnStreamConfig, hop);
+  FIELD (SattnStreamConfig, output);
+  FIELD (SattnStreamConfig, start);
+  FIELD (SattnStreamConfig, collect_stats);
+  FIELD (SattnStreamConfig, saturation_threshold);
+  FIELD (SattnStreamConfig, keep_weights);
+  FIELD (SattnStreamConfig, invalid_policy);
+  END ();
+  BEGIN (SattnRowInfo);
+  FIELD (SattnRowInfo, first);
+  FIELD (SattnRowInfo, n_frames);
+  FIELD (SattnRowInfo, valid);
+  END ();
+  BEGIN (RefModel);
+  FIELD (RefModel, d_model);
+  FIELD (RefModel, heads);
+  FIELD (RefModel, d_head);
+  FIELD (RefModel, d_value);
+  FIELD (RefModel, d_out);
+  FIELD (RefModel, scale);
+  FIELD (RefModel, causal);
+  FIELD (RefModel, lookback);
+  FIELD (RefModel, wq);
+  FIELD (RefModel, bq);
+  FIELD (RefModel, wk);
+  FIELD (RefModel, bk);
+  FIELD (RefModel, wv);
+  FIELD (RefModel, bv);
+  FIELD (RefModel, wo);
+  FIELD (RefModel, bo);
+  FIELD (RefModel, bias_k);
+  FIELD (RefModel, bias_v);
+  FIELD (RefModel, add_zero_attn);
+  FIELD (RefModel, f32_scores);
+  END ();
+  BEGIN (RefStats);
+  FIELD (RefStats, rows);
+  FIELD (RefStats, fully_masked);
+  FIELD (RefStats, nonfinite);
+  FIELD (RefStats, score_min);
+  FIELD (RefStats, score_max);
+  FIELD (RefStats, lse_min);
+  FIELD (RefStats, lse_max);
+  FIELD (RefStats, max_weight_sum);
+  FIELD (RefStats, entropy_sum);
+  FIELD (RefStats, saturated);
+  FIELD (RefStats, sat_lo);
+  FIELD (RefStats, sat_hi);
+  FIELD (RefStats, sat_margin);
+  FIELD (RefStats, sat_threshold);
+  END ();
+  printf ("},\n\"enums\": {");
+  first = 1;
+  ENUM (SATTN_OK);
+  ENUM (SATTN_E_INVAL);
+  ENUM (SATTN_E_SHAPE);
+  ENUM (SATTN_E_NOMEM);
+  ENUM (SATTN_E_NONFINITE);
+  ENUM (SATTN_E_SPACE);
+  ENUM (SATTN_E_IO);
+  ENUM (SATTN_E_FORMAT);
+  ENUM (SATTN_E_MISSING);
+  ENUM (SATTN_E_DTYPE);
+  ENUM (SATTN_OUTPUT_FRAMES);
+  ENUM (SATTN_OUTPUT_WINDOW);
+  ENUM (SATTN_OUTPUT_MEAN);
+  ENUM (SATTN_OUTPUT_LAST);
+  ENUM (SATTN_START_PAD);
+  ENUM (SATTN_START_WAIT);
+  ENUM (SATTN_INVALID_MASK);
+  ENUM (SATTN_INVALID_ZERO);
+  ENUM (SATTN_INVALID_ERROR);
+  ENUM (SATTN_FRAME_OK);
+  ENUM (SATTN_FRAME_FLAGGED);
+  ENUM (SATTN_FRAME_NONFINITE);
+  ENUM (SATTN_FRAME_OVERFLOW);
+  printf ("},\n\"enum_size\": %zu}\n", sizeof (SattnStatus));
+  return 0;
+}

@@ -1,0 +1,122 @@
+"""Error paths of the Python package: each failure raises sattn.SattnError
+with the core's status and the core's words: the weights reader's message
+naming the file and tensor; sattn_model_check / sattn_stream_config_check
+for a refused configuration; the frame index and sattn_frame_fault_string
+when a push stops at a bad frame.  The package adds words of its own only
+for what it checks before calling the core (array shapes, mode names).
+The objects stay usable afterwards."""
+
+import os
+import unittest
+
+import numpy as np
+
+import common
+import sattn
+from sattn import _lib
+
+DATA = os.path.join(common.SOURCE_ROOT, "tests", "data")
+NOBIAS = os.path.join(DATA, "e16_h2_nobias.safetensors")
+
+
+class TestErrors(unittest.TestCase):
+    def raises(self, status, fn, *args, **kw):
+        with self.assertRaises(sattn.SattnError) as cm:
+            fn(*args, **kw)
+        e = cm.exception
+        self.assertEqual(e.status, status, str(e))
+        self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
+        self.assertTrue(str(e), "empty message")
+        return e
+
+    def test_weights_file_errors(self):
+        e = self.raises(_lib.E_IO, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "no-such-file.safetensors"))
+        self.assertIn("no-such-file.safetensors", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors, NOBIAS,
+                        "", 3)
+        self.assertIn("does not divide", str(e))
+        self.assertIn(NOBIAS, str(e))
+        e = self.raises(_lib.E_MISSING, sattn.Model.from_safetensors, NOBIAS,
+                        "encoder.", 2)
+        self.assertIn("'encoder.'", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "kdim.safetensors"), "", 2)
+        self.assertIn("k_proj_weight", str(e))
+        e = self.raises(_lib.E_FORMAT, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "fixtures.json"), "", 2)
+        self.assertIn("fixtures.json", str(e))
+
+    def test_model_errors(self):
+        # sattn_model_check's words: the tensor, the index, what works
+        wq = np.zeros((8, 8))
+        wq[2, 5] = np.inf
+        e = self.raises(_lib.E_NONFINITE, sattn.Model, 8, 2, wq=wq)
+        self.assertIn("wq", str(e))
+        self.assertIn("[2, 5]", str(e))
+        # d_model not a multiple of heads, no shapes to say otherwise
+        e = self.raises(_lib.E_SHAPE, sattn.Model, 16, 3)
+        self.assertIn("heads=3 does not divide d_model=16", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Model, 8, 2, threads=-1)
+        self.assertIn("threads=-1", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model, 8, 2, wq=np.zeros((8, 7)))
+        self.assertIn("wq has shape (8, 7), expected (8, 8)", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model, 8, 2, bo=np.zeros(7))
+        self.assertIn("bo", str(e))
+        self.raises(_lib.E_INVAL, sattn.Model, 8, 0)
+        self.raises(_lib.E_INVAL, sattn.Model, -8, 2)
+        self.raises(_lib.E_INVAL, sattn.Model, 8, 2, scale=float("nan"))
+
+    def test_stream_config_errors(self):
+        m = sattn.Model(8, 2)
+        self.raises(_lib.E_INVAL, sattn.Stream, m, 0)
+        # sattn_stream_config_check's words
+        e = self.raises(_lib.E_INVAL, sattn.Stream, m, 4, 5)
+        self.assertIn("hop=5 is larger than window=4", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Stream, m, 4,
+                        saturation_threshold=2)
+        self.assertIn("saturation_threshold=2", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Stream, m, 4, 2, "median")
+        self.assertIn("frames, window, mean, last", str(e))
+        self.raises(_lib.E_INVAL, sattn.Stream, m, 4, start="later")
+        self.raises(_lib.E_INVAL, sattn.Stream, m, 4, invalid="ignore")
+        self.raises(_lib.E_INVAL, sattn.Stream(m, 4).last_weights)
+
+    def test_shapes(self):
+        m = sattn.Model(8, 2)
+        s = sattn.Stream(m, 4, 2)
+        e = self.raises(_lib.E_SHAPE, s.push, np.zeros((3, 7), np.float32))
+        self.assertIn("d_model = 8", str(e))
+        self.raises(_lib.E_SHAPE, s.push, np.zeros((3, 8)), valid=[1, 1])
+        self.raises(_lib.E_SHAPE, sattn.attend, m, np.zeros((3, 8)),
+                    key_valid=[1])
+        self.raises(_lib.E_SHAPE, sattn.attend, m, np.zeros((3, 8)),
+                    allow=np.ones((3, 2)))
+        self.raises(_lib.E_INVAL, sattn.attend, m, "not numbers")
+        # nothing consumed by the refused pushes
+        self.assertEqual(s.frames, 0)
+
+    def test_push_stops_at_bad_frame(self):
+        m = sattn.Model(8, 2)
+        s = sattn.Stream(m, 4, 2, invalid="error")
+        x = np.ones((7, 8), np.float32)
+        x[5, 2] = np.inf
+        e = self.raises(_lib.E_NONFINITE, s.push, x)
+        words = _lib.sattn_frame_fault_string(
+            _lib.FRAME_FAULTS["nonfinite"]).decode()
+        self.assertEqual(str(e), "frame 5 " + words)
+        self.assertEqual((e.frame, e.fault), (5, "nonfinite"))
+        # the frames before it were consumed and their rows returned
+        self.assertEqual(s.frames, 5)
+        self.assertEqual(list(e.info["first"]), [0, 1, 2, 3])
+        self.assertEqual(e.rows.shape, (4, 8))
+        # the stream goes on from the frame after the bad one
+        rows, info = s.push(x[6:])
+        self.assertEqual(list(info["first"]), [4, 5])
+        s.set_invalid_policy("mask")
+        rows, info = s.push(x[5:])
+        self.assertEqual(list(info["valid"]), [0, 1])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
