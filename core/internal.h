@@ -18,7 +18,40 @@ struct SattnModel {
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
   size_t n_extra;
+  /* Positions: RoPE frequencies theta_k = theta_hi[k] + theta_lo[k]
+   * (d_head / 2 each, NULL without RoPE); ALiBi slopes (heads, NULL
+   * without ALiBi). */
+  double *theta_hi, *theta_lo;
+  float *alibi;
+  /* Encoder layer (cfg.encoder): linear1 / linear2 transposed (d_model ×
+   * d_ff, d_ff × d_model), biases and LayerNorm parameters (NULL = 0 / 1);
+   * with norm_first, zq / zk / zv are the projections of an all-zero
+   * frame (norm1 of it is norm1's bias), NULL otherwise. */
+  float *w1, *b1, *w2, *b2, *n1w, *n1b, *n2w, *n2b;
+  float *zq, *zk, *zv;
 };
+
+/* layer.c: the per-row parts of an encoder layer. */
+#define SATTN_LAYER_ROWS 16
+/* Floats of scratch sattn_layer_rows needs for up to SATTN_LAYER_ROWS
+ * rows. */
+size_t sattn_layer_scratch (const SattnModel *m);
+/* y (rows × d_model, stride ldy, rows <= SATTN_LAYER_ROWS) holds the
+ * attention's output rows, x (stride ldx) their query frames: y becomes
+ * the layer's output (rows of unusable queries are zeroed by the caller
+ * afterwards). */
+void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
+                       float *y, size_t ldy, size_t rows, float *scratch);
+/* LayerNorm of rows (stride ld) of d_model floats with norm1's
+ * parameters, from x into y. */
+void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
+                        float *y, size_t ldy, size_t rows);
+
+/* Rotate the Q or K row x (heads * d_head floats, head-major) of the frame
+ * at absolute index pos by the model's RoPE; no-op without RoPE. */
+void sattn_rope_row (const SattnModel *m, float *x, uint64_t pos);
+/* Nonzero when the model rotates Q and K. */
+int sattn_model_rope (const SattnModel *m);
 
 /* Project n rows: y (n × d_out, row stride ldy) = x (n × d_in, stride ldx)
  * W^T + b, given Wt = W^T (d_in × d_out).  Wt NULL = identity (d_in ==
@@ -50,6 +83,20 @@ typedef struct {
 } SattnAttnArgs;
 
 void sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a);
+
+/* The keys a query at window position qpos may see among nk window keys:
+ * [*lo, *hi), limited by causal and lookback (extra keys are always
+ * visible).  The one home of that rule: the attention and the row
+ * descriptions of a stream both ask it. */
+static inline void
+sattn_visible_keys (const SattnConfig *c, size_t qpos, size_t nk, size_t *lo,
+                    size_t *hi)
+{
+  size_t h = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
+  size_t l = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
+  *hi = h;
+  *lo = l > h ? h : l;
+}
 
 /* Output projection of m rows of O (m × dv) into out (stride ldo). */
 void sattn_output_project (const SattnModel *m, const float *o, size_t rows,

@@ -261,12 +261,21 @@ sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
       continue;
     }
     size_t qpos = a->q0 + r0 + i;
-    size_t hi = c->causal ? (qpos + 1 < nk ? qpos + 1 : nk) : nk;
-    size_t lo = (c->lookback > 0 && qpos > c->lookback) ? qpos - c->lookback : 0;
-    if (lo > hi)
-      lo = hi;
+    size_t lo, hi;
+    sattn_visible_keys (c, qpos, nk, &lo, &hi);
+    float scale = c->scale;
+    if (m->alibi != NULL) {
+      /* ALiBi: scaled score - slope * |i - j| over the visible range (no
+       * extra keys with positions); the softmax then scales by 1. */
+      const float slope = m->alibi[h];
+      for (size_t j = lo; j < hi; j++) {
+        size_t dist = j > qpos ? j - qpos : qpos - j;
+        row[j] = row[j] * scale - slope * (float) dist;
+      }
+      scale = 1.0f;
+    }
     softmax_row (row, nk, ncols, lo, hi, a->key_ok,
-                 a->allow ? a->allow + (r0 + i) * a->ld_allow : NULL, c->scale,
+                 a->allow ? a->allow + (r0 + i) * a->ld_allow : NULL, scale,
                  stats, a->sat_threshold);
   }
 
@@ -307,10 +316,12 @@ sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
     return SATTN_FRAME_FLAGGED;
   if (!sattn_finite (x, m->cfg.d_model))
     return SATTN_FRAME_NONFINITE;
-  /* An identity projection without bias copies x: finite already. */
-  if ((m->wq != NULL || m->bq != NULL) && !sattn_finite (q, m->dq))
+  /* An identity projection without bias copies x: finite already (unless
+   * RoPE rotated it). */
+  const int rope = sattn_model_rope (m);
+  if ((m->wq != NULL || m->bq != NULL || rope) && !sattn_finite (q, m->dq))
     return SATTN_FRAME_OVERFLOW;
-  if ((m->wk != NULL || m->bk != NULL) && !sattn_finite (k, m->dq))
+  if ((m->wk != NULL || m->bk != NULL || rope) && !sattn_finite (k, m->dq))
     return SATTN_FRAME_OVERFLOW;
   if ((m->wv != NULL || m->bv != NULL) && !sattn_finite (v, m->dv))
     return SATTN_FRAME_OVERFLOW;
@@ -367,15 +378,30 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   float *S = malloc (n * ncols * sizeof (float));
   uint8_t *kok = malloc (n);
   uint8_t *qok = malloc (n);
+  /* Encoder layer: norm1 (x) for pre-norm, the layer's scratch. */
+  float *xn = c->encoder && c->norm_first
+      ? malloc (n * c->d_model * sizeof (float)) : NULL;
+  float *lscr = c->encoder
+      ? malloc (sattn_layer_scratch (m) * sizeof (float)) : NULL;
   SattnStatus st = SATTN_OK;
-  if (!q || !k || !kt || !v || !o || !S || !kok || !qok) {
+  if (!q || !k || !kt || !v || !o || !S || !kok || !qok ||
+      (c->encoder && c->norm_first && !xn) || (c->encoder && !lscr)) {
     st = SATTN_E_NOMEM;
     goto done;
   }
 
-  sattn_project (m->wq, m->bq, x, n, c->d_model, m->dq, c->d_model, q, m->dq);
-  sattn_project (m->wk, m->bk, x, n, c->d_model, m->dq, c->d_model, k, m->dq);
-  sattn_project (m->wv, m->bv, x, n, c->d_model, m->dv, c->d_model, v, m->dv);
+  const float *xp = x;
+  if (xn != NULL) {
+    sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
+    xp = xn;
+  }
+  sattn_project (m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model, q, m->dq);
+  sattn_project (m->wk, m->bk, xp, n, c->d_model, m->dq, c->d_model, k, m->dq);
+  sattn_project (m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model, v, m->dv);
+  for (size_t j = 0; j < n && sattn_model_rope (m); j++) {
+    sattn_rope_row (m, q + j * m->dq, j);
+    sattn_rope_row (m, k + j * m->dq, j);
+  }
 
   /* The frame rule: a row is a key when the caller does not flag it and
    * its data is usable; a row with bad data (NaN/Inf, overflowing
@@ -419,6 +445,11 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   };
   sattn_attend_window (m, &a);
   sattn_output_project (m, o, n, out, m->d_out);
+  for (size_t i0 = 0; c->encoder && i0 < n; i0 += SATTN_LAYER_ROWS) {
+    size_t r = n - i0 < SATTN_LAYER_ROWS ? n - i0 : SATTN_LAYER_ROWS;
+    sattn_layer_rows (m, x + i0 * c->d_model, c->d_model,
+                      out + i0 * m->d_out, m->d_out, r, lscr);
+  }
   for (size_t i = 0; i < n; i++)
     if (!qok[i])
       memset (out + i * m->d_out, 0, m->d_out * sizeof (float));
@@ -431,6 +462,6 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
 
 done:
   free (q); free (k); free (kt); free (v); free (o); free (S); free (kok);
-  free (qok);
+  free (qok); free (xn); free (lscr);
   return st;
 }

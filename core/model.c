@@ -68,6 +68,56 @@ check_finite (const char *name, const float *x, size_t rows, size_t cols,
                      "be finite", name, isnan (x[i]) ? "NaN" : "Inf", i);
 }
 
+/* Press et al.: for H a power of two, slope_h = 2^(-8(h+1)/H); else the
+ * slopes of the largest power of two P < H, then slopes 0, 2, 4, ... of
+ * 2P until there are H. */
+double
+sattn_alibi_slope (size_t h, size_t heads)
+{
+  if (heads == 0 || h >= heads)
+    return 0.0;
+  size_t p = 1;
+  while (p * 2 <= heads)
+    p *= 2;
+  if (h < p)
+    return exp2 (-8.0 * (double) (h + 1) / (double) p);
+  return exp2 (-8.0 * (double) (2 * (h - p) + 1) / (double) (2 * p));
+}
+
+int
+sattn_model_rope (const SattnModel *m)
+{
+  return m->theta_hi != NULL;
+}
+
+/* x_a, x_b <- (x_a cos - x_b sin, x_b cos + x_a sin), angle = pos * theta
+ * formed exactly: hi + lo with hi = fl (pos * theta_hi), lo its error
+ * (fma) plus pos * theta_lo; sin / cos of hi are correctly reduced by the
+ * C library, and |lo| < 2^-20 rad for pos < 2^53 lets cos (hi + lo) = cos hi
+ * - lo sin hi to double precision. */
+void
+sattn_rope_row (const SattnModel *m, float *x, uint64_t pos)
+{
+  if (m->theta_hi == NULL)
+    return;
+  const size_t dh = m->cfg.d_head, half = dh / 2, H = m->cfg.heads;
+  const int inter = m->cfg.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
+  const double p = (double) pos;
+  for (size_t k = 0; k < half; k++) {
+    double hi = p * m->theta_hi[k];
+    double lo = fma (p, m->theta_hi[k], -hi) + p * m->theta_lo[k];
+    double sh = sin (hi), ch = cos (hi);
+    double cs = ch - lo * sh, sn = sh + lo * ch;
+    size_t ia = inter ? 2 * k : k, ib = inter ? 2 * k + 1 : k + half;
+    for (size_t h = 0; h < H; h++) {
+      float *xh = x + h * dh;
+      double a = xh[ia], b = xh[ib];
+      xh[ia] = (float) (a * cs - b * sn);
+      xh[ib] = (float) (b * cs + a * sn);
+    }
+  }
+}
+
 /* Every rule a model configuration and its weights must follow, the one
  * place they are written: resolves cfg into *c (0-defaults replaced) and
  * the projected sizes, or says in err what is wrong and what would work. */
@@ -170,6 +220,77 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w, SattnConfig *c,
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "bias_k and bias_v come together (PyTorch "
                        "add_bias_kv): give both or neither");
+  if (c->positions > SATTN_POSITIONS_ALIBI)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "positions=%d is not a positional encoding (none, "
+                       "rope, rope-interleaved, alibi)", (int) c->positions);
+  if (c->positions != SATTN_POSITIONS_NONE &&
+      (w->bias_k != NULL || w->add_zero_attn))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "positional encodings cannot be combined with "
+                       "add_bias_kv or add_zero_attn: their extra keys have "
+                       "no frame position");
+  if (c->positions == SATTN_POSITIONS_ROPE ||
+      c->positions == SATTN_POSITIONS_ROPE_INTERLEAVED) {
+    if (c->d_head % 2 != 0)
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "RoPE rotates pairs of values: d_head=%zu must be "
+                         "even", c->d_head);
+    if (!(c->rope_base == 0.0 || (c->rope_base > 1.0 &&
+                                  isfinite (c->rope_base))))
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "rope_base=%g must be a finite number > 1 (or 0 "
+                         "for 10000)", c->rope_base);
+  }
+  if (c->encoder) {
+    if (w->w1 == NULL || w->w2 == NULL)
+      return sattn_fail (SATTN_E_MISSING, err, err_len,
+                         "an encoder layer needs its feed-forward weights: "
+                         "%s is missing", w->w1 == NULL ? "w1 (linear1)" :
+                         "w2 (linear2)");
+    if (c->d_ff == 0)
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "d_ff=0: an encoder layer needs the feed-forward "
+                         "width (the rows of linear1)");
+    if (c->activation > SATTN_ACTIVATION_GELU)
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "activation=%d is neither relu nor gelu",
+                         (int) c->activation);
+    if (!(c->norm_eps >= 0.0) || isinf (c->norm_eps))
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "norm_eps=%g must be a finite number >= 0",
+                         c->norm_eps);
+    if (c->d_out != c->d_model)
+      return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                         "an encoder layer adds the attention's output to "
+                         "its input: d_out=%zu must equal d_model=%zu",
+                         c->d_out, c->d_model);
+    if (mul_ok (c->d_ff, c->d_model) == 0 ||
+        c->d_ff > SIZE_MAX / 4 / (c->d_model + SATTN_LAYER_ROWS))
+      return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                         "d_ff=%zu x d_model=%zu floats of feed-forward "
+                         "weights overflow the address space", c->d_ff,
+                         c->d_model);
+    if ((st = check_finite ("w1", w->w1, c->d_ff, c->d_model, err,
+                            err_len)) ||
+        (st = check_finite ("b1", w->b1, c->d_ff, 0, err, err_len)) ||
+        (st = check_finite ("w2", w->w2, c->d_model, c->d_ff, err,
+                            err_len)) ||
+        (st = check_finite ("b2", w->b2, c->d_model, 0, err, err_len)) ||
+        (st = check_finite ("norm1_w", w->norm1_w, c->d_model, 0, err,
+                            err_len)) ||
+        (st = check_finite ("norm1_b", w->norm1_b, c->d_model, 0, err,
+                            err_len)) ||
+        (st = check_finite ("norm2_w", w->norm2_w, c->d_model, 0, err,
+                            err_len)) ||
+        (st = check_finite ("norm2_b", w->norm2_b, c->d_model, 0, err,
+                            err_len)))
+      return st;
+    if (c->norm_eps == 0.0)
+      c->norm_eps = 1e-5;
+  }
+  if (c->rope_base == 0.0)
+    c->rope_base = 10000.0;
   if ((st = check_finite ("wq", w->wq, dq, c->d_model, err, err_len)) ||
       (st = check_finite ("bq", w->bq, dq, 0, err, err_len)) ||
       (st = check_finite ("wk", w->wk, dq, c->d_model, err, err_len)) ||
@@ -207,6 +328,10 @@ sattn_model_free (SattnModel *m)
   free (m->wv); free (m->bv);
   free (m->wo); free (m->bo);
   free (m->k_extra); free (m->v_extra);
+  free (m->theta_hi); free (m->theta_lo); free (m->alibi);
+  free (m->w1); free (m->b1); free (m->w2); free (m->b2);
+  free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
+  free (m->zq); free (m->zk); free (m->zv);
   free (m);
 }
 
@@ -256,6 +381,55 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
       memcpy (m->k_extra, w->bias_k, dq * sizeof (float));
       memcpy (m->v_extra, w->bias_v, dv * sizeof (float));
     }
+  }
+  if (c.encoder) {
+    m->w1 = dup_transposed (w->w1, c.d_ff, c.d_model, &ok);
+    m->b1 = dup_floats (w->b1, c.d_ff, &ok);
+    m->w2 = dup_transposed (w->w2, c.d_model, c.d_ff, &ok);
+    m->b2 = dup_floats (w->b2, c.d_model, &ok);
+    m->n1w = dup_floats (w->norm1_w, c.d_model, &ok);
+    m->n1b = dup_floats (w->norm1_b, c.d_model, &ok);
+    m->n2w = dup_floats (w->norm2_w, c.d_model, &ok);
+    m->n2b = dup_floats (w->norm2_b, c.d_model, &ok);
+    if (ok && c.norm_first && m->n1b != NULL) {
+      /* A zero frame (invalid policy ZERO) enters the attention as
+       * norm1 (0) = norm1's bias. */
+      m->zq = malloc (dq * sizeof (float));
+      m->zk = malloc (dq * sizeof (float));
+      m->zv = malloc (dv * sizeof (float));
+      if (m->zq == NULL || m->zk == NULL || m->zv == NULL)
+        ok = 0;
+      else {
+        sattn_project (m->wq, m->bq, m->n1b, 1, c.d_model, dq, c.d_model,
+                       m->zq, dq);
+        sattn_project (m->wk, m->bk, m->n1b, 1, c.d_model, dq, c.d_model,
+                       m->zk, dq);
+        sattn_project (m->wv, m->bv, m->n1b, 1, c.d_model, dv, c.d_model,
+                       m->zv, dv);
+      }
+    }
+  }
+  if (c.positions == SATTN_POSITIONS_ROPE ||
+      c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED) {
+    const size_t half = c.d_head / 2;
+    m->theta_hi = malloc ((half ? half : 1) * sizeof (double));
+    m->theta_lo = malloc ((half ? half : 1) * sizeof (double));
+    if (m->theta_hi == NULL || m->theta_lo == NULL)
+      ok = 0;
+    for (size_t k = 0; ok && k < half; k++) {
+      /* In long double (64-bit significand on x86), split into two
+       * doubles. */
+      long double t = powl ((long double) c.rope_base,
+                            -2.0L * (long double) k / (long double) c.d_head);
+      m->theta_hi[k] = (double) t;
+      m->theta_lo[k] = (double) (t - (long double) m->theta_hi[k]);
+    }
+  } else if (c.positions == SATTN_POSITIONS_ALIBI) {
+    m->alibi = malloc (c.heads * sizeof (float));
+    if (m->alibi == NULL)
+      ok = 0;
+    for (size_t h = 0; ok && h < c.heads; h++)
+      m->alibi[h] = (float) sattn_alibi_slope (h, c.heads);
   }
   if (!ok) {
     st = SATTN_E_NOMEM;

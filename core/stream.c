@@ -71,6 +71,11 @@ struct SattnStream {
   const float *dx;
   size_t dcnt, dslot;
   uint8_t *dcopy;                 /* n */
+  /* Encoder layer: the frames (mirrored ring, 2n × d_model) for the
+   * residual, norm1 of the frames being stored (n × d_model, pre-norm
+   * only) and the layer's scratch per thread (lstride floats apart). */
+  float *xring, *xnorm, *lscratch;
+  size_t lstride;
   int have_error;                 /* a push stopped at err_frame */
   uint64_t err_frame;
   SattnFrameFault err_fault;
@@ -87,6 +92,7 @@ sattn_stream_free (SattnStream *s)
   sattn_pool_free (s->workers);
   free (s->row_ok);
   free (s->dcopy);
+  free (s->xring); free (s->xnorm); free (s->lscratch);
   free (s);
 }
 
@@ -100,6 +106,8 @@ sattn_stream_reset (SattnStream *s)
   memset (s->ktring, 0, 2 * s->n * m->dq * sizeof (float));
   memset (s->vring, 0, 2 * s->n * m->dv * sizeof (float));
   memset (s->vring_ok, 0, 2 * s->n);
+  if (s->xring)
+    memset (s->xring, 0, 2 * s->n * m->cfg.d_model * sizeof (float));
   s->total = 0;
   s->next_out = 0;
   s->last_end = 0;
@@ -116,7 +124,7 @@ typedef struct {
   size_t qring, ktring, kscratch, vring, vring_ok, row_ok, dcopy, scores, o,
       pool,
       wkeep,
-      wstats, tsums, threads_bytes, total;
+      wstats, tsums, threads_bytes, xring, xnorm, lscratch, total;
   unsigned n_threads;
 } StreamSizes;
 
@@ -164,6 +172,16 @@ attn_tasks (size_t heads, size_t rows)
   return heads * ((rows + ATTN_ROWS - 1) / ATTN_ROWS);
 }
 
+/* Floats of one thread's layer scratch, in whole cache lines. */
+static size_t
+layer_stride (const SattnModel *m)
+{
+  size_t f = sattn_layer_scratch (m);
+  if (f > SIZE_MAX - LINE_FLOATS)
+    return 0;
+  return (f + LINE_FLOATS - 1) / LINE_FLOATS * LINE_FLOATS;
+}
+
 /* Fills z; returns 0 when a size overflows (or the geometry is too large
  * for 32-bit frame counts). */
 static int
@@ -200,10 +218,18 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
                 sizeof (double))) == 0)
       return 0;
   }
+  if (m->cfg.encoder) {
+    const size_t lst = layer_stride (m);
+    if ((z->xring = mul3 (2 * n, m->cfg.d_model, fs)) == 0 || lst == 0 ||
+        (z->lscratch = mul3 (z->n_threads, lst, fs)) == 0)
+      return 0;
+    if (m->cfg.norm_first && (z->xnorm = mul3 (n, m->cfg.d_model, fs)) == 0)
+      return 0;
+  }
   z->threads_bytes = sattn_pool_bytes (z->n_threads);
   size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
     z->vring, z->vring_ok, z->row_ok, z->dcopy, z->scores, z->o, z->pool, z->wkeep, z->wstats,
-    z->tsums, z->threads_bytes };
+    z->tsums, z->threads_bytes, z->xring, z->xnorm, z->lscratch };
   size_t total = 0;
   for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
     if (parts[k] > SIZE_MAX - total)
@@ -338,9 +364,18 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     s->wstats = alloc_lines (z.wstats);
   if (z.tsums)
     s->tsums = alloc_lines (z.tsums);
+  if (z.xring)
+    s->xring = alloc_lines (z.xring);
+  if (z.xnorm)
+    s->xnorm = alloc_lines (z.xnorm);
+  if (z.lscratch)
+    s->lscratch = alloc_lines (z.lscratch);
+  s->lstride = m->cfg.encoder ? layer_stride (m) : 0;
   if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
       !s->row_ok || !s->dcopy || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
-      (z.wstats && !s->wstats) || (z.tsums && !s->tsums)) {
+      (z.wstats && !s->wstats) || (z.tsums && !s->tsums) ||
+      (z.xring && !s->xring) || (z.xnorm && !s->xnorm) ||
+      (z.lscratch && !s->lscratch)) {
     st = SATTN_E_NOMEM;
     goto fail;
   }
@@ -627,6 +662,13 @@ attn_task (void *ctx, size_t task, unsigned worker)
 static void
 zero_frame (const SattnModel *m, float *q, float *k, float *v)
 {
+  if (m->zq != NULL) {
+    /* Pre-norm: the zero frame enters the attention as norm1 (0). */
+    memcpy (q, m->zq, m->dq * sizeof (float));
+    memcpy (k, m->zk, m->dq * sizeof (float));
+    memcpy (v, m->zv, m->dv * sizeof (float));
+    return;
+  }
   if (m->bq)
     memcpy (q, m->bq, m->dq * sizeof (float));
   else
@@ -660,7 +702,10 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * their old frames back from the mirrors), the tasks write the mirrors
    * and the transposed K straight away; frames found unusable below are
    * rewritten in every copy. */
-  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR;
+  const int rope = sattn_model_rope (m);
+  /* RoPE rotates Q and K after the projection, on this thread: the
+   * mirrors and the transposed K are then written below. */
+  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR && !rope;
   float *kt = s->ktring + slot;
   /* Q, K and V plain copies of the frames, and a window due right after
    * them (computed before this push returns, while x is valid), too few
@@ -669,7 +714,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * zeros instead (the frame rule) has dcopy 0. */
   const size_t copies = cnt * (3 * dq + 2 * dv);
   int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
-  const int defer = direct && !copy_tasks &&
+  const int defer = direct && !copy_tasks && !m->cfg.encoder &&
       m->wq == NULL && m->bq == NULL && m->wk == NULL && m->bk == NULL &&
       m->wv == NULL && m->bv == NULL && s->total + cnt == s->next_window;
   if (defer) {
@@ -695,23 +740,34 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     return cnt;
   }
   ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  /* Pre-norm encoder layer: the attention sees norm1 of the frames. */
+  const float *xp = x;
+  if (s->xnorm != NULL) {
+    sattn_layer_norm1 (m, x, d, s->xnorm, d, cnt);
+    xp = s->xnorm;
+  }
   if (direct) {
-    proj_add_copies (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq, n * dq,
+    proj_add_copies (&pc, m->wq, m->bq, xp, cnt, d, dq, d, q, dq, n * dq,
                      NULL, 0, 0, copy_tasks);
-    proj_add_copies (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq, 0,
+    proj_add_copies (&pc, m->wk, m->bk, xp, cnt, d, dq, d, k, dq, 0,
                      kt, 2 * n, n, copy_tasks);
-    proj_add_copies (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv, n * dv,
+    proj_add_copies (&pc, m->wv, m->bv, xp, cnt, d, dv, d, v, dv, n * dv,
                      NULL, 0, 0, copy_tasks);
   } else {
-    proj_add (&pc, m->wq, m->bq, x, cnt, d, dq, d, q, dq);
-    proj_add (&pc, m->wk, m->bk, x, cnt, d, dq, d, k, dq);
-    proj_add (&pc, m->wv, m->bv, x, cnt, d, dv, d, v, dv);
+    proj_add (&pc, m->wq, m->bq, xp, cnt, d, dq, d, q, dq);
+    proj_add (&pc, m->wk, m->bk, xp, cnt, d, dq, d, k, dq);
+    proj_add (&pc, m->wv, m->bv, xp, cnt, d, dv, d, v, dv);
   }
   if (copy_tasks && pc.fma < PROJ_PAR_FMA)
     pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
   proj_run (s, &pc);
 
   for (size_t i = 0; i < cnt; i++) {
+    /* Absolute frame index p0 - n + i (p0 is n ahead). */
+    if (rope) {
+      sattn_rope_row (m, q + i * dq, p0 - n + i);
+      sattn_rope_row (m, k + i * dq, p0 - n + i);
+    }
     SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
                                            x + i * d, q + i * dq, k + i * dq,
                                            v + i * dv);
@@ -738,6 +794,10 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     }
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ZERO) {
       zero_frame (m, q + i * dq, k + i * dq, v + i * dv);
+      if (rope) {
+        sattn_rope_row (m, q + i * dq, p0 - n + i);
+        sattn_rope_row (m, k + i * dq, p0 - n + i);
+      }
       ok = 1;
     } else if (!ok) {
       memset (q + i * dq, 0, dq * sizeof (float));
@@ -752,6 +812,16 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
         kt[t * 2 * n + i] = kt[t * 2 * n + i + n] = k[i * dq + t];
     }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
+    if (s->xring != NULL) {
+      /* The residual's input: the frame, or zeros for a zero-policy or
+       * unusable frame. */
+      float *xr = s->xring + (slot + i) * d;
+      if (f == SATTN_FRAME_OK)
+        memcpy (xr, x + i * d, d * sizeof (float));
+      else
+        memset (xr, 0, d * sizeof (float));
+      memcpy (xr + n * d, xr, d * sizeof (float));
+    }
   }
   if (!direct) {
     memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
@@ -781,6 +851,28 @@ finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
   }
   s->stats.overflow_rows += sattn_zero_overflowed_rows (m, out, rows, ldo,
                                                         ok);
+}
+
+/* The encoder layer over the output rows of a window: task = block of
+ * SATTN_LAYER_ROWS rows, with the worker's scratch. */
+typedef struct {
+  SattnStream *s;
+  const float *x;                /* the rows' query frames, d_model apart */
+  float *out;
+  size_t ldo, rows;
+} LayerCtx;
+
+static void
+layer_task (void *ctx, size_t task, unsigned worker)
+{
+  const LayerCtx *c = ctx;
+  const SattnModel *m = c->s->m;
+  size_t r0 = task * SATTN_LAYER_ROWS;
+  size_t r = c->rows - r0 < SATTN_LAYER_ROWS ? c->rows - r0
+      : SATTN_LAYER_ROWS;
+  sattn_layer_rows (m, c->x + r0 * m->cfg.d_model, m->cfg.d_model,
+                    c->out + r0 * c->ldo, c->ldo, r,
+                    c->s->lscratch + (size_t) worker * c->s->lstride);
 }
 
 /* Compute the window ending after frame count F = s->total, for the last
@@ -835,6 +927,14 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
     proj_run (s, &pc);
   }
+  if (m->cfg.encoder) {
+    LayerCtx lc = { s, s->xring + (base + q0) * m->cfg.d_model, out, ldo,
+      rows };
+    size_t n_lt = (rows + SATTN_LAYER_ROWS - 1) / SATTN_LAYER_ROWS;
+    double fma = 2.0 * (double) rows * m->cfg.d_ff * m->cfg.d_model;
+    sattn_pool_run (fma >= PROJ_PAR_FMA ? s->workers : NULL, n_lt,
+                    layer_task, &lc);
+  }
   /* On the calling thread, after the workers: it counts into s->stats. */
   finish_rows (s, a.query_ok, rows, q0, out, ldo);
 
@@ -846,6 +946,45 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo)
     for (size_t j = 0; j < n; j++)
       if (!a.key_ok[j])
         stats->masked_keys++;
+  }
+}
+
+/* The key side of the window just computed, for the rows info[0..) that
+ * account for its query rows [q0, n): frames mode one query per row
+ * (n - q0 rows), pooled modes all of them in info[0].  See SattnRowInfo. */
+static void
+describe_window (const SattnStream *s, SattnRowInfo *info, size_t q0)
+{
+  const SattnModel *m = s->m;
+  const size_t n = s->n;
+  const uint8_t *key_ok = s->vring_ok + (size_t) (s->total % n);
+  const int per_row = s->sc.output == SATTN_OUTPUT_FRAMES;
+  uint32_t masked = 0, fm_sum = 0;
+  size_t scan = 0, last1 = 0;   /* last1: 1 + last usable key < scan */
+
+  for (size_t j = 0; j < n; j++)
+    masked += !key_ok[j];
+  for (size_t q = q0; q < n; q++) {
+    size_t lo, hi;
+    sattn_visible_keys (&m->cfg, q, n, &lo, &hi);
+    /* hi never decreases with q (causal: q + 1; else n). */
+    for (; scan < hi; scan++)
+      if (key_ok[scan])
+        last1 = scan + 1;
+    /* As the kernel counts: usable queries only; extra keys always seen. */
+    uint32_t fm = key_ok[q] && m->n_extra == 0 && last1 <= lo ?
+        (uint32_t) m->cfg.heads : 0;
+    if (per_row)
+      info[q - q0].fully_masked = fm;
+    else
+      fm_sum += fm;
+  }
+  for (size_t i = 0; i < (per_row ? n - q0 : 1); i++) {
+    info[i].window_end = s->total;
+    info[i].valid_keys = (uint32_t) n - masked;
+    info[i].masked_keys = masked;
+    if (!per_row)
+      info[i].fully_masked = fm_sum;
   }
 }
 
@@ -865,10 +1004,13 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
       compute_window (s, rows, out, d_out);
       if (info)
         for (size_t i = 0; i < rows; i++) {
+          memset (&info[i], 0, sizeof (info[i]));
           info[i].first = s->next_out + i;
           info[i].n_frames = 1;
           info[i].valid = s->row_ok[n - rows + i];
         }
+      if (info)
+        describe_window (s, info, n - rows);
       s->next_out += rows;
       produced = rows;
       break;
@@ -912,6 +1054,8 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
     size_t first_q = s->sc.output == SATTN_OUTPUT_LAST ? n - 1 : 0;
     for (size_t i = first_q; i < n; i++)
       any |= s->row_ok[i];
+    memset (&info[0], 0, sizeof (info[0]));
+    describe_window (s, info, first_q);
     info[0].first = s->last_end;
     info[0].n_frames = (uint32_t) (s->total - s->last_end);
     info[0].valid = (uint8_t) any;
@@ -1037,6 +1181,21 @@ sattn_stream_last_weights (const SattnStream *s, int head, float *out,
   }
   for (size_t i = 0; i < r * c; i++)
     out[i] *= inv;
+  return SATTN_OK;
+}
+
+SattnStatus
+sattn_stream_reset_at (SattnStream *s, uint64_t first_frame)
+{
+  if (s == NULL || first_frame >= (UINT64_C (1) << 53))
+    return SATTN_E_INVAL;
+  sattn_stream_reset (s);
+  /* The ring's slots follow the frame count modulo n: with the ring
+   * cleared, any origin works. */
+  s->total = first_frame;
+  s->next_out = first_frame;
+  s->last_end = first_frame;
+  s->next_window += first_frame;
   return SATTN_OK;
 }
 

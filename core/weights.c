@@ -1031,6 +1031,259 @@ meta_uint (const Mapper *m, const char *key)
   return (gint64) u;
 }
 
+/* ------------------------------------- nn.TransformerEncoderLayer mapping */
+
+struct SattnLayerWeights {
+  float *block;   /* every array below lives in this one allocation */
+};
+
+void
+sattn_layer_weights_free (SattnLayerWeights *lw)
+{
+  if (lw == NULL)
+    return;
+  g_free (lw->block);
+  g_free (lw);
+}
+
+/* prefix with a '.' appended unless empty or ending in one (g_free it). */
+static char *
+dotted (const char *prefix)
+{
+  if (prefix == NULL)
+    prefix = "";
+  return (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
+      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+}
+
+int
+sattn_encoder_layer_present (const SattnTensorFile *f, const char *prefix)
+{
+  if (f == NULL)
+    return 0;
+  char *pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx };
+  int yes = find (&m, "linear1.weight") != NULL &&
+      find (&m, "linear2.weight") != NULL;
+  g_free (pfx);
+  return yes;
+}
+
+SattnStatus
+sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
+                                 SattnConfig *cfg_inout,
+                                 SattnWeights *w_inout,
+                                 SattnLayerWeights **owner, char *err,
+                                 size_t err_len)
+{
+  static const char *const names[] = { "linear1.weight", "linear1.bias",
+    "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
+    "norm2.weight", "norm2.bias" };
+  const Tensor *t[8];
+  SattnLayerWeights *lw = NULL;
+  SattnStatus st = SATTN_OK;
+  ShowBuf sb;
+  char *pfx;
+
+  set_err (err, err_len, "%s", "");
+  if (owner != NULL)
+    *owner = NULL;
+  if (f == NULL || cfg_inout == NULL || w_inout == NULL || owner == NULL ||
+      cfg_inout->d_model == 0)
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx, .e = cfg_inout->d_model, .err = err,
+    .err_len = err_len };
+  const size_t e = m.e;
+  for (size_t i = 0; i < 8; i++)
+    t[i] = find (&m, names[i]);
+  if (t[0] == NULL || t[2] == NULL) {
+    st = fail (SATTN_E_MISSING, err, err_len,
+               "no tensor '%s%s' under prefix '%s': not an "
+               "nn.TransformerEncoderLayer", show (&sb, pfx),
+               names[t[0] == NULL ? 0 : 2], pfx);
+    goto out;
+  }
+  /* The feed-forward width: the rows of linear1. */
+  size_t dff = t[0]->ndim == 2 ? t[0]->shape[0] : 0;
+  if (dff == 0 || dff > SIZE_MAX / 8 / e) {
+    char got[96];
+    st = fail (SATTN_E_SHAPE, err, err_len,
+               "tensor '%s' has shape %s; expected (F, E) with F > 0 (E = "
+               "d_model = %zu)", show (&sb, t[0]->name),
+               shape_str (got, sizeof got, t[0]->shape, t[0]->ndim), e);
+    goto out;
+  }
+  if ((st = check (&m, t[0], dff, e, 0, "(F, E)")) != SATTN_OK ||
+      (t[1] && (st = check (&m, t[1], dff, 0, 0, "(F)")) != SATTN_OK) ||
+      (st = check (&m, t[2], e, dff, 0, "(E, F)")) != SATTN_OK ||
+      (t[3] && (st = check (&m, t[3], e, 0, 0, "(E)")) != SATTN_OK))
+    goto out;
+  for (size_t i = 4; i < 8; i++)
+    if (t[i] && (st = check (&m, t[i], e, 0, 0, "(E)")) != SATTN_OK)
+      goto out;
+
+  size_t total = 2 * dff * e + dff + 5 * e;
+  lw = g_new0 (SattnLayerWeights, 1);
+  lw->block = g_try_new (float, total);
+  if (lw->block == NULL) {
+    st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    goto out;
+  }
+  const size_t sizes[8] = { dff * e, dff, e * dff, e, e, e, e, e };
+  const float **dst[8] = { &w_inout->w1, &w_inout->b1, &w_inout->w2,
+    &w_inout->b2, &w_inout->norm1_w, &w_inout->norm1_b, &w_inout->norm2_w,
+    &w_inout->norm2_b };
+  size_t off = 0;
+  for (size_t i = 0; i < 8; i++) {
+    *dst[i] = NULL;
+    if (t[i] == NULL)
+      continue;
+    memcpy (lw->block + off, t[i]->data, sizes[i] * sizeof (float));
+    *dst[i] = lw->block + off;
+    off += sizes[i];
+  }
+  g_assert (off <= total);
+  cfg_inout->encoder = 1;
+  cfg_inout->d_ff = dff;
+  *owner = lw;
+  lw = NULL;
+
+out:
+  sattn_layer_weights_free (lw);
+  g_free (pfx);
+  return st;
+}
+
+/* A metadata value "<prefix>key", or NULL. */
+static const char *
+meta_str (const Mapper *m, const char *key)
+{
+  char *full = g_strconcat (m->prefix, key, NULL);
+  const char *v = sattn_tensor_file_metadata (m->f, full);
+  g_free (full);
+  return v;
+}
+
+static const char *const positions_names[] = { "none", "rope",
+  "rope-interleaved", "alibi" };
+static const char *const activation_names[] = { "relu", "gelu" };
+
+SattnStatus
+sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
+                         unsigned set, SattnConfig *cfg_inout, char *err,
+                         size_t err_len)
+{
+  SattnStatus st = SATTN_OK;
+  SattnConfig c;
+  ShowBuf sb;
+  const char *v;
+
+  set_err (err, err_len, "%s", "");
+  if (f == NULL || cfg_inout == NULL)
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  c = *cfg_inout;
+  char *pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
+
+  if ((v = meta_str (&m, "activation")) != NULL) {
+    size_t k = 0;
+    while (k < G_N_ELEMENTS (activation_names) &&
+           g_ascii_strcasecmp (v, activation_names[k]) != 0)
+      k++;
+    if (k == G_N_ELEMENTS (activation_names)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "the layer was exported with "
+                 "activation '%s' (metadata '%sactivation'); sattn runs relu "
+                 "and gelu", show (&sb, v), pfx);
+      goto out;
+    }
+    if ((set & SATTN_SET_ACTIVATION) && (size_t) c.activation != k) {
+      st = fail (SATTN_E_INVAL, err, err_len, "activation=%s but the layer "
+                 "was exported with activation=%s (metadata '%sactivation')",
+                 c.activation <= SATTN_ACTIVATION_GELU ?
+                 activation_names[c.activation] : "?", activation_names[k],
+                 pfx);
+      goto out;
+    }
+    c.activation = (SattnActivation) k;
+  }
+  if ((v = meta_str (&m, "norm_first")) != NULL) {
+    int nf = strcmp (v, "1") == 0 || g_ascii_strcasecmp (v, "true") == 0;
+    if (!nf && strcmp (v, "0") != 0 && g_ascii_strcasecmp (v, "false") != 0) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_first' is "
+                 "'%s'; expected 0 or 1", pfx, show (&sb, v));
+      goto out;
+    }
+    if ((set & SATTN_SET_NORM_FIRST) && (c.norm_first != 0) != nf) {
+      st = fail (SATTN_E_INVAL, err, err_len, "norm-first=%s but the layer "
+                 "was exported with norm_first=%s (metadata '%snorm_first')",
+                 c.norm_first ? "true" : "false", nf ? "true" : "false", pfx);
+      goto out;
+    }
+    c.norm_first = nf;
+  }
+  if ((v = meta_str (&m, "norm_eps")) != NULL) {
+    char *end = NULL;
+    double eps = g_ascii_strtod (v, &end);
+    if (end == v || *end != '\0' || !(eps >= 0.0) || isinf (eps)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_eps' is "
+                 "'%s'; expected a finite number >= 0", pfx, show (&sb, v));
+      goto out;
+    }
+    double mine = c.norm_eps == 0.0 ? 1e-5 : c.norm_eps;
+    if ((set & SATTN_SET_NORM_EPS) &&
+        fabs (mine - eps) > 1e-9 * fmax (fabs (mine), fabs (eps))) {
+      st = fail (SATTN_E_INVAL, err, err_len, "norm-eps=%g but the layer was "
+                 "exported with norm_eps=%g (metadata '%snorm_eps')", mine,
+                 eps, pfx);
+      goto out;
+    }
+    c.norm_eps = eps;
+  }
+  if ((v = meta_str (&m, "positions")) != NULL) {
+    size_t k = 0;
+    while (k < G_N_ELEMENTS (positions_names) &&
+           g_ascii_strcasecmp (v, positions_names[k]) != 0)
+      k++;
+    if (k == G_N_ELEMENTS (positions_names)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%spositions' is "
+                 "'%s'; sattn knows none, rope, rope-interleaved, alibi", pfx,
+                 show (&sb, v));
+      goto out;
+    }
+    if ((set & SATTN_SET_POSITIONS) && (size_t) c.positions != k) {
+      st = fail (SATTN_E_INVAL, err, err_len, "positions=%s but the model "
+                 "was exported with positions=%s (metadata '%spositions')",
+                 c.positions <= SATTN_POSITIONS_ALIBI ?
+                 positions_names[c.positions] : "?", positions_names[k], pfx);
+      goto out;
+    }
+    c.positions = (SattnPositions) k;
+  }
+  if ((v = meta_str (&m, "rope_base")) != NULL) {
+    char *end = NULL;
+    double b = g_ascii_strtod (v, &end);
+    if (end == v || *end != '\0' || !(b > 1.0) || isinf (b)) {
+      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%srope_base' is "
+                 "'%s'; expected a number > 1", pfx, show (&sb, v));
+      goto out;
+    }
+    double mine = c.rope_base == 0.0 ? 10000.0 : c.rope_base;
+    if ((set & SATTN_SET_ROPE_BASE) && mine != b) {
+      st = fail (SATTN_E_INVAL, err, err_len, "rope-base=%g but the model "
+                 "was exported with rope_base=%g (metadata '%srope_base')",
+                 mine, b, pfx);
+      goto out;
+    }
+    c.rope_base = b;
+  }
+  *cfg_inout = c;
+
+out:
+  g_free (pfx);
+  return st;
+}
+
 SattnStatus
 sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              size_t d_model, size_t heads, int add_zero_attn,
@@ -1257,6 +1510,616 @@ sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
     set_err (err, err_len, "%s", "");
   else if (st == SATTN_E_IO || path == NULL)
     set_err (err, err_len, "%s", msg);   /* names the path already */
+  else
+    set_err (err, err_len, "'%s': %s", path ? show (&sb, path) : "", msg);
+  return st;
+}
+
+/* ------------------------------------------- attention modules, any layout */
+
+/* One way of naming an attention module's tensors.  Linear layers are
+ * given by their module name (tensors name.weight / name.bias); the
+ * nn.MultiheadAttention layouts name their tensors directly. */
+typedef struct {
+  SattnLayout layout;
+  const char *fused_w, *fused_b;          /* [Wq; Wk; Wv] and its bias */
+  const char *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;
+  const char *o_w[2], *o_b[2];            /* output projection names */
+  int out_required;                       /* nn.MultiheadAttention */
+  int bias_kv;                            /* bias_k / bias_v allowed */
+} LayoutDef;
+
+static const LayoutDef layouts[] = {
+  { SATTN_LAYOUT_MHA, "in_proj_weight", "in_proj_bias",
+    NULL, NULL, NULL, NULL, NULL, NULL,
+    { "out_proj.weight" }, { "out_proj.bias" }, 1, 1 },
+  { SATTN_LAYOUT_MHA_SEPARATE, NULL, "in_proj_bias",
+    "q_proj_weight", NULL, "k_proj_weight", NULL, "v_proj_weight", NULL,
+    { "out_proj.weight" }, { "out_proj.bias" }, 1, 1 },
+  { SATTN_LAYOUT_HF, NULL, NULL,
+    "q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+    "v_proj.weight", "v_proj.bias",
+    { "out_proj.weight", "o_proj.weight" }, { "out_proj.bias", "o_proj.bias" },
+    0, 0 },
+  { SATTN_LAYOUT_BERT, NULL, NULL,
+    "query.weight", "query.bias", "key.weight", "key.bias",
+    "value.weight", "value.bias",
+    { "output.dense.weight" }, { "output.dense.bias" }, 0, 0 },
+  { SATTN_LAYOUT_BERT, NULL, NULL,
+    "self.query.weight", "self.query.bias", "self.key.weight",
+    "self.key.bias", "self.value.weight", "self.value.bias",
+    { "output.dense.weight" }, { "output.dense.bias" }, 0, 0 },
+  { SATTN_LAYOUT_DIFFUSERS, NULL, NULL,
+    "to_q.weight", "to_q.bias", "to_k.weight", "to_k.bias",
+    "to_v.weight", "to_v.bias",
+    { "to_out.0.weight" }, { "to_out.0.bias" }, 0, 0 },
+  { SATTN_LAYOUT_LLAMA, NULL, NULL,
+    "wq.weight", "wq.bias", "wk.weight", "wk.bias", "wv.weight", "wv.bias",
+    { "wo.weight" }, { "wo.bias" }, 0, 0 },
+  { SATTN_LAYOUT_SEEDS, NULL, NULL,
+    "W_q.weight", "W_q.bias", "W_k.weight", "W_k.bias",
+    "W_v.weight", "W_v.bias",
+    { "W_o.weight" }, { "W_o.bias" }, 0, 0 },
+  { SATTN_LAYOUT_FUSED, "qkv.weight", "qkv.bias",
+    NULL, NULL, NULL, NULL, NULL, NULL,
+    { "proj.weight" }, { "proj.bias" }, 0, 0 },
+};
+
+const char *
+sattn_layout_name (SattnLayout layout)
+{
+  switch (layout) {
+    case SATTN_LAYOUT_MHA: return "mha";
+    case SATTN_LAYOUT_MHA_SEPARATE: return "mha-separate";
+    case SATTN_LAYOUT_HF: return "hf";
+    case SATTN_LAYOUT_BERT: return "bert";
+    case SATTN_LAYOUT_DIFFUSERS: return "diffusers";
+    case SATTN_LAYOUT_LLAMA: return "llama";
+    case SATTN_LAYOUT_SEEDS: return "seeds";
+    case SATTN_LAYOUT_FUSED: return "fused";
+    case SATTN_LAYOUT_NONE: break;
+  }
+  return "none";
+}
+
+/* The tensor that tells a layout is there. */
+static const char *
+layout_key (const LayoutDef *l)
+{
+  return l->fused_w != NULL ? l->fused_w : l->q_w;
+}
+
+/* Every "prefix (layout)" of the file, for the message of a missing
+ * module. */
+static void
+list_layouts (const SattnTensorFile *f, GString *s)
+{
+  size_t found = 0;
+
+  for (size_t i = 0; i < f->n; i++) {
+    const char *nm = f->t[i].name;
+    size_t len = strlen (nm);
+    for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
+      const char *key = layout_key (&layouts[k]);
+      size_t kl = strlen (key);
+      if (len >= kl && strcmp (nm + len - kl, key) == 0 &&
+          (len == kl || nm[len - kl - 1] == '.')) {
+        ShowBuf sb;
+        char *p = g_strndup (nm, len - kl);
+        if (found < 8)
+          g_string_append_printf (s, "%s'%s' (%s)", found ? ", " : "",
+                                  show (&sb, p),
+                                  sattn_layout_name (layouts[k].layout));
+        g_free (p);
+        found++;
+      }
+    }
+  }
+  if (found == 0)
+    g_string_append (s, "none");
+  else if (found > 8)
+    g_string_append_printf (s, " (%zu in all)", found);
+}
+
+/* A tensor of the module: float, 2-D (rows, cols) or 1-D (rows) when cols
+ * is 0, finite.  rows or cols 0 in `want` are not checked (they are read
+ * from the tensor by the caller first). */
+static SattnStatus
+check_linear (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
+              const char *sym)
+{
+  ShowBuf sb;
+  char got[96];
+  int ok = cols > 0 ? (t->ndim == 2 && t->shape[0] == rows &&
+                       t->shape[1] == cols)
+                    : (t->ndim == 1 && t->shape[0] == rows);
+
+  if (t->data == NULL)
+    return fail (SATTN_E_DTYPE, m->err, m->err_len,
+                 "tensor '%s' has dtype %s; supported: F32, F16, BF16, F64",
+                 show (&sb, t->name), t->dtype->name);
+  if (!ok) {
+    if (cols > 0)
+      return fail (SATTN_E_SHAPE, m->err, m->err_len,
+                   "tensor '%s' has shape %s; expected [%zu, %zu], i.e. %s",
+                   show (&sb, t->name),
+                   shape_str (got, sizeof got, t->shape, t->ndim), rows, cols,
+                   sym);
+    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+                 "tensor '%s' has shape %s; expected [%zu], i.e. %s",
+                 show (&sb, t->name),
+                 shape_str (got, sizeof got, t->shape, t->ndim), rows, sym);
+  }
+  return check (m, t, rows, cols, 0, sym);   /* dtype, finiteness */
+}
+
+/* A 2-D float tensor's rows and columns; an error when it is not one. */
+static SattnStatus
+matrix_dims (const Mapper *m, const Tensor *t, size_t *rows, size_t *cols)
+{
+  ShowBuf sb;
+  char got[96];
+
+  if (t->ndim != 2 || t->shape[0] == 0 || t->shape[1] == 0)
+    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+                 "tensor '%s' has shape %s; expected a 2-D (out, in) "
+                 "weight with both sizes > 0", show (&sb, t->name),
+                 shape_str (got, sizeof got, t->shape, t->ndim));
+  *rows = t->shape[0];
+  *cols = t->shape[1];
+  return SATTN_OK;
+}
+
+/* A requested size (caller or metadata) against the one the shapes give. */
+static SattnStatus
+resolve_dim (const Mapper *m, const char *what, const char *noun,
+             size_t caller, size_t total, size_t heads, size_t *out,
+             SattnSource *from)
+{
+  ShowBuf sb;
+  const char *key = what;
+  gint64 meta = meta_uint (m, key);
+
+  if (meta == 0)
+    meta = -1;   /* "0 = default" in metadata too */
+  if (caller != 0 && meta >= 0 && (guint64) meta != caller)
+    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+                 "%s = %zu but the module was exported with %s = %"
+                 G_GINT64_FORMAT " (metadata '%s%s')", what, caller, key,
+                 meta, show (&sb, m->prefix), key);
+  if (caller != 0) {
+    *out = caller;
+    *from = SATTN_FROM_CALLER;
+  } else if (meta >= 0) {
+    *out = (size_t) meta;
+    *from = SATTN_FROM_METADATA;
+  } else {
+    if (total % heads != 0)
+      return fail (SATTN_E_SHAPE, m->err, m->err_len,
+                   "heads = %zu does not divide the %zu %s values of the "
+                   "projections under prefix '%s'", heads, total, noun,
+                   show (&sb, m->prefix));
+    *out = total / heads;
+    *from = SATTN_FROM_SHAPES;
+    return SATTN_OK;
+  }
+  if (*out > total || total % *out != 0 || total / *out != heads)
+    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+                 "heads = %zu x %s = %zu %s values, but the projections "
+                 "under prefix '%s' have %zu%s (%s = 0 takes it from the "
+                 "file)", heads, what, *out, noun, show (&sb, m->prefix),
+                 total, total % heads == 0 ? "" : ", which heads does not "
+                 "divide", what);
+  return SATTN_OK;
+}
+
+SattnStatus
+sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
+                              int add_zero_attn, SattnConfig *cfg_inout,
+                              SattnWeights *w_out, SattnMhaWeights **owner,
+                              SattnAttnReport *report, char *err,
+                              size_t err_len)
+{
+  Mapper m = { 0 };
+  const LayoutDef *l = NULL;
+  const Tensor *fw = NULL, *fb = NULL, *qw = NULL, *qb = NULL, *kw = NULL;
+  const Tensor *kb = NULL, *vw = NULL, *vb = NULL, *ow = NULL, *ob = NULL;
+  const Tensor *bk = NULL, *bv = NULL;
+  SattnAttnReport rep = { 0 };
+  SattnMhaWeights *mw = NULL;
+  SattnStatus st = SATTN_OK;
+  char *pfx = NULL;
+  ShowBuf sb;
+  size_t e, dq, dv, dk, d_out, heads, d_head, d_value, total, off, cols;
+  size_t found = 0;
+  gint64 meta;
+  GString *names = NULL;
+  float *p;
+
+  set_err (err, err_len, "%s", "");
+  if (owner != NULL)
+    *owner = NULL;
+  if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
+    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+
+  if (prefix == NULL)
+    prefix = "";
+  pfx = (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
+      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  m.f = f;
+  m.prefix = pfx;
+  m.err = err;
+  m.err_len = err_len;
+
+  /* Which layouts are there: exactly one may be. */
+  names = g_string_new (NULL);
+  for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
+    const LayoutDef *c = &layouts[k];
+    const char *qkv[3] = { c->q_w, c->k_w, c->v_w };
+    const Tensor *any = c->fused_w ? find (&m, c->fused_w) : NULL;
+    for (size_t j = 0; any == NULL && c->fused_w == NULL && j < 3; j++)
+      any = find (&m, qkv[j]);
+    if (any == NULL)
+      continue;
+    g_string_append_printf (names, "%s%s ('%s')", found ? ", " : "",
+                            sattn_layout_name (c->layout),
+                            show (&sb, any->name));
+    found++;
+    l = c;
+  }
+  if (found == 0) {
+    GString *s = g_string_new (NULL);
+    list_layouts (f, s);
+    st = fail (SATTN_E_MISSING, err, err_len,
+               "no attention weights under prefix '%s' (looked for "
+               "in_proj_weight, q_proj_weight, q_proj.weight, query.weight, "
+               "self.query.weight, to_q.weight, wq.weight, W_q.weight, "
+               "qkv.weight); prefixes in the file holding a known layout: %s",
+               show (&sb, pfx), s->str);
+    g_string_free (s, TRUE);
+    goto out;
+  }
+  if (found > 1) {
+    st = fail (SATTN_E_FORMAT, err, err_len,
+               "%zu attention layouts under prefix '%s': %s; ambiguous "
+               "(choose a longer weights prefix or remove one)", found,
+               show (&sb, pfx), names->str);
+    goto out;
+  }
+  rep.layout = l->layout;
+
+  /* The layout's tensors. */
+  if (l->fused_w != NULL) {
+    fw = find (&m, l->fused_w);
+  } else {
+    const char *miss = NULL;
+    qw = find (&m, l->q_w);
+    kw = find (&m, l->k_w);
+    vw = find (&m, l->v_w);
+    miss = qw == NULL ? l->q_w : kw == NULL ? l->k_w : vw == NULL ? l->v_w
+        : NULL;
+    if (miss != NULL) {
+      st = fail (SATTN_E_MISSING, err, err_len,
+                 "attention layout %s under prefix '%s' is incomplete: no "
+                 "tensor '%s%s'", sattn_layout_name (l->layout),
+                 show (&sb, pfx), pfx, miss);
+      goto out;
+    }
+    qb = l->q_b ? find (&m, l->q_b) : NULL;
+    kb = l->k_b ? find (&m, l->k_b) : NULL;
+    vb = l->v_b ? find (&m, l->v_b) : NULL;
+  }
+  fb = l->fused_b ? find (&m, l->fused_b) : NULL;
+  for (size_t j = 0; j < 2 && l->o_w[j] != NULL; j++) {
+    const Tensor *t = find (&m, l->o_w[j]);
+    if (t != NULL && ow != NULL) {
+      ShowBuf s1, s2;
+      st = fail (SATTN_E_FORMAT, err, err_len,
+                 "two output projections under prefix '%s': '%s' and '%s'; "
+                 "ambiguous", show (&sb, pfx), show (&s1, ow->name),
+                 show (&s2, t->name));
+      goto out;
+    }
+    if (t != NULL) {
+      ow = t;
+      ob = find (&m, l->o_b[j]);
+    }
+  }
+  if (ow == NULL && l->out_required) {
+    st = missing (&m, "'out_proj.weight'");
+    goto out;
+  }
+  if (ow == NULL) {
+    for (size_t j = 0; j < 2 && l->o_b[j] != NULL; j++)
+      if (find (&m, l->o_b[j]) != NULL) {
+        st = fail (SATTN_E_MISSING, err, err_len,
+                   "tensor '%s%s' without '%s%s' under prefix '%s'", pfx,
+                   l->o_b[j], pfx, l->o_w[j], show (&sb, pfx));
+        goto out;
+      }
+  }
+  if (l->bias_kv) {
+    bk = find (&m, "bias_k");
+    bv = find (&m, "bias_v");
+    if ((bk == NULL) != (bv == NULL)) {
+      st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)" :
+                    "'bias_v' (bias_k is present)");
+      goto out;
+    }
+  }
+
+  /* Sizes from the shapes. */
+  if (fw != NULL) {
+    size_t rows;
+    if ((st = matrix_dims (&m, fw, &rows, &e)) != SATTN_OK)
+      goto out;
+    dq = dv = 0;
+    total = rows;
+  } else {
+    size_t ck, cv;
+    if ((st = matrix_dims (&m, qw, &dq, &e)) != SATTN_OK ||
+        (st = matrix_dims (&m, kw, &dk, &ck)) != SATTN_OK ||
+        (st = matrix_dims (&m, vw, &dv, &cv)) != SATTN_OK)
+      goto out;
+    if (ck != e || cv != e) {
+      const Tensor *t = ck != e ? kw : vw;
+      ShowBuf s2;
+      char got[96];
+      st = fail (SATTN_E_SHAPE, err, err_len,
+                 "tensor '%s' has shape %s; expected [%zu, %zu]: "
+                 "self-attention on frames needs the input size of '%s' "
+                 "(kdim = vdim = d_model = %zu)", show (&sb, t->name),
+                 shape_str (got, sizeof got, t->shape, t->ndim), t->shape[0],
+                 e, show (&s2, qw->name), e);
+      goto out;
+    }
+    if (dk != dq) {
+      st = fail (SATTN_E_SHAPE, err, err_len,
+                 "tensor '%s' has %zu rows but '%s' has %zu: queries and "
+                 "keys of different sizes (fewer key heads, as in "
+                 "grouped-query attention) are not supported",
+                 show (&sb, qw->name), dq, kw->name, dk);
+      goto out;
+    }
+    total = dq;
+  }
+  if (cfg_inout->d_model != 0 && cfg_inout->d_model != e) {
+    const Tensor *t = fw != NULL ? fw : qw;
+    size_t d = cfg_inout->d_model, rows = t->shape[0];
+    char got[96];
+    /* nn.MultiheadAttention's projections are E wide whatever E is. */
+    if ((l->layout == SATTN_LAYOUT_MHA ||
+         l->layout == SATTN_LAYOUT_MHA_SEPARATE) && rows % e == 0 &&
+        rows / e <= SIZE_MAX / d)
+      rows = rows / e * d;
+    st = fail (SATTN_E_SHAPE, err, err_len,
+               "tensor '%s' has shape %s; expected [%zu, %zu]: the attention "
+               "weights take frames of %zu values, not d_model = %zu",
+               show (&sb, t->name),
+               shape_str (got, sizeof got, t->shape, t->ndim), rows, d, e, d);
+    goto out;
+  }
+  m.e = e;
+
+  /* Heads: caller, metadata, the caller's head size, or 1. */
+  meta = meta_uint (&m, "num_heads");
+  if (cfg_inout->heads != 0 && meta > 0 &&
+      (guint64) meta != cfg_inout->heads) {
+    st = fail (SATTN_E_SHAPE, err, err_len,
+               "heads = %zu but the module was exported with num_heads = %"
+               G_GINT64_FORMAT " (metadata '%snum_heads')", cfg_inout->heads,
+               meta, show (&sb, pfx));
+    goto out;
+  }
+  if (cfg_inout->heads != 0) {
+    heads = cfg_inout->heads;
+    rep.heads_from = SATTN_FROM_CALLER;
+  } else if (meta > 0) {
+    heads = (size_t) meta;
+    rep.heads_from = SATTN_FROM_METADATA;
+  } else if (cfg_inout->d_head != 0 && fw == NULL &&
+             dq % cfg_inout->d_head == 0) {
+    heads = dq / cfg_inout->d_head;
+    rep.heads_from = SATTN_FROM_SHAPES;
+  } else {
+    heads = 1;
+    rep.heads_from = SATTN_FROM_DEFAULT;
+  }
+
+  if (fw != NULL) {
+    /* [Wq; Wk; Wv] with 2 Dq + Dv rows: thirds unless told otherwise
+     * (nn.MultiheadAttention's in_proj_weight: always thirds). */
+    gint64 mh = meta_uint (&m, "head_dim");
+    size_t dh = cfg_inout->d_head != 0 ? cfg_inout->d_head
+        : mh > 0 ? (size_t) mh : 0;
+    if (l->layout == SATTN_LAYOUT_MHA)
+      dh = 0;
+    if (dh != 0) {
+      if (dh > total / 2 / heads || 2 * heads * dh >= total) {
+        st = fail (SATTN_E_SHAPE, err, err_len,
+                   "tensor '%s' has %zu rows: too few for 2 x heads (%zu) x "
+                   "head_dim (%zu) plus values", show (&sb, fw->name), total,
+                   heads, dh);
+        goto out;
+      }
+      dq = heads * dh;
+      dv = total - 2 * dq;
+    } else {
+      if (total % 3 != 0) {
+        st = fail (SATTN_E_SHAPE, err, err_len,
+                   "tensor '%s' has %zu rows, not a multiple of 3: give "
+                   "the head size (head-dim) to split it", show (&sb,
+                   fw->name), total);
+        goto out;
+      }
+      dq = dv = total / 3;
+    }
+  }
+  if ((st = resolve_dim (&m, "head_dim", "query/key", cfg_inout->d_head,
+                         dq, heads, &d_head, &rep.d_head_from)) != SATTN_OK ||
+      (st = resolve_dim (&m, "value_dim", "value", cfg_inout->d_value,
+                         dv, heads, &d_value, &rep.d_value_from)) != SATTN_OK)
+    goto out;
+
+  if (dq > SIZE_MAX / 4 / e || dv > SIZE_MAX / 4 / e) {
+    st = fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
+    goto out;
+  }
+
+  /* Every tensor's exact shape, dtype and finiteness. */
+  if (fw != NULL) {
+    if ((st = check_linear (&m, fw, 2 * dq + dv, e, "(2 Dq + Dv, E)"))
+        != SATTN_OK)
+      goto out;
+  } else if ((st = check_linear (&m, qw, dq, e, "(Dq, E)")) != SATTN_OK ||
+             (st = check_linear (&m, kw, dq, e, "(Dq, E)")) != SATTN_OK ||
+             (st = check_linear (&m, vw, dv, e, "(Dv, E)")) != SATTN_OK) {
+    goto out;
+  }
+  if (fb != NULL &&
+      (st = check_linear (&m, fb, 2 * dq + dv, 0, "(2 Dq + Dv)")) != SATTN_OK)
+    goto out;
+  if ((qb != NULL && (st = check_linear (&m, qb, dq, 0, "(Dq)")) != SATTN_OK)
+      || (kb != NULL && (st = check_linear (&m, kb, dq, 0, "(Dq)")) != SATTN_OK)
+      || (vb != NULL && (st = check_linear (&m, vb, dv, 0, "(Dv)"))
+          != SATTN_OK))
+    goto out;
+  d_out = dv;
+  if (ow != NULL) {
+    if ((st = matrix_dims (&m, ow, &d_out, &cols)) != SATTN_OK ||
+        (st = check_linear (&m, ow, d_out, dv, "(d_out, Dv)")) != SATTN_OK)
+      goto out;
+    if (d_out > SIZE_MAX / 4 / dv) {
+      st = fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
+      goto out;
+    }
+    if (ob != NULL &&
+        (st = check_linear (&m, ob, d_out, 0, "(d_out)")) != SATTN_OK)
+      goto out;
+  }
+  if (bk != NULL &&
+      ((st = check (&m, bk, dq, 0, 1, "(1, 1, Dq)")) != SATTN_OK ||
+       (st = check (&m, bv, dv, 0, 1, "(1, 1, Dv)")) != SATTN_OK))
+    goto out;
+  meta = meta_uint (&m, "add_zero_attn");
+  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0)) {
+    st = fail (SATTN_E_INVAL, err, err_len,
+               "add_zero_attn = %d but the module was exported with "
+               "add_zero_attn = %d (metadata '%sadd_zero_attn')",
+               add_zero_attn != 0, meta != 0, show (&sb, pfx));
+    goto out;
+  }
+
+  /* One block: Wq Wk Wv Wo, then the biases. */
+  total = (2 * dq + dv) * e + (ow ? d_out * dv : 0) + 2 * dq + dv +
+      (ob ? d_out : 0) + (bk ? dq + dv : 0);
+  mw = g_new0 (SattnMhaWeights, 1);
+  mw->block = g_try_new (float, total);
+  if (mw->block == NULL) {
+    st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    goto out;
+  }
+  p = mw->block;
+  *w_out = (SattnWeights) { 0 };
+  if (fw != NULL) {
+    memcpy (p, fw->data, (2 * dq + dv) * e * sizeof (float));
+  } else {
+    memcpy (p, qw->data, dq * e * sizeof (float));
+    memcpy (p + dq * e, kw->data, dq * e * sizeof (float));
+    memcpy (p + 2 * dq * e, vw->data, dv * e * sizeof (float));
+  }
+  w_out->wq = p;
+  w_out->wk = p + dq * e;
+  w_out->wv = p + 2 * dq * e;
+  off = (2 * dq + dv) * e;
+  if (ow != NULL) {
+    memcpy (p + off, ow->data, d_out * dv * sizeof (float));
+    w_out->wo = p + off;
+    off += d_out * dv;
+  }
+  /* Biases: the fused vector, or each one present (absent = NULL). */
+  if (fb != NULL) {
+    memcpy (p + off, fb->data, (2 * dq + dv) * sizeof (float));
+    w_out->bq = p + off;
+    w_out->bk = p + off + dq;
+    w_out->bv = p + off + 2 * dq;
+  } else {
+    if (qb != NULL) {
+      memcpy (p + off, qb->data, dq * sizeof (float));
+      w_out->bq = p + off;
+    }
+    if (kb != NULL) {
+      memcpy (p + off + dq, kb->data, dq * sizeof (float));
+      w_out->bk = p + off + dq;
+    }
+    if (vb != NULL) {
+      memcpy (p + off + 2 * dq, vb->data, dv * sizeof (float));
+      w_out->bv = p + off + 2 * dq;
+    }
+  }
+  off += 2 * dq + dv;
+  if (ob != NULL) {
+    memcpy (p + off, ob->data, d_out * sizeof (float));
+    w_out->bo = p + off;
+    off += d_out;
+  }
+  if (bk != NULL) {
+    memcpy (p + off, bk->data, dq * sizeof (float));
+    memcpy (p + off + dq, bv->data, dv * sizeof (float));
+    w_out->bias_k = p + off;
+    w_out->bias_v = p + off + dq;
+    off += dq + dv;
+  }
+  g_assert (off == total);
+  w_out->add_zero_attn = add_zero_attn != 0;
+
+  rep.q_bias = fb != NULL || qb != NULL;
+  rep.k_bias = fb != NULL || kb != NULL;
+  rep.v_bias = fb != NULL || vb != NULL;
+  rep.out_proj = ow != NULL;
+  rep.out_bias = ob != NULL;
+  rep.bias_kv = bk != NULL;
+  cfg_inout->d_model = e;
+  cfg_inout->heads = heads;
+  cfg_inout->d_head = d_head;
+  cfg_inout->d_value = d_value;
+  cfg_inout->d_out = d_out;
+  if (report != NULL)
+    *report = rep;
+  *owner = mw;
+  mw = NULL;
+
+out:
+  if (names != NULL)
+    g_string_free (names, TRUE);
+  sattn_mha_weights_free (mw);
+  g_free (pfx);
+  return st;
+}
+
+SattnStatus
+sattn_attn_weights_load (const char *path, const char *prefix,
+                         int add_zero_attn, SattnConfig *cfg_inout,
+                         SattnWeights *w_out, SattnMhaWeights **owner,
+                         SattnAttnReport *report, char *err, size_t err_len)
+{
+  SattnTensorFile *f = NULL;
+  SattnStatus st;
+  char msg[1024];
+  ShowBuf sb;
+
+  if (owner != NULL)
+    *owner = NULL;
+  st = sattn_tensor_file_load (path, &f, msg, sizeof msg);
+  if (st == SATTN_OK) {
+    st = sattn_attn_weights_from_file (f, prefix, add_zero_attn, cfg_inout,
+                                       w_out, owner, report, msg, sizeof msg);
+    sattn_tensor_file_free (f);
+  }
+  if (st == SATTN_OK)
+    set_err (err, err_len, "%s", "");
+  else if (st == SATTN_E_IO || path == NULL)
+    set_err (err, err_len, "%s", msg);
   else
     set_err (err, err_len, "'%s': %s", path ? show (&sb, path) : "", msg);
   return st;

@@ -1,32 +1,56 @@
 #!/usr/bin/env python3
-"""Export a torch.nn.MultiheadAttention as safetensors for the sattn element.
+"""Export a PyTorch attention module as safetensors for the sattn element.
 
-The output holds the module's state dict (in_proj_weight or
-q/k/v_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias, bias_k,
-bias_v, whichever the module has) and, in "__metadata__", the constructor
-arguments a state dict does not record (num_heads, add_zero_attn,
-embed_dim, ...), which libsattn checks against the element's properties.
+Recognised attention layouts (tensor names under the module's prefix; a
+Linear "x" is x.weight and, optionally, x.bias; [..] may be absent):
+
+  mha           nn.MultiheadAttention: in_proj_weight, [in_proj_bias],
+                out_proj, [bias_k, bias_v]
+  mha-separate  the same with q_proj_weight, k_proj_weight, v_proj_weight
+  hf            q_proj, k_proj, v_proj, [out_proj | o_proj]  (Hugging Face)
+  bert          query, key, value, [output.dense]; or self.query, ...
+  diffusers     to_q, to_k, to_v, [to_out.0]
+  llama         wq, wk, wv, [wo]  (LLaMA reference code)
+  seeds         W_q, W_k, W_v, [W_o]  (a QKV module of three Linear layers)
+  fused         qkv, [proj]  (timm: qkv rows are [Wq; Wk; Wv])
+
+The output holds the module's tensors under their own names (no renaming)
+and, in "__metadata__", what the tensors do not say: num_heads, head_dim,
+value_dim, layout, embed_dim (and kdim, vdim, add_zero_attn, batch_first
+for nn.MultiheadAttention).  For an nn.TransformerEncoderLayer the whole
+layer is written (self_attn.*, linear1/2, norm1/2) with layer,
+activation, norm_first and norm_eps; positions when known (--positions).
+libsattn reads heads, head_dim and value_dim from it and checks them
+against the element's properties.
 
 Inputs (INPUT is a file written by torch.save):
-  * a whole model (torch.save(model, "model.pt")): the attention module is
-    MODEL itself, --module NAME (e.g. "encoder.layers.0.self_attn"), or the
-    only MultiheadAttention inside MODEL;
+  * a whole model (torch.save(model, "model.pt")): the module is MODEL
+    itself, --module NAME (e.g. "encoder.layers.0.self_attn"), or the only
+    attention module inside MODEL.  Classes defined in the current
+    directory or next to INPUT are found (both are put on sys.path);
   * a state dict (torch.save(model.state_dict(), "sd.pt")): either give
     --factory to build the model class first (then as above), or let the
     tool pick the module's tensors by name (--module NAME or the only
-    module in the dict; num_heads then comes from --heads if given).
+    module in the dict); the head count then comes from --heads (needed
+    except for the single-head seeds layout).
+State dicts are loaded with torch.load(weights_only=True) where PyTorch
+supports it; a whole-model pickle needs weights_only=False, which runs
+code from the file: it is used only for files that need it, and refused
+with --weights-only.
 
-Examples:
+Examples (a model with one 64-wide, 4-head attention module, at 16 kHz and
+at 44.1 kHz resampled to 16 kHz; frame-size 64 needs a rate it divides):
+  export-torch-mha.py --list model.pt
   export-torch-mha.py model.pt attn.safetensors
+  gst-launch-1.0 audiotestsrc num-buffers=50 ! audio/x-raw,format=F32LE,channels=1,rate=16000 ! sattn frame-size=64 weights=attn.safetensors ! fakesink
+  gst-launch-1.0 audiotestsrc num-buffers=50 ! audio/x-raw,rate=44100 ! audioconvert ! audioresample ! audio/x-raw,format=F32LE,channels=1,rate=16000 ! sattn frame-size=64 weights=attn.safetensors ! fakesink
   export-torch-mha.py --module encoder.layers.0.self_attn model.pt l0.safetensors
   export-torch-mha.py --factory mymodels:build --module attn sd.pt a.safetensors
-  export-torch-mha.py --list model.pt
-then:
-  gst-launch-1.0 ... ! sattn weights=attn.safetensors heads=4 ! ...
 
 Uses the safetensors package when installed, otherwise writes the format
 itself (8-byte little-endian header length, JSON header, raw tensors).
-It can also be imported (importlib) for export_mha() and save_safetensors().
+It can also be imported (importlib) for export_mha(), export_attention()
+and save_safetensors().
 """
 
 import argparse
@@ -137,6 +161,10 @@ def mha_metadata(mha, prefix=""):
         prefix + "vdim": mha.vdim,
         prefix + "add_zero_attn": int(bool(mha.add_zero_attn)),
         prefix + "batch_first": int(bool(getattr(mha, "batch_first", False))),
+        prefix + "head_dim": mha.embed_dim // mha.num_heads,
+        prefix + "value_dim": mha.embed_dim // mha.num_heads,
+        prefix + "layout": ("mha" if mha._qkv_same_embed_dim
+                            else "mha-separate"),
     }
 
 
@@ -162,6 +190,154 @@ def export_mha(mha, path, dtype="F32", prefix="", extra_metadata=None,
     meta.update(mha_metadata(mha, prefix))
     meta.update(extra_metadata or {})
     save_safetensors(path, mha_tensors(mha, prefix), meta, dtype, use_package)
+
+
+# ------------------------------------------------------------------ layouts
+
+# (name, key tensor that marks the layout, q, k, v weights (None: fused),
+#  output Linear names, the tensors that belong to the module).  The same
+# table as libsattn's (core/weights.c): keep them in step.
+def _lin(*names):
+    return tuple(n + s for n in names for s in (".weight", ".bias"))
+
+
+LAYOUTS = (
+    ("mha", "in_proj_weight", None, ("out_proj",),
+     ("in_proj_weight", "in_proj_bias") + _lin("out_proj")
+     + ("bias_k", "bias_v")),
+    ("mha-separate", "q_proj_weight",
+     ("q_proj_weight", "k_proj_weight", "v_proj_weight"), ("out_proj",),
+     ("q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias")
+     + _lin("out_proj") + ("bias_k", "bias_v")),
+    ("hf", "q_proj.weight", ("q_proj.weight", "k_proj.weight",
+                             "v_proj.weight"), ("out_proj", "o_proj"),
+     _lin("q_proj", "k_proj", "v_proj", "out_proj", "o_proj")),
+    ("bert", "query.weight", ("query.weight", "key.weight", "value.weight"),
+     ("output.dense",), _lin("query", "key", "value", "output.dense")),
+    ("bert", "self.query.weight", ("self.query.weight", "self.key.weight",
+                                   "self.value.weight"), ("output.dense",),
+     _lin("self.query", "self.key", "self.value", "output.dense")),
+    ("diffusers", "to_q.weight", ("to_q.weight", "to_k.weight",
+                                  "to_v.weight"), ("to_out.0",),
+     _lin("to_q", "to_k", "to_v", "to_out.0")),
+    ("llama", "wq.weight", ("wq.weight", "wk.weight", "wv.weight"), ("wo",),
+     _lin("wq", "wk", "wv", "wo")),
+    ("seeds", "W_q.weight", ("W_q.weight", "W_k.weight", "W_v.weight"),
+     ("W_o",), _lin("W_q", "W_k", "W_v", "W_o")),
+    ("fused", "qkv.weight", None, ("proj",), _lin("qkv", "proj")),
+)
+
+LAYOUT_NAMES = tuple(sorted(set(l[0] for l in LAYOUTS)))
+
+# Attributes that hold the head count in common attention classes
+# (nn.MultiheadAttention, HF, BERT, diffusers, LLaMA, timm).
+HEAD_ATTRS = ("num_heads", "num_attention_heads", "heads", "n_heads",
+              "n_local_heads", "nhead")
+
+
+def find_layouts(state_dict):
+    """{prefix: [layout, ...]} of the attention modules in a state dict,
+    prefixes '' or 'a.b.', in order of appearance."""
+    out = collections.OrderedDict()
+    for k in state_dict:
+        for name, key, _, _, _ in LAYOUTS:
+            if k == key or k.endswith("." + key):
+                out.setdefault(k[:len(k) - len(key)], []).append(name)
+    return out
+
+
+def _layout_def(state_dict, prefix, name):
+    for d in LAYOUTS:
+        if d[0] == name and prefix + d[1] in state_dict:
+            return d
+    raise KeyError(name)
+
+
+def layout_tensors(state_dict, prefix, name):
+    """The module's entries of state_dict, names relative to prefix."""
+    d = _layout_def(state_dict, prefix, name)
+    return collections.OrderedDict(
+        (k, state_dict[prefix + k]) for k in d[4]
+        if state_dict.get(prefix + k) is not None)
+
+
+def layout_dims(tensors, name):
+    """embed_dim, Q/K size, V size, d_out (None: no output projection) of
+    a module's tensors (as given by layout_tensors)."""
+    d = [l for l in LAYOUTS if l[0] == name and l[1] in tensors][0]
+    if d[2] is None:
+        w = tensors[d[1]]
+        rows = w.shape[0]
+        dq = dv = rows // 3
+        e = w.shape[1]
+    else:
+        q, _, v = (tensors[n] for n in d[2])
+        e, dq, dv = q.shape[1], q.shape[0], v.shape[0]
+    d_out = None
+    for o in d[3]:
+        if o + ".weight" in tensors:
+            d_out = tensors[o + ".weight"].shape[0]
+    return e, dq, dv, d_out
+
+
+def module_heads(module):
+    """The head count a module records, or None."""
+    for a in HEAD_ATTRS:
+        v = getattr(module, a, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def attention_metadata(tensors, name, heads, prefix="", head_dim=None):
+    """__metadata__ entries of one attention module."""
+    e, dq, dv, d_out = layout_dims(tensors, name)
+    if head_dim is not None and name == "fused":
+        dq = heads * head_dim
+        dv = tensors["qkv.weight"].shape[0] - 2 * dq
+    if dq % heads or dv % heads:
+        raise ValueError("%d heads do not divide the projections' sizes "
+                         "(%d for queries and keys, %d for values)"
+                         % (heads, dq, dv))
+    return {prefix + "num_heads": heads,
+            prefix + "head_dim": dq // heads,
+            prefix + "value_dim": dv // heads,
+            prefix + "layout": name,
+            prefix + "embed_dim": e}
+
+
+def export_attention(tensors, name, heads, path, dtype="F32", prefix="",
+                     extra_metadata=None, use_package=True, head_dim=None):
+    """Write one attention module (tensors named as in its layout) to
+    path, with its metadata; prefix is prepended to every name."""
+    meta = {"format": "pt"}
+    meta.update(attention_metadata(tensors, name, heads, prefix, head_dim))
+    meta.update(extra_metadata or {})
+    save_safetensors(path, collections.OrderedDict(
+        (prefix + k, v) for k, v in tensors.items()), meta, dtype,
+        use_package)
+
+
+def encoder_layer_metadata(layer, prefix=""):
+    """__metadata__ of an nn.TransformerEncoderLayer (issue 12's layer
+    options; the attention's own go under self_attn.)."""
+    torch = _torch()
+    act = getattr(layer, "activation", None)
+    relu_or_gelu = getattr(layer, "activation_relu_or_gelu", 0)
+    if act is torch.nn.functional.gelu or isinstance(act, torch.nn.GELU) \
+            or relu_or_gelu == 2:
+        act_name = "gelu"
+    elif act is torch.nn.functional.relu or isinstance(act, torch.nn.ReLU) \
+            or relu_or_gelu == 1:
+        act_name = "relu"
+    else:
+        raise ValueError("activation %r is neither relu nor gelu" % (act,))
+    meta = {prefix + "layer": "transformer-encoder-layer",
+            prefix + "activation": act_name,
+            prefix + "norm_first": int(bool(layer.norm_first)),
+            prefix + "norm_eps": repr(float(layer.norm1.eps))}
+    meta.update(mha_metadata(layer.self_attn, prefix + "self_attn."))
+    return meta
 
 
 def find_mha_modules(model):
@@ -199,8 +375,38 @@ def _load_factory(spec, kwargs):
     return obj(**kwargs)
 
 
-def _load_input(path):
+def _supports_weights_only():
+    import inspect
+    try:
+        return "weights_only" in inspect.signature(
+            _torch().load).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _load_input(path, weights_only=False):
+    """torch.load, safely where possible: weights_only=True first; a whole
+    model pickle needs weights_only=False (it runs code from the file),
+    refused when weights_only is set.  Classes of the current directory
+    and of the input's directory are importable while unpickling."""
     torch = _torch()
+    for d in (os.path.dirname(os.path.abspath(path)), os.getcwd()):
+        if d not in sys.path:
+            sys.path.insert(0, d)
+    if _supports_weights_only():
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - any unpickling problem
+            if weights_only or isinstance(e, (OSError, EOFError)):
+                sys.exit("export-torch-mha: cannot load %s with "
+                         "weights_only=True: %s" % (path, e))
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e:  # noqa: BLE001
+            sys.exit("export-torch-mha: cannot load %s: %s" % (path, e))
+    if weights_only:
+        sys.exit("export-torch-mha: this PyTorch's torch.load has no "
+                 "weights_only")
     try:
         return torch.load(path, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - report any unpickling problem
@@ -214,40 +420,103 @@ def _pick(names, wanted, what):
     if len(names) == 1:
         return names[0]
     if not names:
-        sys.exit("export-torch-mha: no MultiheadAttention in " + what)
-    sys.exit("export-torch-mha: %s holds %d MultiheadAttention modules; "
+        sys.exit("export-torch-mha: no attention module in %s (layouts "
+                 "recognised: %s)" % (what, ", ".join(LAYOUT_NAMES)))
+    sys.exit("export-torch-mha: %s holds %d attention modules; "
              "choose one with --module: %s"
              % (what, len(names), ", ".join(n or "''" for n in names)))
+
+
+def _describe(tensors, name, heads):
+    e, dq, dv, d_out = layout_dims(tensors, name)
+    bias = any(k.endswith("bias") and not k.startswith(("out_proj", "o_proj",
+               "output.", "to_out", "wo", "W_o", "proj")) for k in tensors)
+    h = ("heads=%d head_dim=%s value_dim=%s" %
+         (heads, dq // heads if dq % heads == 0 else "?",
+          dv // heads if dv % heads == 0 else "?")) if heads \
+        else "heads=? q/k size=%d v size=%d" % (dq, dv)
+    return ("layout=%s embed_dim=%d %s qkv_bias=%s out_proj=%s"
+            % (name, e, h, "yes" if bias else "no",
+               "no" if d_out is None else "%d" % d_out))
+
+
+def _list(obj, model):
+    """--list: every attention module (and encoder layer) in INPUT."""
+    torch = _torch()
+    sd = obj.state_dict() if model else obj
+    found = find_layouts(sd)
+    if model:
+        for n, m in obj.named_modules():
+            if isinstance(m, torch.nn.TransformerEncoderLayer):
+                md = encoder_layer_metadata(m)
+                print("%s\tlayer=transformer-encoder-layer activation=%s "
+                      "norm_first=%s norm_eps=%s (export it whole with "
+                      "--module %s)" % (n or "''", md["activation"],
+                                        md["norm_first"], md["norm_eps"],
+                                        n or "''"))
+    for pf, names in found.items():
+        label = pf[:-1] or "''"
+        if len(names) > 1:
+            print("%s\tambiguous: %s under one prefix" % (label,
+                                                          ", ".join(names)))
+            continue
+        heads = None
+        if model:
+            try:
+                heads = module_heads(obj.get_submodule(pf[:-1])
+                                     if pf else obj)
+            except AttributeError:
+                heads = None
+        if heads is None and names[0] == "seeds":
+            heads = 1      # the seeds' QKV module is single-head
+        t = layout_tensors(sd, pf, names[0])
+        print("%s\t%s" % (label, _describe(t, names[0], heads)))
+    if not found:
+        print("no attention module (layouts recognised: %s)"
+              % ", ".join(LAYOUT_NAMES), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _use_line(path, meta, prefix):
+    return ("use: sattn weights=%s%s" %
+            (path, " weights-prefix=%s" % prefix if prefix else ""))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="export-torch-mha.py",
-        description="Save a torch.nn.MultiheadAttention (or a named "
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Save a PyTorch attention module (or a named "
         "submodule of a model) as safetensors for the sattn GStreamer "
-        "element (properties weights=, weights-prefix=, heads=).",
-        epilog="Example: export-torch-mha.py --module encoder.layers.0."
-        "self_attn model.pt attn.safetensors && gst-launch-1.0 "
-        "audiotestsrc ! audio/x-raw,format=F32LE,channels=1 ! sattn "
-        "frame-size=64 heads=4 weights=attn.safetensors ! fakesink")
+        "element (properties weights=, weights-prefix=).  Layouts: "
+        + ", ".join(LAYOUT_NAMES) + ".",
+        epilog=__doc__[__doc__.index("Examples"):__doc__.index("\nUses ")])
     p.add_argument("input", metavar="INPUT",
                    help="file from torch.save: a model or a state dict")
     p.add_argument("output", metavar="OUTPUT", nargs="?",
                    help="safetensors file to write")
     p.add_argument("--module", metavar="NAME",
-                   help="dotted name of the attention module inside the "
-                   "model, e.g. encoder.layers.0.self_attn (default: the "
-                   "only one)")
+                   help="dotted name of the attention module (or "
+                   "nn.TransformerEncoderLayer) inside the model, e.g. "
+                   "encoder.layers.0.self_attn (default: the only one)")
     p.add_argument("--factory", metavar="MODULE:CALLABLE",
                    help="for a state dict INPUT: build the model with this "
                    "callable (also FILE.py:CALLABLE), then load INPUT into it")
     p.add_argument("--factory-kwargs", metavar="JSON", default="{}",
                    help="keyword arguments for --factory, as a JSON object")
     p.add_argument("--heads", type=int,
-                   help="num_heads, for a state dict without --factory "
-                   "(recorded as metadata; checked against the element)")
+                   help="the head count, for a module that does not record "
+                   "it (a state dict without --factory; written as "
+                   "metadata and checked against the element)")
+    p.add_argument("--head-dim", type=int,
+                   help="per-head query/key size of a fused qkv whose "
+                   "values are not a third of its rows")
     p.add_argument("--add-zero-attn", action="store_true",
                    help="with --heads: record add_zero_attn=True")
+    p.add_argument("--positions", metavar="KIND",
+                   help="record the positional encoding the module was "
+                   "trained with (e.g. rope, rope-interleaved, alibi)")
     p.add_argument("--dtype", choices=DTYPES, default="F32",
                    help="tensor dtype in the file (default F32; the element "
                    "computes in float32 anyway)")
@@ -257,13 +526,16 @@ def main(argv=None):
     p.add_argument("--no-package", action="store_true",
                    help="write the format directly even if the safetensors "
                    "package is installed")
+    p.add_argument("--weights-only", action="store_true",
+                   help="refuse INPUT files that torch.load cannot read "
+                   "with weights_only=True (whole-model pickles run code)")
     p.add_argument("--list", action="store_true",
                    help="list the attention modules in INPUT and exit")
     a = p.parse_args(argv)
     torch = _torch()
     torch.set_grad_enabled(False)
 
-    obj = _load_input(a.input)
+    obj = _load_input(a.input, a.weights_only)
     if a.factory:
         if not isinstance(obj, dict):
             sys.exit("export-torch-mha: --factory needs a state dict INPUT")
@@ -271,72 +543,113 @@ def main(argv=None):
         model.load_state_dict(obj)
         obj = model
 
-    if isinstance(obj, torch.nn.Module):
-        mods = find_mha_modules(obj)
-        if a.list:
-            for n, m in mods:
-                print("%s\tembed_dim=%d num_heads=%d kdim=%d vdim=%d "
-                      "bias=%s add_bias_kv=%s add_zero_attn=%s"
-                      % (n or "''", m.embed_dim, m.num_heads, m.kdim, m.vdim,
-                         m.in_proj_bias is not None, m.bias_k is not None,
-                         m.add_zero_attn))
-            return 0
-        name = _pick([n for n, _ in mods], a.module, a.input)
-        try:
-            mha = obj.get_submodule(name) if name else obj
-        except AttributeError as e:
-            sys.exit("export-torch-mha: %s" % e)
-        if not isinstance(mha, torch.nn.MultiheadAttention):
-            sys.exit("export-torch-mha: %s is a %s, not a MultiheadAttention"
-                     % (name, type(mha).__name__))
-        if a.output is None:
-            p.error("OUTPUT is required")
-        prefix = name + "." if (a.keep_prefix and name) else ""
-        try:
-            export_mha(mha, a.output, a.dtype, prefix,
-                       use_package=not a.no_package)
-        except ValueError as e:
-            sys.exit("export-torch-mha: " + str(e))
-        print("wrote %s: embed_dim=%d num_heads=%d%s, %s; use: sattn "
-              "weights=%s heads=%d%s%s"
-              % (a.output, mha.embed_dim, mha.num_heads,
-                 " (prefix %s)" % prefix if prefix else "", a.dtype, a.output,
-                 mha.num_heads,
-                 " weights-prefix=%s" % prefix if prefix else "",
-                 " add-zero-attn=true" if mha.add_zero_attn else ""))
-        return 0
-
-    if not isinstance(obj, dict):
+    is_model = isinstance(obj, torch.nn.Module)
+    if not is_model and not isinstance(obj, dict):
         sys.exit("export-torch-mha: %s holds a %s, neither a module nor a "
                  "state dict" % (a.input, type(obj).__name__))
-    prefixes = find_mha_prefixes(obj)
     if a.list:
-        for pf in prefixes:
-            w = obj.get(pf + "in_proj_weight", obj.get(pf + "q_proj_weight"))
-            e = w.shape[1] if w is not None and w.dim() == 2 else "?"
-            print("%s\tembed_dim=%s" % (pf[:-1] or "''", e))
-        return 0
+        return _list(obj, is_model)
     if a.output is None:
         p.error("OUTPUT is required")
-    pf = _pick(prefixes, None if a.module is None else
-               (a.module + "." if a.module else ""), a.input)
-    tensors = collections.OrderedDict(
-        (k, v) for k, v in obj.items()
-        if k.startswith(pf) and k[len(pf):] in MHA_SUFFIXES)
-    if not tensors:
-        sys.exit("export-torch-mha: no attention tensors under %r" % pf)
+    sd = obj.state_dict() if is_model else obj
+    found = find_layouts(sd)
+
+    # An encoder layer, exported whole.
+    if is_model and a.module is not None:
+        try:
+            sub = obj.get_submodule(a.module) if a.module else obj
+        except AttributeError as e:
+            sys.exit("export-torch-mha: %s" % e)
+        if isinstance(sub, torch.nn.TransformerEncoderLayer):
+            prefix = a.module + "." if (a.keep_prefix and a.module) else ""
+            try:
+                check_self_attention(sub.self_attn, a.module + ".self_attn")
+                meta = {"format": "pt"}
+                meta.update(encoder_layer_metadata(sub, prefix))
+            except ValueError as e:
+                sys.exit("export-torch-mha: " + str(e))
+            if a.positions:
+                meta[prefix + "positions"] = a.positions
+            save_safetensors(a.output, collections.OrderedDict(
+                (prefix + k, v) for k, v in sub.state_dict().items()
+                if v is not None), meta, a.dtype,
+                use_package=not a.no_package)
+            print("wrote %s: nn.TransformerEncoderLayer %s, %s; %s"
+                  % (a.output, a.module, a.dtype,
+                     _use_line(a.output, meta, prefix)))
+            return 0
+
+    names = [pf[:-1] for pf in found]
+    if is_model:
+        mods = [n for n, _ in find_mha_modules(obj)]
+        names = names + [n for n in mods if n not in names]
+    name = _pick(names, a.module, a.input)
+    pf = name + "." if name else ""
+    if a.module is not None and pf not in found:
+        what = ""
+        if is_model:
+            try:
+                what = " (a %s)" % type(obj.get_submodule(name)
+                                        if name else obj).__name__
+            except AttributeError as e:
+                sys.exit("export-torch-mha: %s" % e)
+        sys.exit("export-torch-mha: %s%s is not an attention module of a "
+                 "known layout (%s); modules found: %s"
+                 % (name or "''", what, ", ".join(LAYOUT_NAMES),
+                    ", ".join(n[:-1] or "''" for n in found) or "none"))
+    layouts = found[pf]
+    if len(layouts) > 1:
+        sys.exit("export-torch-mha: %s holds %s tensors under one prefix: "
+                 "ambiguous" % (name or "''", " and ".join(layouts)))
+    layout = layouts[0]
     out_prefix = pf if a.keep_prefix else ""
-    tensors = collections.OrderedDict(
-        (out_prefix + k[len(pf):], v) for k, v in tensors.items())
-    meta = {"format": "pt"}
+    extra = {}
+    if a.positions:
+        extra[out_prefix + "positions"] = a.positions
+    sub = None
+    if is_model:
+        sub = obj.get_submodule(name) if name else obj
+    if isinstance(sub, torch.nn.MultiheadAttention):
+        try:
+            check_self_attention(sub)
+        except ValueError as e:
+            sys.exit("export-torch-mha: " + str(e))
+        if a.heads is not None and a.heads != sub.num_heads:
+            sys.exit("export-torch-mha: --heads %d but the module has "
+                     "num_heads=%d" % (a.heads, sub.num_heads))
+        export_mha(sub, a.output, a.dtype, out_prefix, extra,
+                   use_package=not a.no_package)
+        print("wrote %s: nn.MultiheadAttention embed_dim=%d num_heads=%d%s, "
+              "%s; %s" % (a.output, sub.embed_dim, sub.num_heads,
+                          " (prefix %s)" % out_prefix if out_prefix else "",
+                          a.dtype, _use_line(a.output, None, out_prefix)))
+        return 0
+
+    heads = module_heads(sub) if sub is not None else None
     if a.heads is not None:
-        meta[out_prefix + "num_heads"] = a.heads
-        meta[out_prefix + "add_zero_attn"] = int(a.add_zero_attn)
-    save_safetensors(a.output, tensors, meta, a.dtype,
-                     use_package=not a.no_package)
-    print("wrote %s: %d tensors%s" % (a.output, len(tensors),
-                                      " (prefix %s)" % out_prefix
-                                      if out_prefix else ""))
+        if heads is not None and heads != a.heads:
+            sys.exit("export-torch-mha: --heads %d but the module records "
+                     "%d heads" % (a.heads, heads))
+        heads = a.heads
+    if heads is None:
+        if layout == "seeds":
+            heads = 1      # the seeds' QKV module is single-head
+        else:
+            sys.exit("export-torch-mha: %s (%s layout) does not record its "
+                     "head count: give --heads N" % (name or "''", layout))
+    tensors = layout_tensors(sd, pf, layout)
+    if layout.startswith("mha"):
+        extra[out_prefix + "add_zero_attn"] = int(a.add_zero_attn)
+    try:
+        export_attention(tensors, layout, heads, a.output, a.dtype,
+                         out_prefix, extra, use_package=not a.no_package,
+                         head_dim=a.head_dim)
+    except ValueError as e:
+        sys.exit("export-torch-mha: " + str(e))
+    print("wrote %s: %s, %s%s; %s"
+          % (a.output, _describe(tensors, layout, heads), a.dtype,
+             " (prefix %s)" % out_prefix if out_prefix else "",
+             _use_line(a.output, None, out_prefix)))
     return 0
 
 

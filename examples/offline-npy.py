@@ -60,15 +60,18 @@ def main(argv=None):
                     help="samples per frame of 1-D audio (default 16)")
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--hop", type=int, default=16)
-    ap.add_argument("--heads", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=0,
+                    help="attention heads (default: the weights file's, "
+                    "else 1)")
     ap.add_argument("--output", default="frames",
                     choices=["frames", "window", "mean", "last"])
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--lookback", type=int, default=0)
     ap.add_argument("--invalid", default="mask",
                     choices=["mask", "zero", "error"])
-    ap.add_argument("--weights", help="safetensors file of an "
-                    "nn.MultiheadAttention (default: identity projections)")
+    ap.add_argument("--weights", help="safetensors file of an attention "
+                    "module, any layout libsattn reads (default: identity "
+                    "projections)")
     ap.add_argument("--prefix", default="", help="tensor name prefix")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--block", type=int, default=4096,
@@ -84,7 +87,7 @@ def main(argv=None):
                 a.weights, a.prefix, a.heads, d_model=d_model,
                 causal=a.causal, lookback=a.lookback, threads=a.threads)
         else:
-            model = sattn.Model(d_model, a.heads, causal=a.causal,
+            model = sattn.Model(d_model, a.heads or 1, causal=a.causal,
                                 lookback=a.lookback, threads=a.threads)
         stream = sattn.Stream(model, a.window, a.hop, a.output,
                               invalid=a.invalid, collect_stats=True)

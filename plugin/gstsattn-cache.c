@@ -108,7 +108,8 @@ cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
   d_out = cfg->d_out != 0 ? cfg->d_out : dv;
   if (dq > G_MAXSIZE / sizeof (float) / e ||
       dv > G_MAXSIZE / sizeof (float) / e ||
-      d_out > G_MAXSIZE / sizeof (float) / dv)
+      d_out > G_MAXSIZE / sizeof (float) / dv ||
+      (cfg->encoder && cfg->d_ff > G_MAXSIZE / sizeof (float) / e))
     return FALSE;
 
   if (path != NULL) {
@@ -135,6 +136,17 @@ cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
   cache_digest_array (cs, w->bo, d_out);
   cache_digest_array (cs, w->bias_k, dq);
   cache_digest_array (cs, w->bias_v, dv);
+  if (cfg->encoder) {
+    /* The encoder layer's parts (cfg->d_ff is in the key already). */
+    cache_digest_array (cs, w->w1, cfg->d_ff * e);
+    cache_digest_array (cs, w->b1, cfg->d_ff);
+    cache_digest_array (cs, w->w2, cfg->d_ff * e);
+    cache_digest_array (cs, w->b2, e);
+    cache_digest_array (cs, w->norm1_w, e);
+    cache_digest_array (cs, w->norm1_b, e);
+    cache_digest_array (cs, w->norm2_w, e);
+    cache_digest_array (cs, w->norm2_b, e);
+  }
   zero_attn = w->add_zero_attn != 0;
   g_checksum_update (cs, &zero_attn, 1);
   g_checksum_get_digest (cs, k->digest, &len);

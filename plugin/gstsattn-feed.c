@@ -23,7 +23,7 @@
 /* ------------------------------------------------------------ timing */
 
 /* Timestamp of input frame f (counted since the last resync). */
-static GstClockTime
+GstClockTime
 gst_sattn_frame_ts (GstSattn * self, guint64 f)
 {
   return gst_sattn_time_of_frame (self->resync_ts, f, self->cfg.frame_size,
@@ -146,6 +146,9 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
   out->buf = NULL;
   out->rows = 0;
   out->cap_rows = 0;
+  if (out->meta)
+    out->meta->n_rows = (guint) rows;
+  out->meta = NULL;
 
   if (rows == 0) {
     gst_buffer_unref (buf);
@@ -223,6 +226,17 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
             cap * self->row_floats * sizeof (float)), (NULL));
     return GST_FLOW_ERROR;
   }
+  out->meta = gst_sattn_meta_add (out->buf, (guint) cap);
+  if (out->meta == NULL) {
+    gst_buffer_unmap (out->buf, &out->map);
+    gst_clear_buffer (&out->buf);
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the window metadata of %" G_GSIZE_FORMAT
+            " output rows", cap), (NULL));
+    return GST_FLOW_ERROR;
+  }
+  out->meta->window = self->cfg.window;
+  out->meta->row_bytes = self->row_floats * sizeof (float);
   out->cap_rows = cap;
   out->rows = 0;
   out->any_valid = FALSE;
@@ -252,6 +266,43 @@ gst_sattn_ensure_info (GstSattn * self, gsize need)
   return TRUE;
 }
 
+/* Running time of input frame f (NONE outside the segment). */
+static GstClockTime
+gst_sattn_frame_running_time (GstSattn * self, guint64 f)
+{
+  if (self->segment.format != GST_FORMAT_TIME)
+    return GST_CLOCK_TIME_NONE;
+  return gst_segment_to_running_time (&self->segment, GST_FORMAT_TIME,
+      gst_sattn_frame_ts (self, f));
+}
+
+/* The window metadata of the n_rows rows described by self->info, which
+ * follow the out->rows rows out holds. */
+static void
+gst_sattn_out_meta (GstSattn * self, GstSattnOut * out, gsize n_rows)
+{
+  GstSattnMetaRow *r;
+  gsize i;
+
+  if (out->meta == NULL)
+    return;
+  r = out->meta->rows + out->rows;
+  for (i = 0; i < n_rows; i++, r++) {
+    const SattnRowInfo *in = &self->info[i];
+    guint64 ws = in->window_end > self->cfg.window ?
+        in->window_end - self->cfg.window : 0;
+
+    r->first_frame = in->first;
+    r->n_frames = in->n_frames;
+    r->valid_keys = in->valid_keys;
+    r->masked_keys = in->masked_keys;
+    r->fully_masked_rows = in->fully_masked;
+    r->valid = in->valid != 0;
+    r->window_start = gst_sattn_frame_running_time (self, ws);
+    r->window_end = gst_sattn_frame_running_time (self, in->window_end);
+  }
+}
+
 static void
 gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
 {
@@ -271,6 +322,7 @@ gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
   }
   for (i = 0; i < n_rows && !out->any_valid; i++)
     out->any_valid = self->info[i].valid != 0;
+  gst_sattn_out_meta (self, out, n_rows);
   out->rows += n_rows;
 
   /* When anything is observed a core call computes at most one window
@@ -344,10 +396,12 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
   }
 
   while (n > 0) {
-    guint64 before = sattn_stream_frames (self->stream);
+    guint64 before;
     GstClockTime ts = gst_sattn_frame_ts (self, self->frames_since_resync);
 
     k = gst_sattn_obs_split (&self->obs, self->stream, n);
+    k = gst_sattn_swap_step (self, k);
+    before = sattn_stream_frames (self->stream);
     dst = dummy;
     room = 0;
     if (need > 0) {
@@ -361,6 +415,7 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
     if (st != SATTN_OK)
       return gst_sattn_core_error (self, "sattn_stream_push", st);
     g_assert (n_rows <= room);
+    gst_sattn_swap_record (self, frames, valid, k);
     self->frames_since_resync += k;
     gst_sattn_out_account (self, out, n_rows);
     gst_sattn_obs_frames (&self->obs, GST_ELEMENT (self), self->stream, ts);
@@ -430,6 +485,7 @@ gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
   st = sattn_stream_skip (self->stream, n, NULL, 0, NULL, NULL, &sk);
   if (st != SATTN_OK)
     return gst_sattn_core_error (self, "sattn_stream_skip", st);
+  gst_sattn_swap_record (self, NULL, NULL, n);
   self->frames_since_resync += n;
   if (sk.rows == 0)
     return GST_FLOW_OK;
@@ -482,6 +538,7 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
    * to the core here, once per buffer or GAP. */
   sattn_stream_set_invalid_policy (self->stream,
       (SattnInvalidPolicy) gst_sattn_get_policy (self));
+  gst_sattn_swap_poll (self);
 
   self->bytes_since_resync += size;
 
@@ -615,6 +672,7 @@ gst_sattn_resync (GstSattn * self, GstClockTime ts)
   if (!GST_CLOCK_TIME_IS_VALID (ts) || ts < gst_sattn_expected_ts (self))
     ts = gst_sattn_expected_ts (self);
   sattn_stream_reset (self->stream);
+  gst_sattn_swap_reset (self);
   gst_sattn_start_timeline (self, ts);
   return ret;
 }
@@ -874,6 +932,7 @@ gst_sattn_flush (GstSattn * self)
 {
   if (self->stream)
     sattn_stream_reset (self->stream);
+  gst_sattn_swap_reset (self);
   gst_sattn_obs_reset (&self->obs, self->stream);
   self->carry_len = 0;
   self->carry_invalid = FALSE;
@@ -944,6 +1003,7 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
         GST_DEBUG_OBJECT (self, "new segment, draining");
         gst_sattn_drain (self);
         sattn_stream_reset (self->stream);
+        gst_sattn_swap_reset (self);
         self->resync_ts = GST_CLOCK_TIME_NONE;
       }
       self->segment = seg;

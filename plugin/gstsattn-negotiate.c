@@ -102,6 +102,7 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   mc->d_model = (size_t) d_model;
   mc->heads = c->heads;
   mc->d_head = c->head_dim;
+  mc->d_value = c->value_dim;
   mc->scale = gst_sattn_core_scale (c->scale);
   mc->causal = c->causal;
   mc->lookback = c->lookback;
@@ -110,6 +111,7 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   sc->hop = c->hop;
   sc->output = (SattnOutputMode) c->output;
   sc->start = (SattnStartPolicy) c->start;
+  gst_sattn_layer_config (c, mc);
 }
 
 /* Why the settings cannot work with rate / channels (d_model = channels ×
@@ -136,30 +138,38 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
         G_GUINT64_FORMAT " values are too large (at most %u)", channels,
         c->frame_size, d_model, MAX_D_MODEL);
   }
-  if (c->head_dim != 0 && (guint64) c->heads * c->head_dim != d_model) {
+  /* Identity projections (no weights file) split the frame itself into
+   * heads; with weights the file's shapes settle head-dim and value-dim
+   * (any size; checked against the file when it is read). */
+  if (!weights && c->head_dim != 0 &&
+      (guint64) c->heads * c->head_dim != d_model) {
     ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
-    if (weights) {
-      /* nn.MultiheadAttention splits E into heads of E / heads. */
-      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
-          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), and the "
-          "weights file's projections give every head d_model / heads "
-          "values; use head-dim=0 or head-dim=d_model/heads with heads one "
-          "of: %s", c->heads, c->head_dim, d_model, channels, c->frame_size,
-          ok);
-    } else {
-      msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
-          "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
-          "identity projections (no weights file) need; use head-dim=0 or "
-          "head-dim=d_model/heads with heads one of: %s", c->heads,
-          c->head_dim, d_model, channels, c->frame_size, ok);
-    }
+    msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
+        "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
+        "identity projections (no weights file) need; use head-dim=0 or "
+        "head-dim=d_model/heads with heads one of: %s (a head-dim of any "
+        "size needs a weights file with projections of that size)",
+        c->heads, c->head_dim, d_model, channels, c->frame_size, ok);
     g_free (ok);
+    return msg;
+  }
+  if (!weights && c->value_dim != 0 &&
+      (guint64) c->heads * c->value_dim != d_model) {
+    msg = g_strdup_printf ("heads=%u x value-dim=%u does not equal d_model="
+        "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
+        "identity projections (no weights file) need; use value-dim=0 (a "
+        "value-dim of any size needs a weights file with value "
+        "projections of that size)", c->heads, c->value_dim, d_model,
+        channels, c->frame_size);
     return msg;
   }
   /* The core's rules.  head-dim is settled above (and by the weights file
    * when there is one), so the core checks the default head split. */
   gst_sattn_core_config (c, d_model, &mc, &sc);
   mc.d_head = 0;
+  mc.d_value = 0;
+  if (weights)
+    mc.heads = 1;     /* the file's shapes settle the head split */
   st = sattn_model_check (&mc, NULL, err, sizeof err);
   if (st == SATTN_E_SHAPE)
     return g_strdup_printf ("%s (d_model = %d channels x frame-size=%u)",
@@ -284,18 +294,98 @@ static void gst_sattn_weights_error (GstSattn * self, SattnStatus st,
 /* Reads the weights file (path) for d_model-value frames (0 = whatever the
  * file has: a check of the file alone) and fills mc / w.  Posts an element
  * error naming the file and what is wrong with it on failure. */
+void
+gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc)
+{
+  mc->positions = (SattnPositions) c->positions;
+  mc->rope_base = c->rope_base;
+  mc->activation = (SattnActivation) c->activation;
+  mc->norm_first = c->norm_first;
+  mc->norm_eps = c->norm_eps;
+}
+
+/* The file's attention module (any layout), and around it an encoder
+ * layer when prefix holds one (its attention then under prefix +
+ * "self_attn."); the options its metadata records.  Fills err on
+ * failure. */
+static SattnStatus
+gst_sattn_read_file (const gchar * path, const gchar * prefix,
+    gboolean zero_attn, guint set_by_user, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw, SattnLayerWeights ** lw, SattnAttnReport * rep,
+    gchar * err, gsize err_len)
+{
+  SattnTensorFile *f = NULL;
+  gchar msg[1024] = "";
+  gchar *pfx, *attn;
+  SattnStatus st;
+  gboolean encoder;
+
+  *mw = NULL;
+  *lw = NULL;
+  st = sattn_tensor_file_load (path, &f, msg, sizeof msg);
+  if (st != SATTN_OK) {
+    /* The loader's I/O messages name the path already. */
+    if (st == SATTN_E_IO)
+      g_strlcpy (err, msg, err_len);
+    else
+      g_snprintf (err, err_len, "'%s': %s", path, msg);
+    return st;
+  }
+  if (prefix == NULL)
+    prefix = "";
+  pfx = (prefix[0] != '\0' && !g_str_has_suffix (prefix, ".")) ?
+      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  encoder = sattn_encoder_layer_present (f, pfx);
+  attn = encoder ? g_strconcat (pfx, "self_attn.", NULL) : g_strdup (pfx);
+  st = sattn_attn_weights_from_file (f, attn, zero_attn, mc, w, mw, rep,
+      msg, sizeof msg);
+  if (st == SATTN_OK)
+    st = sattn_options_from_file (f, pfx, set_by_user, mc, msg, sizeof msg);
+  if (st == SATTN_OK && encoder)
+    st = sattn_encoder_weights_from_file (f, pfx, mc, w, lw, msg,
+        sizeof msg);
+  if (st != SATTN_OK) {
+    g_snprintf (err, err_len, "'%s': %s", path, msg);
+    sattn_mha_weights_free (*mw);
+    sattn_layer_weights_free (*lw);
+    *mw = NULL;
+    *lw = NULL;
+  }
+  sattn_tensor_file_free (f);
+  g_free (pfx);
+  g_free (attn);
+  return st;
+}
+
 gboolean
 gst_sattn_load_weights (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
-    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw)
+    guint set_by_user, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw, SattnLayerWeights ** lw)
 {
   gchar err[1024] = "";
   SattnStatus st;
+  SattnAttnReport rep;
 
-  st = sattn_mha_weights_load (path, prefix ? prefix : "", (size_t) d_model,
-      heads, zero_attn, mc, w, mw, err, sizeof err);
-  if (st == SATTN_OK)
+  /* Sizes left at 0 come from the file: its metadata, then its shapes. */
+  GST_OBJECT_LOCK (self);
+  mc->heads = self->props.heads_set ? heads : 0;
+  mc->d_head = self->props.head_dim;
+  mc->d_value = self->props.value_dim;
+  GST_OBJECT_UNLOCK (self);
+  mc->d_model = (size_t) d_model;
+  st = gst_sattn_read_file (path, prefix, zero_attn, set_by_user, mc, w, mw,
+      lw, &rep, err, sizeof err);
+  if (st == SATTN_OK) {
+    GST_DEBUG_OBJECT (self, "weights '%s': layout %s, d_model %"
+        G_GSIZE_FORMAT ", heads %" G_GSIZE_FORMAT " x head-dim %"
+        G_GSIZE_FORMAT " / value-dim %" G_GSIZE_FORMAT ", output %"
+        G_GSIZE_FORMAT " values%s%s", path, sattn_layout_name (rep.layout),
+        mc->d_model, mc->heads, mc->d_head, mc->d_value, mc->d_out,
+        rep.out_proj ? "" : " (no output projection)",
+        mc->encoder ? ", encoder layer" : "");
     return TRUE;
+  }
   gst_sattn_weights_error (self, st, path, d_model, err);
   return FALSE;
 }
@@ -316,7 +406,9 @@ gst_sattn_prepare_weights (GstSattn * self)
   SattnStreamConfig sc = { 0, };
   SattnWeights w = { 0, };
   SattnMhaWeights *mw = NULL;
+  SattnLayerWeights *lw = NULL;
   SattnModel *model = NULL, *old;
+  gchar *key;
   SattnStatus st = SATTN_OK;
 
   GST_OBJECT_LOCK (self);
@@ -326,10 +418,13 @@ gst_sattn_prepare_weights (GstSattn * self)
   zero_attn = self->add_zero_attn;
   GST_OBJECT_UNLOCK (self);
 
+  /* As set_caps configures it, for the file's own d_model. */
+  key = wpath ? g_strdup_printf ("%s\n%s", wpath, wprefix ? wprefix : "") :
+      NULL;
   gst_sattn_core_config (&c, 0, &mc, &sc);
   w.add_zero_attn = zero_attn;
   ok = wpath == NULL || gst_sattn_load_weights (self, wpath, wprefix, 0,
-      c.heads, zero_attn, &mc, &w, &mw);
+      c.heads, zero_attn, c.set_by_user, &mc, &w, &mw, &lw);
   if (ok && wpath != NULL) {
     model = gst_sattn_cache_acquire (wpath, wprefix, &mc, &w, &st);
     if (model == NULL) {
@@ -342,6 +437,7 @@ gst_sattn_prepare_weights (GstSattn * self)
     }
   }
   sattn_mha_weights_free (mw);
+  sattn_layer_weights_free (lw);
   g_free (wpath);
   g_free (wprefix);
 
@@ -350,6 +446,8 @@ gst_sattn_prepare_weights (GstSattn * self)
   old = self->wmodel;
   self->wmodel = model;
   self->wcfg = mc;
+  g_free (self->wkey);
+  self->wkey = key;
   GST_OBJECT_UNLOCK (self);
   gst_sattn_cache_release (old);
   return ok;
@@ -388,8 +486,8 @@ gst_sattn_weights_error (GstSattn * self, SattnStatus st,
       break;
     default:
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-          ("The weights file is not a usable safetensors "
-              "MultiheadAttention state dict: %s", err),
+          ("The weights file is not a usable safetensors attention "
+              "state dict: %s", err),
           ("%s", sattn_status_string (st)));
       break;
   }
@@ -757,6 +855,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnMhaWeights *mw = NULL;
   SattnModel *prepared;
   SattnConfig pcfg;
+  SattnLayerWeights *lw = NULL;
+  g_autofree gchar *key = NULL;       /* freed on every return */
   gchar *wpath, *wprefix;
   gboolean zero_attn, tensors = FALSE;
   GstCaps *srccaps;
@@ -780,10 +880,14 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   wpath = g_strdup (self->weights);
   wprefix = g_strdup (self->weights_prefix);
   zero_attn = self->add_zero_attn;
+  /* The weights the model was built from: file and prefix (a swap while
+   * running changes them). */
+  key = wpath ? g_strdup_printf ("%s\n%s", wpath, wprefix ? wprefix : "") :
+      NULL;
   prepared = self->wmodel;
   pcfg = self->wcfg;
-  if (prepared != NULL && wpath != NULL && pcfg.d_model == channels *
-      (guint64) c.frame_size)
+  if (prepared != NULL && key != NULL && g_strcmp0 (self->wkey, key) == 0 &&
+      pcfg.d_model == channels * (guint64) c.frame_size)
     self->wmodel = NULL;        /* taken over below */
   else
     prepared = NULL;
@@ -809,8 +913,9 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
      * PAUSED: its reference is this stream's now. */
     model = prepared;
     mc = pcfg;
-  } else if (wpath != NULL && self->model != NULL && self->d_model ==
-      d_model && gst_sattn_cache_ref (self->model)) {
+  } else if (key != NULL && self->model != NULL && self->d_model ==
+      d_model && g_strcmp0 (self->model_key, key) == 0 &&
+      gst_sattn_cache_ref (self->model)) {
     /* New caps, same frames (the settings are frozen while running): the
      * running model serves them. */
     model = self->model;
@@ -818,7 +923,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     /* Read here only when nothing was prepared (caps without a state
      * change, or a model built outside the cache). */
     if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
-            d_model, c.heads, zero_attn, &mc, &weights, &mw)) {
+            d_model, c.heads, zero_attn, c.set_by_user, &mc, &weights, &mw,
+            &lw)) {
       g_free (wpath);
       g_free (wprefix);
       return FALSE;
@@ -839,14 +945,18 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
       g_strlcpy (err, sattn_status_string (st), sizeof err);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
         ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
-            "with heads=%u head-dim=%u: %s", d_model, c.heads, c.head_dim,
-            err), ("%s", sattn_status_string (st)));
+            "with heads=%u head-dim=%u positions=%s: %s", d_model,
+            (guint) mc.heads, c.head_dim,
+            gst_sattn_positions_nick (c.positions), err),
+        ("%s", sattn_status_string (st)));
     sattn_mha_weights_free (mw);
+    sattn_layer_weights_free (lw);
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
   }
   sattn_mha_weights_free (mw);
+  sattn_layer_weights_free (lw);
   g_free (wpath);
   g_free (wprefix);
   sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
@@ -908,7 +1018,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 
   self->cfg = c;
   self->model = model;
+  g_free (self->model_key);
+  self->model_key = g_steal_pointer (&key);
   self->stream = stream;
+  self->stream_config = sc;
   self->sink_caps = gst_caps_ref (caps);
   self->rate = rate;
   self->channels = channels;
@@ -1030,7 +1143,7 @@ gst_sattn_allowed_caps (GstSattn * self)
   if (c.output == GST_SATTN_OUTPUT_WINDOW)
     max_ch = MIN (max_ch, (guint64) G_MAXINT / ((guint64) c.window *
             c.frame_size));
-  d = file_d != 0 ? file_d : (c.head_dim != 0 ?
+  d = weights ? file_d : (c.head_dim != 0 ?
       (guint64) c.heads * c.head_dim : 0);
   if (d != 0) {
     /* d_model is fixed: one channel count, if any. */
@@ -1038,6 +1151,8 @@ gst_sattn_allowed_caps (GstSattn * self)
       return gst_caps_new_empty ();
     ch_step = d / c.frame_size;
     max_ch = ch_step;
+  } else if (weights) {
+    ch_step = 1;      /* the file's d_model is not known yet */
   } else {
     /* channels × frame-size must be a multiple of heads. */
     ch_step = c.heads / gst_util_greatest_common_divisor (c.heads,
@@ -1135,6 +1250,7 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     SattnConfig mc = { 0, };
     SattnWeights w = { 0, };
     SattnMhaWeights *mw = NULL;
+    SattnLayerWeights *lw = NULL;
 
     /* The core's own words: which tensor has which shape, and what the
      * stream's d_model would need (the file is read again on this error
@@ -1145,13 +1261,15 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     zero_attn = self->add_zero_attn;
     GST_OBJECT_UNLOCK (self);
     mc.heads = c.heads;
+    gst_sattn_layer_config (&c, &mc);
     if (wpath != NULL && gst_sattn_load_weights (self, wpath, wprefix,
-            (guint64) channels * c.frame_size, c.heads, zero_attn, &mc, &w,
-            &mw)) {
+            (guint64) channels * c.frame_size, c.heads, zero_attn,
+            c.set_by_user, &mc, &w, &mw, &lw)) {
       /* The file changed since READY->PAUSED and now fits. */
       shape = FALSE;
     }
     sattn_mha_weights_free (mw);
+    sattn_layer_weights_free (lw);
     g_free (wpath);
     g_free (wprefix);
   }

@@ -279,7 +279,6 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
   obs->weights_on = sc->keep_weights != 0;
   obs->active = obs->stats_on || obs->weights_on;
   obs->window = sc->window;
-  obs->hop = sc->hop;
   obs->heads = mc->heads;
   obs->d_head = mc->d_head;
   obs->scale = mc->scale;

@@ -37,7 +37,7 @@ typedef struct
   gboolean stats_on;            /* the stream collects statistics */
   gboolean weights_on;          /* the stream keeps the last weights */
   gboolean active;              /* core pushes end at window ends */
-  gsize window, hop, heads, d_head;
+  gsize window, heads, d_head;
   gdouble scale, user_scale;
   gboolean map_head_warned;
 

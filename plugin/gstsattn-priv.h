@@ -13,6 +13,8 @@
 
 #include "gstsattn.h"
 #include "gstsattn-obs.h"
+#include "gstsattn-meta-priv.h"
+#include "gstsattn-swap.h"
 #include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
@@ -34,11 +36,21 @@ G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
 typedef struct
 {
   guint window, hop, frame_size, heads, head_dim, lookback;
+  guint value_dim;              /* per-head value size; 0 = head-dim */
+  gboolean heads_set;           /* heads set explicitly; else the weights
+                                   file's metadata says (or 1) */
   gdouble scale;
   gboolean causal;
   GstSattnOutput output;
   GstSattnStart start;
   gint threads;
+  GstSattnPositions positions;
+  gdouble rope_base;
+  GstSattnActivation activation;
+  gboolean norm_first;
+  gdouble norm_eps;
+  guint set_by_user;            /* SATTN_SET_* bits (sattn-weights.h) of
+                                   the options set explicitly */
 } GstSattnSettings;
 
 struct _GstSattn
@@ -71,10 +83,13 @@ struct _GstSattn
                                    file's d_model take a reference on it.
                                    Released at PAUSED -> READY */
   SattnConfig wcfg;             /* its configuration */
+  gchar *wkey;                  /* its file and prefix, "path\nprefix" */
 
   /* Streaming state; streaming thread (or state change with pads off). */
   GstSattnSettings cfg;         /* settings of the current model */
   SattnModel *model;
+  gchar *model_key;             /* file and prefix it was built from as
+                                   set_caps saw them (NULL: identity) */
   SattnStream *stream;
   GstCaps *sink_caps;
   gboolean caps_refused;        /* last caps event could not be used */
@@ -109,6 +124,10 @@ struct _GstSattn
   gboolean tensor_out;
   SattnRowInfo *out_info;
   gsize out_info_cap;
+  SattnStreamConfig stream_config;      /* what the stream was made with */
+
+  /* Weights swap while running; see gstsattn-swap.h. */
+  GstSattnSwap swap;
 };
 
 /* An output buffer being filled by one or more core calls. */
@@ -119,6 +138,7 @@ typedef struct
   gsize cap_rows, rows;
   guint64 first_frame, end_frame;
   gboolean any_valid;
+  GstSattnMeta *meta;           /* on buf: the rows' window metadata */
 } GstSattnOut;
 
 /* The element's buffers for one stream configuration. */
@@ -140,10 +160,19 @@ void gst_sattn_free_stream (GstSattn * self);
 
 /* gstsattn-negotiate.c */
 
+/* Reads the attention module (and the encoder layer around it, when the
+ * prefix holds one) and the options the file's metadata records; heads
+ * not set by the user (set_by_user) comes from the metadata too. */
 G_GNUC_INTERNAL
 gboolean gst_sattn_load_weights (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
-    SattnConfig * mc, SattnWeights * w, SattnMhaWeights ** mw);
+    guint set_by_user, SattnConfig * mc, SattnWeights * w,
+    SattnMhaWeights ** mw, SattnLayerWeights ** lw);
+/* The positions and encoder-layer options of c into mc. */
+G_GNUC_INTERNAL
+void gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc);
+G_GNUC_INTERNAL
+const gchar *gst_sattn_positions_nick (GstSattnPositions p);
 G_GNUC_INTERNAL
 gboolean gst_sattn_prepare_weights (GstSattn * self);
 G_GNUC_INTERNAL
@@ -157,7 +186,30 @@ G_GNUC_INTERNAL
 gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
     GstQuery * query);
 
+/* gstsattn-swap.c (streaming thread) */
+
+/* Start loading the weights set while running, if they were. */
+G_GNUC_INTERNAL
+void gst_sattn_swap_poll (GstSattn * self);
+/* Before a core call of n frames: hand over to a loaded model at a window
+ * boundary; returns how many frames the call may take (up to the next
+ * window while a model waits for the boundary). */
+G_GNUC_INTERNAL
+gsize gst_sattn_swap_step (GstSattn * self, gsize n);
+/* n frames went to the core (frames NULL: zeros; valid NULL: all valid
+ * when frames is given, all invalid when not). */
+G_GNUC_INTERNAL
+void gst_sattn_swap_record (GstSattn * self, const float *frames,
+    const guint8 * valid, guint64 n);
+/* The stream was reset. */
+G_GNUC_INTERNAL
+void gst_sattn_swap_reset (GstSattn * self);
+
 /* gstsattn-feed.c */
+
+/* Timestamp of input frame f (counted since the last resync). */
+G_GNUC_INTERNAL
+GstClockTime gst_sattn_frame_ts (GstSattn * self, guint64 f);
 
 G_GNUC_INTERNAL
 GstClockTime gst_sattn_expected_ts (GstSattn * self);

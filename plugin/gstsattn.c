@@ -72,9 +72,25 @@
  *
  * Geometry properties (all but #GstSattn:invalid-frames,
  * #GstSattn:alignment-threshold, #GstSattn:discont-wait,
- * #GstSattn:message-interval and #GstSattn:map-head) set while PAUSED or
- * PLAYING take effect at the next READY; the first such change of each
- * property per run posts a warning.
+ * #GstSattn:message-interval, #GstSattn:map-head, #GstSattn:weights and
+ * #GstSattn:weights-prefix) set while PAUSED or PLAYING take effect at the
+ * next READY; the first such change of each property per run posts a
+ * warning.
+ *
+ * #GstSattn:weights and #GstSattn:weights-prefix set while PAUSED or
+ * PLAYING swap the model: the file is loaded and checked on a loader
+ * thread and takes over at the next window boundary, its stream primed
+ * with the frames the following windows hold, so that from there on the
+ * output is the new model's on the same frames; the element then posts an
+ * element message `sattn-weights-swapped` (`weights`, `frame`,
+ * `timestamp`).  A file that cannot be read, or whose model has another
+ * d_out or other extra keys, posts a warning naming it and the reason,
+ * and the running model stays.
+ *
+ * Every output buffer carries a GstSattnMeta (installed header
+ * <sattn/gstsattn-meta.h>): per output row, the input frames it accounts
+ * for, the running-time span of its window, its usable and masked keys
+ * and its fully masked softmax rows.
  *
  * Memory is sized when caps arrive: the core's stream
  * (sattn_stream_bytes) plus the element's own buffers.  A configuration
@@ -211,6 +227,7 @@ GST_DEBUG_CATEGORY (gst_sattn_debug);
 #define DEFAULT_FRAME_SIZE 1
 #define DEFAULT_HEADS 1
 #define DEFAULT_HEAD_DIM 0
+#define DEFAULT_VALUE_DIM 0
 #define DEFAULT_SCALE 0.0
 #define DEFAULT_CAUSAL FALSE
 #define DEFAULT_LOOKBACK 0
@@ -221,6 +238,11 @@ GST_DEBUG_CATEGORY (gst_sattn_debug);
 /* As audiobuffersplit's. */
 #define DEFAULT_ALIGNMENT_THRESHOLD (40 * GST_MSECOND)
 #define DEFAULT_DISCONT_WAIT (1 * GST_SECOND)
+#define DEFAULT_POSITIONS GST_SATTN_POSITIONS_NONE
+#define DEFAULT_ROPE_BASE 10000.0
+#define DEFAULT_ACTIVATION GST_SATTN_ACTIVATION_RELU
+#define DEFAULT_NORM_FIRST FALSE
+#define DEFAULT_NORM_EPS 1e-5
 
 enum
 {
@@ -230,6 +252,7 @@ enum
   PROP_FRAME_SIZE,
   PROP_HEADS,
   PROP_HEAD_DIM,
+  PROP_VALUE_DIM,
   PROP_SCALE,
   PROP_CAUSAL,
   PROP_LOOKBACK,
@@ -240,6 +263,11 @@ enum
   PROP_WEIGHTS,
   PROP_WEIGHTS_PREFIX,
   PROP_ADD_ZERO_ATTN,
+  PROP_POSITIONS,
+  PROP_ROPE_BASE,
+  PROP_ACTIVATION,
+  PROP_NORM_FIRST,
+  PROP_NORM_EPS,
   PROP_ALIGNMENT_THRESHOLD,
   PROP_DISCONT_WAIT,
   /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
@@ -284,6 +312,54 @@ gst_sattn_output_get_type (void)
 
   if (g_once_init_enter (&type)) {
     GType t = g_enum_register_static ("GstSattnOutput", values);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}
+
+GType
+gst_sattn_positions_get_type (void)
+{
+  static GType type = 0;
+  static const GEnumValue values[] = {
+    {GST_SATTN_POSITIONS_NONE, "No positional encoding", "none"},
+    {GST_SATTN_POSITIONS_ROPE,
+        "Rotary, half-split pairs (GPT-NeoX, LLaMA rotate_half)", "rope"},
+    {GST_SATTN_POSITIONS_ROPE_INTERLEAVED,
+        "Rotary, interleaved pairs 2k, 2k+1 (RoFormer, GPT-J)",
+        "rope-interleaved"},
+    {GST_SATTN_POSITIONS_ALIBI, "Linear biases (ALiBi, Press et al.)",
+        "alibi"},
+    {0, NULL, NULL}
+  };
+
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstSattnPositions", values);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}
+
+const gchar *
+gst_sattn_positions_nick (GstSattnPositions p)
+{
+  GEnumValue *v = g_enum_get_value (g_type_class_peek
+      (GST_TYPE_SATTN_POSITIONS), p);
+  return v ? v->value_nick : "?";
+}
+
+GType
+gst_sattn_activation_get_type (void)
+{
+  static GType type = 0;
+  static const GEnumValue values[] = {
+    {GST_SATTN_ACTIVATION_RELU, "ReLU", "relu"},
+    {GST_SATTN_ACTIVATION_GELU, "GELU, exact (erf) form", "gelu"},
+    {0, NULL, NULL}
+  };
+
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstSattnActivation", values);
     g_once_init_leave (&type, t);
   }
   return type;
@@ -364,13 +440,23 @@ gst_sattn_class_init (GstSattnClass * klass)
           "input rate", 1, MAX_FRAME_SIZE, DEFAULT_FRAME_SIZE, geom));
   g_object_class_install_property (gobject_class, PROP_HEADS,
       g_param_spec_uint ("heads", "Heads",
-          "Attention heads; must divide d_model when head-dim is 0",
+          "Attention heads (with weights: unset = the file's num_heads "
+          "metadata, else 1; set, it must agree with that metadata); "
+          "without weights it must divide d_model when head-dim is 0",
           1, MAX_HEADS, DEFAULT_HEADS, geom));
   g_object_class_install_property (gobject_class, PROP_HEAD_DIM,
       g_param_spec_uint ("head-dim", "Head dimension",
-          "Per-head query/key size (0 = d_model / heads; without weights "
-          "heads x head-dim must equal d_model)", 0, MAX_D_MODEL,
-          DEFAULT_HEAD_DIM, geom));
+          "Per-head query/key size d_k: queries and keys have heads x "
+          "head-dim values, any size with weights (0 = as the weights "
+          "file's shapes say, or d_model / heads without weights); "
+          "identity projections (no weights) need heads x head-dim = "
+          "d_model", 0, MAX_D_MODEL, DEFAULT_HEAD_DIM, geom));
+  g_object_class_install_property (gobject_class, PROP_VALUE_DIM,
+      g_param_spec_uint ("value-dim", "Value dimension",
+          "Per-head value size d_v (0 = head-dim, or as the weights file "
+          "says); without an output projection an output row has heads x "
+          "value-dim values; identity projections need heads x value-dim "
+          "= d_model", 0, MAX_D_MODEL, DEFAULT_VALUE_DIM, geom));
   g_object_class_install_property (gobject_class, PROP_SCALE,
       g_param_spec_double ("scale", "Scale",
           "Score scale applied before the softmax (0 = 1/sqrt(head-dim), "
@@ -411,16 +497,49 @@ gst_sattn_class_init (GstSattnClass * klass)
           "safetensors file with a torch.nn.MultiheadAttention state dict "
           "(in_proj_weight or q/k/v_proj_weight, out_proj, bias_k/bias_v); "
           "NULL = identity projections.  Read and checked on READY->PAUSED "
-          "and when caps arrive", NULL, geom));
+          "and when caps arrive.  Set while PAUSED or PLAYING: loaded off "
+          "the streaming thread, it takes over at a window boundary if it "
+          "has the running model's d_model and d_out (else a warning, and "
+          "the running model stays)", NULL, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
       g_param_spec_string ("weights-prefix", "Weights prefix",
           "Prefix of the attention module's tensors inside a larger state "
-          "dict, e.g. \"encoder.layers.0.self_attn.\"", "", geom));
+          "dict, e.g. \"encoder.layers.0.self_attn.\"; may change while "
+          "playing, as weights may", "", rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_ADD_ZERO_ATTN,
       g_param_spec_boolean ("add-zero-attn", "Add zero attention",
           "Append an all-zero key and value to every window, as "
           "torch.nn.MultiheadAttention(add_zero_attn=True) does", FALSE,
           geom));
+  g_object_class_install_property (gobject_class, PROP_POSITIONS,
+      g_param_spec_enum ("positions", "Positions",
+          "Positional encoding at the absolute frame index (frames since "
+          "stream start or the last reset): RoPE rotates each head's "
+          "queries and keys after the projection, ALiBi biases scores by "
+          "-slope x distance.  Defaults to the weights file's metadata "
+          "when it records one; setting another value is an error",
+          GST_TYPE_SATTN_POSITIONS, DEFAULT_POSITIONS, geom));
+  g_object_class_install_property (gobject_class, PROP_ROPE_BASE,
+      g_param_spec_double ("rope-base", "RoPE base",
+          "RoPE frequency base: pair k turns by frame x base^(-2k/head-dim) "
+          "(must be > 1)", 1.0, G_MAXDOUBLE, DEFAULT_ROPE_BASE, geom));
+  g_object_class_install_property (gobject_class, PROP_ACTIVATION,
+      g_param_spec_enum ("activation", "Activation",
+          "Feed-forward activation of an encoder layer (a weights file "
+          "with linear1/linear2/norm1/norm2 under weights-prefix).  "
+          "Defaults to the file's metadata; setting another value is an "
+          "error", GST_TYPE_SATTN_ACTIVATION, DEFAULT_ACTIVATION, geom));
+  g_object_class_install_property (gobject_class, PROP_NORM_FIRST,
+      g_param_spec_boolean ("norm-first", "Norm first",
+          "Encoder layer: pre-norm (x + SA (norm1 (x)), then x + FF (norm2 "
+          "(x))) instead of PyTorch's default post-norm.  Defaults to the "
+          "file's metadata; setting another value is an error",
+          DEFAULT_NORM_FIRST, geom));
+  g_object_class_install_property (gobject_class, PROP_NORM_EPS,
+      g_param_spec_double ("norm-eps", "Norm eps",
+          "Encoder layer: LayerNorm epsilon.  Defaults to the file's "
+          "metadata; setting another value is an error", 0.0, 1.0,
+          DEFAULT_NORM_EPS, geom));
   g_object_class_install_property (gobject_class, PROP_ALIGNMENT_THRESHOLD,
       g_param_spec_uint64 ("alignment-threshold", "Alignment Threshold",
           "Timestamp alignment threshold in nanoseconds: an input timestamp "
@@ -447,9 +566,15 @@ gst_sattn_class_init (GstSattnClass * klass)
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
 
+  /* Window metadata on every output buffer (gstsattn-meta.h): registered
+   * with the class, before any buffer can carry it. */
+  gst_sattn_meta_get_info ();
+
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_OUTPUT, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_START, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_INVALID_FRAMES, 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_SATTN_POSITIONS, 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_SATTN_ACTIVATION, 0);
 
   GST_DEBUG_CATEGORY_INIT (gst_sattn_debug, "sattn", 0,
       "sliding-window self-attention");
@@ -484,12 +609,18 @@ gst_sattn_init (GstSattn * self)
   self->props.frame_size = DEFAULT_FRAME_SIZE;
   self->props.heads = DEFAULT_HEADS;
   self->props.head_dim = DEFAULT_HEAD_DIM;
+  self->props.value_dim = DEFAULT_VALUE_DIM;
   self->props.scale = DEFAULT_SCALE;
   self->props.causal = DEFAULT_CAUSAL;
   self->props.lookback = DEFAULT_LOOKBACK;
   self->props.output = DEFAULT_OUTPUT;
   self->props.start = DEFAULT_START;
   self->props.threads = DEFAULT_THREADS;
+  self->props.positions = DEFAULT_POSITIONS;
+  self->props.rope_base = DEFAULT_ROPE_BASE;
+  self->props.activation = DEFAULT_ACTIVATION;
+  self->props.norm_first = DEFAULT_NORM_FIRST;
+  self->props.norm_eps = DEFAULT_NORM_EPS;
   self->invalid_frames = DEFAULT_INVALID_FRAMES;
   self->alignment_threshold = DEFAULT_ALIGNMENT_THRESHOLD;
   self->discont_wait = DEFAULT_DISCONT_WAIT;
@@ -497,12 +628,15 @@ gst_sattn_init (GstSattn * self)
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
   gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
+  gst_sattn_swap_init (&self->swap);
 }
 
 /* Frees the model, the stream and every buffer sized by them. */
 void
 gst_sattn_free_stream (GstSattn * self)
 {
+  /* A model loading or loaded for a swap was made for this stream. */
+  gst_sattn_swap_discard (&self->swap);
   sattn_stream_free (self->stream);
   self->stream = NULL;
   gst_sattn_cache_release (self->model);
@@ -526,9 +660,13 @@ gst_sattn_finalize (GObject * object)
 {
   GstSattn *self = GST_SATTN (object);
 
+  gst_sattn_swap_stop (&self->swap);
   gst_sattn_free_stream (self);
   gst_sattn_cache_release (self->wmodel);
   self->wmodel = NULL;
+  g_clear_pointer (&self->wkey, g_free);
+  g_clear_pointer (&self->model_key, g_free);
+  gst_sattn_swap_clear (&self->swap);
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
@@ -626,6 +764,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
       prop_id != PROP_ALIGNMENT_THRESHOLD && prop_id != PROP_DISCONT_WAIT &&
+      prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
     gboolean first = gst_sattn_defer_property (self, prop_id, value, pspec);
@@ -655,9 +794,13 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_HEADS:
       self->props.heads = g_value_get_uint (value);
+      self->props.heads_set = TRUE;
       break;
     case PROP_HEAD_DIM:
       self->props.head_dim = g_value_get_uint (value);
+      break;
+    case PROP_VALUE_DIM:
+      self->props.value_dim = g_value_get_uint (value);
       break;
     case PROP_SCALE:
       self->props.scale = g_value_get_double (value);
@@ -685,10 +828,13 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       self->weights = g_value_dup_string (value);
       if (self->weights != NULL && self->weights[0] == '\0')
         g_clear_pointer (&self->weights, g_free);
+      /* Running: loaded off the streaming thread (gstsattn-swap.c). */
+      self->swap.requested |= self->running;
       break;
     case PROP_WEIGHTS_PREFIX:
       g_free (self->weights_prefix);
       self->weights_prefix = g_value_dup_string (value);
+      self->swap.requested |= self->running;
       break;
     case PROP_ADD_ZERO_ATTN:
       self->add_zero_attn = g_value_get_boolean (value);
@@ -698,6 +844,26 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_DISCONT_WAIT:
       self->discont_wait = g_value_get_uint64 (value);
+      break;
+    case PROP_POSITIONS:
+      self->props.positions = g_value_get_enum (value);
+      self->props.set_by_user |= SATTN_SET_POSITIONS;
+      break;
+    case PROP_ROPE_BASE:
+      self->props.rope_base = g_value_get_double (value);
+      self->props.set_by_user |= SATTN_SET_ROPE_BASE;
+      break;
+    case PROP_ACTIVATION:
+      self->props.activation = g_value_get_enum (value);
+      self->props.set_by_user |= SATTN_SET_ACTIVATION;
+      break;
+    case PROP_NORM_FIRST:
+      self->props.norm_first = g_value_get_boolean (value);
+      self->props.set_by_user |= SATTN_SET_NORM_FIRST;
+      break;
+    case PROP_NORM_EPS:
+      self->props.norm_eps = g_value_get_double (value);
+      self->props.set_by_user |= SATTN_SET_NORM_EPS;
       break;
     default:
       if (!gst_sattn_obs_set_property (&self->obs, prop_id, value))
@@ -729,6 +895,9 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       break;
     case PROP_HEAD_DIM:
       g_value_set_uint (value, self->props.head_dim);
+      break;
+    case PROP_VALUE_DIM:
+      g_value_set_uint (value, self->props.value_dim);
       break;
     case PROP_SCALE:
       g_value_set_double (value, self->props.scale);
@@ -766,6 +935,21 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       break;
     case PROP_DISCONT_WAIT:
       g_value_set_uint64 (value, self->discont_wait);
+      break;
+    case PROP_POSITIONS:
+      g_value_set_enum (value, self->props.positions);
+      break;
+    case PROP_ROPE_BASE:
+      g_value_set_double (value, self->props.rope_base);
+      break;
+    case PROP_ACTIVATION:
+      g_value_set_enum (value, self->props.activation);
+      break;
+    case PROP_NORM_FIRST:
+      g_value_set_boolean (value, self->props.norm_first);
+      break;
+    case PROP_NORM_EPS:
+      g_value_set_double (value, self->props.norm_eps);
       break;
     default:
       if (!gst_sattn_obs_get_property (&self->obs, prop_id, value))
@@ -822,6 +1006,8 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
     case GST_STATE_CHANGE_PAUSED_TO_READY:{
       SattnModel *wmodel;
 
+      /* Pads are deactivated: cancel and join a weights loader. */
+      gst_sattn_swap_stop (&self->swap);
       gst_sattn_free_stream (self);
       gst_clear_event (&self->pending_segment);
       GST_OBJECT_LOCK (self);

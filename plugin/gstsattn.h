@@ -56,6 +56,40 @@ typedef enum {
   GST_SATTN_INVALID_FRAMES_ERROR,
 } GstSattnInvalidFrames;
 
+/**
+ * GstSattnPositions:
+ * @GST_SATTN_POSITIONS_NONE: no positional encoding
+ * @GST_SATTN_POSITIONS_ROPE: rotary, half-split pairs (GPT-NeoX, LLaMA)
+ * @GST_SATTN_POSITIONS_ROPE_INTERLEAVED: rotary, pairs 2k, 2k+1 (RoFormer,
+ *   GPT-J)
+ * @GST_SATTN_POSITIONS_ALIBI: linear biases of Press et al.
+ *
+ * Positional encoding at the absolute frame index (frames since stream
+ * start or the last reset).  The values match the core's #SattnPositions.
+ */
+typedef enum {
+  GST_SATTN_POSITIONS_NONE = SATTN_POSITIONS_NONE,
+  GST_SATTN_POSITIONS_ROPE = SATTN_POSITIONS_ROPE,
+  GST_SATTN_POSITIONS_ROPE_INTERLEAVED = SATTN_POSITIONS_ROPE_INTERLEAVED,
+  GST_SATTN_POSITIONS_ALIBI = SATTN_POSITIONS_ALIBI,
+} GstSattnPositions;
+
+/**
+ * GstSattnActivation:
+ * @GST_SATTN_ACTIVATION_RELU: max (x, 0)
+ * @GST_SATTN_ACTIVATION_GELU: exact GELU, x/2 (1 + erf (x / sqrt 2))
+ *
+ * Feed-forward activation of an encoder layer.
+ */
+typedef enum {
+  GST_SATTN_ACTIVATION_RELU = SATTN_ACTIVATION_RELU,
+  GST_SATTN_ACTIVATION_GELU = SATTN_ACTIVATION_GELU,
+} GstSattnActivation;
+
+#define GST_TYPE_SATTN_POSITIONS (gst_sattn_positions_get_type ())
+GType gst_sattn_positions_get_type (void);
+#define GST_TYPE_SATTN_ACTIVATION (gst_sattn_activation_get_type ())
+GType gst_sattn_activation_get_type (void);
 #define GST_TYPE_SATTN_OUTPUT (gst_sattn_output_get_type ())
 GType gst_sattn_output_get_type (void);
 #define GST_TYPE_SATTN_START (gst_sattn_start_get_type ())

@@ -140,7 +140,9 @@ typedef struct SattnMhaWeights SattnMhaWeights;
  *                             any shape of E elements whose leading
  *                             dimensions are 1 is accepted.
  * Separate q/k/v weights with kdim or vdim != E cannot serve
- * self-attention on frames and give SATTN_E_SHAPE.
+ * self-attention on frames and give SATTN_E_SHAPE.  Only this layout, with
+ * d_head = E / heads: sattn_attn_weights_from_file (below) reads the other
+ * layouts and any head size.
  *
  * Metadata written by examples/export-torch-mha.py, when present, is
  * checked against the arguments: prefix + "num_heads" must equal heads and
@@ -184,6 +186,177 @@ SattnStatus sattn_mha_weights_load (const char *path, const char *prefix,
                                     char *err, size_t err_len);
 
 void sattn_mha_weights_free (SattnMhaWeights *mw);
+
+/* ------------------------------------- nn.TransformerEncoderLayer mapping */
+
+/* Nonzero when the file holds prefix + "linear1.weight" and prefix +
+ * "linear2.weight": an encoder layer whose attention is under prefix +
+ * "self_attn.". */
+int sattn_encoder_layer_present (const SattnTensorFile *f,
+                                 const char *prefix);
+
+typedef struct SattnLayerWeights SattnLayerWeights;
+
+/* The feed-forward and LayerNorm parts of the nn.TransformerEncoderLayer
+ * under prefix (as for sattn_mha_weights_from_file), for frames of
+ * cfg_inout->d_model floats (E, required: the attention's mapping sets it):
+ *   linear1.weight (F, E), [linear1.bias (F)], linear2.weight (E, F),
+ *   [linear2.bias (E)], [norm1.weight, norm1.bias, norm2.weight,
+ *   norm2.bias (E)]   (brackets: may be absent; F = feed-forward width)
+ * On success sets cfg_inout->encoder = 1 and d_ff = F and the encoder
+ * fields of w_inout (the attention fields are left alone); *owner holds
+ * the arrays (free with sattn_layer_weights_free after sattn_model_new).
+ * Errors as for sattn_mha_weights_from_file, with a message. */
+SattnStatus sattn_encoder_weights_from_file (const SattnTensorFile *f,
+                                             const char *prefix,
+                                             SattnConfig *cfg_inout,
+                                             SattnWeights *w_inout,
+                                             SattnLayerWeights **owner,
+                                             char *err, size_t err_len);
+
+void sattn_layer_weights_free (SattnLayerWeights *lw);
+
+/* Options of SattnConfig that a caller set on purpose (bit mask for
+ * sattn_options_from_file). */
+enum {
+  SATTN_SET_ACTIVATION = 1 << 0,
+  SATTN_SET_NORM_FIRST = 1 << 1,
+  SATTN_SET_NORM_EPS = 1 << 2,
+  SATTN_SET_POSITIONS = 1 << 3,
+  SATTN_SET_ROPE_BASE = 1 << 4,
+};
+
+/* The options the file's __metadata__ records under prefix (written by
+ * examples/export-torch-mha.py): "activation" (relu | gelu), "norm_first"
+ * (0 | 1), "norm_eps", "positions" (none | rope | rope-interleaved |
+ * alibi), "rope_base".  Each option found becomes cfg_inout's value unless
+ * its bit is in `set` (the caller chose it): then the two must agree, and
+ * SATTN_E_INVAL with a message naming both values is returned when they do
+ * not.  Values the core cannot run (an unknown activation) are
+ * SATTN_E_INVAL too.  Absent options leave cfg_inout as it is.  cfg_inout
+ * is written only on success. */
+SattnStatus sattn_options_from_file (const SattnTensorFile *f,
+                                     const char *prefix, unsigned set,
+                                     SattnConfig *cfg_inout, char *err,
+                                     size_t err_len);
+
+/* ------------------------------------------- attention modules, any layout */
+
+/* The attention layouts recognised under a prefix P (every name below is
+ * P + name; a Linear "x" means tensors "x.weight" and, optionally,
+ * "x.bias"; brackets mark what may be absent):
+ *
+ *  SATTN_LAYOUT_MHA        torch nn.MultiheadAttention, packed:
+ *                          in_proj_weight, [in_proj_bias], out_proj,
+ *                          [bias_k, bias_v]
+ *  SATTN_LAYOUT_MHA_SEPARATE  the same with q_proj_weight, k_proj_weight,
+ *                          v_proj_weight (kdim/vdim form), [in_proj_bias]
+ *  SATTN_LAYOUT_HF         q_proj, k_proj, v_proj, [out_proj or o_proj]
+ *                          (Hugging Face style)
+ *  SATTN_LAYOUT_BERT       query, key, value, [output.dense]; also
+ *                          self.query, self.key, self.value,
+ *                          [output.dense] (P = a BertAttention).  Only the
+ *                          dense projection is applied, not BERT's
+ *                          residual LayerNorm.
+ *  SATTN_LAYOUT_DIFFUSERS  to_q, to_k, to_v, [to_out.0]
+ *  SATTN_LAYOUT_LLAMA      wq, wk, wv, [wo] (LLaMA reference code)
+ *  SATTN_LAYOUT_SEEDS      W_q, W_k, W_v, [W_o] (a QKV module with three
+ *                          Linear layers; commonly bias-free, no W_o)
+ *  SATTN_LAYOUT_FUSED      qkv, [proj] (timm): qkv.weight holds the rows
+ *                          [Wq; Wk; Wv] as in_proj_weight does; in
+ *                          thirds unless a head_dim is given (caller or
+ *                          metadata), then 2 heads head_dim rows of Q
+ *                          and K and the rest V.  in_proj_weight is
+ *                          always in thirds.
+ *
+ * Shapes (E = d_model, Dq = heads * d_head, Dv = heads * d_value):
+ *   Q and K weights (Dq, E), V (Dv, E), fused (2 Dq + Dv, E), biases of
+ *   the rows' size, output projection (d_out, Dv), its bias (d_out).
+ * Q and K must have the same size: keys with fewer heads than queries
+ * (grouped-query attention) are refused (SATTN_E_SHAPE). */
+typedef enum {
+  SATTN_LAYOUT_NONE = 0,
+  SATTN_LAYOUT_MHA,
+  SATTN_LAYOUT_MHA_SEPARATE,
+  SATTN_LAYOUT_HF,
+  SATTN_LAYOUT_BERT,
+  SATTN_LAYOUT_DIFFUSERS,
+  SATTN_LAYOUT_LLAMA,
+  SATTN_LAYOUT_SEEDS,
+  SATTN_LAYOUT_FUSED,
+} SattnLayout;
+
+/* A short static name ("mha", "mha-separate", "hf", "bert", "diffusers",
+ * "llama", "seeds", "fused"; "none"), the one written as metadata
+ * "<prefix>layout" by examples/export-torch-mha.py; never NULL. */
+const char *sattn_layout_name (SattnLayout layout);
+
+/* Where a value of the mapping came from. */
+typedef enum {
+  SATTN_FROM_CALLER = 0,  /* the caller's configuration */
+  SATTN_FROM_METADATA,    /* the file's __metadata__ */
+  SATTN_FROM_SHAPES,      /* the tensors' shapes */
+  SATTN_FROM_DEFAULT,     /* nothing said it: the default (heads = 1) */
+} SattnSource;
+
+/* What sattn_attn_weights_from_file found. */
+typedef struct {
+  SattnLayout layout;
+  SattnSource heads_from;       /* heads: caller, metadata, derived from
+                                   the caller's d_head (SHAPES), default */
+  SattnSource d_head_from;      /* caller, metadata or shapes */
+  SattnSource d_value_from;
+  int q_bias, k_bias, v_bias;   /* nonzero when present */
+  int out_proj, out_bias;       /* output projection present, its bias */
+  int bias_kv;                  /* MultiheadAttention add_bias_kv */
+} SattnAttnReport;
+
+/* Map the attention module found under prefix, in any layout above, onto
+ * a SattnConfig and SattnWeights for self-attention on frames.  The
+ * tensors keep their names: nothing needs renaming.
+ *
+ * prefix: as for sattn_mha_weights_from_file (NULL or "" = top level; a
+ *   '.' is appended when it does not end in one).
+ * cfg_inout: on entry d_model, heads, d_head and d_value are requests, 0
+ *   meaning "from the file":
+ *     d_model  0 = the projections' input size; else must equal it;
+ *     heads    0 = metadata "<prefix>num_heads", else
+ *              Dq / d_head when d_head is given, else 1;
+ *     d_head   0 = metadata "<prefix>head_dim", else Dq / heads;
+ *     d_value  0 = metadata "<prefix>value_dim", else Dv / heads.
+ *   A request that contradicts the shapes or the metadata is an error
+ *   naming both values (SATTN_E_SHAPE).  d_out is always taken from the
+ *   file (output projection rows, or Dv without one).  scale, causal,
+ *   lookback and threads are left as set.  Written only on success, with
+ *   d_model, heads, d_head, d_value and d_out resolved.
+ * add_zero_attn: as for sattn_mha_weights_from_file (only the MHA layouts
+ *   can record it; checked against metadata "<prefix>add_zero_attn").
+ * report: may be NULL; filled on success.
+ *
+ * Errors: SATTN_E_MISSING when no layout is found under prefix (the
+ * message lists the names looked for and the prefixes of the file that
+ * hold a known layout) or when a layout is incomplete (naming the absent
+ * tensor); SATTN_E_FORMAT when two layouts (or two output projections)
+ * are found under one prefix, listing them; SATTN_E_SHAPE, SATTN_E_DTYPE,
+ * SATTN_E_NONFINITE, SATTN_E_INVAL, SATTN_E_NOMEM as for
+ * sattn_mha_weights_from_file.  *owner as there. */
+SattnStatus sattn_attn_weights_from_file (const SattnTensorFile *f,
+                                          const char *prefix,
+                                          int add_zero_attn,
+                                          SattnConfig *cfg_inout,
+                                          SattnWeights *w_out,
+                                          SattnMhaWeights **owner,
+                                          SattnAttnReport *report,
+                                          char *err, size_t err_len);
+
+/* sattn_tensor_file_load followed by sattn_attn_weights_from_file. */
+SattnStatus sattn_attn_weights_load (const char *path, const char *prefix,
+                                     int add_zero_attn,
+                                     SattnConfig *cfg_inout,
+                                     SattnWeights *w_out,
+                                     SattnMhaWeights **owner,
+                                     SattnAttnReport *report,
+                                     char *err, size_t err_len);
 
 SATTN_API_END
 #ifdef __cplusplus

@@ -75,6 +75,36 @@ const char *sattn_status_string (SattnStatus st);
 
 /* ----------------------------------------------------------------- model */
 
+/* Positional encodings (SattnConfig.positions).  p is a frame's absolute
+ * index, i a query's and j a key's.
+ *  ROPE:             rotary, the half-split layout of GPT-NeoX / LLaMA
+ *                    (rotate_half): per head, pair (k, k + d_head/2) of Q
+ *                    and K is rotated by the angle p * theta_k after the
+ *                    projection and its bias.  d_head must be even.
+ *  ROPE_INTERLEAVED: the same on pairs (2k, 2k+1) (RoFormer, GPT-J).
+ *  ALIBI:            a bias -slope_h * (i - j) added to the scaled score
+ *                    with causal, -slope_h * |i - j| without; slopes of
+ *                    Press et al.: 2^(-8(h+1)/H) for H a power of two, else
+ *                    those of the next lower power of two followed by every
+ *                    other slope of twice that power.
+ * The angles are exact to double rounding at any frame index: p * theta_k
+ * is formed as an unevaluated sum of two doubles (theta_k itself is held
+ * to 2^-106), and only the large part goes through sin / cos, whose
+ * argument reduction is exact; scores at frame 1e9 are as accurate as at
+ * frame 0.  Keys are rotated once, when their frame is stored. */
+/* Feed-forward activation of an encoder layer (SattnConfig.activation). */
+typedef enum {
+  SATTN_ACTIVATION_RELU = 0,
+  SATTN_ACTIVATION_GELU,     /* exact: x/2 (1 + erf (x / sqrt 2)) */
+} SattnActivation;
+
+typedef enum {
+  SATTN_POSITIONS_NONE = 0,
+  SATTN_POSITIONS_ROPE,
+  SATTN_POSITIONS_ROPE_INTERLEAVED,
+  SATTN_POSITIONS_ALIBI,
+} SattnPositions;
+
 typedef struct {
   size_t d_model;   /* E: floats per input frame, >= 1 */
   size_t heads;     /* H >= 1 */
@@ -94,6 +124,25 @@ typedef struct {
                        N > 1 = the caller plus N - 1 workers, 0 = one per
                        CPU available to the process (its affinity mask);
                        at most 256 are used.  Must be >= 0. */
+  /* Positional encoding at the absolute frame index (frames since the
+   * stream started or was reset, see sattn_stream_reset_at; rows 0..n-1 in
+   * sattn_attend).  Not allowed with bias_k / add_zero_attn (extra keys
+   * have no position): sattn_model_new fails with SATTN_E_INVAL. */
+  SattnPositions positions;
+  double rope_base; /* RoPE: theta_k = rope_base^(-2k/d_head); 0 = 10000.
+                       Must be finite and > 1 (or 0). */
+  /* Encoder layer (PyTorch nn.TransformerEncoderLayer) around the
+   * attention, per output row, when encoder != 0 (needs w1 and w2 in
+   * SattnWeights and d_out == d_model):
+   *   post-norm (default): y = norm1 (x + SA (x)); out = norm2 (y + FF (y))
+   *   pre-norm (norm_first): y = x + SA (norm1 (x)); out = y + FF (norm2 (y))
+   *   FF (y) = linear2 (act (linear1 (y))),  norm = LayerNorm (eps).
+   * x is the row's query frame; pooled outputs pool the layer's rows. */
+  int encoder;
+  size_t d_ff;      /* rows of linear1 (the feed-forward width), >= 1 */
+  SattnActivation activation;
+  int norm_first;
+  double norm_eps;  /* LayerNorm eps; 0 = 1e-5.  Must be finite, >= 0. */
 } SattnConfig;
 
 /* Weights in PyTorch layout.  Every pointer may be NULL:
@@ -122,6 +171,13 @@ typedef struct {
   const float *wo, *bo;
   const float *bias_k, *bias_v;
   int add_zero_attn;
+  /* Encoder layer parts (SattnConfig.encoder), PyTorch layout:
+   *  w1: d_ff × d_model   b1: d_ff       (linear1; w1 required)
+   *  w2: d_model × d_ff   b2: d_model    (linear2; w2 required)
+   *  norm1_w, norm1_b, norm2_w, norm2_b: d_model (LayerNorm weight and
+   *  bias; NULL = 1 and 0).  Ignored without encoder. */
+  const float *w1, *b1, *w2, *b2;
+  const float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
 } SattnWeights;
 
 typedef struct SattnModel SattnModel;
@@ -147,10 +203,17 @@ SattnModel *sattn_model_new (const SattnConfig *cfg, const SattnWeights *w,
  *    heads * d_value) == d_model;
  *  - d_out: required with wo, heads * d_value (or 0) without;
  *  - bias_k and bias_v both or neither; every weight finite (the message
- *    names the tensor and the index of the first NaN / Inf). */
+ *    names the tensor and the index of the first NaN / Inf);
+ *  - positions: none with bias_k / add_zero_attn; RoPE needs an even
+ *    d_head and rope_base 0 or > 1;
+ *  - encoder: w1 and w2 given (SATTN_E_MISSING otherwise), d_ff >= 1,
+ *    activation relu or gelu, norm_eps finite >= 0, d_out == d_model. */
 SattnStatus sattn_model_check (const SattnConfig *cfg, const SattnWeights *w,
                                char *err, size_t err_len);
 void sattn_model_free (SattnModel *m);
+
+/* ALiBi slope of head h of H (Press et al.; see SattnPositions). */
+double sattn_alibi_slope (size_t h, size_t heads);
 
 /* The configuration with every 0-default resolved. */
 const SattnConfig *sattn_model_config (const SattnModel *m);
@@ -317,6 +380,19 @@ typedef struct {
   uint8_t valid;      /* 0: the row's query frame(s) were all unusable
                          (or their output projection overflowed) and the
                          row is zeros (window mode: those sub-rows) */
+  /* The window the row was computed in: the n key positions ending
+   * before frame window_end (positions before frame 0 are padding).
+   * valid_keys + masked_keys = n; extra keys (bias_k, zero-attn) are in
+   * neither.  masked_keys counts positions as SattnStats.masked_keys does
+   * (padding, flagged, unusable frames); fully_masked as
+   * SattnStats.fully_masked_rows does: (head, query) softmax rows of the
+   * row's usable query frames whose visible keys were all masked (their
+   * attention result is zeros).  Filled whether or not statistics are
+   * collected. */
+  uint64_t window_end;
+  uint32_t valid_keys;
+  uint32_t masked_keys;
+  uint32_t fully_masked;
 } SattnRowInfo;
 
 typedef struct SattnStream SattnStream;
@@ -345,7 +421,10 @@ SattnStatus sattn_stream_config_check (const SattnModel *m,
  * parts and the worker threads' stacks (with threads resolved as the
  * stream would resolve them).  The score scratch is 16 rows ×
  * (window + extra keys) per thread, so it grows linearly with the window;
- * keep_weights adds heads × window × (window + extra keys) floats.
+ * keep_weights adds heads × window × (window + extra keys) floats; an
+ * encoder layer adds 2 × window × d_model floats (the frames, for the
+ * residual), window × d_model more with norm_first, and 16 × (d_ff +
+ * d_model) floats of scratch per thread.
  * Returns 0 when sc is invalid or the size overflows size_t; use it to
  * refuse a configuration before trying.  sattn_stream_new fails with
  * SATTN_E_NOMEM (nothing leaked) when an allocation or a thread creation
@@ -425,6 +504,13 @@ SattnStatus sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
 /* Forget every frame: the next frame is frame 0 of a new stream.
  * Statistics are kept. */
 void sattn_stream_reset (SattnStream *s);
+
+/* Forget every frame, as sattn_stream_reset does, and give the next frame
+ * the absolute index first_frame (resuming a stream whose earlier frames
+ * were handled elsewhere: positional encodings and row infos continue from
+ * there).  first_frame must be below 2^53 (exact in a double).
+ * SATTN_E_INVAL otherwise. */
+SattnStatus sattn_stream_reset_at (SattnStream *s, uint64_t first_frame);
 
 /* Frames pushed since creation or the last reset (the index the next
  * frame will have). */

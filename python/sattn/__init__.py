@@ -26,7 +26,9 @@ from . import _lib
 __all__ = ["SattnError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
 
 # One record per output row (SattnRowInfo): first input frame it accounts
-# for, how many frames, and whether it holds a computed result (0: zeros).
+# for, how many frames, whether it holds a computed result (0: zeros), and
+# its window: the frame count it ends at, its usable and masked keys, the
+# fully masked (head, query) rows.
 ROW_INFO_DTYPE = np.dtype(_lib.SattnRowInfo)
 
 
@@ -180,25 +182,31 @@ class Model:
         self._cfg = {f: getattr(c, f) for f, _ in c._fields_}
 
     @classmethod
-    def from_safetensors(cls, path, prefix="", heads=1, *, d_model=0,
-                         add_zero_attn=False, scale=0.0, causal=False,
-                         lookback=0, threads=1):
-        """The torch.nn.MultiheadAttention stored under prefix in a
-        safetensors file (sattn_mha_weights_load): d_model 0 = from the
-        file; heads as the module was built; scale, causal, lookback and
-        threads as in SattnConfig (scale 0 = PyTorch's 1/sqrt(d_head))."""
-        if _lib.sattn_mha_weights_load is None:
+    def from_safetensors(cls, path, prefix="", heads=0, *, d_model=0,
+                         d_head=0, d_value=0, add_zero_attn=False,
+                         scale=0.0, causal=False, lookback=0, threads=1):
+        """The attention module stored under prefix in a safetensors file,
+        in any layout sattn-weights.h lists (torch nn.MultiheadAttention,
+        Hugging Face q_proj/k_proj/v_proj, BERT, diffusers, LLaMA, W_q/W_k/
+        W_v, fused qkv), through sattn_attn_weights_load.  heads, d_head,
+        d_value and d_model 0 = from the file (metadata, else shapes; heads
+        1 when nothing says); a value given must agree with the file.
+        scale, causal, lookback and threads as in SattnConfig (scale 0 =
+        PyTorch's 1/sqrt(d_head)).  Model.layout names the layout found,
+        Model.report says what the file held."""
+        if _lib.sattn_attn_weights_load is None:
             raise SattnError(_lib.E_INVAL, "libsattn was built without the "
                              "weights reader (GLib and json-glib)")
-        cfg = _config(d_model, heads, 0, 0, 0, scale, causal, lookback,
-                      threads)
+        cfg = _config(d_model, heads, d_head, d_value, 0, scale, causal,
+                      lookback, threads)
         w = _lib.SattnWeights()
         owner = ctypes.c_void_p()
+        rep = _lib.SattnAttnReport()
         err = ctypes.create_string_buffer(1024)
-        st = _lib.sattn_mha_weights_load(
-            _path_bytes(path), (prefix or "").encode(), cfg.d_model,
-            cfg.heads, 1 if add_zero_attn else 0, ctypes.byref(cfg),
-            ctypes.byref(w), ctypes.byref(owner), err, len(err))
+        st = _lib.sattn_attn_weights_load(
+            _path_bytes(path), (prefix or "").encode(),
+            1 if add_zero_attn else 0, ctypes.byref(cfg), ctypes.byref(w),
+            ctypes.byref(owner), ctypes.byref(rep), err, len(err))
         if st != _lib.OK:
             raise SattnError(st, err.value.decode(errors="replace"))
         self = cls.__new__(cls)
@@ -206,7 +214,19 @@ class Model:
             self._new(cfg, w)
         finally:
             _lib.sattn_mha_weights_free(owner)
+        sources = {v: k for k, v in _lib.SOURCES.items()}
+        self.report = {f: getattr(rep, f) for f, _ in rep._fields_}
+        self.report["layout"] = _lib.sattn_layout_name(rep.layout).decode()
+        for f in ("heads_from", "d_head_from", "d_value_from"):
+            self.report[f] = sources.get(self.report[f], self.report[f])
         return self
+
+    @property
+    def layout(self):
+        """The weights file's attention layout ("mha", "hf", "seeds", ...;
+        None for a model built from arrays)."""
+        report = getattr(self, "report", None)
+        return report["layout"] if report else None
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -392,7 +412,8 @@ class Stream:
     def push(self, frames, valid=None):
         """Push frames (n × d_model; one frame may be 1-D) and return
         (rows, info) for every window they complete: rows is k × row_floats
-        float32, info a structured array (first, n_frames, valid) of k.
+        float32, info a structured array (first, n_frames, valid,
+        window_end, valid_keys, masked_keys, fully_masked) of k.
         valid (n entries, may be None): 0 marks a frame invalid (a gap)."""
         a = _frames(self.model, frames, "frames")
         n = a.shape[0]

@@ -42,6 +42,8 @@ OUTPUT_MODES = {"frames": 0, "window": 1, "mean": 2, "last": 3}
 START_POLICIES = {"pad": 0, "wait": 1}
 INVALID_POLICIES = {"mask": 0, "zero": 1, "error": 2}
 FRAME_FAULTS = {"ok": 0, "flagged": 1, "nonfinite": 2, "overflow": 3}
+# SattnSource (sattn-weights.h): where a value of a weights mapping came from
+SOURCES = {"caller": 0, "metadata": 1, "shapes": 2, "default": 3}
 
 # ---------------------------------------------------------------- structs
 
@@ -61,6 +63,13 @@ class SattnConfig(ctypes.Structure):
         ("causal", ctypes.c_int),
         ("lookback", _size),
         ("threads", ctypes.c_int),
+        ("positions", ctypes.c_int),
+        ("rope_base", ctypes.c_double),
+        ("encoder", ctypes.c_int),
+        ("d_ff", _size),
+        ("activation", ctypes.c_int),
+        ("norm_first", ctypes.c_int),
+        ("norm_eps", ctypes.c_double),
     ]
 
 
@@ -72,6 +81,9 @@ class SattnWeights(ctypes.Structure):
         ("wo", _fp), ("bo", _fp),
         ("bias_k", _fp), ("bias_v", _fp),
         ("add_zero_attn", ctypes.c_int),
+        ("w1", _fp), ("b1", _fp), ("w2", _fp), ("b2", _fp),
+        ("norm1_w", _fp), ("norm1_b", _fp),
+        ("norm2_w", _fp), ("norm2_b", _fp),
     ]
 
 
@@ -117,18 +129,37 @@ class SattnStreamConfig(ctypes.Structure):
     ]
 
 
+class SattnAttnReport(ctypes.Structure):
+    _fields_ = [
+        ("layout", ctypes.c_int),
+        ("heads_from", ctypes.c_int),
+        ("d_head_from", ctypes.c_int),
+        ("d_value_from", ctypes.c_int),
+        ("q_bias", ctypes.c_int),
+        ("k_bias", ctypes.c_int),
+        ("v_bias", ctypes.c_int),
+        ("out_proj", ctypes.c_int),
+        ("out_bias", ctypes.c_int),
+        ("bias_kv", ctypes.c_int),
+    ]
+
+
 class SattnRowInfo(ctypes.Structure):
     _fields_ = [
         ("first", ctypes.c_uint64),
         ("n_frames", ctypes.c_uint32),
         ("valid", ctypes.c_uint8),
+        ("window_end", ctypes.c_uint64),
+        ("valid_keys", ctypes.c_uint32),
+        ("masked_keys", ctypes.c_uint32),
+        ("fully_masked", ctypes.c_uint32),
     ]
 
 
 # Every mirrored struct, by its C name (tests/python/test_layout.py).
 STRUCTS = {c.__name__: c for c in (SattnConfig, SattnWeights, SattnStats,
                                    SattnMask, SattnStreamConfig,
-                                   SattnRowInfo)}
+                                   SattnRowInfo, SattnAttnReport)}
 
 # --------------------------------------------------------------- library
 
@@ -220,11 +251,13 @@ sattn_stream_last_weights = _fn("sattn_stream_last_weights", _c.c_int, _vp,
 
 # The weights layer is built only with GLib and json-glib.
 try:
-    sattn_mha_weights_load = _fn(
-        "sattn_mha_weights_load", _c.c_int, _c.c_char_p, _c.c_char_p, _size,
-        _size, _c.c_int, _P(SattnConfig), _P(SattnWeights), _P(_vp),
-        _c.c_char_p, _size)
+    sattn_attn_weights_load = _fn(
+        "sattn_attn_weights_load", _c.c_int, _c.c_char_p, _c.c_char_p,
+        _c.c_int, _P(SattnConfig), _P(SattnWeights), _P(_vp),
+        _P(SattnAttnReport), _c.c_char_p, _size)
     sattn_mha_weights_free = _fn("sattn_mha_weights_free", None, _vp)
+    sattn_layout_name = _fn("sattn_layout_name", _c.c_char_p, _c.c_int)
 except AttributeError:
-    sattn_mha_weights_load = None
+    sattn_attn_weights_load = None
     sattn_mha_weights_free = None
+    sattn_layout_name = None

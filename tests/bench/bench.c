@@ -1616,6 +1616,210 @@ run_threads_section (const Opts *o)
   return failures;
 }
 
+/* ------------------------------------------------------- encoder layer */
+
+/* --encoder: an nn.TransformerEncoderLayer on the W1 geometry (64 values
+ * per frame, 4 heads, window 256, hop 16), feed-forward 4 x d_model, random
+ * weights, RoPE: the layer's safetensors file is written here (the state
+ * dict names of PyTorch and the metadata the element reads), then sattn's
+ * core (pushes of one hop) and the pipeline appsrc ! sattn weights=FILE !
+ * fakesink are measured in interleaved repeats.  torch_baseline.py
+ * --encoder-json runs nn.TransformerEncoderLayer on the same file, per
+ * window and batched. */
+#ifdef SATTN_BENCH_HAVE_WEIGHTS
+#include "sattn/sattn-weights.h"
+
+typedef struct {
+  const char *name;
+  size_t rows, cols;            /* cols 0: a vector */
+  double sigma, mean;
+} EncTensor;
+
+static int
+write_encoder_file (const char *path, size_t E, size_t F, Rng *r)
+{
+  const double se = 1.0 / sqrt ((double) E), sf = 1.0 / sqrt ((double) F);
+  const EncTensor t[] = {
+    { "self_attn.in_proj_weight", 3 * E, E, se, 0.0 },
+    { "self_attn.in_proj_bias", 3 * E, 0, 0.1, 0.0 },
+    { "self_attn.out_proj.weight", E, E, se, 0.0 },
+    { "self_attn.out_proj.bias", E, 0, 0.1, 0.0 },
+    { "linear1.weight", F, E, se, 0.0 },
+    { "linear1.bias", F, 0, 0.1, 0.0 },
+    { "linear2.weight", E, F, sf, 0.0 },
+    { "linear2.bias", E, 0, 0.1, 0.0 },
+    { "norm1.weight", E, 0, 0.2, 1.0 },
+    { "norm1.bias", E, 0, 0.2, 0.0 },
+    { "norm2.weight", E, 0, 0.2, 1.0 },
+    { "norm2.bias", E, 0, 0.2, 0.0 },
+  };
+  const size_t nt = sizeof t / sizeof t[0];
+  char hdr[4096];
+  size_t off = 0, len = 0;
+  len += (size_t) snprintf (hdr + len, sizeof hdr - len, "{\"__metadata__\": "
+      "{\"format\": \"pt\", \"self_attn.num_heads\": \"4\", \"positions\": "
+      "\"rope\", \"activation\": \"relu\", \"norm_first\": \"0\", "
+      "\"norm_eps\": \"1e-05\"}");
+  for (size_t i = 0; i < nt; i++) {
+    size_t n = t[i].cols ? t[i].rows * t[i].cols : t[i].rows;
+    if (t[i].cols)
+      len += (size_t) snprintf (hdr + len, sizeof hdr - len, ", \"%s\": "
+          "{\"dtype\": \"F32\", \"shape\": [%zu, %zu], \"data_offsets\": "
+          "[%zu, %zu]}", t[i].name, t[i].rows, t[i].cols, off,
+          off + 4 * n);
+    else
+      len += (size_t) snprintf (hdr + len, sizeof hdr - len, ", \"%s\": "
+          "{\"dtype\": \"F32\", \"shape\": [%zu], \"data_offsets\": "
+          "[%zu, %zu]}", t[i].name, t[i].rows, off, off + 4 * n);
+    off += 4 * n;
+  }
+  len += (size_t) snprintf (hdr + len, sizeof hdr - len, "}");
+  while (len % 8 != 0 && len + 1 < sizeof hdr)
+    hdr[len++] = ' ';
+  FILE *f = fopen (path, "wb");
+  if (f == NULL)
+    return -1;
+  uint64_t hl = len;     /* little-endian hosts only, like the rest */
+  int ok = fwrite (&hl, 8, 1, f) == 1 && fwrite (hdr, 1, len, f) == len;
+  for (size_t i = 0; ok && i < nt; i++) {
+    size_t n = t[i].cols ? t[i].rows * t[i].cols : t[i].rows;
+    float *x = malloc (n * sizeof (float));
+    if (x == NULL) {
+      ok = 0;
+      break;
+    }
+    fill_normal (r, x, n, t[i].sigma);
+    for (size_t k = 0; k < n; k++)
+      x[k] += (float) t[i].mean;
+    ok = fwrite (x, sizeof (float), n, f) == n;
+    free (x);
+  }
+  return (fclose (f) == 0 && ok) ? 0 : -1;
+}
+
+/* The model the element builds from the file: the attention under
+ * "self_attn.", the options from the metadata, the layer's parts. */
+static SattnModel *
+encoder_model (const char *path, char *err, size_t err_len)
+{
+  SattnTensorFile *f = NULL;
+  SattnMhaWeights *mw = NULL;
+  SattnLayerWeights *lw = NULL;
+  SattnConfig cfg = { 0 };
+  SattnWeights w = { 0 };
+  SattnModel *m = NULL;
+  SattnStatus st = sattn_tensor_file_load (path, &f, err, err_len);
+  if (st == SATTN_OK)
+    st = sattn_mha_weights_from_file (f, "self_attn.", 0, 4, 0, &cfg, &w,
+                                      &mw, err, err_len);
+  if (st == SATTN_OK)
+    st = sattn_options_from_file (f, "", 0, &cfg, err, err_len);
+  if (st == SATTN_OK)
+    st = sattn_encoder_weights_from_file (f, "", &cfg, &w, &lw, err,
+                                          err_len);
+  cfg.threads = 1;
+  if (st == SATTN_OK && (m = sattn_model_new (&cfg, &w, &st)) == NULL)
+    snprintf (err, err_len, "sattn_model_new: %s", sattn_status_string (st));
+  sattn_mha_weights_free (mw);
+  sattn_layer_weights_free (lw);
+  sattn_tensor_file_free (f);
+  return m;
+}
+
+static int
+run_encoder (const Opts *o, FILE *json)
+{
+  const Workload *w = &workloads[0];          /* W1 */
+  const size_t E = wl_d_model (w), F = 4 * E, n = w->window, h = w->hop;
+  char path[4096], err[1024] = "";
+  snprintf (path, sizeof path, "%s/encoder-w1.safetensors",
+            o->dump ? o->dump : (getenv ("TMPDIR") ? getenv ("TMPDIR")
+                                 : "/tmp"));
+  Rng r = { 0x5eed };
+  if (write_encoder_file (path, E, F, &r) != 0) {
+    fprintf (stderr, "cannot write %s\n", path);
+    return 1;
+  }
+  SattnModel *m = encoder_model (path, err, sizeof err);
+  if (m == NULL) {
+    fprintf (stderr, "encoder model: %s\n", err);
+    return 1;
+  }
+  SattnStreamConfig sc = { .window = n, .hop = h };
+  SattnStatus st;
+  SattnStream *s = sattn_stream_new (m, &sc, &st);
+  /* Whole pipeline buffers (the source does not wrap inside one), and
+   * several windows. */
+  const size_t pool_frames = wl_buffer_frames (w) *
+      ((8 * n + wl_buffer_frames (w) - 1) / wl_buffer_frames (w));
+  float *pool = malloc (pool_frames * E * sizeof (float));
+  float *out = malloc (2 * n * E * sizeof (float));
+  if (s == NULL || pool == NULL || out == NULL) {
+    fprintf (stderr, "encoder stream: %s\n", sattn_status_string (st));
+    return 1;
+  }
+  fill_normal (&r, pool, pool_frames * E, 1.0);
+  printf ("\nencoder layer on W1 (d_model %zu, 4 heads, window %zu, hop %zu, "
+          "feed-forward %zu, relu, post-norm, RoPE, random weights, "
+          "threads=1), frames/s per CPU second, medians of %d repeats:\n",
+          E, n, h, F, o->repeats);
+  double *core = calloc ((size_t) o->repeats, sizeof (double));
+  double *pipe = calloc ((size_t) o->repeats, sizeof (double));
+  int fail = 0;
+  size_t pos = 0;
+  uint64_t pushes = 0;
+  for (int rep = 0; rep < o->repeats; rep++) {
+    double cpu_fps = 0.0;
+    measure_throughput (s, pool, pool_frames, &pos, E, h, out, 2 * n,
+                        o->core_time, &cpu_fps, &pushes, &fail);
+    core[rep] = cpu_fps;
+    pipe[rep] = NAN;
+#ifdef SATTN_BENCH_HAVE_GST
+    if (o->do_pipeline) {
+      char extra[4200];
+      double secs = 0.0, cpu = 0.0;
+      uint64_t frames_out = 0;
+      size_t bf = wl_buffer_frames (w);
+      uint64_t warm = 4, nbuf = warm + (uint64_t) fmax (20.0,
+          cpu_fps * o->pipe_time / (double) bf);
+      snprintf (extra, sizeof extra, "weights=%s", path);
+      if (run_pipeline (w, pool, pool_frames, bf, warm, nbuf, 1, extra,
+                        &secs, &cpu, &frames_out, err, sizeof err) == 0)
+        pipe[rep] = (double) ((nbuf - warm) * bf) / cpu;
+      else {
+        fprintf (stderr, "encoder pipeline: %s\n", err);
+        fail = 1;
+      }
+    }
+#endif
+  }
+  double cm = median (core, (size_t) o->repeats);
+  double pm = median (pipe, (size_t) o->repeats);
+  /* Useful work per output frame: the attention of flops_per_frame plus
+   * the feed-forward 2 x (2 E F). */
+  double fl = flops_per_frame (w, 1) + 4.0 * E * F;
+  printf ("| | frames/s | x real time (%.0f frames/s) | GFLOP/s |\n"
+          "|---|---:|---:|---:|\n", wl_frame_rate (w));
+  printf ("| sattn core | %.0f | %.1f | %.2f |\n", cm,
+          cm / wl_frame_rate (w), cm * fl * 1e-9);
+  printf ("| sattn pipeline | %.0f | %.1f | %.2f |\n", pm,
+          pm / wl_frame_rate (w), pm * fl * 1e-9);
+  if (json)
+    fprintf (json, "{\"encoder\": 1, \"workload\": \"W1\", \"weights\": "
+             "\"%s\", \"d_model\": %zu, \"heads\": 4, \"d_ff\": %zu, "
+             "\"window\": %zu, \"hop\": %zu, \"positions\": \"rope\", "
+             "\"core_fps\": %.6g, \"pipeline_fps\": %.6g}\n", path, E, F, n,
+             h, cm, isnan (pm) ? 0.0 : pm);
+  free (core);
+  free (pipe);
+  free (pool);
+  free (out);
+  sattn_stream_free (s);
+  sattn_model_free (m);
+  return fail;
+}
+#endif
+
 /* ------------------------------------------------------------- report */
 
 static const char *
@@ -1738,7 +1942,10 @@ usage (FILE *f)
       "  --dump DIR      inputs, weights and first outputs for parity checks\n"
       "  --blas-info     print the OpenBLAS kernel set in use and exit\n"
       "  --threads-scaling  only W1/W3 with threads=1 vs threads=2, side\n"
-      "                  by side (core and pipeline, wall clock)\n");
+      "                  by side (core and pipeline, wall clock)\n"
+      "  --encoder       only an encoder layer (feed-forward 4 d, RoPE) on\n"
+      "                  the W1 geometry, core and pipeline; its weights\n"
+      "                  file goes to --dump DIR (else $TMPDIR or /tmp)\n");
 }
 
 int
@@ -1753,7 +1960,7 @@ main (int argc, char **argv)
   o.do_fork = 1;
   o.sgemm_size = 1024;
   o.weights_filter = -1;
-  int have_time = 0, threads_scaling = 0;
+  int have_time = 0, threads_scaling = 0, encoder = 0;
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -1786,6 +1993,8 @@ main (int argc, char **argv)
       o.dump = argv[++i];
     } else if (strcmp (a, "--threads-scaling") == 0) {
       threads_scaling = 1;
+    } else if (strcmp (a, "--encoder") == 0) {
+      encoder = 1;
     } else if (strcmp (a, "--blas-info") == 0) {
       /* The OpenBLAS kernel set chosen for this CPU (run-bench.sh checks
        * it: OpenBLAS 0.3.21 falls back to "Prescott" on CPUs it does not
@@ -1826,6 +2035,21 @@ main (int argc, char **argv)
     return 2;
   }
 
+  if (encoder) {
+#ifdef SATTN_BENCH_HAVE_WEIGHTS
+#ifdef SATTN_BENCH_HAVE_GST
+    if (o.do_pipeline)
+      gst_init (NULL, NULL);
+#endif
+    int rc = run_encoder (&o, json);
+    if (json)
+      fclose (json);
+    return rc;
+#else
+    fprintf (stderr, "--encoder needs the weights layer (GLib, json-glib)\n");
+    return 2;
+#endif
+  }
   if (threads_scaling) {
     printf ("sattn-bench --threads-scaling: threads=1 vs threads=2, "
             "output=frames, one hop per push; medians of %d interleaved "

@@ -127,4 +127,14 @@ else
   echo "\$ $pin $py $here/torch_baseline.py --sattn-json $work/sattn.jsonl --bench $bench $quick"
   $pin "$py" "$here/torch_baseline.py" --sattn-json "$work/sattn.jsonl" --bench "$bench" $quick || status=$?
 fi
+
+echo
+echo "== Encoder layer on W1 (feed-forward 4 d, random weights, RoPE): sattn vs nn.TransformerEncoderLayer"
+mkdir -p "$work/encoder"
+echo "\$ $pin $bench --encoder --json $work/encoder.jsonl --dump $work/encoder $quick"
+$pin "$bench" --encoder --json "$work/encoder.jsonl" --dump "$work/encoder" $quick || status=$?
+if [ -n "$py" ] && [ -s "$work/encoder.jsonl" ]; then
+  echo "\$ $pin $py $here/torch_baseline.py --encoder-json $work/encoder.jsonl $quick"
+  $pin "$py" "$here/torch_baseline.py" --encoder-json "$work/encoder.jsonl" $quick || status=$?
+fi
 exit $status

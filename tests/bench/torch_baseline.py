@@ -229,10 +229,94 @@ def fx(v):
     return "n/a" if v is None else "%.1fx" % v
 
 
+def encoder_main(a):
+    """--encoder-json: nn.TransformerEncoderLayer on the layer file written
+    by sattn-bench --encoder (W1 geometry, feed-forward 4 d), one thread:
+    per window (streaming recompute: n frames in, the hop's rows kept) and
+    batched (windows of a long signal at once, the best of batch sizes 1,
+    4, 16, 64).  PyTorch has no RoPE of its own: its layer runs without
+    positions, slightly less work than sattn's.  Frames/s per CPU second;
+    medians over repeats; sattn's figures from the JSON line."""
+    with open(a.encoder_json) as f:
+        cfg = [json.loads(line) for line in f if line.strip()][0]
+    E, H, F = cfg["d_model"], cfg["heads"], cfg["d_ff"]
+    n, h = cfg["window"], cfg["hop"]
+    torch.set_num_threads(1)
+    layer = torch.nn.TransformerEncoderLayer(E, H, dim_feedforward=F,
+                                             dropout=0.0, batch_first=True)
+    layer.load_state_dict(load_safetensors(cfg["weights"]), strict=True)
+    layer.eval()
+    x = torch.randn(64 * n, E)
+    budget = 0.3 if a.quick else a.time
+    reps = 2 if a.quick else a.repeats
+
+    def stream_once():
+        pos, calls = 0, 0
+        with torch.inference_mode():
+            c0, t0 = time.thread_time(), time.perf_counter()
+            while True:
+                if pos + n > x.shape[0]:
+                    pos = 0
+                y = layer(x[pos:pos + n].unsqueeze(0))[0, n - h:]
+                pos += h
+                calls += 1
+                if time.perf_counter() - t0 >= budget and calls >= 2:
+                    break
+            c = time.thread_time()
+        del y
+        return calls * h / (c - c0)
+
+    wins_all = x.unfold(0, n, h).transpose(1, 2)
+
+    def batched_once(bs):
+        B = wins_all.shape[0]
+        bs = min(bs, B)
+        done, b = 0, 0
+        with torch.inference_mode():
+            c0, t0 = time.thread_time(), time.perf_counter()
+            while True:
+                if b + bs > B:
+                    b = 0
+                y = layer(wins_all[b:b + bs])[:, n - h:]
+                b += bs
+                done += bs
+                if time.perf_counter() - t0 >= budget and done >= 2:
+                    break
+            c = time.thread_time()
+        del y
+        return done * h / (c - c0)
+
+    best = max((batched_once(bs), bs) for bs in (1, 4, 16, 64))[1]
+    st = statistics.median([stream_once() for _ in range(reps)])
+    bt = statistics.median([batched_once(best) for _ in range(reps)])
+    core, pipe = cfg["core_fps"], cfg["pipeline_fps"] or None
+    print("encoder layer on W1 (d_model %d, %d heads, window %d, hop %d, "
+          "feed-forward %d), frames/s per CPU second, one thread:"
+          % (E, H, n, h, F))
+    print("| torch streaming (per window) | torch batched (batch %d) | "
+          "sattn core | sattn pipeline | pipeline / streaming | "
+          "pipeline / batched | core / streaming | core / batched |" % best)
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def r(u, v):
+        return "%.1fx" % (u / v) if u and v else "n/a"
+    print("| %s | %s | %s | %s | %s | %s | %s | %s |"
+          % (fmt(st), fmt(bt), fmt(core), fmt(pipe), r(pipe, st),
+             r(pipe, bt), r(core, st), r(core, bt)))
+    print("target through the pipeline: >= 10x torch streaming (%s), "
+          ">= 3x torch batched (%s)"
+          % ("met" if pipe and pipe >= 10 * st else "NOT met",
+             "met" if pipe and pipe >= 3 * bt else "NOT met"))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sattn-json", required=True,
+    ap.add_argument("--sattn-json",
                     help="JSON lines written by sattn-bench --json --dump")
+    ap.add_argument("--encoder-json",
+                    help="the JSON line of sattn-bench --encoder: the "
+                    "encoder-layer workload instead")
     ap.add_argument("--time", type=float, default=1.5,
                     help="seconds per torch mode per configuration (1.5)")
     ap.add_argument("--repeats", type=int, default=5)
@@ -241,6 +325,10 @@ def main():
     ap.add_argument("--bench", help="sattn-bench executable: measure sattn "
                     "again in each repeat, side by side with torch")
     args = ap.parse_args()
+    if args.encoder_json:
+        return encoder_main(args)
+    if not args.sattn_json:
+        ap.error("--sattn-json or --encoder-json is required")
     if args.quick:
         args.time, args.repeats = 0.05, 1
 

@@ -33,7 +33,37 @@ typedef struct {
   const float *bias_k, *bias_v;
   int add_zero_attn;
   int f32_scores;       /* scores overflow as float32 scores do (above) */
+  /* Positions (0 none, 1 rope, 2 rope-interleaved, 3 alibi: the values of
+   * SattnPositions), from the formula in long double:
+   *   rope: theta_k = base^(-2k/d_head), angle = (pos0 + i) theta_k,
+   *         pairs (k, k + d_head/2) (interleaved: (2k, 2k+1)) of each
+   *         head of Q_i and K_i rotated by it after the bias;
+   *   alibi: s_ij += -slope_h |i - j|, slope_h of Press et al. written
+   *         from their recursive rule. */
+  int positions;
+  double rope_base;     /* resolved (10000 for the default) */
+  uint64_t pos0;        /* absolute index of row 0 */
 } RefModel;
+
+/* Encoder layer (nn.TransformerEncoderLayer) around the model's attention:
+ *   post-norm: y = LN1 (x + SA (x)); out = LN2 (y + FF (y))
+ *   pre-norm:  y = x + SA (LN1 (x)); out = y + FF (LN2 (y))
+ *   FF (u) = W2 act (W1 u + b1) + b2, act = relu or exact gelu;
+ *   LN (u) = (u - mean) / sqrt (var + eps) * w + b (biased variance). */
+typedef struct {
+  size_t d_ff;
+  const float *w1, *b1, *w2, *b2;          /* PyTorch layout */
+  const float *n1w, *n1b, *n2w, *n2b;      /* NULL = 1 / 0 */
+  int gelu, norm_first;
+  double eps;
+} RefLayer;
+
+/* x: n × d_model (double, all valid), out: n × d_model. */
+void ref_encoder (const RefModel *m, const RefLayer *l, const double *x,
+                  size_t n, double *out);
+
+/* ALiBi slopes of Press et al. (their get_slopes), heads of them. */
+void ref_alibi_slopes (size_t heads, double *slopes);
 
 typedef struct {
   size_t rows;          /* (head, valid query) rows */

@@ -41,8 +41,18 @@ fx_build (Fixture *f, TuRng *r, size_t d_model, size_t heads, unsigned flags,
     f->cfg.d_head = dh;
     f->cfg.d_value = dv;
   }
+  if (flags & FX_DK_WIDE) {
+    dh = dv = 2 * d_model / heads;
+    f->cfg.d_head = dh;
+  }
+  if (flags & FX_DK_NARROW) {
+    dh = d_model / (2 * heads) > 0 ? d_model / (2 * heads) : 1;
+    dv = 3 * d_model / heads;
+    f->cfg.d_head = dh;
+    f->cfg.d_value = dv;
+  }
   if (flags & FX_OUT) {
-    d_out = (flags & FX_DIMS) ? d_model + 3 : heads * dv;
+    d_out = (flags & (FX_DIMS | FX_DK_WIDE | FX_DK_NARROW)) ? d_model + 3 : heads * dv;
     f->cfg.d_out = d_out;
   } else {
     d_out = heads * dv;
@@ -114,7 +124,8 @@ const char *
 fx_flags_string (unsigned flags, char *buf, size_t len)
 {
   static const char *names[] = { "proj", "bias", "out", "bo", "unit",
-    "causal", "lookback", "pad", "allow", "biaskv", "zeroattn", "dims" };
+    "causal", "lookback", "pad", "allow", "biaskv", "zeroattn", "dims",
+    "dk-wide", "dk-narrow" };
   size_t pos = 0;
   buf[0] = '\0';
   if (!(flags & FX_PROJ))

@@ -19,6 +19,10 @@ enum {
   FX_BIASKV = 1 << 9,   /* bias_k / bias_v */
   FX_ZERO = 1 << 10,    /* add_zero_attn */
   FX_DIMS = 1 << 11,    /* d_head, d_value, d_out not the defaults */
+  FX_DK_WIDE = 1 << 12, /* d_head = 2 d_model / heads (heads x d_head =
+                           2 d_model, as the seeds' d_model 8 -> d_k 16) */
+  FX_DK_NARROW = 1 << 13, /* d_head = d_model / (2 heads), d_value =
+                             3 d_model / heads */
 };
 
 typedef struct {

@@ -37,6 +37,9 @@ static const unsigned variants[] = {
   FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_UNIT | FX_CAUSAL | FX_LOOKBACK
       | FX_PAD | FX_ALLOW | FX_BIASKV | FX_ZERO,
   FX_BIAS | FX_BO | FX_BIASKV | FX_PAD | FX_CAUSAL | FX_LOOKBACK,
+  /* heads x d_head != d_model: wider and narrower than the frame */
+  FX_PROJ | FX_BIAS | FX_DK_WIDE | FX_CAUSAL | FX_BIASKV | FX_ZERO,
+  FX_PROJ | FX_OUT | FX_BO | FX_DK_NARROW | FX_PAD | FX_LOOKBACK,
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 

@@ -651,6 +651,13 @@ main (void)
     { "proj biaskv zeroattn unit lookback2 d6h2", 6, 2,
       FX_PROJ | FX_BIAS | FX_BIASKV | FX_ZERO | FX_UNIT | FX_LOOKBACK, 2 },
     { "identity causal d3h1", 3, 1, FX_CAUSAL, 0 },
+    /* heads x d_head != d_model (the seeds' d_model 8 -> d_k 16) */
+    { "seeds dk16 d8h1", 8, 1, FX_PROJ | FX_DK_WIDE, 0 },
+    { "dk-wide out unit d12h3", 12, 3,
+      FX_PROJ | FX_BIAS | FX_OUT | FX_DK_WIDE | FX_UNIT | FX_CAUSAL, 0 },
+    { "dk-narrow dv-wide biaskv zeroattn lookback4 d16h2", 16, 2,
+      FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_DK_NARROW | FX_BIASKV | FX_ZERO
+      | FX_CAUSAL | FX_LOOKBACK, 4 },
   };
   const size_t geo[][2] = {
     { 1, 1 }, { 5, 1 }, { 5, 2 }, { 5, 5 }, { 7, 3 }, { 16, 1 }, { 16, 5 },

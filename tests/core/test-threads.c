@@ -66,6 +66,11 @@ static const Geo geos[] = {
     ALL_MODES, 900 },
   { "blas-sized", 256, 4, 512, 300, FX_PROJ | FX_BIAS | FX_OUT, 0,
     CHEAP_MODES, 1000 },
+  /* heads x d_head != d_model */
+  { "dk-wide", 16, 2, 40, 7, FX_PROJ | FX_BIAS | FX_DK_WIDE | FX_CAUSAL |
+    FX_BIASKV, 0, ALL_MODES, 200 },
+  { "dk-narrow", 64, 4, 256, 16, FX_PROJ | FX_OUT | FX_BO | FX_DK_NARROW, 0,
+    ALL_MODES, 700 },
 };
 
 /* Everything one run produced, to be compared byte for byte. */

@@ -584,9 +584,9 @@ fixture_path (const gchar * name)
 }
 
 /* The weights file's messages say where a number comes from: checked
- * before caps (heads vs the file's E), against the stream (d_model from
- * channels × frame-size), head-dim with weights (the file's heads, not
- * identity projections). */
+ * before caps (heads vs the file's metadata), against the stream (d_model
+ * from channels × frame-size), head-dim with weights (the file's
+ * projection sizes, not identity projections). */
 GST_START_TEST (test_weights_messages)
 {
   static const struct
@@ -597,11 +597,14 @@ GST_START_TEST (test_weights_messages)
     const gchar *absent;
   } cases[] = {
     {"heads=3", 16, {"does not fit the element's properties",
-            "heads = 3 does not divide the embedding size E = 16"}, "stream"},
+            "heads = 3 but the module was exported with num_heads = 2"},
+        "stream"},
     {"heads=2", 8, {"does not fit the stream, whose frames have d_model=8 "
-                "values", "expected [24, 8]"}, NULL},
-    {"heads=2 head-dim=4", 16, {"weights file's projections give every head "
-                "d_model / heads values", "use head-dim=0"}, "identity"},
+                "values", "has shape [48, 16]"}, NULL},
+    {"heads=2 head-dim=4", 16, {"heads = 2 x head_dim = 4 query/key values",
+                "have 16"}, "identity"},
+    {"value-dim=3", 16, {"heads = 2 x value_dim = 3 value values",
+                "have 16"}, "identity"},
   };
   gchar *path = fixture_path ("e16_h2_nobias.safetensors");
   gchar *desc = g_strdup_printf ("audiotestsrc num-buffers=5 ! audio/x-raw,"
@@ -767,7 +770,7 @@ sattn_events_suite (void)
   tcase_add_test (tc, test_caps_query);
   tcase_add_test (tc, test_impossible_pipelines);
   tcase_add_test (tc, test_downstream_refuses);
-  tcase_add_loop_test (tc, test_weights_messages, 0, 3);
+  tcase_add_loop_test (tc, test_weights_messages, 0, 4);
   tcase_add_test (tc, test_scale_tiny);
   tcase_add_test (tc, test_property_while_running);
   return s;

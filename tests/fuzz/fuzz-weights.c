@@ -38,6 +38,63 @@ touch (const float *v, size_t n)
   sink = acc;
 }
 
+/* The any-layout mapping: sizes resolved, every array readable in full. */
+static void
+try_attn (const SattnTensorFile *f, const char *prefix, size_t d_model,
+          size_t heads, size_t d_head, size_t d_value, int zero_attn)
+{
+  SattnConfig cfg = { 0 };
+  SattnWeights w;
+  SattnMhaWeights *owner = NULL;
+  SattnAttnReport rep;
+  char err[256];
+  SattnStatus st;
+
+  cfg.d_model = d_model;
+  cfg.heads = heads;
+  cfg.d_head = d_head;
+  cfg.d_value = d_value;
+  st = sattn_attn_weights_from_file (f, prefix, zero_attn, &cfg, &w, &owner,
+                                     &rep, err, sizeof err);
+  if (st != SATTN_OK) {
+    CHECK (owner == NULL);
+    CHECK (err[0] != '\0');
+    CHECK (strlen (err) < sizeof err);
+    return;
+  }
+  CHECK (owner != NULL);
+  CHECK (rep.layout != SATTN_LAYOUT_NONE);
+  CHECK (cfg.d_model > 0 && cfg.heads > 0 && cfg.d_head > 0 &&
+         cfg.d_value > 0 && cfg.d_out > 0);
+  CHECK (d_model == 0 || cfg.d_model == d_model);
+  CHECK (heads == 0 || cfg.heads == heads);
+  CHECK (d_head == 0 || cfg.d_head == d_head);
+  CHECK (d_value == 0 || cfg.d_value == d_value);
+  CHECK ((w.wo != NULL) == (rep.out_proj != 0));
+  CHECK (w.wo != NULL || cfg.d_out == cfg.heads * cfg.d_value);
+  size_t e = cfg.d_model, dq = cfg.heads * cfg.d_head;
+  size_t dv = cfg.heads * cfg.d_value;
+  touch (w.wq, dq * e);
+  touch (w.wk, dq * e);
+  touch (w.wv, dv * e);
+  if (w.wo)
+    touch (w.wo, cfg.d_out * dv);
+  if (w.bq)
+    touch (w.bq, dq);
+  if (w.bk)
+    touch (w.bk, dq);
+  if (w.bv)
+    touch (w.bv, dv);
+  if (w.bo)
+    touch (w.bo, cfg.d_out);
+  CHECK ((w.bias_k == NULL) == (w.bias_v == NULL));
+  if (w.bias_k) {
+    touch (w.bias_k, dq);
+    touch (w.bias_v, dv);
+  }
+  sattn_mha_weights_free (owner);
+}
+
 static void
 try_map (const SattnTensorFile *f, const char *prefix, size_t d_model,
          size_t heads, int zero_attn)
@@ -120,9 +177,29 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     size_t heads = 1 + (size > 0 ? data[size - 1] % 4 : 0);
     try_map (f, "", 0, heads, 0);
     try_map (f, NULL, 4, 1, 1);
+    try_attn (f, "", 0, 0, 0, 0, 0);
+    try_attn (f, NULL, 0, heads, 0, 0, (int) (size & 1));
+    try_attn (f, "", 8, 2, 4, 8, 0);
     for (size_t i = 0; i < n && i < 16; i++) {
       const char *name = sattn_tensor_file_name (f, i);
       const char *dot = strrchr (name, '.');
+      if (dot != NULL && strstr (name, "weight") != NULL) {
+        /* Any Linear's module, and its parent: every layout's prefix. */
+        char prefix[256];
+        size_t len = (size_t) (dot - name);
+        const char *up;
+        if (len < sizeof prefix) {
+          memcpy (prefix, name, len);
+          prefix[len] = '\0';
+          up = strrchr (prefix, '.');
+          try_attn (f, prefix, 0, 0, 0, 0, 0);
+          if (up != NULL) {
+            prefix[up - prefix + 1] = '\0';
+            try_attn (f, prefix, 0, heads, 0, 0, 0);
+            try_attn (f, prefix, 0, 0, 2, 0, 0);
+          }
+        }
+      }
       if (dot != NULL && strstr (name, "proj_weight") != NULL) {
         char prefix[256];
         size_t len = (size_t) (dot - name) + 1;

@@ -73,6 +73,39 @@ def mha(e, dtype="F32", prefix="", bias=True, bias_kv=False, separate=False):
     return t
 
 
+def linears(layout, e, dk, dv, bias=True, out=True, prefix="", dtype="F32"):
+    """An attention module of another layout: [(name, dtype, shape, v)]."""
+    names = {"hf": ("q_proj", "k_proj", "v_proj", "out_proj"),
+             "hf-o": ("q_proj", "k_proj", "v_proj", "o_proj"),
+             "bert": ("query", "key", "value", "output.dense"),
+             "bert-attn": ("self.query", "self.key", "self.value",
+                           "output.dense"),
+             "diffusers": ("to_q", "to_k", "to_v", "to_out.0"),
+             "llama": ("wq", "wk", "wv", "wo"),
+             "seeds": ("W_q", "W_k", "W_v", "W_o")}
+    t = []
+    if layout == "fused":
+        t.append((prefix + "qkv.weight", dtype, [2 * dk + dv, e],
+                  vals((2 * dk + dv) * e, 1)))
+        if bias:
+            t.append((prefix + "qkv.bias", dtype, [2 * dk + dv],
+                      vals(2 * dk + dv, 2)))
+        o = "proj"
+    else:
+        q, k, v, o = names[layout]
+        for i, (n, rows) in enumerate(((q, dk), (k, dk), (v, dv))):
+            t.append((prefix + n + ".weight", dtype, [rows, e],
+                      vals(rows * e, i)))
+            if bias:
+                t.append((prefix + n + ".bias", dtype, [rows],
+                          vals(rows, i + 3)))
+    if out:
+        t.append((prefix + o + ".weight", dtype, [e, dv], vals(e * dv, 6)))
+        if bias:
+            t.append((prefix + o + ".bias", dtype, [e], vals(e, 7)))
+    return t
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     seeds = {
@@ -93,6 +126,29 @@ def main():
             ("scalar", "F32", [], [2.5]),
         ] + mha(2, prefix="m.")),
         "empty": image([]),
+        "seeds-e8-dk16": image(linears("seeds", 8, 16, 16, bias=False,
+                                       out=False),
+                               {"num_heads": "1", "head_dim": "16",
+                                "layout": "seeds"}),
+        "hf-e4-dk8-dv4-meta": image(linears("hf", 4, 8, 4, prefix="a."),
+                                    {"a.num_heads": "2", "a.head_dim": "4",
+                                     "a.value_dim": "2"}),
+        "hf-o-e4-f16": image(linears("hf-o", 4, 4, 4, dtype="F16")),
+        "bert-attn-e6-dk3": image(linears("bert-attn", 6, 3, 3,
+                                          prefix="enc.layer.0.attention.")),
+        "diffusers-e4-nobias": image(linears("diffusers", 4, 2, 6,
+                                             bias=False)),
+        "llama-e8-bf16": image(linears("llama", 8, 8, 8, bias=False,
+                                       dtype="BF16")),
+        "fused-e6-dk4-dv2": image(linears("fused", 6, 4, 2),
+                                  {"num_heads": "2", "head_dim": "2"}),
+        "ambiguous-hf-seeds": image(linears("hf", 4, 4, 4)
+                                    + linears("seeds", 4, 4, 4)),
+        "bad-gqa-llama": image(linears("llama", 8, 8, 8, out=False)[:1]
+                               + [("wk.weight", "F32", [4, 8],
+                                   vals(32, 1)),
+                                  ("wv.weight", "F32", [4, 8],
+                                   vals(32, 2))]),
         "unpadded": image(mha(2), pad=False),
     }
     good = seeds["mha-e4-f32"]

@@ -47,6 +47,7 @@ sed -e "s/@SATTN_VERSION@/$ver/" -e "s/@SATTN_VERSION_MAJOR@/$vmaj/" \
   -I"$src/include" -I"$work/include" \
   $(pkg-config --cflags glib-2.0 json-glib-1.0) \
   "$here/fuzz-weights.c" "$src/core/weights.c" "$src/core/status.c" \
+  "$src/core/simd.c" \
   $(pkg-config --libs glib-2.0 json-glib-1.0) -lm \
   -o "$work/fuzz-weights"
 

@@ -46,7 +46,10 @@ class RefModel(ctypes.Structure):
         (f, _fp) for f in ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",
                            "bias_k", "bias_v")] + [
         ("add_zero_attn", ctypes.c_int),
-        ("f32_scores", ctypes.c_int)]
+        ("f32_scores", ctypes.c_int),
+        ("positions", ctypes.c_int),
+        ("rope_base", ctypes.c_double),
+        ("pos0", ctypes.c_uint64)]
 
 
 class RefStats(ctypes.Structure):

@@ -8,6 +8,7 @@
  * same change in the mirror fails there (a renamed one fails here, at
  * compile time). */
 #include <sattn/sattn.h>
+#include <sattn/sattn-weights.h>
 
 #include "reference.h"
 
@@ -40,6 +41,13 @@ main (void)
   FIELD (SattnConfig, causal);
   FIELD (SattnConfig, lookback);
   FIELD (SattnConfig, threads);
+  FIELD (SattnConfig, positions);
+  FIELD (SattnConfig, rope_base);
+  FIELD (SattnConfig, encoder);
+  FIELD (SattnConfig, d_ff);
+  FIELD (SattnConfig, activation);
+  FIELD (SattnConfig, norm_first);
+  FIELD (SattnConfig, norm_eps);
   END ();
   BEGIN (SattnWeights);
   FIELD (SattnWeights, wq);
@@ -53,6 +61,14 @@ main (void)
   FIELD (SattnWeights, bias_k);
   FIELD (SattnWeights, bias_v);
   FIELD (SattnWeights, add_zero_attn);
+  FIELD (SattnWeights, w1);
+  FIELD (SattnWeights, b1);
+  FIELD (SattnWeights, w2);
+  FIELD (SattnWeights, b2);
+  FIELD (SattnWeights, norm1_w);
+  FIELD (SattnWeights, norm1_b);
+  FIELD (SattnWeights, norm2_w);
+  FIELD (SattnWeights, norm2_b);
   END ();
   BEGIN (SattnStats);
   FIELD (SattnStats, windows);
@@ -91,6 +107,22 @@ main (void)
   FIELD (SattnRowInfo, first);
   FIELD (SattnRowInfo, n_frames);
   FIELD (SattnRowInfo, valid);
+  FIELD (SattnRowInfo, window_end);
+  FIELD (SattnRowInfo, valid_keys);
+  FIELD (SattnRowInfo, masked_keys);
+  FIELD (SattnRowInfo, fully_masked);
+  END ();
+  BEGIN (SattnAttnReport);
+  FIELD (SattnAttnReport, layout);
+  FIELD (SattnAttnReport, heads_from);
+  FIELD (SattnAttnReport, d_head_from);
+  FIELD (SattnAttnReport, d_value_from);
+  FIELD (SattnAttnReport, q_bias);
+  FIELD (SattnAttnReport, k_bias);
+  FIELD (SattnAttnReport, v_bias);
+  FIELD (SattnAttnReport, out_proj);
+  FIELD (SattnAttnReport, out_bias);
+  FIELD (SattnAttnReport, bias_kv);
   END ();
   BEGIN (RefModel);
   FIELD (RefModel, d_model);
@@ -113,6 +145,9 @@ main (void)
   FIELD (RefModel, bias_v);
   FIELD (RefModel, add_zero_attn);
   FIELD (RefModel, f32_scores);
+  FIELD (RefModel, positions);
+  FIELD (RefModel, rope_base);
+  FIELD (RefModel, pos0);
   END ();
   BEGIN (RefStats);
   FIELD (RefStats, rows);
@@ -155,6 +190,10 @@ main (void)
   ENUM (SATTN_FRAME_FLAGGED);
   ENUM (SATTN_FRAME_NONFINITE);
   ENUM (SATTN_FRAME_OVERFLOW);
+  ENUM (SATTN_FROM_CALLER);
+  ENUM (SATTN_FROM_METADATA);
+  ENUM (SATTN_FROM_SHAPES);
+  ENUM (SATTN_FROM_DEFAULT);
   printf ("},\n\"enum_size\": %zu}\n", sizeof (SattnStatus));
   return 0;
 }

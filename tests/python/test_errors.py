@@ -1,22 +1,17 @@
 """Error paths of the Python package: each failure raises sattn.SattnError
-with the core's status and the core's words: the weights reader's message
-naming the file and tensor; sattn_model_check / sattn_stream_config_check
-for a refused configuration; the frame index and sattn_frame_fault_string
+with the core's status and the core's words: sattn_model_check /
+sattn_stream_config_check for a refused configuration (the weights
+reader's messages: test_fixtures.py); the frame index and sattn_frame_fault_string
 when a push stops at a bad frame.  The package adds words of its own only
 for what it checks before calling the core (array shapes, mode names).
 The objects stay usable afterwards."""
 
-import os
 import unittest
 
 import numpy as np
 
-import common
 import sattn
 from sattn import _lib
-
-DATA = os.path.join(common.SOURCE_ROOT, "tests", "data")
-NOBIAS = os.path.join(DATA, "e16_h2_nobias.safetensors")
 
 
 class TestErrors(unittest.TestCase):
@@ -28,24 +23,6 @@ class TestErrors(unittest.TestCase):
         self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
         self.assertTrue(str(e), "empty message")
         return e
-
-    def test_weights_file_errors(self):
-        e = self.raises(_lib.E_IO, sattn.Model.from_safetensors,
-                        os.path.join(DATA, "no-such-file.safetensors"))
-        self.assertIn("no-such-file.safetensors", str(e))
-        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors, NOBIAS,
-                        "", 3)
-        self.assertIn("does not divide", str(e))
-        self.assertIn(NOBIAS, str(e))
-        e = self.raises(_lib.E_MISSING, sattn.Model.from_safetensors, NOBIAS,
-                        "encoder.", 2)
-        self.assertIn("'encoder.'", str(e))
-        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors,
-                        os.path.join(DATA, "kdim.safetensors"), "", 2)
-        self.assertIn("k_proj_weight", str(e))
-        e = self.raises(_lib.E_FORMAT, sattn.Model.from_safetensors,
-                        os.path.join(DATA, "fixtures.json"), "", 2)
-        self.assertIn("fixtures.json", str(e))
 
     def test_model_errors(self):
         # sattn_model_check's words: the tensor, the index, what works

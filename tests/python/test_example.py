@@ -4,8 +4,8 @@ frames, in frames and mean modes.  Checks what the example promises: one
 row per input frame in frames mode (a row per window in mean mode), rows
 equal to the shared float64 reference window by window (bound
 max-abs <= 1e-5 * (1 + max |ref|)), the dropout's row zeros and flagged,
-the summary printed, and a clear error with exit status 1 under
---invalid error.
+the summary printed, a weights file (heads from its metadata), and a
+clear error with exit status 1 under --invalid error.
 
 Usage: test_example.py EXAMPLE"""
 
@@ -18,6 +18,7 @@ import unittest
 import numpy as np
 
 import common
+import sattn
 
 EXAMPLE = None
 
@@ -85,6 +86,30 @@ class TestExample(unittest.TestCase):
         print("# offline-npy mean vs float64 reference: %s" % d)
         self.assertTrue(d.out_ok(), str(d))
         self.assertIn("windows:  %d;" % len(ends), r.stdout)
+
+    @unittest.skipIf(sattn._lib.sattn_attn_weights_load is None,
+                     "libsattn was built without the weights reader")
+    def test_weights_file(self):
+        # a trained module from a file: rows equal attend() of each window
+        # with the same file (window == hop: windows end at 8, 16, 24, and
+        # the drain's at 30 covers frames 22..29, of which 24.. are new)
+        weights = os.path.join(common.SOURCE_ROOT, "tests", "data",
+                               "e16_h2_nobias.safetensors")
+        rng = np.random.default_rng(32)
+        x = rng.standard_normal((30, 16)).astype(np.float32)
+        np.save(self.path("w.npy"), x)
+        r = run(self.path("w.npy"), "--weights", weights, "--window", 8,
+                "--hop", 8, "--out", self.path("o.npy"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("heads=2", r.stdout)
+        rows = np.load(self.path("o.npy"))
+        m = sattn.Model.from_safetensors(weights, heads=2)
+        want = np.concatenate([sattn.attend(m, x[b:b + 8])
+                               for b in range(0, 24, 8)]
+                              + [sattn.attend(m, x[22:30])[2:]])
+        d = common.Diff(rows, want)
+        self.assertLessEqual(d.max_abs,
+                             common.OUT_REL_BOUND * (1 + d.max_ref), str(d))
 
     def test_invalid_error(self):
         x = np.ones((20, 4), np.float32)

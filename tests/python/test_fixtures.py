@@ -3,18 +3,24 @@ tests/data/make-fixtures.py) through the Python package: each
 nn.MultiheadAttention state dict loaded with Model.from_safetensors, run
 by attend() and by a Stream (one window of the fixture's n frames, where
 the fixture has no key padding), compared with PyTorch's float64 output
-and attention weights.  Bound (as tests/weights/test-weights-parity.c):
+and attention weights; and modules of other layouts (Hugging Face,
+LLaMA, the seeds' W_q/W_k/W_v) written here.  Bound (as
+tests/weights/test-weights-parity.c):
 max-abs <= 1e-5 * (1 + max |torch|), for the output and the weights.
-Every fixture's figures are printed."""
+Every fixture's figures are printed.  Also: the reader's errors.
+Registered only when libsattn has the weights reader."""
 
 import json
 import os
+import struct
+import tempfile
 import unittest
 
 import numpy as np
 
 import common
 import sattn
+from sattn import _lib
 
 DATA = os.path.join(common.SOURCE_ROOT, "tests", "data")
 
@@ -79,6 +85,106 @@ class TestFixtures(unittest.TestCase):
                     self.assertTrue(self.bound(ds), "stream %s" % ds)
                     self.assertEqual(list(info["first"]), list(range(n)))
 
+
+def write_safetensors(path, tensors, metadata=None):
+    """A safetensors file (8-byte little-endian header length, JSON header,
+    data) of float32 tensors, written from the format's definition."""
+    header, blobs, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(np.shape(a)),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+class TestLayouts(unittest.TestCase):
+    """Attention modules of other naming conventions, written here from
+    random weights, loaded by Model.from_safetensors and compared with the
+    shared float64 reference fed the same arrays (bound as above)."""
+
+    worst = common.Worst("other layouts from safetensors, attend output")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.worst.report()
+
+    def test_layouts(self):
+        rng = np.random.default_rng(40)
+        e, h = 8, 2
+        # (layout, d_head, names of q/k/v/out Linear layers, biases)
+        cases = [
+            ("seeds", 8, ("W_q", "W_k", "W_v", None), False),
+            ("hf", 4, ("q_proj", "k_proj", "v_proj", "out_proj"), True),
+            ("llama", 6, ("wq", "wk", "wv", "wo"), False),
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            for layout, dh, names, bias in cases:
+                w = common.random_weights(rng, e, h, dh, dh, e, bias=bias,
+                                          out=names[3] is not None,
+                                          bo=bias and names[3] is not None)
+                tensors = {}
+                for (wk, bk), name in zip((("wq", "bq"), ("wk", "bk"),
+                                           ("wv", "bv"), ("wo", "bo")),
+                                          names):
+                    if name is None:
+                        continue
+                    tensors[name + ".weight"] = w[wk]
+                    if w.get(bk) is not None:
+                        tensors[name + ".bias"] = w[bk]
+                path = os.path.join(tmp, layout + ".safetensors")
+                write_safetensors(path, tensors, {"num_heads": str(h)})
+                m = sattn.Model.from_safetensors(path, causal=True)
+                self.assertEqual(m.layout, layout)
+                self.assertEqual((m.heads, m.config["d_head"]), (h, dh))
+                self.assertEqual(m.report["heads_from"], "metadata")
+                x = rng.standard_normal((7, e)).astype(np.float32)
+                ref, _ = common.reference(x, h, w, causal=True)
+                d = common.Diff(sattn.attend(m, x), ref)
+                self.worst.add(d)
+                print("# %-8s d_head %d: %s" % (layout, dh, d))
+                self.assertTrue(d.out_ok(), "%s: %s" % (layout, d))
+                # a heads value the file contradicts is refused in words
+                with self.assertRaises(sattn.SattnError) as cm:
+                    sattn.Model.from_safetensors(path, heads=h * 2)
+                self.assertIn(str(h), str(cm.exception))
+
+
+class TestWeightsErrors(unittest.TestCase):
+    """A weights file the reader refuses raises SattnError with the
+    reader's message, naming the file and what is wrong."""
+
+    def raises(self, status, fn, *args, **kw):
+        with self.assertRaises(sattn.SattnError) as cm:
+            fn(*args, **kw)
+        e = cm.exception
+        self.assertEqual(e.status, status, str(e))
+        self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
+        return e
+
+    def test_weights_file_errors(self):
+        nobias = os.path.join(DATA, "e16_h2_nobias.safetensors")
+        e = self.raises(_lib.E_IO, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "no-such-file.safetensors"))
+        self.assertIn("no-such-file.safetensors", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors, nobias,
+                        "", 3)
+        self.assertIn("heads = 3", str(e))
+        self.assertIn(nobias, str(e))
+        e = self.raises(_lib.E_MISSING, sattn.Model.from_safetensors, nobias,
+                        "encoder.", 2)
+        self.assertIn("'encoder.'", str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "kdim.safetensors"), "", 2)
+        self.assertIn("k_proj_weight", str(e))
+        e = self.raises(_lib.E_FORMAT, sattn.Model.from_safetensors,
+                        os.path.join(DATA, "fixtures.json"), "", 2)
+        self.assertIn("fixtures.json", str(e))
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

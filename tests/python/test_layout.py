@@ -65,7 +65,8 @@ def mirror_enums():
     for prefix, table in (("SATTN_OUTPUT_", _lib.OUTPUT_MODES),
                           ("SATTN_START_", _lib.START_POLICIES),
                           ("SATTN_INVALID_", _lib.INVALID_POLICIES),
-                          ("SATTN_FRAME_", _lib.FRAME_FAULTS)):
+                          ("SATTN_FRAME_", _lib.FRAME_FAULTS),
+                          ("SATTN_FROM_", _lib.SOURCES)):
         for k, v in table.items():
             e[prefix + k.upper()] = v
     return e

@@ -36,9 +36,37 @@ class Net(torch.nn.Module):
 '''
 
 
-def run(cmd, ok=True):
+def metadata(path):
+    """The __metadata__ of a safetensors file."""
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)).get("__metadata__", {})
+
+
+SEEDS = '''
+import torch
+
+
+class QKVProjection(torch.nn.Module):
+    def __init__(self, d_model=8, d_k=16):
+        super().__init__()
+        self.W_q = torch.nn.Linear(d_model, d_k, bias=False)
+        self.W_k = torch.nn.Linear(d_model, d_k, bias=False)
+        self.W_v = torch.nn.Linear(d_model, d_k, bias=False)
+
+
+class Wrapper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = QKVProjection()
+        self.head = torch.nn.Linear(16, 2)
+'''
+
+
+def run(cmd, ok=True, cwd=None):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True)
+                       universal_newlines=True, cwd=cwd)
     print("$ " + " ".join(cmd))
     print(r.stdout + r.stderr, end="")
     if ok and r.returncode != 0:
@@ -103,7 +131,7 @@ def main():
         assert "--module" in r.stderr and "layers.1.self_attn" in r.stderr
         r = run(py + [mp, os.path.join(d, "x.safetensors"), "--module",
                       "layers.0.linear1"], ok=False)
-        assert "not a MultiheadAttention" in r.stderr, r.stderr
+        assert "not an attention module" in r.stderr, r.stderr
 
         w1 = os.path.join(d, "l1.safetensors")
         run(py + ["--module", "layers.1.self_attn", "--no-package", mp, w1])
@@ -151,6 +179,53 @@ def main():
         run(py + ["--heads", "3", "--keep-prefix", sp, w4])
         fixtures.append(fixture(d, "statedict-byname", w4, "attn.", net.attn,
                                 5, "F32", True, gen))
+
+        # 5. metadata: what the tensors do not say
+        md = metadata(w1)
+        for k, v in (("num_heads", "4"), ("head_dim", "4"),
+                     ("value_dim", "4"), ("layout", "mha"),
+                     ("embed_dim", "16")):
+            assert md.get(k) == v, (k, md)
+        md = metadata(w1p)
+        assert md.get("layers.1.self_attn.num_heads") == "4", md
+        md = metadata(w4)
+        assert md.get("attn.num_heads") == "3" and \
+            md.get("attn.layout") == "mha", md
+        # a state dict without --heads records no guess: refused
+        r = run(py + [sp, os.path.join(d, "x.safetensors")], ok=False)
+        assert "--heads" in r.stderr, r.stderr
+
+        # 6. a whole encoder layer: the layer's options as metadata
+        wl = os.path.join(d, "layer0.safetensors")
+        run(py + ["--module", "layers.0", "--positions", "rope", mp, wl])
+        md = metadata(wl)
+        for k, v in (("layer", "transformer-encoder-layer"),
+                     ("activation", "relu"), ("norm_first", "0"),
+                     ("norm_eps", "1e-05"), ("positions", "rope"),
+                     ("self_attn.num_heads", "4"),
+                     ("self_attn.head_dim", "4")):
+            assert md.get(k) == v, (k, md)
+
+        # 7. whole-model pickles whose classes live in the working
+        # directory (not on sys.path): --list finds them; --weights-only
+        # refuses them (loading them runs code), state dicts load safely
+        with open(os.path.join(d, "seedsmod.py"), "w") as f:
+            f.write(SEEDS)
+        r = run([sys.executable, "-c", "import torch, seedsmod; torch.save("
+                 "seedsmod.Wrapper(), 'wrapped.pt'); torch.save("
+                 "seedsmod.Wrapper().state_dict(), 'wrapped-sd.pt')"], cwd=d)
+        r = run(py + ["--list", "wrapped.pt"], cwd=d)
+        assert "qkv\tlayout=seeds embed_dim=8 heads=1 head_dim=16" in \
+            r.stdout, r.stdout
+        r = run(py + ["--list", "--weights-only", "wrapped.pt"], ok=False,
+                cwd=d)
+        assert "weights_only" in r.stderr, r.stderr
+        r = run(py + ["--list", "--weights-only", "wrapped-sd.pt"], cwd=d)
+        assert "qkv\tlayout=seeds" in r.stdout, r.stdout
+        run(py + ["wrapped.pt", "seeds.safetensors"], cwd=d)
+        md = metadata(os.path.join(d, "seeds.safetensors"))
+        assert md.get("layout") == "seeds" and md.get("head_dim") == "16" \
+            and md.get("num_heads") == "1", md
 
         manifest = os.path.join(d, "fixtures.json")
         with open(manifest, "w") as f:

@@ -1,0 +1,87 @@
+/* GstSattnMeta: the window metadata the sattn element attaches to every
+ * output buffer.  Installed as <sattn/gstsattn-meta.h>.
+ *
+ * The element lives in a plugin module, which exports only its
+ * registration symbols, so this header needs no library to link against:
+ * the meta is registered by the element (its API type is named
+ * GST_SATTN_META_API_NAME) and found the GStreamer way, by that name,
+ * with gst_buffer_get_meta; its layout is the struct below, read with the
+ * inline accessors here.  The meta API type exists once a sattn element
+ * has been created in the process (before any of its buffers can be
+ * seen); until then the accessors return 0 / NULL.
+ *
+ * The meta survives buffer copies (gst_buffer_copy, make_writable) and
+ * region copies that cut whole rows (only the rows copied are kept).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifndef GST_SATTN_META_H
+#define GST_SATTN_META_H
+
+#include <gst/gst.h>
+
+G_BEGIN_DECLS
+
+#define GST_SATTN_META_API_NAME "GstSattnMetaAPI"
+#define GST_SATTN_META_IMPL_NAME "GstSattnMeta"
+/* The layout version below; GstSattnMeta.version holds the element's. */
+#define GST_SATTN_META_VERSION 1
+
+/* What one output row (one output frame of the buffer) accounts for.
+ * Frames are counted from the element's last resync point (start, flush,
+ * discontinuity, caps change), as the buffer offsets are. */
+typedef struct
+{
+  guint64 first_frame;          /* first input frame the row accounts for */
+  guint32 n_frames;             /* input frames it accounts for (frames
+                                   mode: 1; pooled modes: the hop, or fewer
+                                   at a drain) */
+  guint32 valid_keys;           /* usable frames among the window's key
+                                   positions */
+  guint32 masked_keys;          /* the window's key positions that were
+                                   masked: padding before the stream
+                                   start, GAP frames, frames with NaN/Inf
+                                   or overflowing projections;
+                                   valid_keys + masked_keys = window */
+  guint32 fully_masked_rows;    /* (head, query frame) softmax rows of
+                                   the row whose visible keys were all
+                                   masked (their attention result is 0) */
+  gboolean valid;               /* FALSE: the row is zeros (its query
+                                   frames were all unusable) */
+  GstClockTime window_start;    /* running time of the window's first key
+                                   frame (the stream start when the window
+                                   reaches before it) */
+  GstClockTime window_end;      /* running time of the end of the window's
+                                   last frame */
+} GstSattnMetaRow;
+
+typedef struct
+{
+  GstMeta meta;
+  guint version;                /* GST_SATTN_META_VERSION of the element */
+  guint window;                 /* key positions per window */
+  gsize row_bytes;              /* bytes of one output row in the buffer */
+  guint n_rows;                 /* rows of the buffer described */
+  GstSattnMetaRow *rows;        /* n_rows, in buffer order */
+} GstSattnMeta;
+
+/* The registered API type, 0 while no sattn element exists. */
+static inline GType
+gst_sattn_meta_api_lookup (void)
+{
+  return g_type_from_name (GST_SATTN_META_API_NAME);
+}
+
+/* The window metadata of buffer, NULL if it has none. */
+static inline GstSattnMeta *
+gst_buffer_get_sattn_meta (GstBuffer * buffer)
+{
+  GType api = gst_sattn_meta_api_lookup ();
+
+  return api != 0 ? (GstSattnMeta *) gst_buffer_get_meta (buffer, api) :
+      NULL;
+}
+
+G_END_DECLS
+
+#endif /* GST_SATTN_META_H */

@@ -1,0 +1,461 @@
+/* The sattn element's weights swap while running: see gstsattn-swap.h.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "gstsattn-priv.h"
+#include "gstsattn-cache.h"
+
+#include <string.h>
+
+/* A request to load, with a snapshot of what the running stream is. */
+typedef struct
+{
+  GstSattn *self;
+  guint64 generation;
+  gchar *path, *prefix;
+  SattnConfig mc;               /* as set_caps builds it */
+  SattnStreamConfig sc;
+  gboolean zero_attn;
+  gsize d_out, extra_keys;
+} GstSattnSwapJob;
+
+void
+gst_sattn_swap_init (GstSattnSwap * sw)
+{
+  memset (sw, 0, sizeof (*sw));
+  g_mutex_init (&sw->lock);
+}
+
+static void
+gst_sattn_swap_job_free (GstSattnSwapJob * job)
+{
+  g_free (job->path);
+  g_free (job->prefix);
+  g_free (job);
+}
+
+/* Drop the ready model (lock held). */
+static void
+gst_sattn_swap_drop_ready (GstSattnSwap * sw)
+{
+  sattn_stream_free (sw->ready_stream);
+  sw->ready_stream = NULL;
+  gst_sattn_cache_release (sw->ready_model);
+  sw->ready_model = NULL;
+  g_clear_pointer (&sw->ready_path, g_free);
+  g_atomic_int_set (&sw->ready, 0);
+}
+
+void
+gst_sattn_swap_discard (GstSattnSwap * sw)
+{
+  g_mutex_lock (&sw->lock);
+  sw->generation++;
+  gst_sattn_swap_drop_ready (sw);
+  g_mutex_unlock (&sw->lock);
+  sw->recording = FALSE;
+  sw->hist_len = sw->hist_head = 0;
+}
+
+void
+gst_sattn_swap_stop (GstSattnSwap * sw)
+{
+  g_mutex_lock (&sw->lock);
+  sw->cancelled = TRUE;
+  g_mutex_unlock (&sw->lock);
+  /* Queued jobs are dropped; a running one ends (its result dropped). */
+  if (sw->pool)
+    g_thread_pool_free (sw->pool, TRUE, TRUE);
+  sw->pool = NULL;
+  gst_sattn_swap_discard (sw);
+  g_clear_pointer (&sw->hist, g_free);
+  g_clear_pointer (&sw->hist_ok, g_free);
+  g_clear_pointer (&sw->prime_out, g_free);
+  g_clear_pointer (&sw->prime_info, g_free);
+  sw->hist_cap = sw->prime_rows = 0;
+  g_mutex_lock (&sw->lock);
+  sw->cancelled = FALSE;
+  g_mutex_unlock (&sw->lock);
+}
+
+void
+gst_sattn_swap_clear (GstSattnSwap * sw)
+{
+  gst_sattn_swap_stop (sw);
+  g_mutex_clear (&sw->lock);
+}
+
+/* Whether job is still the one wanted. */
+static gboolean
+gst_sattn_swap_job_current (GstSattnSwap * sw, GstSattnSwapJob * job)
+{
+  gboolean cur;
+
+  g_mutex_lock (&sw->lock);
+  cur = !sw->cancelled && job->generation == sw->generation;
+  g_mutex_unlock (&sw->lock);
+  return cur;
+}
+
+static void
+gst_sattn_swap_refuse (GstSattnSwapJob * job, const gchar * why)
+{
+  GstSattn *self = job->self;
+
+  if (!gst_sattn_swap_job_current (&self->swap, job))
+    return;
+  GST_ELEMENT_WARNING (self, RESOURCE, SETTINGS,
+      ("The weights file %s (prefix \"%s\") cannot replace the running "
+          "model, which stays in use: %s", job->path ? job->path :
+          "(none: identity projections)", job->prefix ? job->prefix : "",
+          why), (NULL));
+}
+
+/* The loader thread: read and check the file, build the model (shared
+ * through the cache) and a stream for it. */
+static void
+gst_sattn_swap_run (gpointer data, gpointer user_data)
+{
+  GstSattnSwapJob *job = data;
+  GstSattn *self = job->self;
+  GstSattnSwap *sw = &self->swap;
+  SattnConfig mc = job->mc;
+  SattnWeights w = { 0, };
+  SattnMhaWeights *mw = NULL;
+  SattnModel *model = NULL;
+  SattnStream *stream = NULL;
+  SattnStatus st = SATTN_OK;
+  gchar err[1024] = "";
+  gchar *why = NULL;
+
+  (void) user_data;
+  if (!gst_sattn_swap_job_current (sw, job))
+    goto done;
+  GST_DEBUG_OBJECT (self, "loading %s for a swap", job->path ? job->path :
+      "identity projections");
+  if (job->path != NULL) {
+    st = sattn_mha_weights_load (job->path, job->prefix ? job->prefix : "",
+        mc.d_model, mc.heads, job->zero_attn, &mc, &w, &mw, err, sizeof err);
+    if (st != SATTN_OK) {
+      why = g_strdup_printf ("%s (%s)", err[0] ? err :
+          sattn_status_string (st), sattn_status_string (st));
+      goto done;
+    }
+  }
+  w.add_zero_attn = job->zero_attn;
+  model = gst_sattn_cache_acquire (job->path, job->prefix, &mc,
+      (job->path != NULL || job->zero_attn) ? &w : NULL, &st);
+  sattn_mha_weights_free (mw);
+  if (model == NULL) {
+    why = g_strdup_printf ("the model cannot be built: %s",
+        sattn_status_string (st));
+    goto done;
+  }
+  if (sattn_model_d_out (model) != job->d_out) {
+    why = g_strdup_printf ("its output rows have %" G_GSIZE_FORMAT " values "
+        "where the running model's have %" G_GSIZE_FORMAT "; a swap keeps "
+        "d_model and d_out (a change of geometry needs READY)",
+        sattn_model_d_out (model), job->d_out);
+    goto done;
+  }
+  if (sattn_model_extra_keys (model) != job->extra_keys) {
+    why = g_strdup_printf ("it has %" G_GSIZE_FORMAT " extra keys (bias_k, "
+        "zero attention) where the running model has %" G_GSIZE_FORMAT "; a "
+        "swap keeps the window's key count (the attention map's width)",
+        sattn_model_extra_keys (model), job->extra_keys);
+    goto done;
+  }
+  stream = sattn_stream_new (model, &job->sc, &st);
+  if (stream == NULL) {
+    why = g_strdup_printf ("no stream for it: %s", sattn_status_string (st));
+    goto done;
+  }
+
+  g_mutex_lock (&sw->lock);
+  if (!sw->cancelled && job->generation == sw->generation) {
+    gst_sattn_swap_drop_ready (sw);
+    sw->ready_model = model;
+    sw->ready_stream = stream;
+    sw->ready_path = g_strdup (job->path);
+    model = NULL;
+    stream = NULL;
+    g_atomic_int_set (&sw->ready, 1);
+  }
+  g_mutex_unlock (&sw->lock);
+  GST_DEBUG_OBJECT (self, "%s ready for a swap", job->path ? job->path :
+      "identity projections");
+
+done:
+  if (why != NULL) {
+    GST_DEBUG_OBJECT (self, "swap refused: %s", why);
+    gst_sattn_swap_refuse (job, why);
+    g_free (why);
+  }
+  sattn_stream_free (stream);
+  gst_sattn_cache_release (model);
+  gst_sattn_swap_job_free (job);
+  g_atomic_int_add (&sw->jobs, -1);
+}
+
+/* Room for the history and the priming rows of the current stream
+ * (allocated when a swap is asked for, not on every push). */
+static gboolean
+gst_sattn_swap_buffers (GstSattn * self)
+{
+  GstSattnSwap *sw = &self->swap;
+  gsize cap = self->cfg.window, rows, rf = self->row_floats;
+
+  rows = self->cfg.output == GST_SATTN_OUTPUT_FRAMES ?
+      (gsize) self->cfg.window + self->cfg.hop : 2;
+  if (sw->hist_cap == cap && sw->d_model == self->d_model &&
+      sw->prime_rows == rows && sw->row_floats == rf)
+    return TRUE;
+  g_clear_pointer (&sw->hist, g_free);
+  g_clear_pointer (&sw->hist_ok, g_free);
+  g_clear_pointer (&sw->prime_out, g_free);
+  g_clear_pointer (&sw->prime_info, g_free);
+  sw->hist = g_try_new (float, cap * self->d_model);
+  sw->hist_ok = g_try_new (guint8, cap);
+  sw->prime_out = g_try_new (float, rows * rf);
+  sw->prime_info = g_try_new (SattnRowInfo, rows);
+  if (!sw->hist || !sw->hist_ok || !sw->prime_out || !sw->prime_info) {
+    g_clear_pointer (&sw->hist, g_free);
+    g_clear_pointer (&sw->hist_ok, g_free);
+    g_clear_pointer (&sw->prime_out, g_free);
+    g_clear_pointer (&sw->prime_info, g_free);
+    sw->hist_cap = sw->prime_rows = 0;
+    return FALSE;
+  }
+  sw->hist_cap = cap;
+  sw->d_model = self->d_model;
+  sw->prime_rows = rows;
+  sw->row_floats = rf;
+  return TRUE;
+}
+
+void
+gst_sattn_swap_poll (GstSattn * self)
+{
+  GstSattnSwap *sw = &self->swap;
+  GstSattnSwapJob *job;
+  gboolean requested;
+  GError *err = NULL;
+
+  GST_OBJECT_LOCK (self);
+  requested = sw->requested;
+  sw->requested = FALSE;
+  GST_OBJECT_UNLOCK (self);
+  if (G_LIKELY (!requested) || self->stream == NULL)
+    return;                     /* before caps, set_caps reads the file */
+
+  if (!gst_sattn_swap_buffers (self)) {
+    GST_ELEMENT_WARNING (self, RESOURCE, NO_SPACE_LEFT,
+        ("No memory for the frames a weights swap needs; the running model "
+            "stays in use"), (NULL));
+    return;
+  }
+  if (sw->pool == NULL) {
+    sw->pool = g_thread_pool_new (gst_sattn_swap_run, NULL, 1, FALSE, &err);
+    if (sw->pool == NULL) {
+      GST_ELEMENT_WARNING (self, RESOURCE, FAILED,
+          ("Could not start the thread that loads new weights; the running "
+              "model stays in use"), ("%s", err ? err->message : ""));
+      g_clear_error (&err);
+      return;
+    }
+  }
+
+  job = g_new0 (GstSattnSwapJob, 1);
+  job->self = self;
+  GST_OBJECT_LOCK (self);
+  job->path = g_strdup (self->weights);
+  job->prefix = g_strdup (self->weights_prefix);
+  job->zero_attn = self->add_zero_attn;
+  GST_OBJECT_UNLOCK (self);
+  /* The model configuration exactly as set_caps made it (the cache
+   * shares models whose configurations are byte-equal). */
+  job->mc.d_model = self->d_model;
+  job->mc.heads = self->cfg.heads;
+  job->mc.d_head = self->cfg.head_dim;
+  job->mc.scale = (float) self->cfg.scale;
+  job->mc.causal = self->cfg.causal;
+  job->mc.lookback = self->cfg.lookback;
+  job->mc.threads = self->cfg.threads;
+  job->sc = self->stream_config;
+  job->sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
+  job->d_out = sattn_model_d_out (self->model);
+  job->extra_keys = sattn_model_extra_keys (self->model);
+
+  g_mutex_lock (&sw->lock);
+  job->generation = ++sw->generation;
+  gst_sattn_swap_drop_ready (sw);
+  g_mutex_unlock (&sw->lock);
+  if (!sw->recording) {
+    sw->recording = TRUE;
+    sw->hist_len = sw->hist_head = 0;
+  }
+  GST_DEBUG_OBJECT (self, "weights swap asked for: %s", job->path ?
+      job->path : "identity projections");
+  g_atomic_int_add (&sw->jobs, 1);
+  if (!g_thread_pool_push (sw->pool, job, &err)) {
+    g_atomic_int_add (&sw->jobs, -1);
+    GST_ELEMENT_WARNING (self, RESOURCE, FAILED,
+        ("Could not start loading the weights file %s; the running model "
+            "stays in use", job->path ? job->path : "(none)"),
+        ("%s", err ? err->message : ""));
+    g_clear_error (&err);
+    gst_sattn_swap_job_free (job);
+  }
+}
+
+void
+gst_sattn_swap_record (GstSattn * self, const float *frames,
+    const guint8 * valid, guint64 n)
+{
+  GstSattnSwap *sw = &self->swap;
+  const gsize d = sw->d_model;
+  guint64 skip;
+
+  if (G_LIKELY (!sw->recording) || sw->hist_cap == 0)
+    return;
+  if (g_atomic_int_get (&sw->jobs) == 0 && !g_atomic_int_get (&sw->ready)) {
+    /* Every job ended without a model to take over. */
+    sw->recording = FALSE;
+    return;
+  }
+  /* Only the last hist_cap frames can be needed. */
+  skip = n > sw->hist_cap ? n - sw->hist_cap : 0;
+  if (frames)
+    frames += skip * d;
+  if (valid)
+    valid += skip;
+  n -= skip;
+  while (n > 0) {
+    gsize k = MIN ((gsize) n, sw->hist_cap - sw->hist_head);
+
+    if (frames)
+      memcpy (sw->hist + sw->hist_head * d, frames, k * d * sizeof (float));
+    else
+      memset (sw->hist + sw->hist_head * d, 0, k * d * sizeof (float));
+    if (valid)
+      memcpy (sw->hist_ok + sw->hist_head, valid, k);
+    else
+      memset (sw->hist_ok + sw->hist_head, frames != NULL, k);
+    sw->hist_head = (sw->hist_head + k) % sw->hist_cap;
+    sw->hist_len = MIN (sw->hist_len + k, sw->hist_cap);
+    if (frames)
+      frames += k * d;
+    if (valid)
+      valid += k;
+    n -= k;
+  }
+}
+
+void
+gst_sattn_swap_reset (GstSattn * self)
+{
+  self->swap.hist_len = 0;
+  self->swap.hist_head = 0;
+}
+
+/* Push the last p frames of the history into stream (rows dropped). */
+static SattnStatus
+gst_sattn_swap_prime (GstSattnSwap * sw, SattnStream * stream, gsize p,
+    gsize hop)
+{
+  gsize pos = (sw->hist_head + sw->hist_cap - p) % sw->hist_cap;
+  SattnStatus st = SATTN_OK;
+
+  while (p > 0 && st == SATTN_OK) {
+    /* At most a hop at a time: the rows fit prime_out (window + hop rows
+     * in frames mode, two windows in the pooled ones). */
+    gsize k = MIN (MIN (p, sw->hist_cap - pos), hop), n_rows;
+
+    st = sattn_stream_push (stream, sw->hist + pos * sw->d_model, k,
+        sw->hist_ok + pos, sw->prime_out, sw->prime_rows, sw->prime_info,
+        &n_rows);
+    pos = (pos + k) % sw->hist_cap;
+    p -= k;
+  }
+  return st;
+}
+
+gsize
+gst_sattn_swap_step (GstSattn * self, gsize n)
+{
+  GstSattnSwap *sw = &self->swap;
+  SattnModel *model;
+  SattnStream *stream;
+  gchar *path;
+  guint64 frames, p, window = self->cfg.window, hop = self->cfg.hop;
+  SattnStatus st;
+  SattnSkipped sk;
+  GstMessage *msg;
+
+  if (G_LIKELY (!g_atomic_int_get (&sw->ready)))
+    return n;
+  /* A window boundary: every frame in has its row.  Until then the core
+   * call ends at the next window, so that it ends at a boundary. */
+  frames = sattn_stream_frames (self->stream);
+  p = MIN (window - hop, frames);
+  if (sattn_stream_pending (self->stream) != 0 || sw->hist_len < p)
+    return (gsize) MIN ((guint64) n,
+        MAX (sattn_stream_frames_to_window (self->stream), 1));
+
+  g_mutex_lock (&sw->lock);
+  model = sw->ready_model;
+  stream = sw->ready_stream;
+  path = sw->ready_path;
+  sw->ready_model = NULL;
+  sw->ready_stream = NULL;
+  sw->ready_path = NULL;
+  g_atomic_int_set (&sw->ready, 0);
+  g_mutex_unlock (&sw->lock);
+  if (stream == NULL)
+    return n;
+
+  /* The windows after the boundary hold at most window - hop frames from
+   * before it: the new stream skips (in closed form) to where those
+   * start, then takes them, so its frame count and window schedule are
+   * the running stream's. */
+  st = sattn_stream_skip (stream, frames - p, NULL, 0, NULL, NULL, &sk);
+  if (st == SATTN_OK)
+    st = gst_sattn_swap_prime (sw, stream, (gsize) p, (gsize) hop);
+  if (st != SATTN_OK || sattn_stream_frames (stream) != frames ||
+      sattn_stream_pending (stream) != 0) {
+    GST_ELEMENT_WARNING (self, RESOURCE, SETTINGS,
+        ("The weights file %s cannot replace the running model, which "
+            "stays in use: the new model could not take the frames of the "
+            "current window (%s)", path ? path : "(none)",
+            sattn_status_string (st)), (NULL));
+    sattn_stream_free (stream);
+    gst_sattn_cache_release (model);
+    g_free (path);
+    return n;
+  }
+  /* The priming's windows are not the stream's: no statistics from them. */
+  sattn_stream_get_stats (stream, NULL, 1);
+  sattn_stream_set_invalid_policy (stream,
+      (SattnInvalidPolicy) gst_sattn_get_policy (self));
+  sattn_stream_free (self->stream);
+  gst_sattn_cache_release (self->model);
+  self->stream = stream;
+  self->model = model;
+  sw->recording = g_atomic_int_get (&sw->jobs) > 0;
+  GST_INFO_OBJECT (self, "weights %s in use from frame %" G_GUINT64_FORMAT,
+      path ? path : "(identity)", frames);
+
+  msg = gst_message_new_element (GST_OBJECT (self),
+      gst_structure_new ("sattn-weights-swapped",
+          "weights", G_TYPE_STRING, path,
+          "frame", G_TYPE_UINT64, frames,
+          "timestamp", G_TYPE_UINT64, gst_sattn_frame_ts (self, frames),
+          NULL));
+  g_free (path);
+  gst_element_post_message (GST_ELEMENT (self), msg);
+  return n;
+}

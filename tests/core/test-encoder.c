@@ -1,0 +1,352 @@
+/* Encoder layers (residual, LayerNorm, feed-forward around the attention)
+ * against the float64 reference (ref_encoder in tests/core/reference.c):
+ *  - sattn_attend for post-norm / pre-norm × relu / gelu × positions ×
+ *    causal / lookback, with LayerNorm parameters given or left out;
+ *  - a frames-mode stream with causal + lookback L and window = L + hop
+ *    against the reference over the whole sequence;
+ *  - a mean-mode stream pools the layer's rows;
+ *  - byte-identical output for threads = 1, 2, 3;
+ *  - refusals (no feed-forward weights, d_out != d_model).
+ * Bounds: NMSE <= 1e-10 and max |out - ref| <= 2e-5 (1 + max |ref|). */
+#include "fixture.h"
+#include "reference.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NMSE_BOUND 1e-10
+#define MAXABS_REL 2e-5
+
+static const char *pos_names[] = { "none", "rope", "rope-interleaved",
+  "alibi" };
+
+typedef struct {
+  Fixture f;
+  RefLayer l;
+  float *bufs[8];
+} Enc;
+
+static float *
+normal (Enc *e, size_t k, TuRng *r, size_t n, double sigma, double mean)
+{
+  float *p = malloc (n * sizeof (float));
+  tu_fill_normal (r, p, n, sigma);
+  for (size_t i = 0; i < n; i++)
+    p[i] += (float) mean;
+  e->bufs[k] = p;
+  return p;
+}
+
+static SattnStatus
+enc_build (Enc *e, TuRng *r, size_t d, size_t heads, unsigned flags,
+           size_t lookback, SattnPositions pos, int gelu, int norm_first,
+           int affine, int threads)
+{
+  memset (e, 0, sizeof *e);
+  SattnStatus st = fx_build (&e->f, r, d, heads, flags, lookback);
+  if (st != SATTN_OK)
+    return st;
+  sattn_model_free (e->f.model);
+  const size_t dff = 4 * d;
+  SattnWeights *w = &e->f.w;
+  w->w1 = normal (e, 0, r, dff * d, 1.0 / sqrt ((double) d), 0.0);
+  w->b1 = normal (e, 1, r, dff, 0.1, 0.0);
+  w->w2 = normal (e, 2, r, d * dff, 1.0 / sqrt ((double) dff), 0.0);
+  w->b2 = normal (e, 3, r, d, 0.1, 0.0);
+  if (affine) {
+    w->norm1_w = normal (e, 4, r, d, 0.2, 1.0);
+    w->norm1_b = normal (e, 5, r, d, 0.2, 0.0);
+    w->norm2_w = normal (e, 6, r, d, 0.2, 1.0);
+    w->norm2_b = normal (e, 7, r, d, 0.2, 0.0);
+  }
+  e->f.cfg.encoder = 1;
+  e->f.cfg.d_ff = dff;
+  e->f.cfg.activation = gelu ? SATTN_ACTIVATION_GELU : SATTN_ACTIVATION_RELU;
+  e->f.cfg.norm_first = norm_first;
+  e->f.cfg.norm_eps = 0.0;
+  e->f.cfg.positions = pos;
+  e->f.cfg.threads = threads;
+  e->f.ref.positions = (int) pos;
+  e->f.ref.rope_base = 10000.0;
+  e->l = (RefLayer) { dff, w->w1, w->b1, w->w2, w->b2, w->norm1_w,
+    w->norm1_b, w->norm2_w, w->norm2_b, gelu, norm_first, 1e-5 };
+  e->f.model = sattn_model_new (&e->f.cfg, w, &st);
+  return e->f.model ? SATTN_OK : st;
+}
+
+static void
+enc_free (Enc *e)
+{
+  fx_free (&e->f);
+  for (size_t i = 0; i < 8; i++)
+    free (e->bufs[i]);
+}
+
+static void
+check_err (const TuErr *e, const char *what)
+{
+  double rel = e->max_abs / (1.0 + e->max_ref);
+  tu_check (e->nonfinite == 0, "%s: %zu non-finite", what, e->nonfinite);
+  tu_check (tu_err_nmse (e) <= NMSE_BOUND, "%s: NMSE %.3g > %.3g", what,
+            tu_err_nmse (e), NMSE_BOUND);
+  tu_check (rel <= MAXABS_REL, "%s: max-abs %.3g (rel %.3g) > %.3g", what,
+            e->max_abs, rel, MAXABS_REL);
+}
+
+static double *
+to_double (const float *x, size_t n)
+{
+  double *y = malloc (n * sizeof *y);
+  for (size_t i = 0; i < n; i++)
+    y[i] = x[i];
+  return y;
+}
+
+static void
+test_attend (TuRng *r)
+{
+  const size_t H = 4, d = 32, n = 29;
+  for (int pos = 0; pos <= 3; pos += 1)
+    for (int v = 0; v < 16; v++) {
+      int gelu = v & 1, nf = (v >> 1) & 1, mask = (v >> 2) & 3;
+      int affine = v % 5 != 4;
+      unsigned flags = FX_PROJ | FX_BIAS | FX_OUT | FX_BO;
+      if (mask & 1)
+        flags |= FX_CAUSAL;
+      if (mask & 2)
+        flags |= FX_LOOKBACK;
+      Enc e;
+      char fl[128];
+      tu_case_begin ("attend %s %s %s %s%s", pos_names[pos],
+                     nf ? "pre-norm" : "post-norm", gelu ? "gelu" : "relu",
+                     fx_flags_string (flags, fl, sizeof fl),
+                     affine ? "" : " no-affine");
+      SattnStatus st = enc_build (&e, r, d, H, flags, 6, (SattnPositions) pos,
+                                  gelu, nf, affine, 1);
+      TuErr err;
+      tu_err_clear (&err);
+      if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
+        float *x = malloc (n * d * sizeof (float));
+        float *out = malloc (n * d * sizeof (float));
+        double *ref = malloc (n * d * sizeof (double));
+        tu_fill_normal (r, x, n * d, 1.0);
+        TU_CHECK_STATUS (sattn_attend (e.f.model, x, n, NULL, out, NULL,
+                                       NULL), SATTN_OK, "attend");
+        double *xd = to_double (x, n * d);
+        ref_encoder (&e.f.ref, &e.l, xd, n, ref);
+        tu_err_add_f (&err, out, ref, n * d);
+        check_err (&err, "out");
+        free (x);
+        free (out);
+        free (ref);
+        free (xd);
+      }
+      tu_case_end ("max-abs %.3g nmse %.3g", err.max_abs, tu_err_nmse (&err));
+      enc_free (&e);
+    }
+}
+
+/* Frames-mode stream from frame p0 (pushes of varying size), T rows. */
+static int
+run_stream (SattnModel *m, size_t n, size_t h, SattnOutputMode mode,
+            uint64_t p0, const float *x, size_t T, size_t d, TuRng *r,
+            float *rows, size_t *n_rows)
+{
+  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode };
+  SattnStatus st;
+  SattnStream *s = sattn_stream_new (m, &sc, &st);
+  if (!TU_CHECK_STATUS (st, SATTN_OK, "stream_new"))
+    return 0;
+  sattn_stream_reset_at (s, p0);
+  const size_t rf = sattn_stream_row_floats (s);
+  size_t got = 0, i = 0, cap = T + n;
+  int ok = 1;
+  while (i < T) {
+    size_t k = r ? tu_rng_range (r, 1, 2 * h + 1) : h;
+    if (k > T - i)
+      k = T - i;
+    size_t nr = 0;
+    st = sattn_stream_push (s, x + i * d, k, NULL, rows + got * rf,
+                            cap - got, NULL, &nr);
+    ok &= TU_CHECK_STATUS (st, SATTN_OK, "push");
+    got += nr;
+    i += k;
+  }
+  size_t nr = 0;
+  st = sattn_stream_drain (s, rows + got * rf, cap - got, NULL, &nr);
+  ok &= TU_CHECK_STATUS (st, SATTN_OK, "drain");
+  got += nr;
+  *n_rows = got;
+  sattn_stream_free (s);
+  return ok;
+}
+
+static void
+test_stream (TuRng *r)
+{
+  const size_t H = 2, d = 16, T = 120, L = 10;
+  float *x = malloc (T * d * sizeof (float));
+  double *xd;
+  tu_fill_normal (r, x, T * d, 1.0);
+  xd = to_double (x, T * d);
+  for (int pos = 0; pos <= 3; pos++)
+    for (int v = 0; v < 4; v++) {
+      int gelu = v & 1, nf = v >> 1;
+      size_t hop = 1 + (size_t) (3 * v) % 7;
+      Enc e;
+      tu_case_begin ("stream %s %s %s causal lookback=%zu hop=%zu from 1e9",
+                     pos_names[pos], nf ? "pre-norm" : "post-norm",
+                     gelu ? "gelu" : "relu", L, hop);
+      SattnStatus st = enc_build (&e, r, d, H, FX_PROJ | FX_BIAS | FX_OUT |
+                                  FX_BO | FX_CAUSAL | FX_LOOKBACK, L,
+                                  (SattnPositions) pos, gelu, nf, 1, 1);
+      TuErr err;
+      tu_err_clear (&err);
+      if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
+        float *rows = calloc ((T + L + hop) * d, sizeof (float));
+        double *ref = malloc (T * d * sizeof (double));
+        size_t got = 0;
+        if (run_stream (e.f.model, L + hop, hop, SATTN_OUTPUT_FRAMES,
+                        UINT64_C (1000000000), x, T, d, r, rows, &got) &&
+            tu_check (got == T, "rows %zu", got)) {
+          e.f.ref.pos0 = UINT64_C (1000000000);
+          ref_encoder (&e.f.ref, &e.l, xd, T, ref);
+          tu_err_add_f (&err, rows, ref, T * d);
+          check_err (&err, "stream");
+        }
+        free (rows);
+        free (ref);
+      }
+      tu_case_end ("max-abs %.3g", err.max_abs);
+      enc_free (&e);
+    }
+  free (x);
+  free (xd);
+}
+
+/* Mean mode, hop = window: one pooled row per block, the mean of the
+ * layer's rows over the block (non-causal, independent blocks). */
+static void
+test_mean (TuRng *r)
+{
+  const size_t H = 2, d = 16, n = 8, T = 32;
+  Enc e;
+  tu_case_begin ("mean mode pools the layer's rows (rope, post-norm)");
+  SattnStatus st = enc_build (&e, r, d, H, FX_PROJ | FX_BIAS | FX_OUT, 0,
+                              SATTN_POSITIONS_ROPE, 0, 0, 1, 1);
+  TuErr err;
+  tu_err_clear (&err);
+  if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
+    float *x = malloc (T * d * sizeof (float));
+    float *rows = calloc ((T / n + 1) * d, sizeof (float));
+    double *ref = malloc (n * d * sizeof (double));
+    double *mean = calloc ((T / n) * d, sizeof (double));
+    tu_fill_normal (r, x, T * d, 1.0);
+    size_t got = 0;
+    if (run_stream (e.f.model, n, n, SATTN_OUTPUT_MEAN, 0, x, T, d, NULL,
+                    rows, &got) && tu_check (got == T / n, "rows %zu", got)) {
+      for (size_t b = 0; b < T / n; b++) {
+        double *xd = to_double (x + b * n * d, n * d);
+        e.f.ref.pos0 = b * n;
+        ref_encoder (&e.f.ref, &e.l, xd, n, ref);
+        for (size_t i = 0; i < n; i++)
+          for (size_t t = 0; t < d; t++)
+            mean[b * d + t] += ref[i * d + t] / (double) n;
+        free (xd);
+      }
+      tu_err_add_f (&err, rows, mean, (T / n) * d);
+      check_err (&err, "mean");
+    }
+    free (x);
+    free (rows);
+    free (ref);
+    free (mean);
+  }
+  tu_case_end ("max-abs %.3g", err.max_abs);
+  enc_free (&e);
+}
+
+static void
+test_threads (TuRng *r)
+{
+  const size_t H = 4, d = 64, T = 200, L = 40, h = 24;
+  float *x = malloc (T * d * sizeof (float));
+  tu_fill_normal (r, x, T * d, 1.0);
+  for (int nf = 0; nf < 2; nf++) {
+    tu_case_begin ("%s gelu rope: byte-identical for threads 1, 2, 3",
+                   nf ? "pre-norm" : "post-norm");
+    float *rows[3];
+    for (int t = 0; t < 3; t++) {
+      Enc e;
+      TuRng wr;
+      tu_rng_init (&wr, 99);
+      size_t got = 0;
+      rows[t] = calloc ((T + L + h) * d, sizeof (float));
+      if (enc_build (&e, &wr, d, H, FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL |
+                     FX_LOOKBACK, L, SATTN_POSITIONS_ROPE, 1, nf, 1, t + 1)
+          == SATTN_OK)
+        run_stream (e.f.model, L + h, h, SATTN_OUTPUT_FRAMES, 0, x, T, d,
+                    NULL, rows[t], &got);
+      enc_free (&e);
+    }
+    tu_check (memcmp (rows[0], rows[1], T * d * sizeof (float)) == 0,
+              "threads 2 differ");
+    tu_check (memcmp (rows[0], rows[2], T * d * sizeof (float)) == 0,
+              "threads 3 differ");
+    for (int t = 0; t < 3; t++)
+      free (rows[t]);
+    tu_case_end ("%s", "");
+  }
+  free (x);
+}
+
+static void
+test_refusals (void)
+{
+  tu_case_begin ("refusals");
+  float w1[32 * 8] = { 0 };
+  SattnConfig c = { .d_model = 8, .heads = 2, .threads = 1, .encoder = 1,
+    .d_ff = 32 };
+  SattnWeights w = { .w1 = w1 };
+  SattnStatus st;
+  tu_check (sattn_model_new (&c, &w, &st) == NULL, "no w2 accepted");
+  TU_CHECK_STATUS (st, SATTN_E_MISSING, "no w2");
+  char why[256];
+  sattn_model_check (&c, &w, why, sizeof why);
+  tu_check (strstr (why, "w2") != NULL, "no reason for no w2: %s", why);
+  w.w2 = w1;
+  c.d_ff = 0;
+  tu_check (sattn_model_new (&c, &w, &st) == NULL, "d_ff 0 accepted");
+  c.d_ff = 32;
+  c.norm_eps = -1.0;
+  tu_check (sattn_model_new (&c, &w, &st) == NULL, "eps -1 accepted");
+  c.norm_eps = 0.0;
+  float wo[4 * 8] = { 0 };
+  w.wo = wo;
+  c.d_out = 4;
+  tu_check (sattn_model_new (&c, &w, &st) == NULL, "d_out 4 accepted");
+  TU_CHECK_STATUS (st, SATTN_E_SHAPE, "d_out 4");
+  w.wo = NULL;
+  c.d_out = 0;
+  SattnModel *m = sattn_model_new (&c, &w, &st);
+  tu_check (m != NULL, "valid encoder refused");
+  tu_check (m && sattn_model_config (m)->norm_eps == 1e-5, "eps default");
+  sattn_model_free (m);
+  tu_case_end ("%s", "");
+}
+
+int
+main (void)
+{
+  TuRng r;
+  tu_rng_init (&r, 20240613);
+  test_refusals ();
+  test_attend (&r);
+  test_stream (&r);
+  test_mean (&r);
+  test_threads (&r);
+  return tu_summary ("test-encoder");
+}

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Encoder layers, positions and stacks through the element against
+PyTorch (nn.TransformerEncoderLayer / nn.MultiheadAttention; RoPE and
+ALiBi applied in PyTorch as sattn documents them), over the whole sequence
+with a banded causal mask, in float64 and float32.
+
+For every combination a row: layers, kind, norm placement, activation,
+positions, lookback / hop, max-abs of sattn against PyTorch float64
+(absolute and relative to max |ref|), against PyTorch float32, and
+PyTorch float32's own error against float64.  A row fails when sattn's
+relative error exceeds max (4 x PyTorch float32's, 1e-6) or when a frame
+is missing.  Also: heads and the layer options come from the file's
+metadata, and a property set to another value fails naming both values.
+
+usage: test-layers-parity.py EXAMPLES_DIR
+Exit 77 (skip) without PyTorch or gst-launch-1.0.
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+except ImportError:
+    print("PyTorch / numpy not available: skipped")
+    sys.exit(77)
+
+
+def load_example(examples):
+    spec = importlib.util.spec_from_file_location(
+        "encoder_stack", os.path.join(examples, "encoder-stack.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main():
+    ex = load_example(sys.argv[1] if len(sys.argv) > 1 else
+                      os.path.join(os.environ["SATTN_SOURCE_ROOT"],
+                                   "examples"))
+    torch.set_num_threads(1)
+    d, heads, dff, T = 16, 4, 64, 96
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((T, d)).astype(np.float32)
+    cases = []
+    for pos in ("none", "rope", "rope-interleaved", "alibi"):
+        cases.append((1, "attention", False, False, pos, 12, 4))
+    for nf in (False, True):
+        for gelu in (False, True):
+            for pos in ("none", "rope", "rope-interleaved", "alibi"):
+                cases.append((1, "encoder", nf, gelu, pos, 12, 4))
+    cases += [(1, "encoder", False, True, "rope", 5, 1),
+              (1, "encoder", True, False, "alibi", 20, 7),
+              (3, "attention", False, False, "none", 12, 4),
+              (3, "attention", False, False, "rope", 12, 4),
+              (3, "encoder", False, False, "none", 12, 4),
+              (3, "encoder", False, False, "rope", 12, 4),
+              (3, "encoder", True, True, "alibi", 8, 3),
+              (3, "encoder", True, True, "rope-interleaved", 8, 3)]
+    fails = 0
+    print("| layers | kind | norm | act | positions | lookback/hop | "
+          "sattn vs f64 max-abs (rel) | sattn vs f32 max-abs | "
+          "torch f32 vs f64 max-abs (rel) | |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="sattn-layers-") as wd:
+        for i, (n, kind, nf, gelu, pos, L, hop) in enumerate(cases):
+            att = kind == "attention"
+            layers = ex.build_encoder(n, d, heads, dff, gelu, nf, 100 + i)
+            files = []
+            for k, layer in enumerate(layers):
+                f = "c%d-l%d.safetensors" % (i, k)
+                ex.export_layer(layer, os.path.join(wd, f), pos, att)
+                files.append(f)
+            mask = ex.band_mask(T, L)
+            ref64 = ex.stack_forward([l.double() for l in layers],
+                                     torch.from_numpy(x).double(), mask,
+                                     pos, att)
+            ref32 = ex.stack_forward([l.float() for l in layers],
+                                     torch.from_numpy(x), mask, pos, att)
+            try:
+                got, _ = ex.run_pipeline(wd, x, files, L, hop)
+            except RuntimeError as e:
+                print("FAIL: %s" % e)
+                fails += 1
+                continue
+            ok = got.shape[0] == T
+            e = rel = e32 = rel32 = float("nan")
+            if ok:
+                e, rel, e32, rel32 = ex.compare(got, ref64, ref32)
+                ef = float(np.abs(got - ref32.numpy()).max())
+                ok = rel <= max(4 * rel32, 1e-6)
+            fails += not ok
+            print("| %d | %s | %s | %s | %s | %d/%d | %.2e (%.2e) | %.2e | "
+                  "%.2e (%.2e) | %s |"
+                  % (n, kind, "-" if att else ("pre" if nf else "post"),
+                     "-" if att else ("gelu" if gelu else "relu"), pos, L,
+                     hop, e, rel, ef if ok or got.shape[0] == T else -1,
+                     e32, rel32, "ok" if ok else "FAIL"))
+
+        # Metadata: the file says 4 heads and relu; heads=2 or
+        # activation=gelu set on the element are refused naming both.
+        layers = ex.build_encoder(1, d, heads, dff, False, False, 7)
+        ex.export_layer(layers[0], os.path.join(wd, "m.safetensors"), "rope")
+        for extra, words in ((" heads=2", ("heads = 2", "num_heads = 4")),
+                             (" activation=gelu", ("activation=gelu",
+                                                   "activation=relu")),
+                             (" positions=alibi", ("positions=alibi",
+                                                   "positions=rope"))):
+            try:
+                ex.run_pipeline(wd, x, ["m.safetensors"], 12, 4, extra)
+                print("FAIL: %s accepted against the file's metadata"
+                      % extra.strip())
+                fails += 1
+            except RuntimeError as e:
+                msg = str(e)
+                if all(w in msg for w in words):
+                    print("ok: %s refused: %s" % (extra.strip(), [
+                        l for l in msg.splitlines() if "ERROR" in l][0]
+                        .strip()[:200]))
+                else:
+                    print("FAIL: %s refused without naming %s: %s"
+                          % (extra.strip(), words, msg))
+                    fails += 1
+        # Set to the file's own values: accepted.
+        try:
+            ex.run_pipeline(wd, x, ["m.safetensors"], 12, 4,
+                            " heads=4 activation=relu positions=rope")
+            print("ok: the file's own values set explicitly are accepted")
+        except RuntimeError as e:
+            print("FAIL: matching explicit values refused: %s" % e)
+            fails += 1
+    print("%d passed, %d failed" % (len(cases) + 4 - fails, fails))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""Parity of libsattn with PyTorch for every attention layout it imports.
+
+For each layout (nn.MultiheadAttention packed and separate, HF q/k/v_proj,
+BERT query/key/value, diffusers to_q/to_k/to_v, LLaMA wq/wk/wv, the seeds'
+W_q/W_k/W_v, timm's fused qkv) x biases / none x output projection / none
+x d_k (the Q/K projection size, heads x head_dim) in {E/2, E, 2E}, plus
+value sizes other than d_k: a module is built in PyTorch (its class
+defined in a file of the working directory), saved whole with torch.save,
+exported by examples/export-torch-mha.py (its main(), in process), run by
+libsattn (weights-attend-file: sattn_attn_weights_load, sattn_attend,
+heads and sizes read from the file's metadata) and compared with the
+module evaluated in float64 by PyTorch.  nn.MultiheadAttention has no
+d_k != E and always an output projection: those cells are "n/a".
+
+Bound (the same as the weights-parity fixtures): max-abs <= 1e-5 *
+(1 + max|reference|), for the output rows and for the attention weights.
+The table prints max-abs and max-rel (max-abs / max|reference|) of the
+output, the weights' max-abs, and PyTorch float32's own max-abs against
+the same float64 reference for scale.
+
+Then error cases: two layouts under one prefix (ambiguous, both named),
+no layout under the prefix (the prefixes holding one are listed), a head
+count contradicting the metadata (both values named), queries and keys of
+different sizes.
+
+Usage: test-layouts-parity.py EXPORTER ATTEND_FILE
+Exit 77 (skip) when PyTorch is not importable.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: python3-torch not importable by %s" % sys.executable)
+    sys.exit(77)
+import numpy as np
+
+E = 8          # d_model
+N = 7          # frames
+HEADS = 2
+BOUND = 1e-5
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+def _out(d_v, e, bias, use):
+    return nn.Linear(d_v, e, bias=bias) if use else None
+
+
+class HF(nn.Module):
+    def __init__(self, e, h, dk, dv, bias, out):
+        super().__init__()
+        self.num_heads = h
+        self.q_proj = nn.Linear(e, dk, bias=bias)
+        self.k_proj = nn.Linear(e, dk, bias=bias)
+        self.v_proj = nn.Linear(e, dv, bias=bias)
+        if out:
+            self.out_proj = nn.Linear(dv, e, bias=bias)
+
+    def qkvo(self):
+        return (self.q_proj, self.k_proj, self.v_proj,
+                getattr(self, "out_proj", None))
+
+
+class BertOutput(nn.Module):
+    def __init__(self, dv, e, bias):
+        super().__init__()
+        self.dense = nn.Linear(dv, e, bias=bias)
+
+
+class Bert(nn.Module):
+    def __init__(self, e, h, dk, dv, bias, out):
+        super().__init__()
+        self.num_attention_heads = h
+        self.query = nn.Linear(e, dk, bias=bias)
+        self.key = nn.Linear(e, dk, bias=bias)
+        self.value = nn.Linear(e, dv, bias=bias)
+        if out:
+            self.output = BertOutput(dv, e, bias)
+
+    def qkvo(self):
+        return (self.query, self.key, self.value,
+                self.output.dense if hasattr(self, "output") else None)
+
+
+class Diffusers(nn.Module):
+    def __init__(self, e, h, dk, dv, bias, out):
+        super().__init__()
+        self.heads = h
+        self.to_q = nn.Linear(e, dk, bias=bias)
+        self.to_k = nn.Linear(e, dk, bias=bias)
+        self.to_v = nn.Linear(e, dv, bias=bias)
+        if out:
+            self.to_out = nn.ModuleList([nn.Linear(dv, e, bias=bias),
+                                         nn.Dropout(0.0)])
+
+    def qkvo(self):
+        return (self.to_q, self.to_k, self.to_v,
+                self.to_out[0] if hasattr(self, "to_out") else None)
+
+
+class Llama(nn.Module):
+    def __init__(self, e, h, dk, dv, bias, out):
+        super().__init__()
+        self.n_heads = h
+        self.wq = nn.Linear(e, dk, bias=bias)
+        self.wk = nn.Linear(e, dk, bias=bias)
+        self.wv = nn.Linear(e, dv, bias=bias)
+        if out:
+            self.wo = nn.Linear(dv, e, bias=bias)
+
+    def qkvo(self):
+        return self.wq, self.wk, self.wv, getattr(self, "wo", None)
+
+
+class QKVProjection(nn.Module):
+    """The seeds' module (single head), with an optional W_o."""
+    def __init__(self, e, h, dk, dv, bias, out):
+        super().__init__()
+        self.W_q = nn.Linear(e, dk, bias=bias)
+        self.W_k = nn.Linear(e, dk, bias=bias)
+        self.W_v = nn.Linear(e, dv, bias=bias)
+        if out:
+            self.W_o = nn.Linear(dv, e, bias=bias)
+
+    def qkvo(self):
+        return self.W_q, self.W_k, self.W_v, getattr(self, "W_o", None)
+
+
+class Timm(nn.Module):
+    def __init__(self, e, h, dk, dv, bias, out):
+        super().__init__()
+        self.num_heads = h
+        self.dk, self.dv = dk, dv
+        self.qkv = nn.Linear(e, 2 * dk + dv, bias=bias)
+        if out:
+            self.proj = nn.Linear(dv, e, bias=bias)
+
+    def qkvo(self):
+        w = self.qkv.weight
+        b = self.qkv.bias
+        parts = []
+        for lo, hi in ((0, self.dk), (self.dk, 2 * self.dk),
+                       (2 * self.dk, 2 * self.dk + self.dv)):
+            lin = nn.Linear(w.shape[1], hi - lo, bias=b is not None)
+            lin.weight = nn.Parameter(w[lo:hi].clone())
+            if b is not None:
+                lin.bias = nn.Parameter(b[lo:hi].clone())
+            parts.append(lin)
+        return parts[0], parts[1], parts[2], getattr(self, "proj", None)
+'''
+
+# layout -> (class name, single head)
+LAYOUTS = [("hf", "HF"), ("bert", "Bert"), ("diffusers", "Diffusers"),
+           ("llama", "Llama"), ("seeds", "QKVProjection"), ("fused", "Timm")]
+
+
+def attention64(x, q, k, v, o, heads):
+    """softmax(q k^T / sqrt(head_dim)) v per head, concatenated, then o;
+    all in float64 (torch ops on double copies)."""
+    def lin(m, t):
+        return torch.nn.functional.linear(
+            t, m.weight.double(),
+            None if m.bias is None else m.bias.double())
+    Q, K, V = lin(q, x), lin(k, x), lin(v, x)
+    n, dq = Q.shape
+    dh, dvh = dq // heads, V.shape[1] // heads
+    outs, ws = [], []
+    for h in range(heads):
+        s = Q[:, h * dh:(h + 1) * dh] @ K[:, h * dh:(h + 1) * dh].T
+        p = torch.softmax(s / math.sqrt(dh), dim=-1)
+        ws.append(p)
+        outs.append(p @ V[:, h * dvh:(h + 1) * dvh])
+    out = torch.cat(outs, dim=1)
+    if o is not None:
+        out = lin(o, out)
+    return out, torch.stack(ws)
+
+
+def attention32(x, q, k, v, o, heads):
+    """The same formula in float32, for PyTorch's own float32 error."""
+    Q, K, V = q(x), k(x), v(x)
+    dh, dvh = Q.shape[1] // heads, V.shape[1] // heads
+    outs = []
+    for h in range(heads):
+        s = Q[:, h * dh:(h + 1) * dh] @ K[:, h * dh:(h + 1) * dh].T
+        outs.append(torch.softmax(s / math.sqrt(dh), dim=-1)
+                    @ V[:, h * dvh:(h + 1) * dvh])
+    out = torch.cat(outs, dim=1)
+    return o(out) if o is not None else out
+
+
+def run_attend(attend, weights, prefix, x, d, heads=0, head_dim=0):
+    xf = os.path.join(d, "x.f32")
+    of = os.path.join(d, "out.f64")
+    x.numpy().astype("<f4").tofile(xf)
+    r = subprocess.run([attend, weights, prefix, str(heads), str(head_dim),
+                        "0", "0", "0", xf, of], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    rep = json.loads(r.stdout)
+    raw = np.fromfile(of, dtype="<f8")
+    n_out = rep["n"] * rep["d_out"]
+    return (rep, raw[:n_out].reshape(rep["n"], rep["d_out"]),
+            raw[n_out:].reshape(rep["heads"], rep["n"], -1)), None
+
+
+def errs(got, want):
+    ma = float(np.max(np.abs(got - want)))
+    ref = float(np.max(np.abs(want)))
+    return ma, ma / ref if ref > 0 else ma, ref
+
+
+def main():
+    exporter_path, attend = sys.argv[1], sys.argv[2]
+    spec = importlib.util.spec_from_file_location("exporter", exporter_path)
+    exporter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exporter)
+    torch.set_grad_enabled(False)
+    torch.manual_seed(5)
+    failed = 0
+    rows = []
+
+    def export(argv):
+        try:
+            rc = exporter.main(argv)
+        except SystemExit as e:
+            rc = e.code
+        return rc
+
+    with tempfile.TemporaryDirectory(prefix="sattn-layouts-") as d:
+        cwd = os.getcwd()
+        os.chdir(d)
+        with open("layout_models.py", "w") as f:
+            f.write(MODELS)
+        sys.path.insert(0, d)
+        import layout_models as lm   # noqa: E402
+
+        cases = []
+        for layout, cls in LAYOUTS:
+            heads = 1 if layout == "seeds" else HEADS
+            for dk in (E // 2, E, 2 * E):
+                for bias in (True, False):
+                    for out in (True, False):
+                        cases.append((layout, cls, heads, dk, dk, bias, out))
+            # values of another size than queries and keys
+            for dv in (E // 2, 3 * E):
+                cases.append((layout, cls, heads, E, dv, True, False))
+                cases.append((layout, cls, heads, E, dv, False, True))
+        for bias in (True, False):
+            cases.append(("mha", None, HEADS, E, E, bias, True))
+            cases.append(("mha-separate", None, HEADS, E, E, bias, True))
+
+        for i, (layout, cls, heads, dk, dv, bias, out) in enumerate(cases):
+            if cls is None:
+                m = torch.nn.MultiheadAttention(E, heads, bias=bias)
+                if layout == "mha-separate":
+                    # the separate form, as PyTorch builds it for kdim/vdim
+                    m._qkv_same_embed_dim = False
+                    w = m.in_proj_weight.detach()
+                    m.q_proj_weight = torch.nn.Parameter(w[:E].clone())
+                    m.k_proj_weight = torch.nn.Parameter(w[E:2 * E].clone())
+                    m.v_proj_weight = torch.nn.Parameter(w[2 * E:].clone())
+                    m.register_parameter("in_proj_weight", None)
+            else:
+                m = getattr(lm, cls)(E, heads, dk, dv, bias, out)
+            for p in m.parameters():
+                p.copy_(torch.randn(p.shape) * 0.4)
+            m.eval()
+            pt = "m%d.pt" % i
+            st = "m%d.safetensors" % i
+            torch.save(m, pt)
+            argv = [pt, st, "--no-package"]
+            if layout == "fused" and dv != dk:
+                argv += ["--head-dim", str(dk // heads)]
+            with open(os.devnull, "w") as null:
+                so = sys.stdout
+                sys.stdout = null
+                try:
+                    rc = export(argv)
+                finally:
+                    sys.stdout = so
+            if rc not in (0, None):
+                print("FAIL export of case %d (%s): %s" % (i, layout, rc))
+                failed += 1
+                continue
+            x = torch.randn(N, E)
+            if cls is None:
+                ref = m.double()
+                xb = x.double().unsqueeze(1)
+                o64, w64 = ref(xb, xb, xb, need_weights=True,
+                               average_attn_weights=False)
+                o64, w64 = o64.squeeze(1), w64.squeeze(0)
+                m32 = m.float()
+                o32 = m32(x.unsqueeze(1), x.unsqueeze(1), x.unsqueeze(1),
+                          need_weights=False)[0].squeeze(1)
+            else:
+                q, k, v, o = m.qkvo()
+                o64, w64 = attention64(x.double(), q, k, v, o, heads)
+                o32 = attention32(x, q, k, v, o, heads)
+            res, err = run_attend(attend, st, "", x, d)
+            label = (layout, "bias" if bias else "none",
+                     "out" if out else "none", dk, dv)
+            if res is None:
+                print("FAIL %s: %s" % (label, err))
+                failed += 1
+                continue
+            rep, got, gw = res
+            want_layout = layout
+            ok_meta = (rep["layout"] == want_layout and rep["heads"] == heads
+                       and rep["heads_from"] == "metadata"
+                       and rep["head_dim"] * heads == dk
+                       and rep["value_dim"] * heads == dv
+                       and rep["out_proj"] == int(out)
+                       and rep["q_bias"] == int(bias)
+                       and rep["d_out"] == (E if out else dv))
+            om = errs(got, o64.numpy())
+            wm = errs(gw, w64.numpy())
+            tm = errs(o32.double().numpy(), o64.numpy())
+            ok = ok_meta and om[0] <= BOUND * (1 + om[2]) and \
+                wm[0] <= BOUND * (1 + wm[2])
+            rows.append((ok, label, heads, om, wm, tm))
+            if not ok:
+                failed += 1
+                if not ok_meta:
+                    print("FAIL %s: report %s" % (label, rep))
+
+        print("# bound: max-abs <= %g * (1 + max|ref|) for outputs and "
+              "weights; d_k = heads x head_dim (Q/K size), d_v = heads x "
+              "value_dim; E = %d, n = %d frames" % (BOUND, E, N))
+        print("| layout | biases | out-proj | heads | d_k | d_v | out "
+              "max-abs | out max-rel | weights max-abs | torch f32 max-abs "
+              "| |")
+        print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        for ok, (lay, b, o, dk, dv), h, om, wm, tm in rows:
+            print("| %s | %s | %s | %d | %d | %d | %.2e | %.2e | %.2e | "
+                  "%.2e | %s |" % (lay, b, o, h, dk, dv, om[0], om[1],
+                                   wm[0], tm[0], "ok" if ok else "FAIL"))
+        print("| mha, mha-separate | any | none | | E/2, 2E | | n/a | | | | "
+              "nn.MultiheadAttention has d_k = E and an out_proj |")
+        worst = max(r[3][1] for r in rows) if rows else float("nan")
+        print("# %d cases, worst out max-rel %.2e" % (len(rows), worst))
+
+        # Error cases, through the same loader.
+        x = torch.randn(N, E)
+        lin = torch.randn
+        t = {"q_proj.weight": lin(4, E), "k_proj.weight": lin(4, E),
+             "v_proj.weight": lin(4, E), "W_q.weight": lin(4, E),
+             "W_k.weight": lin(4, E), "W_v.weight": lin(4, E),
+             "blk.wq.weight": lin(4, E), "blk.wk.weight": lin(4, E),
+             "blk.wv.weight": lin(4, E)}
+        exporter.save_safetensors("amb.safetensors", t, use_package=False)
+        checks = []
+        res, err = run_attend(attend, "amb.safetensors", "", x, d)
+        checks.append(("two layouts under one prefix", res is None and
+                       "ambiguous" in err and "hf" in err and "seeds" in err,
+                       err))
+        res, err = run_attend(attend, "amb.safetensors", "nope", x, d)
+        checks.append(("no layout under the prefix", res is None and
+                       "'blk.' (llama)" in err and "'' (hf)" in err, err))
+        res, err = run_attend(attend, "amb.safetensors", "blk", x, d)
+        checks.append(("a prefix with one layout loads", res is not None
+                       and res[0]["layout"] == "llama", err or res[0]))
+        exporter.save_safetensors(
+            "meta.safetensors",
+            {"wq.weight": lin(8, E), "wk.weight": lin(8, E),
+             "wv.weight": lin(8, E)}, {"num_heads": "2"}, use_package=False)
+        res, err = run_attend(attend, "meta.safetensors", "", x, d, heads=4)
+        checks.append(("heads against metadata", res is None and
+                       "heads = 4" in err and "num_heads = 2" in err, err))
+        exporter.save_safetensors(
+            "gqa.safetensors",
+            {"wq.weight": lin(8, E), "wk.weight": lin(4, E),
+             "wv.weight": lin(4, E)}, use_package=False)
+        res, err = run_attend(attend, "gqa.safetensors", "", x, d)
+        checks.append(("keys smaller than queries", res is None and
+                       "grouped-query" in err, err))
+        res, err = run_attend(attend, "meta.safetensors", "", x, d,
+                              head_dim=3)
+        checks.append(("head-dim not fitting the shapes", res is None and
+                       "head_dim = 3" in err, err))
+        for what, ok, msg in checks:
+            print("%s %s: %s" % ("ok  " if ok else "FAIL", what, msg))
+            failed += 0 if ok else 1
+        os.chdir(cwd)
+    print("# %d failures" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
