@@ -107,8 +107,9 @@ gst_sattn_out_finish_rows (GstSattn * self, GstBuffer * buf, gsize rows)
     GstBuffer *row;
     GstClockTime pts, end;
 
-    row = gst_buffer_copy_region (buf, GST_BUFFER_COPY_MEMORY,
-        i * row_bytes, row_bytes);
+    /* The window metadata goes along: the row's own entry. */
+    row = gst_buffer_copy_region (buf, GST_BUFFER_COPY_MEMORY |
+        GST_BUFFER_COPY_META, i * row_bytes, row_bytes);
     /* Shared, unchanged memory: no tag to drop downstream. */
     GST_BUFFER_FLAG_UNSET (row, GST_BUFFER_FLAG_TAG_MEMORY);
     pts = gst_sattn_frame_ts (self, ri->first);

@@ -14,6 +14,7 @@
 #include "sattn/sattn-weights.h"
 #include <gst/audio/audio.h>
 #include "gstsattn-time.h"
+#include "gstsattn-meta.h"
 
 #include <glib/gstdio.h>
 #include <string.h>
@@ -300,7 +301,7 @@ GST_END_TEST;
 
 typedef struct
 {
-  GArray *pts, *dur;
+  GArray *pts, *dur, *meta_first;
 } Stamps;
 
 static GstPadProbeReturn
@@ -310,8 +311,15 @@ stamp_probe (GstPad * pad, GstPadProbeInfo * info, gpointer data)
   GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
   guint64 p = GST_BUFFER_PTS (b), d = GST_BUFFER_DURATION (b);
 
+  GstSattnMeta *m = gst_buffer_get_sattn_meta (b);
+  /* The window metadata of a one-row buffer: that row (G_MAXUINT64: no
+   * meta or not one row). */
+  guint64 f = m != NULL && m->n_rows == 1 ? m->rows[0].first_frame :
+      G_MAXUINT64;
+
   g_array_append_val (st->pts, p);
   g_array_append_val (st->dur, d);
+  g_array_append_val (st->meta_first, f);
   return GST_PAD_PROBE_OK;
 }
 
@@ -335,6 +343,7 @@ run_to_eos (const gchar * desc, gchar ** in_caps, gchar ** out_caps,
   pad = gst_element_get_static_pad (sink, "sink");
   st->pts = g_array_new (FALSE, FALSE, sizeof (guint64));
   st->dur = g_array_new (FALSE, FALSE, sizeof (guint64));
+  st->meta_first = g_array_new (FALSE, FALSE, sizeof (guint64));
   gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, stamp_probe, st, NULL);
   gst_object_unref (pad);
 
@@ -373,11 +382,12 @@ stamps_clear (Stamps * st)
 {
   g_array_unref (st->pts);
   g_array_unref (st->dur);
+  g_array_unref (st->meta_first);
 }
 
 /* The issue's launch line runs: tensor caps at 125/2 rows/s, row k at
  * k × 16 ms for 16 ms (20 buffers of 1024 samples: 80 rows, the last one
- * drained at EOS). */
+ * drained at EOS), each buffer with its row's window metadata. */
 GST_START_TEST (test_pipeline_mean_16k)
 {
   const gchar *desc = "audiotestsrc num-buffers=20 ! "
@@ -406,6 +416,9 @@ GST_START_TEST (test_pipeline_mean_16k)
         (guint64) i * 16 * GST_MSECOND);
     fail_unless_equals_uint64 (g_array_index (st.dur, guint64, i),
         16 * GST_MSECOND);
+    /* Each one-row tensor buffer carries its row's window metadata. */
+    fail_unless_equals_uint64 (g_array_index (st.meta_first, guint64, i),
+        (guint64) i * 256);
   }
   stamps_clear (&st);
   g_free (in_caps);
