@@ -1,6 +1,7 @@
 # sattn — one-command entry points.
 #
-#   make demo        install what is missing, build, run the pipeline demo
+#   make demo        install what the demo needs, build, run the demo
+#   make deps        install every Debian package (demo, tests, examples)
 #   make test        install what is missing, build, run every test
 #   make test-asan   the same under AddressSanitizer + UBSan (build-asan/)
 #   make test-tsan   the same under ThreadSanitizer (build-tsan/)
@@ -35,15 +36,22 @@ JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
 # comes first in PATH.
 PYTHON        ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-# Debian 12 packages: toolchain, BLAS, GLib/json-glib (weights reader),
-# GStreamer 1.22 with the base/good plugins, Python with GStreamer bindings,
-# clang for the fuzzers, and torch/matplotlib for the parity fixtures, the
-# Python example and plots.
-DEB_PACKAGES := build-essential meson ninja-build pkg-config \
+# Debian 12 packages.  What `make demo` needs: the toolchain, BLAS,
+# GLib/json-glib (weights reader), GStreamer 1.22 with the base plugins
+# (filesrc, rawaudioparse, filesink) and python3-numpy (the demo's signal
+# and summary scripts).
+DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 	libopenblas-dev libglib2.0-dev libjson-glib-dev \
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev \
-	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-	python3 python3-numpy python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
+	gstreamer1.0-tools gstreamer1.0-plugins-base python3 python3-numpy
+
+# Everything (`make deps`, the tests; CI installs both lists): the demo's,
+# plus the good plugins, Python with GStreamer bindings, clang for the
+# fuzzers, and torch/matplotlib for the parity fixtures, the Python
+# example and plots.
+DEB_PACKAGES := $(DEMO_PACKAGES) \
+	gstreamer1.0-plugins-good \
+	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
 	clang libclang-rt-14-dev python3-torch python3-matplotlib time
 
 comma := ,
@@ -54,14 +62,15 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # and meson test parallelise inside.
 .NOTPARALLEL:
 
-.PHONY: all deps build build-asan build-tsan build-release test test-asan \
+.PHONY: all deps deps-demo build build-asan build-tsan build-release test test-asan \
 	test-tsan demo seed bench soak fuzz-stream clean install-check
 
 all: build
 
-deps:
+# $(call install_missing,PACKAGES): apt-get install those not installed.
+define install_missing
 	@missing=""; \
-	for p in $(DEB_PACKAGES); do \
+	for p in $(1); do \
 	  dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null \
 	    | grep -q '^install ok installed$$' || missing="$$missing $$p"; \
 	done; \
@@ -71,6 +80,13 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends $$missing; \
 	fi
+endef
+
+deps:
+	$(call install_missing,$(DEB_PACKAGES))
+
+deps-demo:
+	$(call install_missing,$(DEMO_PACKAGES))
 
 # $(call meson_dir,DIR,EXTRA-ARGS): configure DIR if it has no build.ninja
 # yet; otherwise apply EXTRA-ARGS + MESON_ARGS to it (if any).
@@ -114,7 +130,7 @@ test-asan: deps build-asan
 test-tsan: deps build-tsan
 	$(call meson_test,$(BUILD_TSAN))
 
-demo: deps build
+demo: deps-demo build
 	PYTHON=$(PYTHON) examples/demo.sh $(BUILD) $(DEMO_OUT)
 
 seed: deps build

@@ -221,6 +221,19 @@ gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
   return model;
 }
 
+gboolean
+gst_sattn_cache_ref (SattnModel * model)
+{
+  CacheEntry *e;
+
+  g_mutex_lock (&cache_lock);
+  e = by_model ? g_hash_table_lookup (by_model, model) : NULL;
+  if (e != NULL)
+    e->users++;
+  g_mutex_unlock (&cache_lock);
+  return e != NULL;
+}
+
 void
 gst_sattn_cache_release (SattnModel * model)
 {

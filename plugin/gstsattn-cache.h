@@ -39,6 +39,12 @@ G_GNUC_INTERNAL
 SattnModel *gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
     const SattnConfig * cfg, const SattnWeights * w, SattnStatus * status);
 
+/* One more reference on a model that gst_sattn_cache_acquire returned
+ * and that is still held; FALSE (nothing done) for a model built outside
+ * the cache, which has a single user. */
+G_GNUC_INTERNAL
+gboolean gst_sattn_cache_ref (SattnModel * model);
+
 /* Drop one reference; the model is freed with its last user.  NULL is
  * accepted. */
 G_GNUC_INTERNAL

@@ -11,36 +11,23 @@
 #endif
 
 #include "gstsattn-priv.h"
+#include "gstsattn-time.h"
 
 #include <string.h>
 
 /* Output buffers are sized for at most this many input frames, and at
  * most this many bytes unless one core call needs more. */
-#define OUT_FRAMES_PER_BUFFER 16384
+#define OUT_FRAMES_PER_BUFFER GST_SATTN_OUT_FRAMES
 #define OUT_MAX_BYTES ((gsize) 64 << 20)
-/* Smallest timestamp deviation treated as a discontinuity. */
-#define MIN_RESYNC_THRESHOLD (GST_SECOND / 25)
 
 /* ------------------------------------------------------------ timing */
-
-/* The last valid clock time: timestamps saturate there, never wrap. */
-#define GST_SATTN_TS_END (GST_CLOCK_TIME_NONE - 1)
-
-/* ts + d (ts valid), saturated at the end of the clock's range. */
-static GstClockTime
-gst_sattn_ts_add (GstClockTime ts, guint64 d)
-{
-  return d > GST_SATTN_TS_END - ts ? GST_SATTN_TS_END : ts + d;
-}
 
 /* Timestamp of input frame f (counted since the last resync). */
 GstClockTime
 gst_sattn_frame_ts (GstSattn * self, guint64 f)
 {
-  /* frame-size x GST_SECOND fits in 64 bits; the scale saturates at
-   * G_MAXUINT64 rather than overflow. */
-  return gst_sattn_ts_add (self->resync_ts, gst_util_uint64_scale (f,
-          (guint64) self->cfg.frame_size * GST_SECOND, self->rate));
+  return gst_sattn_time_of_frame (self->resync_ts, f, self->cfg.frame_size,
+      self->rate);
 }
 
 /* Where the sample counter says the next input byte lies in time. */
@@ -71,7 +58,80 @@ gst_sattn_start_timeline (GstSattn * self, GstClockTime ts)
   self->discont_pending = TRUE;
 }
 
+/* Where the discontinuity detector expects the next sample: the time of
+ * its last restart plus the samples it counted since. */
+static GstClockTime
+gst_sattn_align_next (GstSattn * self)
+{
+  GstClockTime t = gst_audio_stream_align_get_timestamp_at_discont
+      (self->align);
+
+  if (!GST_CLOCK_TIME_IS_VALID (t))
+    return GST_CLOCK_TIME_NONE;
+  return gst_sattn_time_of_frame (t,
+      gst_audio_stream_align_get_samples_since_discont (self->align), 1,
+      self->rate);
+}
+
+/* Make the discontinuity detector take ts as where the next n_samples
+ * samples lie, with no discontinuity pending (a new timeline, or one that
+ * continues across new caps). */
+void
+gst_sattn_align_restart (GstSattn * self, GstClockTime ts, guint64 n_samples)
+{
+  GstClockTime out_ts, out_dur;
+  guint64 pos;
+
+  if (self->align == NULL || !GST_CLOCK_TIME_IS_VALID (ts))
+    return;
+  gst_audio_stream_align_mark_discont (self->align);
+  gst_audio_stream_align_process (self->align, TRUE, ts,
+      (guint) MIN (n_samples, G_MAXUINT), &out_ts, &out_dur, &pos);
+}
+
 /* ------------------------------------------------------------ output */
+
+/* Tensor output (NNStreamer: one frame per buffer): buf's rows go out as
+ * one buffer each (sharing buf's memory), row k stamped with the time of
+ * its first new input frame and lasting until its last one ends (in the
+ * pooled modes, the hop's duration). */
+static GstFlowReturn
+gst_sattn_out_finish_rows (GstSattn * self, GstBuffer * buf, gsize rows)
+{
+  const gsize row_bytes = self->row_floats * sizeof (float);
+  GstFlowReturn ret = GST_FLOW_OK;
+  gsize i;
+
+  for (i = 0; i < rows && ret == GST_FLOW_OK; i++) {
+    const SattnRowInfo *ri = &self->out_info[i];
+    GstBuffer *row;
+    GstClockTime pts, end;
+
+    /* The window metadata goes along: the row's own entry. */
+    row = gst_buffer_copy_region (buf, GST_BUFFER_COPY_MEMORY |
+        GST_BUFFER_COPY_META, i * row_bytes, row_bytes);
+    /* Shared, unchanged memory: no tag to drop downstream. */
+    GST_BUFFER_FLAG_UNSET (row, GST_BUFFER_FLAG_TAG_MEMORY);
+    pts = gst_sattn_frame_ts (self, ri->first);
+    end = gst_sattn_frame_ts (self, ri->first + ri->n_frames);
+    GST_BUFFER_PTS (row) = pts;
+    GST_BUFFER_DTS (row) = GST_CLOCK_TIME_NONE;
+    GST_BUFFER_DURATION (row) = end - pts;
+    GST_BUFFER_OFFSET (row) = self->out_offset;
+    GST_BUFFER_OFFSET_END (row) = self->out_offset + 1;
+    self->out_offset++;
+    if (self->discont_pending) {
+      GST_BUFFER_FLAG_SET (row, GST_BUFFER_FLAG_DISCONT);
+      self->discont_pending = FALSE;
+    }
+    if (!ri->valid)
+      GST_BUFFER_FLAG_SET (row, GST_BUFFER_FLAG_GAP);
+    ret = gst_pad_push (self->srcpad, row);
+  }
+  gst_buffer_unref (buf);
+  gst_sattn_obs_pushed (&self->obs, GST_ELEMENT (self));
+  return ret;
+}
 
 static GstFlowReturn
 gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
@@ -95,6 +155,9 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
     gst_buffer_unref (buf);
     return GST_FLOW_OK;
   }
+
+  if (self->tensor_out)
+    return gst_sattn_out_finish_rows (self, buf, rows);
 
   gst_buffer_set_size (buf, rows * self->row_floats * sizeof (float));
   pts = gst_sattn_frame_ts (self, out->first_frame);
@@ -150,6 +213,8 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
   cap = sattn_stream_max_rows (self->stream,
       (gsize) MIN (hint_frames, OUT_FRAMES_PER_BUFFER));
   cap = MIN (cap, OUT_MAX_BYTES / (self->row_floats * sizeof (float)));
+  if (self->tensor_out)
+    cap = MIN (cap, self->out_info_cap);
   cap = MAX (cap, need);
   out->buf = gst_sattn_try_buffer_new (cap * self->row_floats *
       sizeof (float));
@@ -251,6 +316,11 @@ gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
     out->first_frame = self->info[0].first;
   out->end_frame = self->info[n_rows - 1].first +
       self->info[n_rows - 1].n_frames;
+  if (self->tensor_out) {
+    g_assert (out->rows + n_rows <= self->out_info_cap);
+    memcpy (self->out_info + out->rows, self->info,
+        n_rows * sizeof (SattnRowInfo));
+  }
   for (i = 0; i < n_rows && !out->any_valid; i++)
     out->any_valid = self->info[i].valid != 0;
   gst_sattn_out_meta (self, out, n_rows);
@@ -608,37 +678,79 @@ gst_sattn_resync (GstSattn * self, GstClockTime ts)
   return ret;
 }
 
-/* Called before data that starts at ts: starts the timeline or resyncs on
- * a discontinuity (DISCONT, or ts more than the threshold away from the
- * counter).  A resync behind the counter restarts the window but keeps
- * the timeline going from the counter (gst_sattn_resync). */
-static GstFlowReturn
-gst_sattn_check_discont (GstSattn * self, GstClockTime ts, gboolean discont)
+/* The alignment-threshold and discont-wait properties, handed to the
+ * discontinuity detector (they may change while PLAYING). */
+static GstClockTime
+gst_sattn_align_configure (GstSattn * self)
 {
-  GstClockTime expected, threshold, diff;
+  GstClockTime threshold, wait;
 
+  GST_OBJECT_LOCK (self);
+  threshold = self->alignment_threshold;
+  wait = self->discont_wait;
+  GST_OBJECT_UNLOCK (self);
+  /* Never under two sample periods: timestamps rounded to the nanosecond
+   * put a continuous stream up to one sample off the count, which a
+   * threshold of one sample or less (40 ms at 25 Hz or less) would take
+   * for a discontinuity at every buffer. */
+  threshold = MAX (threshold, gst_util_uint64_scale_int_ceil (2, GST_SECOND,
+          self->rate));
+  gst_audio_stream_align_set_alignment_threshold (self->align, threshold);
+  gst_audio_stream_align_set_discont_wait (self->align, wait);
+  return threshold;
+}
+
+/* Called before n_samples samples of data that start at ts: starts the
+ * timeline, or resyncs on a discontinuity: a DISCONT flag, or what
+ * GstAudioStreamAlign detects on the input's own timestamps (as
+ * audiobuffersplit does): ts at least alignment-threshold away from where
+ * the input's sample count puts it, for discont-wait of stream time.  A
+ * resync behind the counter restarts the window but keeps the timeline
+ * going from the counter (gst_sattn_resync); the detector then follows
+ * the input's timestamps, so an input that stays late resyncs once. */
+static GstFlowReturn
+gst_sattn_check_discont (GstSattn * self, GstClockTime ts, gboolean discont,
+    guint64 n_samples)
+{
+  GstClockTime ats, out_ts, out_dur;
+  GstFlowReturn ret;
+  guint64 pos;
+  gboolean jump;
+
+  gst_sattn_align_configure (self);
   if (!GST_CLOCK_TIME_IS_VALID (self->resync_ts)) {
     gst_sattn_start_timeline (self, ts);
+    gst_sattn_align_restart (self, self->resync_ts, n_samples);
     return GST_FLOW_OK;
   }
   if (discont) {
     GST_DEBUG_OBJECT (self, "discontinuity flagged, resyncing at %"
         GST_TIME_FORMAT, GST_TIME_ARGS (ts));
-    return gst_sattn_resync (self, ts);
+    ret = gst_sattn_resync (self, ts);
+    gst_sattn_align_restart (self, GST_CLOCK_TIME_IS_VALID (ts) ? ts :
+        self->resync_ts, n_samples);
+    return ret;
   }
-  if (!GST_CLOCK_TIME_IS_VALID (ts))
-    return GST_FLOW_OK;
-
-  expected = gst_sattn_expected_ts (self);
-  threshold = gst_util_uint64_scale (self->cfg.frame_size, GST_SECOND,
-      2 * (guint64) self->rate);
-  threshold = MAX (threshold, MIN_RESYNC_THRESHOLD);
-  diff = ts > expected ? ts - expected : expected - ts;
-  if (diff > threshold) {
-    GST_DEBUG_OBJECT (self, "timestamp %" GST_TIME_FORMAT " is %"
-        GST_TIME_FORMAT " away from the expected %" GST_TIME_FORMAT
-        ", resyncing", GST_TIME_ARGS (ts), GST_TIME_ARGS (diff),
-        GST_TIME_ARGS (expected));
+  /* Untimestamped data continues where the detector expects it. */
+  ats = GST_CLOCK_TIME_IS_VALID (ts) ? ts : gst_sattn_align_next (self);
+  if (!GST_CLOCK_TIME_IS_VALID (ats))
+    ats = gst_sattn_expected_ts (self);
+  jump = gst_audio_stream_align_process (self->align, FALSE, ats,
+      (guint) MIN (n_samples, G_MAXUINT), &out_ts, &out_dur, &pos);
+  GST_LOG_OBJECT (self, "input %" GST_TIME_FORMAT " + %" G_GUINT64_FORMAT
+      " samples: jump %d (at %" GST_TIME_FORMAT " + %" GST_TIME_FORMAT ")",
+      GST_TIME_ARGS (ats), n_samples, jump, GST_TIME_ARGS (out_ts),
+      GST_TIME_ARGS (out_dur));
+  /* At the end of the clock's range the counter saturates: data stamped
+   * there continues the timeline, whatever the sample count says. */
+  if (jump && ts == GST_SATTN_TS_END &&
+      gst_sattn_expected_ts (self) == GST_SATTN_TS_END)
+    jump = FALSE;
+  if (jump && GST_CLOCK_TIME_IS_VALID (ts)) {
+    GST_DEBUG_OBJECT (self, "timestamp %" GST_TIME_FORMAT " off the input's "
+        "sample count (the output timeline expects %" GST_TIME_FORMAT
+        "), resyncing", GST_TIME_ARGS (ts),
+        GST_TIME_ARGS (gst_sattn_expected_ts (self)));
     return gst_sattn_resync (self, ts);
   }
   return GST_FLOW_OK;
@@ -674,7 +786,8 @@ gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
   }
 
   ret = gst_sattn_check_discont (self, GST_BUFFER_PTS (buffer),
-      GST_BUFFER_IS_DISCONT (buffer));
+      GST_BUFFER_IS_DISCONT (buffer), gst_buffer_get_size (buffer) /
+      self->bpf);
   if (ret != GST_FLOW_OK) {
     gst_buffer_unref (buffer);
     return ret;
@@ -697,15 +810,17 @@ gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
 
 /* A GAP event: the part of its time span after the timeline's counter
  * becomes masked frames.  A GAP without a duration adds nothing; one
- * ahead of the counter by more than the threshold resyncs there, as a
- * buffer would; one that starts behind the counter never resyncs and
- * adds only what lies after the counter (nothing when it ends before).
- * Its end saturates at the end of the clock's range. */
+ * ahead of the counter by alignment-threshold or more resyncs there at
+ * once (a GAP states its time: no discont-wait); one that starts behind
+ * the counter never resyncs and adds only what lies after the counter
+ * (nothing when it ends before).  Its end saturates at the end of the
+ * clock's range.  The discontinuity detector then expects data where the
+ * counter is. */
 static GstFlowReturn
 gst_sattn_handle_gap (GstSattn * self, GstEvent * event)
 {
   GstSattnOut out = { 0, };
-  GstClockTime ts, dur, end, expected;
+  GstClockTime ts, dur, end, expected, threshold;
   GstFlowReturn ret, ret2;
   guint64 bytes, samples, have;
 
@@ -715,9 +830,18 @@ gst_sattn_handle_gap (GstSattn * self, GstEvent * event)
     return GST_FLOW_OK;
   }
   expected = gst_sattn_expected_ts (self);
-  if (!GST_CLOCK_TIME_IS_VALID (ts) || !GST_CLOCK_TIME_IS_VALID (expected)
-      || ts >= expected) {
-    ret = gst_sattn_check_discont (self, ts, FALSE);
+  threshold = gst_sattn_align_configure (self);
+  if (!GST_CLOCK_TIME_IS_VALID (expected)) {
+    gst_sattn_start_timeline (self, ts);
+    gst_sattn_align_restart (self, self->resync_ts, 0);
+  } else if (GST_CLOCK_TIME_IS_VALID (ts) && ts >= expected &&
+      ts - expected >= threshold) {
+    GST_DEBUG_OBJECT (self, "gap at %" GST_TIME_FORMAT ", %" GST_TIME_FORMAT
+        " after the expected %" GST_TIME_FORMAT ", resyncing",
+        GST_TIME_ARGS (ts), GST_TIME_ARGS (ts - expected),
+        GST_TIME_ARGS (expected));
+    ret = gst_sattn_resync (self, ts);
+    gst_sattn_align_restart (self, self->resync_ts, 0);
     if (ret != GST_FLOW_OK)
       return ret;
   }
@@ -744,6 +868,7 @@ gst_sattn_handle_gap (GstSattn * self, GstEvent * event)
 
   ret = gst_sattn_process (self, NULL, bytes, TRUE, &out);
   ret2 = gst_sattn_out_finish (self, &out);
+  gst_sattn_align_restart (self, gst_sattn_expected_ts (self), 0);
   return ret != GST_FLOW_OK ? ret : ret2;
 }
 

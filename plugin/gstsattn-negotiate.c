@@ -121,13 +121,12 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
  * ACCEPT_CAPS queries and the READY -> PAUSED check all ask it.  The
  * core's rules (heads against d_model, scale, hop against window) are the
  * core's, in its words (sattn_model_check, sattn_stream_config_check);
- * the rules kept here are GStreamer's: whole frame and output rates, caps
- * sizes, the element's size limit. */
+ * the rules kept here are GStreamer's: caps sizes, the element's size
+ * limit (whole rates: gst_sattn_explain_rate). */
 static gchar *
 gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
     guint64 d_model, gboolean weights)
 {
-  guint64 frame_rate;
   gchar *ok, *msg;
   gchar err[512];
   SattnConfig mc = { 0, };
@@ -185,10 +184,32 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
   if (sattn_stream_config_check (NULL, &sc, err, sizeof err) != SATTN_OK)
     return g_strdup (err);
 
+  /* Whole frame and output rates are a rule of audio/x-raw only
+   * (gst_sattn_explain_rate): other/tensors carry any rate. */
+  if (c->output == GST_SATTN_OUTPUT_WINDOW &&
+      (guint64) c->window * d_model > G_MAXINT) {
+    return g_strdup_printf ("output=window would need window=%u x %"
+        G_GUINT64_FORMAT " = more than %d channels; use a smaller window or "
+        "another output mode", c->window, d_model, G_MAXINT);
+  }
+  return NULL;
+}
+
+/* Why audio/x-raw cannot carry the output of rate Hz input (its rate is
+ * a whole number of rows per second), saying which values would make it
+ * one; NULL when it can.  Only a constraint when downstream takes no
+ * other/tensors, which carry any rate. */
+static gchar *
+gst_sattn_explain_rate (const GstSattnSettings * c, gint rate)
+{
+  guint64 frame_rate;
+  gchar *ok, *msg;
+
   if (rate % c->frame_size != 0) {
     ok = gst_sattn_divisors (rate, MAX_FRAME_SIZE, c->frame_size);
     msg = g_strdup_printf ("frame-size=%u does not divide the input rate of "
-        "%d Hz, so the frame rate would not be a whole number; frame-size "
+        "%d Hz, so the frame rate would not be a whole number, which "
+        "audio/x-raw needs (downstream takes no other/tensors); frame-size "
         "values that work: %s", c->frame_size, rate, ok);
     g_free (ok);
     return msg;
@@ -198,19 +219,58 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
     ok = gst_sattn_divisors (frame_rate, c->window, c->hop);
     msg = g_strdup_printf ("hop=%u does not divide the frame rate of %"
         G_GUINT64_FORMAT " Hz (rate %d / frame-size %u), so output=%s would "
-        "not have a whole output rate; hop values that work with window=%u: "
+        "not have a whole output rate, which audio/x-raw needs (downstream "
+        "takes no other/tensors); hop values that work with window=%u: "
         "%s (or output=frames)", c->hop, frame_rate, rate, c->frame_size,
         gst_sattn_output_nick (c->output), c->window, ok);
     g_free (ok);
     return msg;
   }
-  if (c->output == GST_SATTN_OUTPUT_WINDOW &&
-      (guint64) c->window * d_model > G_MAXINT) {
-    return g_strdup_printf ("output=window would need window=%u x %"
-        G_GUINT64_FORMAT " = more than %d channels; use a smaller window or "
-        "another output mode", c->window, d_model, G_MAXINT);
-  }
   return NULL;
+}
+
+/* Rows per second of the output, as a reduced fraction *num / *den:
+ * rate / frame-size, divided by hop in the pooled modes.  FALSE when it
+ * does not fit a GstFraction. */
+static gboolean
+gst_sattn_out_rate (const GstSattnSettings * c, gint rate, gint * num,
+    gint * den)
+{
+  guint64 d = (guint64) c->frame_size *
+      (c->output == GST_SATTN_OUTPUT_FRAMES ? 1 : c->hop);
+  guint64 g = gst_util_greatest_common_divisor_int64 (rate, d);
+
+  d /= g;
+  if (d > G_MAXINT)
+    return FALSE;
+  *num = (gint) (rate / g);
+  *den = (gint) d;
+  return TRUE;
+}
+
+/* Which output forms downstream takes (both when it cannot tell yet). */
+static void
+gst_sattn_downstream_takes (GstSattn * self, gboolean * audio,
+    gboolean * tensors)
+{
+  GstCaps *peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+
+  *audio = *tensors = TRUE;
+  if (peer == NULL || gst_caps_is_any (peer)) {
+    gst_clear_caps (&peer);
+    return;
+  }
+  *audio = FALSE;
+  *tensors = FALSE;
+  for (guint i = 0; i < gst_caps_get_size (peer); i++) {
+    GstStructure *s = gst_caps_get_structure (peer, i);
+
+    if (gst_structure_has_name (s, "audio/x-raw"))
+      *audio = TRUE;
+    else if (gst_structure_has_name (s, "other/tensors"))
+      *tensors = TRUE;
+  }
+  gst_caps_unref (peer);
 }
 
 /* Checks the settings against the input; on failure posts an element
@@ -227,6 +287,9 @@ gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
   g_free (why);
   return FALSE;
 }
+
+static void gst_sattn_weights_error (GstSattn * self, SattnStatus st,
+    const gchar * path, guint64 d_model, const gchar * err);
 
 /* Reads the weights file (path) for d_model-value frames (0 = whatever the
  * file has: a check of the file alone) and fills mc / w.  Posts an element
@@ -323,6 +386,78 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
         mc->encoder ? ", encoder layer" : "");
     return TRUE;
   }
+  gst_sattn_weights_error (self, st, path, d_model, err);
+  return FALSE;
+}
+
+/* At READY -> PAUSED: reads the weights file (if any) once, checks it for
+ * its own d_model (the only one it can serve) and builds its model through
+ * the cache; the first caps with that d_model take the model over, later
+ * caps with the same d_model share the running one, so the file is not
+ * read again while PAUSED or PLAYING.  Posts an element error and returns
+ * FALSE when the file cannot be used. */
+gboolean
+gst_sattn_prepare_weights (GstSattn * self)
+{
+  GstSattnSettings c;
+  gchar *wpath, *wprefix;
+  gboolean zero_attn, ok;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnWeights w = { 0, };
+  SattnMhaWeights *mw = NULL;
+  SattnLayerWeights *lw = NULL;
+  SattnModel *model = NULL, *old;
+  gchar *key;
+  SattnStatus st = SATTN_OK;
+
+  GST_OBJECT_LOCK (self);
+  c = self->props;
+  wpath = g_strdup (self->weights);
+  wprefix = g_strdup (self->weights_prefix);
+  zero_attn = self->add_zero_attn;
+  GST_OBJECT_UNLOCK (self);
+
+  /* As set_caps configures it, for the file's own d_model. */
+  key = wpath ? g_strdup_printf ("%s\n%s", wpath, wprefix ? wprefix : "") :
+      NULL;
+  gst_sattn_core_config (&c, 0, &mc, &sc);
+  w.add_zero_attn = zero_attn;
+  ok = wpath == NULL || gst_sattn_load_weights (self, wpath, wprefix, 0,
+      c.heads, zero_attn, c.set_by_user, &mc, &w, &mw, &lw);
+  if (ok && wpath != NULL) {
+    model = gst_sattn_cache_acquire (wpath, wprefix, &mc, &w, &st);
+    if (model == NULL) {
+      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+          ("Could not set up attention for the weights file's %"
+              G_GSIZE_FORMAT "-value frames with heads=%u head-dim=%u: %s",
+              mc.d_model, c.heads, c.head_dim, sattn_status_string (st)),
+          ("%s", wpath));
+      ok = FALSE;
+    }
+  }
+  sattn_mha_weights_free (mw);
+  sattn_layer_weights_free (lw);
+  g_free (wpath);
+  g_free (wprefix);
+
+  GST_OBJECT_LOCK (self);
+  self->weights_d_model = model ? mc.d_model : 0;
+  old = self->wmodel;
+  self->wmodel = model;
+  self->wcfg = mc;
+  g_free (self->wkey);
+  self->wkey = key;
+  GST_OBJECT_UNLOCK (self);
+  gst_sattn_cache_release (old);
+  return ok;
+}
+
+/* The element error for a weights file that could not be used. */
+static void
+gst_sattn_weights_error (GstSattn * self, SattnStatus st,
+    const gchar * path, guint64 d_model, const gchar * err)
+{
 
   switch (st) {
     case SATTN_E_IO:
@@ -356,7 +491,6 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
           ("%s", sattn_status_string (st)));
       break;
   }
-  return FALSE;
 }
 
 /* Frames handed to the core per call: scratch stays O(window × d_model),
@@ -383,6 +517,7 @@ gst_sattn_info_rows (const GstSattnSettings * c, gsize chunk)
 static void
 gst_sattn_scratch_clear (GstSattnScratch * sc)
 {
+  g_free (sc->out_info);
   g_free (sc->carry);
   g_free (sc->scratch);
   g_free (sc->zeros);
@@ -414,6 +549,11 @@ gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
   else if ((sc->info = g_try_new (SattnRowInfo, sc->info_cap)) == NULL) {
     size = sc->info_cap * sizeof (SattnRowInfo);
     what = "row descriptions";
+  } else if ((sc->out_info = g_try_new (SattnRowInfo, sc->out_info_cap =
+              gst_sattn_info_rows (c, chunk + GST_SATTN_OUT_FRAMES))) ==
+      NULL) {
+    size = sc->out_info_cap * sizeof (SattnRowInfo);
+    what = "row descriptions of an output buffer";
   }
   if (what == NULL)
     return TRUE;
@@ -556,39 +696,85 @@ gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
 }
 
 /* The output caps of rows of row_floats values at out_rate rows/s. */
+/* The source caps for rows of row_floats values at num/den rows per
+ * second: audio/x-raw (one row = one sample period of row_floats
+ * unpositioned channels) when tensors is FALSE, which needs den == 1;
+ * otherwise NNStreamer's tensor stream, one row per buffer, dimensions
+ * innermost first: "d_out:1", or "d_out:window" in window mode. */
 static GstCaps *
-gst_sattn_src_caps_new (gsize row_floats, guint64 out_rate)
+gst_sattn_src_caps_new (const GstSattnSettings * c, gsize row_floats,
+    gint num, gint den, gboolean tensors)
 {
-  return gst_caps_new_simple ("audio/x-raw",
-      "format", G_TYPE_STRING, "F32LE",
-      "layout", G_TYPE_STRING, "interleaved",
-      "rate", G_TYPE_INT, (gint) out_rate,
-      "channels", G_TYPE_INT, (gint) row_floats,
-      "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+  gchar *dims;
+  GstCaps *caps;
+
+  if (!tensors) {
+    /* Feature values have no speaker positions: channel-mask 0. */
+    return gst_caps_new_simple ("audio/x-raw",
+        "format", G_TYPE_STRING, GST_AUDIO_NE (F32),
+        "layout", G_TYPE_STRING, "interleaved",
+        "rate", G_TYPE_INT, num,
+        "channels", G_TYPE_INT, (gint) row_floats,
+        "channel-mask", GST_TYPE_BITMASK, (guint64) 0, NULL);
+  }
+  if (c->output == GST_SATTN_OUTPUT_WINDOW)
+    dims = g_strdup_printf ("%" G_GSIZE_FORMAT ":%u", row_floats / c->window,
+        c->window);
+  else
+    dims = g_strdup_printf ("%" G_GSIZE_FORMAT ":1", row_floats);
+  caps = gst_caps_new_simple ("other/tensors",
+      "format", G_TYPE_STRING, "static",
+      "num_tensors", G_TYPE_INT, 1,
+      "types", G_TYPE_STRING, "float32",
+      "dimensions", G_TYPE_STRING, dims,
+      "framerate", GST_TYPE_FRACTION, num, den, NULL);
+  g_free (dims);
+  return caps;
 }
 
-/* Whether downstream accepts the output caps that the input caps and the
- * settings c give (stream built for them).  If not, posts one error that
- * names those caps, says how they follow from the input and the
- * properties, and what downstream takes. */
-static gboolean
-gst_sattn_output_accepted (GstSattn * self, const GstSattnSettings * c,
-    gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps)
+/* The source caps for the input caps and the settings c (stream built for
+ * them) that downstream accepts: audio/x-raw when the output rate is a
+ * whole number and downstream takes it, else other/tensors.  When
+ * downstream takes neither, posts one error that names the caps offered,
+ * says how they follow from the input and the properties (and, when only
+ * audio/x-raw would do, which values make its rate whole), and what
+ * downstream takes; returns NULL. */
+static GstCaps *
+gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
+    gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps,
+    gboolean * tensors)
 {
   const gsize row_floats = sattn_stream_row_floats (stream);
-  const guint64 frame_rate = rate / c->frame_size;
-  GstCaps *srccaps, *peer;
-  gchar *offered, *takes, *rows;
+  GstCaps *srccaps, *audio = NULL, *peer;
+  gchar *offered, *takes, *rows, *why;
+  gint num = 0, den = 1;
 
-  srccaps = gst_sattn_src_caps_new (row_floats,
-      c->output == GST_SATTN_OUTPUT_FRAMES ? frame_rate : frame_rate / c->hop);
-  if (gst_pad_peer_query_accept_caps (self->srcpad, srccaps)) {
-    gst_caps_unref (srccaps);
-    return TRUE;
+  if (!gst_sattn_out_rate (c, rate, &num, &den)) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("The output rate %d / (frame-size=%u x hop=%u) rows per second "
+            "does not fit a fraction of 32-bit integers", rate,
+            c->frame_size, c->hop), (NULL));
+    return NULL;
   }
+  if (den == 1 && row_floats <= G_MAXINT) {
+    audio = gst_sattn_src_caps_new (c, row_floats, num, 1, FALSE);
+    if (gst_pad_peer_query_accept_caps (self->srcpad, audio)) {
+      *tensors = FALSE;
+      return audio;
+    }
+  }
+  srccaps = gst_sattn_src_caps_new (c, row_floats, num, den, TRUE);
+  if (gst_pad_peer_query_accept_caps (self->srcpad, srccaps)) {
+    gst_clear_caps (&audio);
+    *tensors = TRUE;
+    return srccaps;
+  }
+  if (audio != NULL)
+    gst_caps_append (srccaps, audio);
   peer = gst_pad_peer_query_caps (self->srcpad, NULL);
   offered = gst_caps_to_string (srccaps);
   takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
+  why = den != 1 ? gst_sattn_explain_rate (c, rate) : NULL;
   if (c->output == GST_SATTN_OUTPUT_FRAMES)
     rows = g_strdup_printf ("one row per frame, at the frame rate %d Hz / "
         "frame-size=%u", rate, c->frame_size);
@@ -598,49 +784,68 @@ gst_sattn_output_accepted (GstSattn * self, const GstSattnSettings * c,
   GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
       ("Downstream refused the output caps %s: output=%s gives rows of %"
           G_GSIZE_FORMAT " values (d_model=%" G_GUINT64_FORMAT " = %d "
-          "channels x frame-size=%u), %s; downstream accepts %s", offered,
+          "channels x frame-size=%u), %s; downstream accepts %s%s%s", offered,
           gst_sattn_output_nick (c->output), row_floats,
           (guint64) channels * c->frame_size, channels, c->frame_size, rows,
-          takes), ("input caps %" GST_PTR_FORMAT, sinkcaps));
+          takes, why ? ". " : "", why ? why : ""),
+      ("input caps %" GST_PTR_FORMAT, sinkcaps));
+  g_free (why);
   g_free (rows);
   g_free (offered);
   g_free (takes);
   gst_clear_caps (&peer);
   gst_caps_unref (srccaps);
-  return FALSE;
+  return NULL;
 }
 
 /* Rate and channels of input caps the element can read at all (fixed
- * audio/x-raw F32LE interleaved); FALSE otherwise. */
+ * audio/x-raw, native-endian F32, interleaved), read with GstAudioInfo;
+ * FALSE otherwise.  Channel positions do not matter to the element: caps
+ * of more than two channels without a channel-mask are read as
+ * unpositioned. */
 static gboolean
 gst_sattn_parse_caps (GstCaps * caps, gint * rate, gint * channels)
 {
+  GstAudioInfo info;
   GstStructure *s;
-  const gchar *format, *layout;
+  gboolean ok;
+  gint ch = 0;
 
   if (caps == NULL || !gst_caps_is_fixed (caps))
     return FALSE;
   s = gst_caps_get_structure (caps, 0);
-  format = gst_structure_get_string (s, "format");
-  layout = gst_structure_get_string (s, "layout");
-  return gst_structure_has_name (s, "audio/x-raw")
-      && g_strcmp0 (format, "F32LE") == 0
-      && (layout == NULL || strcmp (layout, "interleaved") == 0)
-      && gst_structure_get_int (s, "rate", rate)
-      && gst_structure_get_int (s, "channels", channels)
-      && *rate > 0 && *channels > 0;
+  if (!gst_structure_has_name (s, "audio/x-raw"))
+    return FALSE;
+  if (gst_structure_get_int (s, "channels", &ch) && ch > 2 &&
+      !gst_structure_has_field (s, "channel-mask")) {
+    caps = gst_caps_copy (caps);
+    gst_caps_set_simple (caps, "channel-mask", GST_TYPE_BITMASK,
+        (guint64) 0, NULL);
+    ok = gst_audio_info_from_caps (&info, caps);
+    gst_caps_unref (caps);
+  } else {
+    ok = gst_audio_info_from_caps (&info, caps);
+  }
+  if (!ok || GST_AUDIO_INFO_FORMAT (&info) != GST_AUDIO_FORMAT_F32 ||
+      GST_AUDIO_INFO_LAYOUT (&info) != GST_AUDIO_LAYOUT_INTERLEAVED ||
+      GST_AUDIO_INFO_RATE (&info) <= 0 || GST_AUDIO_INFO_CHANNELS (&info) <= 0)
+    return FALSE;
+  *rate = GST_AUDIO_INFO_RATE (&info);
+  *channels = GST_AUDIO_INFO_CHANNELS (&info);
+  return TRUE;
 }
 
 #define GST_SATTN_UNSUPPORTED_CAPS "Unsupported input caps; sattn takes " \
-    "audio/x-raw, format=F32LE, layout=interleaved with a rate and a " \
-    "channel count"
+    "audio/x-raw, format=" GST_AUDIO_NE (F32) ", layout=interleaved with " \
+    "a rate and a channel count"
 
 gboolean
 gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 {
   GstSattnSettings c;
   gint rate = 0, channels = 0;
-  guint64 d_model, frame_rate, out_rate;
+  guint64 d_model;
+  GstAudioStreamAlign *align;
   SattnConfig mc = { 0, };
   SattnStreamConfig sc = { 0, };
   SattnModel *model;
@@ -648,9 +853,12 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnStatus st = SATTN_OK;
   SattnWeights weights = { 0, };
   SattnMhaWeights *mw = NULL;
+  SattnModel *prepared;
+  SattnConfig pcfg;
   SattnLayerWeights *lw = NULL;
+  g_autofree gchar *key = NULL;       /* freed on every return */
   gchar *wpath, *wprefix;
-  gboolean zero_attn;
+  gboolean zero_attn, tensors = FALSE;
   GstCaps *srccaps;
   gsize row_floats, chunk;
   GstClockTime next_ts, held;
@@ -672,11 +880,27 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   wpath = g_strdup (self->weights);
   wprefix = g_strdup (self->weights_prefix);
   zero_attn = self->add_zero_attn;
+  /* The weights the model was built from: file and prefix (a swap while
+   * running changes them). */
+  key = wpath ? g_strdup_printf ("%s\n%s", wpath, wprefix ? wprefix : "") :
+      NULL;
+  prepared = self->wmodel;
+  pcfg = self->wcfg;
+  if (prepared != NULL && key != NULL && g_strcmp0 (self->wkey, key) == 0 &&
+      pcfg.d_model == channels * (guint64) c.frame_size)
+    self->wmodel = NULL;        /* taken over below */
+  else
+    prepared = NULL;
   GST_OBJECT_UNLOCK (self);
 
   d_model = (guint64) channels * c.frame_size;
   if (!gst_sattn_validate (self, &c, rate, channels, d_model,
           wpath != NULL)) {
+    if (prepared != NULL) {
+      GST_OBJECT_LOCK (self);
+      self->wmodel = prepared;
+      GST_OBJECT_UNLOCK (self);
+    }
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
@@ -684,17 +908,32 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 
   gst_sattn_core_config (&c, d_model, &mc, &sc);
   weights.add_zero_attn = zero_attn;
-  if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
-          d_model, c.heads, zero_attn, c.set_by_user, &mc, &weights, &mw,
-          &lw)) {
-    g_free (wpath);
-    g_free (wprefix);
-    return FALSE;
+  if (prepared != NULL) {
+    /* The weights file's model, built when the file was read at READY ->
+     * PAUSED: its reference is this stream's now. */
+    model = prepared;
+    mc = pcfg;
+  } else if (key != NULL && self->model != NULL && self->d_model ==
+      d_model && g_strcmp0 (self->model_key, key) == 0 &&
+      gst_sattn_cache_ref (self->model)) {
+    /* New caps, same frames (the settings are frozen while running): the
+     * running model serves them. */
+    model = self->model;
+  } else {
+    /* Read here only when nothing was prepared (caps without a state
+     * change, or a model built outside the cache). */
+    if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
+            d_model, c.heads, zero_attn, c.set_by_user, &mc, &weights, &mw,
+            &lw)) {
+      g_free (wpath);
+      g_free (wprefix);
+      return FALSE;
+    }
+    /* The model keeps its own copy of the weights, shared with every
+     * element whose file, prefix and configuration match. */
+    model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
+        (wpath != NULL || zero_attn) ? &weights : NULL, &st);
   }
-  /* The model keeps its own copy of the weights, shared with every
-   * element whose file, prefix and configuration match. */
-  model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
-      (wpath != NULL || zero_attn) ? &weights : NULL, &st);
   if (model == NULL) {
     gchar err[512] = "";
 
@@ -756,7 +995,11 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   }
 
   /* Downstream must take the output before anything changes. */
-  if (!gst_sattn_output_accepted (self, &c, rate, channels, stream, caps)) {
+  srccaps = gst_sattn_pick_src_caps (self, &c, rate, channels, stream, caps,
+      &tensors);
+  align = srccaps ? gst_audio_stream_align_new (rate, 0, 0) : NULL;
+  if (align == NULL) {
+    gst_clear_caps (&srccaps);
     gst_sattn_scratch_clear (&scratch);
     sattn_stream_free (stream);
     gst_sattn_cache_release (model);
@@ -772,12 +1015,11 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   gst_sattn_free_stream (self);
 
   row_floats = sattn_stream_row_floats (stream);
-  frame_rate = rate / c.frame_size;
-  out_rate = c.output == GST_SATTN_OUTPUT_FRAMES ? frame_rate :
-      frame_rate / c.hop;
 
   self->cfg = c;
   self->model = model;
+  g_free (self->model_key);
+  self->model_key = g_steal_pointer (&key);
   self->stream = stream;
   self->stream_config = sc;
   self->sink_caps = gst_caps_ref (caps);
@@ -794,13 +1036,19 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->invalid_flags = scratch.invalid_flags;
   self->info = scratch.info;
   self->info_cap = scratch.info_cap;
+  self->out_info = scratch.out_info;
+  self->out_info_cap = scratch.out_info_cap;
+  self->tensor_out = tensors;
+  self->align = align;
   gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), model, &sc, rate,
       c.frame_size, c.scale);
 
   /* A new timeline, continuing where the old one ended (if any). */
   self->resync_ts = GST_CLOCK_TIME_NONE;
-  if (GST_CLOCK_TIME_IS_VALID (next_ts))
+  if (GST_CLOCK_TIME_IS_VALID (next_ts)) {
     gst_sattn_start_timeline (self, next_ts);
+    gst_sattn_align_restart (self, next_ts, 0);
+  }
 
   /* What the element holds back: the frames before the first window (the
    * stream is new, so the core's count from here). */
@@ -810,7 +1058,6 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->held_time = held;
   GST_OBJECT_UNLOCK (self);
 
-  srccaps = gst_sattn_src_caps_new (row_floats, out_rate);
   GST_DEBUG_OBJECT (self, "d_model %" G_GUINT64_FORMAT ", src caps %"
       GST_PTR_FORMAT, d_model, srccaps);
   res = gst_pad_set_caps (self->srcpad, srccaps);
@@ -857,21 +1104,37 @@ gst_sattn_multiples (GValue * v, guint64 step, guint64 max)
   return TRUE;
 }
 
+/* Common audio rates, tried first when steering upstream. */
+static const gint gst_sattn_common_rates[] = {
+  8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000, 88200, 96000,
+  176400, 192000
+};
+
 /* What the sink CAPS query answers in PAUSED and PLAYING: the template
- * narrowed by what can be stated cheaply: rates that are multiples of frame-size (× hop in the
- * pooled modes), channel counts that fill whole heads (or the weights
- * file's d_model), within the size limits.  Every caps that can work is
- * in it; ACCEPT_CAPS decides the rest.  Empty when nothing can work. */
+ * narrowed to channel counts that fill whole heads (or the weights file's
+ * d_model), within the size limits, in this order of preference:
+ *  1. when downstream takes audio/x-raw: the common rates whose output
+ *     rate is a whole number (rate a multiple of frame-size, x hop in the
+ *     pooled modes), so that a source that fixates to the rate nearest
+ *     its default picks one of them;
+ *  2. then every such rate;
+ *  3. when downstream takes other/tensors: any rate (the output then goes
+ *     out as tensors when its rate is not whole).
+ * Every caps that can work is in it; ACCEPT_CAPS decides the rest.  Empty
+ * when nothing can work. */
 static GstCaps *
 gst_sattn_allowed_caps (GstSattn * self)
 {
   GstSattnSettings c;
-  gboolean weights;
+  gboolean weights, audio, tensors;
   guint64 file_d, rate_step, max_ch, ch_step, d;
-  GValue rates = G_VALUE_INIT, chans = G_VALUE_INIT;
+  GValue rates = G_VALUE_INIT, chans = G_VALUE_INIT, common = G_VALUE_INIT;
   GstStructure *s;
+  GstCaps *caps;
+  guint i, n_common = 0;
 
   gst_sattn_snapshot (self, &c, &weights, &file_d);
+  gst_sattn_downstream_takes (self, &audio, &tensors);
 
   rate_step = c.frame_size;
   if (c.output != GST_SATTN_OUTPUT_FRAMES)
@@ -895,17 +1158,49 @@ gst_sattn_allowed_caps (GstSattn * self)
     ch_step = c.heads / gst_util_greatest_common_divisor (c.heads,
         c.frame_size);
   }
-  if (!gst_sattn_multiples (&rates, rate_step, G_MAXINT))
+  if (!gst_sattn_multiples (&chans, ch_step, max_ch))
     return gst_caps_new_empty ();
-  if (!gst_sattn_multiples (&chans, ch_step, max_ch)) {
-    g_value_unset (&rates);
-    return gst_caps_new_empty ();
+
+  caps = gst_caps_new_empty ();
+  if (audio && gst_sattn_multiples (&rates, rate_step, G_MAXINT)) {
+    g_value_init (&common, GST_TYPE_LIST);
+    for (i = 0; i < G_N_ELEMENTS (gst_sattn_common_rates); i++) {
+      GValue r = G_VALUE_INIT;
+
+      if (gst_sattn_common_rates[i] % rate_step != 0)
+        continue;
+      g_value_init (&r, G_TYPE_INT);
+      g_value_set_int (&r, gst_sattn_common_rates[i]);
+      gst_value_list_append_and_take_value (&common, &r);
+      n_common++;
+    }
+    if (n_common > 0) {
+      s = gst_structure_new ("audio/x-raw", "format", G_TYPE_STRING,
+          GST_AUDIO_NE (F32), "layout", G_TYPE_STRING, "interleaved", NULL);
+      if (n_common == 1)
+        gst_structure_set_value (s, "rate",
+            gst_value_list_get_value (&common, 0));
+      else
+        gst_structure_set_value (s, "rate", &common);
+      gst_structure_set_value (s, "channels", &chans);
+      gst_caps_append_structure (caps, s);
+    }
+    g_value_unset (&common);
+    s = gst_structure_new ("audio/x-raw", "format", G_TYPE_STRING,
+        GST_AUDIO_NE (F32), "layout", G_TYPE_STRING, "interleaved", NULL);
+    gst_structure_take_value (s, "rate", &rates);
+    gst_structure_set_value (s, "channels", &chans);
+    gst_caps_append_structure (caps, s);
   }
-  s = gst_structure_new ("audio/x-raw", "format", G_TYPE_STRING, "F32LE",
-      "layout", G_TYPE_STRING, "interleaved", NULL);
-  gst_structure_take_value (s, "rate", &rates);
-  gst_structure_take_value (s, "channels", &chans);
-  return gst_caps_new_full (s, NULL);
+  if (tensors) {
+    s = gst_structure_new ("audio/x-raw", "format", G_TYPE_STRING,
+        GST_AUDIO_NE (F32), "layout", G_TYPE_STRING, "interleaved",
+        "rate", GST_TYPE_INT_RANGE, 1, G_MAXINT, NULL);
+    gst_structure_set_value (s, "channels", &chans);
+    gst_caps_append_structure (caps, s);
+  }
+  g_value_unset (&chans);
+  return caps;
 }
 
 /* Whether caps can be used; if not and post, posts one element error that
@@ -926,6 +1221,13 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
   } else {
     d_model = (guint64) channels * c.frame_size;
     why = gst_sattn_explain (&c, rate, channels, d_model, weights);
+    if (why == NULL) {
+      gboolean audio, tensors;
+
+      gst_sattn_downstream_takes (self, &audio, &tensors);
+      if (!tensors)
+        why = gst_sattn_explain_rate (&c, rate);
+    }
     shape = why == NULL && file_d != 0 && d_model != file_d;
   }
   if (why == NULL && !shape)
@@ -951,7 +1253,8 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     SattnLayerWeights *lw = NULL;
 
     /* The core's own words: which tensor has which shape, and what the
-     * stream's d_model would need. */
+     * stream's d_model would need (the file is read again on this error
+     * path only). */
     GST_OBJECT_LOCK (self);
     wpath = g_strdup (self->weights);
     wprefix = g_strdup (self->weights_prefix);

@@ -9,6 +9,7 @@
 #define GST_SATTN_PRIV_H
 
 #include <gst/gst.h>
+#include <gst/audio/audio.h>
 
 #include "gstsattn.h"
 #include "gstsattn-obs.h"
@@ -27,6 +28,9 @@ G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
 #define MAX_THREADS 256
 /* Largest frame (channels × frame-size floats) the element accepts. */
 #define MAX_D_MODEL (1u << 20)
+
+/* Output buffers are sized for at most this many input frames. */
+#define GST_SATTN_OUT_FRAMES 16384
 
 /* Settings copied from the properties when caps arrive. */
 typedef struct
@@ -71,10 +75,21 @@ struct _GstSattn
   GstCaps *posted_caps;         /* last caps refused with an error posted */
   GArray *pending_props;        /* GstSattnPendingProp set while running */
   GstClockTime held_time;       /* latency added; NONE before caps */
+  GstClockTime alignment_threshold;     /* as audiobuffersplit's */
+  GstClockTime discont_wait;    /* as audiobuffersplit's */
+  SattnModel *wmodel;           /* the model of the weights file, built
+                                   (through the cache) when the file is
+                                   read at READY -> PAUSED; caps with the
+                                   file's d_model take a reference on it.
+                                   Released at PAUSED -> READY */
+  SattnConfig wcfg;             /* its configuration */
+  gchar *wkey;                  /* its file and prefix, "path\nprefix" */
 
   /* Streaming state; streaming thread (or state change with pads off). */
   GstSattnSettings cfg;         /* settings of the current model */
   SattnModel *model;
+  gchar *model_key;             /* file and prefix it was built from as
+                                   set_caps saw them (NULL: identity) */
   SattnStream *stream;
   GstCaps *sink_caps;
   gboolean caps_refused;        /* last caps event could not be used */
@@ -101,6 +116,14 @@ struct _GstSattn
   guint64 frames_since_resync;
   guint64 out_offset;
   gboolean discont_pending;
+  /* Discontinuity detection on the input's own timestamps; the output
+   * timeline stays the frame counter's. */
+  GstAudioStreamAlign *align;
+  /* Source caps other/tensors: one row per buffer, each with the
+   * timestamps of its own input frames (kept in out_info). */
+  gboolean tensor_out;
+  SattnRowInfo *out_info;
+  gsize out_info_cap;
   SattnStreamConfig stream_config;      /* what the stream was made with */
 
   /* Weights swap while running; see gstsattn-swap.h. */
@@ -126,6 +149,8 @@ typedef struct
   guint8 *invalid_flags;
   SattnRowInfo *info;
   gsize info_cap;
+  SattnRowInfo *out_info;       /* tensor output: rows of one buffer */
+  gsize out_info_cap;
 } GstSattnScratch;
 
 /* gstsattn.c */
@@ -148,6 +173,8 @@ G_GNUC_INTERNAL
 void gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc);
 G_GNUC_INTERNAL
 const gchar *gst_sattn_positions_nick (GstSattnPositions p);
+G_GNUC_INTERNAL
+gboolean gst_sattn_prepare_weights (GstSattn * self);
 G_GNUC_INTERNAL
 gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
 G_GNUC_INTERNAL
@@ -188,6 +215,9 @@ G_GNUC_INTERNAL
 GstClockTime gst_sattn_expected_ts (GstSattn * self);
 G_GNUC_INTERNAL
 void gst_sattn_start_timeline (GstSattn * self, GstClockTime ts);
+G_GNUC_INTERNAL
+void gst_sattn_align_restart (GstSattn * self, GstClockTime ts,
+    guint64 n_samples);
 G_GNUC_INTERNAL
 GstSattnInvalidFrames gst_sattn_get_policy (GstSattn * self);
 G_GNUC_INTERNAL

@@ -26,33 +26,52 @@
  *
  * ## Output
  *
- * The source caps are `audio/x-raw, format=F32LE, layout=interleaved` with
- * an unpositioned channel layout (`channel-mask=0`), shaped by
- * #GstSattn:output (d_out = d_model here, rates in Hz):
+ * The sink caps are `audio/x-raw`, native-endian F32, interleaved, read
+ * with #GstAudioInfo.  The output, shaped by #GstSattn:output (d_out =
+ * d_model here), has a row rate of input rate / frame-size, divided by
+ * hop in the pooled modes:
  *
- * - `frames`: one output frame of d_out channels per input frame,
- *   rate = input rate / frame-size.
- * - `window`: one output frame of window × d_out channels per window,
- *   rate = input rate / (frame-size × hop).
- * - `mean`, `last`: one output frame of d_out channels per window, the
- *   mean of the valid rows or the last frame's row,
- *   rate = input rate / (frame-size × hop).
+ * - `frames`: one row of d_out values per input frame;
+ * - `window`: one row of window × d_out values per window;
+ * - `mean`, `last`: one row of d_out values per window, the mean of the
+ *   valid rows or the last frame's row.
  *
- * An output rate that is not a whole number, or a combination of
- * properties that cannot work with the input (hop > window, heads not
- * dividing d_model, a weights file of another d_model, ...), fails
- * negotiation with one element error that names the property values that
- * would work: at READY -> PAUSED when nothing upstream offers can work,
- * otherwise when ACCEPT_CAPS refuses the caps (before the caps event).
- * In PAUSED and PLAYING the sink CAPS query answers rates that are
- * multiples of frame-size (× hop in the pooled modes) and channel counts
- * that fill whole heads (or the weights file's d_model); in NULL and
+ * The source caps are `audio/x-raw` (native-endian F32, interleaved, one
+ * row per sample period, unpositioned: `channel-mask=0`) when the row
+ * rate is a whole number and downstream takes it; otherwise NNStreamer's
+ * `other/tensors, format=static, num_tensors=1, types=float32,
+ * dimensions=d_out:1` (`d_out:window` in window mode, innermost first)
+ * with `framerate` the exact fraction, one row per buffer, stamped at its
+ * first new frame and lasting its hop (e.g. hop 256 at 16 kHz: 125/2).
+ * GStreamer 1.22's audioconvert cannot take 64 or more channels: wide rows
+ * belong in filesink, appsink or tensor elements.
+ *
+ * A combination of properties that cannot work with the input (hop >
+ * window, heads not dividing d_model, a weights file of another d_model,
+ * or a row rate that is not whole when downstream takes no tensors, ...)
+ * fails negotiation with one element error that names the property values
+ * that would work: at READY -> PAUSED when nothing upstream offers can
+ * work, otherwise when ACCEPT_CAPS refuses the caps (before the caps
+ * event).  In PAUSED and PLAYING the sink CAPS query answers channel
+ * counts that fill whole heads (or the weights file's d_model) and, in
+ * this order, the common rates whose row rate is whole, every such rate,
+ * then (when downstream takes other/tensors) any rate, so that a source
+ * fixating to the rate nearest its default picks a common one that gives
+ * audio/x-raw (frame-size=64 after audiotestsrc: 48 kHz); in NULL and
  * READY, while properties may still change, it answers the template.
  * Refused caps leave the element as it was: when the previous caps come
  * back, window and timeline continue.  When downstream refuses the output
  * caps, the error names them and what downstream accepts.
  *
+ * Discontinuities are found by #GstAudioStreamAlign on the input's own
+ * timestamps, with #GstSattn:alignment-threshold and #GstSattn:discont-wait
+ * as in audiobuffersplit; the output timeline is the frame counter's.
+ *
+ * The weights file is read once per READY -> PAUSED and its model built
+ * then (shared through the model cache); caps never read it again.
+ *
  * Geometry properties (all but #GstSattn:invalid-frames,
+ * #GstSattn:alignment-threshold, #GstSattn:discont-wait,
  * #GstSattn:message-interval, #GstSattn:map-head, #GstSattn:weights and
  * #GstSattn:weights-prefix) set while PAUSED or PLAYING take effect at the
  * next READY; the first such change of each property per run posts a
@@ -216,6 +235,9 @@ GST_DEBUG_CATEGORY (gst_sattn_debug);
 #define DEFAULT_START GST_SATTN_START_PAD
 #define DEFAULT_INVALID_FRAMES GST_SATTN_INVALID_FRAMES_MASK
 #define DEFAULT_THREADS 1
+/* As audiobuffersplit's. */
+#define DEFAULT_ALIGNMENT_THRESHOLD (40 * GST_MSECOND)
+#define DEFAULT_DISCONT_WAIT (1 * GST_SECOND)
 #define DEFAULT_POSITIONS GST_SATTN_POSITIONS_NONE
 #define DEFAULT_ROPE_BASE 10000.0
 #define DEFAULT_ACTIVATION GST_SATTN_ACTIVATION_RELU
@@ -246,22 +268,30 @@ enum
   PROP_ACTIVATION,
   PROP_NORM_FIRST,
   PROP_NORM_EPS,
+  PROP_ALIGNMENT_THRESHOLD,
+  PROP_DISCONT_WAIT,
   /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
 };
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
     GST_PAD_SINK,
     GST_PAD_ALWAYS,
-    GST_STATIC_CAPS ("audio/x-raw, format = (string) F32LE, "
-        "layout = (string) interleaved, rate = (int) [ 1, MAX ], "
+    GST_STATIC_CAPS ("audio/x-raw, format = (string) " GST_AUDIO_NE (F32)
+        ", layout = (string) interleaved, rate = (int) [ 1, MAX ], "
         "channels = (int) [ 1, MAX ]"));
 
+/* audio/x-raw when the output rate is a whole number (preferred), the
+ * NNStreamer tensor form (one row per buffer, fractional framerate) at any
+ * rate; see gst_sattn_src_caps_new. */
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC,
     GST_PAD_ALWAYS,
-    GST_STATIC_CAPS ("audio/x-raw, format = (string) F32LE, "
-        "layout = (string) interleaved, rate = (int) [ 1, MAX ], "
-        "channels = (int) [ 1, MAX ]"));
+    GST_STATIC_CAPS ("audio/x-raw, format = (string) " GST_AUDIO_NE (F32)
+        ", layout = (string) interleaved, rate = (int) [ 1, MAX ], "
+        "channels = (int) [ 1, MAX ]; "
+        "other/tensors, format = (string) static, num_tensors = (int) 1, "
+        "types = (string) float32, dimensions = (string) ANY, "
+        "framerate = (fraction) [ 0/1, MAX ]"));
 
 #define gst_sattn_parent_class parent_class
 G_DEFINE_TYPE (GstSattn, gst_sattn, GST_TYPE_ELEMENT);
@@ -510,6 +540,20 @@ gst_sattn_class_init (GstSattnClass * klass)
           "Encoder layer: LayerNorm epsilon.  Defaults to the file's "
           "metadata; setting another value is an error", 0.0, 1.0,
           DEFAULT_NORM_EPS, geom));
+  g_object_class_install_property (gobject_class, PROP_ALIGNMENT_THRESHOLD,
+      g_param_spec_uint64 ("alignment-threshold", "Alignment Threshold",
+          "Timestamp alignment threshold in nanoseconds: an input timestamp "
+          "this far from where the sample count says the data lies is a "
+          "discontinuity (the window restarts); at least two sample "
+          "periods are used", 0, G_MAXUINT64 - 1,
+          DEFAULT_ALIGNMENT_THRESHOLD, rw | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (gobject_class, PROP_DISCONT_WAIT,
+      g_param_spec_uint64 ("discont-wait", "Discont Wait",
+          "Window of time in nanoseconds to wait before creating a "
+          "discontinuity: timestamps must stay beyond alignment-threshold "
+          "this long (0 = at once; a DISCONT flag always resyncs at once)",
+          0, G_MAXUINT64 - 1, DEFAULT_DISCONT_WAIT,
+          rw | GST_PARAM_MUTABLE_PLAYING));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -518,7 +562,7 @@ gst_sattn_class_init (GstSattnClass * klass)
       "Sliding-window self-attention", "Filter/Analyzer/Audio",
       "Masked multi-head self-attention over sliding windows of signal "
       "frames, pushing attention features",
-      "sattn developers <sattn@localhost>");
+      "sattn project");
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
 
@@ -578,6 +622,8 @@ gst_sattn_init (GstSattn * self)
   self->props.norm_first = DEFAULT_NORM_FIRST;
   self->props.norm_eps = DEFAULT_NORM_EPS;
   self->invalid_frames = DEFAULT_INVALID_FRAMES;
+  self->alignment_threshold = DEFAULT_ALIGNMENT_THRESHOLD;
+  self->discont_wait = DEFAULT_DISCONT_WAIT;
   self->held_time = GST_CLOCK_TIME_NONE;
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
@@ -601,6 +647,9 @@ gst_sattn_free_stream (GstSattn * self)
   g_clear_pointer (&self->invalid_flags, g_free);
   g_clear_pointer (&self->info, g_free);
   self->info_cap = 0;
+  g_clear_pointer (&self->out_info, g_free);
+  self->out_info_cap = 0;
+  g_clear_pointer (&self->align, gst_audio_stream_align_free);
   self->carry_len = 0;
   self->carry_invalid = FALSE;
   gst_clear_caps (&self->sink_caps);
@@ -613,6 +662,10 @@ gst_sattn_finalize (GObject * object)
 
   gst_sattn_swap_stop (&self->swap);
   gst_sattn_free_stream (self);
+  gst_sattn_cache_release (self->wmodel);
+  self->wmodel = NULL;
+  g_clear_pointer (&self->wkey, g_free);
+  g_clear_pointer (&self->model_key, g_free);
   gst_sattn_swap_clear (&self->swap);
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
@@ -710,6 +763,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
 
   GST_OBJECT_LOCK (self);
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
+      prop_id != PROP_ALIGNMENT_THRESHOLD && prop_id != PROP_DISCONT_WAIT &&
       prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
@@ -784,6 +838,12 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_ADD_ZERO_ATTN:
       self->add_zero_attn = g_value_get_boolean (value);
+      break;
+    case PROP_ALIGNMENT_THRESHOLD:
+      self->alignment_threshold = g_value_get_uint64 (value);
+      break;
+    case PROP_DISCONT_WAIT:
+      self->discont_wait = g_value_get_uint64 (value);
       break;
     case PROP_POSITIONS:
       self->props.positions = g_value_get_enum (value);
@@ -870,6 +930,12 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
     case PROP_ADD_ZERO_ATTN:
       g_value_set_boolean (value, self->add_zero_attn);
       break;
+    case PROP_ALIGNMENT_THRESHOLD:
+      g_value_set_uint64 (value, self->alignment_threshold);
+      break;
+    case PROP_DISCONT_WAIT:
+      g_value_set_uint64 (value, self->discont_wait);
+      break;
     case PROP_POSITIONS:
       g_value_set_enum (value, self->props.positions);
       break;
@@ -903,45 +969,10 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
 
   switch (transition) {
     case GST_STATE_CHANGE_READY_TO_PAUSED:{
-      gchar *wpath, *wprefix;
-
-      gboolean zero_attn;
-
-      GST_OBJECT_LOCK (self);
-      wpath = g_strdup (self->weights);
-      wprefix = g_strdup (self->weights_prefix);
-      zero_attn = self->add_zero_attn;
-      GST_OBJECT_UNLOCK (self);
-      if (wpath != NULL) {
-        /* Check the file now: a broken one fails the state change with a
-         * message, not the first buffer.  d_model 0 = as the file says. */
-        SattnConfig mc = { 0, };
-        SattnWeights w = { 0, };
-        SattnMhaWeights *mw = NULL;
-        SattnLayerWeights *lw = NULL;
-        GstSattnSettings c;
-        gboolean ok;
-
-        GST_OBJECT_LOCK (self);
-        c = self->props;
-        GST_OBJECT_UNLOCK (self);
-        mc.heads = c.heads;
-        gst_sattn_layer_config (&c, &mc);
-        ok = gst_sattn_load_weights (self, wpath, wprefix, 0, c.heads,
-            zero_attn, c.set_by_user, &mc, &w, &mw, &lw);
-        sattn_mha_weights_free (mw);
-        sattn_layer_weights_free (lw);
-        GST_OBJECT_LOCK (self);
-        self->weights_d_model = ok ? mc.d_model : 0;
-        GST_OBJECT_UNLOCK (self);
-        if (!ok) {
-          g_free (wpath);
-          g_free (wprefix);
-          return GST_STATE_CHANGE_FAILURE;
-        }
-      }
-      g_free (wpath);
-      g_free (wprefix);
+      /* Read and check the weights file now, once: a broken one fails
+       * the state change with a message, not the first buffer. */
+      if (!gst_sattn_prepare_weights (self))
+        return GST_STATE_CHANGE_FAILURE;
       GST_OBJECT_LOCK (self);
       gst_clear_caps (&self->posted_caps);
       GST_OBJECT_UNLOCK (self);
@@ -972,7 +1003,9 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
   }
 
   switch (transition) {
-    case GST_STATE_CHANGE_PAUSED_TO_READY:
+    case GST_STATE_CHANGE_PAUSED_TO_READY:{
+      SattnModel *wmodel;
+
       /* Pads are deactivated: cancel and join a weights loader. */
       gst_sattn_swap_stop (&self->swap);
       gst_sattn_free_stream (self);
@@ -981,9 +1014,13 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       self->running = FALSE;
       self->held_time = GST_CLOCK_TIME_NONE;
       self->weights_d_model = 0;
+      wmodel = self->wmodel;
+      self->wmodel = NULL;
       GST_OBJECT_UNLOCK (self);
+      gst_sattn_cache_release (wmodel);
       gst_sattn_apply_deferred (self);
       break;
+    }
     default:
       break;
   }

@@ -33,7 +33,9 @@
  * whose projections overflow are invalid too: flags are not checked);
  * geometry set while running takes effect at the next READY with one
  * warning per property.  Near the end of the clock's range, where
- * timestamps saturate, only counts are checked (rows <= frames).  Generated times stay clear of the 40 ms threshold
+ * timestamps saturate, only counts are checked (rows <= frames).  The
+ * discontinuity rule is GstAudioStreamAlign's with discont-wait=0 (m_check_discont);
+ * downstream takes audio/x-raw only.  Generated times stay clear of the 40 ms threshold
  * (jitter <= 5 ms, jumps >= 100 ms) so that the rules never hinge on a
  * rounding.  Every
  * output buffer or GAP event is checked against it as it arrives:
@@ -250,6 +252,12 @@ typedef struct
   /* input timeline */
   GstClockTime t0;
   guint64 bytes;
+  /* the element's discontinuity detector (GstAudioStreamAlign), which
+   * follows the input's own timestamps: where it expects the next
+   * sample, as a sample offset (G_MAXUINT64: not started) and a time */
+  guint64 a_off;
+  GstClockTime a_base;
+  guint64 a_samples;
   guint8 *carry;
   gsize carry_len;
   gboolean carry_invalid;
@@ -538,6 +546,24 @@ m_flush (Episode * e)
   e->carry_invalid = FALSE;
 }
 
+/* The detector restarted at ts (valid) for n samples. */
+static void
+a_restart (Episode * e, GstClockTime ts, guint64 n)
+{
+  e->a_base = ts;
+  e->a_samples = n;
+  e->a_off = gst_util_uint64_scale (ts, e->rate, GST_SECOND) + n;
+}
+
+/* Where the detector expects the next sample, in time. */
+static GstClockTime
+a_next (Episode * e)
+{
+  guint64 d = gst_util_uint64_scale_int (e->a_samples, GST_SECOND, e->rate);
+
+  return d > G_MAXUINT64 - 1 - e->a_base ? G_MAXUINT64 - 1 : e->a_base + d;
+}
+
 /* Within a segment time never goes back: a resync at a time behind the
  * counter restarts the window but continues the counter's time line. */
 static void
@@ -550,15 +576,21 @@ m_resync (Episode * e, GstClockTime ts)
       (!GST_CLOCK_TIME_IS_VALID (exp) || ts >= exp) ? ts : exp);
 }
 
-/* The documented resync rule before data at ts: a DISCONT flag or a PTS
- * more than max(half a frame, 40 ms) from the sample counter. */
+/* The documented resync rule before n samples of data at ts: a DISCONT
+ * flag, or a PTS at least alignment-threshold (40 ms, at least two
+ * samples) from where the detector, which counts the input's own samples
+ * since its last restart, expects it (discont-wait=0 here).  The detector
+ * restarts at the timeline's start and at a DISCONT, rebases itself at a
+ * detected jump, and follows the counter after a GAP. */
 static void
-m_check_discont (Episode * e, GstClockTime ts, gboolean discont)
+m_check_discont (Episode * e, GstClockTime ts, gboolean discont, guint64 n)
 {
-  GstClockTime exp, thr, diff;
+  GstClockTime exp, thr, ats;
+  guint64 off, diff, max_diff;
 
   if (!GST_CLOCK_TIME_IS_VALID (e->t0)) {
     m_start_timeline (e, ts);
+    a_restart (e, e->t0, n);
     return;
   }
   if (e->cur == NULL) {
@@ -569,16 +601,24 @@ m_check_discont (Episode * e, GstClockTime ts, gboolean discont)
   }
   if (discont) {
     m_resync (e, ts);
+    a_restart (e, GST_CLOCK_TIME_IS_VALID (ts) ? ts : e->t0, n);
     return;
   }
-  if (!GST_CLOCK_TIME_IS_VALID (ts))
-    return;
-  exp = m_expected (e);
-  thr = MAX (gst_util_uint64_scale (e->fs, GST_SECOND, 2 * (guint64) e->rate),
-      GST_SECOND / 25);
-  diff = ts > exp ? ts - exp : exp - ts;
-  if (diff > thr)
-    m_resync (e, ts);
+  ats = GST_CLOCK_TIME_IS_VALID (ts) ? ts : a_next (e);
+  thr = MAX (40 * GST_MSECOND, gst_util_uint64_scale_int_ceil (2,
+          GST_SECOND, e->rate));
+  max_diff = gst_util_uint64_scale_int (thr, e->rate, GST_SECOND);
+  off = gst_util_uint64_scale (ats, e->rate, GST_SECOND);
+  diff = off > e->a_off ? off - e->a_off : e->a_off - off;
+  if (diff >= max_diff) {
+    a_restart (e, ats, n);
+    if (GST_CLOCK_TIME_IS_VALID (ts) && !(ts == G_MAXUINT64 - 1 &&
+            m_expected (e) == G_MAXUINT64 - 1))
+      m_resync (e, ts);
+  } else {
+    e->a_off += n;
+    e->a_samples += n;
+  }
 }
 
 static gboolean
@@ -1124,8 +1164,10 @@ op_caps (Episode * e, gboolean first)
     e->carry_len = 0;
     e->t0 = GST_CLOCK_TIME_NONE;
     e->bytes = 0;
-    if (GST_CLOCK_TIME_IS_VALID (next))
+    if (GST_CLOCK_TIME_IS_VALID (next)) {
       m_start_timeline (e, next);
+      a_restart (e, next, 0);
+    }
   }
   res = push_caps (e, rate, channels);
   ep_check (e, res, "caps %d Hz, %d channels refused", rate, channels);
@@ -1469,7 +1511,7 @@ op_buffer (Episode * e)
   /* The model: the resync rule, then the bytes.  A buffer stamped behind
    * the counter by more than the threshold, or an overlapping DISCONT
    * one, restarts the window at the counter, not before it (m_resync). */
-  m_check_discont (e, pts, discont);
+  m_check_discont (e, pts, discont, size / e->bpf);
   ok = m_feed (e, (const guint8 *) data, size, gap);
   want = ok ? GST_FLOW_OK : GST_FLOW_ERROR;
   if (!ok)
@@ -1552,12 +1594,26 @@ op_gap (Episode * e)
   /* The model: GAP frames are masked frames up to the gap's end on the
    * sample grid of the timeline; one without a duration adds nothing. */
   if (e->configured && GST_CLOCK_TIME_IS_VALID (dur)) {
-    /* a GAP that starts behind the counter never resyncs */
+    /* a GAP that starts behind the counter never resyncs; one ahead by
+     * the threshold or more resyncs at once (no discont-wait) */
+    GstClockTime thr = MAX (40 * GST_MSECOND,
+        gst_util_uint64_scale_int_ceil (2, GST_SECOND, e->rate));
+
     exp = m_expected (e);
-    if (!GST_CLOCK_TIME_IS_VALID (exp) || ts >= exp)
-      m_check_discont (e, ts, FALSE);
-    else if (e->cur == NULL)
-      m_check_discont (e, GST_CLOCK_TIME_NONE, FALSE);
+    if (!GST_CLOCK_TIME_IS_VALID (exp)) {
+      m_start_timeline (e, ts);
+      a_restart (e, e->t0, 0);
+    } else {
+      if (e->cur == NULL) {
+        /* drained at EOS: the timeline goes on in time */
+        m_start_timeline (e, exp);
+        e->bytes = 0;
+      }
+      if (ts >= exp && ts - exp >= thr) {
+        m_resync (e, ts);
+        a_restart (e, e->t0, 0);
+      }
+    }
     /* the end saturates at the last valid clock time */
     GstClockTime end = dur > G_MAXUINT64 - 1 - ts ? G_MAXUINT64 - 1 :
         ts + dur;
@@ -1573,6 +1629,9 @@ op_gap (Episode * e)
       bytes = 0;
     }
     m_feed (e, NULL, bytes, TRUE);
+    /* the detector then expects data where the counter is */
+    if (bytes > 0)
+      a_restart (e, m_expected (e), 0);
   }
   fail_unless (gst_harness_push_event (e->h, gst_event_new_gap (ts, dur)));
   ep_consume (e);
@@ -1786,8 +1845,12 @@ ep_setup (Episode * e, guint64 seed)
       "frame-size", e->fs, "heads", e->heads, "causal", e->causal,
       "lookback", e->lookback, "output", e->output, "start", e->start,
       "scale", e->scale, "invalid-frames", e->policy, "post-messages",
-      e->post_messages, "weights", wpath, NULL);
+      e->post_messages, "weights", wpath, "discont-wait", (guint64) 0,
+      "message-interval", (guint64) 0, NULL);
   g_free (wpath);
+  /* Downstream takes audio/x-raw only, so that the rate rules refuse caps
+   * (other/tensors output: test-element-tensor.c). */
+  gst_harness_set_sink_caps_str (e->h, "audio/x-raw");
   e->bus = sattn_attach_bus (e->h);
   gst_pad_add_probe (e->h->sinkpad, GST_PAD_PROBE_TYPE_BUFFER |
       GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM | GST_PAD_PROBE_TYPE_EVENT_FLUSH,

@@ -9,7 +9,8 @@
  * non-finite scores.  Message timing: one message per window with
  * message-interval=0, whole windows per message otherwise, contiguous
  * timestamps, a last message at EOS, each message posted after the
- * features it describes.
+ * features it describes.  The default interval is 100 ms
+ * (test_message_interval_default).
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -201,7 +202,8 @@ GST_START_TEST (test_identical_frames_uniform)
     for (t = 0; t < d; t++)
       x[i * d + t] = frame[t];
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "heads", heads,
-      "scale", c.scale, "start", c.start, "post-messages", TRUE, NULL);
+      "scale", c.scale, "start", c.start, "post-messages", TRUE,
+      "message-interval", (guint64) 0, NULL);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, (gint) d);
   push_stream (h, x, T, d, 7, 1, rate);
@@ -262,7 +264,8 @@ GST_START_TEST (test_random_fields)
   /* channels = 3, frame-size = 2: d_model = 6. */
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "heads", c.heads,
       "lookback", c.lookback, "causal", c.causal, "output", c.output,
-      "start", c.start, "frame-size", fs, "post-messages", TRUE, NULL);
+      "start", c.start, "frame-size", fs, "post-messages", TRUE,
+      "message-interval", (guint64) 0, NULL);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, 3);
   push_stream (h, x, T, d, 9, fs, rate);
@@ -305,7 +308,8 @@ GST_START_TEST (test_dominant_key_saturates)
   x[3 * d] = x[3 * d + 1] = 10.0f;
   x[11 * d] = x[11 * d + 1] = 10.0f;
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "heads", heads,
-      "post-messages", TRUE, NULL);
+      "post-messages", TRUE,
+      "message-interval", (guint64) 0, NULL);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, (gint) d);
   push_stream (h, x, T, d, T, 1, rate);
@@ -354,7 +358,8 @@ GST_START_TEST (test_unit_scale_warning)
 
   sattn_fill_signal (x, T * d, 4242, 0.5f);
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "frame-size", fs,
-      "scale", c.scale, "post-messages", TRUE, NULL);
+      "scale", c.scale, "post-messages", TRUE,
+      "message-interval", (guint64) 0, NULL);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, channels);
   push_stream (h, x, T, d, 5, fs, rate);
@@ -414,7 +419,7 @@ GST_START_TEST (test_nan_and_gap_frames)
     valid[f] = 0;
 
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "post-messages",
-      TRUE, NULL);
+      TRUE, "message-interval", (guint64) 0, NULL);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, (gint) d);
   for (f = 0; f < T; f += 4) {
@@ -463,7 +468,7 @@ GST_START_TEST (test_overflow_scores)
     x[big[i] * d + 1] = 1e20f;
   }
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "post-messages",
-      TRUE, NULL);
+      TRUE, "message-interval", (guint64) 0, NULL);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, (gint) d);
   push_stream (h, x, T, d, 64, 1, rate);
@@ -514,13 +519,17 @@ GST_START_TEST (test_message_interval)
 {
   const gint rate = 1000;
   const gsize d = 2, T = 53;
+  /* The last one is the default, left unset: 100 ms as in level and
+   * spectrum. */
   const GstClockTime intervals[] = { 0, 10 * GST_MSECOND, 7 * GST_MSECOND,
-    GST_SECOND, 1
+    GST_SECOND, 1, 100 * GST_MSECOND
   };
-  const GstClockTime interval = intervals[__i__ % 5];
+  const guint n_iv = G_N_ELEMENTS (intervals);
+  const GstClockTime interval = intervals[(guint) __i__ % n_iv];
   RefConfig c = { 8, 4, 1, 0, 0.0, FALSE, OUT_FRAMES,
-    __i__ >= 5 ? START_WAIT : START_PAD
+    (guint) __i__ >= n_iv ? START_WAIT : START_PAD
   };
+  guint64 iv_get = 0;
   float *x = g_new (float, T * d);
   ObsWindow *w;
   gsize nw, i, m = 0, start = 0;
@@ -532,7 +541,11 @@ GST_START_TEST (test_message_interval)
 
   sattn_fill_signal (x, T * d, 31 + __i__, 1.0f);
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "start", c.start,
-      "post-messages", TRUE, "message-interval", (guint64) interval, NULL);
+      "post-messages", TRUE, NULL);
+  if ((guint) __i__ % n_iv != n_iv - 1)
+    g_object_set (h->element, "message-interval", (guint64) interval, NULL);
+  g_object_get (h->element, "message-interval", &iv_get, NULL);
+  fail_unless_equals_uint64 (iv_get, interval);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, (gint) d);
   push_stream (h, x, T, d, 6, 1, rate);
@@ -768,7 +781,7 @@ sattn_health_suite (void)
   tcase_add_loop_test (tc, test_unit_scale_warning, 0, 2);
   tcase_add_test (tc, test_nan_and_gap_frames);
   tcase_add_test (tc, test_overflow_scores);
-  tcase_add_loop_test (tc, test_message_interval, 0, 10);
+  tcase_add_loop_test (tc, test_message_interval, 0, 12);
   tcase_add_loop_test (tc, test_message_weights, 0, 4);
   tcase_add_test (tc, test_off_by_default);
   tcase_add_test (tc, test_flush_discards);
