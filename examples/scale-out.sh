@@ -4,24 +4,29 @@
 #   sensor host:    frames  --TCP-->  worker host: sattn  --TCP-->  collector
 #
 # Transport: GStreamer's own elements from Debian 12's plugin packages:
-# tcpclientsink / tcpserversrc (gst-plugins-base) carry a Matroska stream
-# (matroskamux / matroskademux, gst-plugins-good) with timecodescale=1, so
-# every buffer keeps its caps and its timestamp to the nanosecond, and TCP
-# delivers every byte in order: no frame is lost.  The worker and the
+# tcpclientsink / tcpserversrc (gst-plugins-base) carry the GStreamer Data
+# Protocol (gdppay / gdpdepay, gst-plugins-bad), which serialises each
+# buffer with its PTS, DTS and duration plus the caps and the segment
+# event, so the receiving pipeline sees the sender's stream unchanged
+# (timestamps and segment to the nanosecond, whatever time the sensor
+# starts at), and TCP delivers every byte in order: no frame is lost.
+# (Matroska, tried first, stores running time and its demuxer restarts the
+# segment, so a stream not starting at 0 came back shifted.)  The worker and the
 # collector listen (tcpserversrc); the sensor and the worker connect
 # (tcpclientsink), so start them in the order collector, worker, sensor.
 #
 # Usage:
 #   scale-out.sh collector PORT OUT.f32         features to OUT.f32
 #   scale-out.sh worker PORT COLLECTOR_HOST COLLECTOR_PORT [sattn props...]
-#   scale-out.sh sensor WORKER_HOST WORKER_PORT [BUFFERS]
+#   scale-out.sh sensor WORKER_HOST WORKER_PORT [BUFFERS [START_NS]]
 #   scale-out.sh test OUT_DIR                   all three on 127.0.0.1
 #
 # `test` picks free ports (port=0; each listener reports the port it got),
 # runs the three pipelines as separate processes, each bounded by a
 # timeout, runs sattn locally on the same frames and checks that the
 # features that came back are the local ones: the same number of frames,
-# the same timestamps and durations, the same values.
+# the same timestamps and durations, the same values; once for a sensor
+# starting at 0 and once for one whose first timestamp is 5 s.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,10 +50,11 @@ gst () {
 SENSOR_SRC="audiotestsrc wave=sine freq=330 samplesperbuffer=160"
 SENSOR_CAPS="audio/x-raw,format=F32LE,layout=interleaved,channels=4,rate=16000"
 SATTN_PROPS=(frame-size=16 window=32 hop=8 heads=4)
-MUX=(matroskamux streamable=true timecodescale=1)
+MUX=(gdppay)
 
-sensor () {       # WORKER_HOST WORKER_PORT [BUFFERS]
+sensor () {       # WORKER_HOST WORKER_PORT [BUFFERS [START_NS]]
   gst timeout "$limit" gst-launch-1.0 -q $SENSOR_SRC num-buffers="${3:-200}" \
+    timestamp-offset="${4:-0}" \
     ! "$SENSOR_CAPS" ! "${MUX[@]}" ! tcpclientsink host="$1" port="$2"
 }
 
@@ -58,13 +64,13 @@ worker () {       # PORT COLLECTOR_HOST COLLECTOR_PORT [sattn props...]
   local props=("$@")
   [ ${#props[@]} -gt 0 ] || props=("${SATTN_PROPS[@]}")
   gst timeout "$limit" gst-launch-1.0 -v tcpserversrc host=0.0.0.0 \
-    port="$port" ! matroskademux ! sattn "${props[@]}" ! "${MUX[@]}" \
+    port="$port" ! gdpdepay ! sattn "${props[@]}" ! "${MUX[@]}" \
     ! tcpclientsink host="$chost" port="$cport"
 }
 
 collector () {    # PORT OUT.f32
   gst timeout "$limit" gst-launch-1.0 -v tcpserversrc host=0.0.0.0 \
-    port="$1" ! matroskademux ! identity silent=false \
+    port="$1" ! gdpdepay ! identity silent=false \
     ! filesink location="$2"
 }
 
@@ -89,26 +95,40 @@ buffers_of () {
 }
 
 run_test () {
-  local out=$1 buffers=200
+  local out=$1 start
+  gst gst-inspect-1.0 gdppay > /dev/null 2>&1 || {
+    echo "scale-out: gdppay not found (Debian: gstreamer1.0-plugins-bad)" >&2
+    exit 1
+  }
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
+  # A sensor whose stream starts at 0 and one whose first timestamp is 5 s:
+  # the features must come back with the sensor's timestamps either way.
+  for start in 0 5000000000; do
+    mkdir -p "$out/start-$start"
+    run_one "$out/start-$start" "$start"
+  done
+}
+
+run_one () {      # OUT_DIR START_NS
+  local out=$1 start=$2 buffers=200
   rm -f "$out"/*.log "$out"/*.f32
 
   # Listeners bind on 127.0.0.1 only here.
   gst timeout "$limit" gst-launch-1.0 -v tcpserversrc host=127.0.0.1 port=0 \
-    ! matroskademux ! identity silent=false \
+    ! gdpdepay ! identity silent=false \
     ! filesink location="$out/remote.f32" > "$out/collector.log" 2>&1 &
   local cpid=$!
   local cport
   cport=$(port_of "$out/collector.log")
   gst timeout "$limit" gst-launch-1.0 -v tcpserversrc host=127.0.0.1 port=0 \
-    ! matroskademux ! sattn "${SATTN_PROPS[@]}" ! "${MUX[@]}" \
+    ! gdpdepay ! sattn "${SATTN_PROPS[@]}" ! "${MUX[@]}" \
     ! tcpclientsink host=127.0.0.1 port="$cport" > "$out/worker.log" 2>&1 &
   local wpid=$!
   local wport
   wport=$(port_of "$out/worker.log")
   echo "collector on 127.0.0.1:$cport, worker on 127.0.0.1:$wport"
-  sensor 127.0.0.1 "$wport" "$buffers" > "$out/sensor.log" 2>&1
+  sensor 127.0.0.1 "$wport" "$buffers" "$start" > "$out/sensor.log" 2>&1
   local rc=0
   wait "$wpid" || rc=$?
   [ $rc -eq 0 ] || { echo "scale-out: worker failed ($rc)" >&2; tail -5 "$out/worker.log" >&2; exit 1; }
@@ -117,23 +137,23 @@ run_test () {
 
   # The same frames through sattn on this machine.
   gst timeout "$limit" gst-launch-1.0 -v $SENSOR_SRC num-buffers="$buffers" \
-    ! "$SENSOR_CAPS" ! sattn "${SATTN_PROPS[@]}" ! identity silent=false \
+    timestamp-offset="$start" ! "$SENSOR_CAPS" ! sattn "${SATTN_PROPS[@]}" ! identity silent=false \
     ! filesink location="$out/local.f32" > "$out/local.log" 2>&1
 
   buffers_of "$out/collector.log" > "$out/remote.ts"
   buffers_of "$out/local.log" > "$out/local.ts"
-  "$python" - "$out" "$buffers" <<'EOF'
+  "$python" - "$out" "$buffers" "$start" <<'EOF'
 import sys
 import numpy as np
 
-out, buffers = sys.argv[1], int(sys.argv[2])
+out, buffers, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 d = 4 * 16                      # channels x frame-size
 frames_in = buffers * 160 // 16
 remote = np.fromfile(f"{out}/remote.f32", dtype=np.float32).reshape(-1, d)
 local = np.fromfile(f"{out}/local.f32", dtype=np.float32).reshape(-1, d)
 rts = [l.split() for l in open(f"{out}/remote.ts")]
 lts = [l.split() for l in open(f"{out}/local.ts")]
-print(f"frames in {frames_in}, feature frames: remote {len(remote)}, "
+print(f"sensor start {start} ns: frames in {frames_in}, feature frames: remote {len(remote)}, "
       f"local {len(local)}; buffers: remote {len(rts)}, local {len(lts)}")
 ok = len(remote) == frames_in and len(local) == frames_in
 # Timestamps: every remote buffer's pts/duration as the local run's, over
@@ -151,8 +171,10 @@ def row_times(ts):
     return t
 rt, lt = row_times(rts), row_times(lts)
 same_ts = rt == lt
-print(f"row timestamps equal: {same_ts}; first {rt[:3]} last {rt[-1:]}")
+print(f"row timestamps equal: {same_ts}; first remote {rt[:3]} local {lt[:3]} last {rt[-1:]}")
 ok &= same_ts
+# The local run starts where the sensor does (the reference is not shifted).
+ok &= bool(lt) and lt[0] == start
 if len(remote) == len(local):
     err = float(np.max(np.abs(remote.astype(np.float64) - local)))
     print(f"max-abs remote vs local: {err:.3g}")
@@ -167,5 +189,5 @@ case "${1:-}" in
   worker) shift; worker "$@" ;;
   collector) shift; collector "$@" ;;
   test) shift; run_test "${1:-out/scale-out}" ;;
-  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
 esac
