@@ -14,6 +14,9 @@
 # segment, so a stream not starting at 0 came back shifted.)  The worker and the
 # collector listen (tcpserversrc); the sensor and the worker connect
 # (tcpclientsink), so start them in the order collector, worker, sensor.
+# The senders do not sync to the clock (sync=false): the worker forwards
+# features as soon as they are computed, and a non-live test sensor is not
+# held back to real time (nor by its start time: 5 s in the test).
 #
 # Usage:
 #   scale-out.sh collector PORT OUT.f32         features to OUT.f32
@@ -55,7 +58,7 @@ MUX=(gdppay)
 sensor () {       # WORKER_HOST WORKER_PORT [BUFFERS [START_NS]]
   gst timeout "$limit" gst-launch-1.0 -q $SENSOR_SRC num-buffers="${3:-200}" \
     timestamp-offset="${4:-0}" \
-    ! "$SENSOR_CAPS" ! "${MUX[@]}" ! tcpclientsink host="$1" port="$2"
+    ! "$SENSOR_CAPS" ! "${MUX[@]}" ! tcpclientsink sync=false host="$1" port="$2"
 }
 
 worker () {       # PORT COLLECTOR_HOST COLLECTOR_PORT [sattn props...]
@@ -65,7 +68,7 @@ worker () {       # PORT COLLECTOR_HOST COLLECTOR_PORT [sattn props...]
   [ ${#props[@]} -gt 0 ] || props=("${SATTN_PROPS[@]}")
   gst timeout "$limit" gst-launch-1.0 -v tcpserversrc host=0.0.0.0 \
     port="$port" ! gdpdepay ! sattn "${props[@]}" ! "${MUX[@]}" \
-    ! tcpclientsink host="$chost" port="$cport"
+    ! tcpclientsink sync=false host="$chost" port="$cport"
 }
 
 collector () {    # PORT OUT.f32
@@ -123,7 +126,7 @@ run_one () {      # OUT_DIR START_NS
   cport=$(port_of "$out/collector.log")
   gst timeout "$limit" gst-launch-1.0 -v tcpserversrc host=127.0.0.1 port=0 \
     ! gdpdepay ! sattn "${SATTN_PROPS[@]}" ! "${MUX[@]}" \
-    ! tcpclientsink host=127.0.0.1 port="$cport" > "$out/worker.log" 2>&1 &
+    ! tcpclientsink sync=false host=127.0.0.1 port="$cport" > "$out/worker.log" 2>&1 &
   local wpid=$!
   local wport
   wport=$(port_of "$out/worker.log")
