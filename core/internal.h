@@ -189,11 +189,17 @@ void sattn_mul (float *y, size_t n, float a);
 /* Nonzero when every one of n floats is finite (tested on the bits:
  * vectorised, exact). */
 int sattn_finite (const float *x, size_t n);
-/* y[i] = exp (y[i] - mx) (all y[i] <= mx, -inf allowed); returns the sum. */
-double sattn_exp_sum (float *y, size_t n, float mx);
-/* The same, also returning *ex = sum of e_i (y_i - mx) over entries with
- * y_i > -inf and *xmin = min (y_i - mx) over those (for statistics). */
-double sattn_exp_sum_stats (float *y, size_t n, float mx, double *ex,
-                            float *xmin);
+/* Softmax pass 1 when nothing is masked: the max of s[0, n) (-inf when
+ * n = 0); *finite = 0 when some entry is NaN or +-inf (the caller then
+ * takes sattn_softmax_scan). */
+float sattn_softmax_max (const float *s, size_t n, int *finite);
+/* y[i] = exp (y[i] * scale - mx) with x_i = y[i] * scale rounded first
+ * (all x_i <= mx, -inf allowed; scale > 0); returns the sum. */
+double sattn_exp_sum (float *y, size_t n, float scale, float mx);
+/* The same, also returning *ex = sum of e_i x_i over entries with
+ * x_i > -inf and *xmin = min x_i over those (for statistics), where
+ * x_i = y_i * scale - mx. */
+double sattn_exp_sum_stats (float *y, size_t n, float scale, float mx,
+                            double *ex, float *xmin);
 
 #endif

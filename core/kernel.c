@@ -81,13 +81,38 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
   float mx = -INFINITY;
 
   /* Pass 1: scale; masked entries become -inf, NaN scores stay NaN as a
-   * marker and are counted. */
+   * marker and are counted (or, for the common row below, only the max). */
   size_t counts[4] = { 0, 0, 0, 0 };
+  /* The exp pass scales (1 once pass 1 has). */
+  float escale = 1.0f;
   for (size_t j = 0; j < lo; j++)
     s[j] = -INFINITY;
   for (size_t j = hi; j < nk; j++)
     s[j] = -INFINITY;
-  if (allow == NULL) {
+  /* The common row: no key masked in [lo, hi), no mask, every score
+   * finite.  Pass 1 is then only the max of the raw scores: with
+   * 0 < scale <= 1 every scaled score is finite, the max of the scaled
+   * scores is the scaled max (rounding is monotonic), every entry is
+   * valid, and the exp pass scales each entry exactly as the scan below
+   * would have (same values).  A NaN or +-inf score sends the row to the
+   * scan, which counts them. */
+  int fast = 0;
+  if (key_ok == NULL && allow == NULL && scale <= 1.0f &&
+      hi - lo + (ncols - nk) > 0) {
+    int fin1, fin2 = 1;
+    float m1 = sattn_softmax_max (s + lo, hi - lo, &fin1);
+    float m2 = ncols > nk ? sattn_softmax_max (s + nk, ncols - nk, &fin2)
+        : -INFINITY;
+    if (fin1 && fin2) {
+      fast = 1;
+      mx = (m1 > m2 ? m1 : m2) * scale;
+      counts[0] = hi - lo + (ncols - nk);
+      escale = scale;
+    }
+  }
+  if (fast) {
+    /* counts and mx set above */
+  } else if (allow == NULL) {
     mx = sattn_softmax_scan (s + lo, hi - lo, key_ok ? key_ok + lo : NULL,
                              scale, counts);
   } else {
@@ -107,7 +132,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
       }
     }
   }
-  if (ncols > nk) {
+  if (!fast && ncols > nk) {
     float mx2 = sattn_softmax_scan (s + nk, ncols - nk, NULL, scale, counts);
     mx = mx2 > mx ? mx2 : mx;
   }
@@ -158,7 +183,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
           s[j] = -INFINITY;
     double ex;
     float xmin;
-    double sum = sattn_exp_sum_stats (s, ncols, mx, &ex, &xmin);
+    double sum = sattn_exp_sum_stats (s, ncols, escale, mx, &ex, &xmin);
     sattn_mul (s, ncols, (float) (1.0 / sum));
     lse = (double) mx + log (sum);
     smax = mx;
@@ -173,7 +198,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
       for (size_t j = 0; j < ncols; j++)
         if (isnan (s[j]))
           s[j] = -INFINITY;
-    double sum = sattn_exp_sum (s, ncols, mx);
+    double sum = sattn_exp_sum (s, ncols, escale, mx);
     /* sum >= 1: the max entry contributes exp(0) = 1. */
     sattn_mul (s, ncols, (float) (1.0 / sum));
     lse = (double) mx + log (sum);
@@ -254,6 +279,9 @@ sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
     }
   }
 
+  /* Every key usable (the common window): the softmax need not look. */
+  const uint8_t *key_ok = a->key_ok != NULL && memchr (a->key_ok, 0, nk)
+      ? a->key_ok : NULL;
   for (size_t i = 0; i < M; i++) {
     float *row = S + i * ncols;
     if (query_ok != NULL && !query_ok[i]) {
@@ -274,7 +302,7 @@ sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
       }
       scale = 1.0f;
     }
-    softmax_row (row, nk, ncols, lo, hi, a->key_ok,
+    softmax_row (row, nk, ncols, lo, hi, key_ok,
                  a->allow ? a->allow + (r0 + i) * a->ld_allow : NULL, scale,
                  stats, a->sat_threshold);
   }

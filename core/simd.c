@@ -3,7 +3,8 @@
  *
  *   sattn_qk:      S (m × nk) = Q (m × dh) · Kt (dh × nk)   (K transposed)
  *   sattn_pv:      O (m × dv) = P (m × nk) · V (nk × dv)
- *   sattn_exp_sum: y = exp (y - mx), returns the sum (inputs <= mx)
+ *   sattn_exp_sum: y = exp (y * scale - mx), returns the sum (inputs <= mx)
+ *   sattn_softmax_max: max of a row and whether it is all finite
  *
  * The vectorised exp is a Cephes-style range reduction (x = n ln2 + r,
  * |r| <= ln2/2) with a degree-6 polynomial for e^r and 2^n applied in two
@@ -118,18 +119,36 @@ scan_portable (float *restrict s, size_t n, const uint8_t *restrict ok,
   return m;
 }
 
-/* The exp pass: y = exp (y - mx), returning the sum.  With ex != NULL
+/* The max of s[0, n); *finite = 0 when some entry is NaN or +-inf:
+ * v * 0 is NaN exactly for those, and a NaN stays in the sum. */
+static float
+max_portable (const float *restrict s, size_t n, int *finite)
+{
+  float m = -INFINITY, det = 0.0f;
+  for (size_t j = 0; j < n; j++) {
+    m = s[j] > m ? s[j] : m;
+    det += s[j] * 0.0f;
+  }
+  *finite = det == det;
+  return m;
+}
+
+/* The exp pass: y = exp (y * scale - mx), returning the sum.  With ex != NULL
  * also *ex = sum of e x and *xmin = min x over entries with x = y - mx >
  * -inf (for the statistics).  One body serves both uses, so the weights are
  * identical with and without statistics; callers pass NULL or not as a
  * constant and the body is inlined for each. */
 static inline __attribute__ ((always_inline)) double
-exp_sum_body_portable (float *y, size_t n, float mx, double *ex, float *xmin)
+exp_sum_body_portable (float *y, size_t n, float scale, float mx, double *ex,
+                       float *xmin)
 {
   double sum = 0.0, sx = 0.0;
   float m = INFINITY;
   for (size_t i = 0; i < n; i++) {
-    float x = y[i] - mx;
+    /* The product rounded before the subtraction (never one fused
+     * multiply-add: the max entry must give exactly 0). */
+    volatile float xs = y[i] * scale;
+    float x = xs - mx;
     y[i] = expf (x);
     sum += y[i];
     if (ex != NULL && x > -INFINITY) {
@@ -198,9 +217,10 @@ exp256 (__m256 x)
  * in double: it normalises the whole row; the entropy term in float.  The
  * tail goes through the vector code too, padded with -inf (exp = 0). */
 AVX2 static inline __attribute__ ((always_inline)) double
-exp_sum_body_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
+exp_sum_body_avx2 (float *y, size_t n, float scale, float mx, double *ex,
+                   float *xmin)
 {
-  const __m256 vmx = _mm256_set1_ps (mx);
+  const __m256 vmx = _mm256_set1_ps (mx), vsc = _mm256_set1_ps (scale);
   const __m256 ninf = _mm256_set1_ps (-INFINITY);
   const __m256 pinf = _mm256_set1_ps (INFINITY);
   __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
@@ -214,7 +234,11 @@ exp_sum_body_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
         tmp[l] = l < r ? y[i + l] : -INFINITY;
       src = tmp;
     }
-    __m256 x = _mm256_sub_ps (_mm256_loadu_ps (src), vmx);
+    /* Rounded before the subtraction (the compiler must not fuse them:
+     * the max entry gives exactly 0). */
+    __m256 xs = _mm256_mul_ps (_mm256_loadu_ps (src), vsc);
+    __asm__ ("" : "+x" (xs));
+    __m256 x = _mm256_sub_ps (xs, vmx);
     __m256 e = exp256 (x);
     _mm256_storeu_ps (src, e);
     acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (e)));
@@ -246,15 +270,57 @@ exp_sum_body_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
 }
 
 AVX2 static double
-exp_sum_avx2 (float *y, size_t n, float mx)
+exp_sum_avx2 (float *y, size_t n, float scale, float mx)
 {
-  return exp_sum_body_avx2 (y, n, mx, NULL, NULL);
+  return exp_sum_body_avx2 (y, n, scale, mx, NULL, NULL);
 }
 
 AVX2 static double
-exp_sum_stats_avx2 (float *y, size_t n, float mx, double *ex, float *xmin)
+exp_sum_stats_avx2 (float *y, size_t n, float scale, float mx, double *ex,
+                    float *xmin)
 {
-  return exp_sum_body_avx2 (y, n, mx, ex, xmin);
+  return exp_sum_body_avx2 (y, n, scale, mx, ex, xmin);
+}
+
+/* See max_portable: four independent max and NaN chains. */
+AVX2 static float
+max_avx2 (const float *restrict s, size_t n, int *finite)
+{
+  const __m256 zero = _mm256_setzero_ps ();
+  __m256 m0 = _mm256_set1_ps (-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+  __m256 d0 = zero, d1 = zero, d2 = zero, d3 = zero;
+  size_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    __m256 v0 = _mm256_loadu_ps (s + j), v1 = _mm256_loadu_ps (s + j + 8);
+    __m256 v2 = _mm256_loadu_ps (s + j + 16), v3 = _mm256_loadu_ps (s + j + 24);
+    m0 = _mm256_max_ps (m0, v0);
+    m1 = _mm256_max_ps (m1, v1);
+    m2 = _mm256_max_ps (m2, v2);
+    m3 = _mm256_max_ps (m3, v3);
+    d0 = _mm256_fmadd_ps (v0, zero, d0);
+    d1 = _mm256_fmadd_ps (v1, zero, d1);
+    d2 = _mm256_fmadd_ps (v2, zero, d2);
+    d3 = _mm256_fmadd_ps (v3, zero, d3);
+  }
+  for (; j + 8 <= n; j += 8) {
+    __m256 v0 = _mm256_loadu_ps (s + j);
+    m0 = _mm256_max_ps (m0, v0);
+    d0 = _mm256_fmadd_ps (v0, zero, d0);
+  }
+  m0 = _mm256_max_ps (_mm256_max_ps (m0, m1), _mm256_max_ps (m2, m3));
+  d0 = _mm256_add_ps (_mm256_add_ps (d0, d1), _mm256_add_ps (d2, d3));
+  float lm[8], ld[8];
+  _mm256_storeu_ps (lm, m0);
+  _mm256_storeu_ps (ld, d0);
+  float m = -INFINITY, det = 0.0f;
+  for (int l = 0; l < 8; l++) {
+    m = lm[l] > m ? lm[l] : m;
+    det += ld[l];
+  }
+  int fin;
+  float t = max_portable (s + j, n - j, &fin);
+  *finite = fin && det == det;
+  return t > m ? t : m;
 }
 
 /* Two query rows × 16 keys per step. */
@@ -589,16 +655,21 @@ tail_mask (size_t r)
 
 /* The exp pass (see exp_sum_body_portable and exp_sum_body_avx2). */
 AVX512 static inline __attribute__ ((always_inline)) double
-exp_sum_body_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
+exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, double *ex,
+                     float *xmin)
 {
-  const __m512 vmx = _mm512_set1_ps (mx);
+  const __m512 vmx = _mm512_set1_ps (mx), vsc = _mm512_set1_ps (scale);
   const __m512 ninf = _mm512_set1_ps (-INFINITY);
   const __m512 pinf = _mm512_set1_ps (INFINITY);
   __m512d acc0 = _mm512_setzero_pd (), acc1 = _mm512_setzero_pd ();
   __m512 exa = _mm512_setzero_ps (), mn = pinf;
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 m = tail_mask (n - i);
-    __m512 x = _mm512_sub_ps (_mm512_mask_loadu_ps (ninf, m, y + i), vmx);
+    /* Rounded before the subtraction (an explicit rounding mode: never
+     * fused into a multiply-add, so the max entry gives exactly 0). */
+    __m512 x = _mm512_sub_ps (_mm512_mul_round_ps (_mm512_mask_loadu_ps (ninf,
+                m, y + i), vsc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+        vmx);
     __m512 e = exp512 (x);
     _mm512_mask_storeu_ps (y + i, m, e);
     acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (e)));
@@ -617,15 +688,49 @@ exp_sum_body_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
 }
 
 AVX512 static double
-exp_sum_avx512 (float *y, size_t n, float mx)
+exp_sum_avx512 (float *y, size_t n, float scale, float mx)
 {
-  return exp_sum_body_avx512 (y, n, mx, NULL, NULL);
+  return exp_sum_body_avx512 (y, n, scale, mx, NULL, NULL);
 }
 
 AVX512 static double
-exp_sum_stats_avx512 (float *y, size_t n, float mx, double *ex, float *xmin)
+exp_sum_stats_avx512 (float *y, size_t n, float scale, float mx, double *ex,
+                      float *xmin)
 {
-  return exp_sum_body_avx512 (y, n, mx, ex, xmin);
+  return exp_sum_body_avx512 (y, n, scale, mx, ex, xmin);
+}
+
+/* See max_portable: four independent max and NaN chains (each link has
+ * the latency of four vector instructions). */
+AVX512 static float
+max_avx512 (const float *restrict s, size_t n, int *finite)
+{
+  const __m512 zero = _mm512_setzero_ps ();
+  __m512 m0 = _mm512_set1_ps (-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+  __m512 d0 = zero, d1 = zero, d2 = zero, d3 = zero;
+  size_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    __m512 v0 = _mm512_loadu_ps (s + j), v1 = _mm512_loadu_ps (s + j + 16);
+    __m512 v2 = _mm512_loadu_ps (s + j + 32), v3 = _mm512_loadu_ps (s + j + 48);
+    m0 = _mm512_max_ps (m0, v0);
+    m1 = _mm512_max_ps (m1, v1);
+    m2 = _mm512_max_ps (m2, v2);
+    m3 = _mm512_max_ps (m3, v3);
+    d0 = _mm512_fmadd_ps (v0, zero, d0);
+    d1 = _mm512_fmadd_ps (v1, zero, d1);
+    d2 = _mm512_fmadd_ps (v2, zero, d2);
+    d3 = _mm512_fmadd_ps (v3, zero, d3);
+  }
+  for (; j < n; j += 16) {
+    __mmask16 tm = tail_mask (n - j);
+    __m512 v0 = _mm512_maskz_loadu_ps (tm, s + j);
+    m0 = _mm512_mask_max_ps (m0, tm, m0, v0);
+    d0 = _mm512_fmadd_ps (v0, zero, d0);
+  }
+  m0 = _mm512_max_ps (_mm512_max_ps (m0, m1), _mm512_max_ps (m2, m3));
+  d0 = _mm512_add_ps (_mm512_add_ps (d0, d1), _mm512_add_ps (d2, d3));
+  *finite = _mm512_cmp_ps_mask (d0, d0, _CMP_UNORD_Q) == 0;
+  return _mm512_reduce_max_ps (m0);
 }
 
 AVX512 static float
@@ -932,16 +1037,29 @@ sattn_pv (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
 }
 
 double
-sattn_exp_sum (float *y, size_t n, float mx)
+sattn_exp_sum (float *y, size_t n, float scale, float mx)
 {
 #ifdef SATTN_HAVE_X86
   int level = sattn_simd_level ();
   if (level > 1)
-    return exp_sum_avx512 (y, n, mx);
+    return exp_sum_avx512 (y, n, scale, mx);
   if (level > 0)
-    return exp_sum_avx2 (y, n, mx);
+    return exp_sum_avx2 (y, n, scale, mx);
 #endif
-  return exp_sum_body_portable (y, n, mx, NULL, NULL);
+  return exp_sum_body_portable (y, n, scale, mx, NULL, NULL);
+}
+
+float
+sattn_softmax_max (const float *s, size_t n, int *finite)
+{
+#ifdef SATTN_HAVE_X86
+  int level = sattn_simd_level ();
+  if (level > 1)
+    return max_avx512 (s, n, finite);
+  if (level > 0)
+    return max_avx2 (s, n, finite);
+#endif
+  return max_portable (s, n, finite);
 }
 
 float
@@ -977,16 +1095,17 @@ sattn_mul (float *y, size_t n, float a)
 }
 
 double
-sattn_exp_sum_stats (float *y, size_t n, float mx, double *ex, float *xmin)
+sattn_exp_sum_stats (float *y, size_t n, float scale, float mx, double *ex,
+                     float *xmin)
 {
 #ifdef SATTN_HAVE_X86
   int level = sattn_simd_level ();
   if (level > 1)
-    return exp_sum_stats_avx512 (y, n, mx, ex, xmin);
+    return exp_sum_stats_avx512 (y, n, scale, mx, ex, xmin);
   if (level > 0)
-    return exp_sum_stats_avx2 (y, n, mx, ex, xmin);
+    return exp_sum_stats_avx2 (y, n, scale, mx, ex, xmin);
 #endif
-  return exp_sum_body_portable (y, n, mx, ex, xmin);
+  return exp_sum_body_portable (y, n, scale, mx, ex, xmin);
 }
 
 int

@@ -49,7 +49,7 @@ run (int level)
     bits += x > -87.33f ? 7 : 61;
     if (fill == CHUNK || bits > stop) {
       memcpy (buf, xs, fill * sizeof (float));
-      double s = sattn_exp_sum (buf, fill, 0.0f);
+      double s = sattn_exp_sum (buf, fill, 1.0f, 0.0f);
       double ref_sum = 0.0;
       for (size_t i = 0; i < fill; i++) {
         float r = expf (xs[i]);
@@ -78,7 +78,7 @@ run (int level)
     }
   }
   float minf[3] = { -INFINITY, -1e30f, 0.0f };
-  sattn_exp_sum (minf, 3, 0.0f);
+  sattn_exp_sum (minf, 3, 1.0f, 0.0f);
   int ok = worst_ulp <= 2 && worst_sub <= 2 && minf[0] == 0.0f &&
       minf[1] == 0.0f && minf[2] == 1.0f && sum_err < 2.4e-7;
   printf ("%s exp level %d (%s): %zu inputs, max %lld ulp (at x=%.9g), "
@@ -88,6 +88,70 @@ run (int level)
           tested, (long long) worst_ulp, worst_x, (long long) worst_sub,
           minf[0], sum_err);
   return ok ? 0 : 1;
+}
+
+/* The softmax's fast pass 1 (sattn_softmax_max): the max of n floats and
+ * whether all are finite, for every length up to 200 (vector bodies and
+ * tails) with a NaN, +inf or -inf at every position; and the exp pass's
+ * scale: exp (y * scale - mx) gives the same bytes as scaling y first
+ * (what the masked scan does) and exp (y - mx). */
+static int
+run_max_scale (int level)
+{
+  enum { N = 200 };
+  float s[N], a[N], b[N];
+  int bad = 0;
+  uint32_t seed = 12345u;
+  sattn_simd_force (level);
+  for (size_t n = 1; n <= N && !bad; n++) {
+    float ref = -INFINITY;
+    for (size_t j = 0; j < n; j++) {
+      seed = seed * 1664525u + 1013904223u;
+      s[j] = ((float) (seed >> 8) / 16777216.0f - 0.5f) * 1e4f;
+      ref = s[j] > ref ? s[j] : ref;
+    }
+    int fin = 0;
+    float m = sattn_softmax_max (s, n, &fin);
+    if (m != ref || !fin) {
+      printf ("FAIL level %d: max of %zu floats %g (want %g), finite %d\n",
+              level, n, m, ref, fin);
+      bad = 1;
+    }
+    static const float odd[3] = { NAN, INFINITY, -INFINITY };
+    for (size_t j = 0; j < n && !bad; j++)
+      for (int k = 0; k < 3; k++) {
+        float keep = s[j];
+        s[j] = odd[k];
+        fin = 1;
+        sattn_softmax_max (s, n, &fin);
+        s[j] = keep;
+        if (fin) {
+          printf ("FAIL level %d: %g at %zu of %zu not detected\n", level,
+                  odd[k], j, n);
+          bad = 1;
+          break;
+        }
+      }
+    /* Scale inside the exp pass vs before it: same bytes. */
+    const float scale = 0.35355339f;
+    float mx = ref * scale;
+    for (size_t j = 0; j < n; j++) {
+      a[j] = s[j];
+      b[j] = s[j] * scale;
+    }
+    if (s[n / 2] != ref)
+      a[n / 2] = b[n / 2] = -INFINITY;
+    double sa = sattn_exp_sum (a, n, scale, mx);
+    double sb = sattn_exp_sum (b, n, 1.0f, mx);
+    if (sa != sb || memcmp (a, b, n * sizeof (float)) != 0 || !(sa >= 1.0)) {
+      printf ("FAIL level %d: exp pass with scale differs from scaled "
+              "input (n %zu, sums %.17g %.17g)\n", level, n, sa, sb);
+      bad = 1;
+    }
+  }
+  printf ("%s softmax max and exp scale level %d: lengths 1..%d\n",
+          bad ? "FAIL" : "PASS", level, N);
+  return bad;
 }
 
 int
@@ -102,7 +166,8 @@ main (void)
       continue;
     }
     fails += run (level);
-    runs++;
+    fails += run_max_scale (level);
+    runs += 2;
   }
   sattn_simd_force (native);
   printf ("%d passed, %d failed\n", runs - fails, fails);
