@@ -7,7 +7,9 @@
  * with a stride of 61, and -inf.  Bound: 2 ulp for normal results; for
  * subnormal results an absolute error of 2 subnormal steps (2^-149 each);
  * the returned sum within 2.4e-7 relative of the sum of expf (2 ulp of
- * float: it is accumulated in double, so only the elements' errors remain).
+ * float; the vector code adds four vectors in float, each lane at most 4
+ * terms in [0, 1], then in double: at most 3 * 2^-24 = 1.8e-7 from the
+ * partials on top of the elements' errors, in practice far less).
  */
 #include "internal.h"
 
