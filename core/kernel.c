@@ -66,16 +66,19 @@ sattn_project (const float *Wt, const float *b, const float *x, size_t n,
   }
 }
 
-/* Masked stable softmax of one row in place.
+/* Masked stable softmax of one row in place, normalisation deferred.
  * s: ncols raw (unscaled) scores: nk window keys then the extra keys.
  * Visible window keys are [lo, hi) filtered by key_ok and allow; extra keys
- * are always visible.  On return s holds the weights, exactly 0 for every
- * masked entry (masked scores are never read after the first pass, so a NaN
- * there cannot leak).  Returns the number of unmasked entries. */
+ * are always visible.  On return s[j] * *norm is the weight of entry j,
+ * exactly 0 for every masked entry (masked scores are never read after the
+ * first pass, so a NaN there cannot leak): s holds exp (x - max) and *norm
+ * = 1 / sum, or s holds the weights and *norm = 1 (the limits, a fully
+ * masked row).  Returns the number of unmasked entries. */
 static size_t
 softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
              const uint8_t *restrict key_ok, const uint8_t *restrict allow,
-             float scale, SattnStats *stats, float sat_threshold)
+             float scale, SattnStats *stats, float sat_threshold,
+             float *norm)
 {
   size_t n_valid = 0, n_pinf = 0, n_nan = 0, n_ninf = 0;
   float mx = -INFINITY;
@@ -143,6 +146,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
 
   double smin = INFINITY, smax = -INFINITY, lse = NAN, ent = NAN;
   float wmax = 0.0f;
+  *norm = 1.0f;
 
   if (n_valid == 0) {
     memset (s, 0, ncols * sizeof (float));
@@ -184,7 +188,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
     double ex;
     float xmin;
     double sum = sattn_exp_sum_stats (s, ncols, escale, mx, &ex, &xmin);
-    sattn_mul (s, ncols, (float) (1.0 / sum));
+    *norm = (float) (1.0 / sum);
     lse = (double) mx + log (sum);
     smax = mx;
     smin = (double) mx + xmin;
@@ -200,7 +204,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
           s[j] = -INFINITY;
     double sum = sattn_exp_sum (s, ncols, escale, mx);
     /* sum >= 1: the max entry contributes exp(0) = 1. */
-    sattn_mul (s, ncols, (float) (1.0 / sum));
+    *norm = (float) (1.0 / sum);
     lse = (double) mx + log (sum);
   }
 
@@ -227,18 +231,50 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
   return n_valid;
 }
 
+/* O rows [0, M) of one head = P V_h over the window keys plus the extra
+ * values (P: M rows of S, stride ncols). */
+static void
+pv_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
+         const float *P, size_t M, float *Oh)
+{
+  const size_t dvh = m->cfg.d_value, nk = a->nk, ncols = nk + m->n_extra;
+  sattn_pv (P, ncols, M, nk, a->v + h * dvh, a->ldv, dvh, Oh, m->dv);
+  for (size_t e = 0; e < m->n_extra; e++) {
+    const float *ve = m->v_extra + e * m->dv + h * dvh;
+    for (size_t i = 0; i < M; i++) {
+      float p = P[i * ncols + nk + e];
+      if (p == 0.0f)
+        continue;
+      float *oi = Oh + i * m->dv;
+      for (size_t t = 0; t < dvh; t++)
+        oi[t] += p * ve[t];
+    }
+  }
+}
+
 /* Rows of O are convex combinations of finite values (the weights sum to
  * 1), so mathematically |O| <= max |V| <= FLT_MAX; float rounding of
  * weights summing to 1 + a few ulp can still carry a value at the very
  * edge of the range (|V| near FLT_MAX) past it.  Such values are clamped
- * back to +-FLT_MAX, within rounding of the exact result. */
+ * back to +-FLT_MAX, within rounding of the exact result.
+ * O was computed as (E V) / sum; E V (E = exp (x - max) <= 1) can
+ * overflow where P V does not: such a row is first computed again from
+ * the normalised weights. */
 static void
-clamp_context (float *o, size_t rows, size_t ld, size_t dv)
+clamp_context (const SattnModel *m, const SattnAttnArgs *a, size_t h,
+               float *S, const float *norm, float *o, size_t rows)
 {
+  const size_t ld = m->dv, dv = m->cfg.d_value, ncols = a->nk + m->n_extra;
   for (size_t i = 0; i < rows; i++) {
     float *r = o + i * ld;
     if (sattn_finite (r, dv))
       continue;
+    if (norm[i] != 1.0f) {
+      sattn_mul (S + i * ncols, ncols, norm[i]);
+      pv_rows (m, a, h, S + i * ncols, 1, r);
+      if (sattn_finite (r, dv))
+        continue;
+    }
     for (size_t t = 0; t < dv; t++) {
       if (r[t] > FLT_MAX)
         r[t] = FLT_MAX;
@@ -250,21 +286,22 @@ clamp_context (float *o, size_t rows, size_t ld, size_t dv)
   }
 }
 
-void
-sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
-                   size_t r0, size_t r1, float *S, SattnStats *stats)
+/* Query rows per block of sattn_attend_rows (a multiple of 8: every row
+ * goes through the same P V code path as without blocks). */
+#define ROWS_BLOCK 64
+
+static void
+attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
+              size_t r0, size_t r1, float *S, SattnStats *stats)
 {
   const SattnConfig *c = &m->cfg;
   const size_t dh = c->d_head, dvh = c->d_value;
   const size_t nk = a->nk, ncols = nk + m->n_extra, M = r1 - r0;
   const float *Qh = a->q + r0 * a->ldq + h * dh;
   const float *Kth = a->kt + h * dh * a->ldkt;
-  const float *Vh = a->v + h * dvh;
   float *Oh = a->o + r0 * m->dv + h * dvh;
   const uint8_t *query_ok = a->query_ok ? a->query_ok + r0 : NULL;
-
-  if (M == 0)
-    return;
+  float norm[ROWS_BLOCK];
 
   /* Raw scores for the window keys, then the extra keys by hand. */
   sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
@@ -284,6 +321,7 @@ sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
       ? a->key_ok : NULL;
   for (size_t i = 0; i < M; i++) {
     float *row = S + i * ncols;
+    norm[i] = 1.0f;
     if (query_ok != NULL && !query_ok[i]) {
       memset (row, 0, ncols * sizeof (float));
       continue;
@@ -304,28 +342,36 @@ sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
     }
     softmax_row (row, nk, ncols, lo, hi, key_ok,
                  a->allow ? a->allow + (r0 + i) * a->ld_allow : NULL, scale,
-                 stats, a->sat_threshold);
+                 stats, a->sat_threshold, norm + i);
   }
 
+  /* The weights, when kept: S normalised, the same product as the
+   * normalisation pass this replaces. */
   if (a->weights != NULL)
-    memcpy (a->weights + (h * a->m + r0) * ncols, S,
-            M * ncols * sizeof (float));
-
-  /* O_h = P V_h over the window keys, plus the extra values. */
-  sattn_pv (S, ncols, M, nk, Vh, a->ldv, dvh, Oh, m->dv);
-  for (size_t e = 0; e < m->n_extra; e++) {
-    const float *ve = m->v_extra + e * m->dv + h * dvh;
     for (size_t i = 0; i < M; i++) {
-      float p = S[i * ncols + nk + e];
-      if (p == 0.0f)
-        continue;
-      float *oi = Oh + i * m->dv;
-      for (size_t t = 0; t < dvh; t++)
-        oi[t] += p * ve[t];
+      float *w = a->weights + (h * a->m + r0 + i) * ncols;
+      memcpy (w, S + i * ncols, ncols * sizeof (float));
+      if (norm[i] != 1.0f)
+        sattn_mul (w, ncols, norm[i]);
     }
-  }
+
+  /* O_h = (E V_h) / sum: dvh products per row instead of ncols.  The
+   * same whether or not the weights are kept. */
+  pv_rows (m, a, h, S, M, Oh);
+  for (size_t i = 0; i < M; i++)
+    if (norm[i] != 1.0f)
+      sattn_mul (Oh + i * m->dv, dvh, norm[i]);
   /* This task's rows and head columns only: tasks stay disjoint. */
-  clamp_context (Oh, M, m->dv, dvh);
+  clamp_context (m, a, h, S, norm, Oh, M);
+}
+
+void
+sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
+                   size_t r0, size_t r1, float *S, SattnStats *stats)
+{
+  for (size_t b = r0; b < r1; b += ROWS_BLOCK)
+    attend_block (m, a, h, b, r1 - b < ROWS_BLOCK ? r1 : b + ROWS_BLOCK, S,
+                  stats);
 }
 
 void

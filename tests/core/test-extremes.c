@@ -369,6 +369,64 @@ case_near_flt_max (TuRng *rng, size_t d, size_t heads, unsigned flags)
   fx_free (&f);
 }
 
+/* Values near FLT_MAX under equal scores (zero Q and K projections, V =
+ * x): every visible weight is 1 / count and the output is the mean of the
+ * visible V rows, while the unnormalised sum E V (every e = 1) overflows.
+ * The output must still be finite and match the mean computed here in
+ * double (relative 1e-5). */
+static void
+case_huge_values_equal_scores (TuRng *rng, size_t d, size_t heads,
+                               unsigned flags)
+{
+  char fs[160];
+  const size_t n = 40;
+  tu_case_begin ("V near 1e38 under equal scores d_model=%zu heads=%zu [%s]",
+                 d, heads, fx_flags_string (flags | FX_PROJ, fs, sizeof fs));
+  Fixture f;
+  SattnStatus st = fx_build (&f, rng, d, heads, flags | FX_PROJ, 0);
+  if (st == SATTN_OK) {
+    /* Default dimensions: Q, K and V are d wide. */
+    memset ((float *) f.w.wq, 0, d * d * sizeof (float));
+    memset ((float *) f.w.wk, 0, d * d * sizeof (float));
+    float *wv = (float *) f.w.wv;
+    for (size_t k = 0; k < d * d; k++)
+      wv[k] = k % (d + 1) == 0 ? 1.0f : 0.0f;
+    sattn_model_free (f.model);
+    f.model = sattn_model_new (&f.cfg, &f.w, &st);
+  }
+  if (!TU_CHECK_STATUS (st, SATTN_OK, "sattn_model_new")) {
+    tu_case_end (NULL);
+    return;
+  }
+  float *x = malloc (n * d * sizeof *x);
+  if (!x)
+    abort ();
+  for (size_t k = 0; k < n * d; k++)
+    x[k] = (float) (1e38 * (0.5 + 0.5 * tu_rng_uniform (rng)));
+  ExCase c = { x, n, NULL, NULL, NULL, 0 };
+  ExResult r;
+  run_attend (&f, &c, &r);
+  check_props (&f, &c, &r);
+  double worst = 0.0;
+  for (size_t i = 0; i < n && r.status == SATTN_OK; i++) {
+    size_t cnt = f.cfg.causal ? i + 1 : n;
+    for (size_t t = 0; t < d; t++) {
+      double mean = 0.0;
+      for (size_t j = 0; j < cnt; j++)
+        mean += x[j * d + t];
+      mean /= (double) cnt;
+      double e = fabs (r.out[i * d + t] - mean) / mean;
+      worst = e > worst ? e : worst;
+    }
+  }
+  tu_check (worst <= 1e-5, "output vs mean of V: relative error %.3g > 1e-5",
+            worst);
+  tu_case_end ("relative error vs mean %.3g", worst);
+  free_result (&r);
+  free (x);
+  fx_free (&f);
+}
+
 /* Unit scale with d_head = 512: scores of N(0,1) inputs reach hundreds; the
  * softmax saturates but must stay exact against the reference. */
 static void
@@ -668,6 +726,8 @@ main (void)
   case_near_flt_max (&rng, 4, 1, 0);
   case_near_flt_max (&rng, 4, 2, FX_UNIT | FX_CAUSAL | FX_LOOKBACK);
   case_near_flt_max (&rng, 1, 1, FX_UNIT);
+  case_huge_values_equal_scores (&rng, 8, 2, 0);
+  case_huge_values_equal_scores (&rng, 16, 4, FX_CAUSAL);
 
   /* unit scale, d_head 512 */
   case_unit_dhead512 (&rng, 512, 1, FX_UNIT, 64);
