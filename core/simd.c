@@ -959,8 +959,55 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
   }
 }
 
-/* O = P V with rows in blocks (8 rows × 16 columns, or 4 × 32), masked
- * column tails.  Every V row is finite, so no branch on zero weights. */
+/* Eight rows × two column vectors (c1 masked) or sixteen rows × one:
+ * sixteen independent FMA chains either way (eight were just the minimum
+ * for two ports of latency 4); eight rows × one (c1 = 0) where neither
+ * fits.  Every entry is one chain of
+ * FMAs over j whatever the tile, so the bytes do not depend on it. */
+AVX512 static inline __attribute__ ((always_inline)) void
+pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
+                const float *restrict v, size_t ldv, __mmask16 c0,
+                __mmask16 c1, int rows, float *restrict o, size_t ldo)
+{
+  __m512 a[16];
+  for (int r = 0; r < 16; r++)
+    a[r] = _mm512_setzero_ps ();
+  if (rows == 16) {
+    for (size_t j = 0; j < nk; j++) {
+      __m512 vj = _mm512_maskz_loadu_ps (c0, v + j * ldv);
+      for (int r = 0; r < 16; r++)
+        a[r] = _mm512_fmadd_ps (_mm512_set1_ps (p0[r * ldp + j]), vj, a[r]);
+    }
+    for (int r = 0; r < 16; r++)
+      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
+  } else if (c1 == 0) {
+    for (size_t j = 0; j < nk; j++) {
+      __m512 vj = _mm512_maskz_loadu_ps (c0, v + j * ldv);
+      for (int r = 0; r < 8; r++)
+        a[r] = _mm512_fmadd_ps (_mm512_set1_ps (p0[r * ldp + j]), vj, a[r]);
+    }
+    for (int r = 0; r < 8; r++)
+      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
+  } else {
+    for (size_t j = 0; j < nk; j++) {
+      __m512 v0 = _mm512_maskz_loadu_ps (c0, v + j * ldv);
+      __m512 v1 = _mm512_maskz_loadu_ps (c1, v + j * ldv + 16);
+      for (int r = 0; r < 8; r++) {
+        __m512 b = _mm512_set1_ps (p0[r * ldp + j]);
+        a[r] = _mm512_fmadd_ps (b, v0, a[r]);
+        a[8 + r] = _mm512_fmadd_ps (b, v1, a[8 + r]);
+      }
+    }
+    for (int r = 0; r < 8; r++) {
+      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
+      _mm512_mask_storeu_ps (o + r * ldo + 16, c1, a[8 + r]);
+    }
+  }
+}
+
+/* O = P V with rows in blocks of 8 (tiles above), masked column tails;
+ * rows past the last block of 8 one at a time.  Every V row is finite, so
+ * no branch on zero weights. */
 AVX512 static void
 pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
            const float *restrict v, size_t ldv, size_t dv, float *restrict O,
@@ -969,24 +1016,27 @@ pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
   size_t i = 0;
   for (; i + 8 <= m; i += 8) {
     const float *p0 = P + i * ldp;
-    for (size_t t = 0; t < dv; t += 16) {
-      __mmask16 tm = tail_mask (dv - t);
-      __m512 a[8];
-      for (int r = 0; r < 8; r++)
-        a[r] = _mm512_setzero_ps ();
-      for (size_t j = 0; j < nk; j++) {
-        __m512 vj = _mm512_maskz_loadu_ps (tm, v + j * ldv + t);
-        a[0] = _mm512_fmadd_ps (_mm512_set1_ps (p0[j]), vj, a[0]);
-        a[1] = _mm512_fmadd_ps (_mm512_set1_ps (p0[ldp + j]), vj, a[1]);
-        a[2] = _mm512_fmadd_ps (_mm512_set1_ps (p0[2 * ldp + j]), vj, a[2]);
-        a[3] = _mm512_fmadd_ps (_mm512_set1_ps (p0[3 * ldp + j]), vj, a[3]);
-        a[4] = _mm512_fmadd_ps (_mm512_set1_ps (p0[4 * ldp + j]), vj, a[4]);
-        a[5] = _mm512_fmadd_ps (_mm512_set1_ps (p0[5 * ldp + j]), vj, a[5]);
-        a[6] = _mm512_fmadd_ps (_mm512_set1_ps (p0[6 * ldp + j]), vj, a[6]);
-        a[7] = _mm512_fmadd_ps (_mm512_set1_ps (p0[7 * ldp + j]), vj, a[7]);
+    size_t t = 0;
+    for (; t + 16 < dv; t += 32)
+      pv_tile_avx512 (p0, ldp, nk, v + t, ldv, 0xffff, tail_mask (dv - t - 16),
+                      8, O + i * ldo + t, ldo);
+    if (t < dv) {
+      /* One column vector left: sixteen rows when there are. */
+      if (i + 16 <= m) {
+        pv_tile_avx512 (p0, ldp, nk, v + t, ldv, tail_mask (dv - t), 0, 16,
+                        O + i * ldo + t, ldo);
+        /* the next block of 8 rows has this column vector done */
+        size_t t2 = 0;
+        const float *p1 = p0 + 8 * ldp;
+        for (; t2 + 16 < dv; t2 += 32)
+          pv_tile_avx512 (p1, ldp, nk, v + t2, ldv, 0xffff,
+                          tail_mask (dv - t2 - 16), 8,
+                          O + (i + 8) * ldo + t2, ldo);
+        i += 8;
+      } else {
+        pv_tile_avx512 (p0, ldp, nk, v + t, ldv, tail_mask (dv - t), 0, 8,
+                        O + i * ldo + t, ldo);
       }
-      for (int r = 0; r < 8; r++)
-        _mm512_mask_storeu_ps (O + (i + r) * ldo + t, tm, a[r]);
     }
   }
   for (; i < m; i++) {
