@@ -192,21 +192,25 @@ exp256 (__m256 x)
    * r = -104 + 150 ln2 ~ -0.028 is under half the smallest subnormal. */
   const __m256 lo = _mm256_set1_ps (-104.0f);
   x = _mm256_max_ps (x, lo);
-  __m256 n = _mm256_round_ps (_mm256_mul_ps (x, _mm256_set1_ps (1.44269504088896341f)),
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits, and
+   * the low bits of that sum are n as an integer (0x4b400000 + n). */
+  const __m256 magic = _mm256_set1_ps (12582912.0f);
+  __m256 t = _mm256_fmadd_ps (x, _mm256_set1_ps (1.44269504088896341f), magic);
+  __m256 n = _mm256_sub_ps (t, magic);
   __m256 r = _mm256_fnmadd_ps (n, _mm256_set1_ps (0.693359375f), x);
   r = _mm256_fnmadd_ps (n, _mm256_set1_ps (-2.12194440e-4f), r);
-  /* e^r ~ 1 + r + r^2 P(r), P of degree 4 minimax over |r| <= ln2/2
-   * (relative error 3e-9, 0.05 ulp, before rounding). */
+  /* e^r ~ 1 + r (1 + r P(r)), P of degree 4 minimax over |r| <= ln2/2
+   * (relative error 3e-9, 0.05 ulp, before rounding), by Horner. */
   __m256 p = _mm256_set1_ps (1.3814612757e-3f);
   p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (8.3687100559e-3f));
   p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (4.1668388993e-2f));
   p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.6666521132e-1f));
   p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (4.9999994040e-1f));
-  __m256 r2 = _mm256_mul_ps (r, r);
-  p = _mm256_fmadd_ps (p, r2, _mm256_add_ps (r, _mm256_set1_ps (1.0f)));
+  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.0f));
+  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.0f));
   /* 2^n = 2^n1 · 2^n2 with n1 = n >> 1, each factor a normal float. */
-  __m256i ni = _mm256_cvtps_epi32 (n);
+  __m256i ni = _mm256_sub_epi32 (_mm256_castps_si256 (t),
+                                 _mm256_set1_epi32 (0x4b400000));
   __m256i n1 = _mm256_srai_epi32 (ni, 1);
   __m256i n2 = _mm256_sub_epi32 (ni, n1);
   __m256i bias = _mm256_set1_epi32 (127);
@@ -636,18 +640,21 @@ AVX512 static inline __m512
 exp512 (__m512 x)
 {
   x = _mm512_max_ps (x, _mm512_set1_ps (-104.0f));
-  __m512 n = _mm512_roundscale_ps (_mm512_mul_ps (x,
-          _mm512_set1_ps (1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits (one
+   * FMA and a subtraction instead of a product and a 2-uop round). */
+  const __m512 magic = _mm512_set1_ps (12582912.0f);
+  __m512 n = _mm512_sub_ps (_mm512_fmadd_ps (x,
+          _mm512_set1_ps (1.44269504088896341f), magic), magic);
   __m512 r = _mm512_fnmadd_ps (n, _mm512_set1_ps (0.693359375f), x);
   r = _mm512_fnmadd_ps (n, _mm512_set1_ps (-2.12194440e-4f), r);
+  /* 1 + r (1 + r (c2 + ... + c6 r^4)) by Horner: six FMAs. */
   __m512 p = _mm512_set1_ps (1.3814612757e-3f);
   p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (8.3687100559e-3f));
   p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (4.1668388993e-2f));
   p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.6666521132e-1f));
   p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (4.9999994040e-1f));
-  __m512 r2 = _mm512_mul_ps (r, r);
-  p = _mm512_fmadd_ps (p, r2, _mm512_add_ps (r, _mm512_set1_ps (1.0f)));
+  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.0f));
+  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.0f));
   return _mm512_scalef_ps (p, n);
 }
 
@@ -657,42 +664,55 @@ tail_mask (size_t r)
   return r >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << r) - 1u);
 }
 
+/* One vector of the exp pass: y[0, 16) under mask m (a constant 0xffff
+ * in the main loop: no mask computed there). */
+AVX512 static inline __attribute__ ((always_inline)) void
+exp_step_avx512 (float *y, __mmask16 m, __m512 vsc, __m512 vmx, __m512 *fs,
+                 int stats, __m512 *exa, __m512 *mn)
+{
+  const __m512 ninf = _mm512_set1_ps (-INFINITY);
+  /* Rounded before the subtraction (an explicit rounding mode: never
+   * fused into a multiply-add, so the max entry gives exactly 0). */
+  __m512 x = _mm512_sub_ps (_mm512_mul_round_ps (_mm512_mask_loadu_ps (ninf,
+              m, y), vsc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+      vmx);
+  __m512 e = exp512 (x);
+  _mm512_mask_storeu_ps (y, m, e);
+  *fs = _mm512_add_ps (*fs, e);
+  if (stats) {
+    __mmask16 live = _mm512_cmp_ps_mask (x, ninf, _CMP_GT_OQ);
+    *exa = _mm512_mask_add_ps (*exa, live, *exa, _mm512_mul_ps (x, e));
+    *mn = _mm512_mask_min_ps (*mn, live, *mn, x);
+  }
+}
+
 /* The exp pass (see exp_sum_body_portable and exp_sum_body_avx2). */
 AVX512 static inline __attribute__ ((always_inline)) double
 exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, double *ex,
                      float *xmin)
 {
   const __m512 vmx = _mm512_set1_ps (mx), vsc = _mm512_set1_ps (scale);
-  const __m512 ninf = _mm512_set1_ps (-INFINITY);
-  const __m512 pinf = _mm512_set1_ps (INFINITY);
+  const int stats = ex != NULL;
   __m512d acc0 = _mm512_setzero_pd (), acc1 = _mm512_setzero_pd ();
-  __m512 exa = _mm512_setzero_ps (), mn = pinf;
+  __m512 exa = _mm512_setzero_ps (), mn = _mm512_set1_ps (INFINITY);
   /* The sum: float partials of four vectors (each lane at most 4 terms in
    * [0, 1], relative error <= 3 * 2^-24), then in double. */
   for (size_t i0 = 0; i0 < n; i0 += 64) {
-   size_t i1 = n - i0 < 64 ? n : i0 + 64;
-   __m512 fs = _mm512_setzero_ps ();
-   for (size_t i = i0; i < i1; i += 16) {
-    __mmask16 m = tail_mask (n - i);
-    /* Rounded before the subtraction (an explicit rounding mode: never
-     * fused into a multiply-add, so the max entry gives exactly 0). */
-    __m512 x = _mm512_sub_ps (_mm512_mul_round_ps (_mm512_mask_loadu_ps (ninf,
-                m, y + i), vsc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-        vmx);
-    __m512 e = exp512 (x);
-    _mm512_mask_storeu_ps (y + i, m, e);
-    fs = _mm512_add_ps (fs, e);
-    if (ex != NULL) {
-      __mmask16 live = _mm512_cmp_ps_mask (x, ninf, _CMP_GT_OQ);
-      exa = _mm512_mask_add_ps (exa, live, exa, _mm512_mul_ps (x, e));
-      mn = _mm512_mask_min_ps (mn, live, mn, x);
+    __m512 fs = _mm512_setzero_ps ();
+    if (n - i0 >= 64) {
+      for (int k = 0; k < 4; k++)
+        exp_step_avx512 (y + i0 + 16 * k, 0xffff, vsc, vmx, &fs, stats, &exa,
+                         &mn);
+    } else {
+      for (size_t i = i0; i < n; i += 16)
+        exp_step_avx512 (y + i, tail_mask (n - i), vsc, vmx, &fs, stats,
+                         &exa, &mn);
     }
-   }
-   acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (fs)));
-   acc1 = _mm512_add_pd (acc1,
-       _mm512_cvtps_pd (_mm512_extractf32x8_ps (fs, 1)));
+    acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (fs)));
+    acc1 = _mm512_add_pd (acc1,
+        _mm512_cvtps_pd (_mm512_extractf32x8_ps (fs, 1)));
   }
-  if (ex != NULL) {
+  if (stats) {
     *ex = _mm512_reduce_add_ps (exa);
     *xmin = _mm512_reduce_min_ps (mn);
   }
