@@ -1012,6 +1012,8 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
     for (size_t j = 0; j < nk; j++) {
       __m512 v0 = _mm512_maskz_loadu_ps (c0, v + j * ldv);
       __m512 v1 = _mm512_maskz_loadu_ps (c1, v + j * ldv + 16);
+      _mm_prefetch ((const char *) (v + (j + 16) * ldv), _MM_HINT_T0);
+      _mm_prefetch ((const char *) (v + (j + 16) * ldv + 16), _MM_HINT_T0);
       for (int r = 0; r < 8; r++) {
         __m512 b = _mm512_set1_ps (p0[r * ldp + j]);
         a[r] = _mm512_fmadd_ps (b, v0, a[r]);
