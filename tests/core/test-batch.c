@@ -6,8 +6,8 @@
  * the frames are grouped into pushes.
  *
  * For each geometry and invalid policy, the same frames (random, some
- * flagged invalid, some with NaN/Inf samples, some near 1e19 so that their
- * projections overflow) go through
+ * flagged invalid, some with NaN/Inf samples, some near 1e19 whose scores
+ * overflow, some of ±3e38 whose projections overflow) go through
  *   A: one push per hop (the live, unbatched path), threads = 1;
  *   B: pushes of random sizes up to 600 frames (several batches of up to
  *      255 frames per push), threads = 1;
@@ -181,7 +181,10 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
       x[i * d] = INFINITY;
     else if (k == 2)
       for (size_t t = 0; t < d; t++)
-        x[i * d + t] *= 1e19f;         /* projections overflow */
+        x[i * d + t] *= 1e19f;         /* scores overflow */
+    else if (k == 3)
+      for (size_t t = 0; t < d; t++)   /* projections overflow */
+        x[i * d + t] = x[i * d + t] < 0.0f ? -3e38f : 3e38f;
   }
   Run a, b, c;
   memset (&a, 0, sizeof a);
