@@ -170,7 +170,7 @@ void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
  * is written: x is the frame (d_model floats), q / k (dq) and v (dv) its
  * projections; flagged: the caller marked it invalid.  q, k and v NULL:
  * the input's part of the rule only (flagged, non-finite samples), for a
- * frame not projected yet. */
+ * frame not projected yet; x NULL too: the flag only. */
 SattnFrameFault sattn_frame_fault (const SattnModel *m, int flagged,
                                    const float *x, const float *q,
                                    const float *k, const float *v);

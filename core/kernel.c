@@ -314,7 +314,7 @@ sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
 {
   if (flagged)
     return SATTN_FRAME_FLAGGED;
-  if (!sattn_finite (x, m->cfg.d_model))
+  if (x != NULL && !sattn_finite (x, m->cfg.d_model))
     return SATTN_FRAME_NONFINITE;
   /* An identity projection without bias copies x: finite already (unless
    * RoPE rotated it). */

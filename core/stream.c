@@ -959,14 +959,19 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * head's attention without waiting for the others: one synchronisation
    * per window instead of two.  The frame rule's test of the input runs
    * here; its test of the projections after the tasks (fix_projected),
-   * only when a task found a non-finite value. */
+   * only when a task found a non-finite value.  With weights for all
+   * three projections, a non-finite sample makes every column of them
+   * non-finite (NaN, or Inf: x Inf + finite), so the tasks find those
+   * frames too and only the flag is tested here. */
   if (direct && pre == SIZE_MAX && !m->cfg.encoder &&
       s->total + cnt == s->next_window &&
       due_rows (s, s->total + cnt) <= ATTN_ROWS &&
       cnt * (2 * m->cfg.d_head + m->cfg.d_value) <= s->sstride) {
+    const int test_x = m->wq == NULL || m->wk == NULL || m->wv == NULL;
     for (size_t i = 0; i < cnt; i++) {
       SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                             x + i * d, NULL, NULL, NULL);
+                                             test_x ? x + i * d : NULL,
+                                             NULL, NULL, NULL);
       /* Zero policy: a frame with bad samples becomes a zero frame. */
       int zero = s->sc.invalid_policy == SATTN_INVALID_ZERO &&
           f == SATTN_FRAME_NONFINITE;
@@ -1094,8 +1099,9 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
 }
 
 /* After the tasks of project_head found a non-finite value: the frame
- * rule on the whole projections of each deferred frame, as store_frames
- * applies it (the input's part was applied before the tasks). */
+ * rule on each deferred frame and its whole projections, as store_frames
+ * applies it (the flag, and perhaps the input, were tested before the
+ * tasks). */
 static void
 fix_projected (SattnStream *s)
 {
