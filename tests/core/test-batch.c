@@ -12,6 +12,8 @@
  *   B: pushes of random sizes up to 600 frames (several batches of up to
  *      255 frames per push), threads = 1;
  *   C: as B with threads = 2;
+ *   D: as A with threads = 2 (the head tasks project their own columns,
+ *      see project_head in core/stream.c);
  * and rows, row infos and statistics must be memcmp-identical.  Under
  * SATTN_INVALID_ERROR the one bad frame stops every variant at the same
  * frame with the same rows before it.  Geometries cover d_model >= 256
@@ -186,14 +188,16 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
       for (size_t t = 0; t < d; t++)   /* projections overflow */
         x[i * d + t] = x[i * d + t] < 0.0f ? -3e38f : 3e38f;
   }
-  Run a, b, c;
+  Run a, b, c, e;
   memset (&a, 0, sizeof a);
   memset (&b, 0, sizeof b);
   memset (&c, 0, sizeof c);
+  memset (&e, 0, sizeof e);
   TuRng r1 = rng, r2 = rng;
   if (run_stream (m1, g, pol, x, valid, total, g->h, NULL, &a) &&
       run_stream (m1, g, pol, x, valid, total, 0, &r1, &b) &&
-      run_stream (m2, g, pol, x, valid, total, 0, &r2, &c)) {
+      run_stream (m2, g, pol, x, valid, total, 0, &r2, &c) &&
+      run_stream (m2, g, pol, x, valid, total, g->h, NULL, &e)) {
     SattnStreamConfig sc = { .window = g->n, .hop = g->h };
     SattnStream *s = sattn_stream_new (m1, &sc, NULL);
     size_t rf = sattn_stream_row_floats (s);
@@ -202,7 +206,9 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
               "only %zu rows", a.n_rows);
     same_runs (&a, &b, rf, "per hop vs batched");
     same_runs (&a, &c, rf, "per hop vs batched, threads=2");
+    same_runs (&a, &e, rf, "per hop, threads=1 vs 2");
   }
+  free (e.rows); free (e.info);
   free (a.rows); free (a.info);
   free (b.rows); free (b.info);
   free (c.rows); free (c.info);
