@@ -916,27 +916,36 @@ find (const Mapper *m, const char *suffix)
   return t;
 }
 
-/* The prefixes under which the file holds attention weights, for the
- * message of a missing module. */
+/* Appends to s the label of a prefix that list_prefixes found holding
+ * keys[k]: `shown` is the prefix as printable (show ()), p as it is. */
+typedef void (*PrefixLabel) (GString *s, const char *shown, const char *p,
+                             size_t k);
+
+/* The prefixes under which the file holds a tensor named prefix + keys[k]
+ * (the prefix empty or ending in '.'), for the message of a missing
+ * module: the first 8 as label gives them, separated by ", ", then
+ * " (N in all)" when there are more; "none" when there is none. */
 static void
-list_modules (const SattnTensorFile *f, GString *s)
+list_prefixes (const SattnTensorFile *f, const char *const *keys,
+               size_t n_keys, PrefixLabel label, GString *s)
 {
-  static const char *const keys[] = { "in_proj_weight", "q_proj_weight" };
   size_t found = 0;
 
   for (size_t i = 0; i < f->n; i++) {
     const char *nm = f->t[i].name;
     size_t len = strlen (nm);
-    for (size_t k = 0; k < G_N_ELEMENTS (keys); k++) {
+    for (size_t k = 0; k < n_keys; k++) {
       size_t kl = strlen (keys[k]);
       if (len >= kl && strcmp (nm + len - kl, keys[k]) == 0 &&
           (len == kl || nm[len - kl - 1] == '.')) {
-        ShowBuf sb;
-        char *p = g_strndup (nm, len - kl);
-        if (found < 8)
-          g_string_append_printf (s, "%s'%s'%s", found ? ", " : "",
-                                  show (&sb, p), p[0] ? "" : " (top level)");
-        g_free (p);
+        if (found < 8) {
+          ShowBuf sb;
+          char *p = g_strndup (nm, len - kl);
+          if (found)
+            g_string_append (s, ", ");
+          label (s, show (&sb, p), p, k);
+          g_free (p);
+        }
         found++;
       }
     }
@@ -945,6 +954,22 @@ list_modules (const SattnTensorFile *f, GString *s)
     g_string_append (s, "none");
   else if (found > 8)
     g_string_append_printf (s, " (%zu in all)", found);
+}
+
+static void
+label_module (GString *s, const char *shown, const char *p, size_t k)
+{
+  g_string_append_printf (s, "'%s'%s", shown, p[0] ? "" : " (top level)");
+}
+
+/* The prefixes under which the file holds attention weights, for the
+ * message of a missing module. */
+static void
+list_modules (const SattnTensorFile *f, GString *s)
+{
+  static const char *const keys[] = { "in_proj_weight", "q_proj_weight" };
+
+  list_prefixes (f, keys, G_N_ELEMENTS (keys), label_module, s);
 }
 
 static SattnStatus
@@ -1589,36 +1614,23 @@ layout_key (const LayoutDef *l)
   return l->fused_w != NULL ? l->fused_w : l->q_w;
 }
 
+static void
+label_layout (GString *s, const char *shown, const char *p, size_t k)
+{
+  g_string_append_printf (s, "'%s' (%s)", shown,
+                          sattn_layout_name (layouts[k].layout));
+}
+
 /* Every "prefix (layout)" of the file, for the message of a missing
  * module. */
 static void
 list_layouts (const SattnTensorFile *f, GString *s)
 {
-  size_t found = 0;
+  const char *keys[G_N_ELEMENTS (layouts)];
 
-  for (size_t i = 0; i < f->n; i++) {
-    const char *nm = f->t[i].name;
-    size_t len = strlen (nm);
-    for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
-      const char *key = layout_key (&layouts[k]);
-      size_t kl = strlen (key);
-      if (len >= kl && strcmp (nm + len - kl, key) == 0 &&
-          (len == kl || nm[len - kl - 1] == '.')) {
-        ShowBuf sb;
-        char *p = g_strndup (nm, len - kl);
-        if (found < 8)
-          g_string_append_printf (s, "%s'%s' (%s)", found ? ", " : "",
-                                  show (&sb, p),
-                                  sattn_layout_name (layouts[k].layout));
-        g_free (p);
-        found++;
-      }
-    }
-  }
-  if (found == 0)
-    g_string_append (s, "none");
-  else if (found > 8)
-    g_string_append_printf (s, " (%zu in all)", found);
+  for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++)
+    keys[k] = layout_key (&layouts[k]);
+  list_prefixes (f, keys, G_N_ELEMENTS (keys), label_layout, s);
 }
 
 /* A tensor of the module: float, 2-D (rows, cols) or 1-D (rows) when cols
