@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ PRNG */
@@ -107,6 +108,16 @@ tu_check_status (SattnStatus got, SattnStatus want, const char *what)
   return tu_check (got == want, "%s: got %d (%s), want %d (%s)", what,
                    (int) got, sattn_status_string (got), (int) want,
                    sattn_status_string (want));
+}
+
+void
+tu_check_threads_identical (float *const *runs, size_t n_runs, size_t n)
+{
+  for (size_t k = 1; k < n_runs; k++)
+    tu_check (memcmp (runs[0], runs[k], n * sizeof (float)) == 0,
+              "threads %zu differ", k + 1);
+  for (size_t k = 0; k < n_runs; k++)
+    free (runs[k]);
 }
 
 int
