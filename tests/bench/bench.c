@@ -1635,49 +1635,39 @@ run_threads_section (const Opts *o)
   a6 = fma (a6, x, y); a7 = fma (a7, x, y); a8 = fma (a8, x, y);           \
   a9 = fma (a9, x, y); a10 = fma (a10, x, y); a11 = fma (a11, x, y)
 
-__attribute__ ((target ("avx512f"), noinline)) static float
-peak_loop_avx512 (uint64_t iters)
-{
-  const __m512 x = _mm512_set1_ps (0.999f), y = _mm512_set1_ps (1e-7f);
-  __m512 a0 = _mm512_set1_ps (0.f), a1 = _mm512_set1_ps (1.f),
-      a2 = _mm512_set1_ps (2.f), a3 = _mm512_set1_ps (3.f),
-      a4 = _mm512_set1_ps (4.f), a5 = _mm512_set1_ps (5.f),
-      a6 = _mm512_set1_ps (6.f), a7 = _mm512_set1_ps (7.f),
-      a8 = _mm512_set1_ps (8.f), a9 = _mm512_set1_ps (9.f),
-      a10 = _mm512_set1_ps (10.f), a11 = _mm512_set1_ps (11.f);
-  for (uint64_t k = 0; k < iters; k++) {
-    FMA12 (__m512, _mm512_fmadd_ps);
+/* The loop of one ISA level: vector type T with its set1, fma and add
+ * intrinsics, `hsum` summing the lanes of a T; the sum of the accumulators
+ * is returned so that the loop cannot be dropped. */
+#define PEAK_LOOP(name, isa, T, set1, fma, add, hsum)                     \
+  __attribute__ ((target (isa), noinline)) static float                  \
+  name (uint64_t iters)                                                   \
+  {                                                                       \
+    const T x = set1 (0.999f), y = set1 (1e-7f);                          \
+    T a0 = set1 (0.f), a1 = set1 (1.f), a2 = set1 (2.f), a3 = set1 (3.f), \
+        a4 = set1 (4.f), a5 = set1 (5.f), a6 = set1 (6.f),                \
+        a7 = set1 (7.f), a8 = set1 (8.f), a9 = set1 (9.f),                \
+        a10 = set1 (10.f), a11 = set1 (11.f);                             \
+    for (uint64_t k = 0; k < iters; k++) {                                \
+      FMA12 (T, fma);                                                     \
+    }                                                                     \
+    T s = add (add (add (a0, a1), add (a2, a3)),                          \
+               add (add (a4, a5), add (a6, a7)));                         \
+    s = add (s, add (add (a8, a9), add (a10, a11)));                      \
+    return hsum (s);                                                      \
   }
-  __m512 s = _mm512_add_ps (_mm512_add_ps (_mm512_add_ps (a0, a1),
-          _mm512_add_ps (a2, a3)), _mm512_add_ps (_mm512_add_ps (a4, a5),
-          _mm512_add_ps (a6, a7)));
-  s = _mm512_add_ps (s, _mm512_add_ps (_mm512_add_ps (a8, a9),
-          _mm512_add_ps (a10, a11)));
-  return _mm512_reduce_add_ps (s);
-}
 
-__attribute__ ((target ("avx2,fma"), noinline)) static float
-peak_loop_avx2 (uint64_t iters)
+__attribute__ ((target ("avx2,fma"))) static inline float
+hsum_avx2 (__m256 s)
 {
-  const __m256 x = _mm256_set1_ps (0.999f), y = _mm256_set1_ps (1e-7f);
-  __m256 a0 = _mm256_set1_ps (0.f), a1 = _mm256_set1_ps (1.f),
-      a2 = _mm256_set1_ps (2.f), a3 = _mm256_set1_ps (3.f),
-      a4 = _mm256_set1_ps (4.f), a5 = _mm256_set1_ps (5.f),
-      a6 = _mm256_set1_ps (6.f), a7 = _mm256_set1_ps (7.f),
-      a8 = _mm256_set1_ps (8.f), a9 = _mm256_set1_ps (9.f),
-      a10 = _mm256_set1_ps (10.f), a11 = _mm256_set1_ps (11.f);
-  for (uint64_t k = 0; k < iters; k++) {
-    FMA12 (__m256, _mm256_fmadd_ps);
-  }
-  __m256 s = _mm256_add_ps (_mm256_add_ps (_mm256_add_ps (a0, a1),
-          _mm256_add_ps (a2, a3)), _mm256_add_ps (_mm256_add_ps (a4, a5),
-          _mm256_add_ps (a6, a7)));
-  s = _mm256_add_ps (s, _mm256_add_ps (_mm256_add_ps (a8, a9),
-          _mm256_add_ps (a10, a11)));
   float l[8];
   _mm256_storeu_ps (l, s);
   return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
 }
+
+PEAK_LOOP (peak_loop_avx512, "avx512f", __m512, _mm512_set1_ps,
+           _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps)
+PEAK_LOOP (peak_loop_avx2, "avx2,fma", __m256, _mm256_set1_ps,
+           _mm256_fmadd_ps, _mm256_add_ps, hsum_avx2)
 #endif
 
 /* ISA levels of the peak table: 2 = AVX-512 (the core's default on such
