@@ -1334,10 +1334,7 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (heads == 0)
     return fail (SATTN_E_INVAL, err, err_len, "heads must be at least 1");
 
-  if (prefix == NULL)
-    prefix = "";
-  pfx = (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
-      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  pfx = dotted (prefix);
   m.f = f;
   m.prefix = pfx;
   m.err = err;
@@ -1754,10 +1751,7 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
     return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
 
-  if (prefix == NULL)
-    prefix = "";
-  pfx = (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
-      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  pfx = dotted (prefix);
   m.f = f;
   m.prefix = pfx;
   m.err = err;
