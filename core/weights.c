@@ -1040,16 +1040,24 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
   return SATTN_OK;
 }
 
+/* A metadata value "<prefix>key", or NULL. */
+static const char *
+meta_str (const Mapper *m, const char *key)
+{
+  char *full = g_strconcat (m->prefix, key, NULL);
+  const char *v = sattn_tensor_file_metadata (m->f, full);
+  g_free (full);
+  return v;
+}
+
 /* A metadata value "<prefix>key" parsed as an unsigned integer; -1 when
  * absent or not a number. */
 static gint64
 meta_uint (const Mapper *m, const char *key)
 {
-  char *full = g_strconcat (m->prefix, key, NULL);
-  const char *v = sattn_tensor_file_metadata (m->f, full);
+  const char *v = meta_str (m, key);
   guint64 u;
 
-  g_free (full);
   if (v == NULL || !g_ascii_string_to_unsigned (v, 10, 0, G_MAXINT64, &u,
                                                 NULL))
     return -1;
@@ -1178,16 +1186,6 @@ out:
   sattn_layer_weights_free (lw);
   g_free (pfx);
   return st;
-}
-
-/* A metadata value "<prefix>key", or NULL. */
-static const char *
-meta_str (const Mapper *m, const char *key)
-{
-  char *full = g_strconcat (m->prefix, key, NULL);
-  const char *v = sattn_tensor_file_metadata (m->f, full);
-  g_free (full);
-  return v;
 }
 
 static const char *const positions_names[] = { "none", "rope",
