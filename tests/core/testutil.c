@@ -155,6 +155,15 @@ tu_summary (const char *what)
 
 /* --------------------------------------------------------------- metrics */
 
+int
+tu_all_finite (const float *x, size_t n)
+{
+  for (size_t k = 0; k < n; k++)
+    if (!isfinite (x[k]))
+      return 0;
+  return 1;
+}
+
 void
 tu_err_clear (TuErr *e)
 {

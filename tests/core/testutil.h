@@ -57,6 +57,9 @@ void tu_check_threads_identical (float *const *runs, size_t n_runs,
 
 /* --------------------------------------------------------------- metrics */
 
+/* 1 when the n values of x are all finite. */
+int tu_all_finite (const float *x, size_t n);
+
 typedef struct {
   double err2;       /* sum (a - r)^2 */
   double ref2;       /* sum r^2 */
