@@ -593,6 +593,31 @@ stream_new (const Model *m, const Workload *w, char *err, size_t err_len)
   return stream_new_full (m, w, 0, err, err_len);
 }
 
+/* The models and streams of w with threads = 1 (m[0], s[0]) and 2 (m[1],
+ * s[1]), for the side-by-side sections; -1 with err set when one fails. */
+static int
+pair_init (Model m[2], SattnStream *s[2], const Workload *w, int rw,
+           char *err, size_t err_len)
+{
+  int ok = 1;
+  for (int t = 0; t < 2 && ok; t++) {
+    bench_threads = t + 1;
+    ok = model_init (&m[t], w, rw, err, err_len) == 0 &&
+        (s[t] = stream_new (&m[t], w, err, err_len)) != NULL;
+  }
+  bench_threads = 1;
+  return ok ? 0 : -1;
+}
+
+/* Frames of such a pair's input pool: four windows, at least 4096, a
+ * whole number of pushes of `push` frames. */
+static size_t
+pair_pool_frames (const Workload *w, size_t push)
+{
+  size_t frames = 4 * w->window > 4096 ? 4 * w->window : 4096;
+  return (frames + push - 1) / push * push;
+}
+
 /* ---------------------------------------------------------- file dump */
 
 static int
@@ -1489,10 +1514,9 @@ run_threads_section (const Opts *o)
     for (int rw = 1; rw >= 0; rw--) {
       if (o->weights_filter >= 0 && rw != o->weights_filter)
         continue;
-      const size_t E = wl_d_model (w), n = w->window, h = w->hop;
+      const size_t E = wl_d_model (w), h = w->hop;
       const size_t bf = wl_buffer_frames (w);
-      size_t pool_frames = 4 * n > 4096 ? 4 * n : 4096;
-      pool_frames = (pool_frames + bf - 1) / bf * bf;
+      const size_t pool_frames = pair_pool_frames (w, bf);
       char err[256] = "";
       Model m[2];
       SattnStream *s[2] = { NULL, NULL };
@@ -1514,13 +1538,7 @@ run_threads_section (const Opts *o)
       }
       Rng r = { 777 + E };
       fill_normal (&r, pool, pool_frames * E, 1.0);
-      for (int t = 0; t < 2 && !fail; t++) {
-        bench_threads = t + 1;
-        if (model_init (&m[t], w, rw, err, sizeof err) != 0 ||
-            (s[t] = stream_new (&m[t], w, err, sizeof err)) == NULL)
-          fail = 1;
-      }
-      bench_threads = 1;
+      fail = pair_init (m, s, w, rw, err, sizeof err) != 0;
       size_t pos[2] = { 0, 0 };
       uint64_t pushes = 0;
       double cpu_fps;
@@ -1789,8 +1807,7 @@ peak_row_measure (const Workload *w, int rw, size_t push, int isa,
                   const Opts *o, PeakRow *r)
 {
   const size_t E = wl_d_model (w);
-  size_t pool_frames = 4 * w->window > 4096 ? 4 * w->window : 4096;
-  pool_frames = (pool_frames + push - 1) / push * push;
+  const size_t pool_frames = pair_pool_frames (w, push);
   /* At most 3 repeats of 0.2 s per side (default --time): the table has
    * 18 rows and make bench other sections. */
   const int reps = o->repeats < 3 ? o->repeats : 3;
@@ -1816,13 +1833,7 @@ peak_row_measure (const Workload *w, int rw, size_t push, int isa,
   }
   Rng rng = { 777 + E };
   fill_normal (&rng, pool, pool_frames * E, 1.0);
-  for (int t = 0; t < 2 && !fail; t++) {
-    bench_threads = t + 1;
-    if (model_init (&m[t], w, rw, err, sizeof err) != 0 ||
-        (s[t] = stream_new (&m[t], w, err, sizeof err)) == NULL)
-      fail = 1;
-  }
-  bench_threads = 1;
+  fail = pair_init (m, s, w, rw, err, sizeof err) != 0;
   uint64_t it = peak_calibrate (isa, o->quick ? 0.01 : 0.1);
   size_t pos[2] = { 0, 0 };
   uint64_t pushes = 0;
