@@ -9,6 +9,19 @@
 #include <string.h>
 
 GstHarness *
+sattn_harness_new_valist (GstElement * e, const gchar * first_property,
+    va_list args)
+{
+  GstHarness *h;
+
+  if (first_property)
+    g_object_set_valist (G_OBJECT (e), first_property, args);
+  h = gst_harness_new_with_element (e, "sink", "src");
+  gst_object_unref (e);
+  return h;
+}
+
+GstHarness *
 sattn_harness_new (const gchar * first_property, ...)
 {
   GstElement *e = gst_element_factory_make ("sattn", NULL);
@@ -16,13 +29,9 @@ sattn_harness_new (const gchar * first_property, ...)
   va_list args;
 
   fail_unless (e != NULL, "the sattn element is not available");
-  if (first_property) {
-    va_start (args, first_property);
-    g_object_set_valist (G_OBJECT (e), first_property, args);
-    va_end (args);
-  }
-  h = gst_harness_new_with_element (e, "sink", "src");
-  gst_object_unref (e);
+  va_start (args, first_property);
+  h = sattn_harness_new_valist (e, first_property, args);
+  va_end (args);
   return h;
 }
 
