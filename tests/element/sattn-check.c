@@ -183,12 +183,12 @@ ref_window (const RefConfig * c, const double *x, const guint8 * valid,
   g_free (xf);
 }
 
-static gboolean
-frame_finite (const float *x, gsize d)
+gboolean
+sattn_all_finite (const float *x, gsize n)
 {
   gsize i;
 
-  for (i = 0; i < d; i++)
+  for (i = 0; i < n; i++)
     if (!isfinite (x[i]))
       return FALSE;
   return TRUE;
@@ -244,7 +244,7 @@ stream_schedule (const RefConfig * c, const SattnModel * m, const float *x,
   gsize f, k, j, t, rows_cap, rf;
 
   for (f = 0; f < T; f++)
-    ok[f] = (valid == NULL || valid[f]) && frame_finite (x + f * d, d);
+    ok[f] = (valid == NULL || valid[f]) && sattn_all_finite (x + f * d, d);
 
   for (F = c->start == START_WAIT ? n : h; F <= T; F += h) {
     g_array_append_val (ends, F);

@@ -48,6 +48,9 @@ GstBuffer *sattn_buffer_new (const void *data, gsize n_bytes,
 /* Deterministic test signal in [-amp, amp]. */
 void sattn_fill_signal (float *x, gsize n, guint32 seed, float amp);
 
+/* TRUE when the n floats of x are all finite. */
+gboolean sattn_all_finite (const float *x, gsize n);
+
 /* Everything pulled from a harness. */
 typedef struct
 {
