@@ -1506,6 +1506,23 @@ out:
   return st;
 }
 
+/* The message of a _load function whose file (path) loaded and mapped
+ * with status st and message msg: empty on success, msg alone when the
+ * loader's I/O message names the path already, else the path in front. */
+static void
+load_message (SattnStatus st, const char *path, const char *msg, char *err,
+              size_t err_len)
+{
+  ShowBuf sb;
+
+  if (st == SATTN_OK)
+    set_err (err, err_len, "%s", "");
+  else if (st == SATTN_E_IO || path == NULL)
+    set_err (err, err_len, "%s", msg);
+  else
+    set_err (err, err_len, "'%s': %s", show (&sb, path), msg);
+}
+
 SattnStatus
 sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
                         size_t heads, int add_zero_attn,
@@ -1515,7 +1532,6 @@ sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
   SattnTensorFile *f = NULL;
   SattnStatus st;
   char msg[1024];
-  ShowBuf sb;
 
   if (owner != NULL)
     *owner = NULL;
@@ -1526,12 +1542,7 @@ sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
                                       msg, sizeof msg);
     sattn_tensor_file_free (f);
   }
-  if (st == SATTN_OK)
-    set_err (err, err_len, "%s", "");
-  else if (st == SATTN_E_IO || path == NULL)
-    set_err (err, err_len, "%s", msg);   /* names the path already */
-  else
-    set_err (err, err_len, "'%s': %s", path ? show (&sb, path) : "", msg);
+  load_message (st, path, msg, err, err_len);
   return st;
 }
 
@@ -2110,7 +2121,6 @@ sattn_attn_weights_load (const char *path, const char *prefix,
   SattnTensorFile *f = NULL;
   SattnStatus st;
   char msg[1024];
-  ShowBuf sb;
 
   if (owner != NULL)
     *owner = NULL;
@@ -2120,11 +2130,6 @@ sattn_attn_weights_load (const char *path, const char *prefix,
                                        w_out, owner, report, msg, sizeof msg);
     sattn_tensor_file_free (f);
   }
-  if (st == SATTN_OK)
-    set_err (err, err_len, "%s", "");
-  else if (st == SATTN_E_IO || path == NULL)
-    set_err (err, err_len, "%s", msg);
-  else
-    set_err (err, err_len, "'%s': %s", path ? show (&sb, path) : "", msg);
+  load_message (st, path, msg, err, err_len);
   return st;
 }
