@@ -1307,6 +1307,88 @@ out:
   return st;
 }
 
+/* The arrays of one attention module, found and checked: the Q/K/V
+ * weights fused (fw) or apart, their biases fused (fb) or apart, each
+ * present one; the output projection, bias_k / bias_v optional. */
+typedef struct {
+  const Tensor *fw, *fb, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *bk, *bv;
+} ModuleTensors;
+
+/* A new handle owning one block with the module's arrays: Wq Wk Wv (E
+ * inputs e, Dq = dq rows for queries and keys, Dv = dv for values), Wo
+ * (d_out x Dv), then the biases; *w_out points into it (NULL where the
+ * file has none).  NULL when out of memory. */
+static SattnMhaWeights *
+pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
+             size_t d_out, int add_zero_attn, SattnWeights *w_out)
+{
+  size_t total = (2 * dq + dv) * e + (t->ow ? d_out * dv : 0) + 2 * dq + dv +
+      (t->ob ? d_out : 0) + (t->bk ? dq + dv : 0);
+  SattnMhaWeights *mw = g_new0 (SattnMhaWeights, 1);
+  size_t off;
+  float *p;
+
+  mw->block = g_try_new (float, total);
+  if (mw->block == NULL) {
+    g_free (mw);
+    return NULL;
+  }
+  p = mw->block;
+  *w_out = (SattnWeights) { 0 };
+  if (t->fw != NULL) {
+    memcpy (p, t->fw->data, (2 * dq + dv) * e * sizeof (float));
+  } else {
+    memcpy (p, t->qw->data, dq * e * sizeof (float));
+    memcpy (p + dq * e, t->kw->data, dq * e * sizeof (float));
+    memcpy (p + 2 * dq * e, t->vw->data, dv * e * sizeof (float));
+  }
+  w_out->wq = p;
+  w_out->wk = p + dq * e;
+  w_out->wv = p + 2 * dq * e;
+  off = (2 * dq + dv) * e;
+  if (t->ow != NULL) {
+    memcpy (p + off, t->ow->data, d_out * dv * sizeof (float));
+    w_out->wo = p + off;
+    off += d_out * dv;
+  }
+  /* Biases: the fused vector, or each one present (absent = NULL). */
+  if (t->fb != NULL) {
+    memcpy (p + off, t->fb->data, (2 * dq + dv) * sizeof (float));
+    w_out->bq = p + off;
+    w_out->bk = p + off + dq;
+    w_out->bv = p + off + 2 * dq;
+  } else {
+    if (t->qb != NULL) {
+      memcpy (p + off, t->qb->data, dq * sizeof (float));
+      w_out->bq = p + off;
+    }
+    if (t->kb != NULL) {
+      memcpy (p + off + dq, t->kb->data, dq * sizeof (float));
+      w_out->bk = p + off + dq;
+    }
+    if (t->vb != NULL) {
+      memcpy (p + off + 2 * dq, t->vb->data, dv * sizeof (float));
+      w_out->bv = p + off + 2 * dq;
+    }
+  }
+  off += 2 * dq + dv;
+  if (t->ob != NULL) {
+    memcpy (p + off, t->ob->data, d_out * sizeof (float));
+    w_out->bo = p + off;
+    off += d_out;
+  }
+  if (t->bk != NULL) {
+    memcpy (p + off, t->bk->data, dq * sizeof (float));
+    memcpy (p + off + dq, t->bv->data, dv * sizeof (float));
+    w_out->bias_k = p + off;
+    w_out->bias_v = p + off + dq;
+    off += dq + dv;
+  }
+  g_assert (off == total);
+  w_out->add_zero_attn = add_zero_attn != 0;
+  return mw;
+}
+
 SattnStatus
 sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              size_t d_model, size_t heads, int add_zero_attn,
@@ -1320,9 +1402,8 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   SattnStatus st = SATTN_OK;
   char *pfx = NULL;
   ShowBuf sb;
-  size_t e, total, off;
+  size_t e;
   gint64 meta;
-  float *p;
 
   set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -1445,52 +1526,15 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   }
 
   /* Copy what is used into one block owned by the handle. */
-  total = 3 * e * e + e * e + (in_b ? 3 * e : 0) + (o_b ? e : 0) +
-      (bk ? 2 * e : 0);
-  mw = g_new0 (SattnMhaWeights, 1);
-  mw->block = g_try_new (float, total);
-  if (mw->block == NULL) {
+  {
+    const ModuleTensors t = { in_w, in_b, q_w, NULL, k_w, NULL, v_w, NULL,
+      o_w, o_b, bk, bv };
+    mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
+  }
+  if (mw == NULL) {
     st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
-  p = mw->block;
-  off = 0;
-  if (in_w != NULL) {
-    memcpy (p, in_w->data, 3 * e * e * sizeof (float));
-  } else {
-    memcpy (p, q_w->data, e * e * sizeof (float));
-    memcpy (p + e * e, k_w->data, e * e * sizeof (float));
-    memcpy (p + 2 * e * e, v_w->data, e * e * sizeof (float));
-  }
-  *w_out = (SattnWeights) { 0 };
-  w_out->wq = p;
-  w_out->wk = p + e * e;
-  w_out->wv = p + 2 * e * e;
-  off = 3 * e * e;
-  memcpy (p + off, o_w->data, e * e * sizeof (float));
-  w_out->wo = p + off;
-  off += e * e;
-  if (in_b != NULL) {
-    memcpy (p + off, in_b->data, 3 * e * sizeof (float));
-    w_out->bq = p + off;
-    w_out->bk = p + off + e;
-    w_out->bv = p + off + 2 * e;
-    off += 3 * e;
-  }
-  if (o_b != NULL) {
-    memcpy (p + off, o_b->data, e * sizeof (float));
-    w_out->bo = p + off;
-    off += e;
-  }
-  if (bk != NULL) {
-    memcpy (p + off, bk->data, e * sizeof (float));
-    memcpy (p + off + e, bv->data, e * sizeof (float));
-    w_out->bias_k = p + off;
-    w_out->bias_v = p + off + e;
-    off += 2 * e;
-  }
-  g_assert (off == total);
-  w_out->add_zero_attn = add_zero_attn != 0;
 
   cfg_inout->d_model = e;
   cfg_inout->heads = heads;
@@ -1748,11 +1792,10 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   SattnStatus st = SATTN_OK;
   char *pfx = NULL;
   ShowBuf sb;
-  size_t e, dq, dv, dk, d_out, heads, d_head, d_value, total, off, cols;
+  size_t e, dq, dv, dk, d_out, heads, d_head, d_value, total, cols;
   size_t found = 0;
   gint64 meta;
   GString *names = NULL;
-  float *p;
 
   set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -2025,68 +2068,14 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     goto out;
   }
 
-  /* One block: Wq Wk Wv Wo, then the biases. */
-  total = (2 * dq + dv) * e + (ow ? d_out * dv : 0) + 2 * dq + dv +
-      (ob ? d_out : 0) + (bk ? dq + dv : 0);
-  mw = g_new0 (SattnMhaWeights, 1);
-  mw->block = g_try_new (float, total);
-  if (mw->block == NULL) {
+  {
+    const ModuleTensors t = { fw, fb, qw, qb, kw, kb, vw, vb, ow, ob, bk, bv };
+    mw = pack_module (&t, e, dq, dv, d_out, add_zero_attn, w_out);
+  }
+  if (mw == NULL) {
     st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
-  p = mw->block;
-  *w_out = (SattnWeights) { 0 };
-  if (fw != NULL) {
-    memcpy (p, fw->data, (2 * dq + dv) * e * sizeof (float));
-  } else {
-    memcpy (p, qw->data, dq * e * sizeof (float));
-    memcpy (p + dq * e, kw->data, dq * e * sizeof (float));
-    memcpy (p + 2 * dq * e, vw->data, dv * e * sizeof (float));
-  }
-  w_out->wq = p;
-  w_out->wk = p + dq * e;
-  w_out->wv = p + 2 * dq * e;
-  off = (2 * dq + dv) * e;
-  if (ow != NULL) {
-    memcpy (p + off, ow->data, d_out * dv * sizeof (float));
-    w_out->wo = p + off;
-    off += d_out * dv;
-  }
-  /* Biases: the fused vector, or each one present (absent = NULL). */
-  if (fb != NULL) {
-    memcpy (p + off, fb->data, (2 * dq + dv) * sizeof (float));
-    w_out->bq = p + off;
-    w_out->bk = p + off + dq;
-    w_out->bv = p + off + 2 * dq;
-  } else {
-    if (qb != NULL) {
-      memcpy (p + off, qb->data, dq * sizeof (float));
-      w_out->bq = p + off;
-    }
-    if (kb != NULL) {
-      memcpy (p + off + dq, kb->data, dq * sizeof (float));
-      w_out->bk = p + off + dq;
-    }
-    if (vb != NULL) {
-      memcpy (p + off + 2 * dq, vb->data, dv * sizeof (float));
-      w_out->bv = p + off + 2 * dq;
-    }
-  }
-  off += 2 * dq + dv;
-  if (ob != NULL) {
-    memcpy (p + off, ob->data, d_out * sizeof (float));
-    w_out->bo = p + off;
-    off += d_out;
-  }
-  if (bk != NULL) {
-    memcpy (p + off, bk->data, dq * sizeof (float));
-    memcpy (p + off + dq, bv->data, dv * sizeof (float));
-    w_out->bias_k = p + off;
-    w_out->bias_v = p + off + dq;
-    off += dq + dv;
-  }
-  g_assert (off == total);
-  w_out->add_zero_attn = add_zero_attn != 0;
 
   rep.q_bias = fb != NULL || qb != NULL;
   rep.k_bias = fb != NULL || kb != NULL;
