@@ -1307,6 +1307,21 @@ out:
   return st;
 }
 
+/* add_zero_attn against the module's metadata, when it records one. */
+static SattnStatus
+check_zero_attn (const Mapper *m, int add_zero_attn)
+{
+  gint64 meta = meta_uint (m, "add_zero_attn");
+  ShowBuf sb;
+
+  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0))
+    return fail (SATTN_E_INVAL, m->err, m->err_len,
+                 "add_zero_attn = %d but the module was exported with "
+                 "add_zero_attn = %d (metadata '%sadd_zero_attn')",
+                 add_zero_attn != 0, meta != 0, show (&sb, m->prefix));
+  return SATTN_OK;
+}
+
 /* The arrays of one attention module, found and checked: the Q/K/V
  * weights fused (fw) or apart, their biases fused (fb) or apart, each
  * present one; the output projection, bias_k / bias_v optional. */
@@ -1516,14 +1531,8 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                show (&sb, pfx));
     goto out;
   }
-  meta = meta_uint (&m, "add_zero_attn");
-  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0)) {
-    st = fail (SATTN_E_INVAL, err, err_len,
-               "add_zero_attn = %d but the module was exported with "
-               "add_zero_attn = %d (metadata '%sadd_zero_attn')",
-               add_zero_attn != 0, meta != 0, show (&sb, pfx));
+  if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
     goto out;
-  }
 
   /* Copy what is used into one block owned by the handle. */
   {
@@ -2059,14 +2068,8 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       ((st = check (&m, bk, dq, 0, 1, "(1, 1, Dq)")) != SATTN_OK ||
        (st = check (&m, bv, dv, 0, 1, "(1, 1, Dv)")) != SATTN_OK))
     goto out;
-  meta = meta_uint (&m, "add_zero_attn");
-  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0)) {
-    st = fail (SATTN_E_INVAL, err, err_len,
-               "add_zero_attn = %d but the module was exported with "
-               "add_zero_attn = %d (metadata '%sadd_zero_attn')",
-               add_zero_attn != 0, meta != 0, show (&sb, pfx));
+  if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
     goto out;
-  }
 
   {
     const ModuleTensors t = { fw, fb, qw, qb, kw, kb, vw, vb, ow, ob, bk, bv };
