@@ -965,8 +965,12 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * only when a task found a non-finite value.  With weights for all
    * three projections, a non-finite sample makes every column of them
    * non-finite (NaN, or Inf: x Inf + finite), so the tasks find those
-   * frames too and only the flag is tested here. */
-  if (direct && pre == SIZE_MAX && !m->cfg.encoder &&
+   * frames too and only the flag is tested here.  Without workers
+   * (threads = 1) there is no synchronisation to save, and the block
+   * products below are faster than the per-head ones (whole 32-column
+   * tiles, no scratch, one finiteness test per frame): they run instead,
+   * with the same bytes. */
+  if (direct && pre == SIZE_MAX && !m->cfg.encoder && s->workers != NULL &&
       s->total + cnt == s->next_window &&
       due_rows (s, s->total + cnt) <= ATTN_ROWS &&
       cnt * (2 * m->cfg.d_head + m->cfg.d_value) <= s->sstride) {
