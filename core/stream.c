@@ -10,9 +10,9 @@
  * Threads: the work of a window is cut into a fixed set of tasks that does
  * not depend on the thread count: the projections of the new frames and
  * the output projection in blocks of PROJ_ROWS rows × PROJ_COLS columns,
- * the attention in (head, block of ATTN_ROWS query rows) pairs; a window
- * of at most ATTN_ROWS query rows due right after the frames of a push
- * runs one task per head that first projects that head's columns of the
+ * the attention in (head, block of ATTN_ROWS query rows) pairs; with
+ * workers, a window of at most ATTN_ROWS query rows due right after the
+ * frames of a push runs one task per head that first projects that head's columns of the
  * new frames (project_head): one synchronisation per window.  Each task
  * writes its own rows / columns; statistics go to per-worker parts (counts
  * and extrema, whose merge order does not matter) and per-task sums merged
