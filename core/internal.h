@@ -24,10 +24,12 @@ struct SattnModel {
   double *theta_hi, *theta_lo;
   float *alibi;
   /* Encoder layer (cfg.encoder): linear1 / linear2 transposed (d_model ×
-   * d_ff, d_ff × d_model), biases and LayerNorm parameters (NULL = 0 / 1);
+   * d_ff, d_ff × d_model) and their biases as doubles (the feed-forward
+   * sums run in double), LayerNorm parameters (NULL = 0 / 1);
    * with norm_first, zq / zk / zv are the projections of an all-zero
    * frame (norm1 of it is norm1's bias), NULL otherwise. */
-  float *w1, *b1, *w2, *b2, *n1w, *n1b, *n2w, *n2b;
+  double *w1, *b1, *w2, *b2;
+  float *n1w, *n1b, *n2w, *n2b;
   float *zq, *zk, *zv;
 };
 

@@ -36,159 +36,164 @@ sattn_layer_scratch (const SattnModel *m)
 {
   if (!m->cfg.encoder)
     return 0;
-  /* Hidden rows in float (padded to a line) and in double, then two
-   * double arrays (the feed-forward output and the residual), each of
-   * SATTN_LAYER_ROWS rows; a double is two floats. */
-  size_t h = (SATTN_LAYER_ROWS * m->cfg.d_ff + 15) / 16 * 16;
-  return h + 2 * SATTN_LAYER_ROWS * m->cfg.d_ff
-      + 2 * 2 * SATTN_LAYER_ROWS * dstride (m->cfg.d_model);
+  /* Four double arrays of SATTN_LAYER_ROWS rows (a double is two floats):
+   * the hidden rows, the LayerNorm output that enters linear1, the
+   * feed-forward output and the residual. */
+  return 2 * SATTN_LAYER_ROWS * (m->cfg.d_ff + 3 * dstride (m->cfg.d_model));
 }
 
 /* ------------------------------------------------- double linear layer */
 
-/* y (rows × dout doubles, stride ldy) = b + x (rows × din floats, stride
- * ldx) · Wt (din × dout floats), every entry one chain over t in order
- * from the bias (0 without).  The products of floats are exact in double,
- * so every version below gives the same bytes. */
+/* y (rows × dout, stride ldy) = b + x (rows × din, stride ldx) · Wt (din ×
+ * dout), every entry one chain over t in order from the bias (0 without).
+ * x and Wt hold float values, so every product is exact in double and
+ * FMA or not gives the same bytes: every version below agrees. */
 static void
-lin_portable (const float *restrict x, size_t ldx, size_t rows,
-              const float *restrict Wt, const float *restrict b, size_t din,
-              size_t dout, double *restrict y, size_t ldy)
+lin_portable (const double *restrict x, size_t ldx, size_t rows,
+              const double *restrict Wt, const double *restrict b,
+              size_t din, size_t dout, double *restrict y, size_t ldy)
 {
   for (size_t i = 0; i < rows; i++) {
     double *restrict yi = y + i * ldy;
-    const float *restrict xi = x + i * ldx;
+    const double *restrict xi = x + i * ldx;
     for (size_t j = 0; j < dout; j++)
-      yi[j] = b != NULL ? (double) b[j] : 0.0;
+      yi[j] = b != NULL ? b[j] : 0.0;
     for (size_t t = 0; t < din; t++) {
       const double a = xi[t];
-      const float *restrict wr = Wt + t * dout;
+      const double *restrict wr = Wt + t * dout;
       for (size_t j = 0; j < dout; j++)
-        yi[j] += a * (double) wr[j];
+        yi[j] += a * wr[j];
     }
   }
 }
 
 #ifdef LAYER_HAVE_X86
-/* Columns [j0, dout) of one row of lin_portable. */
-static void
-lin_cols (const float *restrict xi, const float *restrict Wt,
-          const float *restrict b, size_t din, size_t dout, size_t j0,
-          double *restrict yi)
-{
-  for (size_t j = j0; j < dout; j++)
-    yi[j] = b != NULL ? (double) b[j] : 0.0;
-  for (size_t t = 0; t < din; t++) {
-    const double a = xi[t];
-    const float *restrict wr = Wt + t * dout;
-    for (size_t j = j0; j < dout; j++)
-      yi[j] += a * (double) wr[j];
-  }
-}
-
 #define AVX2 __attribute__ ((target ("avx2,fma")))
 #define AVX512 __attribute__ ((target ("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define INLINE static inline __attribute__ ((always_inline))
 
-/* Four rows × 8 columns (two vectors of 4 doubles per row); column tail
- * and row tail by the portable loop (the same chains). */
-AVX2 static void
-lin_avx2 (const float *restrict x, size_t ldx, size_t rows,
-          const float *restrict Wt, const float *restrict b, size_t din,
-          size_t dout, double *restrict y, size_t ldy)
+/* R rows × 16 columns (two vectors of 8 doubles per row: 2 R independent
+ * chains), column tails masked.  Eight rows per weight load: the weights
+ * (d_model × d_ff doubles) come from L2, and fewer rows made the loop wait
+ * for them. */
+AVX512 INLINE void
+tile512 (const double *restrict x, size_t ldx, const double *restrict Wt,
+         const double *restrict b, size_t din, size_t dout, size_t j,
+         double *restrict y, size_t ldy, const int R)
 {
-  size_t i = 0;
-  const size_t jv = dout / 8 * 8;
-  for (; i + 4 <= rows; i += 4) {
-    const float *x0 = x + i * ldx;
-    for (size_t j = 0; j < jv; j += 8) {
-      __m256d a[4][2];
-      __m256d b0 = _mm256_setzero_pd (), b1 = _mm256_setzero_pd ();
-      if (b != NULL) {
-        __m256 bb = _mm256_loadu_ps (b + j);
-        b0 = _mm256_cvtps_pd (_mm256_castps256_ps128 (bb));
-        b1 = _mm256_cvtps_pd (_mm256_extractf128_ps (bb, 1));
-      }
-      for (int r = 0; r < 4; r++) {
-        a[r][0] = b0;
-        a[r][1] = b1;
-      }
-      for (size_t t = 0; t < din; t++) {
-        __m256 w = _mm256_loadu_ps (Wt + t * dout + j);
-        __m256d w0 = _mm256_cvtps_pd (_mm256_castps256_ps128 (w));
-        __m256d w1 = _mm256_cvtps_pd (_mm256_extractf128_ps (w, 1));
-        for (int r = 0; r < 4; r++) {
-          __m256d xv = _mm256_set1_pd ((double) x0[r * ldx + t]);
-          a[r][0] = _mm256_fmadd_pd (xv, w0, a[r][0]);
-          a[r][1] = _mm256_fmadd_pd (xv, w1, a[r][1]);
-        }
-      }
-      for (int r = 0; r < 4; r++) {
-        _mm256_storeu_pd (y + (i + r) * ldy + j, a[r][0]);
-        _mm256_storeu_pd (y + (i + r) * ldy + j + 4, a[r][1]);
-      }
-    }
-    if (jv < dout)
-      for (int r = 0; r < 4; r++)
-        lin_cols (x0 + r * ldx, Wt, b, din, dout, jv, y + (i + r) * ldy);
+  const size_t r0 = dout - j, r1 = r0 > 8 ? r0 - 8 : 0;
+  const __mmask8 m0 = r0 >= 8 ? 0xff : (__mmask8) ((1u << r0) - 1u);
+  const __mmask8 m1 = r1 >= 8 ? 0xff : (__mmask8) ((1u << r1) - 1u);
+  __m512d a0[8], a1[8];
+  __m512d b0 = _mm512_setzero_pd (), b1 = _mm512_setzero_pd ();
+  if (b != NULL) {
+    b0 = _mm512_maskz_loadu_pd (m0, b + j);
+    b1 = _mm512_maskz_loadu_pd (m1, b + j + 8);
   }
-  if (i < rows)
-    lin_portable (x + i * ldx, ldx, rows - i, Wt, b, din, dout, y + i * ldy,
-                  ldy);
+  for (int r = 0; r < R; r++) {
+    a0[r] = b0;
+    a1[r] = b1;
+  }
+  for (size_t t = 0; t < din; t++) {
+    const double *wr = Wt + t * dout + j;
+    __m512d w0 = _mm512_maskz_loadu_pd (m0, wr);
+    __m512d w1 = _mm512_maskz_loadu_pd (m1, wr + 8);
+    for (int r = 0; r < R; r++) {
+      __m512d xv = _mm512_set1_pd (x[r * ldx + t]);
+      a0[r] = _mm512_fmadd_pd (xv, w0, a0[r]);
+      a1[r] = _mm512_fmadd_pd (xv, w1, a1[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    _mm512_mask_storeu_pd (y + r * ldy + j, m0, a0[r]);
+    _mm512_mask_storeu_pd (y + r * ldy + j + 8, m1, a1[r]);
+  }
 }
 
-/* Four rows × 16 columns (two vectors of 8 doubles per row), masked
- * column tails. */
 AVX512 static void
-lin_avx512 (const float *restrict x, size_t ldx, size_t rows,
-            const float *restrict Wt, const float *restrict b, size_t din,
-            size_t dout, double *restrict y, size_t ldy)
+lin_avx512 (const double *x, size_t ldx, size_t rows, const double *Wt,
+            const double *b, size_t din, size_t dout, double *y, size_t ldy)
 {
   size_t i = 0;
-  for (; i + 4 <= rows; i += 4) {
-    const float *x0 = x + i * ldx;
-    for (size_t j = 0; j < dout; j += 16) {
-      const size_t rem = dout - j;
-      const __mmask16 m = rem >= 16 ? (__mmask16) 0xffff
-          : (__mmask16) ((1u << rem) - 1u);
-      const __mmask8 m0 = (__mmask8) (m & 0xff), m1 = (__mmask8) (m >> 8);
-      __m512d a[4][2];
-      __m512d b0 = _mm512_setzero_pd (), b1 = _mm512_setzero_pd ();
-      if (b != NULL) {
-        __m512 bb = _mm512_maskz_loadu_ps (m, b + j);
-        b0 = _mm512_cvtps_pd (_mm512_castps512_ps256 (bb));
-        b1 = _mm512_cvtps_pd (_mm512_extractf32x8_ps (bb, 1));
-      }
-      for (int r = 0; r < 4; r++) {
-        a[r][0] = b0;
-        a[r][1] = b1;
-      }
-      for (size_t t = 0; t < din; t++) {
-        __m512 w = _mm512_maskz_loadu_ps (m, Wt + t * dout + j);
-        __m512d w0 = _mm512_cvtps_pd (_mm512_castps512_ps256 (w));
-        __m512d w1 = _mm512_cvtps_pd (_mm512_extractf32x8_ps (w, 1));
-        for (int r = 0; r < 4; r++) {
-          __m512d xv = _mm512_set1_pd ((double) x0[r * ldx + t]);
-          a[r][0] = _mm512_fmadd_pd (xv, w0, a[r][0]);
-          a[r][1] = _mm512_fmadd_pd (xv, w1, a[r][1]);
-        }
-      }
-      for (int r = 0; r < 4; r++) {
-        _mm512_mask_storeu_pd (y + (i + r) * ldy + j, m0, a[r][0]);
-        _mm512_mask_storeu_pd (y + (i + r) * ldy + j + 8, m1, a[r][1]);
-      }
+  for (; i + 8 <= rows; i += 8)
+    for (size_t j = 0; j < dout; j += 16)
+      tile512 (x + i * ldx, ldx, Wt, b, din, dout, j, y + i * ldy, ldy, 8);
+  for (; i + 4 <= rows; i += 4)
+    for (size_t j = 0; j < dout; j += 16)
+      tile512 (x + i * ldx, ldx, Wt, b, din, dout, j, y + i * ldy, ldy, 4);
+  for (; i < rows; i++)
+    for (size_t j = 0; j < dout; j += 16)
+      tile512 (x + i * ldx, ldx, Wt, b, din, dout, j, y + i * ldy, ldy, 1);
+}
+
+/* R rows × 12 columns (three vectors of 4 doubles per row), the column
+ * tail by the portable loop (the same chains). */
+AVX2 INLINE void
+tile256 (const double *restrict x, size_t ldx, const double *restrict Wt,
+         const double *restrict b, size_t din, size_t dout, size_t j,
+         double *restrict y, size_t ldy, const int R)
+{
+  __m256d a[4][3];
+  for (int v = 0; v < 3; v++) {
+    __m256d bv = b != NULL ? _mm256_loadu_pd (b + j + 4 * v)
+        : _mm256_setzero_pd ();
+    for (int r = 0; r < R; r++)
+      a[r][v] = bv;
+  }
+  for (size_t t = 0; t < din; t++) {
+    const double *wr = Wt + t * dout + j;
+    __m256d w[3];
+    for (int v = 0; v < 3; v++)
+      w[v] = _mm256_loadu_pd (wr + 4 * v);
+    for (int r = 0; r < R; r++) {
+      __m256d xv = _mm256_set1_pd (x[r * ldx + t]);
+      for (int v = 0; v < 3; v++)
+        a[r][v] = _mm256_fmadd_pd (xv, w[v], a[r][v]);
     }
   }
-  if (i < rows)
-    lin_portable (x + i * ldx, ldx, rows - i, Wt, b, din, dout, y + i * ldy,
-                  ldy);
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < 3; v++)
+      _mm256_storeu_pd (y + r * ldy + j + 4 * v, a[r][v]);
+}
+
+/* Columns [j0, dout) of rows of lin_portable. */
+static void
+lin_cols (const double *restrict x, size_t ldx, size_t rows,
+          const double *restrict Wt, const double *restrict b, size_t din,
+          size_t dout, size_t j0, double *restrict y, size_t ldy)
+{
+  for (size_t i = 0; i < rows; i++) {
+    double *restrict yi = y + i * ldy;
+    const double *restrict xi = x + i * ldx;
+    for (size_t j = j0; j < dout; j++)
+      yi[j] = b != NULL ? b[j] : 0.0;
+    for (size_t t = 0; t < din; t++)
+      for (size_t j = j0; j < dout; j++)
+        yi[j] += xi[t] * Wt[t * dout + j];
+  }
+}
+
+AVX2 static void
+lin_avx2 (const double *x, size_t ldx, size_t rows, const double *Wt,
+          const double *b, size_t din, size_t dout, double *y, size_t ldy)
+{
+  const size_t jv = dout / 12 * 12;
+  size_t i = 0;
+  for (; i + 4 <= rows; i += 4)
+    for (size_t j = 0; j < jv; j += 12)
+      tile256 (x + i * ldx, ldx, Wt, b, din, dout, j, y + i * ldy, ldy, 4);
+  for (; i < rows; i++)
+    for (size_t j = 0; j < jv; j += 12)
+      tile256 (x + i * ldx, ldx, Wt, b, din, dout, j, y + i * ldy, ldy, 1);
+  if (jv < dout)
+    lin_cols (x, ldx, rows, Wt, b, din, dout, jv, y, ldy);
 }
 #endif
 
-/* Wt NULL is never passed: encoder layers always have linear1 / linear2
- * weights. */
+/* Encoder layers always have linear1 / linear2 weights (Wt not NULL). */
 static void
-linear_d (const float *x, size_t ldx, size_t rows, const float *Wt,
-          const float *b, size_t din, size_t dout, double *y, size_t ldy)
+linear_d (const double *x, size_t ldx, size_t rows, const double *Wt,
+          const double *b, size_t din, size_t dout, double *y, size_t ldy)
 {
 #ifdef LAYER_HAVE_X86
   int lvl = sattn_simd_level ();
@@ -207,10 +212,12 @@ linear_d (const float *x, size_t ldx, size_t rows, const float *Wt,
 /* --------------------------------------------------------- LayerNorm */
 
 /* y = LayerNorm (r) * w + b over d doubles, mean and variance by two
- * passes (no cancellation), each output rounded to float once. */
+ * passes (no cancellation), each output rounded to float once; yd (may be
+ * NULL) gets the same values as doubles. */
 static void
-layer_norm_d (const double *restrict r, float *restrict y, size_t d,
-              const float *w, const float *b, double eps)
+layer_norm_d (const double *restrict r, float *restrict y,
+              double *restrict yd, size_t d, const float *w, const float *b,
+              double eps)
 {
   double sum = 0.0;
   for (size_t t = 0; t < d; t++)
@@ -229,6 +236,8 @@ layer_norm_d (const double *restrict r, float *restrict y, size_t d,
     if (b != NULL)
       v += (double) b[t];
     y[t] = (float) v;
+    if (yd != NULL)
+      yd[t] = (double) y[t];
   }
 }
 
@@ -268,35 +277,39 @@ sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
 
 /* ------------------------------------------------------ feed-forward */
 
-/* h (n doubles) -> act (h) rounded to float once.  GELU's erf is the
- * float one (a double erf per hidden unit would cost more than the rest
- * of the layer); its argument and the products around it are double. */
+/* h <- act (h) rounded to float (kept as double: linear2 reads doubles).
+ * GELU's erf is the float one (a double erf per hidden unit would cost
+ * more than the rest of the layer); its argument and the products around
+ * it are double. */
 static void
-activate (const SattnModel *m, const double *restrict h, float *restrict o,
-          size_t n)
+activate (const SattnModel *m, double *restrict h, size_t n)
 {
   if (m->cfg.activation == SATTN_ACTIVATION_GELU) {
     for (size_t t = 0; t < n; t++) {
       double v = h[t];
-      o[t] = (float) (0.5 * v * (1.0 + (double) erff ((float) (v *
+      h[t] = (float) (0.5 * v * (1.0 + (double) erff ((float) (v *
                                                        M_SQRT1_2))));
     }
   } else {
+    /* Rounded, then max (v, 0) in a loop of its own: it compiles to
+     * maxpd, with no branch on the (random) signs of a hidden row. */
     for (size_t t = 0; t < n; t++)
-      o[t] = h[t] > 0.0 ? (float) h[t] : 0.0f;
+      h[t] = (float) h[t];
+    for (size_t t = 0; t < n; t++)
+      h[t] = h[t] > 0.0 ? h[t] : 0.0;
   }
 }
 
-/* f (rows × d doubles, stride ldf) = linear2 (act (linear1 (u))) for rows
- * of u (stride ldu); hd: rows × d_ff doubles, hbuf: rows × d_ff floats. */
+/* f (rows × d, stride ld) = linear2 (act (linear1 (u))) for rows of u
+ * (stride ld); hd: rows × d_ff. */
 static void
-feed_forward (const SattnModel *m, const float *u, size_t ldu, size_t rows,
-              double *hd, float *hbuf, double *f, size_t ldf)
+feed_forward (const SattnModel *m, const double *u, size_t ld, size_t rows,
+              double *hd, double *f)
 {
   const size_t d = m->cfg.d_model, dff = m->cfg.d_ff;
-  linear_d (u, ldu, rows, m->w1, m->b1, d, dff, hd, dff);
-  activate (m, hd, hbuf, rows * dff);
-  linear_d (hbuf, dff, rows, m->w2, m->b2, dff, d, f, ldf);
+  linear_d (u, ld, rows, m->w1, m->b1, d, dff, hd, dff);
+  activate (m, hd, rows * dff);
+  linear_d (hd, dff, rows, m->w2, m->b2, dff, d, f, ld);
 }
 
 void
@@ -305,10 +318,10 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
 {
   const size_t d = m->cfg.d_model, dff = m->cfg.d_ff, ld = dstride (d);
   const double eps = m->cfg.norm_eps;
-  /* The scratch is line-aligned (see sattn_layer_scratch). */
-  float *hbuf = scratch;
-  double *hd = (double *) (scratch + (SATTN_LAYER_ROWS * dff + 15) / 16 * 16);
-  double *f = hd + SATTN_LAYER_ROWS * dff;
+  /* The scratch is aligned for doubles (see sattn_layer_scratch). */
+  double *hd = (double *) (void *) scratch;
+  double *u = hd + SATTN_LAYER_ROWS * dff;
+  double *f = u + SATTN_LAYER_ROWS * ld;
   double *res = f + SATTN_LAYER_ROWS * ld;
 
   if (rows == 0)
@@ -321,22 +334,24 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
       ri[t] = (double) xi[t] + (double) yi[t];
   }
   if (!m->cfg.norm_first) {
-    /* y = norm1 (res); y = norm2 (y + FF (y)). */
+    /* u = norm1 (res); y = norm2 (u + FF (u)). */
     for (size_t i = 0; i < rows; i++)
-      layer_norm_d (res + i * ld, y + i * ldy, d, m->n1w, m->n1b, eps);
-    feed_forward (m, y, ldy, rows, hd, hbuf, f, ld);
+      layer_norm_d (res + i * ld, y + i * ldy, u + i * ld, d, m->n1w,
+                    m->n1b, eps);
+    feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
-      const float *restrict yi = y + i * ldy;
+      const double *restrict ui = u + i * ld;
       double *restrict fi = f + i * ld;
       for (size_t t = 0; t < d; t++)
-        fi[t] += (double) yi[t];
-      layer_norm_d (fi, y + i * ldy, d, m->n2w, m->n2b, eps);
+        fi[t] += ui[t];
+      layer_norm_d (fi, y + i * ldy, NULL, d, m->n2w, m->n2b, eps);
     }
   } else {
-    /* y = res + FF (norm2 (res)), the norm's rows in y for the while. */
+    /* y = res + FF (norm2 (res)). */
     for (size_t i = 0; i < rows; i++)
-      layer_norm_d (res + i * ld, y + i * ldy, d, m->n2w, m->n2b, eps);
-    feed_forward (m, y, ldy, rows, hd, hbuf, f, ld);
+      layer_norm_d (res + i * ld, y + i * ldy, u + i * ld, d, m->n2w,
+                    m->n2b, eps);
+    feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
       float *restrict yi = y + i * ldy;
       const double *restrict fi = f + i * ld, *restrict ri = res + i * ld;
