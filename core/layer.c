@@ -211,26 +211,28 @@ linear_d (const double *x, size_t ldx, size_t rows, const double *Wt,
 
 /* --------------------------------------------------------- LayerNorm */
 
-/* y = LayerNorm (r) * w + b over d doubles, mean and variance by two
- * passes (no cancellation), each output rounded to float once; yd (may be
- * NULL) gets the same values as doubles. */
+/* y = LayerNorm (x) * w + b over d values, read from xf (floats) or, when
+ * xf is NULL, from xd (doubles); mean and variance by two passes (no
+ * cancellation) in double, each output rounded to float once; yd (may be
+ * NULL) gets the same values as doubles.  y may be xf. */
 static void
-layer_norm_d (const double *restrict r, float *restrict y,
-              double *restrict yd, size_t d, const float *w, const float *b,
-              double eps)
+layer_norm (const float *xf, const double *restrict xd, float *y,
+            double *restrict yd, size_t d, const float *w, const float *b,
+            double eps)
 {
+#define X(t) (xf != NULL ? (double) xf[t] : xd[t])
   double sum = 0.0;
   for (size_t t = 0; t < d; t++)
-    sum += r[t];
+    sum += X (t);
   const double mean = sum / (double) d;
   double var = 0.0;
   for (size_t t = 0; t < d; t++) {
-    double e = r[t] - mean;
+    double e = X (t) - mean;
     var += e * e;
   }
   const double inv = 1.0 / sqrt (var / (double) d + eps);
   for (size_t t = 0; t < d; t++) {
-    double v = (r[t] - mean) * inv;
+    double v = (X (t) - mean) * inv;
     if (w != NULL)
       v *= (double) w[t];
     if (b != NULL)
@@ -239,31 +241,7 @@ layer_norm_d (const double *restrict r, float *restrict y,
     if (yd != NULL)
       yd[t] = (double) y[t];
   }
-}
-
-/* The same from float rows (x and y may be the same). */
-static void
-layer_norm (const float *x, float *y, size_t d, const float *w,
-            const float *b, double eps)
-{
-  double sum = 0.0;
-  for (size_t t = 0; t < d; t++)
-    sum += x[t];
-  const double mean = sum / (double) d;
-  double var = 0.0;
-  for (size_t t = 0; t < d; t++) {
-    double e = x[t] - mean;
-    var += e * e;
-  }
-  const double inv = 1.0 / sqrt (var / (double) d + eps);
-  for (size_t t = 0; t < d; t++) {
-    double v = (x[t] - mean) * inv;
-    if (w != NULL)
-      v *= (double) w[t];
-    if (b != NULL)
-      v += (double) b[t];
-    y[t] = (float) v;
-  }
+#undef X
 }
 
 void
@@ -271,8 +249,8 @@ sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
                    float *y, size_t ldy, size_t rows)
 {
   for (size_t i = 0; i < rows; i++)
-    layer_norm (x + i * ldx, y + i * ldy, m->cfg.d_model, m->n1w, m->n1b,
-                m->cfg.norm_eps);
+    layer_norm (x + i * ldx, NULL, y + i * ldy, NULL, m->cfg.d_model, m->n1w,
+                m->n1b, m->cfg.norm_eps);
 }
 
 /* ------------------------------------------------------ feed-forward */
@@ -336,21 +314,21 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
   if (!m->cfg.norm_first) {
     /* u = norm1 (res); y = norm2 (u + FF (u)). */
     for (size_t i = 0; i < rows; i++)
-      layer_norm_d (res + i * ld, y + i * ldy, u + i * ld, d, m->n1w,
-                    m->n1b, eps);
+      layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n1w,
+                  m->n1b, eps);
     feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
       const double *restrict ui = u + i * ld;
       double *restrict fi = f + i * ld;
       for (size_t t = 0; t < d; t++)
         fi[t] += ui[t];
-      layer_norm_d (fi, y + i * ldy, NULL, d, m->n2w, m->n2b, eps);
+      layer_norm (NULL, fi, y + i * ldy, NULL, d, m->n2w, m->n2b, eps);
     }
   } else {
     /* y = res + FF (norm2 (res)). */
     for (size_t i = 0; i < rows; i++)
-      layer_norm_d (res + i * ld, y + i * ldy, u + i * ld, d, m->n2w,
-                    m->n2b, eps);
+      layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n2w,
+                  m->n2b, eps);
     feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
       float *restrict yi = y + i * ldy;
