@@ -142,6 +142,24 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
                          size_t c1, size_t ldx, float *y, size_t ldy);
 
 
+/* linear.c: sattn_project_cols with every entry summed in double from the
+ * bias and rounded to float once.  Encoder layers project this way: in a
+ * pre-norm layer the output projection and V's errors reach the output
+ * directly, and the layer's other parts are already double (core/layer.c).
+ * Attention-only models keep the float loop: summing in double costs
+ * about a quarter of their throughput (tests/bench/PERFORMANCE.md,
+ * "Numerical error"). */
+void sattn_project_cols_prec (const float *Wt, const float *b,
+                              const float *x, size_t n, size_t d_in,
+                              size_t d_out, size_t c0, size_t c1, size_t ldx,
+                              float *y, size_t ldy);
+/* sattn_project for model m: sattn_project_cols_prec over all columns for
+ * encoder layers, sattn_project otherwise. */
+void sattn_project_prec (const SattnModel *m, const float *Wt,
+                         const float *b, const float *x, size_t n,
+                         size_t d_in, size_t d_out, size_t ldx, float *y,
+                         size_t ldy);
+
 /* pool.c: the worker threads of one stream. */
 #define SATTN_MAX_THREADS 256
 typedef struct SattnPool SattnPool;
