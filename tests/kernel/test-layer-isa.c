@@ -1,7 +1,8 @@
-/* The encoder layer's per-row parts (core/layer.c) give the same bytes with
- * the portable, AVX2 and AVX-512 loops: their feed-forward sums are double
- * chains over float values from the bias in the same order, and a product
- * of two floats is exact in double, so FMA or not cannot differ.
+/* The encoder layer's per-row parts (core/layer.c) and its projections
+ * summed in double (core/linear.c) give the same bytes with the portable,
+ * AVX2 and AVX-512 loops: their sums are double chains over float values
+ * from the bias in the same order, and a product of two floats is exact in
+ * double, so FMA or not cannot differ.
  *
  * For post-norm and pre-norm, relu and gelu, and widths that are and are
  * not multiples of the loops' column blocks (16 on AVX-512, 12 on AVX2)
@@ -105,6 +106,41 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
   return fails;
 }
 
+/* sattn_project_cols_prec over columns [c0, c1) of an n-row block at
+ * every level; returns the number of failures. */
+static int
+run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
+{
+  float *w = random_floats (d_in * d_out, 1.0f / sqrtf ((float) d_in));
+  float *b = random_floats (d_out, 0.1f);
+  float *x = random_floats (n * d_in, 1.0f);
+  float *y[3] = { NULL, NULL, NULL };
+  int native = sattn_simd_level (), fails = 0;
+  for (int level = 0; level <= native && level <= 2; level++) {
+    sattn_simd_force (level);
+    y[level] = calloc (n * d_out, sizeof (float));
+    sattn_project_cols_prec (w, b, x, n, d_in, d_out, c0, c1, d_in,
+                             y[level], d_out);
+    if (level > 0 && memcmp (y[0], y[level], n * d_out * sizeof (float)))
+      fails++;
+  }
+  sattn_simd_force (native);
+  /* One entry against a double sum written out here. */
+  double ref = b[c1 - 1];
+  for (size_t t = 0; t < d_in; t++)
+    ref += (double) x[(n - 1) * d_in + t] * w[t * d_out + c1 - 1];
+  if (y[0][(n - 1) * d_out + c1 - 1] != (float) ref)
+    fails++;
+  printf ("%s projection %zu rows, %zu -> %zu, columns %zu-%zu\n",
+          fails ? "FAIL" : "ok  ", n, d_in, d_out, c0, c1);
+  for (int l = 0; l < 3; l++)
+    free (y[l]);
+  free (w);
+  free (b);
+  free (x);
+  return fails;
+}
+
 int
 main (void)
 {
@@ -119,6 +155,15 @@ main (void)
           != 0;
       cases++;
     }
+  static const size_t pgeo[][5] = {
+    { 16, 64, 192, 0, 192 }, { 13, 20, 60, 32, 60 }, { 7, 36, 37, 5, 37 },
+    { 3, 10, 30, 0, 30 }, { 64, 64, 64, 0, 32 },
+  };
+  for (size_t g = 0; g < sizeof pgeo / sizeof pgeo[0]; g++) {
+    fails += run_proj (pgeo[g][0], pgeo[g][1], pgeo[g][2], pgeo[g][3],
+                       pgeo[g][4]) != 0;
+    cases++;
+  }
   printf ("test-layer-isa: %d passed, %d failed\n", cases - fails, fails);
   return fails ? 1 : 0;
 }

@@ -13,7 +13,8 @@ stage can be computed three ways:
 For every configuration kind it prints the error against the float64
 reference (max-abs and RMS over all outputs of all seeds) with every stage
 f32, with the layer parts as core/layer.c computes them now ("layer parts
-double"), with every stage rounded once, with only one stage f32 and the
+double"), with the projections in double too (what encoder layers do
+now), with every stage rounded once, with only one stage f32 and the
 others exact (that stage's own contribution), with all f32 but one stage
 rounded once (what fixing that stage gains), and PyTorch float32's error
 on the same inputs.  A tool for finding the stages that matter, not a
@@ -62,6 +63,10 @@ STAGES = ("proj", "vproj", "rope", "scores", "softmax", "pv", "outproj", "residu
 # in double (the hidden row rounded once, linear2's output not rounded).
 LAYER_DOUBLE = dict(residual="exact", norm="once", ff1="once", act="once",
                     ff2="exact")
+
+
+# Encoder layers also project in double (core/linear.c), rounded once.
+PROJ_DOUBLE = dict(proj="once", vproj="once", outproj="once")
 
 
 def linear(x, w, b, mode):
@@ -228,6 +233,11 @@ def main():
             runs["layer parts double"] = layer(
                 L, x, mask, pos, att, dict({s: "f32" for s in STAGES},
                                            **LAYER_DOUBLE), ex)
+            if not att:
+                runs["sattn now (+ projections double)"] = layer(
+                    L, x, mask, pos, att, dict({s: "f32" for s in STAGES},
+                                               **LAYER_DOUBLE, **PROJ_DOUBLE),
+                    ex)
             runs["all once"] = layer(
                 L, x, mask, pos, att, {s: "once" for s in STAGES}, ex)
             for s in stages:

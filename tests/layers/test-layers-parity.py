@@ -17,8 +17,8 @@ the stated exception, asserted at ratio <= 2: their error is that of the
 float32 projections, scores, softmax and P.V, which sattn computes like
 PyTorch float32 (its ratio lands between 0.8 and 1.7 depending on
 rounding luck and the instruction set); meeting the bound there would
-take the projections in double, which costs about a quarter of the
-attention-only throughput (see tests/bench/PERFORMANCE.md, "Numerical
+take the projections in double (as encoder layers do), which costs about
+a quarter of the attention-only throughput (see tests/bench/PERFORMANCE.md, "Numerical
 error").  A row also fails when a frame is missing.  Also: heads and the
 layer options come from the file's metadata, and a property set to
 another value fails naming both values.
