@@ -15,6 +15,9 @@
 #   make fuzz-stream SECONDS=600 [SEED=n]
 #                    the element's stream fuzzer for that long (new seeds
 #                    each run unless SEED is given)
+#   make fuzz SECONDS=60
+#                    the weights reader's libFuzzer target for that long
+#                    (tests/fuzz/run-fuzz.sh into build-fuzz/, as CI runs it)
 #   make clean       remove the build directories and demo output
 #
 # MESON_ARGS is passed to `meson setup` (and to `meson configure` when the
@@ -63,7 +66,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 .NOTPARALLEL:
 
 .PHONY: all deps deps-demo build build-asan build-tsan build-release test test-asan \
-	test-tsan demo seed bench soak fuzz-stream clean install-check
+	test-tsan demo seed bench soak fuzz-stream fuzz clean install-check
 
 all: build
 
@@ -163,6 +166,10 @@ fuzz-stream: deps build
 	SATTN_FUZZ_SECONDS=$(SECONDS_FUZZ) SATTN_FUZZ_SEED=$(SEED) \
 	  meson test -C $(BUILD) element-fuzz-stream --timeout-multiplier 0 \
 	  --print-errorlogs --verbose
+
+# The weights reader's libFuzzer target for SECONDS seconds (default 60).
+fuzz: deps
+	sh tests/fuzz/run-fuzz.sh $(if $(SECONDS),$(SECONDS),60) $(CURDIR)/build-fuzz
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz out

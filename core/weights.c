@@ -916,27 +916,36 @@ find (const Mapper *m, const char *suffix)
   return t;
 }
 
-/* The prefixes under which the file holds attention weights, for the
- * message of a missing module. */
+/* Appends to s the label of a prefix that list_prefixes found holding
+ * keys[k]: `shown` is the prefix as printable (show ()), p as it is. */
+typedef void (*PrefixLabel) (GString *s, const char *shown, const char *p,
+                             size_t k);
+
+/* The prefixes under which the file holds a tensor named prefix + keys[k]
+ * (the prefix empty or ending in '.'), for the message of a missing
+ * module: the first 8 as label gives them, separated by ", ", then
+ * " (N in all)" when there are more; "none" when there is none. */
 static void
-list_modules (const SattnTensorFile *f, GString *s)
+list_prefixes (const SattnTensorFile *f, const char *const *keys,
+               size_t n_keys, PrefixLabel label, GString *s)
 {
-  static const char *const keys[] = { "in_proj_weight", "q_proj_weight" };
   size_t found = 0;
 
   for (size_t i = 0; i < f->n; i++) {
     const char *nm = f->t[i].name;
     size_t len = strlen (nm);
-    for (size_t k = 0; k < G_N_ELEMENTS (keys); k++) {
+    for (size_t k = 0; k < n_keys; k++) {
       size_t kl = strlen (keys[k]);
       if (len >= kl && strcmp (nm + len - kl, keys[k]) == 0 &&
           (len == kl || nm[len - kl - 1] == '.')) {
-        ShowBuf sb;
-        char *p = g_strndup (nm, len - kl);
-        if (found < 8)
-          g_string_append_printf (s, "%s'%s'%s", found ? ", " : "",
-                                  show (&sb, p), p[0] ? "" : " (top level)");
-        g_free (p);
+        if (found < 8) {
+          ShowBuf sb;
+          char *p = g_strndup (nm, len - kl);
+          if (found)
+            g_string_append (s, ", ");
+          label (s, show (&sb, p), p, k);
+          g_free (p);
+        }
         found++;
       }
     }
@@ -945,6 +954,22 @@ list_modules (const SattnTensorFile *f, GString *s)
     g_string_append (s, "none");
   else if (found > 8)
     g_string_append_printf (s, " (%zu in all)", found);
+}
+
+static void
+label_module (GString *s, const char *shown, const char *p, size_t k)
+{
+  g_string_append_printf (s, "'%s'%s", shown, p[0] ? "" : " (top level)");
+}
+
+/* The prefixes under which the file holds attention weights, for the
+ * message of a missing module. */
+static void
+list_modules (const SattnTensorFile *f, GString *s)
+{
+  static const char *const keys[] = { "in_proj_weight", "q_proj_weight" };
+
+  list_prefixes (f, keys, G_N_ELEMENTS (keys), label_module, s);
 }
 
 static SattnStatus
@@ -1015,16 +1040,24 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
   return SATTN_OK;
 }
 
+/* A metadata value "<prefix>key", or NULL. */
+static const char *
+meta_str (const Mapper *m, const char *key)
+{
+  char *full = g_strconcat (m->prefix, key, NULL);
+  const char *v = sattn_tensor_file_metadata (m->f, full);
+  g_free (full);
+  return v;
+}
+
 /* A metadata value "<prefix>key" parsed as an unsigned integer; -1 when
  * absent or not a number. */
 static gint64
 meta_uint (const Mapper *m, const char *key)
 {
-  char *full = g_strconcat (m->prefix, key, NULL);
-  const char *v = sattn_tensor_file_metadata (m->f, full);
+  const char *v = meta_str (m, key);
   guint64 u;
 
-  g_free (full);
   if (v == NULL || !g_ascii_string_to_unsigned (v, 10, 0, G_MAXINT64, &u,
                                                 NULL))
     return -1;
@@ -1155,16 +1188,6 @@ out:
   return st;
 }
 
-/* A metadata value "<prefix>key", or NULL. */
-static const char *
-meta_str (const Mapper *m, const char *key)
-{
-  char *full = g_strconcat (m->prefix, key, NULL);
-  const char *v = sattn_tensor_file_metadata (m->f, full);
-  g_free (full);
-  return v;
-}
-
 static const char *const positions_names[] = { "none", "rope",
   "rope-interleaved", "alibi" };
 static const char *const activation_names[] = { "relu", "gelu" };
@@ -1284,6 +1307,103 @@ out:
   return st;
 }
 
+/* add_zero_attn against the module's metadata, when it records one. */
+static SattnStatus
+check_zero_attn (const Mapper *m, int add_zero_attn)
+{
+  gint64 meta = meta_uint (m, "add_zero_attn");
+  ShowBuf sb;
+
+  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0))
+    return fail (SATTN_E_INVAL, m->err, m->err_len,
+                 "add_zero_attn = %d but the module was exported with "
+                 "add_zero_attn = %d (metadata '%sadd_zero_attn')",
+                 add_zero_attn != 0, meta != 0, show (&sb, m->prefix));
+  return SATTN_OK;
+}
+
+/* The arrays of one attention module, found and checked: the Q/K/V
+ * weights fused (fw) or apart, their biases fused (fb) or apart, each
+ * present one; the output projection, bias_k / bias_v optional. */
+typedef struct {
+  const Tensor *fw, *fb, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *bk, *bv;
+} ModuleTensors;
+
+/* A new handle owning one block with the module's arrays: Wq Wk Wv (E
+ * inputs e, Dq = dq rows for queries and keys, Dv = dv for values), Wo
+ * (d_out x Dv), then the biases; *w_out points into it (NULL where the
+ * file has none).  NULL when out of memory. */
+static SattnMhaWeights *
+pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
+             size_t d_out, int add_zero_attn, SattnWeights *w_out)
+{
+  size_t total = (2 * dq + dv) * e + (t->ow ? d_out * dv : 0) + 2 * dq + dv +
+      (t->ob ? d_out : 0) + (t->bk ? dq + dv : 0);
+  SattnMhaWeights *mw = g_new0 (SattnMhaWeights, 1);
+  size_t off;
+  float *p;
+
+  mw->block = g_try_new (float, total);
+  if (mw->block == NULL) {
+    g_free (mw);
+    return NULL;
+  }
+  p = mw->block;
+  *w_out = (SattnWeights) { 0 };
+  if (t->fw != NULL) {
+    memcpy (p, t->fw->data, (2 * dq + dv) * e * sizeof (float));
+  } else {
+    memcpy (p, t->qw->data, dq * e * sizeof (float));
+    memcpy (p + dq * e, t->kw->data, dq * e * sizeof (float));
+    memcpy (p + 2 * dq * e, t->vw->data, dv * e * sizeof (float));
+  }
+  w_out->wq = p;
+  w_out->wk = p + dq * e;
+  w_out->wv = p + 2 * dq * e;
+  off = (2 * dq + dv) * e;
+  if (t->ow != NULL) {
+    memcpy (p + off, t->ow->data, d_out * dv * sizeof (float));
+    w_out->wo = p + off;
+    off += d_out * dv;
+  }
+  /* Biases: the fused vector, or each one present (absent = NULL). */
+  if (t->fb != NULL) {
+    memcpy (p + off, t->fb->data, (2 * dq + dv) * sizeof (float));
+    w_out->bq = p + off;
+    w_out->bk = p + off + dq;
+    w_out->bv = p + off + 2 * dq;
+  } else {
+    if (t->qb != NULL) {
+      memcpy (p + off, t->qb->data, dq * sizeof (float));
+      w_out->bq = p + off;
+    }
+    if (t->kb != NULL) {
+      memcpy (p + off + dq, t->kb->data, dq * sizeof (float));
+      w_out->bk = p + off + dq;
+    }
+    if (t->vb != NULL) {
+      memcpy (p + off + 2 * dq, t->vb->data, dv * sizeof (float));
+      w_out->bv = p + off + 2 * dq;
+    }
+  }
+  off += 2 * dq + dv;
+  if (t->ob != NULL) {
+    memcpy (p + off, t->ob->data, d_out * sizeof (float));
+    w_out->bo = p + off;
+    off += d_out;
+  }
+  if (t->bk != NULL) {
+    memcpy (p + off, t->bk->data, dq * sizeof (float));
+    memcpy (p + off + dq, t->bv->data, dv * sizeof (float));
+    w_out->bias_k = p + off;
+    w_out->bias_v = p + off + dq;
+    off += dq + dv;
+  }
+  g_assert (off == total);
+  w_out->add_zero_attn = add_zero_attn != 0;
+  return mw;
+}
+
 SattnStatus
 sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              size_t d_model, size_t heads, int add_zero_attn,
@@ -1297,9 +1417,8 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   SattnStatus st = SATTN_OK;
   char *pfx = NULL;
   ShowBuf sb;
-  size_t e, total, off;
+  size_t e;
   gint64 meta;
-  float *p;
 
   set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -1309,10 +1428,7 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (heads == 0)
     return fail (SATTN_E_INVAL, err, err_len, "heads must be at least 1");
 
-  if (prefix == NULL)
-    prefix = "";
-  pfx = (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
-      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  pfx = dotted (prefix);
   m.f = f;
   m.prefix = pfx;
   m.err = err;
@@ -1415,62 +1531,19 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                show (&sb, pfx));
     goto out;
   }
-  meta = meta_uint (&m, "add_zero_attn");
-  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0)) {
-    st = fail (SATTN_E_INVAL, err, err_len,
-               "add_zero_attn = %d but the module was exported with "
-               "add_zero_attn = %d (metadata '%sadd_zero_attn')",
-               add_zero_attn != 0, meta != 0, show (&sb, pfx));
+  if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
     goto out;
-  }
 
   /* Copy what is used into one block owned by the handle. */
-  total = 3 * e * e + e * e + (in_b ? 3 * e : 0) + (o_b ? e : 0) +
-      (bk ? 2 * e : 0);
-  mw = g_new0 (SattnMhaWeights, 1);
-  mw->block = g_try_new (float, total);
-  if (mw->block == NULL) {
+  {
+    const ModuleTensors t = { in_w, in_b, q_w, NULL, k_w, NULL, v_w, NULL,
+      o_w, o_b, bk, bv };
+    mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
+  }
+  if (mw == NULL) {
     st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
-  p = mw->block;
-  off = 0;
-  if (in_w != NULL) {
-    memcpy (p, in_w->data, 3 * e * e * sizeof (float));
-  } else {
-    memcpy (p, q_w->data, e * e * sizeof (float));
-    memcpy (p + e * e, k_w->data, e * e * sizeof (float));
-    memcpy (p + 2 * e * e, v_w->data, e * e * sizeof (float));
-  }
-  *w_out = (SattnWeights) { 0 };
-  w_out->wq = p;
-  w_out->wk = p + e * e;
-  w_out->wv = p + 2 * e * e;
-  off = 3 * e * e;
-  memcpy (p + off, o_w->data, e * e * sizeof (float));
-  w_out->wo = p + off;
-  off += e * e;
-  if (in_b != NULL) {
-    memcpy (p + off, in_b->data, 3 * e * sizeof (float));
-    w_out->bq = p + off;
-    w_out->bk = p + off + e;
-    w_out->bv = p + off + 2 * e;
-    off += 3 * e;
-  }
-  if (o_b != NULL) {
-    memcpy (p + off, o_b->data, e * sizeof (float));
-    w_out->bo = p + off;
-    off += e;
-  }
-  if (bk != NULL) {
-    memcpy (p + off, bk->data, e * sizeof (float));
-    memcpy (p + off + e, bv->data, e * sizeof (float));
-    w_out->bias_k = p + off;
-    w_out->bias_v = p + off + e;
-    off += 2 * e;
-  }
-  g_assert (off == total);
-  w_out->add_zero_attn = add_zero_attn != 0;
 
   cfg_inout->d_model = e;
   cfg_inout->heads = heads;
@@ -1486,6 +1559,23 @@ out:
   return st;
 }
 
+/* The message of a _load function whose file (path) loaded and mapped
+ * with status st and message msg: empty on success, msg alone when the
+ * loader's I/O message names the path already, else the path in front. */
+static void
+load_message (SattnStatus st, const char *path, const char *msg, char *err,
+              size_t err_len)
+{
+  ShowBuf sb;
+
+  if (st == SATTN_OK)
+    set_err (err, err_len, "%s", "");
+  else if (st == SATTN_E_IO || path == NULL)
+    set_err (err, err_len, "%s", msg);
+  else
+    set_err (err, err_len, "'%s': %s", show (&sb, path), msg);
+}
+
 SattnStatus
 sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
                         size_t heads, int add_zero_attn,
@@ -1495,7 +1585,6 @@ sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
   SattnTensorFile *f = NULL;
   SattnStatus st;
   char msg[1024];
-  ShowBuf sb;
 
   if (owner != NULL)
     *owner = NULL;
@@ -1506,12 +1595,7 @@ sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
                                       msg, sizeof msg);
     sattn_tensor_file_free (f);
   }
-  if (st == SATTN_OK)
-    set_err (err, err_len, "%s", "");
-  else if (st == SATTN_E_IO || path == NULL)
-    set_err (err, err_len, "%s", msg);   /* names the path already */
-  else
-    set_err (err, err_len, "'%s': %s", path ? show (&sb, path) : "", msg);
+  load_message (st, path, msg, err, err_len);
   return st;
 }
 
@@ -1589,36 +1673,23 @@ layout_key (const LayoutDef *l)
   return l->fused_w != NULL ? l->fused_w : l->q_w;
 }
 
+static void
+label_layout (GString *s, const char *shown, const char *p, size_t k)
+{
+  g_string_append_printf (s, "'%s' (%s)", shown,
+                          sattn_layout_name (layouts[k].layout));
+}
+
 /* Every "prefix (layout)" of the file, for the message of a missing
  * module. */
 static void
 list_layouts (const SattnTensorFile *f, GString *s)
 {
-  size_t found = 0;
+  const char *keys[G_N_ELEMENTS (layouts)];
 
-  for (size_t i = 0; i < f->n; i++) {
-    const char *nm = f->t[i].name;
-    size_t len = strlen (nm);
-    for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
-      const char *key = layout_key (&layouts[k]);
-      size_t kl = strlen (key);
-      if (len >= kl && strcmp (nm + len - kl, key) == 0 &&
-          (len == kl || nm[len - kl - 1] == '.')) {
-        ShowBuf sb;
-        char *p = g_strndup (nm, len - kl);
-        if (found < 8)
-          g_string_append_printf (s, "%s'%s' (%s)", found ? ", " : "",
-                                  show (&sb, p),
-                                  sattn_layout_name (layouts[k].layout));
-        g_free (p);
-        found++;
-      }
-    }
-  }
-  if (found == 0)
-    g_string_append (s, "none");
-  else if (found > 8)
-    g_string_append_printf (s, " (%zu in all)", found);
+  for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++)
+    keys[k] = layout_key (&layouts[k]);
+  list_prefixes (f, keys, G_N_ELEMENTS (keys), label_layout, s);
 }
 
 /* A tensor of the module: float, 2-D (rows, cols) or 1-D (rows) when cols
@@ -1730,11 +1801,10 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   SattnStatus st = SATTN_OK;
   char *pfx = NULL;
   ShowBuf sb;
-  size_t e, dq, dv, dk, d_out, heads, d_head, d_value, total, off, cols;
+  size_t e, dq, dv, dk, d_out, heads, d_head, d_value, total, cols;
   size_t found = 0;
   gint64 meta;
   GString *names = NULL;
-  float *p;
 
   set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -1742,10 +1812,7 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
     return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
 
-  if (prefix == NULL)
-    prefix = "";
-  pfx = (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
-      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  pfx = dotted (prefix);
   m.f = f;
   m.prefix = pfx;
   m.err = err;
@@ -2001,77 +2068,17 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       ((st = check (&m, bk, dq, 0, 1, "(1, 1, Dq)")) != SATTN_OK ||
        (st = check (&m, bv, dv, 0, 1, "(1, 1, Dv)")) != SATTN_OK))
     goto out;
-  meta = meta_uint (&m, "add_zero_attn");
-  if (meta >= 0 && (meta != 0) != (add_zero_attn != 0)) {
-    st = fail (SATTN_E_INVAL, err, err_len,
-               "add_zero_attn = %d but the module was exported with "
-               "add_zero_attn = %d (metadata '%sadd_zero_attn')",
-               add_zero_attn != 0, meta != 0, show (&sb, pfx));
+  if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
     goto out;
-  }
 
-  /* One block: Wq Wk Wv Wo, then the biases. */
-  total = (2 * dq + dv) * e + (ow ? d_out * dv : 0) + 2 * dq + dv +
-      (ob ? d_out : 0) + (bk ? dq + dv : 0);
-  mw = g_new0 (SattnMhaWeights, 1);
-  mw->block = g_try_new (float, total);
-  if (mw->block == NULL) {
+  {
+    const ModuleTensors t = { fw, fb, qw, qb, kw, kb, vw, vb, ow, ob, bk, bv };
+    mw = pack_module (&t, e, dq, dv, d_out, add_zero_attn, w_out);
+  }
+  if (mw == NULL) {
     st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
-  p = mw->block;
-  *w_out = (SattnWeights) { 0 };
-  if (fw != NULL) {
-    memcpy (p, fw->data, (2 * dq + dv) * e * sizeof (float));
-  } else {
-    memcpy (p, qw->data, dq * e * sizeof (float));
-    memcpy (p + dq * e, kw->data, dq * e * sizeof (float));
-    memcpy (p + 2 * dq * e, vw->data, dv * e * sizeof (float));
-  }
-  w_out->wq = p;
-  w_out->wk = p + dq * e;
-  w_out->wv = p + 2 * dq * e;
-  off = (2 * dq + dv) * e;
-  if (ow != NULL) {
-    memcpy (p + off, ow->data, d_out * dv * sizeof (float));
-    w_out->wo = p + off;
-    off += d_out * dv;
-  }
-  /* Biases: the fused vector, or each one present (absent = NULL). */
-  if (fb != NULL) {
-    memcpy (p + off, fb->data, (2 * dq + dv) * sizeof (float));
-    w_out->bq = p + off;
-    w_out->bk = p + off + dq;
-    w_out->bv = p + off + 2 * dq;
-  } else {
-    if (qb != NULL) {
-      memcpy (p + off, qb->data, dq * sizeof (float));
-      w_out->bq = p + off;
-    }
-    if (kb != NULL) {
-      memcpy (p + off + dq, kb->data, dq * sizeof (float));
-      w_out->bk = p + off + dq;
-    }
-    if (vb != NULL) {
-      memcpy (p + off + 2 * dq, vb->data, dv * sizeof (float));
-      w_out->bv = p + off + 2 * dq;
-    }
-  }
-  off += 2 * dq + dv;
-  if (ob != NULL) {
-    memcpy (p + off, ob->data, d_out * sizeof (float));
-    w_out->bo = p + off;
-    off += d_out;
-  }
-  if (bk != NULL) {
-    memcpy (p + off, bk->data, dq * sizeof (float));
-    memcpy (p + off + dq, bv->data, dv * sizeof (float));
-    w_out->bias_k = p + off;
-    w_out->bias_v = p + off + dq;
-    off += dq + dv;
-  }
-  g_assert (off == total);
-  w_out->add_zero_attn = add_zero_attn != 0;
 
   rep.q_bias = fb != NULL || qb != NULL;
   rep.k_bias = fb != NULL || kb != NULL;
@@ -2106,7 +2113,6 @@ sattn_attn_weights_load (const char *path, const char *prefix,
   SattnTensorFile *f = NULL;
   SattnStatus st;
   char msg[1024];
-  ShowBuf sb;
 
   if (owner != NULL)
     *owner = NULL;
@@ -2116,11 +2122,6 @@ sattn_attn_weights_load (const char *path, const char *prefix,
                                        w_out, owner, report, msg, sizeof msg);
     sattn_tensor_file_free (f);
   }
-  if (st == SATTN_OK)
-    set_err (err, err_len, "%s", "");
-  else if (st == SATTN_E_IO || path == NULL)
-    set_err (err, err_len, "%s", msg);
-  else
-    set_err (err, err_len, "'%s': %s", path ? show (&sb, path) : "", msg);
+  load_message (st, path, msg, err, err_len);
   return st;
 }

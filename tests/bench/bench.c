@@ -593,6 +593,31 @@ stream_new (const Model *m, const Workload *w, char *err, size_t err_len)
   return stream_new_full (m, w, 0, err, err_len);
 }
 
+/* The models and streams of w with threads = 1 (m[0], s[0]) and 2 (m[1],
+ * s[1]), for the side-by-side sections; -1 with err set when one fails. */
+static int
+pair_init (Model m[2], SattnStream *s[2], const Workload *w, int rw,
+           char *err, size_t err_len)
+{
+  int ok = 1;
+  for (int t = 0; t < 2 && ok; t++) {
+    bench_threads = t + 1;
+    ok = model_init (&m[t], w, rw, err, err_len) == 0 &&
+        (s[t] = stream_new (&m[t], w, err, err_len)) != NULL;
+  }
+  bench_threads = 1;
+  return ok ? 0 : -1;
+}
+
+/* Frames of such a pair's input pool: four windows, at least 4096, a
+ * whole number of pushes of `push` frames. */
+static size_t
+pair_pool_frames (const Workload *w, size_t push)
+{
+  size_t frames = 4 * w->window > 4096 ? 4 * w->window : 4096;
+  return (frames + push - 1) / push * push;
+}
+
 /* ---------------------------------------------------------- file dump */
 
 static int
@@ -1489,10 +1514,9 @@ run_threads_section (const Opts *o)
     for (int rw = 1; rw >= 0; rw--) {
       if (o->weights_filter >= 0 && rw != o->weights_filter)
         continue;
-      const size_t E = wl_d_model (w), n = w->window, h = w->hop;
+      const size_t E = wl_d_model (w), h = w->hop;
       const size_t bf = wl_buffer_frames (w);
-      size_t pool_frames = 4 * n > 4096 ? 4 * n : 4096;
-      pool_frames = (pool_frames + bf - 1) / bf * bf;
+      const size_t pool_frames = pair_pool_frames (w, bf);
       char err[256] = "";
       Model m[2];
       SattnStream *s[2] = { NULL, NULL };
@@ -1514,13 +1538,7 @@ run_threads_section (const Opts *o)
       }
       Rng r = { 777 + E };
       fill_normal (&r, pool, pool_frames * E, 1.0);
-      for (int t = 0; t < 2 && !fail; t++) {
-        bench_threads = t + 1;
-        if (model_init (&m[t], w, rw, err, sizeof err) != 0 ||
-            (s[t] = stream_new (&m[t], w, err, sizeof err)) == NULL)
-          fail = 1;
-      }
-      bench_threads = 1;
+      fail = pair_init (m, s, w, rw, err, sizeof err) != 0;
       size_t pos[2] = { 0, 0 };
       uint64_t pushes = 0;
       double cpu_fps;
@@ -1635,49 +1653,39 @@ run_threads_section (const Opts *o)
   a6 = fma (a6, x, y); a7 = fma (a7, x, y); a8 = fma (a8, x, y);           \
   a9 = fma (a9, x, y); a10 = fma (a10, x, y); a11 = fma (a11, x, y)
 
-__attribute__ ((target ("avx512f"), noinline)) static float
-peak_loop_avx512 (uint64_t iters)
-{
-  const __m512 x = _mm512_set1_ps (0.999f), y = _mm512_set1_ps (1e-7f);
-  __m512 a0 = _mm512_set1_ps (0.f), a1 = _mm512_set1_ps (1.f),
-      a2 = _mm512_set1_ps (2.f), a3 = _mm512_set1_ps (3.f),
-      a4 = _mm512_set1_ps (4.f), a5 = _mm512_set1_ps (5.f),
-      a6 = _mm512_set1_ps (6.f), a7 = _mm512_set1_ps (7.f),
-      a8 = _mm512_set1_ps (8.f), a9 = _mm512_set1_ps (9.f),
-      a10 = _mm512_set1_ps (10.f), a11 = _mm512_set1_ps (11.f);
-  for (uint64_t k = 0; k < iters; k++) {
-    FMA12 (__m512, _mm512_fmadd_ps);
+/* The loop of one ISA level: vector type T with its set1, fma and add
+ * intrinsics, `hsum` summing the lanes of a T; the sum of the accumulators
+ * is returned so that the loop cannot be dropped. */
+#define PEAK_LOOP(name, isa, T, set1, fma, add, hsum)                     \
+  __attribute__ ((target (isa), noinline)) static float                  \
+  name (uint64_t iters)                                                   \
+  {                                                                       \
+    const T x = set1 (0.999f), y = set1 (1e-7f);                          \
+    T a0 = set1 (0.f), a1 = set1 (1.f), a2 = set1 (2.f), a3 = set1 (3.f), \
+        a4 = set1 (4.f), a5 = set1 (5.f), a6 = set1 (6.f),                \
+        a7 = set1 (7.f), a8 = set1 (8.f), a9 = set1 (9.f),                \
+        a10 = set1 (10.f), a11 = set1 (11.f);                             \
+    for (uint64_t k = 0; k < iters; k++) {                                \
+      FMA12 (T, fma);                                                     \
+    }                                                                     \
+    T s = add (add (add (a0, a1), add (a2, a3)),                          \
+               add (add (a4, a5), add (a6, a7)));                         \
+    s = add (s, add (add (a8, a9), add (a10, a11)));                      \
+    return hsum (s);                                                      \
   }
-  __m512 s = _mm512_add_ps (_mm512_add_ps (_mm512_add_ps (a0, a1),
-          _mm512_add_ps (a2, a3)), _mm512_add_ps (_mm512_add_ps (a4, a5),
-          _mm512_add_ps (a6, a7)));
-  s = _mm512_add_ps (s, _mm512_add_ps (_mm512_add_ps (a8, a9),
-          _mm512_add_ps (a10, a11)));
-  return _mm512_reduce_add_ps (s);
-}
 
-__attribute__ ((target ("avx2,fma"), noinline)) static float
-peak_loop_avx2 (uint64_t iters)
+__attribute__ ((target ("avx2,fma"))) static inline float
+hsum_avx2 (__m256 s)
 {
-  const __m256 x = _mm256_set1_ps (0.999f), y = _mm256_set1_ps (1e-7f);
-  __m256 a0 = _mm256_set1_ps (0.f), a1 = _mm256_set1_ps (1.f),
-      a2 = _mm256_set1_ps (2.f), a3 = _mm256_set1_ps (3.f),
-      a4 = _mm256_set1_ps (4.f), a5 = _mm256_set1_ps (5.f),
-      a6 = _mm256_set1_ps (6.f), a7 = _mm256_set1_ps (7.f),
-      a8 = _mm256_set1_ps (8.f), a9 = _mm256_set1_ps (9.f),
-      a10 = _mm256_set1_ps (10.f), a11 = _mm256_set1_ps (11.f);
-  for (uint64_t k = 0; k < iters; k++) {
-    FMA12 (__m256, _mm256_fmadd_ps);
-  }
-  __m256 s = _mm256_add_ps (_mm256_add_ps (_mm256_add_ps (a0, a1),
-          _mm256_add_ps (a2, a3)), _mm256_add_ps (_mm256_add_ps (a4, a5),
-          _mm256_add_ps (a6, a7)));
-  s = _mm256_add_ps (s, _mm256_add_ps (_mm256_add_ps (a8, a9),
-          _mm256_add_ps (a10, a11)));
   float l[8];
   _mm256_storeu_ps (l, s);
   return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
 }
+
+PEAK_LOOP (peak_loop_avx512, "avx512f", __m512, _mm512_set1_ps,
+           _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps)
+PEAK_LOOP (peak_loop_avx2, "avx2,fma", __m256, _mm256_set1_ps,
+           _mm256_fmadd_ps, _mm256_add_ps, hsum_avx2)
 #endif
 
 /* ISA levels of the peak table: 2 = AVX-512 (the core's default on such
@@ -1799,8 +1807,7 @@ peak_row_measure (const Workload *w, int rw, size_t push, int isa,
                   const Opts *o, PeakRow *r)
 {
   const size_t E = wl_d_model (w);
-  size_t pool_frames = 4 * w->window > 4096 ? 4 * w->window : 4096;
-  pool_frames = (pool_frames + push - 1) / push * push;
+  const size_t pool_frames = pair_pool_frames (w, push);
   /* At most 3 repeats of 0.2 s per side (default --time): the table has
    * 18 rows and make bench other sections. */
   const int reps = o->repeats < 3 ? o->repeats : 3;
@@ -1826,13 +1833,7 @@ peak_row_measure (const Workload *w, int rw, size_t push, int isa,
   }
   Rng rng = { 777 + E };
   fill_normal (&rng, pool, pool_frames * E, 1.0);
-  for (int t = 0; t < 2 && !fail; t++) {
-    bench_threads = t + 1;
-    if (model_init (&m[t], w, rw, err, sizeof err) != 0 ||
-        (s[t] = stream_new (&m[t], w, err, sizeof err)) == NULL)
-      fail = 1;
-  }
-  bench_threads = 1;
+  fail = pair_init (m, s, w, rw, err, sizeof err) != 0;
   uint64_t it = peak_calibrate (isa, o->quick ? 0.01 : 0.1);
   size_t pos[2] = { 0, 0 };
   uint64_t pushes = 0;

@@ -111,6 +111,17 @@ fx_build (Fixture *f, TuRng *r, size_t d_model, size_t heads, unsigned flags,
   return f->model ? SATTN_OK : st;
 }
 
+SattnConfig
+fx_config (size_t d_model, size_t heads)
+{
+  SattnConfig c;
+  memset (&c, 0, sizeof c);
+  c.d_model = d_model;
+  c.heads = heads;
+  c.threads = 1;
+  return c;
+}
+
 void
 fx_free (Fixture *f)
 {

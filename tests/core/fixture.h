@@ -33,6 +33,10 @@ typedef struct {
   float *bufs[10];
 } Fixture;
 
+/* A configuration of d_model and heads on one thread, every other field
+ * zero (its default). */
+SattnConfig fx_config (size_t d_model, size_t heads);
+
 /* Weights ~ N(0, 1/fan_in) (the scale of PyTorch's default init), biases
  * ~ N(0, 0.25), bias_k / bias_v ~ N(0, 1).  Returns the sattn_model_new
  * status; on success f->model is set.  lookback is used with FX_LOOKBACK. */

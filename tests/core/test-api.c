@@ -26,17 +26,6 @@ __asan_default_options (void)
   return "allocator_may_return_null=1";
 }
 
-static SattnConfig
-cfg_default (size_t d_model, size_t heads)
-{
-  SattnConfig c;
-  memset (&c, 0, sizeof c);
-  c.d_model = d_model;
-  c.heads = heads;
-  c.threads = 1;
-  return c;
-}
-
 /* sattn_model_new must fail with want, return NULL and set *status; and
  * must not crash with status == NULL. */
 static void
@@ -124,16 +113,16 @@ test_model_args (void)
   SattnConfig c;
 
   expect_model_fail ("cfg NULL", NULL, NULL, SATTN_E_INVAL);
-  c = cfg_default (0, 1);
+  c = fx_config (0, 1);
   expect_model_fail ("d_model 0", &c, NULL, SATTN_E_INVAL);
-  c = cfg_default (8, 0);
+  c = fx_config (8, 0);
   expect_model_fail ("heads 0", &c, NULL, SATTN_E_INVAL);
-  c = cfg_default (6, 4);
+  c = fx_config (6, 4);
   expect_model_fail ("heads 4 do not divide d_model 6", &c, NULL,
                      SATTN_E_SHAPE);
-  c = cfg_default (2, 4);
+  c = fx_config (2, 4);
   expect_model_fail ("heads 4 > d_model 2", &c, NULL, SATTN_E_SHAPE);
-  c = cfg_default (8, 1);
+  c = fx_config (8, 1);
   c.scale = -1.0f;
   expect_model_fail ("scale -1", &c, NULL, SATTN_E_INVAL);
   c.scale = NAN;
@@ -142,11 +131,11 @@ test_model_args (void)
   expect_model_fail ("scale +inf", &c, NULL, SATTN_E_INVAL);
 
   /* identity projections need heads * d_head == d_model */
-  c = cfg_default (8, 2);
+  c = fx_config (8, 2);
   c.d_head = 3;
   expect_model_fail ("identity, heads*d_head 6 != d_model 8", &c, NULL,
                      SATTN_E_SHAPE);
-  c = cfg_default (8, 2);
+  c = fx_config (8, 2);
   c.d_value = 3;
   expect_model_fail ("identity V, heads*d_value 6 != d_model 8", &c, NULL,
                      SATTN_E_SHAPE);
@@ -159,7 +148,7 @@ test_model_args (void)
   memset (&w, 0, sizeof w);
   w.wq = wq;
   w.wk = wk;
-  c = cfg_default (8, 2);
+  c = fx_config (8, 2);
   c.d_head = 3;
   expect_model_fail ("wv NULL (identity) with d_value 3 (heads*3 != 8)", &c,
                      &w, SATTN_E_SHAPE);
@@ -169,7 +158,7 @@ test_model_args (void)
   expect_model_fail ("wq NULL (identity) with d_head 3 (heads*3 != 8)", &c,
                      &w, SATTN_E_SHAPE);
   /* no wo: d_out must equal heads * d_value */
-  c = cfg_default (8, 2);
+  c = fx_config (8, 2);
   c.d_out = 5;
   expect_model_fail ("wo NULL with d_out 5 != heads*d_value 8", &c, NULL,
                      SATTN_E_SHAPE);
@@ -222,7 +211,7 @@ static void
 test_model_resolved (void)
 {
   tu_case_begin ("model_new: defaults resolved");
-  SattnConfig c = cfg_default (12, 3);
+  SattnConfig c = fx_config (12, 3);
   SattnStatus st;
   SattnModel *m = sattn_model_new (&c, NULL, &st);
   if (TU_CHECK_STATUS (st, SATTN_OK, "identity 12/3") && m) {
@@ -296,7 +285,7 @@ static void
 test_attend_args (void)
 {
   tu_case_begin ("attend: NULL arguments -> SATTN_E_INVAL");
-  SattnConfig c = cfg_default (4, 2);
+  SattnConfig c = fx_config (4, 2);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   tu_check (m != NULL, "identity model");
   float x[3 * 4] = { 0 }, out[3 * 4];
@@ -318,7 +307,7 @@ test_attend_args (void)
 static void
 test_stream_args (void)
 {
-  SattnConfig c = cfg_default (4, 2);
+  SattnConfig c = fx_config (4, 2);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   SattnStreamConfig sc = { 4, 2, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 0,
                            0.0f, 0, SATTN_INVALID_MASK };
@@ -410,7 +399,7 @@ static void
 test_overflow (void)
 {
   tu_case_begin ("sizes that overflow -> SATTN_E_NOMEM");
-  SattnConfig c = cfg_default (SIZE_MAX / 2 + 2, 1);
+  SattnConfig c = fx_config (SIZE_MAX / 2 + 2, 1);
   SattnStatus st = SATTN_OK;
   SattnModel *m = sattn_model_new (&c, NULL, &st);
   tu_check (m != NULL || st == SATTN_E_NOMEM,
@@ -426,7 +415,7 @@ test_overflow (void)
   }
   sattn_model_free (m);
 
-  c = cfg_default (8, 2);
+  c = fx_config (8, 2);
   m = sattn_model_new (&c, NULL, &st);
   if (m) {
     SattnStreamConfig sc = { SIZE_MAX / 4, 1, SATTN_OUTPUT_WINDOW,

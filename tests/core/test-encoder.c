@@ -297,12 +297,7 @@ test_threads (TuRng *r)
                     NULL, rows[t], &got);
       enc_free (&e);
     }
-    tu_check (memcmp (rows[0], rows[1], T * d * sizeof (float)) == 0,
-              "threads 2 differ");
-    tu_check (memcmp (rows[0], rows[2], T * d * sizeof (float)) == 0,
-              "threads 3 differ");
-    for (int t = 0; t < 3; t++)
-      free (rows[t]);
+    tu_check_threads_identical (rows, 3, T * d);
     tu_case_end ("%s", "");
   }
   free (x);

@@ -46,15 +46,6 @@ typedef struct {
   SattnStatus status;
 } ExResult;
 
-static int
-row_finite (const float *x, size_t d)
-{
-  for (size_t k = 0; k < d; k++)
-    if (!isfinite (x[k]))
-      return 0;
-  return 1;
-}
-
 /* Whether mask rules (not scores) hide key j from query i. */
 static int
 hidden (const Fixture *f, const ExCase *c, size_t i, size_t j)
@@ -64,7 +55,7 @@ hidden (const Fixture *f, const ExCase *c, size_t i, size_t j)
     return 0; /* extra keys are always visible */
   if (c->kv && !c->kv[j])
     return 1;
-  if (!row_finite (c->x + j * d, d))
+  if (!tu_all_finite (c->x + j * d, d))
     return 1;
   if (c->allow && !c->allow[i * n + j])
     return 1;
@@ -120,14 +111,14 @@ check_props (const Fixture *f, const ExCase *c, const ExResult *r)
   tu_check (bad_out == 0, "%zu non-finite outputs", bad_out);
 
   for (size_t j = 0; j < n; j++) {
-    int fin = row_finite (c->x + j * d, d);
+    int fin = tu_all_finite (c->x + j * d, d);
     nonfin_rows += !fin;
     masked_keys += !fin || (c->kv && !c->kv[j]);
   }
 
   for (size_t i = 0; i < n; i++) {
     int qvalid = !c->qv || c->qv[i];
-    int qfinite = row_finite (c->x + i * d, d);
+    int qfinite = tu_all_finite (c->x + i * d, d);
     if (!qvalid) {
       int z = 1;
       for (size_t o = 0; o < d_out; o++)
@@ -217,7 +208,7 @@ check_ref (const Fixture *f, const ExCase *c, const ExResult *r,
   tu_err_clear (&e);
   tu_err_clear (&ew);
   for (size_t i = 0; i < n; i++) {
-    if (!row_finite (c->x + i * d, d))
+    if (!tu_all_finite (c->x + i * d, d))
       continue;
     tu_err_add_f (&e, r->out + i * d_out, ro + i * d_out, d_out);
     for (size_t h = 0; h < H; h++)

@@ -48,21 +48,12 @@ static const char *mode_names[] = { "frames", "window", "mean", "last" };
 static const char *policy_names[] = { "mask", "zero", "error" };
 
 static int
-row_finite (const float *x, size_t d)
-{
-  for (size_t k = 0; k < d; k++)
-    if (!isfinite (x[k]))
-      return 0;
-  return 1;
-}
-
-static int
 frame_class (const Fixture *f, const float *x, const uint8_t *valid, size_t i)
 {
   const size_t d = f->ref.d_model;
   if (valid && !valid[i])
     return CL_FLAGGED;
-  if (!row_finite (x + i * d, d))
+  if (!tu_all_finite (x + i * d, d))
     return CL_NONFINITE;
   if (ref_projection_overflows (&f->ref, x + i * d))
     return CL_OVERFLOW;
@@ -682,7 +673,7 @@ case_policy_switch (TuRng *rng)
   st = sattn_stream_push (s, y, 2, flags, out, 4, info, &nr);
   TU_CHECK_STATUS (st, SATTN_OK, "push of a flagged NaN frame under ERROR");
   tu_check (nr == 2 && info[0].valid == 1 && info[1].valid == 0
-            && row_finite (out, 2 * d), "%zu rows, valid %d %d; want 2 "
+            && tu_all_finite (out, 2 * d), "%zu rows, valid %d %d; want 2 "
             "finite rows, the flagged one not valid", nr, info[0].valid,
             info[1].valid);
   sc.invalid_policy = (SattnInvalidPolicy) 3;

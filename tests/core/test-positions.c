@@ -257,12 +257,7 @@ test_threads (TuRng *r)
         run_stream (&f, L + h, h, 12345, x, T, NULL, rows[t]);
       fx_free (&f);
     }
-    tu_check (memcmp (rows[0], rows[1], T * d * sizeof (float)) == 0,
-              "threads 2 differ");
-    tu_check (memcmp (rows[0], rows[2], T * d * sizeof (float)) == 0,
-              "threads 3 differ");
-    for (int t = 0; t < 3; t++)
-      free (rows[t]);
+    tu_check_threads_identical (rows, 3, T * d);
     tu_case_end ("%s", "");
   }
   free (x);

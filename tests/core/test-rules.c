@@ -19,17 +19,6 @@
 #include "reference.h"
 #include "testutil.h"
 
-static SattnConfig
-cfg_of (size_t d_model, size_t heads)
-{
-  SattnConfig c;
-  memset (&c, 0, sizeof c);
-  c.d_model = d_model;
-  c.heads = heads;
-  c.threads = 1;
-  return c;
-}
-
 /* The check says want with a message holding `phrase` (and `phrase2` when
  * not NULL); sattn_model_new fails with the same status.  The message also
  * survives a tiny buffer (cut, NUL-terminated) and err == NULL. */
@@ -73,18 +62,18 @@ test_model_rules (void)
   float wq[8 * 8], b[8];
   SattnWeights w;
 
-  c = cfg_of (8, 2);
+  c = fx_config (8, 2);
   expect_model ("d_model=8 heads=2", &c, NULL, SATTN_OK, NULL, NULL);
   expect_model ("cfg NULL", NULL, NULL, SATTN_E_INVAL, "cfg is NULL", NULL);
-  c = cfg_of (0, 1);
+  c = fx_config (0, 1);
   expect_model ("d_model=0", &c, NULL, SATTN_E_INVAL, "d_model=0", NULL);
-  c = cfg_of (8, 0);
+  c = fx_config (8, 0);
   expect_model ("heads=0", &c, NULL, SATTN_E_INVAL, "heads=0", NULL);
-  c = cfg_of (8, 1);
+  c = fx_config (8, 1);
   c.threads = -2;
   expect_model ("threads=-2", &c, NULL, SATTN_E_INVAL, "threads=-2",
                 "0 for one per CPU");
-  c = cfg_of (8, 1);
+  c = fx_config (8, 1);
   c.scale = -1.0f;
   expect_model ("scale=-1", &c, NULL, SATTN_E_INVAL, "scale=-1",
                 "use scale=0 for the default");
@@ -99,28 +88,28 @@ test_model_rules (void)
   c.scale = FLT_MIN;
   expect_model ("scale=FLT_MIN", &c, NULL, SATTN_OK, NULL, NULL);
 
-  c = cfg_of (12, 5);
+  c = fx_config (12, 5);
   expect_model ("heads=5 d_model=12", &c, NULL, SATTN_E_SHAPE,
                 "heads=5 does not divide d_model=12",
                 "heads values that work: 1, 2, 3, 4, 6, 12");
   /* More than 16 divisors: the 16 nearest the wanted value. */
-  c = cfg_of (720720, 7919);
+  c = fx_config (720720, 7919);
   expect_model ("heads=7919 d_model=720720", &c, NULL, SATTN_E_SHAPE,
                 "heads values that work: ", "7920");
-  c = cfg_of (8, 2);
+  c = fx_config (8, 2);
   c.d_head = 3;
   expect_model ("identity, heads x d_head != d_model", &c, NULL,
                 SATTN_E_SHAPE, "heads=2 x d_head=3 = 6 is not d_model=8",
                 "use d_head=0 with heads one of: 1, 2, 4, 8");
-  c = cfg_of (8, 2);
+  c = fx_config (8, 2);
   c.d_value = 3;
   expect_model ("identity, heads x d_value != d_model", &c, NULL,
                 SATTN_E_SHAPE, "heads=2 x d_value=3", "no wv given");
-  c = cfg_of (8, 2);
+  c = fx_config (8, 2);
   c.d_out = 5;
   expect_model ("d_out without wo", &c, NULL, SATTN_E_SHAPE, "d_out=5",
                 "use d_out=0 or 8");
-  c = cfg_of (8, 2);
+  c = fx_config (8, 2);
   c.d_head = SIZE_MAX / 2;
   expect_model ("sizes overflow", &c, NULL, SATTN_E_NOMEM,
                 "overflow the address space", NULL);
@@ -131,7 +120,7 @@ test_model_rules (void)
     b[i] = 0.5f;
   memset (&w, 0, sizeof w);
   w.wo = wq;
-  c = cfg_of (8, 2);
+  c = fx_config (8, 2);
   expect_model ("wo without d_out", &c, &w, SATTN_E_SHAPE,
                 "wo needs d_out", NULL);
   memset (&w, 0, sizeof w);
@@ -183,7 +172,7 @@ expect_stream (const char *what, const SattnModel *m,
 static void
 test_stream_rules (void)
 {
-  SattnConfig c = cfg_of (4, 1);
+  SattnConfig c = fx_config (4, 1);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   SattnStreamConfig sc;
 
@@ -240,7 +229,7 @@ test_default_saturation (void)
   tu_rng_init (&r, 77);
   tu_case_begin ("saturation_threshold 0 = SATTN_DEFAULT_SATURATION (%g)",
                  (double) SATTN_DEFAULT_SATURATION);
-  SattnConfig c = cfg_of (d, 1);
+  SattnConfig c = fx_config (d, 1);
   c.scale = 1.0f;
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   float x[16 * 8];
@@ -336,7 +325,7 @@ test_schedule (void)
 {
   TuRng r;
   tu_rng_init (&r, 4242);
-  SattnConfig c = cfg_of (4, 2);
+  SattnConfig c = fx_config (4, 2);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   float x[64 * 4];
   size_t windows_checked = 0;
@@ -444,7 +433,7 @@ test_stats_merge (void)
   TuRng r;
   tu_rng_init (&r, 99);
   tu_case_begin ("sattn_stats_merge / mean_max_weight / mean_entropy");
-  SattnConfig c = cfg_of (d, 2);
+  SattnConfig c = fx_config (d, 2);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   float x[40 * 8];
   tu_fill_normal (&r, x, T * d, 1.5);

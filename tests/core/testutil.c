@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ PRNG */
@@ -109,6 +110,16 @@ tu_check_status (SattnStatus got, SattnStatus want, const char *what)
                    sattn_status_string (want));
 }
 
+void
+tu_check_threads_identical (float *const *runs, size_t n_runs, size_t n)
+{
+  for (size_t k = 1; k < n_runs; k++)
+    tu_check (memcmp (runs[0], runs[k], n * sizeof (float)) == 0,
+              "threads %zu differ", k + 1);
+  for (size_t k = 0; k < n_runs; k++)
+    free (runs[k]);
+}
+
 int
 tu_case_failed (void)
 {
@@ -143,6 +154,15 @@ tu_summary (const char *what)
 }
 
 /* --------------------------------------------------------------- metrics */
+
+int
+tu_all_finite (const float *x, size_t n)
+{
+  for (size_t k = 0; k < n; k++)
+    if (!isfinite (x[k]))
+      return 0;
+  return 1;
+}
 
 void
 tu_err_clear (TuErr *e)

@@ -49,7 +49,16 @@ int tu_case_failed (void);
 int tu_check_status (SattnStatus got, SattnStatus want, const char *what);
 #define TU_CHECK_STATUS(got, want, what) tu_check_status ((got), (want), (what))
 
+/* Threads byte identity: run k of runs[0, n_runs) ran with k + 1 threads
+ * and holds n floats; every run must equal run 0 byte for byte ("threads
+ * K differ" otherwise).  Frees every run (free () of each). */
+void tu_check_threads_identical (float *const *runs, size_t n_runs,
+                                 size_t n);
+
 /* --------------------------------------------------------------- metrics */
+
+/* 1 when the n values of x are all finite. */
+int tu_all_finite (const float *x, size_t n);
 
 typedef struct {
   double err2;       /* sum (a - r)^2 */

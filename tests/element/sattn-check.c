@@ -9,6 +9,19 @@
 #include <string.h>
 
 GstHarness *
+sattn_harness_new_valist (GstElement * e, const gchar * first_property,
+    va_list args)
+{
+  GstHarness *h;
+
+  if (first_property)
+    g_object_set_valist (G_OBJECT (e), first_property, args);
+  h = gst_harness_new_with_element (e, "sink", "src");
+  gst_object_unref (e);
+  return h;
+}
+
+GstHarness *
 sattn_harness_new (const gchar * first_property, ...)
 {
   GstElement *e = gst_element_factory_make ("sattn", NULL);
@@ -16,13 +29,9 @@ sattn_harness_new (const gchar * first_property, ...)
   va_list args;
 
   fail_unless (e != NULL, "the sattn element is not available");
-  if (first_property) {
-    va_start (args, first_property);
-    g_object_set_valist (G_OBJECT (e), first_property, args);
-    va_end (args);
-  }
-  h = gst_harness_new_with_element (e, "sink", "src");
-  gst_object_unref (e);
+  va_start (args, first_property);
+  h = sattn_harness_new_valist (e, first_property, args);
+  va_end (args);
   return h;
 }
 
@@ -174,12 +183,12 @@ ref_window (const RefConfig * c, const double *x, const guint8 * valid,
   g_free (xf);
 }
 
-static gboolean
-frame_finite (const float *x, gsize d)
+gboolean
+sattn_all_finite (const float *x, gsize n)
 {
   gsize i;
 
-  for (i = 0; i < d; i++)
+  for (i = 0; i < n; i++)
     if (!isfinite (x[i]))
       return FALSE;
   return TRUE;
@@ -235,7 +244,7 @@ stream_schedule (const RefConfig * c, const SattnModel * m, const float *x,
   gsize f, k, j, t, rows_cap, rf;
 
   for (f = 0; f < T; f++)
-    ok[f] = (valid == NULL || valid[f]) && frame_finite (x + f * d, d);
+    ok[f] = (valid == NULL || valid[f]) && sattn_all_finite (x + f * d, d);
 
   for (F = c->start == START_WAIT ? n : h; F <= T; F += h) {
     g_array_append_val (ends, F);

@@ -24,6 +24,11 @@ enum { INV_MASK = 0, INV_ZERO, INV_ERROR };
  * name/value list, as for g_object_set), wrapped in a playing harness. */
 GstHarness *sattn_harness_new (const gchar * first_property, ...)
     G_GNUC_NULL_TERMINATED;
+/* The same around e, a sattn element the caller made and set up (the
+ * harness takes it over): the listed properties are set after the
+ * caller's. */
+GstHarness *sattn_harness_new_valist (GstElement * e,
+    const gchar * first_property, va_list args);
 
 /* Attach a fresh bus to the harnessed element (unref it when done). */
 GstBus *sattn_attach_bus (GstHarness * h);
@@ -42,6 +47,9 @@ GstBuffer *sattn_buffer_new (const void *data, gsize n_bytes,
 
 /* Deterministic test signal in [-amp, amp]. */
 void sattn_fill_signal (float *x, gsize n, guint32 seed, float amp);
+
+/* TRUE when the n floats of x are all finite. */
+gboolean sattn_all_finite (const float *x, gsize n);
 
 /* Everything pulled from a harness. */
 typedef struct

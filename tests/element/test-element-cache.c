@@ -186,13 +186,9 @@ harness_with_caps (const gchar * first_property, ...)
 
   fail_unless (e != NULL);
   g_object_set (e, "window", 8, "hop", 4, "heads", 2, NULL);
-  if (first_property) {
-    va_start (args, first_property);
-    g_object_set_valist (G_OBJECT (e), first_property, args);
-    va_end (args);
-  }
-  h = gst_harness_new_with_element (e, "sink", "src");
-  gst_object_unref (e);
+  va_start (args, first_property);
+  h = sattn_harness_new_valist (e, first_property, args);
+  va_end (args);
   sattn_set_caps (h, RATE, E);
   return h;
 }

@@ -621,17 +621,6 @@ m_check_discont (Episode * e, GstClockTime ts, gboolean discont, guint64 n)
   }
 }
 
-static gboolean
-all_finite (const float *x, gsize n)
-{
-  gsize i;
-
-  for (i = 0; i < n; i++)
-    if (!isfinite (x[i]))
-      return FALSE;
-  return TRUE;
-}
-
 /* size bytes (data NULL: zeros) reach the frame assembler.  Returns FALSE
  * when a frame stops the stream (invalid-frames=error). */
 static gboolean
@@ -667,7 +656,7 @@ m_feed (Episode * e, const guint8 * data, guint64 size, gboolean invalid)
     inv = e->carry_invalid;
     e->carry_len = 0;
     e->carry_invalid = FALSE;
-    if (!inv && !all_finite (frame, e->d)) {
+    if (!inv && !sattn_all_finite (frame, e->d)) {
       if (e->policy == INV_ERROR) {
         e->bytes -= size;
         return FALSE;

@@ -315,10 +315,8 @@ fixture_harness (const Fixture * f, const gchar * first, ...)
       "add-zero-attn", f->add_zero_attn, "heads", f->heads, "causal",
       f->causal, "lookback", f->lookback, NULL);
   va_start (args, first);
-  g_object_set_valist (G_OBJECT (e), first, args);
+  h = sattn_harness_new_valist (e, first, args);
   va_end (args);
-  h = gst_harness_new_with_element (e, "sink", "src");
-  gst_object_unref (e);
   return h;
 }
 

@@ -38,6 +38,41 @@ touch (const float *v, size_t n)
   sink = acc;
 }
 
+/* A mapping that failed: no owner, a message that fits its buffer. */
+static void
+check_failed (const SattnMhaWeights *owner, const char *err, size_t err_len)
+{
+  CHECK (owner == NULL);
+  CHECK (err[0] != '\0');
+  CHECK (strlen (err) < err_len);
+}
+
+/* Every array of a mapping readable in full, at the sizes cfg gives. */
+static void
+touch_weights (const SattnConfig *cfg, const SattnWeights *w)
+{
+  size_t e = cfg->d_model, dq = cfg->heads * cfg->d_head;
+  size_t dv = cfg->heads * cfg->d_value;
+  touch (w->wq, dq * e);
+  touch (w->wk, dq * e);
+  touch (w->wv, dv * e);
+  if (w->wo)
+    touch (w->wo, cfg->d_out * dv);
+  if (w->bq)
+    touch (w->bq, dq);
+  if (w->bk)
+    touch (w->bk, dq);
+  if (w->bv)
+    touch (w->bv, dv);
+  if (w->bo)
+    touch (w->bo, cfg->d_out);
+  CHECK ((w->bias_k == NULL) == (w->bias_v == NULL));
+  if (w->bias_k) {
+    touch (w->bias_k, dq);
+    touch (w->bias_v, dv);
+  }
+}
+
 /* The any-layout mapping: sizes resolved, every array readable in full. */
 static void
 try_attn (const SattnTensorFile *f, const char *prefix, size_t d_model,
@@ -57,9 +92,7 @@ try_attn (const SattnTensorFile *f, const char *prefix, size_t d_model,
   st = sattn_attn_weights_from_file (f, prefix, zero_attn, &cfg, &w, &owner,
                                      &rep, err, sizeof err);
   if (st != SATTN_OK) {
-    CHECK (owner == NULL);
-    CHECK (err[0] != '\0');
-    CHECK (strlen (err) < sizeof err);
+    check_failed (owner, err, sizeof err);
     return;
   }
   CHECK (owner != NULL);
@@ -72,26 +105,7 @@ try_attn (const SattnTensorFile *f, const char *prefix, size_t d_model,
   CHECK (d_value == 0 || cfg.d_value == d_value);
   CHECK ((w.wo != NULL) == (rep.out_proj != 0));
   CHECK (w.wo != NULL || cfg.d_out == cfg.heads * cfg.d_value);
-  size_t e = cfg.d_model, dq = cfg.heads * cfg.d_head;
-  size_t dv = cfg.heads * cfg.d_value;
-  touch (w.wq, dq * e);
-  touch (w.wk, dq * e);
-  touch (w.wv, dv * e);
-  if (w.wo)
-    touch (w.wo, cfg.d_out * dv);
-  if (w.bq)
-    touch (w.bq, dq);
-  if (w.bk)
-    touch (w.bk, dq);
-  if (w.bv)
-    touch (w.bv, dv);
-  if (w.bo)
-    touch (w.bo, cfg.d_out);
-  CHECK ((w.bias_k == NULL) == (w.bias_v == NULL));
-  if (w.bias_k) {
-    touch (w.bias_k, dq);
-    touch (w.bias_v, dv);
-  }
+  touch_weights (&cfg, &w);
   sattn_mha_weights_free (owner);
 }
 
@@ -107,32 +121,19 @@ try_map (const SattnTensorFile *f, const char *prefix, size_t d_model,
       zero_attn, &cfg, &w, &owner, err, sizeof err);
 
   if (st != SATTN_OK) {
-    CHECK (owner == NULL);
-    CHECK (err[0] != '\0');
-    CHECK (strlen (err) < sizeof err);
+    check_failed (owner, err, sizeof err);
     return;
   }
   CHECK (owner != NULL);
   CHECK (cfg.d_model > 0 && cfg.heads == heads);
   CHECK (cfg.d_head * cfg.heads == cfg.d_model);
   CHECK (d_model == 0 || cfg.d_model == d_model);
-  size_t e = cfg.d_model;
-  touch (w.wq, e * e);
-  touch (w.wk, e * e);
-  touch (w.wv, e * e);
-  touch (w.wo, e * e);
-  if (w.bq) {
-    touch (w.bq, e);
-    touch (w.bk, e);
-    touch (w.bv, e);
-  }
-  if (w.bo)
-    touch (w.bo, e);
-  CHECK ((w.bias_k == NULL) == (w.bias_v == NULL));
-  if (w.bias_k) {
-    touch (w.bias_k, e);
-    touch (w.bias_v, e);
-  }
+  /* nn.MultiheadAttention: square projections, an output projection,
+   * the three input biases together or none. */
+  CHECK (cfg.d_value == cfg.d_head && cfg.d_out == cfg.d_model);
+  CHECK (w.wo != NULL);
+  CHECK ((w.bq == NULL) == (w.bk == NULL) && (w.bq == NULL) == (w.bv == NULL));
+  touch_weights (&cfg, &w);
   sattn_mha_weights_free (owner);
 }
 

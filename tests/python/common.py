@@ -214,3 +214,20 @@ class Worst:
               "NMSE %.3g" % (self.what, self.count, self.max_abs,
                              self.max_rel, self.nmse))
         sys.stdout.flush()
+
+
+class RaisesStatus:
+    """unittest.TestCase mixin: raises(status, fn, *args, **kw) asserts
+    that fn(*args, **kw) raises sattn.SattnError with that status, its
+    name and a message, and returns the exception."""
+
+    def raises(self, status, fn, *args, **kw):
+        import sattn
+        from sattn import _lib
+        with self.assertRaises(sattn.SattnError) as cm:
+            fn(*args, **kw)
+        e = cm.exception
+        self.assertEqual(e.status, status, str(e))
+        self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
+        self.assertTrue(str(e), "empty message")
+        return e

@@ -10,20 +10,12 @@ import unittest
 
 import numpy as np
 
+import common
 import sattn
 from sattn import _lib
 
 
-class TestErrors(unittest.TestCase):
-    def raises(self, status, fn, *args, **kw):
-        with self.assertRaises(sattn.SattnError) as cm:
-            fn(*args, **kw)
-        e = cm.exception
-        self.assertEqual(e.status, status, str(e))
-        self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
-        self.assertTrue(str(e), "empty message")
-        return e
-
+class TestErrors(common.RaisesStatus, unittest.TestCase):
     def test_model_errors(self):
         # sattn_model_check's words: the tensor, the index, what works
         wq = np.zeros((8, 8))

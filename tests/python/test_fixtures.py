@@ -155,17 +155,9 @@ class TestLayouts(unittest.TestCase):
                 self.assertIn(str(h), str(cm.exception))
 
 
-class TestWeightsErrors(unittest.TestCase):
+class TestWeightsErrors(common.RaisesStatus, unittest.TestCase):
     """A weights file the reader refuses raises SattnError with the
     reader's message, naming the file and what is wrong."""
-
-    def raises(self, status, fn, *args, **kw):
-        with self.assertRaises(sattn.SattnError) as cm:
-            fn(*args, **kw)
-        e = cm.exception
-        self.assertEqual(e.status, status, str(e))
-        self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
-        return e
 
     def test_weights_file_errors(self):
         nobias = os.path.join(DATA, "e16_h2_nobias.safetensors")

@@ -557,26 +557,27 @@ run_state_cycles (guint n)
   return failed ? 1 : 0;
 }
 
-/* --------------------------------------------------------- attn cycles */
+/* ------------------------------------------------- the attn pipeline */
+
+/* The pipeline of the attn-pad soaks: live white noise -> capsfilter ->
+ * sattn -> fakesink "out", and a fakesink "map" for the attn pad; the
+ * sinks' probes and the bus count into c. */
+typedef struct {
+  GstElement *pipe, *s;
+  GstPad *mapsink_pad;
+  GstBus *bus;
+} AttnPipe;
 
 static int
-run_attn_cycles (guint n)
+attn_pipe_new (AttnPipe * p, const gchar * name, Counters * c)
 {
-  GstElement *pipe, *src, *filter, *s, *sink, *mapsink;
-  GstPad *mapsink_pad;
+  GstElement *src, *filter, *sink, *mapsink;
   GstCaps *caps;
-  GstBus *bus;
-  Counters c = { 0, };
-  guint i, waited = 0, with_maps = 0;
 
-  g_mutex_init (&c.lock);
-  g_cond_init (&c.cond);
-  counters_reset (&c);
-
-  pipe = gst_pipeline_new ("attn-cycles");
+  p->pipe = gst_pipeline_new (name);
   src = make ("audiotestsrc", "src");
   filter = make ("capsfilter", "caps");
-  s = make_sattn ();
+  p->s = make_sattn ();
   sink = make ("fakesink", "out");
   mapsink = make ("fakesink", "map");
   caps = input_caps ();
@@ -587,24 +588,52 @@ run_attn_cycles (guint n)
   g_object_set (sink, "sync", FALSE, NULL);
   /* Not part of the pipeline's preroll: it has no input half the time. */
   g_object_set (mapsink, "sync", FALSE, "async", FALSE, NULL);
-  gst_bin_add_many (GST_BIN (pipe), src, filter, s, sink, mapsink, NULL);
-  if (!gst_element_link_many (src, filter, s, sink, NULL)) {
+  gst_bin_add_many (GST_BIN (p->pipe), src, filter, p->s, sink, mapsink,
+      NULL);
+  if (!gst_element_link_many (src, filter, p->s, sink, NULL)) {
     g_printerr ("cannot link the pipeline\n");
     return 1;
   }
-  mapsink_pad = gst_element_get_static_pad (mapsink, "sink");
-  add_probe (sink, "sink", out_probe, &c);
-  add_probe (mapsink, "sink", map_probe, &c);
-  bus = gst_element_get_bus (pipe);
-  gst_bus_set_sync_handler (bus, bus_sync, &c, NULL);
+  p->mapsink_pad = gst_element_get_static_pad (mapsink, "sink");
+  add_probe (sink, "sink", out_probe, c);
+  add_probe (mapsink, "sink", map_probe, c);
+  p->bus = gst_element_get_bus (p->pipe);
+  gst_bus_set_sync_handler (p->bus, bus_sync, c, NULL);
+  return 0;
+}
 
-  CHECK (gst_element_set_state (pipe, GST_STATE_PLAYING) !=
+static void
+attn_pipe_free (AttnPipe * p)
+{
+  gst_object_unref (p->mapsink_pad);
+  gst_bus_set_sync_handler (p->bus, NULL, NULL, NULL);
+  gst_object_unref (p->bus);
+  gst_object_unref (p->pipe);
+}
+
+/* --------------------------------------------------------- attn cycles */
+
+static int
+run_attn_cycles (guint n)
+{
+  AttnPipe p;
+  Counters c = { 0, };
+  guint i, waited = 0, with_maps = 0;
+
+  g_mutex_init (&c.lock);
+  g_cond_init (&c.cond);
+  counters_reset (&c);
+
+  if (attn_pipe_new (&p, "attn-cycles", &c) != 0)
+    return 1;
+
+  CHECK (gst_element_set_state (p.pipe, GST_STATE_PLAYING) !=
       GST_STATE_CHANGE_FAILURE, "PLAYING failed");
   CHECK (wait_above (&c, &c.out_frames, 0, (gint64) 30 * G_USEC_PER_SEC),
       "no output before the cycles");
 
   for (i = 0; i < n && !failed; i++) {
-    GstPad *attn = gst_element_request_pad_simple (s, "attn");
+    GstPad *attn = gst_element_request_pad_simple (p.s, "attn");
     guint64 maps;
 
     CHECK (attn != NULL, "cycle %u: no attn pad", i);
@@ -613,7 +642,7 @@ run_attn_cycles (guint n)
     g_mutex_lock (&c.lock);
     maps = c.maps;
     g_mutex_unlock (&c.lock);
-    CHECK (gst_pad_link (attn, mapsink_pad) == GST_PAD_LINK_OK,
+    CHECK (gst_pad_link (attn, p.mapsink_pad) == GST_PAD_LINK_OK,
         "cycle %u: cannot link the attn pad", i);
     if (i % 2 == 0) {
       guint64 frames;
@@ -631,10 +660,10 @@ run_attn_cycles (guint n)
         with_maps++;
       g_mutex_unlock (&c.lock);
       waited++;
-      gst_pad_unlink (attn, mapsink_pad);
+      gst_pad_unlink (attn, p.mapsink_pad);
     }
     /* Odd cycles release the pad still linked, at once. */
-    gst_element_release_request_pad (s, attn);
+    gst_element_release_request_pad (p.s, attn);
     gst_object_unref (attn);
     CHECK (c.errors == 0 && c.warnings == 0,
         "cycle %u: errors or warnings posted", i);
@@ -654,12 +683,9 @@ run_attn_cycles (guint n)
       G_GUINT64_FORMAT " maps, %" G_GUINT64_FORMAT " feature frames\n", i,
       waited, with_maps, c.maps, c.out_frames);
 
-  CHECK (gst_element_set_state (pipe, GST_STATE_NULL) ==
+  CHECK (gst_element_set_state (p.pipe, GST_STATE_NULL) ==
       GST_STATE_CHANGE_SUCCESS, "NULL failed");
-  gst_object_unref (mapsink_pad);
-  gst_bus_set_sync_handler (bus, NULL, NULL, NULL);
-  gst_object_unref (bus);
-  gst_object_unref (pipe);
+  attn_pipe_free (&p);
   check_no_leaks ();
   g_mutex_clear (&c.lock);
   g_cond_clear (&c.cond);
@@ -674,10 +700,7 @@ run_attn_cycles (guint n)
 static int
 run_attn_release_flowing (guint n)
 {
-  GstElement *pipe, *src, *filter, *s, *sink, *mapsink;
-  GstPad *mapsink_pad;
-  GstCaps *caps;
-  GstBus *bus;
+  AttnPipe p;
   Counters c = { 0, };
   guint i;
   guint64 maps = 0;
@@ -685,46 +708,25 @@ run_attn_release_flowing (guint n)
   g_mutex_init (&c.lock);
   g_cond_init (&c.cond);
 
-  pipe = gst_pipeline_new ("attn-release");
-  src = make ("audiotestsrc", "src");
-  filter = make ("capsfilter", "caps");
-  s = make_sattn ();
-  sink = make ("fakesink", "out");
-  mapsink = make ("fakesink", "map");
-  caps = input_caps ();
-  g_object_set (src, "is-live", TRUE, "samplesperbuffer", CYCLE_SAMPLES,
-      "wave", 5 /* white-noise */ , NULL);
-  g_object_set (filter, "caps", caps, NULL);
-  gst_caps_unref (caps);
-  g_object_set (sink, "sync", FALSE, NULL);
-  g_object_set (mapsink, "sync", FALSE, "async", FALSE, NULL);
-  gst_bin_add_many (GST_BIN (pipe), src, filter, s, sink, mapsink, NULL);
-  if (!gst_element_link_many (src, filter, s, sink, NULL)) {
-    g_printerr ("cannot link the pipeline\n");
+  if (attn_pipe_new (&p, "attn-release", &c) != 0)
     return 1;
-  }
-  mapsink_pad = gst_element_get_static_pad (mapsink, "sink");
-  add_probe (sink, "sink", out_probe, &c);
-  add_probe (mapsink, "sink", map_probe, &c);
-  bus = gst_element_get_bus (pipe);
-  gst_bus_set_sync_handler (bus, bus_sync, &c, NULL);
 
   for (i = 0; i < n && !failed; i++) {
-    GstPad *attn = gst_element_request_pad_simple (s, "attn");
+    GstPad *attn = gst_element_request_pad_simple (p.s, "attn");
     guint64 frames;
 
     counters_reset (&c);
     CHECK (attn != NULL, "cycle %u: no attn pad", i);
     if (attn == NULL)
       break;
-    CHECK (gst_pad_link (attn, mapsink_pad) == GST_PAD_LINK_OK,
+    CHECK (gst_pad_link (attn, p.mapsink_pad) == GST_PAD_LINK_OK,
         "cycle %u: cannot link the attn pad", i);
-    CHECK (gst_element_set_state (pipe, GST_STATE_PLAYING) !=
+    CHECK (gst_element_set_state (p.pipe, GST_STATE_PLAYING) !=
         GST_STATE_CHANGE_FAILURE, "cycle %u: PLAYING failed", i);
     CHECK (wait_above (&c, &c.maps, 0, (gint64) 10 * G_USEC_PER_SEC),
         "cycle %u: no map within 10 s", i);
     /* Released while maps flow, still linked. */
-    gst_element_release_request_pad (s, attn);
+    gst_element_release_request_pad (p.s, attn);
     gst_object_unref (attn);
     g_mutex_lock (&c.lock);
     frames = c.out_frames;
@@ -733,7 +735,7 @@ run_attn_release_flowing (guint n)
     CHECK (wait_above (&c, &c.out_frames, frames + CYCLE_SAMPLES - 1,
             (gint64) 10 * G_USEC_PER_SEC),
         "cycle %u: the features branch stopped after the release", i);
-    CHECK (gst_element_set_state (pipe, GST_STATE_NULL) ==
+    CHECK (gst_element_set_state (p.pipe, GST_STATE_NULL) ==
         GST_STATE_CHANGE_SUCCESS, "cycle %u: NULL failed", i);
     CHECK (c.errors == 0 && c.warnings == 0,
         "cycle %u: errors or warnings posted", i);
@@ -741,10 +743,7 @@ run_attn_release_flowing (guint n)
   printf ("soak: %u attn pads released while their maps flowed (%"
       G_GUINT64_FORMAT " maps before the releases)\n", i, maps);
 
-  gst_object_unref (mapsink_pad);
-  gst_bus_set_sync_handler (bus, NULL, NULL, NULL);
-  gst_object_unref (bus);
-  gst_object_unref (pipe);
+  attn_pipe_free (&p);
   check_no_leaks ();
   g_mutex_clear (&c.lock);
   g_cond_clear (&c.cond);

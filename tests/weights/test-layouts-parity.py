@@ -48,107 +48,61 @@ N = 7          # frames
 HEADS = 2
 BOUND = 1e-5
 
+# The layouts of the parity cases: name, the attribute recording the head
+# count (None: the seeds' single-head module records none), the names of
+# the Q, K and V Linears (one name: timm's fused [Q; K; V] Linear) and the
+# name of the output Linear (dotted: inside submodules, as BERT's
+# output.dense and diffusers' to_out.0).
+LAYOUTS = [
+    ("hf", "num_heads", ("q_proj", "k_proj", "v_proj"), "out_proj"),
+    ("bert", "num_attention_heads", ("query", "key", "value"),
+     "output.dense"),
+    ("diffusers", "heads", ("to_q", "to_k", "to_v"), "to_out.0"),
+    ("llama", "n_heads", ("wq", "wk", "wv"), "wo"),
+    ("seeds", None, ("W_q", "W_k", "W_v"), "W_o"),
+    ("fused", "num_heads", ("qkv",), "proj"),
+]
+
+# The module class of every layout, in a file of its own: torch.save keeps
+# a whole module by its class's import path.
 MODELS = '''
 import torch
 from torch import nn
 
 
-def _out(d_v, e, bias, use):
-    return nn.Linear(d_v, e, bias=bias) if use else None
-
-
-class HF(nn.Module):
-    def __init__(self, e, h, dk, dv, bias, out):
+class Attention(nn.Module):
+    """An attention module named as one row of LAYOUTS says."""
+    def __init__(self, heads_attr, qkv, out_name, e, h, dk, dv, bias, out):
         super().__init__()
-        self.num_heads = h
-        self.q_proj = nn.Linear(e, dk, bias=bias)
-        self.k_proj = nn.Linear(e, dk, bias=bias)
-        self.v_proj = nn.Linear(e, dv, bias=bias)
-        if out:
-            self.out_proj = nn.Linear(dv, e, bias=bias)
-
-    def qkvo(self):
-        return (self.q_proj, self.k_proj, self.v_proj,
-                getattr(self, "out_proj", None))
-
-
-class BertOutput(nn.Module):
-    def __init__(self, dv, e, bias):
-        super().__init__()
-        self.dense = nn.Linear(dv, e, bias=bias)
-
-
-class Bert(nn.Module):
-    def __init__(self, e, h, dk, dv, bias, out):
-        super().__init__()
-        self.num_attention_heads = h
-        self.query = nn.Linear(e, dk, bias=bias)
-        self.key = nn.Linear(e, dk, bias=bias)
-        self.value = nn.Linear(e, dv, bias=bias)
-        if out:
-            self.output = BertOutput(dv, e, bias)
-
-    def qkvo(self):
-        return (self.query, self.key, self.value,
-                self.output.dense if hasattr(self, "output") else None)
-
-
-class Diffusers(nn.Module):
-    def __init__(self, e, h, dk, dv, bias, out):
-        super().__init__()
-        self.heads = h
-        self.to_q = nn.Linear(e, dk, bias=bias)
-        self.to_k = nn.Linear(e, dk, bias=bias)
-        self.to_v = nn.Linear(e, dv, bias=bias)
-        if out:
-            self.to_out = nn.ModuleList([nn.Linear(dv, e, bias=bias),
-                                         nn.Dropout(0.0)])
-
-    def qkvo(self):
-        return (self.to_q, self.to_k, self.to_v,
-                self.to_out[0] if hasattr(self, "to_out") else None)
-
-
-class Llama(nn.Module):
-    def __init__(self, e, h, dk, dv, bias, out):
-        super().__init__()
-        self.n_heads = h
-        self.wq = nn.Linear(e, dk, bias=bias)
-        self.wk = nn.Linear(e, dk, bias=bias)
-        self.wv = nn.Linear(e, dv, bias=bias)
-        if out:
-            self.wo = nn.Linear(dv, e, bias=bias)
-
-    def qkvo(self):
-        return self.wq, self.wk, self.wv, getattr(self, "wo", None)
-
-
-class QKVProjection(nn.Module):
-    """The seeds' module (single head), with an optional W_o."""
-    def __init__(self, e, h, dk, dv, bias, out):
-        super().__init__()
-        self.W_q = nn.Linear(e, dk, bias=bias)
-        self.W_k = nn.Linear(e, dk, bias=bias)
-        self.W_v = nn.Linear(e, dv, bias=bias)
-        if out:
-            self.W_o = nn.Linear(dv, e, bias=bias)
-
-    def qkvo(self):
-        return self.W_q, self.W_k, self.W_v, getattr(self, "W_o", None)
-
-
-class Timm(nn.Module):
-    def __init__(self, e, h, dk, dv, bias, out):
-        super().__init__()
-        self.num_heads = h
+        if heads_attr is not None:
+            setattr(self, heads_attr, h)
+        self.qkv_names, self.out_name = tuple(qkv), out_name
         self.dk, self.dv = dk, dv
-        self.qkv = nn.Linear(e, 2 * dk + dv, bias=bias)
+        rows = (2 * dk + dv,) if len(qkv) == 1 else (dk, dk, dv)
+        for name, r in zip(qkv, rows):
+            self._put(name, nn.Linear(e, r, bias=bias))
         if out:
-            self.proj = nn.Linear(dv, e, bias=bias)
+            self._put(out_name, nn.Linear(dv, e, bias=bias))
+
+    def _put(self, dotted, module):
+        *path, last = dotted.split(".")
+        parent = self
+        for p in path:
+            if not hasattr(parent, p):
+                parent.add_module(p, nn.Module())
+            parent = getattr(parent, p)
+        parent.add_module(last, module)
 
     def qkvo(self):
-        w = self.qkv.weight
-        b = self.qkv.bias
+        try:
+            o = self.get_submodule(self.out_name)
+        except AttributeError:
+            o = None
+        if len(self.qkv_names) == 3:
+            q, k, v = (getattr(self, n) for n in self.qkv_names)
+            return q, k, v, o
+        fused = getattr(self, self.qkv_names[0])
+        w, b = fused.weight, fused.bias
         parts = []
         for lo, hi in ((0, self.dk), (self.dk, 2 * self.dk),
                        (2 * self.dk, 2 * self.dk + self.dv)):
@@ -157,12 +111,8 @@ class Timm(nn.Module):
             if b is not None:
                 lin.bias = nn.Parameter(b[lo:hi].clone())
             parts.append(lin)
-        return parts[0], parts[1], parts[2], getattr(self, "proj", None)
+        return parts[0], parts[1], parts[2], o
 '''
-
-# layout -> (class name, single head)
-LAYOUTS = [("hf", "HF"), ("bert", "Bert"), ("diffusers", "Diffusers"),
-           ("llama", "Llama"), ("seeds", "QKVProjection"), ("fused", "Timm")]
 
 
 def attention64(x, q, k, v, o, heads):
@@ -248,22 +198,23 @@ def main():
         import layout_models as lm   # noqa: E402
 
         cases = []
-        for layout, cls in LAYOUTS:
-            heads = 1 if layout == "seeds" else HEADS
+        for layout, heads_attr, qkv, out_name in LAYOUTS:
+            names = (heads_attr, qkv, out_name)
+            heads = HEADS if heads_attr is not None else 1
             for dk in (E // 2, E, 2 * E):
                 for bias in (True, False):
                     for out in (True, False):
-                        cases.append((layout, cls, heads, dk, dk, bias, out))
+                        cases.append((layout, names, heads, dk, dk, bias, out))
             # values of another size than queries and keys
             for dv in (E // 2, 3 * E):
-                cases.append((layout, cls, heads, E, dv, True, False))
-                cases.append((layout, cls, heads, E, dv, False, True))
+                cases.append((layout, names, heads, E, dv, True, False))
+                cases.append((layout, names, heads, E, dv, False, True))
         for bias in (True, False):
             cases.append(("mha", None, HEADS, E, E, bias, True))
             cases.append(("mha-separate", None, HEADS, E, E, bias, True))
 
-        for i, (layout, cls, heads, dk, dv, bias, out) in enumerate(cases):
-            if cls is None:
+        for i, (layout, names, heads, dk, dv, bias, out) in enumerate(cases):
+            if names is None:
                 m = torch.nn.MultiheadAttention(E, heads, bias=bias)
                 if layout == "mha-separate":
                     # the separate form, as PyTorch builds it for kdim/vdim
@@ -274,7 +225,7 @@ def main():
                     m.v_proj_weight = torch.nn.Parameter(w[2 * E:].clone())
                     m.register_parameter("in_proj_weight", None)
             else:
-                m = getattr(lm, cls)(E, heads, dk, dv, bias, out)
+                m = lm.Attention(*names, E, heads, dk, dv, bias, out)
             for p in m.parameters():
                 p.copy_(torch.randn(p.shape) * 0.4)
             m.eval()
@@ -296,7 +247,7 @@ def main():
                 failed += 1
                 continue
             x = torch.randn(N, E)
-            if cls is None:
+            if names is None:
                 ref = m.double()
                 xb = x.double().unsqueeze(1)
                 o64, w64 = ref(xb, xb, xb, need_weights=True,

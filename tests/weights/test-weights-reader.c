@@ -959,6 +959,45 @@ test_map_missing (void)
                    WORDS ("in_proj_weight", "weights: none"));
 }
 
+/* The prefixes a missing module's message lists, in the order of the
+ * file: the first 8, then how many in all; the top level as ''. */
+static void
+test_missing_lists (void)
+{
+  float v[24] = { 0 };
+  Builder *b = builder_new (NULL);
+  builder_add (b, "blk.wq.weight", "F32", "[3,8]", v, 24);
+  builder_add (b, "in_proj_weight", "F32", "[3,8]", v, 24);
+  for (int i = 1; i < 10; i++) {
+    gchar *name = g_strdup_printf ("m%d.in_proj_weight", i);
+    builder_add (b, name, "F32", "[3,8]", v, 24);
+    g_free (name);
+  }
+  SattnTensorFile *f = load_ok (builder_finish (b));
+  SattnConfig cfg = { 0 };
+  SattnWeights w;
+  SattnMhaWeights *owner = NULL;
+  char err[512];
+
+  g_assert_cmpint (sattn_mha_weights_from_file (f, "x", 8, 2, 0, &cfg, &w,
+      &owner, err, sizeof err), ==, SATTN_E_MISSING);
+  g_test_message ("%s", err);
+  assert_msg (err, WORDS ("with MultiheadAttention weights: '' (top level), "
+                          "'m1.', 'm2.', 'm3.', 'm4.', 'm5.', 'm6.', 'm7.' "
+                          "(10 in all)"));
+  g_assert_null (strstr (err, "'m8.'"));
+  g_assert_cmpint (sattn_attn_weights_from_file (f, "x", 0, &cfg, &w, &owner,
+      NULL, err, sizeof err), ==, SATTN_E_MISSING);
+  g_test_message ("%s", err);
+  assert_msg (err, WORDS ("holding a known layout: 'blk.' (llama), '' (mha), "
+                          "'m1.' (mha), 'm2.' (mha), 'm3.' (mha), "
+                          "'m4.' (mha), 'm5.' (mha), 'm6.' (mha) "
+                          "(11 in all)"));
+  g_assert_null (strstr (err, "'m7.'"));
+  g_assert_null (owner);
+  sattn_tensor_file_free (f);
+}
+
 static void
 test_map_shapes (void)
 {
@@ -1191,6 +1230,7 @@ main (int argc, char **argv)
   g_test_add_func ("/weights/bad/entries", test_bad_entries);
   g_test_add_func ("/weights/bad/layout", test_bad_layout);
   g_test_add_func ("/weights/bad/map-missing", test_map_missing);
+  g_test_add_func ("/weights/bad/missing-lists", test_missing_lists);
   g_test_add_func ("/weights/bad/map-shapes", test_map_shapes);
   g_test_add_func ("/weights/bad/map-values", test_map_dtype_and_values);
   g_test_add_func ("/weights/bad/map-metadata", test_map_metadata);
