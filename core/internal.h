@@ -15,6 +15,13 @@ struct SattnModel {
   /* Owned copies; NULL = identity projection / zero bias.  Weight
    * matrices are stored transposed (in_features × out_features). */
   float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+  /* Q, K and V weights of narrow heads (d_head and d_value below 32, all
+   * three given, no encoder or RoPE) packed head by head: d_model rows of
+   * 2 dq + dv floats, head h's Q | K | V columns from h (2 d_head +
+   * d_value), so that a stream's task projects a head's columns of new
+   * frames in one block product wide enough for the register-tiled loop
+   * (see project_head in stream.c); NULL otherwise. */
+  float *wqkv;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
   size_t n_extra;
@@ -181,7 +188,9 @@ unsigned sattn_pool_threads (const SattnPool *p);
 void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
 /* The frame-usability rule (SattnFrameFault in sattn.h), the one place it
  * is written: x is the frame (d_model floats), q / k (dq) and v (dv) its
- * projections; flagged: the caller marked it invalid. */
+ * projections; flagged: the caller marked it invalid.  q, k and v NULL:
+ * the input's part of the rule only (flagged, non-finite samples), for a
+ * frame not projected yet; x NULL too: the flag only. */
 SattnFrameFault sattn_frame_fault (const SattnModel *m, int flagged,
                                    const float *x, const float *q,
                                    const float *k, const float *v);

@@ -314,16 +314,19 @@ sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
 {
   if (flagged)
     return SATTN_FRAME_FLAGGED;
-  if (!sattn_finite (x, m->cfg.d_model))
+  if (x != NULL && !sattn_finite (x, m->cfg.d_model))
     return SATTN_FRAME_NONFINITE;
   /* An identity projection without bias copies x: finite already (unless
    * RoPE rotated it). */
   const int rope = sattn_model_rope (m);
-  if ((m->wq != NULL || m->bq != NULL || rope) && !sattn_finite (q, m->dq))
+  if (q != NULL && (m->wq != NULL || m->bq != NULL || rope) &&
+      !sattn_finite (q, m->dq))
     return SATTN_FRAME_OVERFLOW;
-  if ((m->wk != NULL || m->bk != NULL || rope) && !sattn_finite (k, m->dq))
+  if (k != NULL && (m->wk != NULL || m->bk != NULL || rope) &&
+      !sattn_finite (k, m->dq))
     return SATTN_FRAME_OVERFLOW;
-  if ((m->wv != NULL || m->bv != NULL) && !sattn_finite (v, m->dv))
+  if (v != NULL && (m->wv != NULL || m->bv != NULL) &&
+      !sattn_finite (v, m->dv))
     return SATTN_FRAME_OVERFLOW;
   return SATTN_FRAME_OK;
 }

@@ -350,6 +350,7 @@ sattn_model_free (SattnModel *m)
   free (m->wk); free (m->bk);
   free (m->wv); free (m->bv);
   free (m->wo); free (m->bo);
+  free (m->wqkv);
   free (m->k_extra); free (m->v_extra);
   free (m->theta_hi); free (m->theta_lo); free (m->alibi);
   free (m->w1); free (m->b1); free (m->w2); free (m->b2);
@@ -394,6 +395,22 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bv = dup_floats (w->bv, dv, &ok);
   m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
+  if (ok && m->wq && m->wk && m->wv && !c.encoder && c.d_head < 32 &&
+      c.d_value < 32 && c.positions != SATTN_POSITIONS_ROPE &&
+      c.positions != SATTN_POSITIONS_ROPE_INTERLEAVED) {
+    const size_t dh = c.d_head, dvh = c.d_value, hw = 2 * dh + dvh;
+    const size_t ld = 2 * dq + dv;
+    m->wqkv = malloc (c.d_model * ld * sizeof (float));
+    if (m->wqkv == NULL)
+      ok = 0;
+    for (size_t t = 0; ok && t < c.d_model; t++)
+      for (size_t h = 0; h < c.heads; h++) {
+        float *r = m->wqkv + t * ld + h * hw;
+        memcpy (r, m->wq + t * dq + h * dh, dh * sizeof (float));
+        memcpy (r + dh, m->wk + t * dq + h * dh, dh * sizeof (float));
+        memcpy (r + 2 * dh, m->wv + t * dv + h * dvh, dvh * sizeof (float));
+      }
+  }
   m->n_extra = (w->bias_k != NULL ? 1 : 0) + (w->add_zero_attn ? 1 : 0);
   if (m->n_extra > 0) {
     m->k_extra = calloc (m->n_extra * dq, sizeof (float));

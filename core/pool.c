@@ -16,18 +16,21 @@
  *
  * Claiming: each range has a word (generation << 32 | next task) on a
  * cache line of its own.  A run publishes its job (fn, ctx, n) in the slot
- * of its generation's parity, resets every range word to (gen, start),
- * then stores gen in the generation word.  A thread claims task i of a
- * range by a compare-and-swap (gen, i) -> (gen, i + 1); the swap only
+ * of its generation's parity, resets every range word to (gen, start)
+ * and every done counter to 0, then stores gen in the generation word.
+ * A thread claims task i of a range by a compare-and-swap (gen, i) ->
+ * (gen, i + 1); the swap only
  * succeeds while the generation is current, so a thread that read a stale
  * job slot can never run a task with it (the slot of gen + 2 is written
- * only after every task of gen + 1 was done).  The caller waits for the
- * done counter only, never for a worker that is still asleep: such a
+ * only after every task of gen + 1 was done).  Each thread counts the
+ * tasks it finished in a counter on its own range's line, so finishing a
+ * task moves no line between threads; the caller waits for the sum of
+ * the counters only, never for a worker that is still asleep: such a
  * worker finds nothing to claim.
  *
  * Idle workers spin for a short bounded time, then sleep on a condition
  * variable; the caller broadcasts only when a worker sleeps.  The words
- * written by different threads (generation, done counter, range words)
+ * written by different threads (generation, range words and counters)
  * sit on separate cache lines.  Nothing is allocated by sattn_pool_run.
  */
 #define _GNU_SOURCE
@@ -68,9 +71,12 @@ typedef struct {
   unsigned id;
 } Worker;
 
-/* One thread's range of tasks: gen << 32 | next task (atomic). */
+/* One thread's range of tasks: gen << 32 | next task (atomic), and the
+ * tasks that thread finished in this run, whichever range they came from
+ * (atomic). */
 typedef struct {
   _Alignas (LINE) uint64_t word;
+  size_t done;
 } Range;
 
 struct SattnPool {
@@ -84,7 +90,6 @@ struct SattnPool {
    * needs next come with one miss. */
   _Alignas (LINE) uint32_t gen; /* current generation (atomic) */
   Job job[2];
-  _Alignas (LINE) size_t done;  /* tasks finished in this run (atomic) */
   _Alignas (LINE) int stop;     /* atomic */
   int sleeping;                 /* atomic: workers in cond_wait */
   pthread_mutex_t mu;
@@ -159,7 +164,10 @@ run_tasks (SattnPool *p, uint32_t gen, unsigned id)
         /* The swap succeeded: gen was current and task i unclaimed, so
          * fn, ctx and n were gen's (see the header comment). */
         fn (ctx, i, id);
-        __atomic_fetch_add (&p->done, 1, __ATOMIC_RELEASE);
+        /* Only this thread writes its counter: a plain add, released. */
+        size_t *dn = &p->range[id].done;
+        __atomic_store_n (dn, __atomic_load_n (dn, __ATOMIC_RELAXED) + 1,
+                          __ATOMIC_RELEASE);
         st = __atomic_load_n (w, __ATOMIC_ACQUIRE);
       }
       /* On failure st holds the current value: retry with it. */
@@ -295,6 +303,16 @@ sattn_pool_threads (const SattnPool *p)
   return p ? p->n_threads : 1;
 }
 
+/* Tasks finished in the current run. */
+static size_t
+pool_done (SattnPool *p)
+{
+  size_t d = 0;
+  for (unsigned t = 0; t < p->n_threads; t++)
+    d += __atomic_load_n (&p->range[t].done, __ATOMIC_ACQUIRE);
+  return d;
+}
+
 void
 sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
 {
@@ -310,11 +328,12 @@ sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
   __atomic_store_n (&j->fn, fn, __ATOMIC_RELAXED);
   __atomic_store_n (&j->ctx, ctx, __ATOMIC_RELAXED);
   __atomic_store_n (&j->n, n, __ATOMIC_RELAXED);
-  __atomic_store_n (&p->done, 0, __ATOMIC_RELAXED);
-  for (unsigned t = 0; t < p->n_threads; t++)
+  for (unsigned t = 0; t < p->n_threads; t++) {
+    __atomic_store_n (&p->range[t].done, 0, __ATOMIC_RELAXED);
     __atomic_store_n (&p->range[t].word,
                       (uint64_t) gen << 32 | range_start (p, t, n),
                       __ATOMIC_RELEASE);
+  }
   __atomic_store_n (&p->gen, gen, __ATOMIC_SEQ_CST);
   if (__atomic_load_n (&p->sleeping, __ATOMIC_SEQ_CST) > 0) {
     pthread_mutex_lock (&p->mu);
@@ -326,7 +345,7 @@ sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
    * about a task's length, then yielding (on a busy machine the worker may
    * wait for a CPU, perhaps this one). */
   int64_t t_end = 0;
-  for (unsigned k = 1; __atomic_load_n (&p->done, __ATOMIC_ACQUIRE) < n; k++) {
+  for (unsigned k = 1; pool_done (p) < n; k++) {
     if (t_end == 0 || k % 64 != 0) {
       if (t_end == 0)
         t_end = mono_ns () + SPIN_NS;

@@ -10,7 +10,10 @@
  * Threads: the work of a window is cut into a fixed set of tasks that does
  * not depend on the thread count: the projections of the new frames and
  * the output projection in blocks of PROJ_ROWS rows × PROJ_COLS columns,
- * the attention in (head, block of ATTN_ROWS query rows) pairs.  Each task
+ * the attention in (head, block of ATTN_ROWS query rows) pairs; a window
+ * of at most ATTN_ROWS query rows due right after the frames of a push
+ * runs one task per head that first projects that head's columns of the
+ * new frames (project_head): one synchronisation per window.  Each task
  * writes its own rows / columns; statistics go to per-worker parts (counts
  * and extrema, whose merge order does not matter) and per-task sums merged
  * in task order.  The caller's thread runs tasks too, and with threads = 1
@@ -79,6 +82,12 @@ struct SattnStream {
   const float *dx;
   size_t dcnt, dslot;
   uint8_t *dcopy;                 /* n */
+  /* dproj: the deferred frames are projected by the window's tasks, one
+   * head's columns each (see project_head); dcopy[i] is then 1 to project
+   * the frame, 0 to write zeros, 2 to write the projections of a zero
+   * frame.  dbad: a task found a non-finite value in what it projected
+   * (atomic; see fix_projected). */
+  int dproj, dbad;
   /* Batched projections (see sattn_stream_push).  xstage: Q | K | V of up
    * to xcap frames of one push, each projection with weights computed for
    * all of them as one block product (NULL without Q/K/V weights).
@@ -140,6 +149,7 @@ sattn_stream_reset (SattnStream *s)
   s->wkeep_rows = 0;
   s->have_error = 0;
   s->dcnt = 0;
+  s->dproj = 0;
   s->ocnt = 0;
   s->odefer = 0;
 }
@@ -661,12 +671,105 @@ typedef struct {
   size_t row_blocks;
 } AttnCtx;
 
-/* Head h's columns of the deferred frames (see store_frames) into the
- * rings: Q and V rows and their mirrors, K transposed in both copies.
- * Only head h's attention reads them. */
+/* Columns [c0, c0 + k) of x Wt (Wt: d × ld, NULL = identity), without
+ * bias, into y (row stride ldy): what sattn_project_cols computes. */
 static void
-copy_deferred (SattnStream *s, size_t h)
+head_cols (const float *Wt, size_t ld, const float *x, size_t cnt, size_t d,
+           size_t c0, size_t k, float *y, size_t ldy)
 {
+  if (Wt == NULL)
+    for (size_t i = 0; i < cnt; i++)
+      memcpy (y + i * ldy, x + i * d + c0, k * sizeof (float));
+  else
+    sattn_qk (x, d, Wt + c0, ld, cnt, k, d, y, ldy);
+}
+
+static void
+add_bias (const float *b, size_t cnt, size_t k, float *y, size_t ldy)
+{
+  if (b != NULL)
+    for (size_t i = 0; i < cnt; i++)
+      for (size_t j = 0; j < k; j++)
+        y[i * ldy + j] += b[j];
+}
+
+/* Head h's columns of the deferred frames projected (s->dproj), in P
+ * (the task's scratch: cnt rows of Q | K | V, 2 d_head + d_value floats),
+ * then copied out: Q and V into the rings and their mirrors, K transposed
+ * into both copies.  Each entry is the same multiply-add chain as in the
+ * blocks of proj_task (the same loop, only other columns beside it), so
+ * the bytes do not depend on the tiling.  A non-finite value among the
+ * projected frames sets s->dbad: the frame rule is then applied to whole
+ * frames after the tasks (fix_projected). */
+static void
+project_head (SattnStream *s, size_t h, float *P)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
+  const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value, cnt = s->dcnt;
+  const size_t c0 = h * dh, e0 = h * dvh, w = 2 * dh + dvh;
+  const float *x = s->dx;
+
+  if (m->wqkv != NULL) {
+    sattn_qk (x, d, m->wqkv + h * w, 2 * dq + dv, cnt, w, d, P, w);
+  } else {
+    head_cols (m->wq, dq, x, cnt, d, c0, dh, P, w);
+    head_cols (m->wk, dq, x, cnt, d, c0, dh, P + dh, w);
+    head_cols (m->wv, dv, x, cnt, d, e0, dvh, P + 2 * dh, w);
+  }
+  add_bias (m->bq ? m->bq + c0 : NULL, cnt, dh, P, w);
+  add_bias (m->bk ? m->bk + c0 : NULL, cnt, dh, P + dh, w);
+  add_bias (m->bv ? m->bv + e0 : NULL, cnt, dvh, P + 2 * dh, w);
+  int bad = !sattn_finite (P, cnt * w);
+  if (bad) {
+    /* Frames with bad samples or flagged do not count: they are
+     * rewritten below. */
+    bad = 0;
+    for (size_t i = 0; i < cnt; i++)
+      bad |= s->dcopy[i] == 1 && !sattn_finite (P + i * w, w);
+  }
+  for (size_t i = 0; i < cnt; i++) {
+    if (s->dcopy[i] == 1)
+      continue;
+    /* What zero_frame writes (no encoder here), or zeros. */
+    const int z = s->dcopy[i] == 2;
+    float *r = P + i * w;
+    for (size_t t = 0; t < dh; t++) {
+      r[t] = z && m->bq ? m->bq[c0 + t] : 0.0f;
+      r[dh + t] = z && m->bk ? m->bk[c0 + t] : 0.0f;
+    }
+    for (size_t t = 0; t < dvh; t++)
+      r[2 * dh + t] = z && m->bv ? m->bv[e0 + t] : 0.0f;
+  }
+  for (size_t i = 0; i < cnt; i++) {
+    float *q = s->qring + (s->dslot + i) * dq + c0;
+    float *v = s->vring + (s->dslot + i) * dv + e0;
+    memcpy (q, P + i * w, dh * sizeof (float));
+    memcpy (q + n * dq, P + i * w, dh * sizeof (float));
+    memcpy (v, P + i * w + 2 * dh, dvh * sizeof (float));
+    memcpy (v + n * dv, P + i * w + 2 * dh, dvh * sizeof (float));
+  }
+  for (size_t t = 0; t < dh; t++) {
+    float *restrict dst = s->ktring + (c0 + t) * 2 * n + s->dslot;
+    const float *restrict src = P + dh + t;
+    for (size_t i = 0; i < cnt; i++)
+      dst[i] = dst[i + n] = src[i * w];
+  }
+  if (bad)
+    __atomic_store_n (&s->dbad, 1, __ATOMIC_RELAXED);
+}
+
+/* Head h's columns of the deferred frames (see store_frames) into the
+ * rings: Q and V rows and their mirrors, K transposed in both copies
+ * (projected first when s->dproj, with P as scratch).  Only head h's
+ * attention reads them. */
+static void
+copy_deferred (SattnStream *s, size_t h, float *P)
+{
+  if (s->dproj) {
+    project_head (s, h, P);
+    return;
+  }
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value, slot = s->dslot;
@@ -700,13 +803,14 @@ attn_task (void *ctx, size_t task, unsigned worker)
   const AttnCtx *c = ctx;
   SattnStream *s = c->s;
   size_t h = task / c->row_blocks;
-  /* One task per head: it copies its head's deferred frames first. */
-  if (c->row_blocks == 1 && s->dcnt > 0)
-    copy_deferred (s, h);
-  size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
-  size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
   /* Each thread's scratch holds min (ATTN_ROWS, window) rows. */
   float *S = s->scores + (size_t) worker * s->sstride;
+  /* One task per head: it copies (or projects) its head's deferred frames
+   * first. */
+  if (c->row_blocks == 1 && s->dcnt > 0)
+    copy_deferred (s, h, S);
+  size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
+  size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
 
   if (!s->sc.collect_stats) {
     sattn_attend_rows (s->m, c->a, h, r0, r1, S, NULL);
@@ -781,6 +885,22 @@ zero_frame (const SattnModel *m, float *q, float *k, float *v)
     memset (v, 0, m->dv * sizeof (float));
 }
 
+/* Query rows of the window that ends at frame count `end` (the next
+ * one): frames mode the frames since the last output row, at most n. */
+static size_t
+due_rows (const SattnStream *s, uint64_t end)
+{
+  switch (s->sc.output) {
+    case SATTN_OUTPUT_FRAMES:
+      /* More than n cannot happen: windows come every <= n frames. */
+      return end - s->next_out > s->n ? s->n : (size_t) (end - s->next_out);
+    case SATTN_OUTPUT_LAST:
+      return 1;
+    default:
+      return s->n;
+  }
+}
+
 /* Store frames [0, cnt) (all landing in ring slots without wrap) at
  * virtual index p0, applying the frame rule and the invalid policy.
  * pre: row of xstage holding the projections with weights of frame 0
@@ -837,6 +957,41 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     s->dx = x;
     s->dcnt = cnt;
     s->dslot = slot;
+    return cnt;
+  }
+  /* Projections with weights or biases and a window of at most ATTN_ROWS
+   * query rows due right after the frames: the window's tasks (one per
+   * head) project them too, each its head's columns, and go on to that
+   * head's attention without waiting for the others: one synchronisation
+   * per window instead of two.  The frame rule's test of the input runs
+   * here; its test of the projections after the tasks (fix_projected),
+   * only when a task found a non-finite value.  With weights for all
+   * three projections, a non-finite sample makes every column of them
+   * non-finite (NaN, or Inf: x Inf + finite), so the tasks find those
+   * frames too and only the flag is tested here. */
+  if (direct && pre == SIZE_MAX && !m->cfg.encoder &&
+      s->total + cnt == s->next_window &&
+      due_rows (s, s->total + cnt) <= ATTN_ROWS &&
+      cnt * (2 * m->cfg.d_head + m->cfg.d_value) <= s->sstride) {
+    const int test_x = m->wq == NULL || m->wk == NULL || m->wv == NULL;
+    for (size_t i = 0; i < cnt; i++) {
+      SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
+                                             test_x ? x + i * d : NULL,
+                                             NULL, NULL, NULL);
+      /* Zero policy: a frame with bad samples becomes a zero frame. */
+      int zero = s->sc.invalid_policy == SATTN_INVALID_ZERO &&
+          f == SATTN_FRAME_NONFINITE;
+      if (f != SATTN_FRAME_OK)
+        s->stats.invalid_frames++;
+      s->dcopy[i] = f == SATTN_FRAME_OK ? 1 : zero ? 2 : 0;
+      s->vring_ok[slot + i] = s->vring_ok[slot + i + n] =
+          (uint8_t) (f == SATTN_FRAME_OK || zero);
+    }
+    s->dx = x;
+    s->dcnt = cnt;
+    s->dslot = slot;
+    s->dproj = 1;
+    s->dbad = 0;
     return cnt;
   }
   /* Each projection: from the frames, or copied from its staged rows
@@ -947,6 +1102,46 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
   }
   return cnt;
+}
+
+/* After the tasks of project_head found a non-finite value: the frame
+ * rule on each deferred frame and its whole projections, as store_frames
+ * applies it (the flag, and perhaps the input, were tested before the
+ * tasks). */
+static void
+fix_projected (SattnStream *s)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
+  const size_t slot = s->dslot;
+  float *k = s->kscratch;
+  for (size_t i = 0; i < s->dcnt; i++) {
+    float *q = s->qring + (slot + i) * dq, *v = s->vring + (slot + i) * dv;
+    if (s->dcopy[i] != 1)
+      continue;
+    for (size_t t = 0; t < dq; t++)
+      k[t] = s->ktring[t * 2 * n + slot + i];
+    SattnFrameFault f = sattn_frame_fault (m, 0, s->dx + i * d, q, k, v);
+    if (f == SATTN_FRAME_OK)
+      continue;
+    s->stats.invalid_frames++;
+    if (f == SATTN_FRAME_OVERFLOW)
+      s->stats.overflow_frames++;
+    int ok = s->sc.invalid_policy == SATTN_INVALID_ZERO;
+    if (ok) {
+      zero_frame (m, q, k, v);
+    } else {
+      memset (q, 0, dq * sizeof (float));
+      memset (k, 0, dq * sizeof (float));
+      memset (v, 0, dv * sizeof (float));
+    }
+    memcpy (q + n * dq, q, dq * sizeof (float));
+    memcpy (v + n * dv, v, dv * sizeof (float));
+    for (size_t t = 0; t < dq; t++)
+      s->ktring[t * 2 * n + slot + i] = s->ktring[t * 2 * n + slot + i + n] =
+          k[t];
+    s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
+  }
 }
 
 /* The output rows of a window: those of unusable queries are zeros; those
@@ -1063,9 +1258,19 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   /* Deferred copies: in the tasks with one task per head, else here. */
   if (s->dcnt > 0 && ac.row_blocks != 1)
     for (size_t h = 0; h < m->cfg.heads; h++)
-      copy_deferred (s, h);
+      copy_deferred (s, h, s->scores);
   sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+  if (s->dproj && __atomic_load_n (&s->dbad, __ATOMIC_RELAXED)) {
+    /* Some frames may be unusable after all: the attention again, with
+     * the rule applied and what the first run counted dropped. */
+    fix_projected (s);
+    s->dcnt = 0;
+    for (unsigned w = 0; stats && w < s->n_threads; w++)
+      sattn_stats_clear (wstats_at (s, w));
+    sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+  }
   s->dcnt = 0;
+  s->dproj = 0;
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
       sattn_stats_merge (stats, wstats_at (s, w));
@@ -1160,9 +1365,7 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
 
   switch (s->sc.output) {
     case SATTN_OUTPUT_FRAMES: {
-      size_t rows = (size_t) (s->total - s->next_out);
-      if (rows > n)
-        rows = n;               /* cannot happen: windows come every <= n */
+      size_t rows = due_rows (s, s->total);
       int staged = compute_window (s, rows, out, d_out, info);
       if (info)
         for (size_t i = 0; i < rows; i++) {

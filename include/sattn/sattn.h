@@ -28,8 +28,10 @@
  *    Idle workers spin briefly, then sleep.  The work is cut into a fixed
  *    set of tasks (projections in blocks of rows × columns, attention in
  *    (head, block of query rows) pairs, statistics merged in a fixed
- *    order), so output, row infos and statistics are byte-identical for
- *    every thread count and every run.
+ *    order; a push of one hop whose window has at most 16 query rows runs
+ *    one task per head that projects that head's columns of the new frames
+ *    and then attends), so output, row infos and statistics are
+ *    byte-identical for every thread count and every run.
  *  - sattn_attend (the one-shot reference path) is single-threaded: it
  *    runs on the caller's thread whatever SattnConfig.threads says.
  *  - The library never changes process-wide state: it never calls

@@ -6,12 +6,14 @@
  * the frames are grouped into pushes.
  *
  * For each geometry and invalid policy, the same frames (random, some
- * flagged invalid, some with NaN/Inf samples, some near 1e19 so that their
- * projections overflow) go through
+ * flagged invalid, some with NaN/Inf samples, some near 1e19 whose scores
+ * overflow, some of ±3e38 whose projections overflow) go through
  *   A: one push per hop (the live, unbatched path), threads = 1;
  *   B: pushes of random sizes up to 600 frames (several batches of up to
  *      255 frames per push), threads = 1;
  *   C: as B with threads = 2;
+ *   D: as A with threads = 2 (the head tasks project their own columns,
+ *      see project_head in core/stream.c);
  * and rows, row infos and statistics must be memcmp-identical.  Under
  * SATTN_INVALID_ERROR the one bad frame stops every variant at the same
  * frame with the same rows before it.  Geometries cover d_model >= 256
@@ -181,16 +183,21 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
       x[i * d] = INFINITY;
     else if (k == 2)
       for (size_t t = 0; t < d; t++)
-        x[i * d + t] *= 1e19f;         /* projections overflow */
+        x[i * d + t] *= 1e19f;         /* scores overflow */
+    else if (k == 3)
+      for (size_t t = 0; t < d; t++)   /* projections overflow */
+        x[i * d + t] = x[i * d + t] < 0.0f ? -3e38f : 3e38f;
   }
-  Run a, b, c;
+  Run a, b, c, e;
   memset (&a, 0, sizeof a);
   memset (&b, 0, sizeof b);
   memset (&c, 0, sizeof c);
+  memset (&e, 0, sizeof e);
   TuRng r1 = rng, r2 = rng;
   if (run_stream (m1, g, pol, x, valid, total, g->h, NULL, &a) &&
       run_stream (m1, g, pol, x, valid, total, 0, &r1, &b) &&
-      run_stream (m2, g, pol, x, valid, total, 0, &r2, &c)) {
+      run_stream (m2, g, pol, x, valid, total, 0, &r2, &c) &&
+      run_stream (m2, g, pol, x, valid, total, g->h, NULL, &e)) {
     SattnStreamConfig sc = { .window = g->n, .hop = g->h };
     SattnStream *s = sattn_stream_new (m1, &sc, NULL);
     size_t rf = sattn_stream_row_floats (s);
@@ -199,7 +206,9 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
               "only %zu rows", a.n_rows);
     same_runs (&a, &b, rf, "per hop vs batched");
     same_runs (&a, &c, rf, "per hop vs batched, threads=2");
+    same_runs (&a, &e, rf, "per hop, threads=1 vs 2");
   }
+  free (e.rows); free (e.info);
   free (a.rows); free (a.info);
   free (b.rows); free (b.info);
   free (c.rows); free (c.info);
