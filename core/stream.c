@@ -571,6 +571,7 @@ typedef struct {
   ProjJob job[3];
   size_t n_jobs, n_tasks;
   double fma;                    /* multiply-adds of the tasks */
+  int prec;                      /* sums in double (encoder layers) */
 } ProjCtx;
 
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
@@ -606,8 +607,9 @@ proj_task (void *ctx, size_t task, unsigned worker)
   size_t r1 = r0 + PROJ_ROWS < p->n ? r0 + PROJ_ROWS : p->n;
   size_t c1 = c0 + PROJ_COLS < p->d_out ? c0 + PROJ_COLS : p->d_out;
   (void) worker;
-  sattn_project_cols (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in,
-                      p->d_out, c0, c1, p->ldx, p->y + r0 * p->ldy, p->ldy);
+  (c->prec ? sattn_project_cols_prec : sattn_project_cols)
+      (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in, p->d_out, c0, c1,
+       p->ldx, p->y + r0 * p->ldy, p->ldy);
   proj_copies (p, r0, r1, c0, c1);
 }
 
@@ -657,6 +659,7 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
 static void
 proj_run (SattnStream *s, ProjCtx *pc)
 {
+  pc->prec = s->m->cfg.encoder;
   sattn_pool_run (pc->fma >= PROJ_PAR_FMA ? s->workers : NULL, pc->n_tasks,
                   proj_task, pc);
 }

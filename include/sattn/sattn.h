@@ -142,7 +142,13 @@ typedef struct {
    *   post-norm (default): y = norm1 (x + SA (x)); out = norm2 (y + FF (y))
    *   pre-norm (norm_first): y = x + SA (norm1 (x)); out = y + FF (norm2 (y))
    *   FF (y) = linear2 (act (linear1 (y))),  norm = LayerNorm (eps).
-   * x is the row's query frame; pooled outputs pool the layer's rows. */
+   * x is the row's query frame; pooled outputs pool the layer's rows.
+   * Precision: the Q/K/V and output projections, the residual sums,
+   * LayerNorm and the feed-forward sums run in double; projected rows, a
+   * LayerNorm output that feeds linear1 or the attention, the hidden
+   * units after act and the layer's output are rounded to float once
+   * each (attention-only models project in float).  The model holds linear1 / linear2 as doubles
+   * (8 bytes per weight). */
   int encoder;
   size_t d_ff;      /* rows of linear1 (the feed-forward width), >= 1 */
   SattnActivation activation;
