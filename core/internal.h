@@ -31,10 +31,12 @@ struct SattnModel {
   double *theta_hi, *theta_lo;
   float *alibi;
   /* Encoder layer (cfg.encoder): linear1 / linear2 transposed (d_model ×
-   * d_ff, d_ff × d_model), biases and LayerNorm parameters (NULL = 0 / 1);
+   * d_ff, d_ff × d_model) and their biases as doubles (the feed-forward
+   * sums run in double), LayerNorm parameters (NULL = 0 / 1);
    * with norm_first, zq / zk / zv are the projections of an all-zero
    * frame (norm1 of it is norm1's bias), NULL otherwise. */
-  float *w1, *b1, *w2, *b2, *n1w, *n1b, *n2w, *n2b;
+  double *w1, *b1, *w2, *b2;
+  float *n1w, *n1b, *n2w, *n2b;
   float *zq, *zk, *zv;
 };
 
@@ -146,6 +148,24 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
                          size_t n, size_t d_in, size_t d_out, size_t c0,
                          size_t c1, size_t ldx, float *y, size_t ldy);
 
+
+/* linear.c: sattn_project_cols with every entry summed in double from the
+ * bias and rounded to float once.  Encoder layers project this way: in a
+ * pre-norm layer the output projection and V's errors reach the output
+ * directly, and the layer's other parts are already double (core/layer.c).
+ * Attention-only models keep the float loop: summing in double costs
+ * about a quarter of their throughput (tests/bench/PERFORMANCE.md,
+ * "Numerical error"). */
+void sattn_project_cols_prec (const float *Wt, const float *b,
+                              const float *x, size_t n, size_t d_in,
+                              size_t d_out, size_t c0, size_t c1, size_t ldx,
+                              float *y, size_t ldy);
+/* sattn_project for model m: sattn_project_cols_prec over all columns for
+ * encoder layers, sattn_project otherwise. */
+void sattn_project_prec (const SattnModel *m, const float *Wt,
+                         const float *b, const float *x, size_t n,
+                         size_t d_in, size_t d_out, size_t ldx, float *y,
+                         size_t ldy);
 
 /* pool.c: the worker threads of one stream. */
 #define SATTN_MAX_THREADS 256

@@ -432,7 +432,8 @@ sattn_output_project (const SattnModel *m, const float *o, size_t rows,
         memcpy (out + i * ldo, o + i * m->dv, m->dv * sizeof (float));
     return;
   }
-  sattn_project (m->wo, m->bo, o, rows, m->dv, m->d_out, m->dv, out, ldo);
+  sattn_project_prec (m, m->wo, m->bo, o, rows, m->dv, m->d_out, m->dv, out,
+                      ldo);
 }
 
 SattnStatus
@@ -472,9 +473,12 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
     sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
     xp = xn;
   }
-  sattn_project (m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model, q, m->dq);
-  sattn_project (m->wk, m->bk, xp, n, c->d_model, m->dq, c->d_model, k, m->dq);
-  sattn_project (m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model, v, m->dv);
+  sattn_project_prec (m, m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model,
+                      q, m->dq);
+  sattn_project_prec (m, m->wk, m->bk, xp, n, c->d_model, m->dq, c->d_model,
+                      k, m->dq);
+  sattn_project_prec (m, m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model,
+                      v, m->dv);
   for (size_t j = 0; j < n && sattn_model_rope (m); j++) {
     sattn_rope_row (m, q + j * m->dq, j);
     sattn_rope_row (m, k + j * m->dq, j);

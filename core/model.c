@@ -25,6 +25,29 @@ dup_transposed (const float *src, size_t rows, size_t cols, int *ok)
   return d;
 }
 
+/* The same as doubles. */
+static double *
+dup_transposed_d (const float *src, size_t rows, size_t cols, int *ok)
+{
+  if (src == NULL)
+    return NULL;
+  double *d = malloc (rows * cols * sizeof (double));
+  if (d == NULL) {
+    *ok = 0;
+    return NULL;
+  }
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++)
+      d[c * rows + r] = src[r * cols + c];
+  return d;
+}
+
+static double *
+dup_doubles (const float *src, size_t n, int *ok)
+{
+  return dup_transposed_d (src, 1, n, ok);
+}
+
 static float *
 dup_floats (const float *src, size_t n, int *ok)
 {
@@ -400,10 +423,10 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
     }
   }
   if (c.encoder) {
-    m->w1 = dup_transposed (w->w1, c.d_ff, c.d_model, &ok);
-    m->b1 = dup_floats (w->b1, c.d_ff, &ok);
-    m->w2 = dup_transposed (w->w2, c.d_model, c.d_ff, &ok);
-    m->b2 = dup_floats (w->b2, c.d_model, &ok);
+    m->w1 = dup_transposed_d (w->w1, c.d_ff, c.d_model, &ok);
+    m->b1 = dup_doubles (w->b1, c.d_ff, &ok);
+    m->w2 = dup_transposed_d (w->w2, c.d_model, c.d_ff, &ok);
+    m->b2 = dup_doubles (w->b2, c.d_model, &ok);
     m->n1w = dup_floats (w->norm1_w, c.d_model, &ok);
     m->n1b = dup_floats (w->norm1_b, c.d_model, &ok);
     m->n2w = dup_floats (w->norm2_w, c.d_model, &ok);

@@ -10,9 +10,9 @@
  * Threads: the work of a window is cut into a fixed set of tasks that does
  * not depend on the thread count: the projections of the new frames and
  * the output projection in blocks of PROJ_ROWS rows × PROJ_COLS columns,
- * the attention in (head, block of ATTN_ROWS query rows) pairs; a window
- * of at most ATTN_ROWS query rows due right after the frames of a push
- * runs one task per head that first projects that head's columns of the
+ * the attention in (head, block of ATTN_ROWS query rows) pairs; with
+ * workers, a window of at most ATTN_ROWS query rows due right after the
+ * frames of a push runs one task per head that first projects that head's columns of the
  * new frames (project_head): one synchronisation per window.  Each task
  * writes its own rows / columns; statistics go to per-worker parts (counts
  * and extrema, whose merge order does not matter) and per-task sums merged
@@ -571,6 +571,7 @@ typedef struct {
   ProjJob job[3];
   size_t n_jobs, n_tasks;
   double fma;                    /* multiply-adds of the tasks */
+  int prec;                      /* sums in double (encoder layers) */
 } ProjCtx;
 
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
@@ -606,8 +607,9 @@ proj_task (void *ctx, size_t task, unsigned worker)
   size_t r1 = r0 + PROJ_ROWS < p->n ? r0 + PROJ_ROWS : p->n;
   size_t c1 = c0 + PROJ_COLS < p->d_out ? c0 + PROJ_COLS : p->d_out;
   (void) worker;
-  sattn_project_cols (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in,
-                      p->d_out, c0, c1, p->ldx, p->y + r0 * p->ldy, p->ldy);
+  (c->prec ? sattn_project_cols_prec : sattn_project_cols)
+      (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in, p->d_out, c0, c1,
+       p->ldx, p->y + r0 * p->ldy, p->ldy);
   proj_copies (p, r0, r1, c0, c1);
 }
 
@@ -657,6 +659,7 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
 static void
 proj_run (SattnStream *s, ProjCtx *pc)
 {
+  pc->prec = s->m->cfg.encoder;
   sattn_pool_run (pc->fma >= PROJ_PAR_FMA ? s->workers : NULL, pc->n_tasks,
                   proj_task, pc);
 }
@@ -965,8 +968,12 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * only when a task found a non-finite value.  With weights for all
    * three projections, a non-finite sample makes every column of them
    * non-finite (NaN, or Inf: x Inf + finite), so the tasks find those
-   * frames too and only the flag is tested here. */
-  if (direct && pre == SIZE_MAX && !m->cfg.encoder &&
+   * frames too and only the flag is tested here.  Without workers
+   * (threads = 1) there is no synchronisation to save, and the block
+   * products below are faster than the per-head ones (whole 32-column
+   * tiles, no scratch, one finiteness test per frame): they run instead,
+   * with the same bytes. */
+  if (direct && pre == SIZE_MAX && !m->cfg.encoder && s->workers != NULL &&
       s->total + cnt == s->next_window &&
       due_rows (s, s->total + cnt) <= ATTN_ROWS &&
       cnt * (2 * m->cfg.d_head + m->cfg.d_value) <= s->sstride) {

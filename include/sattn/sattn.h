@@ -28,10 +28,11 @@
  *    Idle workers spin briefly, then sleep.  The work is cut into a fixed
  *    set of tasks (projections in blocks of rows × columns, attention in
  *    (head, block of query rows) pairs, statistics merged in a fixed
- *    order; a push of one hop whose window has at most 16 query rows runs
- *    one task per head that projects that head's columns of the new frames
- *    and then attends), so output, row infos and statistics are
- *    byte-identical for every thread count and every run.
+ *    order; with threads >= 2, a push of one hop whose window has at most
+ *    16 query rows runs one task per head that projects that head's
+ *    columns of the new frames and then attends), so output, row infos
+ *    and statistics are byte-identical for every thread count and every
+ *    run.
  *  - sattn_attend (the one-shot reference path) is single-threaded: it
  *    runs on the caller's thread whatever SattnConfig.threads says.
  *  - The library never changes process-wide state: it never calls
@@ -141,7 +142,13 @@ typedef struct {
    *   post-norm (default): y = norm1 (x + SA (x)); out = norm2 (y + FF (y))
    *   pre-norm (norm_first): y = x + SA (norm1 (x)); out = y + FF (norm2 (y))
    *   FF (y) = linear2 (act (linear1 (y))),  norm = LayerNorm (eps).
-   * x is the row's query frame; pooled outputs pool the layer's rows. */
+   * x is the row's query frame; pooled outputs pool the layer's rows.
+   * Precision: the Q/K/V and output projections, the residual sums,
+   * LayerNorm and the feed-forward sums run in double; projected rows, a
+   * LayerNorm output that feeds linear1 or the attention, the hidden
+   * units after act and the layer's output are rounded to float once
+   * each (attention-only models project in float).  The model holds linear1 / linear2 as doubles
+   * (8 bytes per weight). */
   int encoder;
   size_t d_ff;      /* rows of linear1 (the feed-forward width), >= 1 */
   SattnActivation activation;

@@ -6,11 +6,22 @@ with a banded causal mask, in float64 and float32.
 
 For every combination a row: layers, kind, norm placement, activation,
 positions, lookback / hop, max-abs of sattn against PyTorch float64
-(absolute and relative to max |ref|), against PyTorch float32, and
-PyTorch float32's own error against float64.  A row fails when sattn's
-relative error exceeds max (4 x PyTorch float32's, 1e-6) or when a frame
-is missing.  Also: heads and the layer options come from the file's
-metadata, and a property set to another value fails naming both values.
+(absolute and relative to max |ref|), PyTorch float32's own max-abs
+against float64 on the same inputs, their ratio, and sattn against
+PyTorch float32.
+
+The bound (issue 12): sattn's max-abs error against float64 is at or
+below PyTorch float32's own on the same inputs (ratio <= 1).  Every
+encoder-layer row asserts it.  Attention-only rows (kind "attention") are
+the stated exception, asserted at ratio <= 2: their error is that of the
+float32 projections, scores, softmax and P.V, which sattn computes like
+PyTorch float32 (its ratio lands between 0.8 and 1.7 depending on
+rounding luck and the instruction set); meeting the bound there would
+take the projections in double (as encoder layers do), which costs about
+a quarter of the attention-only throughput (see tests/bench/PERFORMANCE.md, "Numerical
+error").  A row also fails when a frame is missing.  Also: heads and the
+layer options come from the file's metadata, and a property set to
+another value fails naming both values.
 
 usage: test-layers-parity.py EXAMPLES_DIR
 Exit 77 (skip) without PyTorch or gst-launch-1.0.
@@ -62,9 +73,9 @@ def main():
               (3, "encoder", True, True, "rope-interleaved", 8, 3)]
     fails = 0
     print("| layers | kind | norm | act | positions | lookback/hop | "
-          "sattn vs f64 max-abs (rel) | sattn vs f32 max-abs | "
-          "torch f32 vs f64 max-abs (rel) | |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "sattn vs f64 max-abs (rel) | torch f32 vs f64 max-abs (rel) | "
+          "ratio | bound | sattn vs f32 max-abs | |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="sattn-layers-") as wd:
         for i, (n, kind, nf, gelu, pos, L, hop) in enumerate(cases):
             att = kind == "attention"
@@ -87,18 +98,21 @@ def main():
                 fails += 1
                 continue
             ok = got.shape[0] == T
-            e = rel = e32 = rel32 = float("nan")
+            e = rel = e32 = rel32 = ef = float("nan")
+            # The issue's bound; attention-only rows: the stated exception
+            # (see the top of this file).
+            bound = 2.0 if att else 1.0
             if ok:
                 e, rel, e32, rel32 = ex.compare(got, ref64, ref32)
                 ef = float(np.abs(got - ref32.numpy()).max())
-                ok = rel <= max(4 * rel32, 1e-6)
+                ok = e <= bound * e32
             fails += not ok
-            print("| %d | %s | %s | %s | %s | %d/%d | %.2e (%.2e) | %.2e | "
-                  "%.2e (%.2e) | %s |"
+            print("| %d | %s | %s | %s | %s | %d/%d | %.2e (%.2e) | "
+                  "%.2e (%.2e) | %.2f | <= %g | %.2e | %s |"
                   % (n, kind, "-" if att else ("pre" if nf else "post"),
                      "-" if att else ("gelu" if gelu else "relu"), pos, L,
-                     hop, e, rel, ef if ok or got.shape[0] == T else -1,
-                     e32, rel32, "ok" if ok else "FAIL"))
+                     hop, e, rel, e32, rel32, e / e32 if e32 > 0 else
+                     float("inf"), bound, ef, "ok" if ok else "FAIL"))
 
         # Metadata: the file says 4 heads and relu; heads=2 or
         # activation=gelu set on the element are refused naming both.

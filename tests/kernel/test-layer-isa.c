@@ -1,0 +1,169 @@
+/* The encoder layer's per-row parts (core/layer.c) and its projections
+ * summed in double (core/linear.c) give the same bytes with the portable,
+ * AVX2 and AVX-512 loops: their sums are double chains over float values
+ * from the bias in the same order, and a product of two floats is exact in
+ * double, so FMA or not cannot differ.
+ *
+ * For post-norm and pre-norm, relu and gelu, and widths that are and are
+ * not multiples of the loops' column blocks (16 on AVX-512, 12 on AVX2)
+ * and row tiles (8 and 4), sattn_layer_rows runs on the same rows at
+ * every level the CPU has; the outputs must be equal byte for byte and
+ * finite.  A regression in a vector tail or a changed summation order
+ * shows as a difference. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float
+uniform (void)
+{
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (float) ((double) (rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *
+random_floats (size_t n, float scale)
+{
+  float *p = malloc (n * sizeof (float));
+  for (size_t i = 0; i < n; i++)
+    p[i] = uniform () * scale;
+  return p;
+}
+
+/* Returns the number of failures. */
+static int
+run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
+{
+  float *w1 = random_floats (dff * d, 1.0f / sqrtf ((float) d));
+  float *b1 = random_floats (dff, 0.1f);
+  float *w2 = random_floats (d * dff, 1.0f / sqrtf ((float) dff));
+  float *b2 = random_floats (d, 0.1f);
+  float *n1w = random_floats (d, 0.2f), *n1b = random_floats (d, 0.2f);
+  float *n2w = random_floats (d, 0.2f), *n2b = random_floats (d, 0.2f);
+  for (size_t t = 0; t < d; t++) {
+    n1w[t] += 1.0f;
+    n2w[t] += 1.0f;
+  }
+  SattnConfig c = { .d_model = d, .heads = 2, .threads = 1, .encoder = 1,
+    .d_ff = dff, .activation = gelu ? SATTN_ACTIVATION_GELU
+        : SATTN_ACTIVATION_RELU, .norm_first = norm_first };
+  SattnWeights w = { .w1 = w1, .b1 = b1, .w2 = w2, .b2 = b2,
+    .norm1_w = n1w, .norm1_b = n1b, .norm2_w = n2w, .norm2_b = n2b };
+  SattnStatus st;
+  SattnModel *m = sattn_model_new (&c, &w, &st);
+  int fails = 0;
+  if (m == NULL) {
+    printf ("FAIL d %zu d_ff %zu: model refused (status %d)\n", d, dff,
+            (int) st);
+    fails = 1;
+  } else {
+    float *x = random_floats (rows * d, 1.0f);
+    float *sa = random_floats (rows * d, 1.0f);
+    float *out[3] = { NULL, NULL, NULL };
+    float *scratch = malloc (sattn_layer_scratch (m) * sizeof (float));
+    int native = sattn_simd_level ();
+    for (int level = 0; level <= native && level <= 2; level++) {
+      sattn_simd_force (level);
+      out[level] = malloc (rows * d * sizeof (float));
+      memcpy (out[level], sa, rows * d * sizeof (float));
+      sattn_layer_rows (m, x, d, out[level], d, rows, scratch);
+      if (!sattn_finite (out[level], rows * d)) {
+        printf ("FAIL d %zu d_ff %zu level %d: non-finite output\n", d, dff,
+                level);
+        fails++;
+      }
+      if (level > 0 && memcmp (out[0], out[level],
+                               rows * d * sizeof (float)) != 0) {
+        printf ("FAIL d %zu d_ff %zu rows %zu %s %s: level %d differs "
+                "from the portable loops\n", d, dff, rows,
+                norm_first ? "pre-norm" : "post-norm", gelu ? "gelu" : "relu",
+                level);
+        fails++;
+      }
+    }
+    sattn_simd_force (native);
+    printf ("%s d %zu d_ff %zu rows %zu %s %s: levels 0-%d\n",
+            fails ? "FAIL" : "ok  ", d, dff, rows,
+            norm_first ? "pre-norm" : "post-norm", gelu ? "gelu" : "relu",
+            native > 2 ? 2 : native);
+    for (int l = 0; l < 3; l++)
+      free (out[l]);
+    free (scratch);
+    free (x);
+    free (sa);
+    sattn_model_free (m);
+  }
+  free (w1); free (b1); free (w2); free (b2);
+  free (n1w); free (n1b); free (n2w); free (n2b);
+  return fails;
+}
+
+/* sattn_project_cols_prec over columns [c0, c1) of an n-row block at
+ * every level; returns the number of failures. */
+static int
+run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
+{
+  float *w = random_floats (d_in * d_out, 1.0f / sqrtf ((float) d_in));
+  float *b = random_floats (d_out, 0.1f);
+  float *x = random_floats (n * d_in, 1.0f);
+  float *y[3] = { NULL, NULL, NULL };
+  int native = sattn_simd_level (), fails = 0;
+  for (int level = 0; level <= native && level <= 2; level++) {
+    sattn_simd_force (level);
+    y[level] = calloc (n * d_out, sizeof (float));
+    sattn_project_cols_prec (w, b, x, n, d_in, d_out, c0, c1, d_in,
+                             y[level], d_out);
+    if (level > 0 && memcmp (y[0], y[level], n * d_out * sizeof (float)))
+      fails++;
+  }
+  sattn_simd_force (native);
+  /* One entry against a double sum written out here. */
+  double ref = b[c1 - 1];
+  for (size_t t = 0; t < d_in; t++)
+    ref += (double) x[(n - 1) * d_in + t] * w[t * d_out + c1 - 1];
+  if (y[0][(n - 1) * d_out + c1 - 1] != (float) ref)
+    fails++;
+  printf ("%s projection %zu rows, %zu -> %zu, columns %zu-%zu\n",
+          fails ? "FAIL" : "ok  ", n, d_in, d_out, c0, c1);
+  for (int l = 0; l < 3; l++)
+    free (y[l]);
+  free (w);
+  free (b);
+  free (x);
+  return fails;
+}
+
+int
+main (void)
+{
+  static const size_t geo[][3] = {
+    { 16, 64, 16 }, { 20, 80, 13 }, { 36, 52, 7 }, { 64, 256, 16 },
+    { 10, 30, 3 },
+  };
+  int fails = 0, cases = 0;
+  for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++)
+    for (int v = 0; v < 4; v++) {
+      fails += run_case (geo[g][0], geo[g][1], geo[g][2], v & 1, v >> 1)
+          != 0;
+      cases++;
+    }
+  static const size_t pgeo[][5] = {
+    { 16, 64, 192, 0, 192 }, { 13, 20, 60, 32, 60 }, { 7, 36, 37, 5, 37 },
+    { 3, 10, 30, 0, 30 }, { 64, 64, 64, 0, 32 },
+  };
+  for (size_t g = 0; g < sizeof pgeo / sizeof pgeo[0]; g++) {
+    fails += run_proj (pgeo[g][0], pgeo[g][1], pgeo[g][2], pgeo[g][3],
+                       pgeo[g][4]) != 0;
+    cases++;
+  }
+  printf ("test-layer-isa: %d passed, %d failed\n", cases - fails, fails);
+  return fails ? 1 : 0;
+}
