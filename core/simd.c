@@ -993,10 +993,23 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
   for (int r = 0; r < 16; r++)
     a[r] = _mm512_setzero_ps ();
   if (rows == 16) {
+    /* Sixteen row pointers do not fit in the general registers (the
+     * compiler kept some in vector registers, a move per use): rows 8-15
+     * are addressed from the pointers of rows 0-7 with one more index,
+     * opaque to the compiler so that it cannot fold it into eight more
+     * pointers. */
+    const float *pr[8];
+    for (int r = 0; r < 8; r++)
+      pr[r] = p0 + r * ldp;
     for (size_t j = 0; j < nk; j++) {
+      size_t j8 = j + 8 * ldp;
+      __asm__ ("" : "+r" (j8));
       __m512 vj = _mm512_maskz_loadu_ps (c0, v + j * ldv);
-      for (int r = 0; r < 16; r++)
-        a[r] = _mm512_fmadd_ps (_mm512_set1_ps (p0[r * ldp + j]), vj, a[r]);
+      for (int r = 0; r < 8; r++)
+        a[r] = _mm512_fmadd_ps (_mm512_set1_ps (pr[r][j]), vj, a[r]);
+      for (int r = 0; r < 8; r++)
+        a[8 + r] = _mm512_fmadd_ps (_mm512_set1_ps (pr[r][j8]), vj,
+                                    a[8 + r]);
     }
     for (int r = 0; r < 16; r++)
       _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
