@@ -230,5 +230,15 @@ double sattn_exp_sum (float *y, size_t n, float scale, float mx);
  * x_i = y_i * scale - mx. */
 double sattn_exp_sum_stats (float *y, size_t n, float scale, float mx,
                             double *ex, float *xmin);
+/* Rows x[i * ldx] (i < cnt), columns [0, w), into rows i of dst (stride
+ * ldd) and again mir floats further (the ring's mirror), zeros where
+ * ok[i] == 0; sattn_transpose_rows writes them transposed: dst[t * ldd + i]
+ * and dst[t * ldd + i + mir]. */
+void sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok,
+                      size_t cnt, size_t w, float *dst, size_t ldd,
+                      size_t mir);
+void sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
+                           size_t cnt, size_t w, float *dst, size_t ldd,
+                           size_t mir);
 
 #endif

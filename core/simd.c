@@ -164,6 +164,33 @@ exp_sum_body_portable (float *y, size_t n, float scale, float mx, double *ex,
   return sum;
 }
 
+/* Rows x[i * ldx], i < cnt, columns [0, w), into rows i of dst (stride
+ * ldd) and their mirrors mir floats further; zeros where ok[i] == 0. */
+static void
+copy_rows_portable (const float *restrict x, size_t ldx,
+                    const uint8_t *restrict ok, size_t cnt, size_t w,
+                    float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t i = 0; i < cnt; i++) {
+    float *d = dst + i * ldd;
+    for (size_t t = 0; t < w; t++)
+      d[t] = d[t + mir] = ok[i] ? x[i * ldx + t] : 0.0f;
+  }
+}
+
+/* The same transposed: dst[t * ldd + i] (and its mirror) = x[i * ldx + t]. */
+static void
+transpose_rows_portable (const float *restrict x, size_t ldx,
+                         const uint8_t *restrict ok, size_t cnt, size_t w,
+                         float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t t = 0; t < w; t++) {
+    float *restrict d = dst + t * ldd;
+    for (size_t i = 0; i < cnt; i++)
+      d[i] = d[i + mir] = ok[i] ? x[i * ldx + t] : 0.0f;
+  }
+}
+
 /* ---------------------------------------------------------------- AVX2 */
 
 /* A float is finite unless its exponent field is all ones: adding 1 to
@@ -1093,6 +1120,74 @@ pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
     }
   }
 }
+
+/* 16 × 16 floats transposed in registers (unpack by floats, by pairs,
+ * then 128-bit blocks twice). */
+AVX512 static inline __attribute__ ((always_inline)) void
+transpose16_avx512 (__m512 r[16])
+{
+  __m512 t[16];
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = _mm512_unpacklo_ps (r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps (r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {
+    __m512d a = _mm512_castps_pd (t[k]), b = _mm512_castps_pd (t[k + 1]);
+    __m512d c = _mm512_castps_pd (t[k + 2]), d = _mm512_castps_pd (t[k + 3]);
+    r[k] = _mm512_castpd_ps (_mm512_unpacklo_pd (a, c));
+    r[k + 1] = _mm512_castpd_ps (_mm512_unpackhi_pd (a, c));
+    r[k + 2] = _mm512_castpd_ps (_mm512_unpacklo_pd (b, d));
+    r[k + 3] = _mm512_castpd_ps (_mm512_unpackhi_pd (b, d));
+  }
+  for (int k = 0; k < 16; k += 8)
+    for (int l = 0; l < 4; l++) {
+      t[k + l] = _mm512_shuffle_f32x4 (r[k + l], r[k + 4 + l], 0x88);
+      t[k + 4 + l] = _mm512_shuffle_f32x4 (r[k + l], r[k + 4 + l], 0xdd);
+    }
+  for (int l = 0; l < 8; l++) {
+    r[l] = _mm512_shuffle_f32x4 (t[l], t[8 + l], 0x88);
+    r[8 + l] = _mm512_shuffle_f32x4 (t[l], t[8 + l], 0xdd);
+  }
+}
+
+/* See copy_rows_portable. */
+AVX512 static void
+copy_rows_avx512 (const float *restrict x, size_t ldx,
+                  const uint8_t *restrict ok, size_t cnt, size_t w,
+                  float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t i = 0; i < cnt; i++)
+    for (size_t t = 0; t < w; t += 16) {
+      __mmask16 tm = tail_mask (w - t);
+      __m512 v = _mm512_maskz_loadu_ps (ok[i] ? tm : 0, x + i * ldx + t);
+      _mm512_mask_storeu_ps (dst + i * ldd + t, tm, v);
+      _mm512_mask_storeu_ps (dst + i * ldd + t + mir, tm, v);
+    }
+}
+
+/* See transpose_rows_portable: blocks of 16 rows × 16 columns. */
+AVX512 static void
+transpose_rows_avx512 (const float *restrict x, size_t ldx,
+                       const uint8_t *restrict ok, size_t cnt, size_t w,
+                       float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t i0 = 0; i0 < cnt; i0 += 16) {
+    __mmask16 im = tail_mask (cnt - i0);
+    for (size_t t0 = 0; t0 < w; t0 += 16) {
+      __mmask16 tm = tail_mask (w - t0);
+      __m512 r[16];
+      for (size_t i = 0; i < 16; i++)
+        r[i] = _mm512_maskz_loadu_ps (i0 + i < cnt && ok[i0 + i] ? tm : 0,
+                                      x + (i0 + i) * ldx + t0);
+      transpose16_avx512 (r);
+      for (size_t t = 0; t < 16 && t0 + t < w; t++) {
+        float *d = dst + (t0 + t) * ldd + i0;
+        _mm512_mask_storeu_ps (d, im, r[t]);
+        _mm512_mask_storeu_ps (d + mir, im, r[t]);
+      }
+    }
+  }
+}
 #endif /* SATTN_HAVE_X86 */
 
 /* ------------------------------------------------------------ dispatch */
@@ -1213,4 +1308,30 @@ sattn_finite (const float *x, size_t n)
     return finite_avx2 (x, n);
 #endif
   return finite_portable (x, n);
+}
+
+void
+sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok, size_t cnt,
+                 size_t w, float *dst, size_t ldd, size_t mir)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1) {
+    copy_rows_avx512 (x, ldx, ok, cnt, w, dst, ldd, mir);
+    return;
+  }
+#endif
+  copy_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
+}
+
+void
+sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
+                      size_t cnt, size_t w, float *dst, size_t ldd, size_t mir)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1) {
+    transpose_rows_avx512 (x, ldx, ok, cnt, w, dst, ldd, mir);
+    return;
+  }
+#endif
+  transpose_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
 }
