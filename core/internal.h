@@ -209,6 +209,11 @@ void sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt,
                size_t m, size_t nk, size_t dh, float *S, size_t lds);
 void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
                const float *v, size_t ldv, size_t dv, float *O, size_t ldo);
+/* sattn_pv, each row i of O then multiplied by norm[i] (as sattn_mul
+ * would: the same bytes); nonzero when every value of O is finite. */
+int sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk,
+                   const float *v, size_t ldv, size_t dv, const float *norm,
+                   float *O, size_t ldo);
 /* Softmax pass 1 over s[0, n): scale; entries with ok[j] == 0 (ok may be
  * NULL) become -inf; NaN scores become NaN markers.  counts[] += {valid,
  * NaN, +inf, -inf}.  Returns the max over valid entries (-inf if none). */

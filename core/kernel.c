@@ -357,12 +357,21 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
 
   /* O_h = (E V_h) / sum: dvh products per row instead of ncols.  The
    * same whether or not the weights are kept. */
-  pv_rows (m, a, h, S, M, Oh);
-  for (size_t i = 0; i < M; i++)
-    if (norm[i] != 1.0f)
-      sattn_mul (Oh + i * m->dv, dvh, norm[i]);
+  int finite = 0;
+  if (m->n_extra == 0) {
+    /* Normalised as the rows are stored, tested for NaN/+-inf there: the
+     * rows need no second pass when all are finite. */
+    finite = sattn_pv_norm (S, ncols, M, nk, a->v + h * dvh, a->ldv, dvh,
+                            norm, Oh, m->dv);
+  } else {
+    pv_rows (m, a, h, S, M, Oh);
+    for (size_t i = 0; i < M; i++)
+      if (norm[i] != 1.0f)
+        sattn_mul (Oh + i * m->dv, dvh, norm[i]);
+  }
   /* This task's rows and head columns only: tasks stay disjoint. */
-  clamp_context (m, a, h, S, norm, Oh, M);
+  if (!finite)
+    clamp_context (m, a, h, S, norm, Oh, M);
 }
 
 void
@@ -410,6 +419,10 @@ sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
                             size_t ldo, uint8_t *row_ok)
 {
   size_t bad = 0;
+  /* Without an output projection or an encoder layer the rows are rows of
+   * O, which the attention leaves finite (clamp_context) or zero. */
+  if (m->wo == NULL && m->bo == NULL && !m->cfg.encoder)
+    return 0;
   for (size_t i = 0; i < rows; i++) {
     float *r = out + i * ldo;
     if (sattn_finite (r, m->d_out))

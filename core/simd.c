@@ -1006,6 +1006,19 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
   }
 }
 
+/* One row vector of O stored: multiplied by nrm[r] first (nrm may be
+ * NULL: as computed), the lanes that are NaN or +-inf added to *bad (the
+ * same product as the normalisation pass it replaces: the same bytes). */
+AVX512 static inline __attribute__ ((always_inline)) void
+pv_store_avx512 (float *o, __mmask16 cm, __m512 a, const float *nrm, int r,
+                 __mmask16 *bad)
+{
+  if (nrm != NULL)
+    a = _mm512_mul_ps (a, _mm512_set1_ps (nrm[r]));
+  *bad |= _mm512_mask_fpclass_ps_mask (cm, a, 0x99);
+  _mm512_mask_storeu_ps (o, cm, a);
+}
+
 /* Eight rows × two column vectors (c1 masked) or sixteen rows × one:
  * sixteen independent FMA chains either way (eight were just the minimum
  * for two ports of latency 4); eight rows × one (c1 = 0) where neither
@@ -1014,7 +1027,8 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
 AVX512 static inline __attribute__ ((always_inline)) void
 pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
                 const float *restrict v, size_t ldv, __mmask16 c0,
-                __mmask16 c1, int rows, float *restrict o, size_t ldo)
+                __mmask16 c1, int rows, float *restrict o, size_t ldo,
+                const float *nrm, __mmask16 *bad)
 {
   __m512 a[16];
   for (int r = 0; r < 16; r++)
@@ -1039,7 +1053,7 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
                                     a[8 + r]);
     }
     for (int r = 0; r < 16; r++)
-      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
+      pv_store_avx512 (o + r * ldo, c0, a[r], nrm, r, bad);
   } else if (c1 == 0) {
     for (size_t j = 0; j < nk; j++) {
       __m512 vj = _mm512_maskz_loadu_ps (c0, v + j * ldv);
@@ -1047,7 +1061,7 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
         a[r] = _mm512_fmadd_ps (_mm512_set1_ps (p0[r * ldp + j]), vj, a[r]);
     }
     for (int r = 0; r < 8; r++)
-      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
+      pv_store_avx512 (o + r * ldo, c0, a[r], nrm, r, bad);
   } else {
     for (size_t j = 0; j < nk; j++) {
       __m512 v0 = _mm512_maskz_loadu_ps (c0, v + j * ldv);
@@ -1061,8 +1075,8 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
       }
     }
     for (int r = 0; r < 8; r++) {
-      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
-      _mm512_mask_storeu_ps (o + r * ldo + 16, c1, a[8 + r]);
+      pv_store_avx512 (o + r * ldo, c0, a[r], nrm, r, bad);
+      pv_store_avx512 (o + r * ldo + 16, c1, a[8 + r], nrm, r, bad);
     }
   }
 }
@@ -1070,34 +1084,36 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
 /* O = P V with rows in blocks of 8 (tiles above), masked column tails;
  * rows past the last block of 8 one at a time.  Every V row is finite, so
  * no branch on zero weights. */
-AVX512 static void
+AVX512 static int
 pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
            const float *restrict v, size_t ldv, size_t dv, float *restrict O,
-           size_t ldo)
+           size_t ldo, const float *norm)
 {
   size_t i = 0;
+  __mmask16 bad = 0;
+#define NRM(r) (norm != NULL ? norm + (r) : NULL)
   for (; i + 8 <= m; i += 8) {
     const float *p0 = P + i * ldp;
     size_t t = 0;
     for (; t + 16 < dv; t += 32)
       pv_tile_avx512 (p0, ldp, nk, v + t, ldv, 0xffff, tail_mask (dv - t - 16),
-                      8, O + i * ldo + t, ldo);
+                      8, O + i * ldo + t, ldo, NRM (i), &bad);
     if (t < dv) {
       /* One column vector left: sixteen rows when there are. */
       if (i + 16 <= m) {
         pv_tile_avx512 (p0, ldp, nk, v + t, ldv, tail_mask (dv - t), 0, 16,
-                        O + i * ldo + t, ldo);
+                        O + i * ldo + t, ldo, NRM (i), &bad);
         /* the next block of 8 rows has this column vector done */
         size_t t2 = 0;
         const float *p1 = p0 + 8 * ldp;
         for (; t2 + 16 < dv; t2 += 32)
           pv_tile_avx512 (p1, ldp, nk, v + t2, ldv, 0xffff,
                           tail_mask (dv - t2 - 16), 8,
-                          O + (i + 8) * ldo + t2, ldo);
+                          O + (i + 8) * ldo + t2, ldo, NRM (i + 8), &bad);
         i += 8;
       } else {
         pv_tile_avx512 (p0, ldp, nk, v + t, ldv, tail_mask (dv - t), 0, 8,
-                        O + i * ldo + t, ldo);
+                        O + i * ldo + t, ldo, NRM (i), &bad);
       }
     }
   }
@@ -1116,9 +1132,12 @@ pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
       if (j < nk)
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j]),
             _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
-      _mm512_mask_storeu_ps (O + i * ldo + t, tm, _mm512_add_ps (a0, a1));
+      pv_store_avx512 (O + i * ldo + t, tm, _mm512_add_ps (a0, a1), NRM (i),
+                       0, &bad);
     }
   }
+#undef NRM
+  return bad == 0;
 }
 
 /* 16 × 16 floats transposed in registers (unpack by floats, by pairs,
@@ -1217,7 +1236,7 @@ sattn_pv (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
 #ifdef SATTN_HAVE_X86
   int level = sattn_simd_level ();
   if (level > 1) {
-    pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo);
+    pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo, NULL);
     return;
   }
   if (level > 0) {
@@ -1334,4 +1353,23 @@ sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
   }
 #endif
   transpose_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
+}
+
+int
+sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk,
+               const float *v, size_t ldv, size_t dv, const float *norm,
+               float *O, size_t ldo)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1)
+    return pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo, norm);
+#endif
+  sattn_pv (P, ldp, m, nk, v, ldv, dv, O, ldo);
+  int fin = 1;
+  for (size_t i = 0; i < m; i++) {
+    if (norm[i] != 1.0f)
+      sattn_mul (O + i * ldo, dv, norm[i]);
+    fin &= sattn_finite (O + i * ldo, dv);
+  }
+  return fin;
 }
