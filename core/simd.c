@@ -1067,6 +1067,7 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
     const float *pr[8];
     for (int r = 0; r < 8; r++)
       pr[r] = p0 + r * ldp;
+#pragma GCC unroll 4
     for (size_t j = 0; j < nk; j++) {
       size_t j8 = j + 8 * ldp;
       __asm__ ("" : "+r" (j8));
