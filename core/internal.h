@@ -207,6 +207,14 @@ int sattn_simd_level (void);            /* 0 portable, 1 AVX2+FMA */
 void sattn_simd_force (int level);      /* tests only */
 void sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt,
                size_t m, size_t nk, size_t dh, float *S, size_t lds);
+/* sattn_qk, also giving rmax[i] = the max of row i's nk scores, NaN scores
+ * skipped, or NaN where it was not taken (only the AVX-512 tiles of eight
+ * rows take it, as they store the scores).  A caller that skips the NaN
+ * test on the strength of rmax tests the row sum instead: the exp pass
+ * turns a NaN input into a NaN sum. */
+void sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
+                   size_t m, size_t nk, size_t dh, float *S, size_t lds,
+                   float *rmax);
 void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
                const float *v, size_t ldv, size_t dv, float *O, size_t ldo);
 /* sattn_pv, each row i of O then multiplied by norm[i] (as sattn_mul

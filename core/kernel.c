@@ -66,6 +66,27 @@ sattn_project (const float *Wt, const float *b, const float *x, size_t n,
   }
 }
 
+/* The common row without statistics when Q·Kᵀ took its max (qmax, NaN
+ * scores skipped; see sattn_qk_max): every key visible, nothing masked,
+ * 0 < scale <= 1, no extra keys, qmax finite.  The row's values are those
+ * of softmax_row's common row: the same max (a +-inf score would have
+ * made qmax infinite; -inf scores are valid entries whose exponential is
+ * 0 either way, and only the statistics count them), the same exp pass.
+ * A NaN score, which the max skipped, makes the sum NaN: the row is then
+ * left to softmax_row (its scores computed again: they were overwritten)
+ * and 0 returned; else *norm = 1 / sum and 1. */
+static int
+softmax_row_qmax (float *restrict s, size_t nk, float qmax, float scale,
+                  float *norm)
+{
+  double sum = sattn_exp_sum (s, nk, scale, qmax * scale);
+  if (sum != sum)
+    return 0;
+  /* sum >= 1: the max entry contributes exp(0) = 1. */
+  *norm = (float) (1.0 / sum);
+  return 1;
+}
+
 /* Masked stable softmax of one row in place, normalisation deferred.
  * s: ncols raw (unscaled) scores: nk window keys then the extra keys.
  * Visible window keys are [lo, hi) filtered by key_ok and allow; extra keys
@@ -303,8 +324,16 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
   const uint8_t *query_ok = a->query_ok ? a->query_ok + r0 : NULL;
   float norm[ROWS_BLOCK];
 
-  /* Raw scores for the window keys, then the extra keys by hand. */
-  sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
+  /* Raw scores for the window keys, then the extra keys by hand.  Rows
+   * that may take softmax_row_qmax get their max from Q·Kᵀ. */
+  float qmax[ROWS_BLOCK];
+  const int use_qmax = stats == NULL && a->allow == NULL &&
+      m->alibi == NULL && m->n_extra == 0 && c->scale > 0.0f &&
+      c->scale <= 1.0f;
+  if (use_qmax)
+    sattn_qk_max (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols, qmax);
+  else
+    sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
   for (size_t e = 0; e < m->n_extra; e++) {
     const float *ke = m->k_extra + e * m->dq + h * dh;
     for (size_t i = 0; i < M; i++) {
@@ -329,6 +358,13 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
     size_t qpos = a->q0 + r0 + i;
     size_t lo, hi;
     sattn_visible_keys (c, qpos, nk, &lo, &hi);
+    if (use_qmax && key_ok == NULL && lo == 0 && hi == nk &&
+        qmax[i] > -INFINITY && qmax[i] < INFINITY) {
+      if (softmax_row_qmax (row, nk, qmax[i], c->scale, norm + i))
+        continue;
+      /* A NaN score: the scores again, the row through softmax_row. */
+      sattn_qk (Qh + i * a->ldq, a->ldq, Kth, a->ldkt, 1, nk, dh, row, ncols);
+    }
     float scale = c->scale;
     if (m->alibi != NULL) {
       /* ALiBi: scaled score - slope * |i - j| over the visible range (no

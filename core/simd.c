@@ -218,7 +218,8 @@ exp256 (__m256 x)
    * the clamp's result rounds to 0 exactly: 2^-150 e^r with
    * r = -104 + 150 ln2 ~ -0.028 is under half the smallest subnormal. */
   const __m256 lo = _mm256_set1_ps (-104.0f);
-  x = _mm256_max_ps (x, lo);
+  /* NaN stays NaN (vmaxps returns its second operand then). */
+  x = _mm256_max_ps (lo, x);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits, and
    * the low bits of that sum are n as an integer (0x4b400000 + n). */
   const __m256 magic = _mm256_set1_ps (12582912.0f);
@@ -666,7 +667,10 @@ mul_avx2 (float *restrict y, size_t n, float a)
 AVX512 static inline __m512
 exp512 (__m512 x)
 {
-  x = _mm512_max_ps (x, _mm512_set1_ps (-104.0f));
+  /* max (-104, x) returns x when x is NaN (vmaxps returns its second
+   * operand then): a NaN score makes the row sum NaN (see
+   * sattn_qk_max). */
+  x = _mm512_max_ps (_mm512_set1_ps (-104.0f), x);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits (one
    * FMA and a subtraction instead of a product and a 2-uop round). */
   const __m512 magic = _mm512_set1_ps (12582912.0f);
@@ -881,7 +885,7 @@ mul_avx512 (float *restrict y, size_t n, float a)
 AVX512 static inline __attribute__ ((always_inline)) void
 qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
                 size_t ldkt, size_t m, size_t nk, size_t dh,
-                float *restrict S, size_t lds, int acc)
+                float *restrict S, size_t lds, int acc, float *rmax)
 {
   size_t i = 0;
   /* Eight rows × 32 keys: sixteen independent FMA chains (the latency of
@@ -890,6 +894,11 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
     const float *q0 = q + i * ldq;
     float *s0 = S + i * lds;
     size_t j = 0;
+    /* rmax: each row's max in registers as the tile is stored (a NaN
+     * score is skipped: vmaxps returns its second operand then). */
+    __m512 mx[8];
+    for (int r = 0; r < 8; r++)
+      mx[r] = _mm512_set1_ps (-INFINITY);
     for (; j + 32 <= nk; j += 32) {
       __m512 a[8], b[8];
       for (int r = 0; r < 8; r++) {
@@ -908,6 +917,8 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
       for (int r = 0; r < 8; r++) {
         _mm512_storeu_ps (s0 + r * lds + j, a[r]);
         _mm512_storeu_ps (s0 + r * lds + j + 16, b[r]);
+        if (rmax != NULL)
+          mx[r] = _mm512_max_ps (b[r], _mm512_max_ps (a[r], mx[r]));
       }
     }
     for (; j < nk; j += 16) {
@@ -920,10 +931,19 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
         for (int r = 0; r < 8; r++)
           a[r] = _mm512_fmadd_ps (_mm512_set1_ps (q0[r * ldq + t]), k0, a[r]);
       }
-      for (int r = 0; r < 8; r++)
+      for (int r = 0; r < 8; r++) {
         _mm512_mask_storeu_ps (s0 + r * lds + j, tm, a[r]);
+        if (rmax != NULL)
+          mx[r] = _mm512_mask_max_ps (mx[r], tm, a[r], mx[r]);
+      }
     }
+    if (rmax != NULL)
+      for (int r = 0; r < 8; r++)
+        rmax[i + r] = _mm512_reduce_max_ps (mx[r]);
   }
+  /* The other rows: no max (see sattn_qk_max). */
+  for (size_t r = i; rmax != NULL && r < m; r++)
+    rmax[r] = NAN;
   for (; i + 4 <= m; i += 4) {
     const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
         *q3 = q2 + ldq;
@@ -1021,13 +1041,13 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
            size_t lds)
 {
   if (dh <= QK_KBLOCK || m < 8) {
-    qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0);
+    qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0, NULL);
     return;
   }
   for (size_t t0 = 0; t0 < dh; t0 += QK_KBLOCK) {
     size_t kb = dh - t0 < QK_KBLOCK ? dh - t0 : QK_KBLOCK;
     qk_avx512_body (q + t0, ldq, kt + t0 * ldkt, ldkt, m, nk, kb, S, lds,
-                    t0 > 0);
+                    t0 > 0, NULL);
   }
 }
 
@@ -1042,6 +1062,16 @@ pv_store_avx512 (float *o, __mmask16 cm, __m512 a, const float *nrm, int r,
     a = _mm512_mul_ps (a, _mm512_set1_ps (nrm[r]));
   *bad |= _mm512_mask_fpclass_ps_mask (cm, a, 0x99);
   _mm512_mask_storeu_ps (o, cm, a);
+}
+
+/* sattn_qk with the rows' max (see sattn_qk_max); inner dimensions up to
+ * QK_KBLOCK (one block: the stored scores are final). */
+AVX512 static void
+qk_max_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
+               size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+               size_t lds, float *rmax)
+{
+  qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0, rmax);
 }
 
 /* Eight rows × two column vectors (c1 masked) or sixteen rows × one:
@@ -1398,4 +1428,20 @@ sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk,
     fin &= sattn_finite (O + i * ldo, dv);
   }
   return fin;
+}
+
+void
+sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
+              size_t m, size_t nk, size_t dh, float *S, size_t lds,
+              float *rmax)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1 && dh <= QK_KBLOCK) {
+    qk_max_avx512 (q, ldq, kt, ldkt, m, nk, dh, S, lds, rmax);
+    return;
+  }
+#endif
+  sattn_qk (q, ldq, kt, ldkt, m, nk, dh, S, lds);
+  for (size_t i = 0; i < m; i++)
+    rmax[i] = NAN;
 }

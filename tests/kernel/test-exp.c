@@ -81,8 +81,24 @@ run (int level)
   }
   float minf[3] = { -INFINITY, -1e30f, 0.0f };
   sattn_exp_sum (minf, 3, 1.0f, 0.0f);
+  /* A NaN input makes the sum NaN (the softmax relies on it when it skips
+   * the NaN test of the scores, see sattn_qk_max), at every position of
+   * a vector body, a tail, with a power-of-two scale and another. */
+  int nan_ok = 1;
+  for (size_t len = 1; len <= 150 && nan_ok; len += 7)
+    for (size_t at = 0; at < len && nan_ok; at++)
+      for (int sc = 0; sc < 2; sc++) {
+        float row[150];
+        for (size_t j = 0; j < len; j++)
+          row[j] = -(float) j;
+        row[at] = NAN;
+        double s = sattn_exp_sum (row, len, sc ? 0.25f : 0.3f, 0.0f);
+        nan_ok &= s != s;
+      }
+  if (!nan_ok)
+    printf ("FAIL level %d: a NaN input did not make the sum NaN\n", level);
   int ok = worst_ulp <= 2 && worst_sub <= 2 && minf[0] == 0.0f &&
-      minf[1] == 0.0f && minf[2] == 1.0f && sum_err < 2.4e-7;
+      minf[1] == 0.0f && minf[2] == 1.0f && sum_err < 2.4e-7 && nan_ok;
   printf ("%s exp level %d (%s): %zu inputs, max %lld ulp (at x=%.9g), "
           "subnormal max %lld steps, exp(-inf)=%g, sum rel err %.3g\n",
           ok ? "PASS" : "FAIL", level,
