@@ -215,6 +215,13 @@ void sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt,
 void sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
                    size_t m, size_t nk, size_t dh, float *S, size_t lds,
                    float *rmax);
+/* The exp pass of the rows i < m of S (stride lds, n scores each) with
+ * rows[i] == 1, x = S * scale - qmax[i] * scale (qmax from sattn_qk_max,
+ * finite): norm[i] = 1 / the row sum; rows[i] = 2 instead where the sum is
+ * NaN (a NaN score; the row's scores are then overwritten). */
+void sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n,
+                         const float *qmax, float scale, uint8_t *rows,
+                         float *norm);
 void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
                const float *v, size_t ldv, size_t dv, float *O, size_t ldo);
 /* sattn_pv, each row i of O then multiplied by norm[i] (as sattn_mul

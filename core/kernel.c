@@ -66,27 +66,6 @@ sattn_project (const float *Wt, const float *b, const float *x, size_t n,
   }
 }
 
-/* The common row without statistics when Q·Kᵀ took its max (qmax, NaN
- * scores skipped; see sattn_qk_max): every key visible, nothing masked,
- * 0 < scale <= 1, no extra keys, qmax finite.  The row's values are those
- * of softmax_row's common row: the same max (a +-inf score would have
- * made qmax infinite; -inf scores are valid entries whose exponential is
- * 0 either way, and only the statistics count them), the same exp pass.
- * A NaN score, which the max skipped, makes the sum NaN: the row is then
- * left to softmax_row (its scores computed again: they were overwritten)
- * and 0 returned; else *norm = 1 / sum and 1. */
-static int
-softmax_row_qmax (float *restrict s, size_t nk, float qmax, float scale,
-                  float *norm)
-{
-  double sum = sattn_exp_sum (s, nk, scale, qmax * scale);
-  if (sum != sum)
-    return 0;
-  /* sum >= 1: the max entry contributes exp(0) = 1. */
-  *norm = (float) (1.0 / sum);
-  return 1;
-}
-
 /* Masked stable softmax of one row in place, normalisation deferred.
  * s: ncols raw (unscaled) scores: nk window keys then the extra keys.
  * Visible window keys are [lo, hi) filtered by key_ok and allow; extra keys
@@ -348,8 +327,31 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
   /* Every key usable (the common window): the softmax need not look. */
   const uint8_t *key_ok = a->key_ok != NULL && memchr (a->key_ok, 0, nk)
       ? a->key_ok : NULL;
+  /* The common rows without statistics when Q·Kᵀ took their max (qmax,
+   * NaN scores skipped; see sattn_qk_max): every key visible, nothing
+   * masked, 0 < scale <= 1, no extra keys, qmax finite.  Their values
+   * are those of softmax_row's common row: the same max (a +-inf score
+   * makes qmax infinite; -inf scores are valid entries whose exponential
+   * is 0 either way, and only the statistics count them), the same exp
+   * pass, all rows in one call.  A NaN score, which the max skipped,
+   * makes the sum NaN (fast[i] = 2): the row takes softmax_row below, its
+   * scores computed again (the exp pass overwrote them). */
+  uint8_t fast[ROWS_BLOCK];
+  int any_fast = 0;
+  for (size_t i = 0; i < M; i++) {
+    size_t lo, hi;
+    sattn_visible_keys (c, a->q0 + r0 + i, nk, &lo, &hi);
+    fast[i] = (uint8_t) (use_qmax && key_ok == NULL && lo == 0 && hi == nk &&
+                         (query_ok == NULL || query_ok[i]) &&
+                         qmax[i] > -INFINITY && qmax[i] < INFINITY);
+    any_fast |= fast[i];
+  }
+  if (any_fast)
+    sattn_softmax_rows (S, ncols, M, nk, qmax, c->scale, fast, norm);
   for (size_t i = 0; i < M; i++) {
     float *row = S + i * ncols;
+    if (fast[i] == 1)
+      continue;
     norm[i] = 1.0f;
     if (query_ok != NULL && !query_ok[i]) {
       memset (row, 0, ncols * sizeof (float));
@@ -358,13 +360,8 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
     size_t qpos = a->q0 + r0 + i;
     size_t lo, hi;
     sattn_visible_keys (c, qpos, nk, &lo, &hi);
-    if (use_qmax && key_ok == NULL && lo == 0 && hi == nk &&
-        qmax[i] > -INFINITY && qmax[i] < INFINITY) {
-      if (softmax_row_qmax (row, nk, qmax[i], c->scale, norm + i))
-        continue;
-      /* A NaN score: the scores again, the row through softmax_row. */
+    if (fast[i] == 2)
       sattn_qk (Qh + i * a->ldq, a->ldq, Kth, a->ldkt, 1, nk, dh, row, ncols);
-    }
     float scale = c->scale;
     if (m->alibi != NULL) {
       /* ALiBi: scaled score - slope * |i - j| over the visible range (no

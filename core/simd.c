@@ -1445,3 +1445,53 @@ sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
   for (size_t i = 0; i < m; i++)
     rmax[i] = NAN;
 }
+
+#ifdef SATTN_HAVE_X86
+/* The exp passes of sattn_softmax_rows: the body of exp_sum_avx512
+ * inlined, one dispatch for all rows. */
+AVX512 static void
+softmax_rows_avx512 (float *S, size_t lds, size_t m, size_t n,
+                     const float *qmax, float scale, const uint8_t *rows,
+                     double *sums)
+{
+  const int fused = pow2_scale (scale);
+  for (size_t i = 0; i < m; i++)
+    if (rows[i] == 1)
+      sums[i] = fused
+          ? exp_sum_body_avx512 (S + i * lds, n, scale, qmax[i] * scale, 1,
+                                 NULL, NULL)
+          : exp_sum_body_avx512 (S + i * lds, n, scale, qmax[i] * scale, 0,
+                                 NULL, NULL);
+}
+#endif
+
+void
+sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n,
+                    const float *qmax, float scale, uint8_t *rows,
+                    float *norm)
+{
+  double sums[64];
+  for (size_t i0 = 0; i0 < m; i0 += 64) {
+    size_t i1 = m - i0 < 64 ? m : i0 + 64;
+#ifdef SATTN_HAVE_X86
+    if (sattn_simd_level () > 1)
+      softmax_rows_avx512 (S + i0 * lds, lds, i1 - i0, n, qmax + i0, scale,
+                           rows + i0, sums);
+    else
+#endif
+      for (size_t i = i0; i < i1; i++)
+        if (rows[i] == 1)
+          sums[i - i0] = sattn_exp_sum (S + i * lds, n, scale,
+                                        qmax[i] * scale);
+    /* The divisions after the passes: nothing waits for them. */
+    for (size_t i = i0; i < i1; i++) {
+      if (rows[i] != 1)
+        continue;
+      double sum = sums[i - i0];
+      if (sum != sum)
+        rows[i] = 2;
+      else
+        norm[i] = (float) (1.0 / sum);
+    }
+  }
+}
