@@ -1251,9 +1251,15 @@ transpose_rows_avx512 (const float *restrict x, size_t ldx,
     for (size_t t0 = 0; t0 < w; t0 += 16) {
       __mmask16 tm = tail_mask (w - t0);
       __m512 r[16];
-      for (size_t i = 0; i < 16; i++)
-        r[i] = _mm512_maskz_loadu_ps (i0 + i < cnt && ok[i0 + i] ? tm : 0,
-                                      x + (i0 + i) * ldx + t0);
+      /* Sixteen usable rows (the common case): no test per row. */
+      if (cnt - i0 >= 16 && _mm_cmpeq_epi8_mask (_mm_loadu_si128 (
+                  (const __m128i *) (ok + i0)), _mm_setzero_si128 ()) == 0)
+        for (size_t i = 0; i < 16; i++)
+          r[i] = _mm512_maskz_loadu_ps (tm, x + (i0 + i) * ldx + t0);
+      else
+        for (size_t i = 0; i < 16; i++)
+          r[i] = _mm512_maskz_loadu_ps (i0 + i < cnt && ok[i0 + i] ? tm : 0,
+                                        x + (i0 + i) * ldx + t0);
       transpose16_avx512 (r);
       for (size_t t = 0; t < 16 && t0 + t < w; t++) {
         float *d = dst + (t0 + t) * ldd + i0;
