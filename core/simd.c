@@ -322,33 +322,57 @@ exp_sum_stats_avx2 (float *y, size_t n, float scale, float mx, double *ex,
   return exp_sum_body_avx2 (y, n, scale, mx, ex, xmin);
 }
 
-/* See max_portable: four independent max and NaN chains. */
-AVX2 static float
-max_avx2 (const float *restrict s, size_t n, int *finite)
+/* max_avx2 and max_avx512 (see max_portable): four independent max and
+ * NaN chains over vectors of W floats (each link has the latency of four
+ * vector instructions), then tail (the vectors left, one at a time;
+ * returns the first entry not read), the chains combined, and finish
+ * (the horizontal max and the detector's test, and what is left). */
+#define MAX_CHAINS(name, attr, T, W, set1, loadu, vmax, fmadd, add, tail,  \
+                   finish)                                                 \
+  attr static float                                                        \
+  name (const float *restrict s, size_t n, int *finite)                    \
+  {                                                                        \
+    const T zero = set1 (0.0f);                                            \
+    T m0 = set1 (-INFINITY), m1 = m0, m2 = m0, m3 = m0;                    \
+    T d0 = zero, d1 = zero, d2 = zero, d3 = zero;                          \
+    size_t j = 0;                                                          \
+    for (; j + 4 * (W) <= n; j += 4 * (W)) {                               \
+      T v0 = loadu (s + j), v1 = loadu (s + j + (W));                      \
+      T v2 = loadu (s + j + 2 * (W)), v3 = loadu (s + j + 3 * (W));        \
+      m0 = vmax (m0, v0);                                                  \
+      m1 = vmax (m1, v1);                                                  \
+      m2 = vmax (m2, v2);                                                  \
+      m3 = vmax (m3, v3);                                                  \
+      d0 = fmadd (v0, zero, d0);                                           \
+      d1 = fmadd (v1, zero, d1);                                           \
+      d2 = fmadd (v2, zero, d2);                                           \
+      d3 = fmadd (v3, zero, d3);                                           \
+    }                                                                      \
+    j = tail (s, n, j, &m0, &d0);                                          \
+    m0 = vmax (vmax (m0, m1), vmax (m2, m3));                              \
+    d0 = add (add (d0, d1), add (d2, d3));                                 \
+    return finish (s, n, j, m0, d0, finite);                               \
+  }
+
+/* max_avx2's tail: whole vectors; the floats after them are left to
+ * max_avx2_finish. */
+AVX2 static inline __attribute__ ((always_inline)) size_t
+max_avx2_tail (const float *restrict s, size_t n, size_t j, __m256 *m0,
+               __m256 *d0)
 {
   const __m256 zero = _mm256_setzero_ps ();
-  __m256 m0 = _mm256_set1_ps (-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-  __m256 d0 = zero, d1 = zero, d2 = zero, d3 = zero;
-  size_t j = 0;
-  for (; j + 32 <= n; j += 32) {
-    __m256 v0 = _mm256_loadu_ps (s + j), v1 = _mm256_loadu_ps (s + j + 8);
-    __m256 v2 = _mm256_loadu_ps (s + j + 16), v3 = _mm256_loadu_ps (s + j + 24);
-    m0 = _mm256_max_ps (m0, v0);
-    m1 = _mm256_max_ps (m1, v1);
-    m2 = _mm256_max_ps (m2, v2);
-    m3 = _mm256_max_ps (m3, v3);
-    d0 = _mm256_fmadd_ps (v0, zero, d0);
-    d1 = _mm256_fmadd_ps (v1, zero, d1);
-    d2 = _mm256_fmadd_ps (v2, zero, d2);
-    d3 = _mm256_fmadd_ps (v3, zero, d3);
-  }
   for (; j + 8 <= n; j += 8) {
     __m256 v0 = _mm256_loadu_ps (s + j);
-    m0 = _mm256_max_ps (m0, v0);
-    d0 = _mm256_fmadd_ps (v0, zero, d0);
+    *m0 = _mm256_max_ps (*m0, v0);
+    *d0 = _mm256_fmadd_ps (v0, zero, *d0);
   }
-  m0 = _mm256_max_ps (_mm256_max_ps (m0, m1), _mm256_max_ps (m2, m3));
-  d0 = _mm256_add_ps (_mm256_add_ps (d0, d1), _mm256_add_ps (d2, d3));
+  return j;
+}
+
+AVX2 static inline __attribute__ ((always_inline)) float
+max_avx2_finish (const float *restrict s, size_t n, size_t j, __m256 m0,
+                 __m256 d0, int *finite)
+{
   float lm[8], ld[8];
   _mm256_storeu_ps (lm, m0);
   _mm256_storeu_ps (ld, d0);
@@ -362,6 +386,10 @@ max_avx2 (const float *restrict s, size_t n, int *finite)
   *finite = fin && det == det;
   return t > m ? t : m;
 }
+
+MAX_CHAINS (max_avx2, AVX2, __m256, 8, _mm256_set1_ps, _mm256_loadu_ps,
+            _mm256_max_ps, _mm256_fmadd_ps, _mm256_add_ps, max_avx2_tail,
+            max_avx2_finish)
 
 /* Two query rows × 16 keys per step. */
 AVX2 static void
@@ -788,38 +816,35 @@ exp_sum_stats_avx512 (float *y, size_t n, float scale, float mx, double *ex,
   return exp_sum_body_avx512 (y, n, scale, mx, 0, ex, xmin);
 }
 
-/* See max_portable: four independent max and NaN chains (each link has
- * the latency of four vector instructions). */
-AVX512 static float
-max_avx512 (const float *restrict s, size_t n, int *finite)
+/* max_avx512's tail: masked vectors up to n. */
+AVX512 static inline __attribute__ ((always_inline)) size_t
+max_avx512_tail (const float *restrict s, size_t n, size_t j, __m512 *m0,
+                 __m512 *d0)
 {
   const __m512 zero = _mm512_setzero_ps ();
-  __m512 m0 = _mm512_set1_ps (-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-  __m512 d0 = zero, d1 = zero, d2 = zero, d3 = zero;
-  size_t j = 0;
-  for (; j + 64 <= n; j += 64) {
-    __m512 v0 = _mm512_loadu_ps (s + j), v1 = _mm512_loadu_ps (s + j + 16);
-    __m512 v2 = _mm512_loadu_ps (s + j + 32), v3 = _mm512_loadu_ps (s + j + 48);
-    m0 = _mm512_max_ps (m0, v0);
-    m1 = _mm512_max_ps (m1, v1);
-    m2 = _mm512_max_ps (m2, v2);
-    m3 = _mm512_max_ps (m3, v3);
-    d0 = _mm512_fmadd_ps (v0, zero, d0);
-    d1 = _mm512_fmadd_ps (v1, zero, d1);
-    d2 = _mm512_fmadd_ps (v2, zero, d2);
-    d3 = _mm512_fmadd_ps (v3, zero, d3);
-  }
   for (; j < n; j += 16) {
     __mmask16 tm = tail_mask (n - j);
     __m512 v0 = _mm512_maskz_loadu_ps (tm, s + j);
-    m0 = _mm512_mask_max_ps (m0, tm, m0, v0);
-    d0 = _mm512_fmadd_ps (v0, zero, d0);
+    *m0 = _mm512_mask_max_ps (*m0, tm, *m0, v0);
+    *d0 = _mm512_fmadd_ps (v0, zero, *d0);
   }
-  m0 = _mm512_max_ps (_mm512_max_ps (m0, m1), _mm512_max_ps (m2, m3));
-  d0 = _mm512_add_ps (_mm512_add_ps (d0, d1), _mm512_add_ps (d2, d3));
+  return j;
+}
+
+AVX512 static inline __attribute__ ((always_inline)) float
+max_avx512_finish (const float *restrict s, size_t n, size_t j, __m512 m0,
+                   __m512 d0, int *finite)
+{
+  (void) s;
+  (void) n;
+  (void) j;
   *finite = _mm512_cmp_ps_mask (d0, d0, _CMP_UNORD_Q) == 0;
   return _mm512_reduce_max_ps (m0);
 }
+
+MAX_CHAINS (max_avx512, AVX512, __m512, 16, _mm512_set1_ps, _mm512_loadu_ps,
+            _mm512_max_ps, _mm512_fmadd_ps, _mm512_add_ps, max_avx512_tail,
+            max_avx512_finish)
 
 AVX512 static float
 scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
