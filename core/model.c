@@ -356,6 +356,8 @@ sattn_model_free (SattnModel *m)
   free (m->w1); free (m->b1); free (m->w2); free (m->b2);
   free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
   free (m->zq); free (m->zk); free (m->zv);
+  free (m->wqd); free (m->bqd); free (m->wkd); free (m->bkd);
+  free (m->wvd); free (m->bvd); free (m->wod); free (m->bod);
   free (m);
 }
 
@@ -395,6 +397,17 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bv = dup_floats (w->bv, dv, &ok);
   m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
+  /* The projections summed in double (see SattnModel). */
+  if (c.encoder) {
+    m->wqd = dup_transposed_d (w->wq, dq, c.d_model, &ok);
+    m->bqd = m->wqd != NULL ? dup_doubles (w->bq, dq, &ok) : NULL;
+    m->wkd = dup_transposed_d (w->wk, dq, c.d_model, &ok);
+    m->bkd = m->wkd != NULL ? dup_doubles (w->bk, dq, &ok) : NULL;
+    m->wvd = dup_transposed_d (w->wv, dv, c.d_model, &ok);
+    m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
+    m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
+    m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
+  }
   if (ok && m->wq && m->wk && m->wv && !c.encoder && c.d_head < 32 &&
       c.d_value < 32 && c.positions != SATTN_POSITIONS_ROPE &&
       c.positions != SATTN_POSITIONS_ROPE_INTERLEAVED) {
@@ -440,12 +453,12 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
       if (m->zq == NULL || m->zk == NULL || m->zv == NULL)
         ok = 0;
       else {
-        sattn_project (m->wq, m->bq, m->n1b, 1, c.d_model, dq, c.d_model,
-                       m->zq, dq);
-        sattn_project (m->wk, m->bk, m->n1b, 1, c.d_model, dq, c.d_model,
-                       m->zk, dq);
-        sattn_project (m->wv, m->bv, m->n1b, 1, c.d_model, dv, c.d_model,
-                       m->zv, dv);
+        sattn_project_prec (m, m->wq, m->bq, m->n1b, 1, c.d_model, dq,
+                            c.d_model, m->zq, dq);
+        sattn_project_prec (m, m->wk, m->bk, m->n1b, 1, c.d_model, dq,
+                            c.d_model, m->zk, dq);
+        sattn_project_prec (m, m->wv, m->bv, m->n1b, 1, c.d_model, dv,
+                            c.d_model, m->zv, dv);
       }
     }
   }
