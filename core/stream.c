@@ -914,27 +914,12 @@ copy_deferred (SattnStream *s, size_t h, float *P)
   const size_t ldq = s->qhs ? dh : dq, ldv = s->qhs ? dvh : dv;
   float *qh = s->qhs ? s->qring + h * s->qhs : s->qring + h * dh;
   float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + h * dvh;
-  for (size_t i = 0; i < s->dcnt; i++) {
-    const float *x = s->dx + i * d;
-    float *q = qh + (slot + i) * ldq;
-    float *v = vh + (slot + i) * ldv;
-    if (s->dcopy[i]) {
-      memcpy (q, x + h * dh, dh * sizeof (float));
-      memcpy (q + n * ldq, x + h * dh, dh * sizeof (float));
-      memcpy (v, x + h * dvh, dvh * sizeof (float));
-      memcpy (v + n * ldv, x + h * dvh, dvh * sizeof (float));
-    } else {
-      memset (q, 0, dh * sizeof (float));
-      memset (q + n * ldq, 0, dh * sizeof (float));
-      memset (v, 0, dvh * sizeof (float));
-      memset (v + n * ldv, 0, dvh * sizeof (float));
-    }
-  }
-  for (size_t t = h * dh; t < (h + 1) * dh; t++) {
-    float *restrict dst = s->ktring + t * 2 * n + slot;
-    for (size_t i = 0; i < s->dcnt; i++)
-      dst[i] = dst[i + n] = s->dcopy[i] ? s->dx[i * d + t] : 0.0f;
-  }
+  sattn_copy_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
+                   qh + slot * ldq, ldq, n * ldq);
+  sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
+                   vh + slot * ldv, ldv, n * ldv);
+  sattn_transpose_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
+                        s->ktring + h * dh * 2 * n + slot, 2 * n, n);
 }
 
 static void
