@@ -8,39 +8,29 @@
 
 
 /* Copy of W (rows × cols) transposed to cols × rows, the layout the
- * projection kernel reads (y = x W^T as rows of x times W^T). */
-static float *
-dup_transposed (const float *src, size_t rows, size_t cols, int *ok)
-{
-  if (src == NULL)
-    return NULL;
-  float *d = malloc (rows * cols * sizeof (float));
-  if (d == NULL) {
-    *ok = 0;
-    return NULL;
+ * projection kernel reads (y = x W^T as rows of x times W^T), with
+ * elements of type T: dup_transposed (float) for the attention's
+ * projections, dup_transposed_d (double) for the feed-forward's.  NULL for
+ * src NULL; *ok = 0 when out of memory. */
+#define DEFINE_DUP_TRANSPOSED(name, T)                                  \
+  static T *                                                            \
+  name (const float *src, size_t rows, size_t cols, int *ok)            \
+  {                                                                     \
+    if (src == NULL)                                                    \
+      return NULL;                                                      \
+    T *d = malloc (rows * cols * sizeof (T));                           \
+    if (d == NULL) {                                                    \
+      *ok = 0;                                                          \
+      return NULL;                                                      \
+    }                                                                   \
+    for (size_t r = 0; r < rows; r++)                                   \
+      for (size_t c = 0; c < cols; c++)                                 \
+        d[c * rows + r] = src[r * cols + c];                            \
+    return d;                                                           \
   }
-  for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c++)
-      d[c * rows + r] = src[r * cols + c];
-  return d;
-}
 
-/* The same as doubles. */
-static double *
-dup_transposed_d (const float *src, size_t rows, size_t cols, int *ok)
-{
-  if (src == NULL)
-    return NULL;
-  double *d = malloc (rows * cols * sizeof (double));
-  if (d == NULL) {
-    *ok = 0;
-    return NULL;
-  }
-  for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c++)
-      d[c * rows + r] = src[r * cols + c];
-  return d;
-}
+DEFINE_DUP_TRANSPOSED (dup_transposed, float)
+DEFINE_DUP_TRANSPOSED (dup_transposed_d, double)
 
 static double *
 dup_doubles (const float *src, size_t n, int *ok)
@@ -51,15 +41,7 @@ dup_doubles (const float *src, size_t n, int *ok)
 static float *
 dup_floats (const float *src, size_t n, int *ok)
 {
-  if (src == NULL)
-    return NULL;
-  float *d = malloc (n * sizeof (float));
-  if (d == NULL) {
-    *ok = 0;
-    return NULL;
-  }
-  memcpy (d, src, n * sizeof (float));
-  return d;
+  return dup_transposed (src, 1, n, ok);
 }
 
 /* a * b without wrapping; 0 on overflow. */
