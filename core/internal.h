@@ -20,7 +20,9 @@ struct SattnModel {
    * 2 dq + dv floats, head h's Q | K | V columns from h (2 d_head +
    * d_value), so that a stream's task projects a head's columns of new
    * frames in one block product wide enough for the register-tiled loop
-   * (see project_head in stream.c); NULL otherwise. */
+   * (see project_head in stream.c); only for models whose threads
+   * resolve to 2 or more (the per-head path needs workers); NULL
+   * otherwise. */
   float *wqkv;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;

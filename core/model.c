@@ -377,7 +377,14 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bv = dup_floats (w->bv, dv, &ok);
   m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
+  /* Only the tasks of streams with workers read wqkv (project_head in
+   * stream.c), and a model's streams resolve its threads as here: a
+   * threads = 1 model does without the copy.  (threads = 0 resolves to the
+   * CPUs this process may use now; a stream that later finds more runs
+   * the per-head products from wq / wk / wv instead, with the same
+   * bytes.) */
   if (ok && m->wq && m->wk && m->wv && !c.encoder && c.d_head < 32 &&
+      sattn_resolve_threads (c.threads) > 1 &&
       c.d_value < 32 && c.positions != SATTN_POSITIONS_ROPE &&
       c.positions != SATTN_POSITIONS_ROPE_INTERLEAVED) {
     const size_t dh = c.d_head, dvh = c.d_value, hw = 2 * dh + dvh;

@@ -118,10 +118,107 @@ test_copies (void)
   printf ("%s stored copies\n", fails ? "FAIL" : "ok  ");
 }
 
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float *
+random_floats (size_t n, float scale)
+{
+  float *p = malloc (n * sizeof (float));
+  for (size_t i = 0; i < n; i++) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    p[i] = (float) ((double) (rng >> 11) / 9007199254740992.0 * 2.0 - 1.0)
+        * scale;
+  }
+  return p;
+}
+
+/* Rows of a hop-1 stream of model m over n frames of x (one push per
+ * frame, so that the threads >= 2 streams take the per-head path). */
+static float *
+stream_rows (const SattnModel *m, const float *x, size_t n, size_t d)
+{
+  SattnStreamConfig sc = { .window = 8, .hop = 1 };
+  SattnStatus st;
+  SattnStream *s = sattn_stream_new (m, &sc, &st);
+  size_t dout = sattn_model_d_out (m);
+  float *out = calloc (n * dout, sizeof (float));
+  CHECK (s != NULL, "stream refused (status %d)", (int) st);
+  for (size_t i = 0; s != NULL && i < n; i++) {
+    size_t rows = 0;
+    st = sattn_stream_push (s, x + i * d, 1, NULL, out + i * dout, 1, NULL,
+                            &rows);
+    CHECK (st == SATTN_OK && rows == 1, "push %zu: status %d, %zu rows", i,
+           (int) st, rows);
+  }
+  sattn_stream_free (s);
+  return out;
+}
+
+static void
+test_wqkv (void)
+{
+  const size_t d = 16, H = 4, dh = 4, dv = 16, n = 40;
+  float *wq = random_floats (d * d, 0.25f), *wk = random_floats (d * d, 0.25f);
+  float *wv = random_floats (d * d, 0.25f), *bq = random_floats (d, 0.1f);
+  float *x = random_floats (n * d, 1.0f);
+  SattnWeights w = { .wq = wq, .wk = wk, .wv = wv, .bq = bq };
+  SattnStatus st;
+
+  /* threads = 1: no stream of the model has workers, no packed copy. */
+  SattnConfig c1 = { .d_model = d, .heads = H, .threads = 1 };
+  SattnModel *m1 = sattn_model_new (&c1, &w, &st);
+  CHECK (m1 != NULL && m1->wqkv == NULL, "threads=1: packed Q|K|V weights "
+         "built although no stream of the model has workers");
+
+  /* threads = 2: packed head by head, Q | K | V columns of head h from
+   * h (2 d_head + d_value). */
+  SattnConfig c2 = { .d_model = d, .heads = H, .threads = 2 };
+  SattnModel *m2 = sattn_model_new (&c2, &w, &st);
+  CHECK (m2 != NULL && m2->wqkv != NULL, "threads=2: no packed Q|K|V "
+         "weights");
+  if (m2 != NULL && m2->wqkv != NULL) {
+    const size_t hw = 2 * dh + dh, ld = 2 * d + dv;
+    size_t bad = 0;
+    for (size_t t = 0; t < d; t++)
+      for (size_t h = 0; h < H; h++)
+        for (size_t j = 0; j < dh; j++) {
+          const float *r = m2->wqkv + t * ld + h * hw;
+          bad += r[j] != wq[(h * dh + j) * d + t];
+          bad += r[dh + j] != wk[(h * dh + j) * d + t];
+          bad += r[2 * dh + j] != wv[(h * dh + j) * d + t];
+        }
+    CHECK (bad == 0, "threads=2: %zu packed weights out of place", bad);
+  }
+
+  /* The rows are the same bytes with threads 1 and 2, and with threads 2
+   * without the packed copy (the per-head products then read wq / wk /
+   * wv). */
+  if (m1 != NULL && m2 != NULL) {
+    float *y1 = stream_rows (m1, x, n, d);
+    float *y2 = stream_rows (m2, x, n, d);
+    float *packed = m2->wqkv;
+    m2->wqkv = NULL;
+    float *y3 = stream_rows (m2, x, n, d);
+    m2->wqkv = packed;
+    CHECK (memcmp (y1, y2, n * d * sizeof (float)) == 0,
+           "threads 1 and 2 differ");
+    CHECK (memcmp (y2, y3, n * d * sizeof (float)) == 0,
+           "threads 2 with and without the packed weights differ");
+    free (y1); free (y2); free (y3);
+  }
+  sattn_model_free (m1);
+  sattn_model_free (m2);
+  free (wq); free (wk); free (wv); free (bq); free (x);
+  printf ("%s packed Q|K|V weights\n", fails ? "FAIL" : "ok  ");
+}
+
 int
 main (void)
 {
   test_copies ();
+  test_wqkv ();
   printf ("%d failure(s)\n", fails);
   return fails ? 1 : 0;
 }
