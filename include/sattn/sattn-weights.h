@@ -145,7 +145,8 @@ typedef struct SattnMhaWeights SattnMhaWeights;
  * layouts and any head size.
  *
  * Metadata written by examples/export-torch-mha.py, when present, is
- * checked against the arguments: prefix + "num_heads" must equal heads and
+ * checked against the arguments: prefix + "num_heads" must equal heads
+ * (unless it is 0, which means "not given", for every mapper) and
  * prefix + "add_zero_attn" ("0"/"1") must equal add_zero_attn
  * (SATTN_E_SHAPE / SATTN_E_INVAL otherwise), so that a wrong heads value
  * cannot silently compute something else than the trained module.
@@ -324,6 +325,7 @@ typedef struct {
  *              Dq / d_head when d_head is given, else 1;
  *     d_head   0 = metadata "<prefix>head_dim", else Dq / heads;
  *     d_value  0 = metadata "<prefix>value_dim", else Dv / heads.
+ *   A size of 0 in the metadata means "not given", as if it were absent.
  *   A request that contradicts the shapes or the metadata is an error
  *   naming both values (SATTN_E_SHAPE).  d_out is always taken from the
  *   file (output projection rows, or Dv without one).  scale, causal,

@@ -1168,6 +1168,69 @@ test_map_metadata (void)
   sattn_tensor_file_free (f);
 }
 
+/* A size of 0 in the metadata (num_heads, head_dim, value_dim) means "not
+ * given" to both mappers, as 0 does in SattnConfig: the file maps as if
+ * the key were absent; a nonzero size that contradicts the caller is
+ * refused by both. */
+static void
+test_map_metadata_zero (void)
+{
+  Mha m = { .e = 8, .bias = 1, .metadata = "{\"num_heads\":\"0\","
+            "\"head_dim\":\"0\",\"value_dim\":\"0\"}" };
+  SattnTensorFile *f = load_ok (mha_file (&m));
+  SattnConfig cfg = { 0 };
+  SattnWeights w;
+  SattnMhaWeights *owner = NULL;
+  SattnAttnReport rep;
+  char err[512];
+
+  g_assert_cmpint (sattn_mha_weights_from_file (f, NULL, 8, 2, 0, &cfg, &w,
+      &owner, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpuint (cfg.heads, ==, 2);
+  g_assert_cmpuint (cfg.d_head, ==, 4);
+  sattn_mha_weights_free (owner);
+  owner = NULL;
+
+  /* Any layout, heads given: the caller's, not contradicted. */
+  memset (&cfg, 0, sizeof cfg);
+  cfg.heads = 2;
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
+      &owner, &rep, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpuint (cfg.heads, ==, 2);
+  g_assert_cmpint (rep.heads_from, ==, SATTN_FROM_CALLER);
+  g_assert_cmpint (rep.d_head_from, ==, SATTN_FROM_SHAPES);
+  g_assert_cmpint (rep.d_value_from, ==, SATTN_FROM_SHAPES);
+  g_assert_cmpuint (cfg.d_head, ==, 4);
+  sattn_mha_weights_free (owner);
+  owner = NULL;
+
+  /* Any layout, nothing given: the default head count, sizes from the
+   * shapes, as without the keys. */
+  memset (&cfg, 0, sizeof cfg);
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
+      &owner, &rep, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpuint (cfg.heads, ==, 1);
+  g_assert_cmpint (rep.heads_from, ==, SATTN_FROM_DEFAULT);
+  g_assert_cmpuint (cfg.d_head, ==, 8);
+  g_assert_cmpint (rep.d_head_from, ==, SATTN_FROM_SHAPES);
+  sattn_mha_weights_free (owner);
+  owner = NULL;
+  sattn_tensor_file_free (f);
+
+  /* A nonzero num_heads against another caller's value: both refuse. */
+  Mha m4 = { .e = 8, .bias = 1, .metadata = "{\"num_heads\":\"4\"}" };
+  expect_map_fail (mha_file (&m4), NULL, 8, 2, 0, SATTN_E_SHAPE,
+                   WORDS ("heads = 2", "num_heads = 4", "'num_heads'"));
+  f = load_ok (mha_file (&m4));
+  memset (&cfg, 0, sizeof cfg);
+  cfg.heads = 2;
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
+      &owner, &rep, err, sizeof err), ==, SATTN_E_SHAPE);
+  assert_msg (err, WORDS ("heads = 2", "num_heads = 4", "'num_heads'"));
+  g_assert_null (owner);
+  sattn_tensor_file_free (f);
+}
+
 static void
 test_err_buffer (void)
 {
@@ -1234,6 +1297,7 @@ main (int argc, char **argv)
   g_test_add_func ("/weights/bad/map-shapes", test_map_shapes);
   g_test_add_func ("/weights/bad/map-values", test_map_dtype_and_values);
   g_test_add_func ("/weights/bad/map-metadata", test_map_metadata);
+  g_test_add_func ("/weights/map/metadata-zero", test_map_metadata_zero);
   g_test_add_func ("/weights/bad/err-buffer", test_err_buffer);
   ret = g_test_run ();
 
