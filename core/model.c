@@ -99,27 +99,30 @@ sattn_model_rope (const SattnModel *m)
  * formed exactly: hi + lo with hi = fl (pos * theta_hi), lo its error
  * (fma) plus pos * theta_lo; sin / cos of hi are correctly reduced by the
  * C library, and |lo| < 2^-20 rad for pos < 2^53 lets cos (hi + lo) = cos hi
- * - lo sin hi to double precision. */
+ * - lo sin hi to double precision.  The Q and K rows of one frame share
+ * the angles: each sin / cos is computed once for both. */
 void
-sattn_rope_row (const SattnModel *m, float *x, uint64_t pos)
+sattn_rope_qk (const SattnModel *m, float *q, float *k, uint64_t pos)
 {
   if (m->theta_hi == NULL)
     return;
   const size_t dh = m->cfg.d_head, half = dh / 2, H = m->cfg.heads;
   const int inter = m->cfg.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
   const double p = (double) pos;
-  for (size_t k = 0; k < half; k++) {
-    double hi = p * m->theta_hi[k];
-    double lo = fma (p, m->theta_hi[k], -hi) + p * m->theta_lo[k];
+  for (size_t j = 0; j < half; j++) {
+    double hi = p * m->theta_hi[j];
+    double lo = fma (p, m->theta_hi[j], -hi) + p * m->theta_lo[j];
     double sh = sin (hi), ch = cos (hi);
     double cs = ch - lo * sh, sn = sh + lo * ch;
-    size_t ia = inter ? 2 * k : k, ib = inter ? 2 * k + 1 : k + half;
-    for (size_t h = 0; h < H; h++) {
-      float *xh = x + h * dh;
-      double a = xh[ia], b = xh[ib];
-      xh[ia] = (float) (a * cs - b * sn);
-      xh[ib] = (float) (b * cs + a * sn);
-    }
+    size_t ia = inter ? 2 * j : j, ib = inter ? 2 * j + 1 : j + half;
+    float *const rows[2] = { q, k };
+    for (size_t r = 0; r < 2; r++)
+      for (size_t h = 0; h < H; h++) {
+        float *xh = rows[r] + h * dh;
+        double a = xh[ia], b = xh[ib];
+        xh[ia] = (float) (a * cs - b * sn);
+        xh[ib] = (float) (b * cs + a * sn);
+      }
   }
 }
 
