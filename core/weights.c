@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -1111,6 +1112,22 @@ sattn_encoder_layer_present (const SattnTensorFile *f, const char *prefix)
       find (&m, "linear2.weight") != NULL;
   g_free (pfx);
   return yes;
+}
+
+char *
+sattn_attn_prefix (const SattnTensorFile *f, const char *prefix)
+{
+  char *pfx = dotted (prefix);
+  const char *sub = sattn_encoder_layer_present (f, pfx) ? "self_attn." : "";
+  size_t a = strlen (pfx), b = strlen (sub);
+  char *r = malloc (a + b + 1);
+
+  if (r != NULL) {
+    memcpy (r, pfx, a);
+    memcpy (r + a, sub, b + 1);
+  }
+  g_free (pfx);
+  return r;
 }
 
 SattnStatus

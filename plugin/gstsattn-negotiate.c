@@ -16,6 +16,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef G_OS_UNIX
 #include <sys/resource.h>
@@ -316,7 +317,7 @@ gst_sattn_read_file (const gchar * path, const gchar * prefix,
 {
   SattnTensorFile *f = NULL;
   gchar msg[1024] = "";
-  gchar *pfx, *attn;
+  char *attn;
   SattnStatus st;
   gboolean encoder;
 
@@ -331,18 +332,22 @@ gst_sattn_read_file (const gchar * path, const gchar * prefix,
       g_snprintf (err, err_len, "'%s': %s", path, msg);
     return st;
   }
-  if (prefix == NULL)
-    prefix = "";
-  pfx = (prefix[0] != '\0' && !g_str_has_suffix (prefix, ".")) ?
-      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
-  encoder = sattn_encoder_layer_present (f, pfx);
-  attn = encoder ? g_strconcat (pfx, "self_attn.", NULL) : g_strdup (pfx);
-  st = sattn_attn_weights_from_file (f, attn, zero_attn, mc, w, mw, rep,
-      msg, sizeof msg);
+  /* The core's rules for prefixes: the '.' and an encoder layer's
+   * "self_attn.". */
+  encoder = sattn_encoder_layer_present (f, prefix);
+  attn = sattn_attn_prefix (f, prefix);
+  if (attn == NULL) {
+    st = SATTN_E_NOMEM;
+    g_strlcpy (msg, "out of memory", sizeof msg);
+  } else {
+    st = sattn_attn_weights_from_file (f, attn, zero_attn, mc, w, mw, rep,
+        msg, sizeof msg);
+  }
   if (st == SATTN_OK)
-    st = sattn_options_from_file (f, pfx, set_by_user, mc, msg, sizeof msg);
+    st = sattn_options_from_file (f, prefix, set_by_user, mc, msg,
+        sizeof msg);
   if (st == SATTN_OK && encoder)
-    st = sattn_encoder_weights_from_file (f, pfx, mc, w, lw, msg,
+    st = sattn_encoder_weights_from_file (f, prefix, mc, w, lw, msg,
         sizeof msg);
   if (st != SATTN_OK) {
     g_snprintf (err, err_len, "'%s': %s", path, msg);
@@ -352,8 +357,7 @@ gst_sattn_read_file (const gchar * path, const gchar * prefix,
     *lw = NULL;
   }
   sattn_tensor_file_free (f);
-  g_free (pfx);
-  g_free (attn);
+  free (attn);
   return st;
 }
 

@@ -196,6 +196,17 @@ void sattn_mha_weights_free (SattnMhaWeights *mw);
 int sattn_encoder_layer_present (const SattnTensorFile *f,
                                  const char *prefix);
 
+/* The prefix of the attention module that prefix names: prefix +
+ * "self_attn." when prefix holds an encoder layer
+ * (sattn_encoder_layer_present), else prefix; in both cases with the
+ * mappers' rule for prefixes applied (NULL or "" = top level, a '.'
+ * appended when it does not end in one), e.g. "enc.0" gives
+ * "enc.0.self_attn." for a layer, "attn" gives "attn." for a bare module.
+ * Pass it to sattn_attn_weights_from_file, and prefix itself to
+ * sattn_options_from_file and sattn_encoder_weights_from_file.  A new
+ * string, released with free (); NULL when out of memory. */
+char *sattn_attn_prefix (const SattnTensorFile *f, const char *prefix);
+
 typedef struct SattnLayerWeights SattnLayerWeights;
 
 /* The feed-forward and LayerNorm parts of the nn.TransformerEncoderLayer

@@ -1231,6 +1231,34 @@ test_map_metadata_zero (void)
   sattn_tensor_file_free (f);
 }
 
+/* sattn_attn_prefix: the mappers' prefix rule (a '.' appended unless
+ * empty or ending in one) and an encoder layer's attention under
+ * "self_attn.", the one place the element takes them from. */
+static void
+test_attn_prefix (void)
+{
+  float v[12] = { 0 };
+  Builder *b = builder_new (NULL);
+  builder_add (b, "enc.0.linear1.weight", "F32", "[4,2]", v, 8);
+  builder_add (b, "enc.0.linear2.weight", "F32", "[2,4]", v, 8);
+  builder_add (b, "attn.in_proj_weight", "F32", "[6,2]", v, 12);
+  SattnTensorFile *f = load_ok (builder_finish (b));
+  static const struct { const char *in, *out; } cases[] = {
+    { "enc.0", "enc.0.self_attn." }, { "enc.0.", "enc.0.self_attn." },
+    { "attn", "attn." }, { "attn.", "attn." }, { "", "" }, { NULL, "" },
+    { "enc", "enc." },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS (cases); i++) {
+    char *p = sattn_attn_prefix (f, cases[i].in);
+    g_assert_cmpstr (p, ==, cases[i].out);
+    free (p);
+  }
+  char *p = sattn_attn_prefix (NULL, "x");
+  g_assert_cmpstr (p, ==, "x.");
+  free (p);
+  sattn_tensor_file_free (f);
+}
+
 static void
 test_err_buffer (void)
 {
@@ -1298,6 +1326,7 @@ main (int argc, char **argv)
   g_test_add_func ("/weights/bad/map-values", test_map_dtype_and_values);
   g_test_add_func ("/weights/bad/map-metadata", test_map_metadata);
   g_test_add_func ("/weights/map/metadata-zero", test_map_metadata_zero);
+  g_test_add_func ("/weights/map/attn-prefix", test_attn_prefix);
   g_test_add_func ("/weights/bad/err-buffer", test_err_buffer);
   ret = g_test_run ();
 
