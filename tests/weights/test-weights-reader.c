@@ -399,27 +399,31 @@ test_padded_header (void)
 
 /* ----------------------------------------------------- dtype conversion */
 
-/* Value of an IEEE binary16 pattern, from the definition, in double. */
+/* Value of an IEEE-style binary pattern (sign, eb exponent bits, mb
+ * mantissa bits; binary16: 5, 10, bfloat16: 8, 7), from the definition,
+ * in double. */
+static double
+ieee_value (unsigned h, int eb, int mb)
+{
+  int s = (h >> (eb + mb)) & 1, e = (h >> mb) & ((1 << eb) - 1);
+  int bias = (1 << (eb - 1)) - 1;
+  double frac = (h & ((1u << mb) - 1)) / (double) (1 << mb), v;
+  if (e == (1 << eb) - 1)
+    return frac != 0 ? NAN : (s ? -INFINITY : INFINITY);
+  v = e == 0 ? frac * pow (2, 1 - bias) : (1 + frac) * pow (2, e - bias);
+  return s ? -v : v;
+}
+
 static double
 half_value (unsigned h)
 {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 31)
-    return m ? NAN : (s ? -INFINITY : INFINITY);
-  v = e == 0 ? m / 1024.0 * pow (2, -14) : (1 + m / 1024.0) * pow (2, e - 15);
-  return s ? -v : v;
+  return ieee_value (h, 5, 10);
 }
 
 static double
 bf16_value (unsigned h)
 {
-  int s = h >> 15, e = (h >> 7) & 255, m = h & 127;
-  double v;
-  if (e == 255)
-    return m ? NAN : (s ? -INFINITY : INFINITY);
-  v = e == 0 ? m / 128.0 * pow (2, -126) : (1 + m / 128.0) * pow (2, e - 127);
-  return s ? -v : v;
+  return ieee_value (h, 8, 7);
 }
 
 static void
