@@ -37,29 +37,20 @@ counting (size_t n, float base)
   return p;
 }
 
-/* rows × cols weights W against the model's copy Wt (cols × rows). */
+/* rows × cols weights W against the model's copy Wt (cols × rows), held
+ * as floats (wtf) or as doubles (wtd): exactly one of them is set when
+ * the model keeps a copy. */
 static void
-check_transposed_f (const char *name, const float *w, const float *wt,
-                    size_t rows, size_t cols)
+check_transposed (const char *name, const float *w, const float *wtf,
+                  const double *wtd, size_t rows, size_t cols)
 {
   size_t bad = 0;
-  CHECK (wt != NULL, "%s: no copy", name);
-  for (size_t r = 0; wt && r < rows; r++)
-    for (size_t c = 0; c < cols; c++)
-      bad += wt[c * rows + r] != w[r * cols + c];
-  CHECK (bad == 0, "%s: %zu elements not at their transposed place", name,
-         bad);
-}
-
-static void
-check_transposed_d (const char *name, const float *w, const double *wt,
-                    size_t rows, size_t cols)
-{
-  size_t bad = 0;
-  CHECK (wt != NULL, "%s: no copy", name);
-  for (size_t r = 0; wt && r < rows; r++)
-    for (size_t c = 0; c < cols; c++)
-      bad += wt[c * rows + r] != (double) w[r * cols + c];
+  CHECK (wtf != NULL || wtd != NULL, "%s: no copy", name);
+  for (size_t r = 0; (wtf || wtd) && r < rows; r++)
+    for (size_t c = 0; c < cols; c++) {
+      double got = wtf ? wtf[c * rows + r] : wtd[c * rows + r];
+      bad += got != (double) w[r * cols + c];
+    }
   CHECK (bad == 0, "%s: %zu elements not at their transposed place", name,
          bad);
 }
@@ -82,12 +73,12 @@ test_copies (void)
   SattnModel *m = sattn_model_new (&c, &w, &st);
   CHECK (m != NULL, "attention model refused (status %d)", (int) st);
   if (m != NULL) {
-    check_transposed_f ("wq", wq, m->wq, dq, d);
-    check_transposed_f ("wk", wk, m->wk, dq, d);
-    check_transposed_f ("wv", wv, m->wv, dv, d);
-    check_transposed_f ("wo", wo, m->wo, dout, dv);
-    check_transposed_f ("bq", bq, m->bq, 1, dq);
-    check_transposed_f ("bo", bo, m->bo, 1, dout);
+    check_transposed ("wq", wq, m->wq, NULL, dq, d);
+    check_transposed ("wk", wk, m->wk, NULL, dq, d);
+    check_transposed ("wv", wv, m->wv, NULL, dv, d);
+    check_transposed ("wo", wo, m->wo, NULL, dout, dv);
+    check_transposed ("bq", bq, m->bq, NULL, 1, dq);
+    check_transposed ("bo", bo, m->bo, NULL, 1, dout);
     CHECK (m->bk == NULL && m->bv == NULL, "absent biases copied");
     sattn_model_free (m);
   }
@@ -104,11 +95,11 @@ test_copies (void)
   m = sattn_model_new (&ce, &we, &st);
   CHECK (m != NULL, "encoder model refused (status %d)", (int) st);
   if (m != NULL) {
-    check_transposed_d ("w1", w1, m->w1, dff, e);
-    check_transposed_d ("w2", w2, m->w2, e, dff);
-    check_transposed_d ("b1", b1, m->b1, 1, dff);
-    check_transposed_d ("b2", b2, m->b2, 1, e);
-    check_transposed_f ("norm1_w", n1, m->n1w, 1, e);
+    check_transposed ("w1", w1, NULL, m->w1, dff, e);
+    check_transposed ("w2", w2, NULL, m->w2, e, dff);
+    check_transposed ("b1", b1, NULL, m->b1, 1, dff);
+    check_transposed ("b2", b2, NULL, m->b2, 1, e);
+    check_transposed ("norm1_w", n1, m->n1w, NULL, 1, e);
     CHECK (m->n1b == NULL && m->n2w == NULL, "absent norm parameters "
            "copied");
     sattn_model_free (m);
