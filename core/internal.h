@@ -40,6 +40,13 @@ struct SattnModel {
   double *w1, *b1, *w2, *b2;
   float *n1w, *n1b, *n2w, *n2b;
   float *zq, *zk, *zv;
+  /* Projections summed in double (linear.c): double copies of their
+   * weights and biases, NULL for those summed in float.  Encoder layers
+   * sum all four in double.  Attention-only models sum in float: V and
+   * the output projection in double would put them below PyTorch
+   * float32's error in nearly every draw, but cost 7-11% of W1's
+   * throughput (tests/bench/PERFORMANCE.md, "Numerical error"). */
+  double *wqd, *bqd, *wkd, *bkd, *wvd, *bvd, *wod, *bod;
 };
 
 /* layer.c: the per-row parts of an encoder layer. */
@@ -152,23 +159,33 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
                          size_t c1, size_t ldx, float *y, size_t ldy);
 
 
-/* linear.c: sattn_project_cols with every entry summed in double from the
- * bias and rounded to float once.  Encoder layers project this way: in a
- * pre-norm layer the output projection and V's errors reach the output
- * directly, and the layer's other parts are already double (core/layer.c).
- * Attention-only models keep the float loop: summing in double costs
- * about a quarter of their throughput (tests/bench/PERFORMANCE.md,
- * "Numerical error"). */
-void sattn_project_cols_prec (const float *Wt, const float *b,
-                              const float *x, size_t n, size_t d_in,
-                              size_t d_out, size_t c0, size_t c1, size_t ldx,
-                              float *y, size_t ldy);
-/* sattn_project for model m: sattn_project_cols_prec over all columns for
- * encoder layers, sattn_project otherwise. */
+/* linear.c: linear layers summed in double, one chain per entry over the
+ * inner index in order from the bias (NULL: 0), weights Wt (din × n at
+ * row stride ldw) and bias as doubles.  The inputs must hold float values
+ * (then every product is exact and every ISA gives the same bytes).
+ * sattn_linear_d: double rows in and out (the feed-forward);
+ * sattn_linear_f: float rows in, each entry rounded to float once. */
+void sattn_linear_d (const double *x, size_t ldx, size_t rows,
+                     const double *Wt, size_t ldw, const double *b,
+                     size_t din, size_t n, double *y, size_t ldy);
+void sattn_linear_f (const float *x, size_t ldx, size_t rows,
+                     const double *Wt, size_t ldw, const double *b,
+                     size_t din, size_t n, float *y, size_t ldy);
+/* Columns [c0, c1) of the projection with weights Wt (one of m's wq, wk,
+ * wv, wo, or NULL) and bias b: summed in double (sattn_linear_f) when m
+ * keeps a double copy of Wt (see SattnModel), else sattn_project_cols. */
+void sattn_project_cols_prec (const SattnModel *m, const float *Wt,
+                              const float *b, const float *x, size_t n,
+                              size_t d_in, size_t d_out, size_t c0,
+                              size_t c1, size_t ldx, float *y, size_t ldy);
+/* The same over all columns, or sattn_project (BLAS for large blocks)
+ * for the projections that sum in float. */
 void sattn_project_prec (const SattnModel *m, const float *Wt,
                          const float *b, const float *x, size_t n,
                          size_t d_in, size_t d_out, size_t ldx, float *y,
                          size_t ldy);
+/* Nonzero when m sums the projection with weights Wt in double. */
+int sattn_project_is_double (const SattnModel *m, const float *Wt);
 
 /* pool.c: the worker threads of one stream. */
 #define SATTN_MAX_THREADS 256

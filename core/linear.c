@@ -1,9 +1,14 @@
-/* Projections of encoder layers summed in double: columns [c0, c1) of
- * y = x Wt + b with every entry one chain over the inner index from the
- * bias, rounded to float once.  Float products are exact in double, so
- * FMA or not gives the same bytes: the AVX-512, AVX2 and portable loops
- * agree.  Attention-only models keep the float loop of sattn_qk (see
- * sattn_project_prec in internal.h for why). */
+/* Linear layers summed in double: y = b + x Wt with every entry one chain
+ * over the inner index in order, from the bias (0 without), with double
+ * weights.  One family of loops serves every such sum: the encoder
+ * layer's feed-forward (double rows in, double rows out, core/layer.c)
+ * and its four projections (float rows in, each entry rounded to float
+ * once; see SattnModel for why attention-only models project in float).
+ *
+ * The inputs hold float values (float rows, or double rows of values
+ * rounded to float, and weights copied from floats), so every product is
+ * exact in double and FMA or not gives the same bytes: the AVX-512, AVX2
+ * and portable loops agree, whatever the tiling. */
 #include "internal.h"
 
 #include <string.h>
@@ -13,28 +18,42 @@
 #include <immintrin.h>
 #endif
 
-/* Rows of x times columns [0, n) of Wt (row stride ldw), bias b (NULL: 0)
- * into y, 64 columns at a time through a double row. */
+/* Float rows are converted to double once, LIN_XBUF doubles at a time,
+ * on the stack (no allocation on the push path; pool workers have 256
+ * KiB of stack).  Wider rows are read as floats by the loops. */
+#define LIN_XBUF 4096
+
+/* The input row entry (r, t) as a double: from float or double rows. */
+#define XAT(x, xf, i) ((xf) ? (double) ((const float *) (x))[i] \
+                       : ((const double *) (x))[i])
+
+/* Columns [j0, n) of rows of y = b + x Wt (Wt: din × n at row stride
+ * ldw), one double row of 64 columns at a time; xf / yf: x / y are float
+ * (y rounded once) rather than double. */
 static void
-lin_portable (const float *restrict x, size_t ldx, size_t rows,
-              const float *restrict Wt, size_t ldw, const float *restrict b,
-              size_t din, size_t n, float *restrict y, size_t ldy)
+lin_portable (const void *restrict x, int xf, size_t ldx, size_t rows,
+              const double *restrict Wt, size_t ldw, const double *restrict b,
+              size_t din, size_t j0, size_t n, void *restrict y, int yf,
+              size_t ldy)
 {
   double acc[64];
   for (size_t i = 0; i < rows; i++) {
-    const float *restrict xi = x + i * ldx;
-    for (size_t j0 = 0; j0 < n; j0 += 64) {
-      const size_t nb = n - j0 < 64 ? n - j0 : 64;
+    for (size_t c0 = j0; c0 < n; c0 += 64) {
+      const size_t nb = n - c0 < 64 ? n - c0 : 64;
       for (size_t j = 0; j < nb; j++)
-        acc[j] = b != NULL ? (double) b[j0 + j] : 0.0;
+        acc[j] = b != NULL ? b[c0 + j] : 0.0;
       for (size_t t = 0; t < din; t++) {
-        const double a = xi[t];
-        const float *restrict wr = Wt + t * ldw + j0;
+        const double a = XAT (x, xf, i * ldx + t);
+        const double *restrict wr = Wt + t * ldw + c0;
         for (size_t j = 0; j < nb; j++)
-          acc[j] += a * (double) wr[j];
+          acc[j] += a * wr[j];
       }
-      for (size_t j = 0; j < nb; j++)
-        y[i * ldy + j0 + j] = (float) acc[j];
+      for (size_t j = 0; j < nb; j++) {
+        if (yf)
+          ((float *) y)[i * ldy + c0 + j] = (float) acc[j];
+        else
+          ((double *) y)[i * ldy + c0 + j] = acc[j];
+      }
     }
   }
 }
@@ -44,148 +63,307 @@ lin_portable (const float *restrict x, size_t ldx, size_t rows,
 #define AVX512 __attribute__ ((target ("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 #define INLINE static inline __attribute__ ((always_inline))
 
-/* R rows × 16 columns (two vectors of 8 doubles per row), masked column
- * tail. */
+/* R rows × 16 columns from column j (two vectors of 8 doubles per row: 2 R
+ * independent chains), column tails masked.  Eight rows per weight load:
+ * the feed-forward's weights (d_model × d_ff doubles) come from L2, and
+ * fewer rows made the loop wait for them. */
 AVX512 INLINE void
-tile512 (const float *restrict x, size_t ldx, const float *restrict Wt,
-         size_t ldw, const float *restrict b, size_t din, size_t n, size_t j,
-         float *restrict y, size_t ldy, const int R)
+tile512 (const void *restrict x, const int xf, size_t ldx,
+         const double *restrict Wt, size_t ldw, const double *restrict b,
+         size_t din, size_t n, size_t j, void *restrict y, const int yf,
+         size_t ldy, const int R)
 {
-  const size_t r0 = n - j;
-  const __mmask16 m = r0 >= 16 ? 0xffff : (__mmask16) ((1u << r0) - 1u);
+  const size_t r0 = n - j, r1 = r0 > 8 ? r0 - 8 : 0;
+  const __mmask8 m0 = r0 >= 8 ? 0xff : (__mmask8) ((1u << r0) - 1u);
+  const __mmask8 m1 = r1 >= 8 ? 0xff : (__mmask8) ((1u << r1) - 1u);
   __m512d a0[8], a1[8];
   __m512d b0 = _mm512_setzero_pd (), b1 = _mm512_setzero_pd ();
   if (b != NULL) {
-    __m512 bb = _mm512_maskz_loadu_ps (m, b + j);
-    b0 = _mm512_cvtps_pd (_mm512_castps512_ps256 (bb));
-    b1 = _mm512_cvtps_pd (_mm512_extractf32x8_ps (bb, 1));
+    b0 = _mm512_maskz_loadu_pd (m0, b + j);
+    b1 = _mm512_maskz_loadu_pd (m1, b + j + 8);
   }
   for (int r = 0; r < R; r++) {
     a0[r] = b0;
     a1[r] = b1;
   }
   for (size_t t = 0; t < din; t++) {
-    __m512 w = _mm512_maskz_loadu_ps (m, Wt + t * ldw + j);
-    __m512d w0 = _mm512_cvtps_pd (_mm512_castps512_ps256 (w));
-    __m512d w1 = _mm512_cvtps_pd (_mm512_extractf32x8_ps (w, 1));
+    const double *wr = Wt + t * ldw + j;
+    __m512d w0 = _mm512_maskz_loadu_pd (m0, wr);
+    __m512d w1 = _mm512_maskz_loadu_pd (m1, wr + 8);
     for (int r = 0; r < R; r++) {
-      __m512d xv = _mm512_set1_pd ((double) x[r * ldx + t]);
+      __m512d xv = _mm512_set1_pd (XAT (x, xf, r * ldx + t));
       a0[r] = _mm512_fmadd_pd (xv, w0, a0[r]);
       a1[r] = _mm512_fmadd_pd (xv, w1, a1[r]);
     }
   }
   for (int r = 0; r < R; r++) {
-    __m256 lo = _mm512_cvtpd_ps (a0[r]), hi = _mm512_cvtpd_ps (a1[r]);
-    _mm512_mask_storeu_ps (y + r * ldy + j, m,
-        _mm512_insertf32x8 (_mm512_castps256_ps512 (lo), hi, 1));
-  }
-}
-
-AVX512 static void
-lin_avx512 (const float *x, size_t ldx, size_t rows, const float *Wt,
-            size_t ldw, const float *b, size_t din, size_t n, float *y,
-            size_t ldy)
-{
-  size_t i = 0;
-  for (; i + 8 <= rows; i += 8)
-    for (size_t j = 0; j < n; j += 16)
-      tile512 (x + i * ldx, ldx, Wt, ldw, b, din, n, j, y + i * ldy, ldy, 8);
-  for (; i + 4 <= rows; i += 4)
-    for (size_t j = 0; j < n; j += 16)
-      tile512 (x + i * ldx, ldx, Wt, ldw, b, din, n, j, y + i * ldy, ldy, 4);
-  for (; i < rows; i++)
-    for (size_t j = 0; j < n; j += 16)
-      tile512 (x + i * ldx, ldx, Wt, ldw, b, din, n, j, y + i * ldy, ldy, 1);
-}
-
-/* R rows × 8 columns (two vectors of 4 doubles per row); the column tail
- * by the portable loop (the same chains). */
-AVX2 INLINE void
-tile256 (const float *restrict x, size_t ldx, const float *restrict Wt,
-         size_t ldw, const float *restrict b, size_t din, size_t j,
-         float *restrict y, size_t ldy, const int R)
-{
-  __m256d a0[4], a1[4];
-  __m256d b0 = _mm256_setzero_pd (), b1 = _mm256_setzero_pd ();
-  if (b != NULL) {
-    b0 = _mm256_cvtps_pd (_mm_loadu_ps (b + j));
-    b1 = _mm256_cvtps_pd (_mm_loadu_ps (b + j + 4));
-  }
-  for (int r = 0; r < R; r++) {
-    a0[r] = b0;
-    a1[r] = b1;
-  }
-  for (size_t t = 0; t < din; t++) {
-    const float *wr = Wt + t * ldw + j;
-    __m256d w0 = _mm256_cvtps_pd (_mm_loadu_ps (wr));
-    __m256d w1 = _mm256_cvtps_pd (_mm_loadu_ps (wr + 4));
-    for (int r = 0; r < R; r++) {
-      __m256d xv = _mm256_set1_pd ((double) x[r * ldx + t]);
-      a0[r] = _mm256_fmadd_pd (xv, w0, a0[r]);
-      a1[r] = _mm256_fmadd_pd (xv, w1, a1[r]);
+    if (yf) {
+      float *yr = (float *) y + r * ldy + j;
+      _mm256_mask_storeu_ps (yr, m0, _mm512_cvtpd_ps (a0[r]));
+      _mm256_mask_storeu_ps (yr + 8, m1, _mm512_cvtpd_ps (a1[r]));
+    } else {
+      double *yr = (double *) y + r * ldy + j;
+      _mm512_mask_storeu_pd (yr, m0, a0[r]);
+      _mm512_mask_storeu_pd (yr + 8, m1, a1[r]);
     }
   }
-  for (int r = 0; r < R; r++) {
-    __m128 lo = _mm256_cvtpd_ps (a0[r]), hi = _mm256_cvtpd_ps (a1[r]);
-    _mm_storeu_ps (y + r * ldy + j, lo);
-    _mm_storeu_ps (y + r * ldy + j + 4, hi);
+}
+
+#define LIN512(name, xf, yf, XT, YT)                                          \
+AVX512 static void                                                          \
+name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
+      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
+{                                                                           \
+  size_t i = 0;                                                             \
+  for (; i + 8 <= rows; i += 8)                                             \
+    for (size_t j = 0; j < n; j += 16)                                      \
+      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy,    \
+               yf, ldy, 8);                                                 \
+  for (; i + 4 <= rows; i += 4)                                             \
+    for (size_t j = 0; j < n; j += 16)                                      \
+      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy,    \
+               yf, ldy, 4);                                                 \
+  for (; i < rows; i++)                                                     \
+    for (size_t j = 0; j < n; j += 16)                                      \
+      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy,    \
+               yf, ldy, 1);                                                 \
+}
+
+LIN512 (lin512_dd, 0, 0, double, double)
+LIN512 (lin512_df, 0, 1, double, float)
+LIN512 (lin512_ff, 1, 1, float, float)
+
+/* R rows × 12 columns from column j (three vectors of 4 doubles per
+ * row); the column tail by the portable loop (the same chains). */
+AVX2 INLINE void
+tile256 (const void *restrict x, const int xf, size_t ldx,
+         const double *restrict Wt, size_t ldw, const double *restrict b,
+         size_t din, size_t j, void *restrict y, const int yf, size_t ldy,
+         const int R)
+{
+  __m256d a[4][3];
+  for (int v = 0; v < 3; v++) {
+    __m256d bv = b != NULL ? _mm256_loadu_pd (b + j + 4 * v)
+        : _mm256_setzero_pd ();
+    for (int r = 0; r < R; r++)
+      a[r][v] = bv;
   }
+  for (size_t t = 0; t < din; t++) {
+    const double *wr = Wt + t * ldw + j;
+    __m256d w[3];
+    for (int v = 0; v < 3; v++)
+      w[v] = _mm256_loadu_pd (wr + 4 * v);
+    for (int r = 0; r < R; r++) {
+      __m256d xv = _mm256_set1_pd (XAT (x, xf, r * ldx + t));
+      for (int v = 0; v < 3; v++)
+        a[r][v] = _mm256_fmadd_pd (xv, w[v], a[r][v]);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < 3; v++) {
+      if (yf)
+        _mm_storeu_ps ((float *) y + r * ldy + j + 4 * v,
+                       _mm256_cvtpd_ps (a[r][v]));
+      else
+        _mm256_storeu_pd ((double *) y + r * ldy + j + 4 * v, a[r][v]);
+    }
+}
+
+#define LIN256(name, xf, yf, XT, YT)                                          \
+AVX2 static void                                                            \
+name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
+      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
+{                                                                           \
+  const size_t jv = n / 12 * 12;                                            \
+  size_t i = 0;                                                             \
+  for (; i + 4 <= rows; i += 4)                                             \
+    for (size_t j = 0; j < jv; j += 12)                                     \
+      tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf,   \
+               ldy, 4);                                                     \
+  for (; i < rows; i++)                                                     \
+    for (size_t j = 0; j < jv; j += 12)                                     \
+      tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf,   \
+               ldy, 1);                                                     \
+  if (jv < n)                                                               \
+    lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, jv, n, y, yf, ldy);    \
+}
+
+LIN256 (lin256_dd, 0, 0, double, double)
+LIN256 (lin256_df, 0, 1, double, float)
+LIN256 (lin256_ff, 1, 1, float, float)
+
+/* rows × din floats (row stride ldx) into doubles (row stride din). */
+AVX512 static void
+cvt512 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
+{
+  for (size_t i = 0; i < rows; i++)
+    for (size_t t = 0; t < din; t += 8) {
+      const __mmask8 m = din - t >= 8 ? 0xff
+          : (__mmask8) ((1u << (din - t)) - 1u);
+      _mm512_mask_storeu_pd (xb + i * din + t, m, _mm512_cvtps_pd (
+          _mm256_maskz_loadu_ps (m, x + i * ldx + t)));
+    }
 }
 
 AVX2 static void
-lin_avx2 (const float *x, size_t ldx, size_t rows, const float *Wt,
-          size_t ldw, const float *b, size_t din, size_t n, float *y,
-          size_t ldy)
+cvt256 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
 {
-  const size_t jv = n / 8 * 8;
-  size_t i = 0;
-  for (; i + 4 <= rows; i += 4)
-    for (size_t j = 0; j < jv; j += 8)
-      tile256 (x + i * ldx, ldx, Wt, ldw, b, din, j, y + i * ldy, ldy, 4);
-  for (; i < rows; i++)
-    for (size_t j = 0; j < jv; j += 8)
-      tile256 (x + i * ldx, ldx, Wt, ldw, b, din, j, y + i * ldy, ldy, 1);
-  if (jv < n)
-    lin_portable (x, ldx, rows, Wt + jv, ldw, b != NULL ? b + jv : NULL, din,
-                  n - jv, y + jv, ldy);
+  for (size_t i = 0; i < rows; i++) {
+    size_t t = 0;
+    for (; t + 4 <= din; t += 4)
+      _mm256_storeu_pd (xb + i * din + t,
+                        _mm256_cvtps_pd (_mm_loadu_ps (x + i * ldx + t)));
+    for (; t < din; t++)
+      xb[i * din + t] = (double) x[i * ldx + t];
+  }
 }
 #endif
 
-void
-sattn_project_cols_prec (const float *Wt, const float *b, const float *x,
-                         size_t n, size_t d_in, size_t d_out, size_t c0,
-                         size_t c1, size_t ldx, float *y, size_t ldy)
+static void
+cvt_rows (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
 {
-  if (Wt == NULL) {
-    /* Identity: a copy (plus the bias), nothing to sum. */
+#ifdef LIN_HAVE_X86
+  int lvl = sattn_simd_level ();
+  if (lvl >= 2) {
+    cvt512 (x, ldx, rows, din, xb);
+    return;
+  }
+  if (lvl == 1) {
+    cvt256 (x, ldx, rows, din, xb);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < rows; i++)
+    for (size_t t = 0; t < din; t++)
+      xb[i * din + t] = (double) x[i * ldx + t];
+}
+
+void
+sattn_linear_d (const double *x, size_t ldx, size_t rows, const double *Wt,
+                size_t ldw, const double *b, size_t din, size_t n, double *y,
+                size_t ldy)
+{
+  if (rows == 0 || n == 0)
+    return;
+#ifdef LIN_HAVE_X86
+  int lvl = sattn_simd_level ();
+  if (lvl >= 2) {
+    lin512_dd (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    return;
+  }
+  if (lvl == 1) {
+    lin256_dd (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    return;
+  }
+#endif
+  lin_portable (x, 0, ldx, rows, Wt, ldw, b, din, 0, n, y, 0, ldy);
+}
+
+/* Rows of x (double when xd, else float) into float rows of y. */
+static void
+linear_to_float (const void *x, int xd, size_t ldx, size_t rows,
+                 const double *Wt, size_t ldw, const double *b, size_t din,
+                 size_t n, float *y, size_t ldy)
+{
+#ifdef LIN_HAVE_X86
+  int lvl = sattn_simd_level ();
+  if (lvl >= 2) {
+    if (xd)
+      lin512_df (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    else
+      lin512_ff (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    return;
+  }
+  if (lvl == 1) {
+    if (xd)
+      lin256_df (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    else
+      lin256_ff (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    return;
+  }
+#endif
+  lin_portable (x, !xd, ldx, rows, Wt, ldw, b, din, 0, n, y, 1, ldy);
+}
+
+void
+sattn_linear_f (const float *x, size_t ldx, size_t rows, const double *Wt,
+                size_t ldw, const double *b, size_t din, size_t n, float *y,
+                size_t ldy)
+{
+  if (rows == 0 || n == 0)
+    return;
+  if (din == 0 || din > LIN_XBUF) {
+    linear_to_float (x, 0, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    return;
+  }
+  /* Each row converted once, not once per column block. */
+  double xb[LIN_XBUF];
+  const size_t step = LIN_XBUF / din;
+  for (size_t i0 = 0; i0 < rows; i0 += step) {
+    const size_t r = rows - i0 < step ? rows - i0 : step;
+    cvt_rows (x + i0 * ldx, ldx, r, din, xb);
+    linear_to_float (xb, 1, din, r, Wt, ldw, b, din, n, y + i0 * ldy, ldy);
+  }
+}
+
+/* The double copy of projection weights Wt (and its bias) of m, or NULL
+ * when that projection sums in float. */
+static const double *
+double_weights (const SattnModel *m, const float *Wt, const double **bd)
+{
+  if (Wt == NULL)
+    return NULL;
+  if (Wt == m->wq) {
+    *bd = m->bqd;
+    return m->wqd;
+  }
+  if (Wt == m->wk) {
+    *bd = m->bkd;
+    return m->wkd;
+  }
+  if (Wt == m->wv) {
+    *bd = m->bvd;
+    return m->wvd;
+  }
+  if (Wt == m->wo) {
+    *bd = m->bod;
+    return m->wod;
+  }
+  return NULL;
+}
+
+void
+sattn_project_cols_prec (const SattnModel *m, const float *Wt, const float *b,
+                      const float *x, size_t n, size_t d_in, size_t d_out,
+                      size_t c0, size_t c1, size_t ldx, float *y, size_t ldy)
+{
+  const double *bd = NULL, *wd = double_weights (m, Wt, &bd);
+  if (wd == NULL) {
     sattn_project_cols (Wt, b, x, n, d_in, d_out, c0, c1, ldx, y, ldy);
     return;
   }
   if (n == 0 || c1 <= c0)
     return;
-  const float *bc = b != NULL ? b + c0 : NULL;
-#ifdef LIN_HAVE_X86
-  int lvl = sattn_simd_level ();
-  if (lvl >= 2) {
-    lin_avx512 (x, ldx, n, Wt + c0, d_out, bc, d_in, c1 - c0, y + c0, ldy);
-    return;
-  }
-  if (lvl == 1) {
-    lin_avx2 (x, ldx, n, Wt + c0, d_out, bc, d_in, c1 - c0, y + c0, ldy);
-    return;
-  }
-#endif
-  lin_portable (x, ldx, n, Wt + c0, d_out, bc, d_in, c1 - c0, y + c0, ldy);
+  sattn_linear_f (x, ldx, n, wd + c0, d_out, bd != NULL ? bd + c0 : NULL,
+                  d_in, c1 - c0, y + c0, ldy);
 }
 
 void
 sattn_project_prec (const SattnModel *m, const float *Wt, const float *b,
-                    const float *x, size_t n, size_t d_in, size_t d_out,
-                    size_t ldx, float *y, size_t ldy)
+                 const float *x, size_t n, size_t d_in, size_t d_out,
+                 size_t ldx, float *y, size_t ldy)
 {
-  if (m->cfg.encoder)
-    sattn_project_cols_prec (Wt, b, x, n, d_in, d_out, 0, d_out, ldx, y,
-                             ldy);
+  const double *bd = NULL;
+  if (double_weights (m, Wt, &bd) != NULL)
+    sattn_project_cols_prec (m, Wt, b, x, n, d_in, d_out, 0, d_out, ldx, y,
+                          ldy);
   else
     sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
+}
+
+int
+sattn_project_is_double (const SattnModel *m, const float *Wt)
+{
+  const double *bd = NULL;
+  return double_weights (m, Wt, &bd) != NULL;
 }

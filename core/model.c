@@ -9,9 +9,10 @@
 
 /* Copy of W (rows × cols) transposed to cols × rows, the layout the
  * projection kernel reads (y = x W^T as rows of x times W^T), with
- * elements of type T: dup_transposed (float) for the attention's
- * projections, dup_transposed_d (double) for the feed-forward's.  NULL for
- * src NULL; *ok = 0 when out of memory. */
+ * elements of type T: dup_transposed (float) for the projections summed
+ * in float, dup_transposed_d (double) for those summed in double (the
+ * feed-forward, an encoder's projections).  NULL for src NULL; *ok = 0
+ * when out of memory. */
 #define DEFINE_DUP_TRANSPOSED(name, T)                                  \
   static T *                                                            \
   name (const float *src, size_t rows, size_t cols, int *ok)            \
@@ -341,6 +342,8 @@ sattn_model_free (SattnModel *m)
   free (m->w1); free (m->b1); free (m->w2); free (m->b2);
   free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
   free (m->zq); free (m->zk); free (m->zv);
+  free (m->wqd); free (m->bqd); free (m->wkd); free (m->bkd);
+  free (m->wvd); free (m->bvd); free (m->wod); free (m->bod);
   free (m);
 }
 
@@ -380,6 +383,17 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bv = dup_floats (w->bv, dv, &ok);
   m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
+  /* The projections summed in double (see SattnModel). */
+  if (c.encoder) {
+    m->wqd = dup_transposed_d (w->wq, dq, c.d_model, &ok);
+    m->bqd = m->wqd != NULL ? dup_doubles (w->bq, dq, &ok) : NULL;
+    m->wkd = dup_transposed_d (w->wk, dq, c.d_model, &ok);
+    m->bkd = m->wkd != NULL ? dup_doubles (w->bk, dq, &ok) : NULL;
+    m->wvd = dup_transposed_d (w->wv, dv, c.d_model, &ok);
+    m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
+    m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
+    m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
+  }
   /* Only the tasks of streams with workers read wqkv (project_head in
    * stream.c), and a model's streams resolve its threads as here: a
    * threads = 1 model does without the copy.  (threads = 0 resolves to the
@@ -432,12 +446,12 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
       if (m->zq == NULL || m->zk == NULL || m->zv == NULL)
         ok = 0;
       else {
-        sattn_project (m->wq, m->bq, m->n1b, 1, c.d_model, dq, c.d_model,
-                       m->zq, dq);
-        sattn_project (m->wk, m->bk, m->n1b, 1, c.d_model, dq, c.d_model,
-                       m->zk, dq);
-        sattn_project (m->wv, m->bv, m->n1b, 1, c.d_model, dv, c.d_model,
-                       m->zv, dv);
+        sattn_project_prec (m, m->wq, m->bq, m->n1b, 1, c.d_model, dq,
+                            c.d_model, m->zq, dq);
+        sattn_project_prec (m, m->wk, m->bk, m->n1b, 1, c.d_model, dq,
+                            c.d_model, m->zk, dq);
+        sattn_project_prec (m, m->wv, m->bv, m->n1b, 1, c.d_model, dv,
+                            c.d_model, m->zv, dv);
       }
     }
   }

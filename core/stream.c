@@ -571,7 +571,7 @@ typedef struct {
   ProjJob job[3];
   size_t n_jobs, n_tasks;
   double fma;                    /* multiply-adds of the tasks */
-  int prec;                      /* sums in double (encoder layers) */
+  const SattnModel *m;           /* whose projections may sum in double */
 } ProjCtx;
 
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
@@ -607,9 +607,9 @@ proj_task (void *ctx, size_t task, unsigned worker)
   size_t r1 = r0 + PROJ_ROWS < p->n ? r0 + PROJ_ROWS : p->n;
   size_t c1 = c0 + PROJ_COLS < p->d_out ? c0 + PROJ_COLS : p->d_out;
   (void) worker;
-  (c->prec ? sattn_project_cols_prec : sattn_project_cols)
-      (p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0, p->d_in, p->d_out, c0, c1,
-       p->ldx, p->y + r0 * p->ldy, p->ldy);
+  sattn_project_cols_prec (c->m, p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0,
+                           p->d_in, p->d_out, c0, c1, p->ldx,
+                           p->y + r0 * p->ldy, p->ldy);
   proj_copies (p, r0, r1, c0, c1);
 }
 
@@ -628,7 +628,8 @@ proj_add_copies (ProjCtx *c, const float *Wt, const float *b, const float *x,
     (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks, mirror, kt, ldkt,
     kt_mirror };
   if ((Wt == NULL && !copy_tasks) ||
-      sattn_project_uses_blas (Wt, n, d_in, d_out)) {
+      (sattn_project_uses_blas (Wt, n, d_in, d_out) &&
+       !sattn_project_is_double (c->m, Wt))) {
     sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
     proj_copies (&pj, 0, n, 0, d_out);
     return;
@@ -659,7 +660,6 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
 static void
 proj_run (SattnStream *s, ProjCtx *pc)
 {
-  pc->prec = s->m->cfg.encoder;
   sattn_pool_run (pc->fma >= PROJ_PAR_FMA ? s->workers : NULL, pc->n_tasks,
                   proj_task, pc);
 }
@@ -850,7 +850,7 @@ stage_projections (SattnStream *s, const float *x, size_t cnt)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model;
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
   if (m->wq != NULL)
     proj_add (&pc, m->wq, m->bq, x, cnt, d, m->dq, d, stage_at (s, 0), m->dq);
   if (m->wk != NULL)
@@ -1015,7 +1015,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
         size_t w = j < 2 ? dq : dv;
         ps[j] = (ProjSrc) { NULL, NULL, stage_at (s, j) + pre * w, w, w };
       }
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
   if (direct) {
     proj_add_copies (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
                      ps[0].ldx, q, dq, n * dq, NULL, 0, 0, copy_tasks);
@@ -1196,7 +1196,7 @@ flush_rows (SattnStream *s)
   const size_t cnt = s->ocnt, d_out = m->d_out;
   if (cnt == 0)
     return;
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
   proj_add (&pc, m->wo, m->bo, s->ostage, cnt, m->dv, d_out, m->dv, s->oout,
             d_out);
   proj_run (s, &pc);
@@ -1290,7 +1290,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   } else if (m->wo == NULL && m->bo == NULL) {
     sattn_output_project (m, o, rows, out, ldo);
   } else {
-    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0 };
+    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
     proj_run (s, &pc);
   }

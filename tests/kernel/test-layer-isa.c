@@ -1,4 +1,4 @@
-/* The encoder layer's per-row parts (core/layer.c) and its projections
+/* The encoder layer's per-row parts (core/layer.c) and the linear layers
  * summed in double (core/linear.c) give the same bytes with the portable,
  * AVX2 and AVX-512 loops: their sums are double chains over float values
  * from the bias in the same order, and a product of two floats is exact in
@@ -106,38 +106,62 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
   return fails;
 }
 
-/* sattn_project_cols_prec over columns [c0, c1) of an n-row block at
- * every level; returns the number of failures. */
+/* The double linear loops (core/linear.c) over columns [c0, c1) of an
+ * n-row block, float rows in (sattn_linear_f, rounded once) and double
+ * rows in and out (sattn_linear_d), at every level: the same bytes at
+ * every level, and every entry equal to the chain their rule defines,
+ * written out here (from the bias, over t in order, in double; rounded
+ * to float once for sattn_linear_f).  Returns the number of failures. */
 static int
 run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
 {
   float *w = random_floats (d_in * d_out, 1.0f / sqrtf ((float) d_in));
   float *b = random_floats (d_out, 0.1f);
   float *x = random_floats (n * d_in, 1.0f);
+  double *wd = malloc (d_in * d_out * sizeof (double));
+  double *bd = malloc (d_out * sizeof (double));
+  double *xd = malloc (n * d_in * sizeof (double));
   float *y[3] = { NULL, NULL, NULL };
-  int native = sattn_simd_level (), fails = 0;
+  double *yd[3] = { NULL, NULL, NULL };
+  for (size_t i = 0; i < d_in * d_out; i++)
+    wd[i] = w[i];
+  for (size_t i = 0; i < d_out; i++)
+    bd[i] = b[i];
+  for (size_t i = 0; i < n * d_in; i++)
+    xd[i] = x[i];
+  int native = sattn_simd_level (), fails = 0, wrong = 0;
   for (int level = 0; level <= native && level <= 2; level++) {
     sattn_simd_force (level);
     y[level] = calloc (n * d_out, sizeof (float));
-    sattn_project_cols_prec (w, b, x, n, d_in, d_out, c0, c1, d_in,
-                             y[level], d_out);
-    if (level > 0 && memcmp (y[0], y[level], n * d_out * sizeof (float)))
+    yd[level] = calloc (n * d_out, sizeof (double));
+    sattn_linear_f (x, d_in, n, wd + c0, d_out, bd + c0, d_in, c1 - c0,
+                    y[level] + c0, d_out);
+    sattn_linear_d (xd, d_in, n, wd + c0, d_out, bd + c0, d_in, c1 - c0,
+                    yd[level] + c0, d_out);
+    if (level > 0 && (memcmp (y[0], y[level], n * d_out * sizeof (float))
+                      || memcmp (yd[0], yd[level],
+                                 n * d_out * sizeof (double))))
       fails++;
   }
   sattn_simd_force (native);
-  /* One entry against a double sum written out here. */
-  double ref = b[c1 - 1];
-  for (size_t t = 0; t < d_in; t++)
-    ref += (double) x[(n - 1) * d_in + t] * w[t * d_out + c1 - 1];
-  if (y[0][(n - 1) * d_out + c1 - 1] != (float) ref)
-    fails++;
-  printf ("%s projection %zu rows, %zu -> %zu, columns %zu-%zu\n",
-          fails ? "FAIL" : "ok  ", n, d_in, d_out, c0, c1);
-  for (int l = 0; l < 3; l++)
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = c0; j < c1; j++) {
+      double ref = b[j];
+      for (size_t t = 0; t < d_in; t++)
+        ref += (double) x[i * d_in + t] * (double) w[t * d_out + j];
+      wrong += y[0][i * d_out + j] != (float) ref
+          || yd[0][i * d_out + j] != ref;
+    }
+  fails += wrong;
+  printf ("%s linear %zu rows, %zu -> %zu, columns %zu-%zu: %d entries "
+          "off the chain\n", fails ? "FAIL" : "ok  ", n, d_in, d_out, c0,
+          c1, wrong);
+  for (int l = 0; l < 3; l++) {
     free (y[l]);
-  free (w);
-  free (b);
-  free (x);
+    free (yd[l]);
+  }
+  free (w); free (b); free (x);
+  free (wd); free (bd); free (xd);
   return fails;
 }
 
@@ -157,7 +181,9 @@ main (void)
     }
   static const size_t pgeo[][5] = {
     { 16, 64, 192, 0, 192 }, { 13, 20, 60, 32, 60 }, { 7, 36, 37, 5, 37 },
-    { 3, 10, 30, 0, 30 }, { 64, 64, 64, 0, 32 },
+    { 3, 10, 30, 0, 30 }, { 64, 64, 64, 0, 32 }, { 16, 64, 64, 16, 40 },
+    /* Rows wider than the conversion buffer: read as floats. */
+    { 9, 4100, 20, 0, 20 },
   };
   for (size_t g = 0; g < sizeof pgeo / sizeof pgeo[0]; g++) {
     fails += run_proj (pgeo[g][0], pgeo[g][1], pgeo[g][2], pgeo[g][3],

@@ -20,7 +20,17 @@ rounded once (what fixing that stage gains), and PyTorch float32's error
 on the same inputs.  A tool for finding the stages that matter, not a
 test.
 
+With --schemes it prints instead, for the attention-only configurations
+of test-layers-parity.py's second table (the same models and inputs), how
+candidate ways of summing the projections compare with PyTorch float32
+over N draws (--draws, 64 by default): the RMS ratio over all draws and
+the number of draws in which the max-abs and the RMS error are at or below
+PyTorch's.  Besides f32 / once, a projection can be summed as k float
+chains over every k-th input (splitK, the chains added in float) or the
+same chains added in double and rounded once (dsplitK).
+
 usage: error-ablation.py [EXAMPLES_DIR] [--seeds N]
+       error-ablation.py [EXAMPLES_DIR] --schemes [--draws N]
 """
 import importlib.util
 import math
@@ -69,8 +79,30 @@ LAYER_DOUBLE = dict(residual="exact", norm="once", ff1="once", act="once",
 PROJ_DOUBLE = dict(proj="once", vproj="once", outproj="once")
 
 
+def split_chains(x, w, b, k, dbl):
+    """k float chains over every k-th input (the first from the bias),
+    added in float (dbl False) or in double and rounded once."""
+    wt = w.T
+    accs = []
+    for i in range(k):
+        acc = np.zeros((x.shape[0], wt.shape[1]))
+        if i == 0 and b is not None:
+            acc = acc + b
+        for t in range(i, x.shape[1], k):
+            acc = r32(acc + np.outer(x[:, t], wt[t]))
+        accs.append(acc)
+    s = accs[0]
+    for a in accs[1:]:
+        s = s + a if dbl else r32(s + a)
+    return r32(s)
+
+
 def linear(x, w, b, mode):
     """sattn: the chain, then + bias (a second rounding)."""
+    if mode.startswith("dsplit"):
+        return split_chains(x, w, b, int(mode[6:]), True)
+    if mode.startswith("split"):
+        return split_chains(x, w, b, int(mode[5:]), False)
     if mode == "f32":
         y = chain(x, w.T, "f32")
         return y if b is None else r32(y + b)
@@ -187,9 +219,67 @@ def layer_unrounded(L, x, mask, positions, att, md, ex):
     return ln(rnd(x + ff(x), md["residual"]), "norm2")
 
 
+# Candidate schemes for attention-only models (--schemes): projection
+# stages and how each sums; the others stay f32.
+SCHEMES = (
+    ("all f32 (sattn)", {}),
+    ("Q/K/V/out split4", dict(proj="split4", vproj="split4",
+                              outproj="split4")),
+    ("V/out dsplit4", dict(vproj="dsplit4", outproj="dsplit4")),
+    ("out once", dict(outproj="once")),
+    ("out once, Q/K/V split4", dict(outproj="once", proj="split4",
+                                    vproj="split4")),
+    ("V/out once", dict(vproj="once", outproj="once")),
+    ("Q/K/V/out once", dict(proj="once", vproj="once", outproj="once")),
+)
+
+
+def schemes(ex, draws):
+    d, heads, dff, T, Lb = 16, 4, 64, 96, 12
+    mask = ex.band_mask(T, Lb).numpy()
+    print("| layers | positions | scheme | RMS ratio to PyTorch f32 | draws "
+          "with max-abs <= PyTorch's | draws with RMS <= PyTorch's |")
+    print("|---|---|---|---|---|---|")
+    # The configurations and seeds of test-layers-parity.py's second table.
+    for ci, (n, pos) in enumerate(((1, "none"), (1, "rope"),
+                                   (1, "rope-interleaved"), (1, "alibi"),
+                                   (3, "none"), (3, "rope"))):
+        acc = {name: [0.0, 0, 0] for name, _ in SCHEMES}
+        te = 0.0
+        for s in range(draws):
+            xs = np.random.default_rng(1000 + s).standard_normal(
+                (T, d)).astype(F32)
+            layers = ex.build_encoder(n, d, heads, dff, False, False,
+                                      500 + 37 * ci + s)
+            r64 = ex.stack_forward([l.double() for l in layers],
+                                   torch.from_numpy(xs).double(),
+                                   torch.from_numpy(mask), pos, True).numpy()
+            t32 = ex.stack_forward([l.float() for l in layers],
+                                   torch.from_numpy(xs),
+                                   torch.from_numpy(mask).float(), pos,
+                                   True).numpy().astype(F64) - r64
+            for l in layers:
+                l.double()
+            te += float((t32 ** 2).sum())
+            for name, ov in SCHEMES:
+                md = dict({t: "f32" for t in STAGES}, **ov)
+                y = xs.astype(F64)
+                for L in layers:
+                    y = layer(L, y, mask, pos, True, md, ex)
+                e = y - r64
+                a = acc[name]
+                a[0] += float((e ** 2).sum())
+                a[1] += np.abs(e).max() <= np.abs(t32).max()
+                a[2] += (e ** 2).sum() <= (t32 ** 2).sum()
+        for name, (se, w, wr) in acc.items():
+            print("| %d | %s | %s | %.2f | %d/%d | %d/%d |"
+                  % (n, pos, name, math.sqrt(se / te), w, draws, wr, draws))
+        sys.stdout.flush()
+
+
 def main():
     args = [a for i, a in enumerate(sys.argv[1:]) if not a.startswith("--")
-            and sys.argv[i] != "--seeds"]
+            and sys.argv[i] not in ("--seeds", "--draws")]
     seeds = 6
     if "--seeds" in sys.argv:
         seeds = int(sys.argv[sys.argv.index("--seeds") + 1])
@@ -200,6 +290,12 @@ def main():
     ex = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ex)
     torch.set_num_threads(1)
+    if "--schemes" in sys.argv:
+        draws = 64
+        if "--draws" in sys.argv:
+            draws = int(sys.argv[sys.argv.index("--draws") + 1])
+        schemes(ex, draws)
+        return
     d, heads, dff, T, Lb = 16, 4, 64, 96, 12
     kinds = [("attention", False, False, "none"),
              ("attention", False, False, "rope"),

@@ -15,20 +15,25 @@ below PyTorch float32's own on the same inputs (ratio <= 1).  Every
 encoder-layer row asserts it.  Attention-only rows (kind "attention") are
 the stated exception, asserted at ratio <= 2: their error is that of the
 float32 projections, scores, softmax and P.V, which sattn computes like
-PyTorch float32 (its ratio lands between 0.8 and 1.7 depending on
-rounding luck and the instruction set); meeting the bound there would
-take the projections in double (as encoder layers do), which costs about
-a quarter of the attention-only throughput (see tests/bench/PERFORMANCE.md, "Numerical
-error").  Over many draws, though, their error is below PyTorch
-float32's: a second table runs each attention-only configuration on 16
+PyTorch float32 (its ratio lands between 0.8 and 1.8 depending on
+rounding luck and the instruction set).  Meeting the bound in nearly
+every draw would take V and the output projection summed in double (as
+encoder layers sum them): measured, 61-64 of 64 draws by max-abs and 64
+of 64 by RMS, but about 10% of W1's attention-only throughput; the output
+projection alone costs about 4.5% and still loses 1-8 draws in 64 (see
+tests/bench/PERFORMANCE.md, "Numerical error").  Over many draws,
+though, their error is below PyTorch float32's: a second table runs each attention-only configuration on 16
 random models and inputs and asserts that sattn's RMS error against
 float64 over all of them is at or below PyTorch float32's (measured
-0.86-0.90 with AVX-512, 0.95-1.00 with the portable loops).  A row also
+0.86-0.90 with AVX-512, 0.95-1.00 with the portable loops); it also
+prints in how many draws sattn's max-abs and RMS error are at or below
+PyTorch's (not asserted: with 64 draws, 41-49 and 48-64).  A row also
 fails when a frame is missing.  Also: heads and the
 layer options come from the file's metadata, and a property set to
 another value fails naming both values.
 
-usage: test-layers-parity.py EXAMPLES_DIR
+usage: test-layers-parity.py [--draws N] EXAMPLES_DIR   (N: draws of the
+second table, 16 by default)
 Exit 77 (skip) without PyTorch or gst-launch-1.0.
 """
 import importlib.util
@@ -54,7 +59,13 @@ def load_example(examples):
 
 
 def main():
-    ex = load_example(sys.argv[1] if len(sys.argv) > 1 else
+    args = sys.argv[1:]
+    draws = 16
+    if "--draws" in args:
+        i = args.index("--draws")
+        draws = int(args[i + 1])
+        del args[i:i + 2]
+    ex = load_example(args[0] if args else
                       os.path.join(os.environ["SATTN_SOURCE_ROOT"],
                                    "examples"))
     torch.set_num_threads(1)
@@ -126,15 +137,15 @@ def main():
         # PyTorch float32 on the same draws): asserted at ratio <= 1.
         print()
         print("| layers | positions | draws | sattn RMS vs f64 | torch f32 RMS "
-              "vs f64 | RMS ratio | draws with sattn max-abs <= torch's | |")
-        print("|---|---|---|---|---|---|---|---|")
-        draws = 16
+              "vs f64 | RMS ratio | draws with sattn max-abs <= torch's | "
+              "draws with sattn RMS <= torch's | |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for ci, (n, pos) in enumerate(((1, "none"), (1, "rope"),
                                        (1, "rope-interleaved"),
                                        (1, "alibi"), (3, "none"),
                                        (3, "rope"))):
             se = te = 0.0
-            wins = 0
+            wins = rwins = 0
             for s in range(draws):
                 xs = np.random.default_rng(1000 + s).standard_normal(
                     (T, d)).astype(np.float32)
@@ -167,14 +178,15 @@ def main():
                 se += float((a * a).sum())
                 te += float((b * b).sum())
                 wins += np.abs(a).max() <= np.abs(b).max()
+                rwins += (a * a).sum() <= (b * b).sum()
             else:
                 m = draws * T * d
                 rs, rt = (se / m) ** 0.5, (te / m) ** 0.5
                 ok = rs <= rt
                 fails += not ok
-                print("| %d | %s | %d | %.3e | %.3e | %.2f | %d/%d | %s |"
-                      % (n, pos, draws, rs, rt, rs / rt, wins, draws,
-                         "ok" if ok else "FAIL"))
+                print("| %d | %s | %d | %.3e | %.3e | %.2f | %d/%d | %d/%d | "
+                      "%s |" % (n, pos, draws, rs, rt, rs / rt, wins, draws,
+                                rwins, draws, "ok" if ok else "FAIL"))
         cases += [None] * 6
 
         # Metadata: the file says 4 heads and relu; heads=2 or
