@@ -1,7 +1,8 @@
 /* What sattn_model_new stores (core/model.c), read through
  * core/internal.h:
  *  - the weight matrices transposed (in × out), as floats for the
- *    attention's projections and as doubles for the feed-forward, and the
+ *    attention's projections and as doubles for the feed-forward and an
+ *    encoder's projections, and the
  *    bias vectors copied (floats) or widened (doubles): every element is
  *    compared with the caller's, at its transposed index, for shapes that
  *    are not square (a swapped row / column index fails);
@@ -87,11 +88,12 @@ test_copies (void)
   const size_t e = 6;
   float *w1 = counting (dff * e, 7.0f), *b1 = counting (dff, 8.0f);
   float *w2 = counting (e * dff, 9.0f), *b2 = counting (e, 10.0f);
-  float *n1 = counting (e, 11.0f);
+  float *n1 = counting (e, 11.0f), *wq6 = counting (e * e, 12.0f);
+  float *bq6 = counting (e, 13.0f);
   SattnConfig ce = { .d_model = e, .heads = 2, .threads = 1, .encoder = 1,
     .d_ff = dff };
-  SattnWeights we = { .w1 = w1, .b1 = b1, .w2 = w2, .b2 = b2,
-    .norm1_w = n1 };
+  SattnWeights we = { .wq = wq6, .bq = bq6, .w1 = w1, .b1 = b1, .w2 = w2,
+    .b2 = b2, .norm1_w = n1 };
   m = sattn_model_new (&ce, &we, &st);
   CHECK (m != NULL, "encoder model refused (status %d)", (int) st);
   if (m != NULL) {
@@ -100,12 +102,16 @@ test_copies (void)
     check_transposed ("b1", b1, NULL, m->b1, 1, dff);
     check_transposed ("b2", b2, NULL, m->b2, 1, e);
     check_transposed ("norm1_w", n1, m->n1w, NULL, 1, e);
+    check_transposed ("wq (float)", wq6, m->wq, NULL, e, e);
+    check_transposed ("wq (double)", wq6, NULL, m->wqd, e, e);
+    check_transposed ("bq (double)", bq6, NULL, m->bqd, 1, e);
     CHECK (m->n1b == NULL && m->n2w == NULL, "absent norm parameters "
            "copied");
     sattn_model_free (m);
   }
   free (wq); free (wk); free (wv); free (wo); free (bq); free (bo);
-  free (w1); free (b1); free (w2); free (b2); free (n1);
+  free (w1); free (b1); free (w2); free (b2); free (n1); free (wq6);
+  free (bq6);
   printf ("%s stored copies\n", fails ? "FAIL" : "ok  ");
 }
 
