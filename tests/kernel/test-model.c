@@ -2,8 +2,8 @@
  * core/internal.h:
  *  - the weight matrices transposed (in × out), as floats for the
  *    attention's projections and as doubles for the feed-forward and an
- *    encoder's projections, and the
- *    bias vectors copied (floats) or widened (doubles): every element is
+ *    encoder's projections, and the bias vectors copied (floats) or
+ *    widened (doubles): every element is
  *    compared with the caller's, at its transposed index, for shapes that
  *    are not square (a swapped row / column index fails);
  *  - the packed per-head Q | K | V copy (wqkv): present exactly when the
