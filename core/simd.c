@@ -391,7 +391,15 @@ MAX_CHAINS (max_avx2, AVX2, __m256, 8, _mm256_set1_ps, _mm256_loadu_ps,
             _mm256_max_ps, _mm256_fmadd_ps, _mm256_add_ps, max_avx2_tail,
             max_avx2_finish)
 
-/* Two query rows × 16 keys per step. */
+/* Two query rows × 16 keys per step.  Which columns a row gets from the
+ * vector tiles and which from the scalar loops depends on the row count
+ * and on the columns asked for (a stream projects in 32-column blocks or
+ * one head's columns at a time), so the scalar loops must give the same
+ * bytes as the tiles: the same chain of fused multiply-adds from 0, by
+ * fmaf.  Written as a += x * y they relied on the compiler's contraction,
+ * and at -O3 GCC vectorises that loop as an in-order sum of separately
+ * rounded products (vmulps, then vaddss), which breaks the identity
+ * (tests/core/test-batch.c). */
 AVX2 static void
 qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
          size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
@@ -438,7 +446,7 @@ qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
         const float *qr = q0 + r * ldq;
         float a = 0.0f;
         for (size_t t = 0; t < dh; t++)
-          a += qr[t] * kt[t * ldkt + j];
+          a = fmaf (qr[t], kt[t * ldkt + j], a);
         s0[r * lds + j] = a;
       }
   }
@@ -467,8 +475,8 @@ qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
     for (; j < nk; j++) {
       float a = 0.0f, b = 0.0f;
       for (size_t t = 0; t < dh; t++) {
-        a += q0[t] * kt[t * ldkt + j];
-        b += q1[t] * kt[t * ldkt + j];
+        a = fmaf (q0[t], kt[t * ldkt + j], a);
+        b = fmaf (q1[t], kt[t * ldkt + j], b);
       }
       s0[j] = a;
       s1[j] = b;
@@ -504,7 +512,7 @@ qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
     for (; j < nk; j++) {
       float a = 0.0f;
       for (size_t t = 0; t < dh; t++)
-        a += q0[t] * kt[t * ldkt + j];
+        a = fmaf (q0[t], kt[t * ldkt + j], a);
       s0[j] = a;
     }
   }
