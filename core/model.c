@@ -397,17 +397,18 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bv = dup_floats (w->bv, dv, &ok);
   m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
-  /* The projections summed in double (see SattnModel). */
+  /* The projections summed in double (see SattnModel): V and the output
+   * projection always, Q and K in encoder layers. */
   if (c.encoder) {
     m->wqd = dup_transposed_d (w->wq, dq, c.d_model, &ok);
     m->bqd = m->wqd != NULL ? dup_doubles (w->bq, dq, &ok) : NULL;
     m->wkd = dup_transposed_d (w->wk, dq, c.d_model, &ok);
     m->bkd = m->wkd != NULL ? dup_doubles (w->bk, dq, &ok) : NULL;
-    m->wvd = dup_transposed_d (w->wv, dv, c.d_model, &ok);
-    m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
-    m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
-    m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
   }
+  m->wvd = dup_transposed_d (w->wv, dv, c.d_model, &ok);
+  m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
+  m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
+  m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
   if (ok && m->wq && m->wk && m->wv && !c.encoder && c.d_head < 32 &&
       c.d_value < 32 && c.positions != SATTN_POSITIONS_ROPE &&
       c.positions != SATTN_POSITIONS_ROPE_INTERLEAVED) {
