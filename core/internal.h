@@ -43,9 +43,12 @@ struct SattnModel {
    * projections).  V and the output projection always sum in double:
    * that puts attention-only models at or below PyTorch float32's error
    * in nearly every draw, where summing in float lands around it
-   * (tests/bench/PERFORMANCE.md, "Numerical error").  Encoder layers sum
-   * Q and K in double too; attention-only models keep them in float,
-   * which their error hardly depends on. */
+   * (tests/bench/PERFORMANCE.md, "Numerical error").  Encoder layers and
+   * RoPE models sum Q and K in double too (RoPE rounds Q and K once more:
+   * in float, one of layers-parity's fixed draws lands 1.17x above
+   * PyTorch with AVX2).  Other attention-only models keep Q and K in
+   * float: that keeps the per-head path's packed float product for them
+   * (see wqkv), and their error stays below PyTorch's without. */
   double *wqd, *bqd, *wkd, *bkd, *wvd, *bvd, *wod, *bod;
 };
 

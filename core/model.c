@@ -398,8 +398,9 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
   /* The projections summed in double (see SattnModel): V and the output
-   * projection always, Q and K in encoder layers. */
-  if (c.encoder) {
+   * projection always, Q and K in encoder layers and with RoPE. */
+  if (c.encoder || c.positions == SATTN_POSITIONS_ROPE ||
+      c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED) {
     m->wqd = dup_transposed_d (w->wq, dq, c.d_model, &ok);
     m->bqd = m->wqd != NULL ? dup_doubles (w->bq, dq, &ok) : NULL;
     m->wkd = dup_transposed_d (w->wk, dq, c.d_model, &ok);
