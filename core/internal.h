@@ -229,8 +229,28 @@ int sattn_simd_level (void);            /* 0 portable, 1 AVX2+FMA */
 void sattn_simd_force (int level);      /* tests only */
 void sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt,
                size_t m, size_t nk, size_t dh, float *S, size_t lds);
+/* sattn_qk, also giving rmax[i] = the max of row i's nk scores, NaN scores
+ * skipped, or NaN where it was not taken (only the AVX-512 tiles of eight
+ * rows take it, as they store the scores).  A caller that skips the NaN
+ * test on the strength of rmax tests the row sum instead: the exp pass
+ * turns a NaN input into a NaN sum. */
+void sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
+                   size_t m, size_t nk, size_t dh, float *S, size_t lds,
+                   float *rmax);
+/* The exp pass of the rows i < m of S (stride lds, n scores each) with
+ * rows[i] == 1, x = S * scale - qmax[i] * scale (qmax from sattn_qk_max,
+ * finite): norm[i] = 1 / the row sum; rows[i] = 2 instead where the sum is
+ * NaN (a NaN score; the row's scores are then overwritten). */
+void sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n,
+                         const float *qmax, float scale, uint8_t *rows,
+                         float *norm);
 void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
                const float *v, size_t ldv, size_t dv, float *O, size_t ldo);
+/* sattn_pv, each row i of O then multiplied by norm[i] (as sattn_mul
+ * would: the same bytes); nonzero when every value of O is finite. */
+int sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk,
+                   const float *v, size_t ldv, size_t dv, const float *norm,
+                   float *O, size_t ldo);
 /* Softmax pass 1 over s[0, n): scale; entries with ok[j] == 0 (ok may be
  * NULL) become -inf; NaN scores become NaN markers.  counts[] += {valid,
  * NaN, +inf, -inf}.  Returns the max over valid entries (-inf if none). */
@@ -252,5 +272,15 @@ double sattn_exp_sum (float *y, size_t n, float scale, float mx);
  * x_i = y_i * scale - mx. */
 double sattn_exp_sum_stats (float *y, size_t n, float scale, float mx,
                             double *ex, float *xmin);
+/* Rows x[i * ldx] (i < cnt), columns [0, w), into rows i of dst (stride
+ * ldd) and again mir floats further (the ring's mirror), zeros where
+ * ok[i] == 0; sattn_transpose_rows writes them transposed: dst[t * ldd + i]
+ * and dst[t * ldd + i + mir]. */
+void sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok,
+                      size_t cnt, size_t w, float *dst, size_t ldd,
+                      size_t mir);
+void sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
+                           size_t cnt, size_t w, float *dst, size_t ldd,
+                           size_t mir);
 
 #endif

@@ -303,8 +303,16 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
   const uint8_t *query_ok = a->query_ok ? a->query_ok + r0 : NULL;
   float norm[ROWS_BLOCK];
 
-  /* Raw scores for the window keys, then the extra keys by hand. */
-  sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
+  /* Raw scores for the window keys, then the extra keys by hand.  Rows
+   * that may take softmax_row_qmax get their max from Q·Kᵀ. */
+  float qmax[ROWS_BLOCK];
+  const int use_qmax = stats == NULL && a->allow == NULL &&
+      m->alibi == NULL && m->n_extra == 0 && c->scale > 0.0f &&
+      c->scale <= 1.0f;
+  if (use_qmax)
+    sattn_qk_max (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols, qmax);
+  else
+    sattn_qk (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols);
   for (size_t e = 0; e < m->n_extra; e++) {
     const float *ke = m->k_extra + e * m->dq + h * dh;
     for (size_t i = 0; i < M; i++) {
@@ -319,8 +327,31 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
   /* Every key usable (the common window): the softmax need not look. */
   const uint8_t *key_ok = a->key_ok != NULL && memchr (a->key_ok, 0, nk)
       ? a->key_ok : NULL;
+  /* The common rows without statistics when Q·Kᵀ took their max (qmax,
+   * NaN scores skipped; see sattn_qk_max): every key visible, nothing
+   * masked, 0 < scale <= 1, no extra keys, qmax finite.  Their values
+   * are those of softmax_row's common row: the same max (a +-inf score
+   * makes qmax infinite; -inf scores are valid entries whose exponential
+   * is 0 either way, and only the statistics count them), the same exp
+   * pass, all rows in one call.  A NaN score, which the max skipped,
+   * makes the sum NaN (fast[i] = 2): the row takes softmax_row below, its
+   * scores computed again (the exp pass overwrote them). */
+  uint8_t fast[ROWS_BLOCK];
+  int any_fast = 0;
+  for (size_t i = 0; i < M; i++) {
+    size_t lo, hi;
+    sattn_visible_keys (c, a->q0 + r0 + i, nk, &lo, &hi);
+    fast[i] = (uint8_t) (use_qmax && key_ok == NULL && lo == 0 && hi == nk &&
+                         (query_ok == NULL || query_ok[i]) &&
+                         qmax[i] > -INFINITY && qmax[i] < INFINITY);
+    any_fast |= fast[i];
+  }
+  if (any_fast)
+    sattn_softmax_rows (S, ncols, M, nk, qmax, c->scale, fast, norm);
   for (size_t i = 0; i < M; i++) {
     float *row = S + i * ncols;
+    if (fast[i] == 1)
+      continue;
     norm[i] = 1.0f;
     if (query_ok != NULL && !query_ok[i]) {
       memset (row, 0, ncols * sizeof (float));
@@ -329,6 +360,8 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
     size_t qpos = a->q0 + r0 + i;
     size_t lo, hi;
     sattn_visible_keys (c, qpos, nk, &lo, &hi);
+    if (fast[i] == 2)
+      sattn_qk (Qh + i * a->ldq, a->ldq, Kth, a->ldkt, 1, nk, dh, row, ncols);
     float scale = c->scale;
     if (m->alibi != NULL) {
       /* ALiBi: scaled score - slope * |i - j| over the visible range (no
@@ -357,12 +390,21 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
 
   /* O_h = (E V_h) / sum: dvh products per row instead of ncols.  The
    * same whether or not the weights are kept. */
-  pv_rows (m, a, h, S, M, Oh);
-  for (size_t i = 0; i < M; i++)
-    if (norm[i] != 1.0f)
-      sattn_mul (Oh + i * m->dv, dvh, norm[i]);
+  int finite = 0;
+  if (m->n_extra == 0) {
+    /* Normalised as the rows are stored, tested for NaN/+-inf there: the
+     * rows need no second pass when all are finite. */
+    finite = sattn_pv_norm (S, ncols, M, nk, a->v + h * dvh, a->ldv, dvh,
+                            norm, Oh, m->dv);
+  } else {
+    pv_rows (m, a, h, S, M, Oh);
+    for (size_t i = 0; i < M; i++)
+      if (norm[i] != 1.0f)
+        sattn_mul (Oh + i * m->dv, dvh, norm[i]);
+  }
   /* This task's rows and head columns only: tasks stay disjoint. */
-  clamp_context (m, a, h, S, norm, Oh, M);
+  if (!finite)
+    clamp_context (m, a, h, S, norm, Oh, M);
 }
 
 void
@@ -410,6 +452,10 @@ sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
                             size_t ldo, uint8_t *row_ok)
 {
   size_t bad = 0;
+  /* Without an output projection or an encoder layer the rows are rows of
+   * O, which the attention leaves finite (clamp_context) or zero. */
+  if (m->wo == NULL && m->bo == NULL && !m->cfg.encoder)
+    return 0;
   for (size_t i = 0; i < rows; i++) {
     float *r = out + i * ldo;
     if (sattn_finite (r, m->d_out))

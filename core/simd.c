@@ -164,6 +164,33 @@ exp_sum_body_portable (float *y, size_t n, float scale, float mx, double *ex,
   return sum;
 }
 
+/* Rows x[i * ldx], i < cnt, columns [0, w), into rows i of dst (stride
+ * ldd) and their mirrors mir floats further; zeros where ok[i] == 0. */
+static void
+copy_rows_portable (const float *restrict x, size_t ldx,
+                    const uint8_t *restrict ok, size_t cnt, size_t w,
+                    float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t i = 0; i < cnt; i++) {
+    float *d = dst + i * ldd;
+    for (size_t t = 0; t < w; t++)
+      d[t] = d[t + mir] = ok[i] ? x[i * ldx + t] : 0.0f;
+  }
+}
+
+/* The same transposed: dst[t * ldd + i] (and its mirror) = x[i * ldx + t]. */
+static void
+transpose_rows_portable (const float *restrict x, size_t ldx,
+                         const uint8_t *restrict ok, size_t cnt, size_t w,
+                         float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t t = 0; t < w; t++) {
+    float *restrict d = dst + t * ldd;
+    for (size_t i = 0; i < cnt; i++)
+      d[i] = d[i + mir] = ok[i] ? x[i * ldx + t] : 0.0f;
+  }
+}
+
 /* ---------------------------------------------------------------- AVX2 */
 
 /* A float is finite unless its exponent field is all ones: adding 1 to
@@ -191,7 +218,8 @@ exp256 (__m256 x)
    * the clamp's result rounds to 0 exactly: 2^-150 e^r with
    * r = -104 + 150 ln2 ~ -0.028 is under half the smallest subnormal. */
   const __m256 lo = _mm256_set1_ps (-104.0f);
-  x = _mm256_max_ps (x, lo);
+  /* NaN stays NaN (vmaxps returns its second operand then). */
+  x = _mm256_max_ps (lo, x);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits, and
    * the low bits of that sum are n as an integer (0x4b400000 + n). */
   const __m256 magic = _mm256_set1_ps (12582912.0f);
@@ -294,33 +322,57 @@ exp_sum_stats_avx2 (float *y, size_t n, float scale, float mx, double *ex,
   return exp_sum_body_avx2 (y, n, scale, mx, ex, xmin);
 }
 
-/* See max_portable: four independent max and NaN chains. */
-AVX2 static float
-max_avx2 (const float *restrict s, size_t n, int *finite)
+/* max_avx2 and max_avx512 (see max_portable): four independent max and
+ * NaN chains over vectors of W floats (each link has the latency of four
+ * vector instructions), then tail (the vectors left, one at a time;
+ * returns the first entry not read), the chains combined, and finish
+ * (the horizontal max and the detector's test, and what is left). */
+#define MAX_CHAINS(name, attr, T, W, set1, loadu, vmax, fmadd, add, tail,  \
+                   finish)                                                 \
+  attr static float                                                        \
+  name (const float *restrict s, size_t n, int *finite)                    \
+  {                                                                        \
+    const T zero = set1 (0.0f);                                            \
+    T m0 = set1 (-INFINITY), m1 = m0, m2 = m0, m3 = m0;                    \
+    T d0 = zero, d1 = zero, d2 = zero, d3 = zero;                          \
+    size_t j = 0;                                                          \
+    for (; j + 4 * (W) <= n; j += 4 * (W)) {                               \
+      T v0 = loadu (s + j), v1 = loadu (s + j + (W));                      \
+      T v2 = loadu (s + j + 2 * (W)), v3 = loadu (s + j + 3 * (W));        \
+      m0 = vmax (m0, v0);                                                  \
+      m1 = vmax (m1, v1);                                                  \
+      m2 = vmax (m2, v2);                                                  \
+      m3 = vmax (m3, v3);                                                  \
+      d0 = fmadd (v0, zero, d0);                                           \
+      d1 = fmadd (v1, zero, d1);                                           \
+      d2 = fmadd (v2, zero, d2);                                           \
+      d3 = fmadd (v3, zero, d3);                                           \
+    }                                                                      \
+    j = tail (s, n, j, &m0, &d0);                                          \
+    m0 = vmax (vmax (m0, m1), vmax (m2, m3));                              \
+    d0 = add (add (d0, d1), add (d2, d3));                                 \
+    return finish (s, n, j, m0, d0, finite);                               \
+  }
+
+/* max_avx2's tail: whole vectors; the floats after them are left to
+ * max_avx2_finish. */
+AVX2 static inline __attribute__ ((always_inline)) size_t
+max_avx2_tail (const float *restrict s, size_t n, size_t j, __m256 *m0,
+               __m256 *d0)
 {
   const __m256 zero = _mm256_setzero_ps ();
-  __m256 m0 = _mm256_set1_ps (-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-  __m256 d0 = zero, d1 = zero, d2 = zero, d3 = zero;
-  size_t j = 0;
-  for (; j + 32 <= n; j += 32) {
-    __m256 v0 = _mm256_loadu_ps (s + j), v1 = _mm256_loadu_ps (s + j + 8);
-    __m256 v2 = _mm256_loadu_ps (s + j + 16), v3 = _mm256_loadu_ps (s + j + 24);
-    m0 = _mm256_max_ps (m0, v0);
-    m1 = _mm256_max_ps (m1, v1);
-    m2 = _mm256_max_ps (m2, v2);
-    m3 = _mm256_max_ps (m3, v3);
-    d0 = _mm256_fmadd_ps (v0, zero, d0);
-    d1 = _mm256_fmadd_ps (v1, zero, d1);
-    d2 = _mm256_fmadd_ps (v2, zero, d2);
-    d3 = _mm256_fmadd_ps (v3, zero, d3);
-  }
   for (; j + 8 <= n; j += 8) {
     __m256 v0 = _mm256_loadu_ps (s + j);
-    m0 = _mm256_max_ps (m0, v0);
-    d0 = _mm256_fmadd_ps (v0, zero, d0);
+    *m0 = _mm256_max_ps (*m0, v0);
+    *d0 = _mm256_fmadd_ps (v0, zero, *d0);
   }
-  m0 = _mm256_max_ps (_mm256_max_ps (m0, m1), _mm256_max_ps (m2, m3));
-  d0 = _mm256_add_ps (_mm256_add_ps (d0, d1), _mm256_add_ps (d2, d3));
+  return j;
+}
+
+AVX2 static inline __attribute__ ((always_inline)) float
+max_avx2_finish (const float *restrict s, size_t n, size_t j, __m256 m0,
+                 __m256 d0, int *finite)
+{
   float lm[8], ld[8];
   _mm256_storeu_ps (lm, m0);
   _mm256_storeu_ps (ld, d0);
@@ -334,6 +386,10 @@ max_avx2 (const float *restrict s, size_t n, int *finite)
   *finite = fin && det == det;
   return t > m ? t : m;
 }
+
+MAX_CHAINS (max_avx2, AVX2, __m256, 8, _mm256_set1_ps, _mm256_loadu_ps,
+            _mm256_max_ps, _mm256_fmadd_ps, _mm256_add_ps, max_avx2_tail,
+            max_avx2_finish)
 
 /* Two query rows × 16 keys per step. */
 AVX2 static void
@@ -639,7 +695,10 @@ mul_avx2 (float *restrict y, size_t n, float a)
 AVX512 static inline __m512
 exp512 (__m512 x)
 {
-  x = _mm512_max_ps (x, _mm512_set1_ps (-104.0f));
+  /* max (-104, x) returns x when x is NaN (vmaxps returns its second
+   * operand then): a NaN score makes the row sum NaN (see
+   * sattn_qk_max). */
+  x = _mm512_max_ps (_mm512_set1_ps (-104.0f), x);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits (one
    * FMA and a subtraction instead of a product and a 2-uop round). */
   const __m512 magic = _mm512_set1_ps (12582912.0f);
@@ -665,31 +724,36 @@ tail_mask (size_t r)
 }
 
 /* One vector of the exp pass: y[0, 16) under mask m (a constant 0xffff
- * in the main loop: no mask computed there). */
-AVX512 static inline __attribute__ ((always_inline)) void
-exp_step_avx512 (float *y, __mmask16 m, __m512 vsc, __m512 vmx, __m512 *fs,
+ * in the main loop: no mask computed there); returns the exponentials.
+ * fused: x = y * scale - mx in one FMA, for a scale that is a power of two
+ * (see exp_sum_avx512). */
+AVX512 static inline __attribute__ ((always_inline)) __m512
+exp_step_avx512 (float *y, __mmask16 m, __m512 vsc, __m512 vmx, int fused,
                  int stats, __m512 *exa, __m512 *mn)
 {
   const __m512 ninf = _mm512_set1_ps (-INFINITY);
-  /* Rounded before the subtraction (an explicit rounding mode: never
-   * fused into a multiply-add, so the max entry gives exactly 0). */
-  __m512 x = _mm512_sub_ps (_mm512_mul_round_ps (_mm512_mask_loadu_ps (ninf,
-              m, y), vsc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-      vmx);
+  __m512 yv = _mm512_mask_loadu_ps (ninf, m, y), x;
+  if (fused)
+    x = _mm512_fmsub_ps (yv, vsc, vmx);
+  else
+    /* Rounded before the subtraction (an explicit rounding mode: never
+     * fused into a multiply-add, so the max entry gives exactly 0). */
+    x = _mm512_sub_ps (_mm512_mul_round_ps (yv, vsc,
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vmx);
   __m512 e = exp512 (x);
   _mm512_mask_storeu_ps (y, m, e);
-  *fs = _mm512_add_ps (*fs, e);
   if (stats) {
     __mmask16 live = _mm512_cmp_ps_mask (x, ninf, _CMP_GT_OQ);
     *exa = _mm512_mask_add_ps (*exa, live, *exa, _mm512_mul_ps (x, e));
     *mn = _mm512_mask_min_ps (*mn, live, *mn, x);
   }
+  return e;
 }
 
 /* The exp pass (see exp_sum_body_portable and exp_sum_body_avx2). */
 AVX512 static inline __attribute__ ((always_inline)) double
-exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, double *ex,
-                     float *xmin)
+exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, int fused,
+                     double *ex, float *xmin)
 {
   const __m512 vmx = _mm512_set1_ps (mx), vsc = _mm512_set1_ps (scale);
   const int stats = ex != NULL;
@@ -698,15 +762,19 @@ exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, double *ex,
   /* The sum: float partials of four vectors (each lane at most 4 terms in
    * [0, 1], relative error <= 3 * 2^-24), then in double. */
   for (size_t i0 = 0; i0 < n; i0 += 64) {
-    __m512 fs = _mm512_setzero_ps ();
+    __m512 fs;
     if (n - i0 >= 64) {
-      for (int k = 0; k < 4; k++)
-        exp_step_avx512 (y + i0 + 16 * k, 0xffff, vsc, vmx, &fs, stats, &exa,
-                         &mn);
+      /* ((e0 + e1) + e2) + e3: the same sums as from 0. */
+      fs = exp_step_avx512 (y + i0, 0xffff, vsc, vmx, fused, stats, &exa,
+                            &mn);
+      for (int k = 1; k < 4; k++)
+        fs = _mm512_add_ps (fs, exp_step_avx512 (y + i0 + 16 * k, 0xffff,
+                vsc, vmx, fused, stats, &exa, &mn));
     } else {
+      fs = _mm512_setzero_ps ();
       for (size_t i = i0; i < n; i += 16)
-        exp_step_avx512 (y + i, tail_mask (n - i), vsc, vmx, &fs, stats,
-                         &exa, &mn);
+        fs = _mm512_add_ps (fs, exp_step_avx512 (y + i, tail_mask (n - i),
+                vsc, vmx, fused, stats, &exa, &mn));
     }
     acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (fs)));
     acc1 = _mm512_add_pd (acc1,
@@ -719,51 +787,64 @@ exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, double *ex,
   return _mm512_reduce_add_pd (_mm512_add_pd (acc0, acc1));
 }
 
+/* A scale that is a power of two (1 included) makes every product y *
+ * scale exact (y <= 0 scaled down cannot overflow; a product in the
+ * subnormal range that would round only matters against an mx below
+ * 2^-100, where every exponential is 1 either way), so y * scale - mx in
+ * one FMA is the subtraction of the rounded product: the same bytes, one
+ * instruction less per vector. */
+static inline int
+pow2_scale (float scale)
+{
+  uint32_t u;
+  memcpy (&u, &scale, sizeof u);
+  return (u & 0x007fffffu) == 0 && (u >> 23) != 0 && (u >> 23) < 0xff;
+}
+
 AVX512 static double
 exp_sum_avx512 (float *y, size_t n, float scale, float mx)
 {
-  return exp_sum_body_avx512 (y, n, scale, mx, NULL, NULL);
+  if (pow2_scale (scale))
+    return exp_sum_body_avx512 (y, n, scale, mx, 1, NULL, NULL);
+  return exp_sum_body_avx512 (y, n, scale, mx, 0, NULL, NULL);
 }
 
 AVX512 static double
 exp_sum_stats_avx512 (float *y, size_t n, float scale, float mx, double *ex,
                       float *xmin)
 {
-  return exp_sum_body_avx512 (y, n, scale, mx, ex, xmin);
+  return exp_sum_body_avx512 (y, n, scale, mx, 0, ex, xmin);
 }
 
-/* See max_portable: four independent max and NaN chains (each link has
- * the latency of four vector instructions). */
-AVX512 static float
-max_avx512 (const float *restrict s, size_t n, int *finite)
+/* max_avx512's tail: masked vectors up to n. */
+AVX512 static inline __attribute__ ((always_inline)) size_t
+max_avx512_tail (const float *restrict s, size_t n, size_t j, __m512 *m0,
+                 __m512 *d0)
 {
   const __m512 zero = _mm512_setzero_ps ();
-  __m512 m0 = _mm512_set1_ps (-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-  __m512 d0 = zero, d1 = zero, d2 = zero, d3 = zero;
-  size_t j = 0;
-  for (; j + 64 <= n; j += 64) {
-    __m512 v0 = _mm512_loadu_ps (s + j), v1 = _mm512_loadu_ps (s + j + 16);
-    __m512 v2 = _mm512_loadu_ps (s + j + 32), v3 = _mm512_loadu_ps (s + j + 48);
-    m0 = _mm512_max_ps (m0, v0);
-    m1 = _mm512_max_ps (m1, v1);
-    m2 = _mm512_max_ps (m2, v2);
-    m3 = _mm512_max_ps (m3, v3);
-    d0 = _mm512_fmadd_ps (v0, zero, d0);
-    d1 = _mm512_fmadd_ps (v1, zero, d1);
-    d2 = _mm512_fmadd_ps (v2, zero, d2);
-    d3 = _mm512_fmadd_ps (v3, zero, d3);
-  }
   for (; j < n; j += 16) {
     __mmask16 tm = tail_mask (n - j);
     __m512 v0 = _mm512_maskz_loadu_ps (tm, s + j);
-    m0 = _mm512_mask_max_ps (m0, tm, m0, v0);
-    d0 = _mm512_fmadd_ps (v0, zero, d0);
+    *m0 = _mm512_mask_max_ps (*m0, tm, *m0, v0);
+    *d0 = _mm512_fmadd_ps (v0, zero, *d0);
   }
-  m0 = _mm512_max_ps (_mm512_max_ps (m0, m1), _mm512_max_ps (m2, m3));
-  d0 = _mm512_add_ps (_mm512_add_ps (d0, d1), _mm512_add_ps (d2, d3));
+  return j;
+}
+
+AVX512 static inline __attribute__ ((always_inline)) float
+max_avx512_finish (const float *restrict s, size_t n, size_t j, __m512 m0,
+                   __m512 d0, int *finite)
+{
+  (void) s;
+  (void) n;
+  (void) j;
   *finite = _mm512_cmp_ps_mask (d0, d0, _CMP_UNORD_Q) == 0;
   return _mm512_reduce_max_ps (m0);
 }
+
+MAX_CHAINS (max_avx512, AVX512, __m512, 16, _mm512_set1_ps, _mm512_loadu_ps,
+            _mm512_max_ps, _mm512_fmadd_ps, _mm512_add_ps, max_avx512_tail,
+            max_avx512_finish)
 
 AVX512 static float
 scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
@@ -829,7 +910,7 @@ mul_avx512 (float *restrict y, size_t n, float a)
 AVX512 static inline __attribute__ ((always_inline)) void
 qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
                 size_t ldkt, size_t m, size_t nk, size_t dh,
-                float *restrict S, size_t lds, int acc)
+                float *restrict S, size_t lds, int acc, float *rmax)
 {
   size_t i = 0;
   /* Eight rows × 32 keys: sixteen independent FMA chains (the latency of
@@ -838,6 +919,11 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
     const float *q0 = q + i * ldq;
     float *s0 = S + i * lds;
     size_t j = 0;
+    /* rmax: each row's max in registers as the tile is stored (a NaN
+     * score is skipped: vmaxps returns its second operand then). */
+    __m512 mx[8];
+    for (int r = 0; r < 8; r++)
+      mx[r] = _mm512_set1_ps (-INFINITY);
     for (; j + 32 <= nk; j += 32) {
       __m512 a[8], b[8];
       for (int r = 0; r < 8; r++) {
@@ -856,6 +942,8 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
       for (int r = 0; r < 8; r++) {
         _mm512_storeu_ps (s0 + r * lds + j, a[r]);
         _mm512_storeu_ps (s0 + r * lds + j + 16, b[r]);
+        if (rmax != NULL)
+          mx[r] = _mm512_max_ps (b[r], _mm512_max_ps (a[r], mx[r]));
       }
     }
     for (; j < nk; j += 16) {
@@ -868,10 +956,19 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
         for (int r = 0; r < 8; r++)
           a[r] = _mm512_fmadd_ps (_mm512_set1_ps (q0[r * ldq + t]), k0, a[r]);
       }
-      for (int r = 0; r < 8; r++)
+      for (int r = 0; r < 8; r++) {
         _mm512_mask_storeu_ps (s0 + r * lds + j, tm, a[r]);
+        if (rmax != NULL)
+          mx[r] = _mm512_mask_max_ps (mx[r], tm, a[r], mx[r]);
+      }
     }
+    if (rmax != NULL)
+      for (int r = 0; r < 8; r++)
+        rmax[i + r] = _mm512_reduce_max_ps (mx[r]);
   }
+  /* The other rows: no max (see sattn_qk_max). */
+  for (size_t r = i; rmax != NULL && r < m; r++)
+    rmax[r] = NAN;
   for (; i + 4 <= m; i += 4) {
     const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
         *q3 = q2 + ldq;
@@ -969,14 +1066,37 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
            size_t lds)
 {
   if (dh <= QK_KBLOCK || m < 8) {
-    qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0);
+    qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0, NULL);
     return;
   }
   for (size_t t0 = 0; t0 < dh; t0 += QK_KBLOCK) {
     size_t kb = dh - t0 < QK_KBLOCK ? dh - t0 : QK_KBLOCK;
     qk_avx512_body (q + t0, ldq, kt + t0 * ldkt, ldkt, m, nk, kb, S, lds,
-                    t0 > 0);
+                    t0 > 0, NULL);
   }
+}
+
+/* One row vector of O stored: multiplied by nrm[r] first (nrm may be
+ * NULL: as computed), the lanes that are NaN or +-inf added to *bad (the
+ * same product as the normalisation pass it replaces: the same bytes). */
+AVX512 static inline __attribute__ ((always_inline)) void
+pv_store_avx512 (float *o, __mmask16 cm, __m512 a, const float *nrm, int r,
+                 __mmask16 *bad)
+{
+  if (nrm != NULL)
+    a = _mm512_mul_ps (a, _mm512_set1_ps (nrm[r]));
+  *bad |= _mm512_mask_fpclass_ps_mask (cm, a, 0x99);
+  _mm512_mask_storeu_ps (o, cm, a);
+}
+
+/* sattn_qk with the rows' max (see sattn_qk_max); inner dimensions up to
+ * QK_KBLOCK (one block: the stored scores are final). */
+AVX512 static void
+qk_max_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
+               size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+               size_t lds, float *rmax)
+{
+  qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0, rmax);
 }
 
 /* Eight rows × two column vectors (c1 masked) or sixteen rows × one:
@@ -987,19 +1107,34 @@ qk_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
 AVX512 static inline __attribute__ ((always_inline)) void
 pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
                 const float *restrict v, size_t ldv, __mmask16 c0,
-                __mmask16 c1, int rows, float *restrict o, size_t ldo)
+                __mmask16 c1, int rows, float *restrict o, size_t ldo,
+                const float *nrm, __mmask16 *bad)
 {
   __m512 a[16];
   for (int r = 0; r < 16; r++)
     a[r] = _mm512_setzero_ps ();
   if (rows == 16) {
+    /* Sixteen row pointers do not fit in the general registers (the
+     * compiler kept some in vector registers, a move per use): rows 8-15
+     * are addressed from the pointers of rows 0-7 with one more index,
+     * opaque to the compiler so that it cannot fold it into eight more
+     * pointers. */
+    const float *pr[8];
+    for (int r = 0; r < 8; r++)
+      pr[r] = p0 + r * ldp;
+#pragma GCC unroll 4
     for (size_t j = 0; j < nk; j++) {
+      size_t j8 = j + 8 * ldp;
+      __asm__ ("" : "+r" (j8));
       __m512 vj = _mm512_maskz_loadu_ps (c0, v + j * ldv);
-      for (int r = 0; r < 16; r++)
-        a[r] = _mm512_fmadd_ps (_mm512_set1_ps (p0[r * ldp + j]), vj, a[r]);
+      for (int r = 0; r < 8; r++)
+        a[r] = _mm512_fmadd_ps (_mm512_set1_ps (pr[r][j]), vj, a[r]);
+      for (int r = 0; r < 8; r++)
+        a[8 + r] = _mm512_fmadd_ps (_mm512_set1_ps (pr[r][j8]), vj,
+                                    a[8 + r]);
     }
     for (int r = 0; r < 16; r++)
-      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
+      pv_store_avx512 (o + r * ldo, c0, a[r], nrm, r, bad);
   } else if (c1 == 0) {
     for (size_t j = 0; j < nk; j++) {
       __m512 vj = _mm512_maskz_loadu_ps (c0, v + j * ldv);
@@ -1007,7 +1142,7 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
         a[r] = _mm512_fmadd_ps (_mm512_set1_ps (p0[r * ldp + j]), vj, a[r]);
     }
     for (int r = 0; r < 8; r++)
-      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
+      pv_store_avx512 (o + r * ldo, c0, a[r], nrm, r, bad);
   } else {
     for (size_t j = 0; j < nk; j++) {
       __m512 v0 = _mm512_maskz_loadu_ps (c0, v + j * ldv);
@@ -1021,8 +1156,8 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
       }
     }
     for (int r = 0; r < 8; r++) {
-      _mm512_mask_storeu_ps (o + r * ldo, c0, a[r]);
-      _mm512_mask_storeu_ps (o + r * ldo + 16, c1, a[8 + r]);
+      pv_store_avx512 (o + r * ldo, c0, a[r], nrm, r, bad);
+      pv_store_avx512 (o + r * ldo + 16, c1, a[8 + r], nrm, r, bad);
     }
   }
 }
@@ -1030,34 +1165,36 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
 /* O = P V with rows in blocks of 8 (tiles above), masked column tails;
  * rows past the last block of 8 one at a time.  Every V row is finite, so
  * no branch on zero weights. */
-AVX512 static void
+AVX512 static int
 pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
            const float *restrict v, size_t ldv, size_t dv, float *restrict O,
-           size_t ldo)
+           size_t ldo, const float *norm)
 {
   size_t i = 0;
+  __mmask16 bad = 0;
+#define NRM(r) (norm != NULL ? norm + (r) : NULL)
   for (; i + 8 <= m; i += 8) {
     const float *p0 = P + i * ldp;
     size_t t = 0;
     for (; t + 16 < dv; t += 32)
       pv_tile_avx512 (p0, ldp, nk, v + t, ldv, 0xffff, tail_mask (dv - t - 16),
-                      8, O + i * ldo + t, ldo);
+                      8, O + i * ldo + t, ldo, NRM (i), &bad);
     if (t < dv) {
       /* One column vector left: sixteen rows when there are. */
       if (i + 16 <= m) {
         pv_tile_avx512 (p0, ldp, nk, v + t, ldv, tail_mask (dv - t), 0, 16,
-                        O + i * ldo + t, ldo);
+                        O + i * ldo + t, ldo, NRM (i), &bad);
         /* the next block of 8 rows has this column vector done */
         size_t t2 = 0;
         const float *p1 = p0 + 8 * ldp;
         for (; t2 + 16 < dv; t2 += 32)
           pv_tile_avx512 (p1, ldp, nk, v + t2, ldv, 0xffff,
                           tail_mask (dv - t2 - 16), 8,
-                          O + (i + 8) * ldo + t2, ldo);
+                          O + (i + 8) * ldo + t2, ldo, NRM (i + 8), &bad);
         i += 8;
       } else {
         pv_tile_avx512 (p0, ldp, nk, v + t, ldv, tail_mask (dv - t), 0, 8,
-                        O + i * ldo + t, ldo);
+                        O + i * ldo + t, ldo, NRM (i), &bad);
       }
     }
   }
@@ -1076,7 +1213,84 @@ pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
       if (j < nk)
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j]),
             _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
-      _mm512_mask_storeu_ps (O + i * ldo + t, tm, _mm512_add_ps (a0, a1));
+      pv_store_avx512 (O + i * ldo + t, tm, _mm512_add_ps (a0, a1), NRM (i),
+                       0, &bad);
+    }
+  }
+#undef NRM
+  return bad == 0;
+}
+
+/* 16 × 16 floats transposed in registers (unpack by floats, by pairs,
+ * then 128-bit blocks twice). */
+AVX512 static inline __attribute__ ((always_inline)) void
+transpose16_avx512 (__m512 r[16])
+{
+  __m512 t[16];
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = _mm512_unpacklo_ps (r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps (r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {
+    __m512d a = _mm512_castps_pd (t[k]), b = _mm512_castps_pd (t[k + 1]);
+    __m512d c = _mm512_castps_pd (t[k + 2]), d = _mm512_castps_pd (t[k + 3]);
+    r[k] = _mm512_castpd_ps (_mm512_unpacklo_pd (a, c));
+    r[k + 1] = _mm512_castpd_ps (_mm512_unpackhi_pd (a, c));
+    r[k + 2] = _mm512_castpd_ps (_mm512_unpacklo_pd (b, d));
+    r[k + 3] = _mm512_castpd_ps (_mm512_unpackhi_pd (b, d));
+  }
+  for (int k = 0; k < 16; k += 8)
+    for (int l = 0; l < 4; l++) {
+      t[k + l] = _mm512_shuffle_f32x4 (r[k + l], r[k + 4 + l], 0x88);
+      t[k + 4 + l] = _mm512_shuffle_f32x4 (r[k + l], r[k + 4 + l], 0xdd);
+    }
+  for (int l = 0; l < 8; l++) {
+    r[l] = _mm512_shuffle_f32x4 (t[l], t[8 + l], 0x88);
+    r[8 + l] = _mm512_shuffle_f32x4 (t[l], t[8 + l], 0xdd);
+  }
+}
+
+/* See copy_rows_portable. */
+AVX512 static void
+copy_rows_avx512 (const float *restrict x, size_t ldx,
+                  const uint8_t *restrict ok, size_t cnt, size_t w,
+                  float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t i = 0; i < cnt; i++)
+    for (size_t t = 0; t < w; t += 16) {
+      __mmask16 tm = tail_mask (w - t);
+      __m512 v = _mm512_maskz_loadu_ps (ok[i] ? tm : 0, x + i * ldx + t);
+      _mm512_mask_storeu_ps (dst + i * ldd + t, tm, v);
+      _mm512_mask_storeu_ps (dst + i * ldd + t + mir, tm, v);
+    }
+}
+
+/* See transpose_rows_portable: blocks of 16 rows × 16 columns. */
+AVX512 static void
+transpose_rows_avx512 (const float *restrict x, size_t ldx,
+                       const uint8_t *restrict ok, size_t cnt, size_t w,
+                       float *restrict dst, size_t ldd, size_t mir)
+{
+  for (size_t i0 = 0; i0 < cnt; i0 += 16) {
+    __mmask16 im = tail_mask (cnt - i0);
+    for (size_t t0 = 0; t0 < w; t0 += 16) {
+      __mmask16 tm = tail_mask (w - t0);
+      __m512 r[16];
+      /* Sixteen usable rows (the common case): no test per row. */
+      if (cnt - i0 >= 16 && _mm_cmpeq_epi8_mask (_mm_loadu_si128 (
+                  (const __m128i *) (ok + i0)), _mm_setzero_si128 ()) == 0)
+        for (size_t i = 0; i < 16; i++)
+          r[i] = _mm512_maskz_loadu_ps (tm, x + (i0 + i) * ldx + t0);
+      else
+        for (size_t i = 0; i < 16; i++)
+          r[i] = _mm512_maskz_loadu_ps (i0 + i < cnt && ok[i0 + i] ? tm : 0,
+                                        x + (i0 + i) * ldx + t0);
+      transpose16_avx512 (r);
+      for (size_t t = 0; t < 16 && t0 + t < w; t++) {
+        float *d = dst + (t0 + t) * ldd + i0;
+        _mm512_mask_storeu_ps (d, im, r[t]);
+        _mm512_mask_storeu_ps (d + mir, im, r[t]);
+      }
     }
   }
 }
@@ -1109,7 +1323,7 @@ sattn_pv (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
 #ifdef SATTN_HAVE_X86
   int level = sattn_simd_level ();
   if (level > 1) {
-    pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo);
+    pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo, NULL);
     return;
   }
   if (level > 0) {
@@ -1200,4 +1414,115 @@ sattn_finite (const float *x, size_t n)
     return finite_avx2 (x, n);
 #endif
   return finite_portable (x, n);
+}
+
+void
+sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok, size_t cnt,
+                 size_t w, float *dst, size_t ldd, size_t mir)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1) {
+    copy_rows_avx512 (x, ldx, ok, cnt, w, dst, ldd, mir);
+    return;
+  }
+#endif
+  copy_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
+}
+
+void
+sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
+                      size_t cnt, size_t w, float *dst, size_t ldd, size_t mir)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1) {
+    transpose_rows_avx512 (x, ldx, ok, cnt, w, dst, ldd, mir);
+    return;
+  }
+#endif
+  transpose_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
+}
+
+int
+sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk,
+               const float *v, size_t ldv, size_t dv, const float *norm,
+               float *O, size_t ldo)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1)
+    return pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo, norm);
+#endif
+  sattn_pv (P, ldp, m, nk, v, ldv, dv, O, ldo);
+  int fin = 1;
+  for (size_t i = 0; i < m; i++) {
+    if (norm[i] != 1.0f)
+      sattn_mul (O + i * ldo, dv, norm[i]);
+    fin &= sattn_finite (O + i * ldo, dv);
+  }
+  return fin;
+}
+
+void
+sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
+              size_t m, size_t nk, size_t dh, float *S, size_t lds,
+              float *rmax)
+{
+#ifdef SATTN_HAVE_X86
+  if (sattn_simd_level () > 1 && dh <= QK_KBLOCK) {
+    qk_max_avx512 (q, ldq, kt, ldkt, m, nk, dh, S, lds, rmax);
+    return;
+  }
+#endif
+  sattn_qk (q, ldq, kt, ldkt, m, nk, dh, S, lds);
+  for (size_t i = 0; i < m; i++)
+    rmax[i] = NAN;
+}
+
+#ifdef SATTN_HAVE_X86
+/* The exp passes of sattn_softmax_rows: the body of exp_sum_avx512
+ * inlined, one dispatch for all rows. */
+AVX512 static void
+softmax_rows_avx512 (float *S, size_t lds, size_t m, size_t n,
+                     const float *qmax, float scale, const uint8_t *rows,
+                     double *sums)
+{
+  const int fused = pow2_scale (scale);
+  for (size_t i = 0; i < m; i++)
+    if (rows[i] == 1)
+      sums[i] = fused
+          ? exp_sum_body_avx512 (S + i * lds, n, scale, qmax[i] * scale, 1,
+                                 NULL, NULL)
+          : exp_sum_body_avx512 (S + i * lds, n, scale, qmax[i] * scale, 0,
+                                 NULL, NULL);
+}
+#endif
+
+void
+sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n,
+                    const float *qmax, float scale, uint8_t *rows,
+                    float *norm)
+{
+  double sums[64];
+  for (size_t i0 = 0; i0 < m; i0 += 64) {
+    size_t i1 = m - i0 < 64 ? m : i0 + 64;
+#ifdef SATTN_HAVE_X86
+    if (sattn_simd_level () > 1)
+      softmax_rows_avx512 (S + i0 * lds, lds, i1 - i0, n, qmax + i0, scale,
+                           rows + i0, sums);
+    else
+#endif
+      for (size_t i = i0; i < i1; i++)
+        if (rows[i] == 1)
+          sums[i - i0] = sattn_exp_sum (S + i * lds, n, scale,
+                                        qmax[i] * scale);
+    /* The divisions after the passes: nothing waits for them. */
+    for (size_t i = i0; i < i1; i++) {
+      if (rows[i] != 1)
+        continue;
+      double sum = sums[i - i0];
+      if (sum != sum)
+        rows[i] = 2;
+      else
+        norm[i] = (float) (1.0 / sum);
+    }
+  }
 }

@@ -782,27 +782,12 @@ copy_deferred (SattnStream *s, size_t h, float *P)
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value, slot = s->dslot;
 
-  for (size_t i = 0; i < s->dcnt; i++) {
-    const float *x = s->dx + i * d;
-    float *q = s->qring + (slot + i) * dq + h * dh;
-    float *v = s->vring + (slot + i) * dv + h * dvh;
-    if (s->dcopy[i]) {
-      memcpy (q, x + h * dh, dh * sizeof (float));
-      memcpy (q + n * dq, x + h * dh, dh * sizeof (float));
-      memcpy (v, x + h * dvh, dvh * sizeof (float));
-      memcpy (v + n * dv, x + h * dvh, dvh * sizeof (float));
-    } else {
-      memset (q, 0, dh * sizeof (float));
-      memset (q + n * dq, 0, dh * sizeof (float));
-      memset (v, 0, dvh * sizeof (float));
-      memset (v + n * dv, 0, dvh * sizeof (float));
-    }
-  }
-  for (size_t t = h * dh; t < (h + 1) * dh; t++) {
-    float *restrict dst = s->ktring + t * 2 * n + slot;
-    for (size_t i = 0; i < s->dcnt; i++)
-      dst[i] = dst[i + n] = s->dcopy[i] ? s->dx[i * d + t] : 0.0f;
-  }
+  sattn_copy_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
+                   s->qring + slot * dq + h * dh, dq, n * dq);
+  sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
+                   s->vring + slot * dv + h * dvh, dv, n * dv);
+  sattn_transpose_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
+                        s->ktring + h * dh * 2 * n + slot, 2 * n, n);
 }
 
 static void

@@ -11,7 +11,8 @@
  *   - a query marked invalid gives a zero output row;
  *   - stats: fully_masked_rows matches the zero weight rows, masked_keys
  *     counts flagged and non-finite keys, invalid_frames at least the
- *     non-finite rows.
+ *     non-finite rows;
+ *   - the output without statistics and weights is byte-identical.
  * Where the float64 reference is meaningful (no float overflow in the core's
  * scores) the output is also compared with it: NMSE <= 1e-10, max-abs <=
  * 1e-5 * (1 + max|ref|); exact closed forms are used where they exist. */
@@ -84,6 +85,17 @@ run_attend (const Fixture *f, const ExCase *c, ExResult *r)
   r->status = sattn_attend (f->model, c->x, n, &mask, r->out, r->w,
                             &r->stats);
   TU_CHECK_STATUS (r->status, SATTN_OK, "sattn_attend");
+  /* Without statistics (and weights) the rows take the other softmax
+   * entry where they can (the max from Q·Kᵀ, NaN scores found in the
+   * sum): the same bytes. */
+  float *o2 = malloc (n * d_out * sizeof (float));
+  if (!o2)
+    abort ();
+  SattnStatus st2 = sattn_attend (f->model, c->x, n, &mask, o2, NULL, NULL);
+  TU_CHECK_STATUS (st2, SATTN_OK, "sattn_attend without statistics");
+  tu_check (memcmp (o2, r->out, n * d_out * sizeof (float)) == 0,
+            "output without statistics differs from the output with");
+  free (o2);
 }
 
 static void
@@ -694,6 +706,45 @@ case_nonfinite_keys (TuRng *rng, size_t d, size_t heads, unsigned flags,
   fx_free (&f);
 }
 
+/* +inf and -inf scores among finite ones in windows of 64 keys (the
+ * Q·Kᵀ tiles of eight rows that also take each row's max): frame 5 is
+ * 1e18 in every dimension (its scores with frame 40 are -inf, with itself
+ * finite), frame 40 is -1e21 (its score with itself is +inf).  Checked as
+ * every case, so also byte for byte without statistics. */
+static void
+case_inf_scores_tiles (TuRng *rng)
+{
+  const size_t n = 64, d = 16;
+  tu_case_begin ("+-inf scores in 8-row tiles (d_model=%zu identity, "
+                 "window %zu)", d, n);
+  Fixture f;
+  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, 1, 0, 0), SATTN_OK,
+                        "sattn_model_new")) {
+    tu_case_end (NULL);
+    return;
+  }
+  float *x = malloc (n * d * sizeof (float));
+  if (!x)
+    abort ();
+  tu_fill_normal (rng, x, n * d, 1.0);
+  for (size_t t = 0; t < d; t++) {
+    x[5 * d + t] = 1e18f;
+    x[40 * d + t] = -1e21f;
+  }
+  ExCase c = { x, n, NULL, NULL, NULL, 0 };
+  ExResult r;
+  run_attend (&f, &c, &r);
+  check_props (&f, &c, &r);
+  tu_check (r.stats.nonfinite_scores >= 3, "stats.nonfinite_scores %llu, "
+            "want >= 3 (5-40, 40-5, 40-40)",
+            (unsigned long long) r.stats.nonfinite_scores);
+  tu_case_end ("nonfinite_scores=%llu",
+               (unsigned long long) r.stats.nonfinite_scores);
+  free_result (&r);
+  free (x);
+  fx_free (&f);
+}
+
 int
 main (void)
 {
@@ -742,6 +793,7 @@ main (void)
   case_all_equal (&rng, 1e30, 4, 1, FX_UNIT, 0);
   case_all_equal (&rng, 1e30, 4, 2, FX_CAUSAL, 0);
   case_inf_scores ();
+  case_inf_scores_tiles (&rng);
 
   /* NaN / Inf in masked and unmasked keys */
   case_nonfinite_keys (&rng, 8, 2, 0, 0);
