@@ -20,7 +20,9 @@ struct SattnModel {
    * 2 dq + dv floats, head h's Q | K | V columns from h (2 d_head +
    * d_value), so that a stream's task projects a head's columns of new
    * frames in one block product wide enough for the register-tiled loop
-   * (see project_head in stream.c); NULL otherwise. */
+   * (see project_head in stream.c); only for models whose threads
+   * resolve to 2 or more (the per-head path needs workers); NULL
+   * otherwise. */
   float *wqkv;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
@@ -68,9 +70,10 @@ void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
 void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
                         float *y, size_t ldy, size_t rows);
 
-/* Rotate the Q or K row x (heads * d_head floats, head-major) of the frame
- * at absolute index pos by the model's RoPE; no-op without RoPE. */
-void sattn_rope_row (const SattnModel *m, float *x, uint64_t pos);
+/* Rotate the Q and K rows q and k (heads * d_head floats each,
+ * head-major) of the frame at absolute index pos by the model's RoPE (the
+ * angles computed once for both); no-op without RoPE. */
+void sattn_rope_qk (const SattnModel *m, float *q, float *k, uint64_t pos);
 /* Nonzero when the model rotates Q and K. */
 int sattn_model_rope (const SattnModel *m);
 

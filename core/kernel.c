@@ -525,10 +525,8 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
                       k, m->dq);
   sattn_project_prec (m, m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model,
                       v, m->dv);
-  for (size_t j = 0; j < n && sattn_model_rope (m); j++) {
-    sattn_rope_row (m, q + j * m->dq, j);
-    sattn_rope_row (m, k + j * m->dq, j);
-  }
+  for (size_t j = 0; j < n && sattn_model_rope (m); j++)
+    sattn_rope_qk (m, q + j * m->dq, k + j * m->dq, j);
 
   /* The frame rule: a row is a key when the caller does not flag it and
    * its data is usable; a row with bad data (NaN/Inf, overflowing

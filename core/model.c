@@ -8,39 +8,30 @@
 
 
 /* Copy of W (rows × cols) transposed to cols × rows, the layout the
- * projection kernel reads (y = x W^T as rows of x times W^T). */
-static float *
-dup_transposed (const float *src, size_t rows, size_t cols, int *ok)
-{
-  if (src == NULL)
-    return NULL;
-  float *d = malloc (rows * cols * sizeof (float));
-  if (d == NULL) {
-    *ok = 0;
-    return NULL;
+ * projection kernel reads (y = x W^T as rows of x times W^T), with
+ * elements of type T: dup_transposed (float) for the projections summed
+ * in float, dup_transposed_d (double) for those summed in double (the
+ * feed-forward, an encoder's projections).  NULL for src NULL; *ok = 0
+ * when out of memory. */
+#define DEFINE_DUP_TRANSPOSED(name, T)                                  \
+  static T *                                                            \
+  name (const float *src, size_t rows, size_t cols, int *ok)            \
+  {                                                                     \
+    if (src == NULL)                                                    \
+      return NULL;                                                      \
+    T *d = malloc (rows * cols * sizeof (T));                           \
+    if (d == NULL) {                                                    \
+      *ok = 0;                                                          \
+      return NULL;                                                      \
+    }                                                                   \
+    for (size_t r = 0; r < rows; r++)                                   \
+      for (size_t c = 0; c < cols; c++)                                 \
+        d[c * rows + r] = src[r * cols + c];                            \
+    return d;                                                           \
   }
-  for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c++)
-      d[c * rows + r] = src[r * cols + c];
-  return d;
-}
 
-/* The same as doubles. */
-static double *
-dup_transposed_d (const float *src, size_t rows, size_t cols, int *ok)
-{
-  if (src == NULL)
-    return NULL;
-  double *d = malloc (rows * cols * sizeof (double));
-  if (d == NULL) {
-    *ok = 0;
-    return NULL;
-  }
-  for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c++)
-      d[c * rows + r] = src[r * cols + c];
-  return d;
-}
+DEFINE_DUP_TRANSPOSED (dup_transposed, float)
+DEFINE_DUP_TRANSPOSED (dup_transposed_d, double)
 
 static double *
 dup_doubles (const float *src, size_t n, int *ok)
@@ -51,15 +42,7 @@ dup_doubles (const float *src, size_t n, int *ok)
 static float *
 dup_floats (const float *src, size_t n, int *ok)
 {
-  if (src == NULL)
-    return NULL;
-  float *d = malloc (n * sizeof (float));
-  if (d == NULL) {
-    *ok = 0;
-    return NULL;
-  }
-  memcpy (d, src, n * sizeof (float));
-  return d;
+  return dup_transposed (src, 1, n, ok);
 }
 
 /* a * b without wrapping; 0 on overflow. */
@@ -117,27 +100,30 @@ sattn_model_rope (const SattnModel *m)
  * formed exactly: hi + lo with hi = fl (pos * theta_hi), lo its error
  * (fma) plus pos * theta_lo; sin / cos of hi are correctly reduced by the
  * C library, and |lo| < 2^-20 rad for pos < 2^53 lets cos (hi + lo) = cos hi
- * - lo sin hi to double precision. */
+ * - lo sin hi to double precision.  The Q and K rows of one frame share
+ * the angles: each sin / cos is computed once for both. */
 void
-sattn_rope_row (const SattnModel *m, float *x, uint64_t pos)
+sattn_rope_qk (const SattnModel *m, float *q, float *k, uint64_t pos)
 {
   if (m->theta_hi == NULL)
     return;
   const size_t dh = m->cfg.d_head, half = dh / 2, H = m->cfg.heads;
   const int inter = m->cfg.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
   const double p = (double) pos;
-  for (size_t k = 0; k < half; k++) {
-    double hi = p * m->theta_hi[k];
-    double lo = fma (p, m->theta_hi[k], -hi) + p * m->theta_lo[k];
+  for (size_t j = 0; j < half; j++) {
+    double hi = p * m->theta_hi[j];
+    double lo = fma (p, m->theta_hi[j], -hi) + p * m->theta_lo[j];
     double sh = sin (hi), ch = cos (hi);
     double cs = ch - lo * sh, sn = sh + lo * ch;
-    size_t ia = inter ? 2 * k : k, ib = inter ? 2 * k + 1 : k + half;
-    for (size_t h = 0; h < H; h++) {
-      float *xh = x + h * dh;
-      double a = xh[ia], b = xh[ib];
-      xh[ia] = (float) (a * cs - b * sn);
-      xh[ib] = (float) (b * cs + a * sn);
-    }
+    size_t ia = inter ? 2 * j : j, ib = inter ? 2 * j + 1 : j + half;
+    float *const rows[2] = { q, k };
+    for (size_t r = 0; r < 2; r++)
+      for (size_t h = 0; h < H; h++) {
+        float *xh = rows[r] + h * dh;
+        double a = xh[ia], b = xh[ib];
+        xh[ia] = (float) (a * cs - b * sn);
+        xh[ib] = (float) (b * cs + a * sn);
+      }
   }
 }
 
@@ -410,7 +396,14 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
   m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
   m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
+  /* Only the tasks of streams with workers read wqkv (project_head in
+   * stream.c), and a model's streams resolve its threads as here: a
+   * threads = 1 model does without the copy.  (threads = 0 resolves to the
+   * CPUs this process may use now; a stream that later finds more runs
+   * the per-head products from wq / wk / wv instead, with the same
+   * bytes.) */
   if (ok && m->wq && m->wk && m->wv && !c.encoder && c.d_head < 32 &&
+      sattn_resolve_threads (c.threads) > 1 &&
       c.d_value < 32 && c.positions != SATTN_POSITIONS_ROPE &&
       c.positions != SATTN_POSITIONS_ROPE_INTERLEAVED) {
     const size_t dh = c.d_head, dvh = c.d_value, hw = 2 * dh + dvh;

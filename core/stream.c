@@ -1031,8 +1031,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   for (size_t i = 0; i < cnt; i++) {
     /* Absolute frame index p0 - n + i (p0 is n ahead). */
     if (rope) {
-      sattn_rope_row (m, q + i * dq, p0 - n + i);
-      sattn_rope_row (m, k + i * dq, p0 - n + i);
+      sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i);
     }
     SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
                                            x + i * d, q + i * dq, k + i * dq,
@@ -1061,8 +1060,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ZERO) {
       zero_frame (m, q + i * dq, k + i * dq, v + i * dv);
       if (rope) {
-        sattn_rope_row (m, q + i * dq, p0 - n + i);
-        sattn_rope_row (m, k + i * dq, p0 - n + i);
+        sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i);
       }
       ok = 1;
     } else if (!ok) {

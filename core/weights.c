@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -1064,6 +1065,17 @@ meta_uint (const Mapper *m, const char *key)
   return (gint64) u;
 }
 
+/* A size the metadata records as "<prefix>key" (num_heads, head_dim,
+ * value_dim); 0 when it is absent, 0 or not a number.  The one rule of
+ * every mapper for a size in the metadata: 0 or missing means "not
+ * given", as 0 does in SattnConfig. */
+static size_t
+meta_size (const Mapper *m, const char *key)
+{
+  gint64 v = meta_uint (m, key);
+  return v > 0 ? (size_t) v : 0;
+}
+
 /* ------------------------------------- nn.TransformerEncoderLayer mapping */
 
 struct SattnLayerWeights {
@@ -1100,6 +1112,22 @@ sattn_encoder_layer_present (const SattnTensorFile *f, const char *prefix)
       find (&m, "linear2.weight") != NULL;
   g_free (pfx);
   return yes;
+}
+
+char *
+sattn_attn_prefix (const SattnTensorFile *f, const char *prefix)
+{
+  char *pfx = dotted (prefix);
+  const char *sub = sattn_encoder_layer_present (f, pfx) ? "self_attn." : "";
+  size_t a = strlen (pfx), b = strlen (sub);
+  char *r = malloc (a + b + 1);
+
+  if (r != NULL) {
+    memcpy (r, pfx, a);
+    memcpy (r + a, sub, b + 1);
+  }
+  g_free (pfx);
+  return r;
 }
 
 SattnStatus
@@ -1417,8 +1445,7 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   SattnStatus st = SATTN_OK;
   char *pfx = NULL;
   ShowBuf sb;
-  size_t e;
-  gint64 meta;
+  size_t e, meta;
 
   set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -1523,12 +1550,11 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                heads, e);
     goto out;
   }
-  meta = meta_uint (&m, "num_heads");
-  if (meta >= 0 && (guint64) meta != heads) {
+  meta = meta_size (&m, "num_heads");
+  if (meta != 0 && meta != heads) {
     st = fail (SATTN_E_SHAPE, err, err_len,
-               "heads = %zu but the module was exported with num_heads = %"
-               G_GINT64_FORMAT " (metadata '%snum_heads')", heads, meta,
-               show (&sb, pfx));
+               "heads = %zu but the module was exported with num_heads = "
+               "%zu (metadata '%snum_heads')", heads, meta, show (&sb, pfx));
     goto out;
   }
   if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
@@ -1749,20 +1775,18 @@ resolve_dim (const Mapper *m, const char *what, const char *noun,
 {
   ShowBuf sb;
   const char *key = what;
-  gint64 meta = meta_uint (m, key);
+  size_t meta = meta_size (m, key);
 
-  if (meta == 0)
-    meta = -1;   /* "0 = default" in metadata too */
-  if (caller != 0 && meta >= 0 && (guint64) meta != caller)
+  if (caller != 0 && meta != 0 && meta != caller)
     return fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "%s = %zu but the module was exported with %s = %"
-                 G_GINT64_FORMAT " (metadata '%s%s')", what, caller, key,
-                 meta, show (&sb, m->prefix), key);
+                 "%s = %zu but the module was exported with %s = %zu "
+                 "(metadata '%s%s')", what, caller, key, meta,
+                 show (&sb, m->prefix), key);
   if (caller != 0) {
     *out = caller;
     *from = SATTN_FROM_CALLER;
-  } else if (meta >= 0) {
-    *out = (size_t) meta;
+  } else if (meta != 0) {
+    *out = meta;
     *from = SATTN_FROM_METADATA;
   } else {
     if (total % heads != 0)
@@ -1802,8 +1826,7 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   char *pfx = NULL;
   ShowBuf sb;
   size_t e, dq, dv, dk, d_out, heads, d_head, d_value, total, cols;
-  size_t found = 0;
-  gint64 meta;
+  size_t found = 0, meta;
   GString *names = NULL;
 
   set_err (err, err_len, "%s", "");
@@ -1969,20 +1992,19 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   m.e = e;
 
   /* Heads: caller, metadata, the caller's head size, or 1. */
-  meta = meta_uint (&m, "num_heads");
-  if (cfg_inout->heads != 0 && meta > 0 &&
-      (guint64) meta != cfg_inout->heads) {
+  meta = meta_size (&m, "num_heads");
+  if (cfg_inout->heads != 0 && meta != 0 && meta != cfg_inout->heads) {
     st = fail (SATTN_E_SHAPE, err, err_len,
-               "heads = %zu but the module was exported with num_heads = %"
-               G_GINT64_FORMAT " (metadata '%snum_heads')", cfg_inout->heads,
-               meta, show (&sb, pfx));
+               "heads = %zu but the module was exported with num_heads = "
+               "%zu (metadata '%snum_heads')", cfg_inout->heads, meta,
+               show (&sb, pfx));
     goto out;
   }
   if (cfg_inout->heads != 0) {
     heads = cfg_inout->heads;
     rep.heads_from = SATTN_FROM_CALLER;
-  } else if (meta > 0) {
-    heads = (size_t) meta;
+  } else if (meta != 0) {
+    heads = meta;
     rep.heads_from = SATTN_FROM_METADATA;
   } else if (cfg_inout->d_head != 0 && fw == NULL &&
              dq % cfg_inout->d_head == 0) {
@@ -1996,9 +2018,8 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (fw != NULL) {
     /* [Wq; Wk; Wv] with 2 Dq + Dv rows: thirds unless told otherwise
      * (nn.MultiheadAttention's in_proj_weight: always thirds). */
-    gint64 mh = meta_uint (&m, "head_dim");
     size_t dh = cfg_inout->d_head != 0 ? cfg_inout->d_head
-        : mh > 0 ? (size_t) mh : 0;
+        : meta_size (&m, "head_dim");
     if (l->layout == SATTN_LAYOUT_MHA)
       dh = 0;
     if (dh != 0) {

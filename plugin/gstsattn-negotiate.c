@@ -16,6 +16,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef G_OS_UNIX
 #include <sys/resource.h>
@@ -316,7 +317,7 @@ gst_sattn_read_file (const gchar * path, const gchar * prefix,
 {
   SattnTensorFile *f = NULL;
   gchar msg[1024] = "";
-  gchar *pfx, *attn;
+  char *attn;
   SattnStatus st;
   gboolean encoder;
 
@@ -331,18 +332,22 @@ gst_sattn_read_file (const gchar * path, const gchar * prefix,
       g_snprintf (err, err_len, "'%s': %s", path, msg);
     return st;
   }
-  if (prefix == NULL)
-    prefix = "";
-  pfx = (prefix[0] != '\0' && !g_str_has_suffix (prefix, ".")) ?
-      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
-  encoder = sattn_encoder_layer_present (f, pfx);
-  attn = encoder ? g_strconcat (pfx, "self_attn.", NULL) : g_strdup (pfx);
-  st = sattn_attn_weights_from_file (f, attn, zero_attn, mc, w, mw, rep,
-      msg, sizeof msg);
+  /* The core's rules for prefixes: the '.' and an encoder layer's
+   * "self_attn.". */
+  encoder = sattn_encoder_layer_present (f, prefix);
+  attn = sattn_attn_prefix (f, prefix);
+  if (attn == NULL) {
+    st = SATTN_E_NOMEM;
+    g_strlcpy (msg, "out of memory", sizeof msg);
+  } else {
+    st = sattn_attn_weights_from_file (f, attn, zero_attn, mc, w, mw, rep,
+        msg, sizeof msg);
+  }
   if (st == SATTN_OK)
-    st = sattn_options_from_file (f, pfx, set_by_user, mc, msg, sizeof msg);
+    st = sattn_options_from_file (f, prefix, set_by_user, mc, msg,
+        sizeof msg);
   if (st == SATTN_OK && encoder)
-    st = sattn_encoder_weights_from_file (f, pfx, mc, w, lw, msg,
+    st = sattn_encoder_weights_from_file (f, prefix, mc, w, lw, msg,
         sizeof msg);
   if (st != SATTN_OK) {
     g_snprintf (err, err_len, "'%s': %s", path, msg);
@@ -352,8 +357,7 @@ gst_sattn_read_file (const gchar * path, const gchar * prefix,
     *lw = NULL;
   }
   sattn_tensor_file_free (f);
-  g_free (pfx);
-  g_free (attn);
+  free (attn);
   return st;
 }
 
@@ -390,6 +394,24 @@ gst_sattn_load_weights (GstSattn * self, const gchar * path,
   return FALSE;
 }
 
+/* What a model is built from, read with the object lock held: the
+ * settings, the weights file and prefix (copies to g_free) and
+ * add-zero-attn.  Returns the key of those weights, "path\nprefix" (NULL
+ * without a file): gst_sattn_prepare_weights records it with the model it
+ * builds, and set_caps takes that model over only when its own key is the
+ * same. */
+static gchar *
+gst_sattn_model_inputs (GstSattn * self, GstSattnSettings * c,
+    gchar ** wpath, gchar ** wprefix, gboolean * zero_attn)
+{
+  *c = self->props;
+  *wpath = g_strdup (self->weights);
+  *wprefix = g_strdup (self->weights_prefix);
+  *zero_attn = self->add_zero_attn;
+  return *wpath ? g_strdup_printf ("%s\n%s", *wpath,
+      *wprefix ? *wprefix : "") : NULL;
+}
+
 /* At READY -> PAUSED: reads the weights file (if any) once, checks it for
  * its own d_model (the only one it can serve) and builds its model through
  * the cache; the first caps with that d_model take the model over, later
@@ -412,15 +434,10 @@ gst_sattn_prepare_weights (GstSattn * self)
   SattnStatus st = SATTN_OK;
 
   GST_OBJECT_LOCK (self);
-  c = self->props;
-  wpath = g_strdup (self->weights);
-  wprefix = g_strdup (self->weights_prefix);
-  zero_attn = self->add_zero_attn;
+  key = gst_sattn_model_inputs (self, &c, &wpath, &wprefix, &zero_attn);
   GST_OBJECT_UNLOCK (self);
 
   /* As set_caps configures it, for the file's own d_model. */
-  key = wpath ? g_strdup_printf ("%s\n%s", wpath, wprefix ? wprefix : "") :
-      NULL;
   gst_sattn_core_config (&c, 0, &mc, &sc);
   w.add_zero_attn = zero_attn;
   ok = wpath == NULL || gst_sattn_load_weights (self, wpath, wprefix, 0,
@@ -876,14 +893,9 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   }
 
   GST_OBJECT_LOCK (self);
-  c = self->props;
-  wpath = g_strdup (self->weights);
-  wprefix = g_strdup (self->weights_prefix);
-  zero_attn = self->add_zero_attn;
   /* The weights the model was built from: file and prefix (a swap while
    * running changes them). */
-  key = wpath ? g_strdup_printf ("%s\n%s", wpath, wprefix ? wprefix : "") :
-      NULL;
+  key = gst_sattn_model_inputs (self, &c, &wpath, &wprefix, &zero_attn);
   prepared = self->wmodel;
   pcfg = self->wcfg;
   if (prepared != NULL && key != NULL && g_strcmp0 (self->wkey, key) == 0 &&

@@ -145,7 +145,8 @@ typedef struct SattnMhaWeights SattnMhaWeights;
  * layouts and any head size.
  *
  * Metadata written by examples/export-torch-mha.py, when present, is
- * checked against the arguments: prefix + "num_heads" must equal heads and
+ * checked against the arguments: prefix + "num_heads" must equal heads
+ * (unless it is 0, which means "not given", for every mapper) and
  * prefix + "add_zero_attn" ("0"/"1") must equal add_zero_attn
  * (SATTN_E_SHAPE / SATTN_E_INVAL otherwise), so that a wrong heads value
  * cannot silently compute something else than the trained module.
@@ -194,6 +195,17 @@ void sattn_mha_weights_free (SattnMhaWeights *mw);
  * "self_attn.". */
 int sattn_encoder_layer_present (const SattnTensorFile *f,
                                  const char *prefix);
+
+/* The prefix of the attention module that prefix names: prefix +
+ * "self_attn." when prefix holds an encoder layer
+ * (sattn_encoder_layer_present), else prefix; in both cases with the
+ * mappers' rule for prefixes applied (NULL or "" = top level, a '.'
+ * appended when it does not end in one), e.g. "enc.0" gives
+ * "enc.0.self_attn." for a layer, "attn" gives "attn." for a bare module.
+ * Pass it to sattn_attn_weights_from_file, and prefix itself to
+ * sattn_options_from_file and sattn_encoder_weights_from_file.  A new
+ * string, released with free (); NULL when out of memory. */
+char *sattn_attn_prefix (const SattnTensorFile *f, const char *prefix);
 
 typedef struct SattnLayerWeights SattnLayerWeights;
 
@@ -324,6 +336,7 @@ typedef struct {
  *              Dq / d_head when d_head is given, else 1;
  *     d_head   0 = metadata "<prefix>head_dim", else Dq / heads;
  *     d_value  0 = metadata "<prefix>value_dim", else Dv / heads.
+ *   A size of 0 in the metadata means "not given", as if it were absent.
  *   A request that contradicts the shapes or the metadata is an error
  *   naming both values (SATTN_E_SHAPE).  d_out is always taken from the
  *   file (output projection rows, or Dv without one).  scale, causal,

@@ -420,3 +420,28 @@ ref_projection_overflows (const RefModel *m, const float *x)
   free (xd);
   return over;
 }
+
+void
+ref_diff_add (RefDiff *d, double got, double want)
+{
+  double e = fabs (got - want);
+  if (!(e <= d->max_abs))   /* NaN counts as the worst */
+    d->max_abs = isnan (e) ? INFINITY : e;
+  if (fabs (want) > d->max_ref)
+    d->max_ref = fabs (want);
+  d->err2 += (got - want) * (got - want);
+  d->ref2 += want * want;
+  d->count++;
+}
+
+double
+ref_diff_nmse (const RefDiff *d)
+{
+  return d->ref2 > 0 ? d->err2 / d->ref2 : d->err2;
+}
+
+double
+ref_diff_bound (const RefDiff *d)
+{
+  return 1e-5 * (1.0 + d->max_ref);
+}

@@ -97,4 +97,21 @@ void ref_attend (const RefModel *m, const float *x, size_t n,
  * infinity. */
 int ref_projection_overflows (const RefModel *m, const float *x);
 
+/* Errors of computed values against their references, for parity checks:
+ * max-abs (a NaN error counts as the worst, +inf), the largest reference
+ * magnitude, the sums of squared errors and of squared references, the
+ * count.  Start from { 0 }. */
+typedef struct {
+  double max_abs, max_ref, err2, ref2;
+  size_t count;
+} RefDiff;
+
+void ref_diff_add (RefDiff *d, double got, double want);
+/* err2 / ref2, or err2 when every reference is 0. */
+double ref_diff_nmse (const RefDiff *d);
+/* The parity bound of float32 against a float64 reference that the
+ * weights suites (reader, element) assert: max-abs <= 1e-5 (1 + the
+ * largest reference magnitude). */
+double ref_diff_bound (const RefDiff *d);
+
 #endif

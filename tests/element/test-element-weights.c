@@ -21,6 +21,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
+#include "reference.h"
 
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
@@ -170,49 +171,17 @@ fixture_by_name (const gchar * name)
 
 /* ------------------------------------------------------------- helpers */
 
-typedef struct
-{
-  gdouble max_abs, max_ref, err2, ref2;
-  gsize count;
-} Diff;
-
 static void
-diff_add (Diff * d, gdouble got, gdouble want)
+diff_report (const gchar * name, const gchar * what, const RefDiff * d)
 {
-  gdouble e = fabs (got - want);
-
-  if (!(e <= d->max_abs))       /* NaN counts as the worst */
-    d->max_abs = isnan (e) ? INFINITY : e;
-  if (fabs (want) > d->max_ref)
-    d->max_ref = fabs (want);
-  d->err2 += (got - want) * (got - want);
-  d->ref2 += want * want;
-  d->count++;
-}
-
-static gdouble
-diff_bound (const Diff * d)
-{
-  return 1e-5 * (1.0 + d->max_ref);
-}
-
-static gdouble
-diff_nmse (const Diff * d)
-{
-  return d->ref2 > 0 ? d->err2 / d->ref2 : d->err2;
-}
-
-static void
-diff_report (const gchar * name, const gchar * what, const Diff * d)
-{
-  gboolean ok = d->count > 0 && d->max_abs <= diff_bound (d);
+  gboolean ok = d->count > 0 && d->max_abs <= ref_diff_bound (d);
 
   g_print ("%s %-30s %-30s max-abs %.3e (bound %.3e, nmse %.2e, %"
       G_GSIZE_FORMAT " values)\n", ok ? "ok  " : "FAIL", name, what,
-      d->max_abs, diff_bound (d), diff_nmse (d), d->count);
+      d->max_abs, ref_diff_bound (d), ref_diff_nmse (d), d->count);
   fail_unless (d->count > 0, "%s %s: nothing compared", name, what);
   fail_unless (ok, "%s %s: max-abs %g exceeds %g", name, what, d->max_abs,
-      diff_bound (d));
+      ref_diff_bound (d));
 }
 
 /* Frame rate = rate / frame-size; output=window needs it divisible by
@@ -326,7 +295,7 @@ fixture_harness (const Fixture * f, const gchar * first, ...)
  * that were pushed as GAP (masked) must be zeros: the element's policy
  * for a masked frame's own row; they are not compared with PyTorch. */
 static void
-check_window (const Fixture * f, const float *got, Diff * d)
+check_window (const Fixture * f, const float *got, RefDiff * d)
 {
   guint r, c;
 
@@ -338,7 +307,7 @@ check_window (const Fixture * f, const float *got, Diff * d)
         fail_unless (got[k] == 0.0f, "%s: row %u of a masked frame is %g, "
             "not 0", f->name, r, (double) got[k]);
       else
-        diff_add (d, got[k], f->out[k]);
+        ref_diff_add (d, got[k], f->out[k]);
     }
 }
 
@@ -360,7 +329,7 @@ GST_START_TEST (test_fixture_window)
   GstHarness *h = fixture_harness (f, "output", OUT_WINDOW, "window", f->n,
       "hop", f->n, "start", START_WAIT, NULL);
   GstBus *bus = sattn_attach_bus (h);
-  Diff d[2];
+  RefDiff d[2];
   GArray *got;
   guint w, nb;
 
@@ -415,7 +384,7 @@ GST_START_TEST (test_fixture_frame_size)
   GstHarness *h = fixture_harness (f, "output", OUT_WINDOW, "window", f->n,
       "hop", f->n, "start", START_WAIT, "frame-size", fs, NULL);
   GstBus *bus = sattn_attach_bus (h);
-  Diff d = { 0, };
+  RefDiff d = { 0, };
   GArray *got;
   GstBuffer *buf;
 
@@ -495,7 +464,7 @@ GST_START_TEST (test_frames_causal)
   float *pre = NULL;
   guint t, r, nb;
   guint64 frames_in, rows_out = 0;
-  Diff d = { 0, };
+  RefDiff d = { 0, };
   gchar *what;
 
   fail_unless (f->causal);
@@ -565,7 +534,7 @@ GST_START_TEST (test_frames_causal)
           "row %u of a GAP frame is not 0", r);
   for (r = 0; r < f->n; r++)
     for (t = 0; t < e; t++)
-      diff_add (&d, g_array_index (all, float, (P + r) * e + t),
+      ref_diff_add (&d, g_array_index (all, float, (P + r) * e + t),
           f->out[r * e + t]);
   assert_no_error (bus, f->name);
 
@@ -1230,7 +1199,7 @@ check_recovers (GstHarness * h, GstBus * bus, const gchar * label)
 {
   const Fixture *f = fixture_by_name ("e8_h1_basic");
   const gint rate = fixture_rate (f, 1);
-  Diff d = { 0, };
+  RefDiff d = { 0, };
   GArray *got;
   gchar *what;
 
@@ -1370,7 +1339,7 @@ GST_START_TEST (test_shape_vs_caps_change)
   const gchar *expect[] = { "'in_proj_weight' has shape [96, 32]",
     "expected [48, 16]"
   };
-  Diff d = { 0, };
+  RefDiff d = { 0, };
   GArray *got;
   gsize k;
 
@@ -1390,7 +1359,7 @@ GST_START_TEST (test_shape_vs_caps_change)
   got = pull_floats (h, NULL);
   fail_unless_equals_int (got->len, (f->n - 1) * f->e);
   for (k = 0; k < got->len; k++)
-    diff_add (&d, g_array_index (got, float, k), f->out[k]);
+    ref_diff_add (&d, g_array_index (got, float, k), f->out[k]);
   g_array_unref (got);
   diff_report (f->name, "drained at a refused caps change", &d);
 

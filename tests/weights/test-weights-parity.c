@@ -26,32 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  double max_abs, max_ref, err2, ref2;
-} Diff;
-
-static void
-diff_add (Diff *d, double got, double want)
-{
-  double e = fabs (got - want);
-  if (!(e <= d->max_abs))   /* NaN counts as the worst */
-    d->max_abs = isnan (e) ? INFINITY : e;
-  if (fabs (want) > d->max_ref)
-    d->max_ref = fabs (want);
-  d->err2 += (got - want) * (got - want);
-  d->ref2 += want * want;
-}
-
-static double
-diff_nmse (const Diff *d)
-{
-  return d->ref2 > 0 ? d->err2 / d->ref2 : d->err2;
-}
-
 static int
-diff_ok (const Diff *d)
+diff_ok (const RefDiff *d)
 {
-  return d->max_abs <= 1e-5 * (1.0 + d->max_ref);
+  return d->max_abs <= ref_diff_bound (d);
 }
 
 /* ---------------------------------------------------------- reference */
@@ -140,7 +118,7 @@ get_bool (JsonObject *o, const char *k)
  * max-abs error accumulated in *d, or -1 on an API failure. */
 static int
 stream_check (const SattnModel *m, const float *x, size_t n, size_t e,
-              size_t hop, const double *want, Diff *d)
+              size_t hop, const double *want, RefDiff *d)
 {
   SattnStreamConfig sc = { 0 };
   SattnStatus st;
@@ -170,7 +148,7 @@ stream_check (const SattnModel *m, const float *x, size_t n, size_t e,
   if (rows != n)
     goto fail;
   for (size_t i = 0; i < n * e; i++)
-    diff_add (d, out[i], want[i]);
+    ref_diff_add (d, out[i], want[i]);
   g_free (out);
   sattn_stream_free (s);
   return 0;
@@ -205,7 +183,7 @@ run_fixture (const char *dir, JsonObject *fx)
   float *x = NULL, *out = NULL, *attn = NULL;
   uint8_t *kv = NULL;
   int pass = 0;
-  Diff d_out = { 0 }, d_attn = { 0 }, r_out = { 0 }, r_attn = { 0 };
+  RefDiff d_out = { 0 }, d_attn = { 0 }, r_out = { 0 }, r_attn = { 0 };
 
   if (json_object_has_member (fx, "key_valid") &&
       !json_object_get_null_member (fx, "key_valid")) {
@@ -262,12 +240,12 @@ run_fixture (const char *dir, JsonObject *fx)
   reference (&w, e, h, n, x, causal, lookback, kv, rout, rattn);
 
   for (size_t i = 0; i < n * e; i++) {
-    diff_add (&d_out, out[i], tout[i]);
-    diff_add (&r_out, rout[i], tout[i]);
+    ref_diff_add (&d_out, out[i], tout[i]);
+    ref_diff_add (&r_out, rout[i], tout[i]);
   }
   for (size_t i = 0; i < h * n * nk; i++) {
-    diff_add (&d_attn, attn[i], tattn[i]);
-    diff_add (&r_attn, rattn[i], tattn[i]);
+    ref_diff_add (&d_attn, attn[i], tattn[i]);
+    ref_diff_add (&r_attn, rattn[i], tattn[i]);
   }
   pass = diff_ok (&d_out) && diff_ok (&d_attn) && diff_ok (&r_out) &&
       diff_ok (&r_attn);
@@ -275,12 +253,12 @@ run_fixture (const char *dir, JsonObject *fx)
           "weights max-abs %.3e (nmse %.2e)  f64-ref max-abs %.2e / %.2e\n",
           pass ? "ok  " : "FAIL", name,
           json_object_get_string_member (fx, "dtype"), d_out.max_abs,
-          1e-5 * (1 + d_out.max_ref), diff_nmse (&d_out), d_attn.max_abs,
-          diff_nmse (&d_attn), r_out.max_abs, r_attn.max_abs);
+          ref_diff_bound (&d_out), ref_diff_nmse (&d_out), d_attn.max_abs,
+          ref_diff_nmse (&d_attn), r_out.max_abs, r_attn.max_abs);
   if (causal && kv == NULL) {
     static const size_t hops[] = { 1, 3 };
     for (size_t k = 0; k < G_N_ELEMENTS (hops); k++) {
-      Diff d_stream = { 0 };
+      RefDiff d_stream = { 0 };
       size_t hop = hops[k] < n ? hops[k] : n;
       if (stream_check (m, x, n, e, hop, tout, &d_stream) != 0) {
         printf ("FAIL %-32s stream (hop %zu) did not give %zu rows\n", name,
@@ -290,7 +268,7 @@ run_fixture (const char *dir, JsonObject *fx)
       }
       printf ("%s %-32s      stream frames mode, hop %zu: max-abs %.3e "
               "(nmse %.2e)\n", diff_ok (&d_stream) ? "ok  " : "FAIL", name,
-              hop, d_stream.max_abs, diff_nmse (&d_stream));
+              hop, d_stream.max_abs, ref_diff_nmse (&d_stream));
       pass = pass && diff_ok (&d_stream);
     }
   }

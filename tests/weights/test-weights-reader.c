@@ -399,27 +399,31 @@ test_padded_header (void)
 
 /* ----------------------------------------------------- dtype conversion */
 
-/* Value of an IEEE binary16 pattern, from the definition, in double. */
+/* Value of an IEEE-style binary pattern (sign, eb exponent bits, mb
+ * mantissa bits; binary16: 5, 10, bfloat16: 8, 7), from the definition,
+ * in double. */
+static double
+ieee_value (unsigned h, int eb, int mb)
+{
+  int s = (h >> (eb + mb)) & 1, e = (h >> mb) & ((1 << eb) - 1);
+  int bias = (1 << (eb - 1)) - 1;
+  double frac = (h & ((1u << mb) - 1)) / (double) (1 << mb), v;
+  if (e == (1 << eb) - 1)
+    return frac != 0 ? NAN : (s ? -INFINITY : INFINITY);
+  v = e == 0 ? frac * pow (2, 1 - bias) : (1 + frac) * pow (2, e - bias);
+  return s ? -v : v;
+}
+
 static double
 half_value (unsigned h)
 {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 31)
-    return m ? NAN : (s ? -INFINITY : INFINITY);
-  v = e == 0 ? m / 1024.0 * pow (2, -14) : (1 + m / 1024.0) * pow (2, e - 15);
-  return s ? -v : v;
+  return ieee_value (h, 5, 10);
 }
 
 static double
 bf16_value (unsigned h)
 {
-  int s = h >> 15, e = (h >> 7) & 255, m = h & 127;
-  double v;
-  if (e == 255)
-    return m ? NAN : (s ? -INFINITY : INFINITY);
-  v = e == 0 ? m / 128.0 * pow (2, -126) : (1 + m / 128.0) * pow (2, e - 127);
-  return s ? -v : v;
+  return ieee_value (h, 8, 7);
 }
 
 static void
@@ -1168,6 +1172,97 @@ test_map_metadata (void)
   sattn_tensor_file_free (f);
 }
 
+/* A size of 0 in the metadata (num_heads, head_dim, value_dim) means "not
+ * given" to both mappers, as 0 does in SattnConfig: the file maps as if
+ * the key were absent; a nonzero size that contradicts the caller is
+ * refused by both. */
+static void
+test_map_metadata_zero (void)
+{
+  Mha m = { .e = 8, .bias = 1, .metadata = "{\"num_heads\":\"0\","
+            "\"head_dim\":\"0\",\"value_dim\":\"0\"}" };
+  SattnTensorFile *f = load_ok (mha_file (&m));
+  SattnConfig cfg = { 0 };
+  SattnWeights w;
+  SattnMhaWeights *owner = NULL;
+  SattnAttnReport rep;
+  char err[512];
+
+  g_assert_cmpint (sattn_mha_weights_from_file (f, NULL, 8, 2, 0, &cfg, &w,
+      &owner, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpuint (cfg.heads, ==, 2);
+  g_assert_cmpuint (cfg.d_head, ==, 4);
+  sattn_mha_weights_free (owner);
+  owner = NULL;
+
+  /* Any layout, heads given: the caller's, not contradicted. */
+  memset (&cfg, 0, sizeof cfg);
+  cfg.heads = 2;
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
+      &owner, &rep, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpuint (cfg.heads, ==, 2);
+  g_assert_cmpint (rep.heads_from, ==, SATTN_FROM_CALLER);
+  g_assert_cmpint (rep.d_head_from, ==, SATTN_FROM_SHAPES);
+  g_assert_cmpint (rep.d_value_from, ==, SATTN_FROM_SHAPES);
+  g_assert_cmpuint (cfg.d_head, ==, 4);
+  sattn_mha_weights_free (owner);
+  owner = NULL;
+
+  /* Any layout, nothing given: the default head count, sizes from the
+   * shapes, as without the keys. */
+  memset (&cfg, 0, sizeof cfg);
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
+      &owner, &rep, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpuint (cfg.heads, ==, 1);
+  g_assert_cmpint (rep.heads_from, ==, SATTN_FROM_DEFAULT);
+  g_assert_cmpuint (cfg.d_head, ==, 8);
+  g_assert_cmpint (rep.d_head_from, ==, SATTN_FROM_SHAPES);
+  sattn_mha_weights_free (owner);
+  owner = NULL;
+  sattn_tensor_file_free (f);
+
+  /* A nonzero num_heads against another caller's value: both refuse. */
+  Mha m4 = { .e = 8, .bias = 1, .metadata = "{\"num_heads\":\"4\"}" };
+  expect_map_fail (mha_file (&m4), NULL, 8, 2, 0, SATTN_E_SHAPE,
+                   WORDS ("heads = 2", "num_heads = 4", "'num_heads'"));
+  f = load_ok (mha_file (&m4));
+  memset (&cfg, 0, sizeof cfg);
+  cfg.heads = 2;
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
+      &owner, &rep, err, sizeof err), ==, SATTN_E_SHAPE);
+  assert_msg (err, WORDS ("heads = 2", "num_heads = 4", "'num_heads'"));
+  g_assert_null (owner);
+  sattn_tensor_file_free (f);
+}
+
+/* sattn_attn_prefix: the mappers' prefix rule (a '.' appended unless
+ * empty or ending in one) and an encoder layer's attention under
+ * "self_attn.", the one place the element takes them from. */
+static void
+test_attn_prefix (void)
+{
+  float v[12] = { 0 };
+  Builder *b = builder_new (NULL);
+  builder_add (b, "enc.0.linear1.weight", "F32", "[4,2]", v, 8);
+  builder_add (b, "enc.0.linear2.weight", "F32", "[2,4]", v, 8);
+  builder_add (b, "attn.in_proj_weight", "F32", "[6,2]", v, 12);
+  SattnTensorFile *f = load_ok (builder_finish (b));
+  static const struct { const char *in, *out; } cases[] = {
+    { "enc.0", "enc.0.self_attn." }, { "enc.0.", "enc.0.self_attn." },
+    { "attn", "attn." }, { "attn.", "attn." }, { "", "" }, { NULL, "" },
+    { "enc", "enc." },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS (cases); i++) {
+    char *p = sattn_attn_prefix (f, cases[i].in);
+    g_assert_cmpstr (p, ==, cases[i].out);
+    free (p);
+  }
+  char *p = sattn_attn_prefix (NULL, "x");
+  g_assert_cmpstr (p, ==, "x.");
+  free (p);
+  sattn_tensor_file_free (f);
+}
+
 static void
 test_err_buffer (void)
 {
@@ -1234,6 +1329,8 @@ main (int argc, char **argv)
   g_test_add_func ("/weights/bad/map-shapes", test_map_shapes);
   g_test_add_func ("/weights/bad/map-values", test_map_dtype_and_values);
   g_test_add_func ("/weights/bad/map-metadata", test_map_metadata);
+  g_test_add_func ("/weights/map/metadata-zero", test_map_metadata_zero);
+  g_test_add_func ("/weights/map/attn-prefix", test_attn_prefix);
   g_test_add_func ("/weights/bad/err-buffer", test_err_buffer);
   ret = g_test_run ();
 
