@@ -11,7 +11,8 @@
  * projection kernel reads (y = x W^T as rows of x times W^T), with
  * elements of type T: dup_transposed (float) for the projections summed
  * in float, dup_transposed_d (double) for those summed in double (the
- * feed-forward, an encoder's projections).  NULL for src NULL; *ok = 0
+ * feed-forward, V and output projections, an encoder's or a RoPE model's
+ * Q and K).  NULL for src NULL; *ok = 0
  * when out of memory. */
 #define DEFINE_DUP_TRANSPOSED(name, T)                                  \
   static T *                                                            \
