@@ -101,6 +101,11 @@ typedef struct {
   size_t m, nk, q0;
   float *scores;            /* scratch: m × (nk + n_extra) */
   float *o;                 /* out: m × dv */
+  /* Head-major layouts (0 = the default, heads side by side in a row):
+   * floats from head h's Q, V and O columns to head h + 1's, and O's row
+   * stride (0 = dv).  With q_head, head h's Q rows start at q + h *
+   * q_head (row stride ldq); likewise V and O. */
+  size_t q_head, v_head, o_head, ldo;
   float *weights;           /* optional out: heads × m × (nk + n_extra) */
   SattnStats *stats;        /* optional */
   float sat_threshold;

@@ -238,14 +238,16 @@ pv_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
          const float *P, size_t M, float *Oh)
 {
   const size_t dvh = m->cfg.d_value, nk = a->nk, ncols = nk + m->n_extra;
-  sattn_pv (P, ncols, M, nk, a->v + h * dvh, a->ldv, dvh, Oh, m->dv);
+  const size_t ldo = a->ldo ? a->ldo : m->dv;
+  sattn_pv (P, ncols, M, nk, a->v + h * (a->v_head ? a->v_head : dvh),
+            a->ldv, dvh, Oh, ldo);
   for (size_t e = 0; e < m->n_extra; e++) {
     const float *ve = m->v_extra + e * m->dv + h * dvh;
     for (size_t i = 0; i < M; i++) {
       float p = P[i * ncols + nk + e];
       if (p == 0.0f)
         continue;
-      float *oi = Oh + i * m->dv;
+      float *oi = Oh + i * ldo;
       for (size_t t = 0; t < dvh; t++)
         oi[t] += p * ve[t];
     }
@@ -264,7 +266,8 @@ static void
 clamp_context (const SattnModel *m, const SattnAttnArgs *a, size_t h,
                float *S, const float *norm, float *o, size_t rows)
 {
-  const size_t ld = m->dv, dv = m->cfg.d_value, ncols = a->nk + m->n_extra;
+  const size_t ld = a->ldo ? a->ldo : m->dv, dv = m->cfg.d_value;
+  const size_t ncols = a->nk + m->n_extra;
   for (size_t i = 0; i < rows; i++) {
     float *r = o + i * ld;
     if (sattn_finite (r, dv))
@@ -297,9 +300,10 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
   const SattnConfig *c = &m->cfg;
   const size_t dh = c->d_head, dvh = c->d_value;
   const size_t nk = a->nk, ncols = nk + m->n_extra, M = r1 - r0;
-  const float *Qh = a->q + r0 * a->ldq + h * dh;
+  const size_t ldo = a->ldo ? a->ldo : m->dv;
+  const float *Qh = a->q + r0 * a->ldq + h * (a->q_head ? a->q_head : dh);
   const float *Kth = a->kt + h * dh * a->ldkt;
-  float *Oh = a->o + r0 * m->dv + h * dvh;
+  float *Oh = a->o + r0 * ldo + h * (a->o_head ? a->o_head : dvh);
   const uint8_t *query_ok = a->query_ok ? a->query_ok + r0 : NULL;
   float norm[ROWS_BLOCK];
 
@@ -394,13 +398,14 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
   if (m->n_extra == 0) {
     /* Normalised as the rows are stored, tested for NaN/+-inf there: the
      * rows need no second pass when all are finite. */
-    finite = sattn_pv_norm (S, ncols, M, nk, a->v + h * dvh, a->ldv, dvh,
-                            norm, Oh, m->dv);
+    finite = sattn_pv_norm (S, ncols, M, nk,
+                            a->v + h * (a->v_head ? a->v_head : dvh), a->ldv,
+                            dvh, norm, Oh, ldo);
   } else {
     pv_rows (m, a, h, S, M, Oh);
     for (size_t i = 0; i < M; i++)
       if (norm[i] != 1.0f)
-        sattn_mul (Oh + i * m->dv, dvh, norm[i]);
+        sattn_mul (Oh + i * ldo, dvh, norm[i]);
   }
   /* This task's rows and head columns only: tasks stay disjoint. */
   if (!finite)

@@ -19,7 +19,11 @@
  * in task order.  The caller's thread runs tasks too, and with threads = 1
  * it runs all of them, in the same blocks: the bytes are the same for every
  * thread count.  Projections large enough for BLAS run as one cblas_sgemm
- * call on the caller's thread.
+ * call on the caller's thread.  With workers the Q and V rings are head
+ * major, each head on pages of its own (see SattnStream.qhs): the threads
+ * write and read different heads, and lines of different heads side by
+ * side in one row made each core's prefetchers pull the lines the other
+ * core was writing (tests/bench/PERFORMANCE.md, "threads=2 on W1").
  */
 #include "internal.h"
 
@@ -51,7 +55,7 @@ struct SattnStream {
   const SattnModel *m;
   SattnStreamConfig sc;
   size_t n, h, ncols;
-  float *qring, *vring;           /* 2n × dq, 2n × dv */
+  float *qring, *vring;           /* 2n × dq, 2n × dv (see qhs) */
   float *ktring;                  /* K transposed: dq × 2n */
   float *kscratch;                /* n × dq: K rows before transposing */
   uint8_t *vring_ok;              /* 2n: frame usable as key / query */
@@ -108,6 +112,18 @@ struct SattnStream {
    * only) and the layer's scratch per thread (lstride floats apart). */
   float *xring, *xnorm, *lscratch;
   size_t lstride;
+  /* Head-major rings (streams with workers): head h's 2n Q rows of
+   * d_head floats start at qring + h * qhs, its V rows of d_value at
+   * vring + h * vhs, each head on pages of its own, so that the threads'
+   * heads never share a row, a cache line or a page (the hardware
+   * prefetchers of one core then never pull the lines another core is
+   * writing).  store_frames projects into the row-major qstage / vstage
+   * (n × dq, n × dv) and scatters the rows into the rings; the O rows of a
+   * window of at most ATTN_ROWS query rows go to ohm (head h from h *
+   * ohs, rows of d_value) and are gathered into rows after the tasks.
+   * qhs = 0: rows of all heads side by side (dq, dv floats), no stages. */
+  size_t qhs, vhs, ohs;
+  float *qstage, *vstage, *ohm;
   int have_error;                 /* a push stopped at err_frame */
   uint64_t err_frame;
   SattnFrameFault err_fault;
@@ -126,6 +142,7 @@ sattn_stream_free (SattnStream *s)
   free (s->dcopy);
   free (s->xstage); free (s->ostage); free (s->ostage_ok);
   free (s->xring); free (s->xnorm); free (s->lscratch);
+  free (s->qstage); free (s->vstage); free (s->ohm);
   free (s);
 }
 
@@ -135,9 +152,12 @@ sattn_stream_reset (SattnStream *s)
   if (s == NULL)
     return;
   const SattnModel *m = s->m;
-  memset (s->qring, 0, 2 * s->n * m->dq * sizeof (float));
+  const size_t H = m->cfg.heads;
+  memset (s->qring, 0, (s->qhs ? H * s->qhs : 2 * s->n * m->dq) *
+          sizeof (float));
   memset (s->ktring, 0, 2 * s->n * m->dq * sizeof (float));
-  memset (s->vring, 0, 2 * s->n * m->dv * sizeof (float));
+  memset (s->vring, 0, (s->qhs ? H * s->vhs : 2 * s->n * m->dv) *
+          sizeof (float));
   memset (s->vring_ok, 0, 2 * s->n);
   if (s->xring)
     memset (s->xring, 0, 2 * s->n * m->cfg.d_model * sizeof (float));
@@ -159,6 +179,7 @@ sattn_stream_reset (SattnStream *s)
 typedef struct {
   size_t qring, ktring, kscratch, vring, vring_ok, row_ok, dcopy, scores, o,
       xstage, ostage, ostage_ok, xcap, ocap, pool,
+      qhs, vhs, ohs, qstage, vstage, ohm,
       wkeep,
       wstats, tsums, threads_bytes, xring, xnorm, lscratch, total;
   unsigned n_threads;
@@ -175,14 +196,29 @@ mul3 (size_t a, size_t b, size_t c)
   return a * b * c;
 }
 
-/* Floats of one thread's score scratch: min (ATTN_ROWS, window) rows,
- * rounded up to whole cache lines. */
+#define PAGE 4096
+#define PAGE_FLOATS (PAGE / sizeof (float))
+
+/* f floats rounded up to whole pages (0 on overflow). */
 static size_t
-score_stride (size_t n, size_t ncols)
+page_floats (size_t f)
+{
+  if (f > SIZE_MAX - PAGE_FLOATS)
+    return 0;
+  return (f + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
+}
+
+/* Floats of one thread's score scratch: min (ATTN_ROWS, window) rows,
+ * rounded up to whole cache lines, or to whole pages with workers (the
+ * threads' scratch then never shares a page). */
+static size_t
+score_stride (size_t n, size_t ncols, unsigned n_threads)
 {
   const size_t arows = n < ATTN_ROWS ? n : ATTN_ROWS;
-  if (ncols > (SIZE_MAX - LINE_FLOATS) / arows)
+  if (ncols > (SIZE_MAX - PAGE_FLOATS) / arows)
     return 0;
+  if (n_threads > 1)
+    return page_floats (arows * ncols);
   return (arows * ncols + LINE_FLOATS - 1) / LINE_FLOATS * LINE_FLOATS;
 }
 
@@ -192,6 +228,16 @@ alloc_lines (size_t size)
 {
   void *p = NULL;
   if (posix_memalign (&p, LINE, size) != 0)
+    return NULL;
+  return p;
+}
+
+/* size bytes at a page boundary, NULL on failure. */
+static void *
+alloc_pages (size_t size)
+{
+  void *p = NULL;
+  if (posix_memalign (&p, PAGE, size) != 0)
     return NULL;
   return p;
 }
@@ -246,11 +292,27 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   if (n > (size_t) INT32_MAX / 2)
     return 0;
   z->n_threads = sattn_resolve_threads (m->cfg.threads);
-  if ((z->qring = mul3 (2 * n, m->dq, fs)) == 0 ||
-      (z->ktring = mul3 (2 * n, m->dq, fs)) == 0 ||
+  if (z->n_threads > 1) {
+    /* Head-major rings and O rows (see SattnStream). */
+    const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
+    const size_t arows = n < ATTN_ROWS ? n : ATTN_ROWS;
+    if ((z->qhs = page_floats (mul3 (2 * n, dh, 1))) == 0 ||
+        (z->vhs = page_floats (mul3 (2 * n, dvh, 1))) == 0 ||
+        (z->ohs = page_floats (arows * dvh)) == 0 ||
+        (z->qring = mul3 (H, z->qhs, fs)) == 0 ||
+        (z->vring = mul3 (H, z->vhs, fs)) == 0 ||
+        (z->ohm = mul3 (H, z->ohs, fs)) == 0 ||
+        (z->qstage = mul3 (n, m->dq, fs)) == 0 ||
+        (z->vstage = mul3 (n, m->dv, fs)) == 0)
+      return 0;
+  } else if ((z->qring = mul3 (2 * n, m->dq, fs)) == 0 ||
+      (z->vring = mul3 (2 * n, m->dv, fs)) == 0) {
+    return 0;
+  }
+  if ((z->ktring = mul3 (2 * n, m->dq, fs)) == 0 ||
       (z->kscratch = mul3 (n, m->dq, fs)) == 0 ||
-      (z->vring = mul3 (2 * n, m->dv, fs)) == 0 ||
-      (z->scores = mul3 (z->n_threads, score_stride (n, ncols), fs)) == 0 ||
+      (z->scores = mul3 (z->n_threads, score_stride (n, ncols, z->n_threads),
+              fs)) == 0 ||
       (z->o = mul3 (n, m->dv, fs)) == 0)
     return 0;
   z->vring_ok = 2 * n;
@@ -295,7 +357,8 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
     z->vring, z->vring_ok, z->row_ok, z->dcopy, z->xstage, z->ostage,
     z->ostage_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
-    z->tsums, z->threads_bytes, z->xring, z->xnorm, z->lscratch };
+    z->tsums, z->threads_bytes, z->xring, z->xnorm, z->lscratch, z->qstage,
+    z->vstage, z->ohm };
   size_t total = 0;
   for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
     if (parts[k] > SIZE_MAX - total)
@@ -413,10 +476,18 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->h = sc->hop;
   s->ncols = n + m->n_extra;
   s->n_threads = z.n_threads;
-  s->qring = alloc_lines (z.qring);
-  s->ktring = alloc_lines (z.ktring);
+  s->qhs = z.qhs;
+  s->vhs = z.vhs;
+  s->ohs = z.ohs;
+  s->qring = alloc_pages (z.qring);
+  s->ktring = alloc_pages (z.ktring);
   s->kscratch = alloc_lines (z.kscratch);
-  s->vring = alloc_lines (z.vring);
+  s->vring = alloc_pages (z.vring);
+  if (z.qstage) {
+    s->qstage = alloc_lines (z.qstage);
+    s->vstage = alloc_lines (z.vstage);
+    s->ohm = alloc_pages (z.ohm);
+  }
   s->vring_ok = malloc (z.vring_ok);
   s->row_ok = malloc (z.row_ok);
   s->dcopy = malloc (z.dcopy);
@@ -428,7 +499,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     s->ostage = alloc_lines (z.ostage);
     s->ostage_ok = malloc (z.ostage_ok);
   }
-  s->scores = alloc_lines (z.scores);
+  s->scores = alloc_pages (z.scores);
   s->o = alloc_lines (z.o);
   if (z.pool)
     s->pool = alloc_lines (z.pool);
@@ -450,7 +521,8 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
       (z.ostage && (!s->ostage || !s->ostage_ok)) || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
       (z.wstats && !s->wstats) || (z.tsums && !s->tsums) ||
       (z.xring && !s->xring) || (z.xnorm && !s->xnorm) ||
-      (z.lscratch && !s->lscratch)) {
+      (z.lscratch && !s->lscratch) ||
+      (z.qstage && (!s->qstage || !s->vstage || !s->ohm))) {
     st = SATTN_E_NOMEM;
     goto fail;
   }
@@ -459,7 +531,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     goto fail;
   }
   sattn_stats_clear (&s->stats);
-  s->sstride = score_stride (n, s->ncols);
+  s->sstride = score_stride (n, s->ncols, s->n_threads);
   for (unsigned w = 0; s->wstats && w < s->n_threads; w++)
     sattn_stats_clear (wstats_at (s, w));
   sattn_stream_reset (s);
@@ -565,7 +637,18 @@ typedef struct {
   size_t mirror;                 /* 0, or floats from a row of y to its copy */
   float *kt;                     /* NULL, or y transposed: row c, column i */
   size_t ldkt, kt_mirror;        /* kt's row stride; floats to its copy */
+  /* NULL, or y's rows scattered into a head-major ring (see SattnStream):
+   * column c of row i goes to hm + (c / hw) * hs + (slot + i) * hw + c % hw
+   * and to its copy hn rows further. */
+  float *hm;
+  size_t hw, hs, hslot, hn;
 } ProjJob;
+
+/* Where proj_add_copies scatters a projection (ProjJob.hm). */
+typedef struct {
+  float *ring;
+  size_t w, hs, slot, n;
+} RingDst;
 
 typedef struct {
   ProjJob job[3];
@@ -582,6 +665,19 @@ proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
     for (size_t i = r0; i < r1; i++)
       memcpy (p->y + i * p->ldy + c0 + p->mirror, p->y + i * p->ldy + c0,
               (c1 - c0) * sizeof (float));
+  if (p->hm) {
+    const size_t w = p->hw;
+    for (size_t c = c0; c < c1;) {
+      const size_t h = c / w, e = (h + 1) * w < c1 ? (h + 1) * w : c1;
+      float *dst = p->hm + h * p->hs + p->hslot * w + c % w;
+      for (size_t i = r0; i < r1; i++) {
+        const float *src = p->y + i * p->ldy + c;
+        memcpy (dst + i * w, src, (e - c) * sizeof (float));
+        memcpy (dst + (i + p->hn) * w, src, (e - c) * sizeof (float));
+      }
+      c = e;
+    }
+  }
   if (p->kt) {
     const size_t km = p->kt_mirror;
     for (size_t t = c0; t < c1; t++) {
@@ -620,13 +716,14 @@ static void
 proj_add_copies (ProjCtx *c, const float *Wt, const float *b, const float *x,
                  size_t n, size_t d_in, size_t d_out, size_t ldx, float *y,
                  size_t ldy, size_t mirror, float *kt, size_t ldkt,
-                 size_t kt_mirror, int copy_tasks)
+                 size_t kt_mirror, const RingDst *hm, int copy_tasks)
 {
   if (n == 0)
     return;
   ProjJob pj = { Wt, b, x, n, d_in, d_out, ldx, y, ldy,
     (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks, mirror, kt, ldkt,
-    kt_mirror };
+    kt_mirror, hm ? hm->ring : NULL, hm ? hm->w : 0, hm ? hm->hs : 0,
+    hm ? hm->slot : 0, hm ? hm->n : 0 };
   if ((Wt == NULL && !copy_tasks) ||
       (sattn_project_uses_blas (Wt, n, d_in, d_out) &&
        !sattn_project_is_double (c->m, Wt))) {
@@ -646,7 +743,7 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
           size_t ldy)
 {
   proj_add_copies (c, Wt, b, x, n, d_in, d_out, ldx, y, ldy, 0, NULL, 0, 0,
-                   0);
+                   NULL, 0);
 }
 
 /* Below this many multiply-adds a projection phase runs on the caller's
@@ -662,6 +759,41 @@ proj_run (SattnStream *s, ProjCtx *pc)
 {
   sattn_pool_run (pc->fma >= PROJ_PAR_FMA ? s->workers : NULL, pc->n_tasks,
                   proj_task, pc);
+}
+
+/* Rows [0, cnt) of Q (q, row stride ldq) and V (v, stride ldv) into the
+ * head-major rings at slot and at their copies n rows further. */
+static void
+ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q,
+          size_t ldq, const float *v, size_t ldv)
+{
+  const SattnModel *m = s->m;
+  const size_t n = s->n, dh = m->cfg.d_head, dvh = m->cfg.d_value;
+  for (size_t h = 0; h < m->cfg.heads; h++) {
+    float *qr = s->qring + h * s->qhs + slot * dh;
+    float *vr = s->vring + h * s->vhs + slot * dvh;
+    for (size_t i = 0; i < cnt; i++) {
+      memcpy (qr + i * dh, q + i * ldq + h * dh, dh * sizeof (float));
+      memcpy (qr + (i + n) * dh, q + i * ldq + h * dh, dh * sizeof (float));
+      memcpy (vr + i * dvh, v + i * ldv + h * dvh, dvh * sizeof (float));
+      memcpy (vr + (i + n) * dvh, v + i * ldv + h * dvh,
+              dvh * sizeof (float));
+    }
+  }
+}
+
+/* Q and V of ring slot `slot` as rows (dq, dv floats) into q and v. */
+static void
+ring_get (const SattnStream *s, size_t slot, float *q, float *v)
+{
+  const SattnModel *m = s->m;
+  const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
+  for (size_t h = 0; h < m->cfg.heads; h++) {
+    memcpy (q + h * dh, s->qring + h * s->qhs + slot * dh,
+            dh * sizeof (float));
+    memcpy (v + h * dvh, s->vring + h * s->vhs + slot * dvh,
+            dvh * sizeof (float));
+  }
 }
 
 /* The attention of one window: task = (head, block of ATTN_ROWS rows). */
@@ -749,13 +881,18 @@ project_head (SattnStream *s, size_t h, float *P)
     for (size_t t = 0; t < dvh; t++)
       r[2 * dh + t] = z && m->bv ? m->bv[e0 + t] : 0.0f;
   }
+  /* Head h's rows: one row of a head-major ring, or its columns of a
+   * row of all heads. */
+  const size_t ldq = s->qhs ? dh : dq, ldv = s->qhs ? dvh : dv;
+  float *qh = s->qhs ? s->qring + h * s->qhs : s->qring + c0;
+  float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + e0;
   for (size_t i = 0; i < cnt; i++) {
-    float *q = s->qring + (s->dslot + i) * dq + c0;
-    float *v = s->vring + (s->dslot + i) * dv + e0;
+    float *q = qh + (s->dslot + i) * ldq;
+    float *v = vh + (s->dslot + i) * ldv;
     memcpy (q, P + i * w, dh * sizeof (float));
-    memcpy (q + n * dq, P + i * w, dh * sizeof (float));
+    memcpy (q + n * ldq, P + i * w, dh * sizeof (float));
     memcpy (v, P + i * w + 2 * dh, dvh * sizeof (float));
-    memcpy (v + n * dv, P + i * w + 2 * dh, dvh * sizeof (float));
+    memcpy (v + n * ldv, P + i * w + 2 * dh, dvh * sizeof (float));
   }
   for (size_t t = 0; t < dh; t++) {
     float *restrict dst = s->ktring + (c0 + t) * 2 * n + s->dslot;
@@ -782,10 +919,13 @@ copy_deferred (SattnStream *s, size_t h, float *P)
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value, slot = s->dslot;
 
+  const size_t ldq = s->qhs ? dh : dq, ldv = s->qhs ? dvh : dv;
+  float *qh = s->qhs ? s->qring + h * s->qhs : s->qring + h * dh;
+  float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + h * dvh;
   sattn_copy_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
-                   s->qring + slot * dq + h * dh, dq, n * dq);
+                   qh + slot * ldq, ldq, n * ldq);
   sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
-                   s->vring + slot * dv + h * dvh, dv, n * dv);
+                   vh + slot * ldv, ldv, n * ldv);
   sattn_transpose_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
                         s->ktring + h * dh * 2 * n + slot, 2 * n, n);
 }
@@ -907,9 +1047,13 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
   size_t slot = (size_t) (p0 % n);
-  float *q = s->qring + slot * dq;
+  /* Head-major rings: the rows go through the stages (see SattnStream). */
+  const int hm = s->qhs != 0;
+  float *q = hm ? s->qstage : s->qring + slot * dq;
   float *k = s->kscratch;
-  float *v = s->vring + slot * dv;
+  float *v = hm ? s->vstage : s->vring + slot * dv;
+  const RingDst qdst = { s->qring, m->cfg.d_head, s->qhs, slot, n };
+  const RingDst vdst = { s->vring, m->cfg.d_value, s->vhs, slot, n };
 
   /* Except under SATTN_INVALID_ERROR (which may have to give the slots
    * their old frames back from the mirrors), the tasks write the mirrors
@@ -1011,11 +1155,13 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
   if (direct) {
     proj_add_copies (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
-                     ps[0].ldx, q, dq, n * dq, NULL, 0, 0, copy_tasks);
+                     ps[0].ldx, q, dq, hm ? 0 : n * dq, NULL, 0, 0,
+                     hm ? &qdst : NULL, copy_tasks);
     proj_add_copies (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
-                     ps[1].ldx, k, dq, 0, kt, 2 * n, n, copy_tasks);
+                     ps[1].ldx, k, dq, 0, kt, 2 * n, n, NULL, copy_tasks);
     proj_add_copies (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
-                     ps[2].ldx, v, dv, n * dv, NULL, 0, 0, copy_tasks);
+                     ps[2].ldx, v, dv, hm ? 0 : n * dv, NULL, 0, 0,
+                     hm ? &vdst : NULL, copy_tasks);
   } else {
     proj_add (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
               ps[0].ldx, q, dq);
@@ -1041,11 +1187,13 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ERROR) {
       /* Not consumed: the lower copies of slots [i, cnt) get back the
        * frames still in the window from their mirrors (K is only written
-       * below). */
-      memcpy (q + i * dq, s->qring + (slot + i + n) * dq,
-              (cnt - i) * dq * sizeof (float));
-      memcpy (v + i * dv, s->vring + (slot + i + n) * dv,
-              (cnt - i) * dv * sizeof (float));
+       * below; head-major rings were not written at all). */
+      if (!hm) {
+        memcpy (q + i * dq, s->qring + (slot + i + n) * dq,
+                (cnt - i) * dq * sizeof (float));
+        memcpy (v + i * dv, s->vring + (slot + i + n) * dv,
+                (cnt - i) * dv * sizeof (float));
+      }
       s->have_error = 1;
       s->err_frame = p0 - n + i;
       s->err_fault = f;
@@ -1070,8 +1218,12 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     }
     if (!(f == SATTN_FRAME_OK) && direct) {
       /* Rewritten: its mirrors and transposed K follow. */
-      memcpy (q + (i + n) * dq, q + i * dq, dq * sizeof (float));
-      memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
+      if (hm) {
+        ring_put (s, slot + i, 1, q + i * dq, dq, v + i * dv, dv);
+      } else {
+        memcpy (q + (i + n) * dq, q + i * dq, dq * sizeof (float));
+        memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
+      }
       for (size_t t = 0; t < dq; t++)
         kt[t * 2 * n + i] = kt[t * 2 * n + i + n] = k[i * dq + t];
     }
@@ -1088,13 +1240,17 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     }
   }
   if (!direct) {
-    memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
+    if (hm) {
+      ring_put (s, slot, cnt, q, dq, v, dv);
+    } else {
+      memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
+      memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
+    }
     for (size_t t = 0; t < dq; t++) {
       float *restrict dst = s->ktring + t * 2 * n + slot;
       for (size_t i = 0; i < cnt; i++)
         dst[i] = dst[i + n] = k[i * dq + t];
     }
-    memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
   }
   return cnt;
 }
@@ -1114,6 +1270,11 @@ fix_projected (SattnStream *s)
     float *q = s->qring + (slot + i) * dq, *v = s->vring + (slot + i) * dv;
     if (s->dcopy[i] != 1)
       continue;
+    if (s->qhs) {
+      q = s->qstage;
+      v = s->vstage;
+      ring_get (s, slot + i, q, v);
+    }
     for (size_t t = 0; t < dq; t++)
       k[t] = s->ktring[t * 2 * n + slot + i];
     SattnFrameFault f = sattn_frame_fault (m, 0, s->dx + i * d, q, k, v);
@@ -1130,8 +1291,12 @@ fix_projected (SattnStream *s)
       memset (k, 0, dq * sizeof (float));
       memset (v, 0, dv * sizeof (float));
     }
-    memcpy (q + n * dq, q, dq * sizeof (float));
-    memcpy (v + n * dv, v, dv * sizeof (float));
+    if (s->qhs) {
+      ring_put (s, slot + i, 1, q, dq, v, dv);
+    } else {
+      memcpy (q + n * dq, q, dq * sizeof (float));
+      memcpy (v + n * dv, v, dv * sizeof (float));
+    }
     for (size_t t = 0; t < dq; t++)
       s->ktring[t * 2 * n + slot + i] = s->ktring[t * 2 * n + slot + i + n] =
           k[t];
@@ -1236,15 +1401,23 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     }
   }
 
+  /* Head-major rings (see SattnStream); O rows head-major too when the
+   * window has at most ATTN_ROWS rows, gathered after the tasks. */
+  const int hm = s->qhs != 0;
+  const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
+  const int ohm = hm && rows <= ATTN_ROWS;
   SattnAttnArgs a = {
-    .q = s->qring + (base + q0) * m->dq, .ldq = m->dq,
+    .q = s->qring + (base + q0) * (hm ? dh : m->dq), .ldq = hm ? dh : m->dq,
+    .q_head = s->qhs,
     .kt = s->ktring + base, .ldkt = 2 * n,
-    .v = s->vring + base * m->dv, .ldv = m->dv,
+    .v = s->vring + base * (hm ? dvh : m->dv), .ldv = hm ? dvh : m->dv,
+    .v_head = s->vhs,
     .key_ok = s->vring_ok + base,
     .query_ok = s->vring_ok + base + q0,
     .allow = NULL, .ld_allow = 0,
     .m = rows, .nk = n, .q0 = q0,
-    .scores = NULL, .o = o,
+    .scores = NULL, .o = ohm ? s->ohm : o,
+    .o_head = ohm ? s->ohs : 0, .ldo = ohm ? dvh : 0,
     .weights = s->wkeep, .stats = NULL,
     .sat_threshold = s->sc.saturation_threshold,
   };
@@ -1266,6 +1439,11 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   }
   s->dcnt = 0;
   s->dproj = 0;
+  if (ohm)
+    for (size_t i = 0; i < rows; i++)
+      for (size_t h = 0; h < m->cfg.heads; h++)
+        memcpy (o + i * m->dv + h * dvh, s->ohm + h * s->ohs + i * dvh,
+                dvh * sizeof (float));
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
       sattn_stats_merge (stats, wstats_at (s, w));
@@ -1628,8 +1806,17 @@ store_invalid (SattnStream *s, size_t cnt, uint64_t p0)
 
   for (size_t copy = 0; copy < 2; copy++) {
     size_t sl = slot + copy * n;
-    memset (s->qring + sl * dq, 0, cnt * dq * sizeof (float));
-    memset (s->vring + sl * dv, 0, cnt * dv * sizeof (float));
+    if (s->qhs) {
+      const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
+      for (size_t h = 0; h < m->cfg.heads; h++) {
+        memset (s->qring + h * s->qhs + sl * dh, 0, cnt * dh * sizeof (float));
+        memset (s->vring + h * s->vhs + sl * dvh, 0,
+                cnt * dvh * sizeof (float));
+      }
+    } else {
+      memset (s->qring + sl * dq, 0, cnt * dq * sizeof (float));
+      memset (s->vring + sl * dv, 0, cnt * dv * sizeof (float));
+    }
     memset (s->vring_ok + sl, 0, cnt);
     for (size_t t = 0; t < dq; t++)
       memset (s->ktring + t * 2 * n + sl, 0, cnt * sizeof (float));
