@@ -41,11 +41,16 @@ struct SattnModel {
   float *n1w, *n1b, *n2w, *n2b;
   float *zq, *zk, *zv;
   /* Projections summed in double (linear.c): double copies of their
-   * weights and biases, NULL for those summed in float.  Encoder layers
-   * sum all four in double.  Attention-only models sum in float: V and
-   * the output projection in double would put them below PyTorch
-   * float32's error in nearly every draw, but cost 7-11% of W1's
-   * throughput (tests/bench/PERFORMANCE.md, "Numerical error"). */
+   * weights and biases, NULL for those summed in float (and for identity
+   * projections).  V and the output projection always sum in double:
+   * that puts attention-only models at or below PyTorch float32's error
+   * in nearly every draw, where summing in float lands around it
+   * (tests/bench/PERFORMANCE.md, "Numerical error").  Encoder layers and
+   * RoPE models sum Q and K in double too (RoPE rounds Q and K once more:
+   * in float, one of layers-parity's fixed draws lands 1.17x above
+   * PyTorch with AVX2).  Other attention-only models keep Q and K in
+   * float: that keeps the per-head path's packed float product for them
+   * (see wqkv), and their error stays below PyTorch's without. */
   double *wqd, *bqd, *wkd, *bkd, *wvd, *bvd, *wod, *bod;
 };
 

@@ -2,8 +2,8 @@
  * over the inner index in order, from the bias (0 without), with double
  * weights.  One family of loops serves every such sum: the encoder
  * layer's feed-forward (double rows in, double rows out, core/layer.c)
- * and its four projections (float rows in, each entry rounded to float
- * once; see SattnModel for why attention-only models project in float).
+ * and the projections summed in double (float rows in, each entry
+ * rounded to float once; see SattnModel for which).
  *
  * The inputs hold float values (float rows, or double rows of values
  * rounded to float, and weights copied from floats), so every product is

@@ -11,7 +11,8 @@
  * projection kernel reads (y = x W^T as rows of x times W^T), with
  * elements of type T: dup_transposed (float) for the projections summed
  * in float, dup_transposed_d (double) for those summed in double (the
- * feed-forward, an encoder's projections).  NULL for src NULL; *ok = 0
+ * feed-forward, V and output projections, an encoder's or a RoPE model's
+ * Q and K).  NULL for src NULL; *ok = 0
  * when out of memory. */
 #define DEFINE_DUP_TRANSPOSED(name, T)                                  \
   static T *                                                            \
@@ -383,17 +384,19 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bv = dup_floats (w->bv, dv, &ok);
   m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
   m->bo = dup_floats (w->bo, c.d_out, &ok);
-  /* The projections summed in double (see SattnModel). */
-  if (c.encoder) {
+  /* The projections summed in double (see SattnModel): V and the output
+   * projection always, Q and K in encoder layers and with RoPE. */
+  if (c.encoder || c.positions == SATTN_POSITIONS_ROPE ||
+      c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED) {
     m->wqd = dup_transposed_d (w->wq, dq, c.d_model, &ok);
     m->bqd = m->wqd != NULL ? dup_doubles (w->bq, dq, &ok) : NULL;
     m->wkd = dup_transposed_d (w->wk, dq, c.d_model, &ok);
     m->bkd = m->wkd != NULL ? dup_doubles (w->bk, dq, &ok) : NULL;
-    m->wvd = dup_transposed_d (w->wv, dv, c.d_model, &ok);
-    m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
-    m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
-    m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
   }
+  m->wvd = dup_transposed_d (w->wv, dv, c.d_model, &ok);
+  m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
+  m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
+  m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
   /* Only the tasks of streams with workers read wqkv (project_head in
    * stream.c), and a model's streams resolve its threads as here: a
    * threads = 1 model does without the copy.  (threads = 0 resolves to the

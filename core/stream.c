@@ -842,16 +842,24 @@ project_head (SattnStream *s, size_t h, float *P)
   const size_t c0 = h * dh, e0 = h * dvh, w = 2 * dh + dvh;
   const float *x = s->dx;
 
+  /* V summed in double (see SattnModel): the block path's chains, from
+   * the bias. */
+  const int vd = m->wvd != NULL;
   if (m->wqkv != NULL) {
-    sattn_qk (x, d, m->wqkv + h * w, 2 * dq + dv, cnt, w, d, P, w);
+    sattn_qk (x, d, m->wqkv + h * w, 2 * dq + dv, cnt, vd ? 2 * dh : w, d, P,
+              w);
   } else {
     head_cols (m->wq, dq, x, cnt, d, c0, dh, P, w);
     head_cols (m->wk, dq, x, cnt, d, c0, dh, P + dh, w);
-    head_cols (m->wv, dv, x, cnt, d, e0, dvh, P + 2 * dh, w);
+    if (!vd)
+      head_cols (m->wv, dv, x, cnt, d, e0, dvh, P + 2 * dh, w);
   }
+  if (vd)
+    sattn_linear_f (x, d, cnt, m->wvd + e0, dv, m->bvd ? m->bvd + e0 : NULL,
+                    d, dvh, P + 2 * dh, w);
   add_bias (m->bq ? m->bq + c0 : NULL, cnt, dh, P, w);
   add_bias (m->bk ? m->bk + c0 : NULL, cnt, dh, P + dh, w);
-  add_bias (m->bv ? m->bv + e0 : NULL, cnt, dvh, P + 2 * dh, w);
+  add_bias (m->bv && !vd ? m->bv + e0 : NULL, cnt, dvh, P + 2 * dh, w);
   int bad = !sattn_finite (P, cnt * w);
   if (bad) {
     /* Frames with bad samples or flagged do not count: they are

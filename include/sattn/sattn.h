@@ -147,8 +147,10 @@ typedef struct {
    * LayerNorm and the feed-forward sums run in double; projected rows, a
    * LayerNorm output that feeds linear1 or the attention, the hidden
    * units after act and the layer's output are rounded to float once
-   * each (attention-only models project in float).  The model holds linear1 / linear2 as doubles
-   * (8 bytes per weight). */
+   * each.  Attention-only models sum the V and output projections in
+   * double (Q and K too with RoPE), each entry rounded to float once, and
+   * Q and K otherwise in float.  The model holds the weights it sums in
+   * double as doubles too (8 more bytes per weight). */
   int encoder;
   size_t d_ff;      /* rows of linear1 (the feed-forward width), >= 1 */
   SattnActivation activation;

@@ -1,21 +1,22 @@
-/* What summing the projections of an attention-only model in double would
- * cost on W1 (64 channels, 4 heads, window 256, hop 16, random weights,
- * threads=1): CPU time per hop of three copies of one model, pushed in
- * interleaved blocks of hops in one process,
+/* What summing the V and output projections of an attention-only model in
+ * double costs on W1 (64 channels, 4 heads, window 256, hop 16, random
+ * weights, threads=1): CPU time per hop of three copies of one model,
+ * pushed in interleaved blocks of hops in one process,
  *
- *   float         the library's attention-only model (every projection
- *                 summed in float);
- *   out double    the output projection summed in double (sattn_linear_f,
- *                 as encoder layers sum it);
- *   V+out double  V and the output projection summed in double.
+ *   float         every projection summed in float (the library's
+ *                 attention-only models before V and the output projection
+ *                 were summed in double);
+ *   out double    only the output projection summed in double;
+ *   V+out double  V and the output projection summed in double
+ *                 (sattn_linear_f): the library's attention-only model.
  *
- * The double copies are set on the model by hand (SattnModel.wvd / wod,
- * which sattn_model_new gives only to encoder layers): an experiment, not
- * a behaviour of the library.  It is the cost column of PERFORMANCE.md's
- * "Numerical error" table; tests/layers/error-ablation.py --schemes gives
- * the accuracy of the same schemes.  The rows of the three copies are
- * compared (they differ by roundings only) and the run fails if they do
- * not agree to 1e-5.  Thread CPU time: immune to preemption, still
+ * The double copies are removed from the model by hand (SattnModel.wvd /
+ * wod, which sattn_model_new gives every model with those weights): an
+ * experiment, not a behaviour of the library.  It is the cost column of
+ * PERFORMANCE.md's "Numerical error" table; tests/layers/error-ablation.py
+ * --schemes gives the accuracy of the same schemes.  The rows of the three
+ * copies are compared (they differ by roundings only) and the run fails if
+ * they do not agree to 1e-5.  Thread CPU time: immune to preemption, still
  * sensitive to what the other CPU does to caches and clocks.
  *
  * usage: proj-cost [BLOCKS [HOPS_PER_BLOCK]]   (default 300 × 100) */
@@ -47,15 +48,6 @@ random_floats (size_t n, float scale)
   for (size_t i = 0; p != NULL && i < n; i++)
     p[i] = uniform () * scale;
   return p;
-}
-
-static double *
-doubles (const float *f, size_t n)
-{
-  double *d = malloc (n * sizeof (double));
-  for (size_t i = 0; d != NULL && i < n; i++)
-    d[i] = f[i];
-  return d;
 }
 
 static double
@@ -106,13 +98,17 @@ main (int argc, char **argv)
     m[v] = sattn_model_new (&c, &w, &st);
     if (m[v] == NULL)
       return 1;
-    if (v >= 1) {
-      m[v]->wod = doubles (m[v]->wo, d * d);
-      m[v]->bod = doubles (m[v]->bo, d);
+    if (m[v]->wvd == NULL || m[v]->wod == NULL)
+      return 1;
+    if (v < 1) {
+      free (m[v]->wod);
+      free (m[v]->bod);
+      m[v]->wod = m[v]->bod = NULL;
     }
-    if (v >= 2) {
-      m[v]->wvd = doubles (m[v]->wv, d * d);
-      m[v]->bvd = doubles (m[v]->bv, d);
+    if (v < 2) {
+      free (m[v]->wvd);
+      free (m[v]->bvd);
+      m[v]->wvd = m[v]->bvd = NULL;
     }
     ss[v] = sattn_stream_new (m[v], &sc, &st);
     out[v] = malloc (hop * d * sizeof (float));

@@ -9,7 +9,9 @@
  * and row tiles (8 and 4), sattn_layer_rows runs on the same rows at
  * every level the CPU has; the outputs must be equal byte for byte and
  * finite.  A regression in a vector tail or a changed summation order
- * shows as a difference. */
+ * shows as a difference.  Attention-only models sum V and the output
+ * projection with the same loops: with one key per query, their rows must
+ * be those chains exactly on every projecting path (run_single_key). */
 #include "internal.h"
 
 #include <math.h>
@@ -165,6 +167,110 @@ run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
   return fails;
 }
 
+/* Attention-only models sum V and the output projection in double
+ * (SattnModel).  A query whose only key is its own frame has an attention
+ * weight of exactly 1, so its output row must be the chains written out
+ * here: V's entries from bv over t in order in double, rounded to float
+ * once, then the output projection's the same way over those V entries.
+ * Checked on every path that projects: sattn_attend of one frame, and
+ * streams (window 64, hop 16, one frame in 64 usable, the others flagged:
+ * each usable frame is the only key of its window) with threads=1 (block
+ * projections) and threads=2 (each head's task projects its V columns,
+ * see project_head in core/stream.c), at every level.  Returns the number
+ * of failures. */
+static int
+run_single_key (size_t d, size_t heads, size_t frames)
+{
+  const size_t win = 64, hop = 16, every = 64, at = 7;
+  float *wq = random_floats (d * d, 1.0f / sqrtf ((float) d));
+  float *wk = random_floats (d * d, 1.0f / sqrtf ((float) d));
+  float *wv = random_floats (d * d, 1.0f / sqrtf ((float) d));
+  float *wo = random_floats (d * d, 1.0f / sqrtf ((float) d));
+  float *bq = random_floats (d, 0.1f), *bk = random_floats (d, 0.1f);
+  float *bv = random_floats (d, 0.1f), *bo = random_floats (d, 0.1f);
+  float *x = random_floats (frames * d, 1.0f);
+  float *ref = malloc (frames * d * sizeof (float));
+  float *got = malloc (frames * d * sizeof (float));
+  float *rows_out = malloc (hop * d * sizeof (float));
+  float *v = malloc (d * sizeof (float));
+  uint8_t *valid = malloc (frames);
+  SattnRowInfo info[16];
+  SattnWeights w = { .wq = wq, .bq = bq, .wk = wk, .bk = bk, .wv = wv,
+    .bv = bv, .wo = wo, .bo = bo };
+  for (size_t i = 0; i < frames; i++) {
+    valid[i] = i % every == at;
+    for (size_t j = 0; j < d; j++) {
+      double acc = bv[j];
+      for (size_t t = 0; t < d; t++)
+        acc += (double) x[i * d + t] * (double) wv[j * d + t];
+      v[j] = (float) acc;
+    }
+    for (size_t j = 0; j < d; j++) {
+      double acc = bo[j];
+      for (size_t t = 0; t < d; t++)
+        acc += (double) v[t] * (double) wo[j * d + t];
+      ref[i * d + j] = (float) acc;
+    }
+  }
+  int native = sattn_simd_level (), fails = 0;
+  size_t checked = 0;
+  for (int level = 0; level <= native && level <= 2; level++) {
+    sattn_simd_force (level);
+    for (int path = 0; path < 3; path++) {
+      static const char *names[] = { "sattn_attend", "stream threads=1",
+        "stream threads=2" };
+      SattnConfig c = { .d_model = d, .heads = heads, .d_out = d,
+        .threads = path == 2 ? 2 : 1 };
+      SattnStreamConfig sc = { .window = win, .hop = hop,
+        .output = SATTN_OUTPUT_FRAMES };
+      SattnStatus st;
+      SattnModel *m = sattn_model_new (&c, &w, &st);
+      SattnStream *ss = m != NULL && path > 0
+          ? sattn_stream_new (m, &sc, &st) : NULL;
+      int ok = m != NULL && (path == 0 || ss != NULL);
+      size_t wrong = 0, seen = 0;
+      for (size_t i = 0; ok && path == 0 && i < frames; i += every) {
+        ok = sattn_attend (m, x + (i + at) * d, 1, NULL, got, NULL, NULL)
+            == SATTN_OK;
+        seen++;
+        for (size_t j = 0; ok && j < d; j++)
+          wrong += got[j] != ref[(i + at) * d + j];
+      }
+      for (size_t i = 0; ok && path > 0 && i < frames; i += hop) {
+        size_t rows = 0;
+        ok = sattn_stream_push (ss, x + i * d, hop, valid + i, rows_out, hop,
+                                info, &rows) == SATTN_OK;
+        for (size_t r = 0; ok && r < rows; r++) {
+          const size_t f = (size_t) info[r].first;
+          if (f >= frames || !valid[f])
+            continue;
+          seen++;
+          for (size_t j = 0; j < d; j++)
+            wrong += rows_out[r * d + j] != ref[f * d + j];
+        }
+      }
+      ok = ok && seen == frames / every;
+      checked += seen;
+      if (!ok || wrong) {
+        printf ("FAIL single key, d %zu, %zu heads, level %d, %s: %s, %zu "
+                "entries off the double chains\n", d, heads, level,
+                names[path], ok ? "ran" : "failed", wrong);
+        fails++;
+      }
+      sattn_stream_free (ss);
+      sattn_model_free (m);
+    }
+  }
+  sattn_simd_force (native);
+  printf ("%s single key, d %zu, %zu heads: %zu rows on the V and output "
+          "projection chains, 3 paths, levels 0-%d\n", fails ? "FAIL" : "ok  ",
+          d, heads, checked, native > 2 ? 2 : native);
+  free (wq); free (wk); free (wv); free (wo);
+  free (bq); free (bk); free (bv); free (bo);
+  free (x); free (ref); free (got); free (rows_out); free (v); free (valid);
+  return fails;
+}
+
 int
 main (void)
 {
@@ -188,6 +294,14 @@ main (void)
   for (size_t g = 0; g < sizeof pgeo / sizeof pgeo[0]; g++) {
     fails += run_proj (pgeo[g][0], pgeo[g][1], pgeo[g][2], pgeo[g][3],
                        pgeo[g][4]) != 0;
+    cases++;
+  }
+  /* W1's geometry (narrow heads: the packed per-head projection) and
+   * wider heads with odd widths. */
+  static const size_t sgeo[][3] = { { 64, 4, 256 }, { 40, 2, 128 },
+    { 96, 3, 128 } };
+  for (size_t g = 0; g < sizeof sgeo / sizeof sgeo[0]; g++) {
+    fails += run_single_key (sgeo[g][0], sgeo[g][1], sgeo[g][2]) != 0;
     cases++;
   }
   printf ("test-layer-isa: %d passed, %d failed\n", cases - fails, fails);
