@@ -699,30 +699,69 @@ mul_avx2 (float *restrict y, size_t n, float a)
 #define AVX512 __attribute__ ((target ("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 
 /* Same reduction and polynomial as exp256; 2^n by scalef, which rounds
- * subnormal results once. */
-AVX512 static inline __m512
-exp512 (__m512 x)
+ * subnormal results once.  exp512_k: the exponentials of the k vectors
+ * x[0, k) (k a constant), in place, each step applied to all k before the
+ * next: the k dependency chains (14 operations of latency 4 each) are
+ * interleaved in program order, so the scheduler holds ready work from
+ * k vectors instead of one chain's waiting operations.  The same
+ * operations per element in the same order: the same bytes for any k. */
+AVX512 static inline __attribute__ ((always_inline)) void
+exp512_k (__m512 *x, int k)
 {
   /* max (-104, x) returns x when x is NaN (vmaxps returns its second
    * operand then): a NaN score makes the row sum NaN (see
    * sattn_qk_max). */
-  x = _mm512_max_ps (_mm512_set1_ps (-104.0f), x);
+  const __m512 lo = _mm512_set1_ps (-104.0f);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits (one
    * FMA and a subtraction instead of a product and a 2-uop round). */
   const __m512 magic = _mm512_set1_ps (12582912.0f);
-  __m512 n = _mm512_sub_ps (_mm512_fmadd_ps (x,
-          _mm512_set1_ps (1.44269504088896341f), magic), magic);
-  __m512 r = _mm512_fnmadd_ps (n, _mm512_set1_ps (0.693359375f), x);
-  r = _mm512_fnmadd_ps (n, _mm512_set1_ps (-2.12194440e-4f), r);
+  const __m512 l2e = _mm512_set1_ps (1.44269504088896341f);
+  const __m512 ln2h = _mm512_set1_ps (0.693359375f);
+  const __m512 ln2l = _mm512_set1_ps (-2.12194440e-4f);
   /* 1 + r (1 + r (c2 + ... + c6 r^4)) by Horner: six FMAs. */
-  __m512 p = _mm512_set1_ps (1.3814612757e-3f);
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (8.3687100559e-3f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (4.1668388993e-2f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.6666521132e-1f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (4.9999994040e-1f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.0f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.0f));
-  return _mm512_scalef_ps (p, n);
+  const __m512 c6 = _mm512_set1_ps (1.3814612757e-3f);
+  const __m512 c5 = _mm512_set1_ps (8.3687100559e-3f);
+  const __m512 c4 = _mm512_set1_ps (4.1668388993e-2f);
+  const __m512 c3 = _mm512_set1_ps (1.6666521132e-1f);
+  const __m512 c2 = _mm512_set1_ps (4.9999994040e-1f);
+  const __m512 one = _mm512_set1_ps (1.0f);
+  __m512 n[8], p[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    x[j] = _mm512_max_ps (lo, x[j]);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    n[j] = _mm512_fmadd_ps (x[j], l2e, magic);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    n[j] = _mm512_sub_ps (n[j], magic);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    x[j] = _mm512_fnmadd_ps (n[j], ln2h, x[j]);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    x[j] = _mm512_fnmadd_ps (n[j], ln2l, x[j]);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    p[j] = _mm512_fmadd_ps (c6, x[j], c5);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    p[j] = _mm512_fmadd_ps (p[j], x[j], c4);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    p[j] = _mm512_fmadd_ps (p[j], x[j], c3);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    p[j] = _mm512_fmadd_ps (p[j], x[j], c2);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    p[j] = _mm512_fmadd_ps (p[j], x[j], one);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    p[j] = _mm512_fmadd_ps (p[j], x[j], one);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++)
+    x[j] = _mm512_scalef_ps (p[j], n[j]);
 }
 
 static inline __mmask16
@@ -731,37 +770,50 @@ tail_mask (size_t r)
   return r >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << r) - 1u);
 }
 
-/* One vector of the exp pass: y[0, 16) under mask m (a constant 0xffff
- * in the main loop: no mask computed there); returns the exponentials.
- * fused: x = y * scale - mx in one FMA, for a scale that is a power of two
- * (see exp_sum_avx512). */
-AVX512 static inline __attribute__ ((always_inline)) __m512
-exp_step_avx512 (float *y, __mmask16 m, __m512 vsc, __m512 vmx, int fused,
-                 int stats, __m512 *exa, __m512 *mn)
+/* The exp pass on k vectors y + 16 j (j < k, k a constant), the last
+ * under mask m (a constant 0xffff in the main loop: no mask computed
+ * there); fs[g] = the sum of the exponentials of vectors 4 g to 4 g + 3,
+ * ((e0 + e1) + e2) + e3.  fused: x = y * scale - mx in one FMA, for a
+ * scale that is a power of two (see exp_sum_avx512). */
+AVX512 static inline __attribute__ ((always_inline)) void
+exp_steps_avx512 (float *y, int k, __mmask16 m, __m512 vsc, __m512 vmx,
+                  int fused, int stats, __m512 *exa, __m512 *mn, __m512 *fs)
 {
   const __m512 ninf = _mm512_set1_ps (-INFINITY);
-  __m512 yv = _mm512_mask_loadu_ps (ninf, m, y), x;
-  if (fused)
-    x = _mm512_fmsub_ps (yv, vsc, vmx);
-  else
-    /* Rounded before the subtraction (an explicit rounding mode: never
-     * fused into a multiply-add, so the max entry gives exactly 0). */
-    x = _mm512_sub_ps (_mm512_mul_round_ps (yv, vsc,
-            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vmx);
-  __m512 e = exp512 (x);
-  _mm512_mask_storeu_ps (y, m, e);
-  if (stats) {
-    __mmask16 live = _mm512_cmp_ps_mask (x, ninf, _CMP_GT_OQ);
-    *exa = _mm512_mask_add_ps (*exa, live, *exa, _mm512_mul_ps (x, e));
-    *mn = _mm512_mask_min_ps (*mn, live, *mn, x);
+  __m512 x[8], e[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++) {
+    __m512 yv = _mm512_mask_loadu_ps (ninf, j == k - 1 ? m : 0xffff,
+                                      y + 16 * j);
+    if (fused)
+      x[j] = _mm512_fmsub_ps (yv, vsc, vmx);
+    else
+      /* Rounded before the subtraction (an explicit rounding mode: never
+       * fused into a multiply-add, so the max entry gives exactly 0). */
+      x[j] = _mm512_sub_ps (_mm512_mul_round_ps (yv, vsc,
+              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vmx);
+    e[j] = x[j];
   }
-  return e;
+  exp512_k (e, k);
+#pragma GCC unroll 8
+  for (int j = 0; j < k; j++) {
+    _mm512_mask_storeu_ps (y + 16 * j, j == k - 1 ? m : 0xffff, e[j]);
+    fs[j / 4] = j % 4 ? _mm512_add_ps (fs[j / 4], e[j]) : e[j];
+    if (stats) {
+      __mmask16 live = _mm512_cmp_ps_mask (x[j], ninf, _CMP_GT_OQ);
+      *exa = _mm512_mask_add_ps (*exa, live, *exa,
+                                 _mm512_mul_ps (x[j], e[j]));
+      *mn = _mm512_mask_min_ps (*mn, live, *mn, x[j]);
+    }
+  }
 }
 
-/* The exp pass (see exp_sum_body_portable and exp_sum_body_avx2). */
-AVX512 static inline __attribute__ ((always_inline)) double
-exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, int fused,
-                     double *ex, float *xmin)
+/* The exp pass (see exp_sum_body_portable and exp_sum_body_avx2); returns
+ * the eight double partial sums of the row (exp_sum_body_avx512 adds
+ * them). */
+AVX512 static inline __attribute__ ((always_inline)) __m512d
+exp_part_avx512 (float *y, size_t n, float scale, float mx, int fused,
+                 double *ex, float *xmin)
 {
   const __m512 vmx = _mm512_set1_ps (mx), vsc = _mm512_set1_ps (scale);
   const int stats = ex != NULL;
@@ -770,29 +822,52 @@ exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, int fused,
   /* The sum: float partials of four vectors (each lane at most 4 terms in
    * [0, 1], relative error <= 3 * 2^-24), then in double. */
   for (size_t i0 = 0; i0 < n; i0 += 64) {
-    __m512 fs;
-    if (n - i0 >= 64) {
-      /* ((e0 + e1) + e2) + e3: the same sums as from 0. */
-      fs = exp_step_avx512 (y + i0, 0xffff, vsc, vmx, fused, stats, &exa,
-                            &mn);
-      for (int k = 1; k < 4; k++)
-        fs = _mm512_add_ps (fs, exp_step_avx512 (y + i0 + 16 * k, 0xffff,
-                vsc, vmx, fused, stats, &exa, &mn));
-    } else {
-      fs = _mm512_setzero_ps ();
-      for (size_t i = i0; i < n; i += 16)
-        fs = _mm512_add_ps (fs, exp_step_avx512 (y + i, tail_mask (n - i),
-                vsc, vmx, fused, stats, &exa, &mn));
+    __m512 fs[2];
+    size_t r = n - i0;
+    int g = 1;
+    /* ((e0 + e1) + e2) + e3: the same sums as from 0. */
+    if (r >= 128) {
+      /* Two groups of four at once (see exp512_k). */
+      exp_steps_avx512 (y + i0, 8, 0xffff, vsc, vmx, fused, stats, &exa, &mn,
+                        fs);
+      g = 2;
+    } else if (r >= 64)
+      exp_steps_avx512 (y + i0, 4, 0xffff, vsc, vmx, fused, stats, &exa, &mn,
+                        fs);
+    else if (r > 32) {
+      if (r > 48)
+        exp_steps_avx512 (y + i0, 4, tail_mask (r - 48), vsc, vmx, fused,
+                          stats, &exa, &mn, fs);
+      else
+        exp_steps_avx512 (y + i0, 3, tail_mask (r - 32), vsc, vmx, fused,
+                          stats, &exa, &mn, fs);
+    } else if (r > 16)
+      exp_steps_avx512 (y + i0, 2, tail_mask (r - 16), vsc, vmx, fused, stats,
+                        &exa, &mn, fs);
+    else
+      exp_steps_avx512 (y + i0, 1, tail_mask (r), vsc, vmx, fused, stats,
+                        &exa, &mn, fs);
+    for (int k = 0; k < g; k++) {
+      acc0 = _mm512_add_pd (acc0,
+          _mm512_cvtps_pd (_mm512_castps512_ps256 (fs[k])));
+      acc1 = _mm512_add_pd (acc1,
+          _mm512_cvtps_pd (_mm512_extractf32x8_ps (fs[k], 1)));
     }
-    acc0 = _mm512_add_pd (acc0, _mm512_cvtps_pd (_mm512_castps512_ps256 (fs)));
-    acc1 = _mm512_add_pd (acc1,
-        _mm512_cvtps_pd (_mm512_extractf32x8_ps (fs, 1)));
+    i0 += 64 * (g - 1);
   }
   if (stats) {
     *ex = _mm512_reduce_add_ps (exa);
     *xmin = _mm512_reduce_min_ps (mn);
   }
-  return _mm512_reduce_add_pd (_mm512_add_pd (acc0, acc1));
+  return _mm512_add_pd (acc0, acc1);
+}
+
+AVX512 static inline __attribute__ ((always_inline)) double
+exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, int fused,
+                     double *ex, float *xmin)
+{
+  return _mm512_reduce_add_pd (exp_part_avx512 (y, n, scale, mx, fused, ex,
+                                                xmin));
 }
 
 /* A scale that is a power of two (1 included) makes every product y *
@@ -1487,20 +1562,26 @@ sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
 
 #ifdef SATTN_HAVE_X86
 /* The exp passes of sattn_softmax_rows: the body of exp_sum_avx512
- * inlined, one dispatch for all rows. */
+ * inlined, one dispatch for all rows.  Each row's eight partial sums are
+ * added (as exp_sum_body_avx512 does) after all the passes: no pass waits
+ * for the previous row's additions. */
 AVX512 static void
 softmax_rows_avx512 (float *S, size_t lds, size_t m, size_t n,
                      const float *qmax, float scale, const uint8_t *rows,
                      double *sums)
 {
   const int fused = pow2_scale (scale);
+  double part[64][8];
   for (size_t i = 0; i < m; i++)
     if (rows[i] == 1)
-      sums[i] = fused
-          ? exp_sum_body_avx512 (S + i * lds, n, scale, qmax[i] * scale, 1,
-                                 NULL, NULL)
-          : exp_sum_body_avx512 (S + i * lds, n, scale, qmax[i] * scale, 0,
-                                 NULL, NULL);
+      _mm512_storeu_pd (part[i], fused
+          ? exp_part_avx512 (S + i * lds, n, scale, qmax[i] * scale, 1, NULL,
+                             NULL)
+          : exp_part_avx512 (S + i * lds, n, scale, qmax[i] * scale, 0, NULL,
+                             NULL));
+  for (size_t i = 0; i < m; i++)
+    if (rows[i] == 1)
+      sums[i] = _mm512_reduce_add_pd (_mm512_loadu_pd (part[i]));
 }
 #endif
 
