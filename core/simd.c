@@ -211,40 +211,77 @@ finite_portable (const float *restrict x, size_t n)
 #ifdef SATTN_HAVE_X86
 #define AVX2 __attribute__ ((target ("avx2,fma")))
 
-AVX2 static inline __m256
-exp256 (__m256 x)
+/* exp256_k: the exponentials of the k vectors x[0, k) (k a constant), in
+ * place, each step applied to all k before the next (see exp512_k): the
+ * same operations per element in the same order as for one vector. */
+AVX2 static inline __attribute__ ((always_inline)) void
+exp256_k (__m256 *x, int k)
 {
   /* Inputs are <= 0 (x - max): no upper clamp.  Below -104 (and -inf)
    * the clamp's result rounds to 0 exactly: 2^-150 e^r with
    * r = -104 + 150 ln2 ~ -0.028 is under half the smallest subnormal. */
   const __m256 lo = _mm256_set1_ps (-104.0f);
-  /* NaN stays NaN (vmaxps returns its second operand then). */
-  x = _mm256_max_ps (lo, x);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits, and
    * the low bits of that sum are n as an integer (0x4b400000 + n). */
   const __m256 magic = _mm256_set1_ps (12582912.0f);
-  __m256 t = _mm256_fmadd_ps (x, _mm256_set1_ps (1.44269504088896341f), magic);
-  __m256 n = _mm256_sub_ps (t, magic);
-  __m256 r = _mm256_fnmadd_ps (n, _mm256_set1_ps (0.693359375f), x);
-  r = _mm256_fnmadd_ps (n, _mm256_set1_ps (-2.12194440e-4f), r);
+  __m256 t[4], n[4], p[4];
+  /* NaN stays NaN (vmaxps returns its second operand then). */
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    x[j] = _mm256_max_ps (lo, x[j]);
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    t[j] = _mm256_fmadd_ps (x[j], _mm256_set1_ps (1.44269504088896341f),
+                            magic);
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    n[j] = _mm256_sub_ps (t[j], magic);
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    x[j] = _mm256_fnmadd_ps (n[j], _mm256_set1_ps (0.693359375f), x[j]);
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    x[j] = _mm256_fnmadd_ps (n[j], _mm256_set1_ps (-2.12194440e-4f), x[j]);
   /* e^r ~ 1 + r (1 + r P(r)), P of degree 4 minimax over |r| <= ln2/2
    * (relative error 3e-9, 0.05 ulp, before rounding), by Horner. */
-  __m256 p = _mm256_set1_ps (1.3814612757e-3f);
-  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (8.3687100559e-3f));
-  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (4.1668388993e-2f));
-  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.6666521132e-1f));
-  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (4.9999994040e-1f));
-  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.0f));
-  p = _mm256_fmadd_ps (p, r, _mm256_set1_ps (1.0f));
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    p[j] = _mm256_fmadd_ps (_mm256_set1_ps (1.3814612757e-3f), x[j],
+                            _mm256_set1_ps (8.3687100559e-3f));
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    p[j] = _mm256_fmadd_ps (p[j], x[j], _mm256_set1_ps (4.1668388993e-2f));
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    p[j] = _mm256_fmadd_ps (p[j], x[j], _mm256_set1_ps (1.6666521132e-1f));
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    p[j] = _mm256_fmadd_ps (p[j], x[j], _mm256_set1_ps (4.9999994040e-1f));
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    p[j] = _mm256_fmadd_ps (p[j], x[j], _mm256_set1_ps (1.0f));
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++)
+    p[j] = _mm256_fmadd_ps (p[j], x[j], _mm256_set1_ps (1.0f));
   /* 2^n = 2^n1 · 2^n2 with n1 = n >> 1, each factor a normal float. */
-  __m256i ni = _mm256_sub_epi32 (_mm256_castps_si256 (t),
-                                 _mm256_set1_epi32 (0x4b400000));
-  __m256i n1 = _mm256_srai_epi32 (ni, 1);
-  __m256i n2 = _mm256_sub_epi32 (ni, n1);
-  __m256i bias = _mm256_set1_epi32 (127);
-  __m256 f1 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n1, bias), 23));
-  __m256 f2 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n2, bias), 23));
-  return _mm256_mul_ps (_mm256_mul_ps (p, f1), f2);
+  const __m256i bias = _mm256_set1_epi32 (127);
+#pragma GCC unroll 4
+  for (int j = 0; j < k; j++) {
+    __m256i ni = _mm256_sub_epi32 (_mm256_castps_si256 (t[j]),
+                                   _mm256_set1_epi32 (0x4b400000));
+    __m256i n1 = _mm256_srai_epi32 (ni, 1);
+    __m256i n2 = _mm256_sub_epi32 (ni, n1);
+    __m256 f1 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n1, bias), 23));
+    __m256 f2 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n2, bias), 23));
+    x[j] = _mm256_mul_ps (_mm256_mul_ps (p[j], f1), f2);
+  }
+}
+
+AVX2 static inline __m256
+exp256 (__m256 x)
+{
+  exp256_k (&x, 1);
+  return x;
 }
 
 /* The exp pass (see exp_sum_body_portable).  The row sum is accumulated
@@ -264,6 +301,31 @@ exp_sum_body_avx2 (float *y, size_t n, float scale, float mx, double *ex,
   for (size_t i0 = 0; i0 < n; i0 += 32) {
    size_t i1 = n - i0 < 32 ? n : i0 + 32;
    __m256 fs = _mm256_setzero_ps ();
+   if (i1 - i0 == 32) {
+    /* A whole chunk: the four vectors interleaved (see exp512_k), the
+     * same operations per element and the same sum, 0 + e0 + ... + e3. */
+    __m256 x[4], e[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+      __m256 xs = _mm256_mul_ps (_mm256_loadu_ps (y + i0 + 8 * j), vsc);
+      __asm__ ("" : "+x" (xs));
+      x[j] = _mm256_sub_ps (xs, vmx);
+      e[j] = x[j];
+    }
+    exp256_k (e, 4);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+      _mm256_storeu_ps (y + i0 + 8 * j, e[j]);
+      fs = _mm256_add_ps (fs, e[j]);
+      if (ex != NULL) {
+        __m256 live = _mm256_cmp_ps (x[j], ninf, _CMP_GT_OQ);
+        exa = _mm256_add_ps (exa, _mm256_and_ps (live,
+                                                 _mm256_mul_ps (x[j], e[j])));
+        mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x[j], live));
+      }
+    }
+    i1 = i0;                    /* nothing left for the loop below */
+   }
    for (size_t i = i0; i < i1; i += 8) {
     size_t r = n - i < 8 ? n - i : 8;
     float *src = y + i;
