@@ -770,8 +770,14 @@ mul_avx2 (float *restrict y, size_t n, float a)
 AVX512 static inline __attribute__ ((always_inline)) void
 exp512_k (__m512 *x, int k)
 {
-  /* max (-104, x) returns x when x is NaN (vmaxps returns its second
-   * operand then): a NaN score makes the row sum NaN (see
+  /* Below -104 (and -inf) the result is 0 (see exp256): those lanes are
+   * masked off in the final scalef rather than clamped to -104 (the same
+   * bytes: exp512 (-104) rounds to +0, and x >= -104 is what the clamp
+   * left unchanged).  A clamped lane went through a scalef that
+   * underflows, a microcode assist per vector on Intel cores: rows of
+   * widely spread scores (most entries below -104) ran 4x slower.  What
+   * the masked lanes compute (inf, NaN) is discarded.  A NaN lane stays
+   * live (unordered compare): a NaN score makes the row sum NaN (see
    * sattn_qk_max). */
   const __m512 lo = _mm512_set1_ps (-104.0f);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits (one
@@ -788,9 +794,10 @@ exp512_k (__m512 *x, int k)
   const __m512 c2 = _mm512_set1_ps (4.9999994040e-1f);
   const __m512 one = _mm512_set1_ps (1.0f);
   __m512 n[8], p[8];
+  __mmask16 live[8];
 #pragma GCC unroll 8
   for (int j = 0; j < k; j++)
-    x[j] = _mm512_max_ps (lo, x[j]);
+    live[j] = _mm512_cmp_ps_mask (x[j], lo, _CMP_NLT_UQ);
 #pragma GCC unroll 8
   for (int j = 0; j < k; j++)
     n[j] = _mm512_fmadd_ps (x[j], l2e, magic);
@@ -823,7 +830,7 @@ exp512_k (__m512 *x, int k)
     p[j] = _mm512_fmadd_ps (p[j], x[j], one);
 #pragma GCC unroll 8
   for (int j = 0; j < k; j++)
-    x[j] = _mm512_scalef_ps (p[j], n[j]);
+    x[j] = _mm512_maskz_scalef_ps (live[j], p[j], n[j]);
 }
 
 static inline __mmask16
