@@ -1633,14 +1633,17 @@ sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
 /* The exp passes of sattn_softmax_rows: the body of exp_sum_avx512
  * inlined, one dispatch for all rows.  Each row's eight partial sums are
  * added (as exp_sum_body_avx512 does) after all the passes: no pass waits
- * for the previous row's additions. */
+ * for the previous row's additions.  Then the normalisers, eight rows at
+ * a time: 1 / sum in double rounded to float, as the scalar loop of
+ * sattn_softmax_rows computes them (the same bytes); rows[i] = 2 where
+ * the sum is NaN. */
 AVX512 static void
 softmax_rows_avx512 (float *S, size_t lds, size_t m, size_t n,
-                     const float *qmax, float scale, const uint8_t *rows,
-                     double *sums)
+                     const float *qmax, float scale, uint8_t *rows,
+                     float *norm)
 {
   const int fused = pow2_scale (scale);
-  double part[64][8];
+  double part[64][8], sums[64];
   for (size_t i = 0; i < m; i++)
     if (rows[i] == 1)
       _mm512_storeu_pd (part[i], fused
@@ -1649,8 +1652,21 @@ softmax_rows_avx512 (float *S, size_t lds, size_t m, size_t n,
           : exp_part_avx512 (S + i * lds, n, scale, qmax[i] * scale, 0, NULL,
                              NULL));
   for (size_t i = 0; i < m; i++)
-    if (rows[i] == 1)
-      sums[i] = _mm512_reduce_add_pd (_mm512_loadu_pd (part[i]));
+    sums[i] = rows[i] == 1 ? _mm512_reduce_add_pd (_mm512_loadu_pd (part[i]))
+        : 1.0;
+  for (size_t i = 0; i < m; i += 8) {
+    __mmask8 in = m - i >= 8 ? (__mmask8) 0xff
+        : (__mmask8) ((1u << (m - i)) - 1u);
+    __mmask8 live = _mm_mask_cmpeq_epi8_mask (in, _mm_maskz_loadu_epi8 (in,
+            rows + i), _mm_set1_epi8 (1));
+    __m512d sum = _mm512_maskz_loadu_pd (in, sums + i);
+    __mmask8 nan = _mm512_mask_cmp_pd_mask (live, sum, sum, _CMP_UNORD_Q);
+    __mmask8 ok = live & (__mmask8) ~nan;
+    __m256 nr = _mm512_cvtpd_ps (_mm512_maskz_div_pd (ok, _mm512_set1_pd (1.0),
+                                                      sum));
+    _mm256_mask_storeu_ps (norm + i, ok, nr);
+    _mm_mask_storeu_epi8 (rows + i, nan, _mm_set1_epi8 (2));
+  }
 }
 #endif
 
@@ -1663,15 +1679,16 @@ sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n,
   for (size_t i0 = 0; i0 < m; i0 += 64) {
     size_t i1 = m - i0 < 64 ? m : i0 + 64;
 #ifdef SATTN_HAVE_X86
-    if (sattn_simd_level () > 1)
+    if (sattn_simd_level () > 1) {
       softmax_rows_avx512 (S + i0 * lds, lds, i1 - i0, n, qmax + i0, scale,
-                           rows + i0, sums);
-    else
+                           rows + i0, norm + i0);
+      continue;
+    }
 #endif
-      for (size_t i = i0; i < i1; i++)
-        if (rows[i] == 1)
-          sums[i - i0] = sattn_exp_sum (S + i * lds, n, scale,
-                                        qmax[i] * scale);
+    for (size_t i = i0; i < i1; i++)
+      if (rows[i] == 1)
+        sums[i - i0] = sattn_exp_sum (S + i * lds, n, scale,
+                                      qmax[i] * scale);
     /* The divisions after the passes: nothing waits for them. */
     for (size_t i = i0; i < i1; i++) {
       if (rows[i] != 1)
