@@ -11,6 +11,7 @@
  *    threads = 1 nothing would read it), and then every element is at its
  *    packed place. */
 #include "internal.h"
+#include "rng.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -115,21 +116,7 @@ test_copies (void)
   printf ("%s stored copies\n", fails ? "FAIL" : "ok  ");
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static float *
-random_floats (size_t n, float scale)
-{
-  float *p = malloc (n * sizeof (float));
-  for (size_t i = 0; i < n; i++) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    p[i] = (float) ((double) (rng >> 11) / 9007199254740992.0 * 2.0 - 1.0)
-        * scale;
-  }
-  return p;
-}
+static TestRng rng = { 0x9e3779b97f4a7c15ull };
 
 /* Rows of a hop-1 stream of model m over n frames of x (one push per
  * frame, so that the threads >= 2 streams take the per-head path). */
@@ -157,9 +144,11 @@ static void
 test_wqkv (void)
 {
   const size_t d = 16, H = 4, dh = 4, dv = 16, n = 40;
-  float *wq = random_floats (d * d, 0.25f), *wk = random_floats (d * d, 0.25f);
-  float *wv = random_floats (d * d, 0.25f), *bq = random_floats (d, 0.1f);
-  float *x = random_floats (n * d, 1.0f);
+  float *wq = test_rng_floats (&rng, d * d, 0.25f);
+  float *wk = test_rng_floats (&rng, d * d, 0.25f);
+  float *wv = test_rng_floats (&rng, d * d, 0.25f);
+  float *bq = test_rng_floats (&rng, d, 0.1f);
+  float *x = test_rng_floats (&rng, n * d, 1.0f);
   SattnWeights w = { .wq = wq, .wk = wk, .wv = wv, .bq = bq };
   SattnStatus st;
 
