@@ -15,6 +15,7 @@
  *
  * usage: exp-cost [CALLS [REPEATS]]   (default 20000 x 7) */
 #include "internal.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,17 +25,6 @@
 
 #define ROWS 16
 #define COLS 256
-
-static uint64_t rng = 88172645463325252ull;
-
-static double
-uniform (void)
-{
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double) (rng >> 11) / 9007199254740992.0;
-}
 
 static double
 cpu_seconds (void)
@@ -59,6 +49,7 @@ main (int argc, char **argv)
   float qmax[ROWS], norm[ROWS];
   uint8_t rows[ROWS];
   int failed = 0;
+  uint64_t seed = 88172645463325252ull;
 
   printf ("sattn_softmax_rows, %d rows x %d scores, scale %g, SIMD level "
           "%d\n", ROWS, COLS, scale, sattn_simd_level ());
@@ -67,7 +58,8 @@ main (int argc, char **argv)
     for (size_t i = 0; i < ROWS; i++) {
       float mx = -INFINITY;
       for (size_t j = 0; j < COLS; j++) {
-        double u = uniform () + 1e-300, v = uniform ();
+        double u = test_splitmix_uniform (&seed);
+        double v = test_splitmix_uniform (&seed);
         float y = (float) (sqrt (-2.0 * log (u)) * cos (6.283185307179586 * v)
                            * spreads[k]);
         src[i * COLS + j] = y;
