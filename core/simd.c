@@ -271,8 +271,10 @@ exp256_k (__m256 *x, int k)
                                    _mm256_set1_epi32 (0x4b400000));
     __m256i n1 = _mm256_srai_epi32 (ni, 1);
     __m256i n2 = _mm256_sub_epi32 (ni, n1);
-    __m256 f1 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n1, bias), 23));
-    __m256 f2 = _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_add_epi32 (n2, bias), 23));
+    __m256 f1 = _mm256_castsi256_ps (_mm256_slli_epi32 (
+        _mm256_add_epi32 (n1, bias), 23));
+    __m256 f2 = _mm256_castsi256_ps (_mm256_slli_epi32 (
+        _mm256_add_epi32 (n2, bias), 23));
     x[j] = _mm256_mul_ps (_mm256_mul_ps (p[j], f1), f2);
   }
 }
@@ -297,7 +299,7 @@ exp_sum_body_avx2 (float *y, size_t n, float scale, float mx, double *ex,
   __m256d acc0 = _mm256_setzero_pd (), acc1 = _mm256_setzero_pd ();
   __m256 exa = _mm256_setzero_ps (), mn = pinf;
   float tmp[8];
-  /* The sum: float partials of four vectors (see exp_sum_body_avx512). */
+  /* The sum: float partials of four vectors (see exp_part_avx512). */
   for (size_t i0 = 0; i0 < n; i0 += 32) {
    size_t i1 = n - i0 < 32 ? n : i0 + 32;
    __m256 fs = _mm256_setzero_ps ();
@@ -770,15 +772,15 @@ mul_avx2 (float *restrict y, size_t n, float a)
 AVX512 static inline __attribute__ ((always_inline)) void
 exp512_k (__m512 *x, int k)
 {
-  /* Below -104 (and -inf) the result is 0 (see exp256): those lanes are
-   * masked off in the final scalef rather than clamped to -104 (the same
-   * bytes: exp512 (-104) rounds to +0, and x >= -104 is what the clamp
-   * left unchanged).  A clamped lane went through a scalef that
-   * underflows, a microcode assist per vector on Intel cores: rows of
-   * widely spread scores (most entries below -104) ran 4x slower.  What
-   * the masked lanes compute (inf, NaN) is discarded.  A NaN lane stays
-   * live (unordered compare): a NaN score makes the row sum NaN (see
-   * sattn_qk_max). */
+  /* Below -104 (and -inf) the result is 0 (see exp256_k): those lanes
+   * are masked off in the final scalef rather than clamped to -104 (the
+   * same bytes: the exponential of -104 rounds to +0, and x >= -104 is
+   * what the clamp left unchanged).  A clamped lane went through a scalef
+   * that underflows, a microcode assist per vector on Intel cores: rows
+   * of widely spread scores (most entries below -104) ran 4x slower.
+   * What the masked lanes compute (inf, NaN) is discarded.  A NaN lane
+   * stays live (unordered compare): a NaN score makes the row sum NaN
+   * (see sattn_qk_max). */
   const __m512 lo = _mm512_set1_ps (-104.0f);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits (one
    * FMA and a subtraction instead of a product and a 2-uop round). */
