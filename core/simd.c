@@ -217,10 +217,15 @@ finite_portable (const float *restrict x, size_t n)
 AVX2 static inline __attribute__ ((always_inline)) void
 exp256_k (__m256 *x, int k)
 {
-  /* Inputs are <= 0 (x - max): no upper clamp.  Below -104 (and -inf)
-   * the clamp's result rounds to 0 exactly: 2^-150 e^r with
-   * r = -104 + 150 ln2 ~ -0.028 is under half the smallest subnormal. */
-  const __m256 lo = _mm256_set1_ps (-104.0f);
+  /* Inputs are <= 0 (x - max): no upper clamp.  Below -104 every result
+   * rounds to 0 exactly (2^-150 e^r with r = -104 + 150 ln2 ~ -0.028 is
+   * under half the smallest subnormal).  The clamp at -176 makes n =
+   * -254, both factors 2^n1 and 2^n2 below exactly +0 and the result +0
+   * without a product that underflows (a microcode assist per vector on
+   * Intel cores): rows of widely spread scores, most entries far below,
+   * take no assists for them.  Between -176 and -104 the products
+   * underflow to 0, as the clamp at -104 made them do. */
+  const __m256 lo = _mm256_set1_ps (-176.0f);
   /* n = round (x log2 e): adding 1.5 * 2^23 leaves no fraction bits, and
    * the low bits of that sum are n as an integer (0x4b400000 + n). */
   const __m256 magic = _mm256_set1_ps (12582912.0f);
