@@ -55,8 +55,11 @@ struct SattnStream {
   const SattnModel *m;
   SattnStreamConfig sc;
   size_t n, h, ncols;
-  float *qring, *vring;           /* 2n × dq, 2n × dv (see qhs) */
-  float *ktring;                  /* K transposed: dq × 2n */
+  float *qring, *vring;           /* 2n × dq, 2n × dv (see qhs); one ring
+                                     when Q = V (see qv_shared) */
+  float *ktring;                  /* K transposed: dq rows of 2n keys,
+                                     ldkt floats apart (see kt_stride) */
+  size_t ldkt;
   float *kscratch;                /* n × dq: K rows before transposing */
   uint8_t *vring_ok;              /* 2n: frame usable as key / query */
   float *scores;                  /* threads × min (ATTN_ROWS, n) × ncols */
@@ -134,7 +137,9 @@ sattn_stream_free (SattnStream *s)
 {
   if (s == NULL)
     return;
-  free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring); free (s->vring_ok);
+  if (s->vring != s->qring)
+    free (s->vring);
+  free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring_ok);
   free (s->scores); free (s->o); free (s->pool); free (s->wkeep);
   free (s->wstats); free (s->tsums);
   sattn_pool_free (s->workers);
@@ -155,9 +160,10 @@ sattn_stream_reset (SattnStream *s)
   const size_t H = m->cfg.heads;
   memset (s->qring, 0, (s->qhs ? H * s->qhs : 2 * s->n * m->dq) *
           sizeof (float));
-  memset (s->ktring, 0, 2 * s->n * m->dq * sizeof (float));
-  memset (s->vring, 0, (s->qhs ? H * s->vhs : 2 * s->n * m->dv) *
-          sizeof (float));
+  memset (s->ktring, 0, s->ldkt * m->dq * sizeof (float));
+  if (s->vring != s->qring)
+    memset (s->vring, 0, (s->qhs ? H * s->vhs : 2 * s->n * m->dv) *
+            sizeof (float));
   memset (s->vring_ok, 0, 2 * s->n);
   if (s->xring)
     memset (s->xring, 0, 2 * s->n * m->cfg.d_model * sizeof (float));
@@ -183,7 +189,22 @@ typedef struct {
       wkeep,
       wstats, tsums, threads_bytes, xring, xnorm, lscratch, total;
   unsigned n_threads;
+  int qv_shared;
 } StreamSizes;
+
+/* Whether Q and V are the same rows of every frame: identity projections
+ * without biases of the same width, nothing rotating Q (RoPE) or feeding
+ * norm1 of the frames (an encoder layer).  Every path then writes the
+ * same values into both rings (the frames, or zeros), so the stream keeps
+ * one ring for both: the per-hop copies write half as many lines, and the
+ * window's keys and values sit in half the cache. */
+static int
+qv_shared (const SattnModel *m)
+{
+  return m->wq == NULL && m->wv == NULL && m->bq == NULL && m->bv == NULL &&
+      !sattn_model_rope (m) && !m->cfg.encoder && m->dq == m->dv &&
+      m->cfg.d_head == m->cfg.d_value;
+}
 
 /* a * b * c without wrapping; 0 on overflow (no factor is 0 here). */
 static size_t
@@ -206,6 +227,19 @@ page_floats (size_t f)
   if (f > SIZE_MAX - PAGE_FLOATS)
     return 0;
   return (f + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
+}
+
+/* Floats between the rows of the transposed K ring: 2n rounded up to
+ * whole cache lines, plus one line when that is an even number of lines.
+ * Rows 2n floats apart (2 KiB at n = 256) all fall in two of the L1
+ * cache's 64 sets: the 16 rows of a head that Q·Kᵀ and the ring copies
+ * read and write together then evict each other; an odd number of lines
+ * between rows spreads them over every set. */
+static size_t
+kt_stride (size_t n)
+{
+  size_t l = (2 * n + LINE_FLOATS - 1) / LINE_FLOATS;
+  return (l % 2 == 0 ? l + 1 : l) * LINE_FLOATS;
 }
 
 /* Floats of one thread's score scratch: min (ATTN_ROWS, window) rows,
@@ -292,6 +326,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   if (n > (size_t) INT32_MAX / 2)
     return 0;
   z->n_threads = sattn_resolve_threads (m->cfg.threads);
+  z->qv_shared = qv_shared (m);
   if (z->n_threads > 1) {
     /* Head-major rings and O rows (see SattnStream). */
     const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
@@ -300,16 +335,16 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
         (z->vhs = page_floats (mul3 (2 * n, dvh, 1))) == 0 ||
         (z->ohs = page_floats (arows * dvh)) == 0 ||
         (z->qring = mul3 (H, z->qhs, fs)) == 0 ||
-        (z->vring = mul3 (H, z->vhs, fs)) == 0 ||
+        (!z->qv_shared && (z->vring = mul3 (H, z->vhs, fs)) == 0) ||
         (z->ohm = mul3 (H, z->ohs, fs)) == 0 ||
         (z->qstage = mul3 (n, m->dq, fs)) == 0 ||
         (z->vstage = mul3 (n, m->dv, fs)) == 0)
       return 0;
   } else if ((z->qring = mul3 (2 * n, m->dq, fs)) == 0 ||
-      (z->vring = mul3 (2 * n, m->dv, fs)) == 0) {
+      (!z->qv_shared && (z->vring = mul3 (2 * n, m->dv, fs)) == 0)) {
     return 0;
   }
-  if ((z->ktring = mul3 (2 * n, m->dq, fs)) == 0 ||
+  if ((z->ktring = mul3 (kt_stride (n), m->dq, fs)) == 0 ||
       (z->kscratch = mul3 (n, m->dq, fs)) == 0 ||
       (z->scores = mul3 (z->n_threads, score_stride (n, ncols, z->n_threads),
               fs)) == 0 ||
@@ -481,8 +516,9 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->ohs = z.ohs;
   s->qring = alloc_pages (z.qring);
   s->ktring = alloc_pages (z.ktring);
+  s->ldkt = kt_stride (s->n);
   s->kscratch = alloc_lines (z.kscratch);
-  s->vring = alloc_pages (z.vring);
+  s->vring = z.qv_shared ? s->qring : alloc_pages (z.vring);
   if (z.qstage) {
     s->qstage = alloc_lines (z.qstage);
     s->vstage = alloc_lines (z.vstage);
@@ -775,6 +811,8 @@ ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q,
     for (size_t i = 0; i < cnt; i++) {
       memcpy (qr + i * dh, q + i * ldq + h * dh, dh * sizeof (float));
       memcpy (qr + (i + n) * dh, q + i * ldq + h * dh, dh * sizeof (float));
+      if (s->vring == s->qring)
+        continue;               /* V's rows are Q's */
       memcpy (vr + i * dvh, v + i * ldv + h * dvh, dvh * sizeof (float));
       memcpy (vr + (i + n) * dvh, v + i * ldv + h * dvh,
               dvh * sizeof (float));
@@ -895,7 +933,7 @@ project_head (SattnStream *s, size_t h, float *P)
     memcpy (v + n * ldv, P + i * w + 2 * dh, dvh * sizeof (float));
   }
   for (size_t t = 0; t < dh; t++) {
-    float *restrict dst = s->ktring + (c0 + t) * 2 * n + s->dslot;
+    float *restrict dst = s->ktring + (c0 + t) * s->ldkt + s->dslot;
     const float *restrict src = P + dh + t;
     for (size_t i = 0; i < cnt; i++)
       dst[i] = dst[i + n] = src[i * w];
@@ -924,10 +962,11 @@ copy_deferred (SattnStream *s, size_t h, float *P)
   float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + h * dvh;
   sattn_copy_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
                    qh + slot * ldq, ldq, n * ldq);
-  sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
-                   vh + slot * ldv, ldv, n * ldv);
+  if (s->vring != s->qring)
+    sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
+                     vh + slot * ldv, ldv, n * ldv);
   sattn_transpose_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
-                        s->ktring + h * dh * 2 * n + slot, 2 * n, n);
+                        s->ktring + h * dh * s->ldkt + slot, s->ldkt, n);
 }
 
 static void
@@ -1051,7 +1090,9 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   const int hm = s->qhs != 0;
   float *q = hm ? s->qstage : s->qring + slot * dq;
   float *k = s->kscratch;
-  float *v = hm ? s->vstage : s->vring + slot * dv;
+  /* One ring for Q and V: V's rows are Q's (no copies of their own). */
+  const int qv = s->vring == s->qring;
+  float *v = qv ? q : hm ? s->vstage : s->vring + slot * dv;
   const RingDst qdst = { s->qring, m->cfg.d_head, s->qhs, slot, n };
   const RingDst vdst = { s->vring, m->cfg.d_value, s->vhs, slot, n };
 
@@ -1075,10 +1116,22 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       m->wq == NULL && m->bq == NULL && m->wk == NULL && m->bk == NULL &&
       m->wv == NULL && m->bv == NULL && s->total + cnt == s->next_window;
   if (defer) {
-    for (size_t i = 0; i < cnt; i++) {
+    /* The frames tested as one block first: when all are finite (the
+     * common push), the rule's test of each frame's samples has its
+     * answer already and is skipped (x NULL); the projections, plain
+     * copies, are not tested by the rule. */
+    const int fin = sattn_finite (x, cnt * d);
+    const int usable = fin && (valid == NULL || memchr (valid, 0, cnt) == NULL);
+    if (usable) {
+      /* sattn_frame_fault's verdict on every frame: usable. */
+      memset (s->dcopy, 1, cnt);
+      memset (s->vring_ok + slot, 1, cnt);
+      memset (s->vring_ok + slot + n, 1, cnt);
+    }
+    for (size_t i = 0; !usable && i < cnt; i++) {
       SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                             x + i * d, x + i * d, x + i * d,
-                                             x + i * d);
+                                             fin ? NULL : x + i * d, x + i * d,
+                                             x + i * d, x + i * d);
       /* Zero policy: the projections of a zero frame are zeros here. */
       int ok = f == SATTN_FRAME_OK ||
           (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
@@ -1158,17 +1211,19 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
                      ps[0].ldx, q, dq, hm ? 0 : n * dq, NULL, 0, 0,
                      hm ? &qdst : NULL, copy_tasks);
     proj_add_copies (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
-                     ps[1].ldx, k, dq, 0, kt, 2 * n, n, NULL, copy_tasks);
-    proj_add_copies (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
-                     ps[2].ldx, v, dv, hm ? 0 : n * dv, NULL, 0, 0,
-                     hm ? &vdst : NULL, copy_tasks);
+                     ps[1].ldx, k, dq, 0, kt, s->ldkt, n, NULL, copy_tasks);
+    if (!qv)
+      proj_add_copies (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
+                       ps[2].ldx, v, dv, hm ? 0 : n * dv, NULL, 0, 0,
+                       hm ? &vdst : NULL, copy_tasks);
   } else {
     proj_add (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
               ps[0].ldx, q, dq);
     proj_add (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
               ps[1].ldx, k, dq);
-    proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
-              ps[2].ldx, v, dv);
+    if (!qv)
+      proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
+                ps[2].ldx, v, dv);
   }
   if (copy_tasks && pc.fma < PROJ_PAR_FMA)
     pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
@@ -1225,7 +1280,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
         memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
       }
       for (size_t t = 0; t < dq; t++)
-        kt[t * 2 * n + i] = kt[t * 2 * n + i + n] = k[i * dq + t];
+        kt[t * s->ldkt + i] = kt[t * s->ldkt + i + n] = k[i * dq + t];
     }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
     if (s->xring != NULL) {
@@ -1247,7 +1302,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
     }
     for (size_t t = 0; t < dq; t++) {
-      float *restrict dst = s->ktring + t * 2 * n + slot;
+      float *restrict dst = s->ktring + t * s->ldkt + slot;
       for (size_t i = 0; i < cnt; i++)
         dst[i] = dst[i + n] = k[i * dq + t];
     }
@@ -1276,7 +1331,7 @@ fix_projected (SattnStream *s)
       ring_get (s, slot + i, q, v);
     }
     for (size_t t = 0; t < dq; t++)
-      k[t] = s->ktring[t * 2 * n + slot + i];
+      k[t] = s->ktring[t * s->ldkt + slot + i];
     SattnFrameFault f = sattn_frame_fault (m, 0, s->dx + i * d, q, k, v);
     if (f == SATTN_FRAME_OK)
       continue;
@@ -1298,7 +1353,7 @@ fix_projected (SattnStream *s)
       memcpy (v + n * dv, v, dv * sizeof (float));
     }
     for (size_t t = 0; t < dq; t++)
-      s->ktring[t * 2 * n + slot + i] = s->ktring[t * 2 * n + slot + i + n] =
+      s->ktring[t * s->ldkt + slot + i] = s->ktring[t * s->ldkt + slot + i + n] =
           k[t];
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
@@ -1409,7 +1464,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   SattnAttnArgs a = {
     .q = s->qring + (base + q0) * (hm ? dh : m->dq), .ldq = hm ? dh : m->dq,
     .q_head = s->qhs,
-    .kt = s->ktring + base, .ldkt = 2 * n,
+    .kt = s->ktring + base, .ldkt = s->ldkt,
     .v = s->vring + base * (hm ? dvh : m->dv), .ldv = hm ? dvh : m->dv,
     .v_head = s->vhs,
     .key_ok = s->vring_ok + base,
@@ -1819,7 +1874,7 @@ store_invalid (SattnStream *s, size_t cnt, uint64_t p0)
     }
     memset (s->vring_ok + sl, 0, cnt);
     for (size_t t = 0; t < dq; t++)
-      memset (s->ktring + t * 2 * n + sl, 0, cnt * sizeof (float));
+      memset (s->ktring + t * s->ldkt + sl, 0, cnt * sizeof (float));
   }
 }
 
