@@ -224,6 +224,14 @@ void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
 SattnFrameFault sattn_frame_fault (const SattnModel *m, int flagged,
                                    const float *x, const float *q,
                                    const float *k, const float *v);
+/* Whether sattn_frame_fault (m, 0, x + i d_model, q + i dq, k + i dq,
+ * v + i dv) is SATTN_FRAME_OK for every i < cnt (rows contiguous; NULL
+ * as there), with one test per block instead of one per frame: a push
+ * whose frames are all usable (the common one) then needs no test per
+ * frame.  0 does not say which frames are unusable: ask
+ * sattn_frame_fault. */
+int sattn_frames_ok (const SattnModel *m, size_t cnt, const float *x,
+                     const float *q, const float *k, const float *v);
 
 /* Output rows (rows × d_out, stride ldo) whose output projection
  * overflowed become zeros; row_ok[i] (may be NULL) is cleared for them.

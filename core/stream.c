@@ -715,12 +715,14 @@ proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
     }
   }
   if (p->kt) {
-    const size_t km = p->kt_mirror;
-    for (size_t t = c0; t < c1; t++) {
-      float *restrict dst = p->kt + t * p->ldkt;
-      const float *restrict src = p->y + t;
-      for (size_t i = r0; i < r1; i++)
-        dst[i] = dst[i + km] = src[i * p->ldy];
+    /* Every row copied (the frame rule rewrites unusable frames later). */
+    static const uint8_t all[PROJ_ROWS] = {
+      [0 ... PROJ_ROWS - 1] = 1 };
+    for (size_t i = r0; i < r1; i += PROJ_ROWS) {
+      const size_t e = r1 - i < PROJ_ROWS ? r1 : i + PROJ_ROWS;
+      sattn_transpose_rows (p->y + i * p->ldy + c0, p->ldy, all, e - i,
+                            c1 - c0, p->kt + c0 * p->ldkt + i, p->ldkt,
+                            p->kt_mirror);
     }
   }
 }
@@ -1116,22 +1118,19 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       m->wq == NULL && m->bq == NULL && m->wk == NULL && m->bk == NULL &&
       m->wv == NULL && m->bv == NULL && s->total + cnt == s->next_window;
   if (defer) {
-    /* The frames tested as one block first: when all are finite (the
-     * common push), the rule's test of each frame's samples has its
-     * answer already and is skipped (x NULL); the projections, plain
-     * copies, are not tested by the rule. */
-    const int fin = sattn_finite (x, cnt * d);
-    const int usable = fin && (valid == NULL || memchr (valid, 0, cnt) == NULL);
+    /* The frames tested as one block first (the common push: all
+     * usable); the rule per frame only when that fails. */
+    const int usable = (valid == NULL || memchr (valid, 0, cnt) == NULL) &&
+        sattn_frames_ok (m, cnt, x, x, x, x);
     if (usable) {
-      /* sattn_frame_fault's verdict on every frame: usable. */
       memset (s->dcopy, 1, cnt);
       memset (s->vring_ok + slot, 1, cnt);
       memset (s->vring_ok + slot + n, 1, cnt);
     }
     for (size_t i = 0; !usable && i < cnt; i++) {
       SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                             fin ? NULL : x + i * d, x + i * d,
-                                             x + i * d, x + i * d);
+                                             x + i * d, x + i * d, x + i * d,
+                                             x + i * d);
       /* Zero policy: the projections of a zero frame are zeros here. */
       int ok = f == SATTN_FRAME_OK ||
           (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
@@ -1229,14 +1228,20 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
   proj_run (s, &pc);
 
+  /* Without RoPE (which rotates each frame's Q and K first), all frames
+   * tested as one block (the common push: all usable); the rule per
+   * frame only when that fails. */
+  const int usable = !rope &&
+      (valid == NULL || memchr (valid, 0, cnt) == NULL) &&
+      sattn_frames_ok (m, cnt, x, q, k, v);
   for (size_t i = 0; i < cnt; i++) {
     /* Absolute frame index p0 - n + i (p0 is n ahead). */
     if (rope) {
       sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i);
     }
-    SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                           x + i * d, q + i * dq, k + i * dq,
-                                           v + i * dv);
+    SattnFrameFault f = usable ? SATTN_FRAME_OK
+        : sattn_frame_fault (m, valid != NULL && !valid[i], x + i * d,
+                             q + i * dq, k + i * dq, v + i * dv);
     int ok = f == SATTN_FRAME_OK;
     int bad_data = f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW;
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ERROR) {
