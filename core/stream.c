@@ -693,6 +693,27 @@ typedef struct {
   const SattnModel *m;           /* whose projections may sum in double */
 } ProjCtx;
 
+/* The ok argument of sattn_copy_rows / sattn_transpose_rows for up to
+ * PROJ_ROWS rows that are all copied. */
+static const uint8_t all_rows[PROJ_ROWS] = { [0 ... PROJ_ROWS - 1] = 1 };
+
+/* sattn_copy_rows (transposed: sattn_transpose_rows) of every one of cnt
+ * rows, PROJ_ROWS at a time. */
+static void
+copy_all_rows (int transpose, const float *x, size_t ldx, size_t cnt,
+               size_t w, float *dst, size_t ldd, size_t mir)
+{
+  for (size_t i = 0; i < cnt; i += PROJ_ROWS) {
+    const size_t c = cnt - i < PROJ_ROWS ? cnt - i : PROJ_ROWS;
+    if (transpose)
+      sattn_transpose_rows (x + i * ldx, ldx, all_rows, c, w, dst + i, ldd,
+                            mir);
+    else
+      sattn_copy_rows (x + i * ldx, ldx, all_rows, c, w, dst + i * ldd, ldd,
+                       mir);
+  }
+}
+
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
 static void
 proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
@@ -716,14 +737,8 @@ proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
   }
   if (p->kt) {
     /* Every row copied (the frame rule rewrites unusable frames later). */
-    static const uint8_t all[PROJ_ROWS] = {
-      [0 ... PROJ_ROWS - 1] = 1 };
-    for (size_t i = r0; i < r1; i += PROJ_ROWS) {
-      const size_t e = r1 - i < PROJ_ROWS ? r1 : i + PROJ_ROWS;
-      sattn_transpose_rows (p->y + i * p->ldy + c0, p->ldy, all, e - i,
-                            c1 - c0, p->kt + c0 * p->ldkt + i, p->ldkt,
-                            p->kt_mirror);
-    }
+    copy_all_rows (1, p->y + r0 * p->ldy + c0, p->ldy, r1 - r0, c1 - c0,
+                   p->kt + c0 * p->ldkt + r0, p->ldkt, p->kt_mirror);
   }
 }
 
@@ -926,20 +941,12 @@ project_head (SattnStream *s, size_t h, float *P)
   const size_t ldq = s->qhs ? dh : dq, ldv = s->qhs ? dvh : dv;
   float *qh = s->qhs ? s->qring + h * s->qhs : s->qring + c0;
   float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + e0;
-  for (size_t i = 0; i < cnt; i++) {
-    float *q = qh + (s->dslot + i) * ldq;
-    float *v = vh + (s->dslot + i) * ldv;
-    memcpy (q, P + i * w, dh * sizeof (float));
-    memcpy (q + n * ldq, P + i * w, dh * sizeof (float));
-    memcpy (v, P + i * w + 2 * dh, dvh * sizeof (float));
-    memcpy (v + n * ldv, P + i * w + 2 * dh, dvh * sizeof (float));
-  }
-  for (size_t t = 0; t < dh; t++) {
-    float *restrict dst = s->ktring + (c0 + t) * s->ldkt + s->dslot;
-    const float *restrict src = P + dh + t;
-    for (size_t i = 0; i < cnt; i++)
-      dst[i] = dst[i + n] = src[i * w];
-  }
+  /* Every row of P is copied (unusable frames were rewritten above). */
+  copy_all_rows (0, P, w, cnt, dh, qh + s->dslot * ldq, ldq, n * ldq);
+  copy_all_rows (0, P + 2 * dh, w, cnt, dvh, vh + s->dslot * ldv, ldv,
+                 n * ldv);
+  copy_all_rows (1, P + dh, w, cnt, dh, s->ktring + c0 * s->ldkt + s->dslot,
+                 s->ldkt, n);
   if (bad)
     __atomic_store_n (&s->dbad, 1, __ATOMIC_RELAXED);
 }
@@ -1500,10 +1507,9 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   s->dcnt = 0;
   s->dproj = 0;
   if (ohm)
-    for (size_t i = 0; i < rows; i++)
-      for (size_t h = 0; h < m->cfg.heads; h++)
-        memcpy (o + i * m->dv + h * dvh, s->ohm + h * s->ohs + i * dvh,
-                dvh * sizeof (float));
+    for (size_t h = 0; h < m->cfg.heads; h++)
+      copy_all_rows (0, s->ohm + h * s->ohs, dvh, rows, dvh, o + h * dvh,
+                     m->dv, 0);
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
       sattn_stats_merge (stats, wstats_at (s, w));
