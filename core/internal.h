@@ -216,6 +216,12 @@ unsigned sattn_pool_threads (const SattnPool *p);
 /* fn (ctx, i, worker) for every i in [0, n), worker in [0, threads): the
  * caller is worker 0.  Returns when all are done.  p NULL: serial. */
 void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
+/* The same, then fn2 (ctx2, i, worker) for every i in [0, n2) once all of
+ * the first n are done, in the same run: one publication, each thread
+ * goes on to the second phase as soon as the first is complete (no
+ * second wake-up).  n2 = 0: sattn_pool_run. */
+void sattn_pool_run2 (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx,
+                      size_t n2, SattnTaskFn fn2, void *ctx2);
 /* The frame-usability rule (SattnFrameFault in sattn.h), the one place it
  * is written: x is the frame (d_model floats), q / k (dq) and v (dv) its
  * projections; flagged: the caller marked it invalid.  q, k and v NULL:

@@ -1436,6 +1436,42 @@ flush_rows (SattnStream *s)
   s->ocnt = 0;
 }
 
+/* The output projection of a window's O rows, head-major in s->ohm (at
+ * most ATTN_ROWS rows): task = a block of OPROJ_ROWS rows, every column:
+ * each entry is the same chain as in proj_task's blocks (the same loop,
+ * only other rows beside it), so the bytes do not depend on the split.
+ * Each task gathers its rows into its thread's score scratch first (the
+ * attention, the run's first phase, is done with it).  Blocks of rows, not
+ * of columns: each thread writes whole output rows (no cache line of out
+ * written by both) and reads only its rows of O. */
+#define OPROJ_ROWS 8
+typedef struct {
+  SattnStream *s;
+  size_t rows;
+  float *out;
+  size_t ldo;
+} OProjCtx;
+
+static void
+oproj_task (void *ctx, size_t task, unsigned worker)
+{
+  const OProjCtx *c = ctx;
+  SattnStream *s = c->s;
+  const SattnModel *m = s->m;
+  const size_t dvh = m->cfg.d_value;
+  float *X = s->scores + (size_t) worker * s->sstride;
+  const size_t r0 = task * OPROJ_ROWS;
+  const size_t r = c->rows - r0 < OPROJ_ROWS ? c->rows - r0 : OPROJ_ROWS;
+  for (size_t h = 0; h < m->cfg.heads; h++)
+    copy_all_rows (0, s->ohm + h * s->ohs + r0 * dvh, dvh, r, dvh,
+                   X + h * dvh, m->dv, 0);
+  for (size_t c0 = 0; c0 < m->d_out; c0 += PROJ_COLS)
+    sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, c0,
+                             c0 + PROJ_COLS < m->d_out ? c0 + PROJ_COLS
+                             : m->d_out, m->dv, c->out + r0 * c->ldo,
+                             c->ldo);
+}
+
 /* Compute the window ending after frame count F = s->total, for the last
  * `rows` query rows of it (rows <= n), writing rows of output.  When the
  * push stages O rows (s->odefer) and they fit, the rows are staged
@@ -1494,7 +1530,17 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   if (s->dcnt > 0 && ac.row_blocks != 1)
     for (size_t h = 0; h < m->cfg.heads; h++)
       copy_deferred (s, h, s->scores);
-  sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+  /* With workers and head-major O rows, the output projection's column
+   * blocks run as the second phase of the attention's run (see
+   * oproj_task): no serial tail, no second wake-up. */
+  OProjCtx oc = { s, rows, out, ldo };
+  const size_t n_op = !staged && ohm && m->wo != NULL &&
+      OPROJ_ROWS * m->dv <= s->sstride &&
+      !(sattn_project_uses_blas (m->wo, rows, m->dv, m->d_out) &&
+        !sattn_project_is_double (m, m->wo))
+      ? (rows + OPROJ_ROWS - 1) / OPROJ_ROWS : 0;
+  sattn_pool_run2 (s->workers, n_tasks, attn_task, &ac, n_op, oproj_task,
+                   &oc);
   if (s->dproj && __atomic_load_n (&s->dbad, __ATOMIC_RELAXED)) {
     /* Some frames may be unusable after all: the attention again, with
      * the rule applied and what the first run counted dropped. */
@@ -1502,11 +1548,12 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     s->dcnt = 0;
     for (unsigned w = 0; stats && w < s->n_threads; w++)
       sattn_stats_clear (wstats_at (s, w));
-    sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+    sattn_pool_run2 (s->workers, n_tasks, attn_task, &ac, n_op, oproj_task,
+                     &oc);
   }
   s->dcnt = 0;
   s->dproj = 0;
-  if (ohm)
+  if (ohm && n_op == 0)
     for (size_t h = 0; h < m->cfg.heads; h++)
       copy_all_rows (0, s->ohm + h * s->ohs, dvh, rows, dvh, o + h * dvh,
                      m->dv, 0);
@@ -1526,7 +1573,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     s->ocnt += rows;
   } else if (m->wo == NULL && m->bo == NULL) {
     sattn_output_project (m, o, rows, out, ldo);
-  } else {
+  } else if (n_op == 0) {
     ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
     proj_run (s, &pc);
