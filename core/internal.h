@@ -17,12 +17,13 @@ struct SattnModel {
   float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
   /* Q, K and V weights of narrow heads (d_head and d_value below 32, all
    * three given, no encoder or RoPE) packed head by head: d_model rows of
-   * 2 dq + dv floats, head h's Q | K | V columns from h (2 d_head +
-   * d_value), so that a stream's task projects a head's columns of new
-   * frames in one block product wide enough for the register-tiled loop
-   * (see project_head in stream.c); only for models whose threads
-   * resolve to 2 or more (the per-head path needs workers); NULL
-   * otherwise. */
+   * heads × sattn_wqkv_head_width floats, head h's Q | K (| V) columns
+   * from h times that width, so that a stream's task projects a head's
+   * columns of new frames in one block product wide enough for the
+   * register-tiled loop (see project_head in stream.c); V's columns only
+   * when V sums in float (wvd NULL), the only case that reads them; only
+   * for models whose threads resolve to 2 or more (the per-head path
+   * needs workers); NULL otherwise. */
   float *wqkv;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
@@ -53,6 +54,14 @@ struct SattnModel {
    * (see wqkv), and their error stays below PyTorch's without. */
   double *wqd, *bqd, *wkd, *bkd, *wvd, *bvd, *wod, *bod;
 };
+
+/* Floats of one head's columns in wqkv: its Q and K columns, and its V
+ * columns when V sums in float (wvd NULL). */
+static inline size_t
+sattn_wqkv_head_width (const SattnModel *m)
+{
+  return 2 * m->cfg.d_head + (m->wvd != NULL ? 0 : m->cfg.d_value);
+}
 
 /* layer.c: the per-row parts of an encoder layer. */
 #define SATTN_LAYER_ROWS 16

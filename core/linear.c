@@ -219,23 +219,57 @@ cvt256 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
 }
 #endif
 
+/* The portable loops under the signatures of the vector ones. */
+#define LINP(name, xf, yf, XT, YT)                                            \
+static void                                                                 \
+name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
+      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
+{                                                                           \
+  lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, 0, n, y, yf, ldy);       \
+}
+
+LINP (linp_dd, 0, 0, double, double)
+LINP (linp_df, 0, 1, double, float)
+LINP (linp_ff, 1, 1, float, float)
+
 static void
-cvt_rows (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
+cvtp (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
 {
-#ifdef LIN_HAVE_X86
-  int lvl = sattn_simd_level ();
-  if (lvl >= 2) {
-    cvt512 (x, ldx, rows, din, xb);
-    return;
-  }
-  if (lvl == 1) {
-    cvt256 (x, ldx, rows, din, xb);
-    return;
-  }
-#endif
   for (size_t i = 0; i < rows; i++)
     for (size_t t = 0; t < din; t++)
       xb[i * din + t] = (double) x[i * ldx + t];
+}
+
+/* The loops of one SIMD level: double rows into double (dd) or float (df)
+ * rows, float rows into float rows (ff), float rows widened to double
+ * (cvt, rows × din floats at row stride ldx into rows of din doubles). */
+typedef struct {
+  void (*dd) (const double *, size_t, size_t, const double *, size_t,
+              const double *, size_t, size_t, double *, size_t);
+  void (*df) (const double *, size_t, size_t, const double *, size_t,
+              const double *, size_t, size_t, float *, size_t);
+  void (*ff) (const float *, size_t, size_t, const double *, size_t,
+              const double *, size_t, size_t, float *, size_t);
+  void (*cvt) (const float *, size_t, size_t, size_t, double *);
+} LinLoops;
+
+/* Indexed by sattn_simd_level (): portable, AVX2, AVX-512. */
+static const LinLoops lin_levels[] = {
+  { linp_dd, linp_df, linp_ff, cvtp },
+#ifdef LIN_HAVE_X86
+  { lin256_dd, lin256_df, lin256_ff, cvt256 },
+  { lin512_dd, lin512_df, lin512_ff, cvt512 },
+#endif
+};
+
+/* The loops of the CPU's level (the best this file has at or below it),
+ * looked up per call: sattn_simd_force may change the level. */
+static const LinLoops *
+lin_loops (void)
+{
+  const size_t top = sizeof lin_levels / sizeof lin_levels[0] - 1;
+  const size_t lvl = (size_t) sattn_simd_level ();
+  return &lin_levels[lvl < top ? lvl : top];
 }
 
 void
@@ -245,44 +279,7 @@ sattn_linear_d (const double *x, size_t ldx, size_t rows, const double *Wt,
 {
   if (rows == 0 || n == 0)
     return;
-#ifdef LIN_HAVE_X86
-  int lvl = sattn_simd_level ();
-  if (lvl >= 2) {
-    lin512_dd (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
-    return;
-  }
-  if (lvl == 1) {
-    lin256_dd (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
-    return;
-  }
-#endif
-  lin_portable (x, 0, ldx, rows, Wt, ldw, b, din, 0, n, y, 0, ldy);
-}
-
-/* Rows of x (double when xd, else float) into float rows of y. */
-static void
-linear_to_float (const void *x, int xd, size_t ldx, size_t rows,
-                 const double *Wt, size_t ldw, const double *b, size_t din,
-                 size_t n, float *y, size_t ldy)
-{
-#ifdef LIN_HAVE_X86
-  int lvl = sattn_simd_level ();
-  if (lvl >= 2) {
-    if (xd)
-      lin512_df (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
-    else
-      lin512_ff (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
-    return;
-  }
-  if (lvl == 1) {
-    if (xd)
-      lin256_df (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
-    else
-      lin256_ff (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
-    return;
-  }
-#endif
-  lin_portable (x, !xd, ldx, rows, Wt, ldw, b, din, 0, n, y, 1, ldy);
+  lin_loops ()->dd (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
 }
 
 void
@@ -292,8 +289,9 @@ sattn_linear_f (const float *x, size_t ldx, size_t rows, const double *Wt,
 {
   if (rows == 0 || n == 0)
     return;
+  const LinLoops *loops = lin_loops ();
   if (din == 0 || din > LIN_XBUF) {
-    linear_to_float (x, 0, ldx, rows, Wt, ldw, b, din, n, y, ldy);
+    loops->ff (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
     return;
   }
   /* Each row converted once, not once per column block. */
@@ -301,8 +299,8 @@ sattn_linear_f (const float *x, size_t ldx, size_t rows, const double *Wt,
   const size_t step = LIN_XBUF / din;
   for (size_t i0 = 0; i0 < rows; i0 += step) {
     const size_t r = rows - i0 < step ? rows - i0 : step;
-    cvt_rows (x + i0 * ldx, ldx, r, din, xb);
-    linear_to_float (xb, 1, din, r, Wt, ldw, b, din, n, y + i0 * ldy, ldy);
+    loops->cvt (x + i0 * ldx, ldx, r, din, xb);
+    loops->df (xb, din, r, Wt, ldw, b, din, n, y + i0 * ldy, ldy);
   }
 }
 

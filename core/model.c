@@ -407,8 +407,9 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
       sattn_resolve_threads (c.threads) > 1 &&
       c.d_value < 32 && c.positions != SATTN_POSITIONS_ROPE &&
       c.positions != SATTN_POSITIONS_ROPE_INTERLEAVED) {
-    const size_t dh = c.d_head, dvh = c.d_value, hw = 2 * dh + dvh;
-    const size_t ld = 2 * dq + dv;
+    /* V's columns only when V sums in float (m->wvd is set above). */
+    const size_t dh = c.d_head, dvh = c.d_value;
+    const size_t hw = sattn_wqkv_head_width (m), ld = c.heads * hw;
     m->wqkv = malloc (c.d_model * ld * sizeof (float));
     if (m->wqkv == NULL)
       ok = 0;
@@ -417,7 +418,9 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
         float *r = m->wqkv + t * ld + h * hw;
         memcpy (r, m->wq + t * dq + h * dh, dh * sizeof (float));
         memcpy (r + dh, m->wk + t * dq + h * dh, dh * sizeof (float));
-        memcpy (r + 2 * dh, m->wv + t * dv + h * dvh, dvh * sizeof (float));
+        if (hw > 2 * dh)
+          memcpy (r + 2 * dh, m->wv + t * dv + h * dvh,
+                  dvh * sizeof (float));
       }
   }
   m->n_extra = (w->bias_k != NULL ? 1 : 0) + (w->add_zero_attn ? 1 : 0);

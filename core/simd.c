@@ -1424,30 +1424,27 @@ sattn_finite (const float *x, size_t n)
   return finite_portable (x, n);
 }
 
+/* The loop of a row mover (copy_rows, transpose_rows) for this CPU: the
+ * AVX-512 one from level 2, the portable one below (the same bytes). */
+#ifdef SATTN_HAVE_X86
+#define ROWS_LOOP(name) \
+  (sattn_simd_level () > 1 ? name##_avx512 : name##_portable)
+#else
+#define ROWS_LOOP(name) name##_portable
+#endif
+
 void
 sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok, size_t cnt,
                  size_t w, float *dst, size_t ldd, size_t mir)
 {
-#ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 1) {
-    copy_rows_avx512 (x, ldx, ok, cnt, w, dst, ldd, mir);
-    return;
-  }
-#endif
-  copy_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
+  ROWS_LOOP (copy_rows) (x, ldx, ok, cnt, w, dst, ldd, mir);
 }
 
 void
 sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
                       size_t cnt, size_t w, float *dst, size_t ldd, size_t mir)
 {
-#ifdef SATTN_HAVE_X86
-  if (sattn_simd_level () > 1) {
-    transpose_rows_avx512 (x, ldx, ok, cnt, w, dst, ldd, mir);
-    return;
-  }
-#endif
-  transpose_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
+  ROWS_LOOP (transpose_rows) (x, ldx, ok, cnt, w, dst, ldd, mir);
 }
 
 int

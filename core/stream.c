@@ -901,8 +901,8 @@ project_head (SattnStream *s, size_t h, float *P)
    * the bias. */
   const int vd = m->wvd != NULL;
   if (m->wqkv != NULL) {
-    sattn_qk (x, d, m->wqkv + h * w, 2 * dq + dv, cnt, vd ? 2 * dh : w, d, P,
-              w);
+    const size_t pw = sattn_wqkv_head_width (m);
+    sattn_qk (x, d, m->wqkv + h * pw, m->cfg.heads * pw, cnt, pw, d, P, w);
   } else {
     head_cols (m->wq, dq, x, cnt, d, c0, dh, P, w);
     head_cols (m->wk, dq, x, cnt, d, c0, dh, P + dh, w);

@@ -20,6 +20,9 @@
 
 #include "gstsattn-cache.h"
 
+#include "sattn/sattn-weights.h"
+
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -92,6 +95,7 @@ cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
   gsize len = DIGEST_LEN;
   guint8 zero_attn;
   struct stat st;
+  char *dotted;
 
   memset (k, 0, sizeof *k);
   if (w == NULL)
@@ -122,7 +126,13 @@ cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
     k->mtime_sec = (gint64) st.st_mtim.tv_sec;
     k->mtime_nsec = (gint64) st.st_mtim.tv_nsec;
   }
-  k->prefix = g_strdup (prefix != NULL ? prefix : "");
+  /* The prefix as the core reads it ("a" and "a." name the same
+   * tensors). */
+  dotted = sattn_attn_prefix (NULL, prefix);
+  if (dotted == NULL)
+    return FALSE;
+  k->prefix = g_strdup (dotted);
+  free (dotted);
   memcpy (&k->cfg, cfg, sizeof (SattnConfig));
 
   cs = g_checksum_new (G_CHECKSUM_SHA256);

@@ -27,7 +27,8 @@ G_BEGIN_DECLS
  * file, w then holds no tensors) with the same device, inode, size and
  * modification time, a SHA-256 over every tensor of w (the values the
  * model is built from, so a file rewritten in place is never served the
- * old model), the same prefix (NULL = ""), and a byte-equal cfg (callers
+ * old model), the same prefix (NULL = ""; "a" and "a." are the same, as
+ * sattn_attn_prefix reads them), and a byte-equal cfg (callers
  * zero-initialise it, padding included, so that every field present or
  * future takes part; a difference in padding only costs sharing).
  *

@@ -115,6 +115,24 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   gst_sattn_layer_config (c, mc);
 }
 
+/* Whether the core takes identity projections (no weights) that split
+ * d_model-value frames into heads of d_head query/key and d_value value
+ * values (0 = its default): sattn_model_check asked about those sizes
+ * alone, so that a refusal is its identity-projection rule (heads x size
+ * = d_model; with d_head 0, heads dividing d_model) and not another. */
+static gboolean
+gst_sattn_identity_fits (guint64 d_model, guint heads, guint d_head,
+    guint d_value)
+{
+  SattnConfig t = { 0, };
+
+  t.d_model = (size_t) d_model;
+  t.heads = heads;
+  t.d_head = d_head;
+  t.d_value = d_value;
+  return sattn_model_check (&t, NULL, NULL, 0) != SATTN_E_SHAPE;
+}
+
 /* Why the settings cannot work with rate / channels (d_model = channels ×
  * frame-size): a message that says what would work (g_free it), or NULL
  * when they can.  weights: a weights file is set (its projections, not
@@ -140,10 +158,12 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
         c->frame_size, d_model, MAX_D_MODEL);
   }
   /* Identity projections (no weights file) split the frame itself into
-   * heads; with weights the file's shapes settle head-dim and value-dim
-   * (any size; checked against the file when it is read). */
+   * heads: whether head-dim and value-dim fit it is the core's rule
+   * (gst_sattn_identity_fits), said here in the properties' words; with
+   * weights the file's shapes settle them (any size; checked against the
+   * file when it is read). */
   if (!weights && c->head_dim != 0 &&
-      (guint64) c->heads * c->head_dim != d_model) {
+      !gst_sattn_identity_fits (d_model, c->heads, c->head_dim, 0)) {
     ok = gst_sattn_divisors (d_model, MAX_HEADS, c->heads);
     msg = g_strdup_printf ("heads=%u x head-dim=%u does not equal d_model="
         "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
@@ -155,7 +175,7 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
     return msg;
   }
   if (!weights && c->value_dim != 0 &&
-      (guint64) c->heads * c->value_dim != d_model) {
+      !gst_sattn_identity_fits (d_model, c->heads, 0, c->value_dim)) {
     msg = g_strdup_printf ("heads=%u x value-dim=%u does not equal d_model="
         "%" G_GUINT64_FORMAT " (%d channels x frame-size=%u), which "
         "identity projections (no weights file) need; use value-dim=0 (a "

@@ -203,8 +203,9 @@ int sattn_encoder_layer_present (const SattnTensorFile *f,
  * appended when it does not end in one), e.g. "enc.0" gives
  * "enc.0.self_attn." for a layer, "attn" gives "attn." for a bare module.
  * Pass it to sattn_attn_weights_from_file, and prefix itself to
- * sattn_options_from_file and sattn_encoder_weights_from_file.  A new
- * string, released with free (); NULL when out of memory. */
+ * sattn_options_from_file and sattn_encoder_weights_from_file.  f NULL:
+ * the rule for prefixes alone (no layer is looked for).  A new string,
+ * released with free (); NULL when out of memory. */
 char *sattn_attn_prefix (const SattnTensorFile *f, const char *prefix);
 
 typedef struct SattnLayerWeights SattnLayerWeights;

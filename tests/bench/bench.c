@@ -32,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include "sattn/sattn.h"
+#include "rng.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -229,31 +230,18 @@ median (const double *v, size_t n)
   return m;
 }
 
-/* splitmix64 + Box-Muller: the same stream on every platform. */
+/* splitmix64 (tests/common/rng.h) + Box-Muller: the same stream on every
+ * platform. */
 typedef struct {
   uint64_t s;
 } Rng;
-
-static uint64_t
-rng_u64 (Rng *r)
-{
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double
-rng_uniform (Rng *r)
-{
-  return ((double) (rng_u64 (r) >> 11) + 1.0) * 0x1.0p-53;
-}
 
 static void
 fill_normal (Rng *r, float *x, size_t n, double sigma)
 {
   for (size_t i = 0; i < n; i += 2) {
-    double u1 = rng_uniform (r), u2 = rng_uniform (r);
+    double u1 = test_splitmix_uniform (&r->s);
+    double u2 = test_splitmix_uniform (&r->s);
     double rad = sqrt (-2.0 * log (u1));
     x[i] = (float) (sigma * rad * cos (2.0 * M_PI * u2));
     if (i + 1 < n)

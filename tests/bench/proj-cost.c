@@ -22,6 +22,7 @@
  * usage: proj-cost [BLOCKS [HOPS_PER_BLOCK]]   (default 300 × 100) */
 #include "internal.h"
 
+#include "rng.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,25 +31,7 @@
 
 #define VARIANTS 3
 
-static uint64_t rng = 88172645463325252ull;
-
-static float
-uniform (void)
-{
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (float) ((double) (rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static float *
-random_floats (size_t n, float scale)
-{
-  float *p = malloc (n * sizeof (float));
-  for (size_t i = 0; p != NULL && i < n; i++)
-    p[i] = uniform () * scale;
-  return p;
-}
+static TestRng rng = { 88172645463325252ull };
 
 static double
 cpu_seconds (void)
@@ -76,11 +59,15 @@ main (int argc, char **argv)
     return 2;
   }
   const float s = 1.0f / sqrtf ((float) d);
-  float *wq = random_floats (d * d, s), *wk = random_floats (d * d, s);
-  float *wv = random_floats (d * d, s), *wo = random_floats (d * d, s);
-  float *bq = random_floats (d, 0.1f), *bk = random_floats (d, 0.1f);
-  float *bv = random_floats (d, 0.1f), *bo = random_floats (d, 0.1f);
-  float *x = random_floats (nx * hop * d, 1.0f);
+  float *wq = test_rng_floats (&rng, d * d, s);
+  float *wk = test_rng_floats (&rng, d * d, s);
+  float *wv = test_rng_floats (&rng, d * d, s);
+  float *wo = test_rng_floats (&rng, d * d, s);
+  float *bq = test_rng_floats (&rng, d, 0.1f);
+  float *bk = test_rng_floats (&rng, d, 0.1f);
+  float *bv = test_rng_floats (&rng, d, 0.1f);
+  float *bo = test_rng_floats (&rng, d, 0.1f);
+  float *x = test_rng_floats (&rng, nx * hop * d, 1.0f);
   SattnWeights w = { .wq = wq, .bq = bq, .wk = wk, .bk = bk, .wv = wv,
     .bv = bv, .wo = wo, .bo = bo };
   SattnConfig c = { .d_model = d, .heads = heads, .threads = 1, .d_out = d };

@@ -267,6 +267,28 @@ random_mask (TuRng *rng, size_t n, double p_valid, size_t lead)
 
 /* ---------------------------------------------------------------- cases */
 
+/* A case's model (fx_build): 0, with the case ended as failed, when it
+ * cannot be built. */
+static int
+case_fixture (Fixture *f, TuRng *rng, size_t d, size_t heads,
+              unsigned flags, size_t lookback)
+{
+  if (TU_CHECK_STATUS (fx_build (f, rng, d, heads, flags, lookback),
+                       SATTN_OK, "sattn_model_new"))
+    return 1;
+  tu_case_end (NULL);
+  return 0;
+}
+
+/* A case's run: sattn_attend on c, then the properties every case
+ * checks. */
+static void
+run_case (const Fixture *f, const ExCase *c, ExResult *r)
+{
+  run_attend (f, c, r);
+  check_props (f, c, r);
+}
+
 /* Inputs ~ amp * N(0,1), a few entries exactly +-amp, with and without
  * masks, for several model shapes. */
 static void
@@ -277,11 +299,8 @@ case_big (TuRng *rng, double amp, size_t d, size_t heads, unsigned flags,
   tu_case_begin ("big inputs |x|~%.0e d_model=%zu heads=%zu n=%zu [%s]", amp,
                  d, heads, n, fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, heads, flags, 3), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, heads, flags, 3))
     return;
-  }
   float *x = normal_block (rng, n, d, amp);
   for (size_t k = 0; k < n * d; k += 7)
     x[k] = (float) ((k & 8) ? amp : -amp);
@@ -292,8 +311,7 @@ case_big (TuRng *rng, double amp, size_t d, size_t heads, unsigned flags,
   }
   ExCase c = { x, n, kv, qv, NULL, (flags & FX_PROJ) ? 2 : d > 1 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   if (expect_nonfinite_scores)
     tu_check (r.stats.nonfinite_scores > 0, "stats.nonfinite_scores is 0, "
               "but products of two 1e30 floats overflow single precision");
@@ -316,11 +334,8 @@ case_mixed_magnitudes (TuRng *rng, size_t d, size_t heads, unsigned flags)
   tu_case_begin ("mixed magnitudes 1e-30..1e30 d_model=%zu heads=%zu [%s]", d,
                  heads, fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, heads, flags, 5), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, heads, flags, 5))
     return;
-  }
   float *x = normal_block (rng, n, d, 1.0);
   for (size_t i = 0; i < n; i++) {
     double sc = pow (10.0, -30.0 + 60.0 * tu_rng_uniform (rng));
@@ -329,8 +344,7 @@ case_mixed_magnitudes (TuRng *rng, size_t d, size_t heads, unsigned flags)
   }
   ExCase c = { x, n, NULL, NULL, NULL, (flags & FX_PROJ) ? 2 : 1 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   tu_case_end ("nonfinite_scores=%llu fully_masked_rows=%llu",
                (unsigned long long) r.stats.nonfinite_scores,
                (unsigned long long) r.stats.fully_masked_rows);
@@ -349,11 +363,8 @@ case_near_flt_max (TuRng *rng, size_t d, size_t heads, unsigned flags)
   tu_case_begin ("identity |x| up to 1e38 d_model=%zu heads=%zu [%s]", d,
                  heads, fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, heads, flags, 4), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, heads, flags, 4))
     return;
-  }
   float *x = malloc (n * d * sizeof *x);
   if (!x)
     abort ();
@@ -363,8 +374,7 @@ case_near_flt_max (TuRng *rng, size_t d, size_t heads, unsigned flags)
   }
   ExCase c = { x, n, NULL, NULL, NULL, d > 1 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   tu_case_end ("nonfinite_scores=%llu",
                (unsigned long long) r.stats.nonfinite_scores);
   free_result (&r);
@@ -408,8 +418,7 @@ case_huge_values_equal_scores (TuRng *rng, size_t d, size_t heads,
     x[k] = (float) (1e38 * (0.5 + 0.5 * tu_rng_uniform (rng)));
   ExCase c = { x, n, NULL, NULL, NULL, 0 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   double worst = 0.0;
   for (size_t i = 0; i < n && r.status == SATTN_OK; i++) {
     size_t cnt = f.cfg.causal ? i + 1 : n;
@@ -441,16 +450,12 @@ case_unit_dhead512 (TuRng *rng, size_t d, size_t heads, unsigned flags,
                  d / heads, d, heads, n,
                  fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, heads, flags, 7), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, heads, flags, 7))
     return;
-  }
   float *x = normal_block (rng, n, d, 1.0);
   ExCase c = { x, n, NULL, NULL, NULL, 0 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   check_ref (&f, &c, &r, 1, 1);
   tu_check (r.stats.nonfinite_scores == 0, "stats.nonfinite_scores %llu, "
             "want 0", (unsigned long long) r.stats.nonfinite_scores);
@@ -476,11 +481,8 @@ case_fully_masked (TuRng *rng, const char *how, size_t d, size_t heads,
   tu_case_begin ("fully masked rows (%s) d_model=%zu heads=%zu [%s]", how, d,
                  heads, fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, heads, flags, 3), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, heads, flags, 3))
     return;
-  }
   float *x = normal_block (rng, n, d, 1.0);
   uint8_t *kv = NULL, *allow = NULL;
   size_t want_full = 0;
@@ -499,8 +501,7 @@ case_fully_masked (TuRng *rng, const char *how, size_t d, size_t heads,
   }
   ExCase c = { x, n, kv, NULL, allow, 0 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   check_ref (&f, &c, &r, 1, 0);
   tu_check (r.stats.fully_masked_rows == want_full,
             "stats.fully_masked_rows %llu, want %zu",
@@ -532,11 +533,8 @@ case_all_equal (TuRng *rng, double amp, size_t d, size_t heads,
   tu_case_begin ("all-equal scores rows=%.0e*v d_model=%zu heads=%zu [%s]",
                  amp, d, heads, fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, heads, flags, lookback),
-                        SATTN_OK, "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, heads, flags, lookback))
     return;
-  }
   float *row = normal_block (rng, 1, d, 1.0);
   for (size_t k = 0; k < d; k++)
     row[k] = (float) (amp * (row[k] >= 0 ? 1.0 : -1.0)
@@ -551,8 +549,7 @@ case_all_equal (TuRng *rng, double amp, size_t d, size_t heads,
     memcpy (x + i * d, row, d * sizeof *x);
   ExCase c = { x, n, NULL, NULL, NULL, 0 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   if (amp <= 1.0)
     check_ref (&f, &c, &r, 1, 0);
   if (r.status == SATTN_OK) {
@@ -602,17 +599,13 @@ case_inf_scores (void)
   Fixture f;
   TuRng rng;
   tu_rng_init (&rng, 99);
-  if (!TU_CHECK_STATUS (fx_build (&f, &rng, 1, 1, FX_UNIT, 0), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, &rng, 1, 1, FX_UNIT, 0))
     return;
-  }
   float x[6] = { 1e30f, 1e30f, 1.0f, 2.0f, -3.0f, 0.5f };
   const size_t n = 6;
   ExCase c = { x, n, NULL, NULL, NULL, 0 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   check_ref (&f, &c, &r, 1, 0);
   if (r.status == SATTN_OK) {
     /* query 0: scores inf, inf, 1e30, 2e30, -3e30, 5e29 */
@@ -631,16 +624,12 @@ case_inf_scores (void)
   /* Every visible score -inf: the limit is uniform over the visible keys. */
   tu_case_begin ("all visible scores -inf (d_model=1 identity unit)");
   tu_rng_init (&rng, 98);
-  if (!TU_CHECK_STATUS (fx_build (&f, &rng, 1, 1, FX_UNIT, 0), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, &rng, 1, 1, FX_UNIT, 0))
     return;
-  }
   float y[4] = { -1e30f, 1e30f, 2e30f, 3e30f };
   uint8_t kv[4] = { 0, 1, 1, 1 };
   ExCase c2 = { y, 4, kv, NULL, NULL, 0 };
-  run_attend (&f, &c2, &r);
-  check_props (&f, &c2, &r);
+  run_case (&f, &c2, &r);
   if (r.status == SATTN_OK)
     tu_check (isfinite (r.out[0]) && fabs (r.out[0]) <= 3e30f,
               "row 0 output %.9g, want a finite convex combination",
@@ -664,11 +653,8 @@ case_nonfinite_keys (TuRng *rng, size_t d, size_t heads, unsigned flags,
                  fx_flags_string (flags, fs, sizeof fs),
                  invalidate_queries ? " non-finite queries invalid" : "");
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, heads, flags, 6), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, heads, flags, 6))
     return;
-  }
   float *x = normal_block (rng, n, d, 1.0);
   uint8_t *kv = malloc (n), *qv = malloc (n);
   if (!kv || !qv)
@@ -690,8 +676,7 @@ case_nonfinite_keys (TuRng *rng, size_t d, size_t heads, unsigned flags,
     qv[0] = qv[3] = qv[7] = qv[11] = qv[13] = qv[17] = qv[19] = 0;
   ExCase c = { x, n, kv, qv, NULL, 0 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   check_ref (&f, &c, &r, 1, 0);
   tu_check (r.stats.masked_keys == 7, "stats.masked_keys %llu, want 7",
             (unsigned long long) r.stats.masked_keys);
@@ -718,11 +703,8 @@ case_inf_scores_tiles (TuRng *rng)
   tu_case_begin ("+-inf scores in 8-row tiles (d_model=%zu identity, "
                  "window %zu)", d, n);
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, d, 1, 0, 0), SATTN_OK,
-                        "sattn_model_new")) {
-    tu_case_end (NULL);
+  if (!case_fixture (&f, rng, d, 1, 0, 0))
     return;
-  }
   float *x = malloc (n * d * sizeof (float));
   if (!x)
     abort ();
@@ -733,8 +715,7 @@ case_inf_scores_tiles (TuRng *rng)
   }
   ExCase c = { x, n, NULL, NULL, NULL, 0 };
   ExResult r;
-  run_attend (&f, &c, &r);
-  check_props (&f, &c, &r);
+  run_case (&f, &c, &r);
   tu_check (r.stats.nonfinite_scores >= 3, "stats.nonfinite_scores %llu, "
             "want >= 3 (5-40, 40-5, 40-40)",
             (unsigned long long) r.stats.nonfinite_scores);

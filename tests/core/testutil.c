@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include "rng.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,17 +21,13 @@ tu_rng_init (TuRng *r, uint64_t seed)
 uint64_t
 tu_rng_u64 (TuRng *r)
 {
-  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return test_splitmix (&r->state);
 }
 
 double
 tu_rng_uniform (TuRng *r)
 {
-  /* 53 random bits, shifted into (0, 1]. */
-  return ((double) (tu_rng_u64 (r) >> 11) + 1.0) * 0x1.0p-53;
+  return test_splitmix_uniform (&r->state);
 }
 
 double

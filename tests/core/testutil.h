@@ -11,7 +11,8 @@
 
 /* ------------------------------------------------------------------ PRNG */
 
-/* splitmix64 + Box-Muller: reproducible on every platform. */
+/* splitmix64 (tests/common/rng.h) + Box-Muller: reproducible on every
+ * platform. */
 typedef struct {
   uint64_t state;
   int have_spare;

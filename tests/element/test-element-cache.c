@@ -228,7 +228,8 @@ same_floats (GArray * a, GArray * b)
 
 /* 16 elements on one file, prefix and configuration hold one model; the
  * last release frees it.  Stream settings (window, hop, output) are not
- * part of the model and do not prevent sharing. */
+ * part of the model and do not prevent sharing, nor does the prefix's
+ * '.' ("a" names the tensors "a." does). */
 GST_START_TEST (test_share_16)
 {
   gchar *path = write_weights ("share.safetensors", 1);
@@ -240,8 +241,8 @@ GST_START_TEST (test_share_16)
   fail_unless_equals_int (m, 0);
   fail_unless_equals_int (u, 0);
   for (i = 0; i < 16; i++) {
-    h[i] = harness_with_caps ("weights", path, "weights-prefix", "a.",
-        "window", i % 2 ? 8 : 16, NULL);
+    h[i] = harness_with_caps ("weights", path, "weights-prefix",
+        i % 4 == 3 ? "a" : "a.", "window", i % 2 ? 8 : 16, NULL);
     assert_counts (h[i]->element, 1, i + 1);
   }
   /* Every element computes with the shared model as with its own: the

@@ -508,6 +508,9 @@ static const ImpossiblePipe impossible_pipes[] = {
   {"scale=1e-50", 16000, 1, "below the smallest normal float"},
   {"heads=2 head-dim=3", 16000, 8, "which identity projections (no "
         "weights file) need"},
+  {"heads=2 value-dim=3", 16000, 8, "use value-dim=0"},
+  {"heads=3 value-dim=2", 16000, 8, "heads=3 x value-dim=2 does not equal "
+        "d_model=8"},
 };
 
 /* Caps that cannot work fail the pipeline with exactly one ERROR message,

@@ -14,42 +14,27 @@
  * be those chains exactly on every projecting path (run_single_key). */
 #include "internal.h"
 
+#include "rng.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static float
-uniform (void)
-{
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (float) ((double) (rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static float *
-random_floats (size_t n, float scale)
-{
-  float *p = malloc (n * sizeof (float));
-  for (size_t i = 0; i < n; i++)
-    p[i] = uniform () * scale;
-  return p;
-}
+static TestRng rng = { 0x9e3779b97f4a7c15ull };
 
 /* Returns the number of failures. */
 static int
 run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
 {
-  float *w1 = random_floats (dff * d, 1.0f / sqrtf ((float) d));
-  float *b1 = random_floats (dff, 0.1f);
-  float *w2 = random_floats (d * dff, 1.0f / sqrtf ((float) dff));
-  float *b2 = random_floats (d, 0.1f);
-  float *n1w = random_floats (d, 0.2f), *n1b = random_floats (d, 0.2f);
-  float *n2w = random_floats (d, 0.2f), *n2b = random_floats (d, 0.2f);
+  float *w1 = test_rng_floats (&rng, dff * d, 1.0f / sqrtf ((float) d));
+  float *b1 = test_rng_floats (&rng, dff, 0.1f);
+  float *w2 = test_rng_floats (&rng, d * dff, 1.0f / sqrtf ((float) dff));
+  float *b2 = test_rng_floats (&rng, d, 0.1f);
+  float *n1w = test_rng_floats (&rng, d, 0.2f);
+  float *n1b = test_rng_floats (&rng, d, 0.2f);
+  float *n2w = test_rng_floats (&rng, d, 0.2f);
+  float *n2b = test_rng_floats (&rng, d, 0.2f);
   for (size_t t = 0; t < d; t++) {
     n1w[t] += 1.0f;
     n2w[t] += 1.0f;
@@ -67,8 +52,8 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
             (int) st);
     fails = 1;
   } else {
-    float *x = random_floats (rows * d, 1.0f);
-    float *sa = random_floats (rows * d, 1.0f);
+    float *x = test_rng_floats (&rng, rows * d, 1.0f);
+    float *sa = test_rng_floats (&rng, rows * d, 1.0f);
     float *out[3] = { NULL, NULL, NULL };
     float *scratch = malloc (sattn_layer_scratch (m) * sizeof (float));
     int native = sattn_simd_level ();
@@ -117,9 +102,9 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
 static int
 run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
 {
-  float *w = random_floats (d_in * d_out, 1.0f / sqrtf ((float) d_in));
-  float *b = random_floats (d_out, 0.1f);
-  float *x = random_floats (n * d_in, 1.0f);
+  float *w = test_rng_floats (&rng, d_in * d_out, 1.0f / sqrtf ((float) d_in));
+  float *b = test_rng_floats (&rng, d_out, 0.1f);
+  float *x = test_rng_floats (&rng, n * d_in, 1.0f);
   double *wd = malloc (d_in * d_out * sizeof (double));
   double *bd = malloc (d_out * sizeof (double));
   double *xd = malloc (n * d_in * sizeof (double));
@@ -182,13 +167,15 @@ static int
 run_single_key (size_t d, size_t heads, size_t frames)
 {
   const size_t win = 64, hop = 16, every = 64, at = 7;
-  float *wq = random_floats (d * d, 1.0f / sqrtf ((float) d));
-  float *wk = random_floats (d * d, 1.0f / sqrtf ((float) d));
-  float *wv = random_floats (d * d, 1.0f / sqrtf ((float) d));
-  float *wo = random_floats (d * d, 1.0f / sqrtf ((float) d));
-  float *bq = random_floats (d, 0.1f), *bk = random_floats (d, 0.1f);
-  float *bv = random_floats (d, 0.1f), *bo = random_floats (d, 0.1f);
-  float *x = random_floats (frames * d, 1.0f);
+  float *wq = test_rng_floats (&rng, d * d, 1.0f / sqrtf ((float) d));
+  float *wk = test_rng_floats (&rng, d * d, 1.0f / sqrtf ((float) d));
+  float *wv = test_rng_floats (&rng, d * d, 1.0f / sqrtf ((float) d));
+  float *wo = test_rng_floats (&rng, d * d, 1.0f / sqrtf ((float) d));
+  float *bq = test_rng_floats (&rng, d, 0.1f);
+  float *bk = test_rng_floats (&rng, d, 0.1f);
+  float *bv = test_rng_floats (&rng, d, 0.1f);
+  float *bo = test_rng_floats (&rng, d, 0.1f);
+  float *x = test_rng_floats (&rng, frames * d, 1.0f);
   float *ref = malloc (frames * d * sizeof (float));
   float *got = malloc (frames * d * sizeof (float));
   float *rows_out = malloc (hop * d * sizeof (float));

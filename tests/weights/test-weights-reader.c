@@ -321,6 +321,22 @@ expect_map_fail (GBytes *bytes, const char *prefix, size_t d_model,
   sattn_tensor_file_free (f);
 }
 
+/* Map a file, expecting success (the weights themselves are checked
+ * elsewhere). */
+static void
+expect_map_ok (GBytes *bytes, const char *prefix, size_t d_model,
+               size_t heads, int zero_attn)
+{
+  SattnTensorFile *f = load_ok (bytes);
+  SattnConfig cfg = { 0 };
+  SattnWeights w;
+  SattnMhaWeights *owner = NULL;
+  g_assert_cmpint (sattn_mha_weights_from_file (f, prefix, d_model, heads,
+      zero_attn, &cfg, &w, &owner, NULL, 0), ==, SATTN_OK);
+  sattn_mha_weights_free (owner);
+  sattn_tensor_file_free (f);
+}
+
 /* ---------------------------------------------------------- good files */
 
 static void
@@ -1030,16 +1046,7 @@ test_map_shapes (void)
   /* bias_k given as a plain vector is accepted */
   Mha bk1 = { .e = 8, .bias_kv = 1, .override = "bias_k",
               .override_shape = "[8]", .override_n = 8 };
-  {
-    SattnTensorFile *f = load_ok (mha_file (&bk1));
-    SattnConfig cfg = { 0 };
-    SattnWeights w;
-    SattnMhaWeights *owner = NULL;
-    g_assert_cmpint (sattn_mha_weights_from_file (f, NULL, 8, 2, 0, &cfg, &w,
-        &owner, NULL, 0), ==, SATTN_OK);
-    sattn_mha_weights_free (owner);
-    sattn_tensor_file_free (f);
-  }
+  expect_map_ok (mha_file (&bk1), NULL, 8, 2, 0);
   /* kdim / vdim other than E */
   Mha kd = { .e = 8, .separate = 1, .override = "k_proj_weight",
              .override_shape = "[8,10]", .override_n = 80 };
@@ -1135,14 +1142,7 @@ test_map_dtype_and_values (void)
     builder_add (b, "out_proj.weight", "F32", "[8,8]", zw, 64);
     builder_add (b, "norm.weight", "F32", "[2]", bad, 2);
     g_free (zw);
-    SattnTensorFile *f = load_ok (builder_finish (b));
-    SattnConfig cfg = { 0 };
-    SattnWeights w;
-    SattnMhaWeights *owner = NULL;
-    g_assert_cmpint (sattn_mha_weights_from_file (f, NULL, 8, 2, 0, &cfg, &w,
-        &owner, NULL, 0), ==, SATTN_OK);
-    sattn_mha_weights_free (owner);
-    sattn_tensor_file_free (f);
+    expect_map_ok (builder_finish (b), NULL, 8, 2, 0);
   }
 }
 
@@ -1155,21 +1155,10 @@ test_map_metadata (void)
                    WORDS ("heads = 2", "num_heads = 4", "'a.num_heads'"));
   expect_map_fail (mha_file (&m), "a.", 8, 4, 0, SATTN_E_INVAL,
                    WORDS ("add_zero_attn = 0", "add_zero_attn = 1"));
-  SattnTensorFile *f = load_ok (mha_file (&m));
-  SattnConfig cfg = { 0 };
-  SattnWeights w;
-  SattnMhaWeights *owner = NULL;
-  g_assert_cmpint (sattn_mha_weights_from_file (f, "a.", 8, 4, 1, &cfg, &w,
-      &owner, NULL, 0), ==, SATTN_OK);
-  sattn_mha_weights_free (owner);
-  sattn_tensor_file_free (f);
+  expect_map_ok (mha_file (&m), "a.", 8, 4, 1);
   /* metadata of another module, or not a number, is not consulted */
   Mha m2 = { .e = 8, .metadata = "{\"b.num_heads\":\"4\",\"num_heads\":\"x\"}" };
-  f = load_ok (mha_file (&m2));
-  g_assert_cmpint (sattn_mha_weights_from_file (f, NULL, 8, 2, 0, &cfg, &w,
-      &owner, NULL, 0), ==, SATTN_OK);
-  sattn_mha_weights_free (owner);
-  sattn_tensor_file_free (f);
+  expect_map_ok (mha_file (&m2), NULL, 8, 2, 0);
 }
 
 /* A size of 0 in the metadata (num_heads, head_dim, value_dim) means "not
