@@ -1364,9 +1364,10 @@ fix_projected (SattnStream *s)
       memcpy (q + n * dq, q, dq * sizeof (float));
       memcpy (v + n * dv, v, dv * sizeof (float));
     }
-    for (size_t t = 0; t < dq; t++)
-      s->ktring[t * s->ldkt + slot + i] = s->ktring[t * s->ldkt + slot + i + n] =
-          k[t];
+    for (size_t t = 0; t < dq; t++) {
+      float *kr = s->ktring + t * s->ldkt + slot + i;
+      kr[0] = kr[n] = k[t];
+    }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
 }
