@@ -159,17 +159,28 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w, SattnConfig *c,
                        "threads=%d is negative; use 1 (the calling thread "
                        "only), a count N > 1, or 0 for one per CPU",
                        c->threads);
-  if (!(c->scale >= 0.0f) || isinf (c->scale))
+  /* The scale's class and value from its bits: in a thread that treats
+   * denormals as zero (the DAZ and FTZ bits of MXCSR, which libraries a
+   * process loads may set: GStreamer's soundtouch plugin does when it is
+   * loaded), float comparisons and conversions see a subnormal scale as
+   * 0, the default. */
+  uint32_t sb;
+  memcpy (&sb, &c->scale, sizeof sb);
+  const int sub = (sb & 0x7f800000u) == 0 && (sb & 0x007fffffu) != 0;
+  const double sval = sub ? ldexp ((double) (sb & 0x007fffffu), -149) *
+      (sb >> 31 ? -1.0 : 1.0) : (double) c->scale;
+  if ((sb >> 31 && (sb & 0x7fffffffu) != 0) || isnan (c->scale) ||
+      isinf (c->scale))
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "scale=%g is not a finite number >= 0; use scale=0 "
                        "for the default 1/sqrt(d_head) or a positive value",
-                       (double) c->scale);
-  if (c->scale > 0.0f && c->scale < FLT_MIN)
+                       sval);
+  if (sub)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "scale=%g is below the smallest normal float (%g), "
                        "the precision the scores are computed in; use "
                        "scale=0 for the default 1/sqrt(d_head) or a value "
-                       "of at least %g", (double) c->scale, (double) FLT_MIN,
+                       "of at least %g", sval, (double) FLT_MIN,
                        (double) FLT_MIN);
   if (c->d_head == 0) {
     if (c->d_model % c->heads != 0) {

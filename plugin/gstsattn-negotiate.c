@@ -197,9 +197,10 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
         err, channels, c->frame_size);
   if (st != SATTN_OK && g_str_has_prefix (err, "scale=")
       && (gdouble) mc.scale != c->scale)
-    /* The core saw the property's double as a float. */
-    return g_strdup_printf ("%s (scale=%g was set; the nearest positive float32 is %g)",
-        err, c->scale, (gdouble) mc.scale);
+    /* The core saw the property's double as a float (the core's message
+     * gives that float's value; a thread that treats denormals as zero
+     * would convert it here as 0). */
+    return g_strdup_printf ("%s (scale=%g was set)", err, c->scale);
   if (st != SATTN_OK)
     return g_strdup (err);
   if (sattn_stream_config_check (NULL, &sc, err, sizeof err) != SATTN_OK)

@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
 
 #include "fixture.h"
 #include "reference.h"
@@ -87,6 +90,24 @@ test_model_rules (void)
                 "default");
   c.scale = FLT_MIN;
   expect_model ("scale=FLT_MIN", &c, NULL, SATTN_OK, NULL, NULL);
+#ifdef __SSE__
+  {
+    /* Denormals treated as zero (MXCSR DAZ and FTZ, which libraries a
+     * process loads may set): a subnormal scale still refused, with its
+     * value, not taken for 0 (the default). */
+    const unsigned csr = _mm_getcsr ();
+    _mm_setcsr (csr | 0x8040);
+    c.scale = FLT_MIN / 4;
+    expect_model ("scale subnormal under DAZ", &c, NULL, SATTN_E_INVAL,
+                  "scale=2.93874e-39 is below the smallest normal float",
+                  NULL);
+    c.scale = -FLT_MIN / 4;
+    expect_model ("scale negative subnormal under DAZ", &c, NULL,
+                  SATTN_E_INVAL, "scale=-2.93874e-39 is not a finite number",
+                  NULL);
+    _mm_setcsr (csr);
+  }
+#endif
 
   c = fx_config (12, 5);
   expect_model ("heads=5 d_model=12", &c, NULL, SATTN_E_SHAPE,
