@@ -225,6 +225,12 @@ unsigned sattn_pool_threads (const SattnPool *p);
 /* fn (ctx, i, worker) for every i in [0, n), worker in [0, threads): the
  * caller is worker 0.  Returns when all are done.  p NULL: serial. */
 void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
+/* The same, then fn2 (ctx2, i, worker) for every i in [0, n2) once all of
+ * the first n are done, in the same run: one publication, each thread
+ * goes on to the second phase as soon as the first is complete (no
+ * second wake-up).  n2 = 0: sattn_pool_run. */
+void sattn_pool_run2 (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx,
+                      size_t n2, SattnTaskFn fn2, void *ctx2);
 /* The frame-usability rule (SattnFrameFault in sattn.h), the one place it
  * is written: x is the frame (d_model floats), q / k (dq) and v (dv) its
  * projections; flagged: the caller marked it invalid.  q, k and v NULL:
@@ -233,6 +239,14 @@ void sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx);
 SattnFrameFault sattn_frame_fault (const SattnModel *m, int flagged,
                                    const float *x, const float *q,
                                    const float *k, const float *v);
+/* Whether sattn_frame_fault (m, 0, x + i d_model, q + i dq, k + i dq,
+ * v + i dv) is SATTN_FRAME_OK for every i < cnt (rows contiguous; NULL
+ * as there), with one test per block instead of one per frame: a push
+ * whose frames are all usable (the common one) then needs no test per
+ * frame.  0 does not say which frames are unusable: ask
+ * sattn_frame_fault. */
+int sattn_frames_ok (const SattnModel *m, size_t cnt, const float *x,
+                     const float *q, const float *k, const float *v);
 
 /* Output rows (rows × d_out, stride ldo) whose output projection
  * overflowed become zeros; row_ok[i] (may be NULL) is cleared for them.

@@ -452,6 +452,26 @@ sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
   return SATTN_FRAME_OK;
 }
 
+int
+sattn_frames_ok (const SattnModel *m, size_t cnt, const float *x,
+                 const float *q, const float *k, const float *v)
+{
+  /* The tests of sattn_frame_fault, each over the cnt rows at once. */
+  const int rope = sattn_model_rope (m);
+  if (x != NULL && !sattn_finite (x, cnt * m->cfg.d_model))
+    return 0;
+  if (q != NULL && (m->wq != NULL || m->bq != NULL || rope) &&
+      !sattn_finite (q, cnt * m->dq))
+    return 0;
+  if (k != NULL && (m->wk != NULL || m->bk != NULL || rope) &&
+      !sattn_finite (k, cnt * m->dq))
+    return 0;
+  if (v != NULL && (m->wv != NULL || m->bv != NULL) &&
+      !sattn_finite (v, cnt * m->dv))
+    return 0;
+  return 1;
+}
+
 size_t
 sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
                             size_t ldo, uint8_t *row_ok)
@@ -460,6 +480,9 @@ sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
   /* Without an output projection or an encoder layer the rows are rows of
    * O, which the attention leaves finite (clamp_context) or zero. */
   if (m->wo == NULL && m->bo == NULL && !m->cfg.encoder)
+    return 0;
+  /* Contiguous rows, all finite (the common window): one test. */
+  if (ldo == m->d_out && sattn_finite (out, rows * m->d_out))
     return 0;
   for (size_t i = 0; i < rows; i++) {
     float *r = out + i * ldo;

@@ -28,6 +28,13 @@
  * the counters only, never for a worker that is still asleep: such a
  * worker finds nothing to claim.
  *
+ * Two phases (sattn_pool_run2): each range word and counter exists once
+ * per phase; a thread claims tasks of phase 1 only after it has seen every
+ * task of phase 0 done (the counters, acquired), so phase 1 reads what
+ * phase 0 wrote.  A worker waits for that at most SPIN_NS and then leaves
+ * phase 1 to the caller, which always runs both phases to the end: no
+ * thread ever waits for a task that nobody has claimed.
+ *
  * Idle workers spin for a short bounded time, then sleep on a condition
  * variable; the caller broadcasts only when a worker sleeps.  The words
  * written by different threads (generation, range words and counters)
@@ -60,10 +67,12 @@
 
 #define LINE 64
 
+/* A run's two phases (see sattn_pool_run2): phase 1 only once every task
+ * of phase 0 is done. */
 typedef struct {
-  SattnTaskFn fn;       /* accessed with __atomic: see the header comment */
-  void *ctx;
-  size_t n;
+  SattnTaskFn fn[2];    /* accessed with __atomic: see the header comment */
+  void *ctx[2];
+  size_t n[2];
 } Job;
 
 typedef struct {
@@ -71,12 +80,12 @@ typedef struct {
   unsigned id;
 } Worker;
 
-/* One thread's range of tasks: gen << 32 | next task (atomic), and the
- * tasks that thread finished in this run, whichever range they came from
- * (atomic). */
+/* One thread's range of tasks of each phase: gen << 32 | next task
+ * (atomic), and the tasks of that phase the thread finished in this run,
+ * whichever range they came from (atomic). */
 typedef struct {
-  _Alignas (LINE) uint64_t word;
-  size_t done;
+  _Alignas (LINE) uint64_t word[2];
+  size_t done[2];
 } Range;
 
 struct SattnPool {
@@ -139,33 +148,34 @@ range_start (const SattnPool *p, unsigned t, size_t n)
   return (size_t) ((uint64_t) t * n / p->n_threads);
 }
 
-/* Claim and run tasks of generation gen until none is left: the thread's
- * own range first, then the others' in turn. */
-static void
-run_tasks (SattnPool *p, uint32_t gen, unsigned id)
+/* Claim and run tasks of phase ph of generation gen until none is left:
+ * the thread's own range first, then the others' in turn.  Returns 0 when
+ * a later run has started. */
+static int
+run_phase (SattnPool *p, uint32_t gen, unsigned id, int ph)
 {
   const Job *j = &p->job[gen & 1];
   const unsigned T = p->n_threads;
   for (unsigned k = 0; k < T; k++) {
     unsigned r = id + k < T ? id + k : id + k - T;
-    uint64_t *w = &p->range[r].word;
+    uint64_t *w = &p->range[r].word[ph];
     uint64_t st = __atomic_load_n (w, __ATOMIC_ACQUIRE);
     for (;;) {
       if ((uint32_t) (st >> 32) != gen)
-        return;               /* a later run has started: nothing is ours */
-      size_t n = __atomic_load_n (&j->n, __ATOMIC_RELAXED);
+        return 0;             /* a later run has started: nothing is ours */
+      size_t n = __atomic_load_n (&j->n[ph], __ATOMIC_RELAXED);
       size_t i = (size_t) (uint32_t) st;
       if (i >= range_start (p, r + 1, n))
         break;
-      SattnTaskFn fn = __atomic_load_n (&j->fn, __ATOMIC_RELAXED);
-      void *ctx = __atomic_load_n (&j->ctx, __ATOMIC_RELAXED);
+      SattnTaskFn fn = __atomic_load_n (&j->fn[ph], __ATOMIC_RELAXED);
+      void *ctx = __atomic_load_n (&j->ctx[ph], __ATOMIC_RELAXED);
       if (__atomic_compare_exchange_n (w, &st, st + 1, 0,
               __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         /* The swap succeeded: gen was current and task i unclaimed, so
          * fn, ctx and n were gen's (see the header comment). */
         fn (ctx, i, id);
         /* Only this thread writes its counter: a plain add, released. */
-        size_t *dn = &p->range[id].done;
+        size_t *dn = &p->range[id].done[ph];
         __atomic_store_n (dn, __atomic_load_n (dn, __ATOMIC_RELAXED) + 1,
                           __ATOMIC_RELEASE);
         st = __atomic_load_n (w, __ATOMIC_ACQUIRE);
@@ -173,6 +183,7 @@ run_tasks (SattnPool *p, uint32_t gen, unsigned id)
       /* On failure st holds the current value: retry with it. */
     }
   }
+  return 1;
 }
 
 static int64_t
@@ -181,6 +192,43 @@ mono_ns (void)
   struct timespec ts;
   clock_gettime (CLOCK_MONOTONIC, &ts);
   return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Tasks of phase ph finished in the current run. */
+static size_t
+pool_done (SattnPool *p, int ph)
+{
+  size_t d = 0;
+  for (unsigned t = 0; t < p->n_threads; t++)
+    d += __atomic_load_n (&p->range[t].done[ph], __ATOMIC_ACQUIRE);
+  return d;
+}
+
+/* A worker's part of run gen: phase 0, then, once every task of phase 0
+ * is done (the counters, acquired: their writes are visible), phase 1.
+ * It waits for phase 0 at most SPIN_NS: the caller runs whatever is left
+ * (a stale wait is harmless too: the claims of phase 1 check gen). */
+static void
+run_tasks (SattnPool *p, uint32_t gen, unsigned id)
+{
+  const Job *j = &p->job[gen & 1];
+  if (!run_phase (p, gen, id, 0) ||
+      __atomic_load_n (&j->n[1], __ATOMIC_RELAXED) == 0)
+    return;
+  const size_t n0 = __atomic_load_n (&j->n[0], __ATOMIC_RELAXED);
+  int64_t t_end = 0;
+  for (unsigned k = 1; pool_done (p, 0) < n0; k++) {
+    if (k % 64 == 0) {
+      if (__atomic_load_n (&p->gen, __ATOMIC_ACQUIRE) != gen)
+        return;
+      if (t_end == 0)
+        t_end = mono_ns () + SPIN_NS;
+      else if (mono_ns () > t_end)
+        return;
+    }
+    cpu_relax ();
+  }
+  run_phase (p, gen, id, 1);
 }
 
 static void *
@@ -303,49 +351,14 @@ sattn_pool_threads (const SattnPool *p)
   return p ? p->n_threads : 1;
 }
 
-/* Tasks finished in the current run. */
-static size_t
-pool_done (SattnPool *p)
+/* The caller waits for the tasks of phase ph that workers claimed:
+ * spinning for about a task's length, then yielding (on a busy machine
+ * the worker may wait for a CPU, perhaps this one). */
+static void
+wait_phase (SattnPool *p, int ph, size_t n)
 {
-  size_t d = 0;
-  for (unsigned t = 0; t < p->n_threads; t++)
-    d += __atomic_load_n (&p->range[t].done, __ATOMIC_ACQUIRE);
-  return d;
-}
-
-void
-sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
-{
-  if (n == 0)
-    return;
-  if (p == NULL || n == 1 || n > UINT32_MAX) {
-    for (size_t i = 0; i < n; i++)
-      fn (ctx, i, 0);
-    return;
-  }
-  uint32_t gen = __atomic_load_n (&p->gen, __ATOMIC_RELAXED) + 1;
-  Job *j = &p->job[gen & 1];
-  __atomic_store_n (&j->fn, fn, __ATOMIC_RELAXED);
-  __atomic_store_n (&j->ctx, ctx, __ATOMIC_RELAXED);
-  __atomic_store_n (&j->n, n, __ATOMIC_RELAXED);
-  for (unsigned t = 0; t < p->n_threads; t++) {
-    __atomic_store_n (&p->range[t].done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n (&p->range[t].word,
-                      (uint64_t) gen << 32 | range_start (p, t, n),
-                      __ATOMIC_RELEASE);
-  }
-  __atomic_store_n (&p->gen, gen, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n (&p->sleeping, __ATOMIC_SEQ_CST) > 0) {
-    pthread_mutex_lock (&p->mu);
-    pthread_cond_broadcast (&p->cv);
-    pthread_mutex_unlock (&p->mu);
-  }
-  run_tasks (p, gen, 0);
-  /* Tasks claimed by workers are running: wait for them, spinning for
-   * about a task's length, then yielding (on a busy machine the worker may
-   * wait for a CPU, perhaps this one). */
   int64_t t_end = 0;
-  for (unsigned k = 1; pool_done (p) < n; k++) {
+  for (unsigned k = 1; pool_done (p, ph) < n; k++) {
     if (t_end == 0 || k % 64 != 0) {
       if (t_end == 0)
         t_end = mono_ns () + SPIN_NS;
@@ -354,4 +367,51 @@ sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
       sched_yield ();
     }
   }
+}
+
+void
+sattn_pool_run2 (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx,
+                 size_t n2, SattnTaskFn fn2, void *ctx2)
+{
+  if (n == 0 && n2 == 0)
+    return;
+  if (p == NULL || n + n2 == 1 || n > UINT32_MAX || n2 > UINT32_MAX) {
+    for (size_t i = 0; i < n; i++)
+      fn (ctx, i, 0);
+    for (size_t i = 0; i < n2; i++)
+      fn2 (ctx2, i, 0);
+    return;
+  }
+  uint32_t gen = __atomic_load_n (&p->gen, __ATOMIC_RELAXED) + 1;
+  Job *j = &p->job[gen & 1];
+  __atomic_store_n (&j->fn[0], fn, __ATOMIC_RELAXED);
+  __atomic_store_n (&j->ctx[0], ctx, __ATOMIC_RELAXED);
+  __atomic_store_n (&j->n[0], n, __ATOMIC_RELAXED);
+  __atomic_store_n (&j->fn[1], fn2, __ATOMIC_RELAXED);
+  __atomic_store_n (&j->ctx[1], ctx2, __ATOMIC_RELAXED);
+  __atomic_store_n (&j->n[1], n2, __ATOMIC_RELAXED);
+  for (unsigned t = 0; t < p->n_threads; t++)
+    for (int ph = 0; ph < 2; ph++) {
+      __atomic_store_n (&p->range[t].done[ph], 0, __ATOMIC_RELAXED);
+      __atomic_store_n (&p->range[t].word[ph], (uint64_t) gen << 32 |
+                        range_start (p, t, ph ? n2 : n), __ATOMIC_RELEASE);
+    }
+  __atomic_store_n (&p->gen, gen, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n (&p->sleeping, __ATOMIC_SEQ_CST) > 0) {
+    pthread_mutex_lock (&p->mu);
+    pthread_cond_broadcast (&p->cv);
+    pthread_mutex_unlock (&p->mu);
+  }
+  run_phase (p, gen, 0, 0);
+  wait_phase (p, 0, n);
+  if (n2 > 0) {
+    run_phase (p, gen, 0, 1);
+    wait_phase (p, 1, n2);
+  }
+}
+
+void
+sattn_pool_run (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx)
+{
+  sattn_pool_run2 (p, n, fn, ctx, 0, NULL, NULL);
 }

@@ -55,8 +55,11 @@ struct SattnStream {
   const SattnModel *m;
   SattnStreamConfig sc;
   size_t n, h, ncols;
-  float *qring, *vring;           /* 2n × dq, 2n × dv (see qhs) */
-  float *ktring;                  /* K transposed: dq × 2n */
+  float *qring, *vring;           /* 2n × dq, 2n × dv (see qhs); one ring
+                                     when Q = V (see qv_shared) */
+  float *ktring;                  /* K transposed: dq rows of 2n keys,
+                                     ldkt floats apart (see kt_stride) */
+  size_t ldkt;
   float *kscratch;                /* n × dq: K rows before transposing */
   uint8_t *vring_ok;              /* 2n: frame usable as key / query */
   float *scores;                  /* threads × min (ATTN_ROWS, n) × ncols */
@@ -134,7 +137,9 @@ sattn_stream_free (SattnStream *s)
 {
   if (s == NULL)
     return;
-  free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring); free (s->vring_ok);
+  if (s->vring != s->qring)
+    free (s->vring);
+  free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring_ok);
   free (s->scores); free (s->o); free (s->pool); free (s->wkeep);
   free (s->wstats); free (s->tsums);
   sattn_pool_free (s->workers);
@@ -155,9 +160,10 @@ sattn_stream_reset (SattnStream *s)
   const size_t H = m->cfg.heads;
   memset (s->qring, 0, (s->qhs ? H * s->qhs : 2 * s->n * m->dq) *
           sizeof (float));
-  memset (s->ktring, 0, 2 * s->n * m->dq * sizeof (float));
-  memset (s->vring, 0, (s->qhs ? H * s->vhs : 2 * s->n * m->dv) *
-          sizeof (float));
+  memset (s->ktring, 0, s->ldkt * m->dq * sizeof (float));
+  if (s->vring != s->qring)
+    memset (s->vring, 0, (s->qhs ? H * s->vhs : 2 * s->n * m->dv) *
+            sizeof (float));
   memset (s->vring_ok, 0, 2 * s->n);
   if (s->xring)
     memset (s->xring, 0, 2 * s->n * m->cfg.d_model * sizeof (float));
@@ -183,7 +189,22 @@ typedef struct {
       wkeep,
       wstats, tsums, threads_bytes, xring, xnorm, lscratch, total;
   unsigned n_threads;
+  int qv_shared;
 } StreamSizes;
+
+/* Whether Q and V are the same rows of every frame: identity projections
+ * without biases of the same width, nothing rotating Q (RoPE) or feeding
+ * norm1 of the frames (an encoder layer).  Every path then writes the
+ * same values into both rings (the frames, or zeros), so the stream keeps
+ * one ring for both: the per-hop copies write half as many lines, and the
+ * window's keys and values sit in half the cache. */
+static int
+qv_shared (const SattnModel *m)
+{
+  return m->wq == NULL && m->wv == NULL && m->bq == NULL && m->bv == NULL &&
+      !sattn_model_rope (m) && !m->cfg.encoder && m->dq == m->dv &&
+      m->cfg.d_head == m->cfg.d_value;
+}
 
 /* a * b * c without wrapping; 0 on overflow (no factor is 0 here). */
 static size_t
@@ -206,6 +227,19 @@ page_floats (size_t f)
   if (f > SIZE_MAX - PAGE_FLOATS)
     return 0;
   return (f + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
+}
+
+/* Floats between the rows of the transposed K ring: 2n rounded up to
+ * whole cache lines, plus one line when that is an even number of lines.
+ * Rows 2n floats apart (2 KiB at n = 256) all fall in two of the L1
+ * cache's 64 sets: the 16 rows of a head that Q·Kᵀ and the ring copies
+ * read and write together then evict each other; an odd number of lines
+ * between rows spreads them over every set. */
+static size_t
+kt_stride (size_t n)
+{
+  size_t l = (2 * n + LINE_FLOATS - 1) / LINE_FLOATS;
+  return (l % 2 == 0 ? l + 1 : l) * LINE_FLOATS;
 }
 
 /* Floats of one thread's score scratch: min (ATTN_ROWS, window) rows,
@@ -292,6 +326,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   if (n > (size_t) INT32_MAX / 2)
     return 0;
   z->n_threads = sattn_resolve_threads (m->cfg.threads);
+  z->qv_shared = qv_shared (m);
   if (z->n_threads > 1) {
     /* Head-major rings and O rows (see SattnStream). */
     const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
@@ -300,16 +335,16 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
         (z->vhs = page_floats (mul3 (2 * n, dvh, 1))) == 0 ||
         (z->ohs = page_floats (arows * dvh)) == 0 ||
         (z->qring = mul3 (H, z->qhs, fs)) == 0 ||
-        (z->vring = mul3 (H, z->vhs, fs)) == 0 ||
+        (!z->qv_shared && (z->vring = mul3 (H, z->vhs, fs)) == 0) ||
         (z->ohm = mul3 (H, z->ohs, fs)) == 0 ||
         (z->qstage = mul3 (n, m->dq, fs)) == 0 ||
         (z->vstage = mul3 (n, m->dv, fs)) == 0)
       return 0;
   } else if ((z->qring = mul3 (2 * n, m->dq, fs)) == 0 ||
-      (z->vring = mul3 (2 * n, m->dv, fs)) == 0) {
+      (!z->qv_shared && (z->vring = mul3 (2 * n, m->dv, fs)) == 0)) {
     return 0;
   }
-  if ((z->ktring = mul3 (2 * n, m->dq, fs)) == 0 ||
+  if ((z->ktring = mul3 (kt_stride (n), m->dq, fs)) == 0 ||
       (z->kscratch = mul3 (n, m->dq, fs)) == 0 ||
       (z->scores = mul3 (z->n_threads, score_stride (n, ncols, z->n_threads),
               fs)) == 0 ||
@@ -481,8 +516,9 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   s->ohs = z.ohs;
   s->qring = alloc_pages (z.qring);
   s->ktring = alloc_pages (z.ktring);
+  s->ldkt = kt_stride (s->n);
   s->kscratch = alloc_lines (z.kscratch);
-  s->vring = alloc_pages (z.vring);
+  s->vring = z.qv_shared ? s->qring : alloc_pages (z.vring);
   if (z.qstage) {
     s->qstage = alloc_lines (z.qstage);
     s->vstage = alloc_lines (z.vstage);
@@ -657,6 +693,27 @@ typedef struct {
   const SattnModel *m;           /* whose projections may sum in double */
 } ProjCtx;
 
+/* The ok argument of sattn_copy_rows / sattn_transpose_rows for up to
+ * PROJ_ROWS rows that are all copied. */
+static const uint8_t all_rows[PROJ_ROWS] = { [0 ... PROJ_ROWS - 1] = 1 };
+
+/* sattn_copy_rows (transposed: sattn_transpose_rows) of every one of cnt
+ * rows, PROJ_ROWS at a time. */
+static void
+copy_all_rows (int transpose, const float *x, size_t ldx, size_t cnt,
+               size_t w, float *dst, size_t ldd, size_t mir)
+{
+  for (size_t i = 0; i < cnt; i += PROJ_ROWS) {
+    const size_t c = cnt - i < PROJ_ROWS ? cnt - i : PROJ_ROWS;
+    if (transpose)
+      sattn_transpose_rows (x + i * ldx, ldx, all_rows, c, w, dst + i, ldd,
+                            mir);
+    else
+      sattn_copy_rows (x + i * ldx, ldx, all_rows, c, w, dst + i * ldd, ldd,
+                       mir);
+  }
+}
+
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
 static void
 proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
@@ -679,13 +736,9 @@ proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
     }
   }
   if (p->kt) {
-    const size_t km = p->kt_mirror;
-    for (size_t t = c0; t < c1; t++) {
-      float *restrict dst = p->kt + t * p->ldkt;
-      const float *restrict src = p->y + t;
-      for (size_t i = r0; i < r1; i++)
-        dst[i] = dst[i + km] = src[i * p->ldy];
-    }
+    /* Every row copied (the frame rule rewrites unusable frames later). */
+    copy_all_rows (1, p->y + r0 * p->ldy + c0, p->ldy, r1 - r0, c1 - c0,
+                   p->kt + c0 * p->ldkt + r0, p->ldkt, p->kt_mirror);
   }
 }
 
@@ -775,6 +828,8 @@ ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q,
     for (size_t i = 0; i < cnt; i++) {
       memcpy (qr + i * dh, q + i * ldq + h * dh, dh * sizeof (float));
       memcpy (qr + (i + n) * dh, q + i * ldq + h * dh, dh * sizeof (float));
+      if (s->vring == s->qring)
+        continue;               /* V's rows are Q's */
       memcpy (vr + i * dvh, v + i * ldv + h * dvh, dvh * sizeof (float));
       memcpy (vr + (i + n) * dvh, v + i * ldv + h * dvh,
               dvh * sizeof (float));
@@ -886,20 +941,12 @@ project_head (SattnStream *s, size_t h, float *P)
   const size_t ldq = s->qhs ? dh : dq, ldv = s->qhs ? dvh : dv;
   float *qh = s->qhs ? s->qring + h * s->qhs : s->qring + c0;
   float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + e0;
-  for (size_t i = 0; i < cnt; i++) {
-    float *q = qh + (s->dslot + i) * ldq;
-    float *v = vh + (s->dslot + i) * ldv;
-    memcpy (q, P + i * w, dh * sizeof (float));
-    memcpy (q + n * ldq, P + i * w, dh * sizeof (float));
-    memcpy (v, P + i * w + 2 * dh, dvh * sizeof (float));
-    memcpy (v + n * ldv, P + i * w + 2 * dh, dvh * sizeof (float));
-  }
-  for (size_t t = 0; t < dh; t++) {
-    float *restrict dst = s->ktring + (c0 + t) * 2 * n + s->dslot;
-    const float *restrict src = P + dh + t;
-    for (size_t i = 0; i < cnt; i++)
-      dst[i] = dst[i + n] = src[i * w];
-  }
+  /* Every row of P is copied (unusable frames were rewritten above). */
+  copy_all_rows (0, P, w, cnt, dh, qh + s->dslot * ldq, ldq, n * ldq);
+  copy_all_rows (0, P + 2 * dh, w, cnt, dvh, vh + s->dslot * ldv, ldv,
+                 n * ldv);
+  copy_all_rows (1, P + dh, w, cnt, dh, s->ktring + c0 * s->ldkt + s->dslot,
+                 s->ldkt, n);
   if (bad)
     __atomic_store_n (&s->dbad, 1, __ATOMIC_RELAXED);
 }
@@ -924,10 +971,11 @@ copy_deferred (SattnStream *s, size_t h, float *P)
   float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + h * dvh;
   sattn_copy_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
                    qh + slot * ldq, ldq, n * ldq);
-  sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
-                   vh + slot * ldv, ldv, n * ldv);
+  if (s->vring != s->qring)
+    sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
+                     vh + slot * ldv, ldv, n * ldv);
   sattn_transpose_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
-                        s->ktring + h * dh * 2 * n + slot, 2 * n, n);
+                        s->ktring + h * dh * s->ldkt + slot, s->ldkt, n);
 }
 
 static void
@@ -1051,7 +1099,9 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   const int hm = s->qhs != 0;
   float *q = hm ? s->qstage : s->qring + slot * dq;
   float *k = s->kscratch;
-  float *v = hm ? s->vstage : s->vring + slot * dv;
+  /* One ring for Q and V: V's rows are Q's (no copies of their own). */
+  const int qv = s->vring == s->qring;
+  float *v = qv ? q : hm ? s->vstage : s->vring + slot * dv;
   const RingDst qdst = { s->qring, m->cfg.d_head, s->qhs, slot, n };
   const RingDst vdst = { s->vring, m->cfg.d_value, s->vhs, slot, n };
 
@@ -1075,7 +1125,16 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       m->wq == NULL && m->bq == NULL && m->wk == NULL && m->bk == NULL &&
       m->wv == NULL && m->bv == NULL && s->total + cnt == s->next_window;
   if (defer) {
-    for (size_t i = 0; i < cnt; i++) {
+    /* The frames tested as one block first (the common push: all
+     * usable); the rule per frame only when that fails. */
+    const int usable = (valid == NULL || memchr (valid, 0, cnt) == NULL) &&
+        sattn_frames_ok (m, cnt, x, x, x, x);
+    if (usable) {
+      memset (s->dcopy, 1, cnt);
+      memset (s->vring_ok + slot, 1, cnt);
+      memset (s->vring_ok + slot + n, 1, cnt);
+    }
+    for (size_t i = 0; !usable && i < cnt; i++) {
       SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
                                              x + i * d, x + i * d, x + i * d,
                                              x + i * d);
@@ -1158,30 +1217,38 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
                      ps[0].ldx, q, dq, hm ? 0 : n * dq, NULL, 0, 0,
                      hm ? &qdst : NULL, copy_tasks);
     proj_add_copies (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
-                     ps[1].ldx, k, dq, 0, kt, 2 * n, n, NULL, copy_tasks);
-    proj_add_copies (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
-                     ps[2].ldx, v, dv, hm ? 0 : n * dv, NULL, 0, 0,
-                     hm ? &vdst : NULL, copy_tasks);
+                     ps[1].ldx, k, dq, 0, kt, s->ldkt, n, NULL, copy_tasks);
+    if (!qv)
+      proj_add_copies (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
+                       ps[2].ldx, v, dv, hm ? 0 : n * dv, NULL, 0, 0,
+                       hm ? &vdst : NULL, copy_tasks);
   } else {
     proj_add (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
               ps[0].ldx, q, dq);
     proj_add (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
               ps[1].ldx, k, dq);
-    proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
-              ps[2].ldx, v, dv);
+    if (!qv)
+      proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
+                ps[2].ldx, v, dv);
   }
   if (copy_tasks && pc.fma < PROJ_PAR_FMA)
     pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
   proj_run (s, &pc);
 
+  /* Without RoPE (which rotates each frame's Q and K first), all frames
+   * tested as one block (the common push: all usable); the rule per
+   * frame only when that fails. */
+  const int usable = !rope &&
+      (valid == NULL || memchr (valid, 0, cnt) == NULL) &&
+      sattn_frames_ok (m, cnt, x, q, k, v);
   for (size_t i = 0; i < cnt; i++) {
     /* Absolute frame index p0 - n + i (p0 is n ahead). */
     if (rope) {
       sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i);
     }
-    SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                           x + i * d, q + i * dq, k + i * dq,
-                                           v + i * dv);
+    SattnFrameFault f = usable ? SATTN_FRAME_OK
+        : sattn_frame_fault (m, valid != NULL && !valid[i], x + i * d,
+                             q + i * dq, k + i * dq, v + i * dv);
     int ok = f == SATTN_FRAME_OK;
     int bad_data = f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW;
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ERROR) {
@@ -1225,7 +1292,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
         memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
       }
       for (size_t t = 0; t < dq; t++)
-        kt[t * 2 * n + i] = kt[t * 2 * n + i + n] = k[i * dq + t];
+        kt[t * s->ldkt + i] = kt[t * s->ldkt + i + n] = k[i * dq + t];
     }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
     if (s->xring != NULL) {
@@ -1247,7 +1314,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
     }
     for (size_t t = 0; t < dq; t++) {
-      float *restrict dst = s->ktring + t * 2 * n + slot;
+      float *restrict dst = s->ktring + t * s->ldkt + slot;
       for (size_t i = 0; i < cnt; i++)
         dst[i] = dst[i + n] = k[i * dq + t];
     }
@@ -1276,7 +1343,7 @@ fix_projected (SattnStream *s)
       ring_get (s, slot + i, q, v);
     }
     for (size_t t = 0; t < dq; t++)
-      k[t] = s->ktring[t * 2 * n + slot + i];
+      k[t] = s->ktring[t * s->ldkt + slot + i];
     SattnFrameFault f = sattn_frame_fault (m, 0, s->dx + i * d, q, k, v);
     if (f == SATTN_FRAME_OK)
       continue;
@@ -1297,9 +1364,10 @@ fix_projected (SattnStream *s)
       memcpy (q + n * dq, q, dq * sizeof (float));
       memcpy (v + n * dv, v, dv * sizeof (float));
     }
-    for (size_t t = 0; t < dq; t++)
-      s->ktring[t * 2 * n + slot + i] = s->ktring[t * 2 * n + slot + i + n] =
-          k[t];
+    for (size_t t = 0; t < dq; t++) {
+      float *kr = s->ktring + t * s->ldkt + slot + i;
+      kr[0] = kr[n] = k[t];
+    }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
 }
@@ -1369,6 +1437,42 @@ flush_rows (SattnStream *s)
   s->ocnt = 0;
 }
 
+/* The output projection of a window's O rows, head-major in s->ohm (at
+ * most ATTN_ROWS rows): task = a block of OPROJ_ROWS rows, every column:
+ * each entry is the same chain as in proj_task's blocks (the same loop,
+ * only other rows beside it), so the bytes do not depend on the split.
+ * Each task gathers its rows into its thread's score scratch first (the
+ * attention, the run's first phase, is done with it).  Blocks of rows, not
+ * of columns: each thread writes whole output rows (no cache line of out
+ * written by both) and reads only its rows of O. */
+#define OPROJ_ROWS 8
+typedef struct {
+  SattnStream *s;
+  size_t rows;
+  float *out;
+  size_t ldo;
+} OProjCtx;
+
+static void
+oproj_task (void *ctx, size_t task, unsigned worker)
+{
+  const OProjCtx *c = ctx;
+  SattnStream *s = c->s;
+  const SattnModel *m = s->m;
+  const size_t dvh = m->cfg.d_value;
+  float *X = s->scores + (size_t) worker * s->sstride;
+  const size_t r0 = task * OPROJ_ROWS;
+  const size_t r = c->rows - r0 < OPROJ_ROWS ? c->rows - r0 : OPROJ_ROWS;
+  for (size_t h = 0; h < m->cfg.heads; h++)
+    copy_all_rows (0, s->ohm + h * s->ohs + r0 * dvh, dvh, r, dvh,
+                   X + h * dvh, m->dv, 0);
+  for (size_t c0 = 0; c0 < m->d_out; c0 += PROJ_COLS)
+    sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, c0,
+                             c0 + PROJ_COLS < m->d_out ? c0 + PROJ_COLS
+                             : m->d_out, m->dv, c->out + r0 * c->ldo,
+                             c->ldo);
+}
+
 /* Compute the window ending after frame count F = s->total, for the last
  * `rows` query rows of it (rows <= n), writing rows of output.  When the
  * push stages O rows (s->odefer) and they fit, the rows are staged
@@ -1409,7 +1513,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   SattnAttnArgs a = {
     .q = s->qring + (base + q0) * (hm ? dh : m->dq), .ldq = hm ? dh : m->dq,
     .q_head = s->qhs,
-    .kt = s->ktring + base, .ldkt = 2 * n,
+    .kt = s->ktring + base, .ldkt = s->ldkt,
     .v = s->vring + base * (hm ? dvh : m->dv), .ldv = hm ? dvh : m->dv,
     .v_head = s->vhs,
     .key_ok = s->vring_ok + base,
@@ -1427,7 +1531,17 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   if (s->dcnt > 0 && ac.row_blocks != 1)
     for (size_t h = 0; h < m->cfg.heads; h++)
       copy_deferred (s, h, s->scores);
-  sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+  /* With workers and head-major O rows, the output projection's column
+   * blocks run as the second phase of the attention's run (see
+   * oproj_task): no serial tail, no second wake-up. */
+  OProjCtx oc = { s, rows, out, ldo };
+  const size_t n_op = !staged && ohm && m->wo != NULL &&
+      OPROJ_ROWS * m->dv <= s->sstride &&
+      !(sattn_project_uses_blas (m->wo, rows, m->dv, m->d_out) &&
+        !sattn_project_is_double (m, m->wo))
+      ? (rows + OPROJ_ROWS - 1) / OPROJ_ROWS : 0;
+  sattn_pool_run2 (s->workers, n_tasks, attn_task, &ac, n_op, oproj_task,
+                   &oc);
   if (s->dproj && __atomic_load_n (&s->dbad, __ATOMIC_RELAXED)) {
     /* Some frames may be unusable after all: the attention again, with
      * the rule applied and what the first run counted dropped. */
@@ -1435,15 +1549,15 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     s->dcnt = 0;
     for (unsigned w = 0; stats && w < s->n_threads; w++)
       sattn_stats_clear (wstats_at (s, w));
-    sattn_pool_run (s->workers, n_tasks, attn_task, &ac);
+    sattn_pool_run2 (s->workers, n_tasks, attn_task, &ac, n_op, oproj_task,
+                     &oc);
   }
   s->dcnt = 0;
   s->dproj = 0;
-  if (ohm)
-    for (size_t i = 0; i < rows; i++)
-      for (size_t h = 0; h < m->cfg.heads; h++)
-        memcpy (o + i * m->dv + h * dvh, s->ohm + h * s->ohs + i * dvh,
-                dvh * sizeof (float));
+  if (ohm && n_op == 0)
+    for (size_t h = 0; h < m->cfg.heads; h++)
+      copy_all_rows (0, s->ohm + h * s->ohs, dvh, rows, dvh, o + h * dvh,
+                     m->dv, 0);
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
       sattn_stats_merge (stats, wstats_at (s, w));
@@ -1460,7 +1574,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     s->ocnt += rows;
   } else if (m->wo == NULL && m->bo == NULL) {
     sattn_output_project (m, o, rows, out, ldo);
-  } else {
+  } else if (n_op == 0) {
     ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
     proj_run (s, &pc);
@@ -1819,7 +1933,7 @@ store_invalid (SattnStream *s, size_t cnt, uint64_t p0)
     }
     memset (s->vring_ok + sl, 0, cnt);
     for (size_t t = 0; t < dq; t++)
-      memset (s->ktring + t * 2 * n + sl, 0, cnt * sizeof (float));
+      memset (s->ktring + t * s->ldkt + sl, 0, cnt * sizeof (float));
   }
 }
 
