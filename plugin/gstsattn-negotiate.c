@@ -1176,8 +1176,11 @@ gst_sattn_allowed_caps (GstSattn * self)
   if (c.output == GST_SATTN_OUTPUT_WINDOW)
     max_ch = MIN (max_ch, (guint64) G_MAXINT / ((guint64) c.window *
             c.frame_size));
-  d = weights ? file_d : (c.head_dim != 0 ?
-      (guint64) c.heads * c.head_dim : 0);
+  /* Identity projections with head-dim or value-dim set: heads x that
+   * size is d_model (head-dim first; a value-dim that disagrees is refused
+   * by gst_sattn_explain for every d_model). */
+  d = weights ? file_d : c.head_dim != 0 ?
+      (guint64) c.heads * c.head_dim : (guint64) c.heads * c.value_dim;
   if (d != 0) {
     /* d_model is fixed: one channel count, if any. */
     if (d % c.frame_size != 0 || d / c.frame_size > max_ch)

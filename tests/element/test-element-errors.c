@@ -59,6 +59,7 @@ static const Impossible impossible[] = {
       "hop values that work with window=16: ", TRUE},
   {"heads=3", 1000, 4, "heads values that work: 1, 2, 4", FALSE},
   {"heads=2 head-dim=3", 1000, 8, "use head-dim=0", FALSE},
+  {"heads=2 value-dim=3", 1000, 8, "use value-dim=0", FALSE},
 };
 
 /* Impossible combinations fail negotiation with an error naming values

@@ -721,6 +721,29 @@ GST_START_TEST (test_scale_tiny)
 
 GST_END_TEST;
 
+/* Identity projections with head-dim or value-dim set fix d_model at heads
+ * x that size: the caps query offers that channel count only, so an
+ * upstream free to choose picks it and the pipeline runs to EOS. */
+GST_START_TEST (test_dim_picks_channels)
+{
+  static const gchar *props[] = { "heads=2 head-dim=3", "heads=2 value-dim=3",
+    "heads=3 head-dim=2 value-dim=2"
+  };
+  guint k;
+
+  for (k = 0; k < G_N_ELEMENTS (props); k++) {
+    gchar *desc = g_strdup_printf ("audiotestsrc num-buffers=3 ! "
+        "audio/x-raw,format=F32LE ! sattn name=s %s ! fakesink", props[k]);
+    gchar *text = NULL, *source = NULL;
+
+    fail_unless_equals_int (run_pipeline (desc, &text, &source), 0);
+    fail_unless (text == NULL, "%s: %s", desc, text);
+    g_free (desc);
+  }
+}
+
+GST_END_TEST;
+
 /* ------------------------------------------------------------ properties */
 
 static guint
@@ -796,6 +819,7 @@ sattn_events_suite (void)
   tcase_add_test (tc, test_downstream_refuses);
   tcase_add_loop_test (tc, test_weights_messages, 0, 4);
   tcase_add_test (tc, test_scale_tiny);
+  tcase_add_test (tc, test_dim_picks_channels);
   tcase_add_test (tc, test_property_while_running);
   return s;
 }
