@@ -313,5 +313,8 @@ void sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok,
 void sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
                            size_t cnt, size_t w, float *dst, size_t ldd,
                            size_t mir);
+/* y[i * ldy + j] += b[j] for rows i < n and columns j < k. */
+void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b,
+                     size_t k);
 
 #endif

@@ -29,13 +29,8 @@ sattn_project_cols (const float *Wt, const float *b, const float *x,
   } else {
     sattn_qk (x, ldx, Wt + c0, d_out, n, c1 - c0, d_in, y + c0, ldy);
   }
-  if (b != NULL) {
-    for (size_t i = 0; i < n; i++) {
-      float *restrict yi = y + i * ldy;
-      for (size_t j = c0; j < c1; j++)
-        yi[j] += b[j];
-    }
-  }
+  if (b != NULL)
+    sattn_add_bias (y + c0, ldy, n, b + c0, c1 - c0);
 }
 
 void
@@ -57,13 +52,8 @@ sattn_project (const float *Wt, const float *b, const float *x, size_t n,
     /* The few rows of a hop: the same register-tiled loop as Q K^T. */
     sattn_qk (x, ldx, Wt, d_out, n, d_out, d_in, y, ldy);
   }
-  if (b != NULL) {
-    for (size_t i = 0; i < n; i++) {
-      float *restrict yi = y + i * ldy;
-      for (size_t j = 0; j < d_out; j++)
-        yi[j] += b[j];
-    }
-  }
+  if (b != NULL)
+    sattn_add_bias (y, ldy, n, b, d_out);
 }
 
 /* Masked stable softmax of one row in place, normalisation deferred.

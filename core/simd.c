@@ -178,6 +178,17 @@ copy_rows_portable (const float *restrict x, size_t ldx,
   }
 }
 
+/* Rows y[i * ldy] (i < n), columns [0, k), plus b[0, k): one float
+ * addition per entry, the same bytes at every level. */
+static void
+add_bias_portable (float *restrict y, size_t ldy, size_t n,
+                   const float *restrict b, size_t k)
+{
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++)
+      y[i * ldy + j] += b[j];
+}
+
 /* The same transposed: dst[t * ldd + i] (and its mirror) = x[i * ldx + t]. */
 static void
 transpose_rows_portable (const float *restrict x, size_t ldx,
@@ -1424,6 +1435,22 @@ copy_rows_avx512 (const float *restrict x, size_t ldx,
     }
 }
 
+/* See add_bias_portable. */
+AVX512 static void
+add_bias_avx512 (float *restrict y, size_t ldy, size_t n,
+                 const float *restrict b, size_t k)
+{
+  for (size_t j = 0; j < k; j += 16) {
+    __mmask16 tm = tail_mask (k - j);
+    __m512 bv = _mm512_maskz_loadu_ps (tm, b + j);
+    for (size_t i = 0; i < n; i++) {
+      float *r = y + i * ldy + j;
+      _mm512_mask_storeu_ps (r, tm,
+          _mm512_add_ps (_mm512_maskz_loadu_ps (tm, r), bv));
+    }
+  }
+}
+
 /* See transpose_rows_portable: blocks of 16 rows × 16 columns. */
 AVX512 static void
 transpose_rows_avx512 (const float *restrict x, size_t ldx,
@@ -1575,8 +1602,9 @@ sattn_finite (const float *x, size_t n)
   return finite_portable (x, n);
 }
 
-/* The loop of a row mover (copy_rows, transpose_rows) for this CPU: the
- * AVX-512 one from level 2, the portable one below (the same bytes). */
+/* The loop of a row mover (copy_rows, transpose_rows, add_bias) for this
+ * CPU: the AVX-512 one from level 2, the portable one below (the same
+ * bytes). */
 #ifdef SATTN_HAVE_X86
 #define ROWS_LOOP(name) \
   (sattn_simd_level () > 1 ? name##_avx512 : name##_portable)
@@ -1596,6 +1624,12 @@ sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
                       size_t cnt, size_t w, float *dst, size_t ldd, size_t mir)
 {
   ROWS_LOOP (transpose_rows) (x, ldx, ok, cnt, w, dst, ldd, mir);
+}
+
+void
+sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k)
+{
+  ROWS_LOOP (add_bias) (y, ldy, n, b, k);
 }
 
 int

@@ -875,9 +875,7 @@ static void
 add_bias (const float *b, size_t cnt, size_t k, float *y, size_t ldy)
 {
   if (b != NULL)
-    for (size_t i = 0; i < cnt; i++)
-      for (size_t j = 0; j < k; j++)
-        y[i * ldy + j] += b[j];
+    sattn_add_bias (y, ldy, cnt, b, k);
 }
 
 /* Head h's columns of the deferred frames projected (s->dproj), in P
