@@ -239,14 +239,15 @@ void sattn_pool_run2 (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx,
 SattnFrameFault sattn_frame_fault (const SattnModel *m, int flagged,
                                    const float *x, const float *q,
                                    const float *k, const float *v);
-/* Whether sattn_frame_fault (m, 0, x + i d_model, q + i dq, k + i dq,
- * v + i dv) is SATTN_FRAME_OK for every i < cnt (rows contiguous; NULL
- * as there), with one test per block instead of one per frame: a push
- * whose frames are all usable (the common one) then needs no test per
- * frame.  0 does not say which frames are unusable: ask
- * sattn_frame_fault. */
-int sattn_frames_ok (const SattnModel *m, size_t cnt, const float *x,
-                     const float *q, const float *k, const float *v);
+/* Whether sattn_frame_fault (m, valid && !valid[i], x + i d_model,
+ * q + i dq, k + i dq, v + i dv) is SATTN_FRAME_OK for every i < cnt (rows
+ * contiguous; valid and the rows NULL as there), with one test per block
+ * instead of one per frame: a push whose frames are all usable (the
+ * common one) then needs no test per frame.  0 does not say which frames
+ * are unusable: ask sattn_frame_fault. */
+int sattn_frames_ok (const SattnModel *m, size_t cnt, const uint8_t *valid,
+                     const float *x, const float *q, const float *k,
+                     const float *v);
 
 /* Output rows (rows × d_out, stride ldo) whose output projection
  * overflowed become zeros; row_ok[i] (may be NULL) is cleared for them.
@@ -305,8 +306,8 @@ double sattn_exp_sum_stats (float *y, size_t n, float scale, float mx,
                             double *ex, float *xmin);
 /* Rows x[i * ldx] (i < cnt), columns [0, w), into rows i of dst (stride
  * ldd) and again mir floats further (the ring's mirror), zeros where
- * ok[i] == 0; sattn_transpose_rows writes them transposed: dst[t * ldd + i]
- * and dst[t * ldd + i + mir]. */
+ * ok[i] == 0 (ok NULL: every row copied); sattn_transpose_rows writes
+ * them transposed: dst[t * ldd + i] and dst[t * ldd + i + mir]. */
 void sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok,
                       size_t cnt, size_t w, float *dst, size_t ldd,
                       size_t mir);

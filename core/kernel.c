@@ -419,47 +419,46 @@ sattn_attend_window (const SattnModel *m, const SattnAttnArgs *a)
     sattn_attend_rows (m, a, h, 0, a->m, a->scores, a->stats);
 }
 
-SattnFrameFault
-sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
-                   const float *q, const float *k, const float *v)
+/* The frame rule over cnt contiguous frames (x, q, k, v: cnt rows each):
+ * SATTN_FRAME_OK when every frame passes, else the first test that fails
+ * for some frame. */
+static SattnFrameFault
+frames_fault (const SattnModel *m, size_t cnt, int flagged, const float *x,
+              const float *q, const float *k, const float *v)
 {
   if (flagged)
     return SATTN_FRAME_FLAGGED;
-  if (x != NULL && !sattn_finite (x, m->cfg.d_model))
+  if (x != NULL && !sattn_finite (x, cnt * m->cfg.d_model))
     return SATTN_FRAME_NONFINITE;
   /* An identity projection without bias copies x: finite already (unless
    * RoPE rotated it). */
   const int rope = sattn_model_rope (m);
   if (q != NULL && (m->wq != NULL || m->bq != NULL || rope) &&
-      !sattn_finite (q, m->dq))
+      !sattn_finite (q, cnt * m->dq))
     return SATTN_FRAME_OVERFLOW;
   if (k != NULL && (m->wk != NULL || m->bk != NULL || rope) &&
-      !sattn_finite (k, m->dq))
+      !sattn_finite (k, cnt * m->dq))
     return SATTN_FRAME_OVERFLOW;
   if (v != NULL && (m->wv != NULL || m->bv != NULL) &&
-      !sattn_finite (v, m->dv))
+      !sattn_finite (v, cnt * m->dv))
     return SATTN_FRAME_OVERFLOW;
   return SATTN_FRAME_OK;
 }
 
-int
-sattn_frames_ok (const SattnModel *m, size_t cnt, const float *x,
-                 const float *q, const float *k, const float *v)
+SattnFrameFault
+sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
+                   const float *q, const float *k, const float *v)
 {
-  /* The tests of sattn_frame_fault, each over the cnt rows at once. */
-  const int rope = sattn_model_rope (m);
-  if (x != NULL && !sattn_finite (x, cnt * m->cfg.d_model))
-    return 0;
-  if (q != NULL && (m->wq != NULL || m->bq != NULL || rope) &&
-      !sattn_finite (q, cnt * m->dq))
-    return 0;
-  if (k != NULL && (m->wk != NULL || m->bk != NULL || rope) &&
-      !sattn_finite (k, cnt * m->dq))
-    return 0;
-  if (v != NULL && (m->wv != NULL || m->bv != NULL) &&
-      !sattn_finite (v, cnt * m->dv))
-    return 0;
-  return 1;
+  return frames_fault (m, 1, flagged, x, q, k, v);
+}
+
+int
+sattn_frames_ok (const SattnModel *m, size_t cnt, const uint8_t *valid,
+                 const float *x, const float *q, const float *k,
+                 const float *v)
+{
+  const int flagged = valid != NULL && memchr (valid, 0, cnt) != NULL;
+  return frames_fault (m, cnt, flagged, x, q, k, v) == SATTN_FRAME_OK;
 }
 
 size_t

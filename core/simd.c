@@ -165,7 +165,8 @@ exp_sum_body_portable (float *y, size_t n, float scale, float mx, double *ex,
 }
 
 /* Rows x[i * ldx], i < cnt, columns [0, w), into rows i of dst (stride
- * ldd) and their mirrors mir floats further; zeros where ok[i] == 0. */
+ * ldd) and their mirrors mir floats further; zeros where ok[i] == 0
+ * (ok NULL: none). */
 static void
 copy_rows_portable (const float *restrict x, size_t ldx,
                     const uint8_t *restrict ok, size_t cnt, size_t w,
@@ -174,7 +175,7 @@ copy_rows_portable (const float *restrict x, size_t ldx,
   for (size_t i = 0; i < cnt; i++) {
     float *d = dst + i * ldd;
     for (size_t t = 0; t < w; t++)
-      d[t] = d[t + mir] = ok[i] ? x[i * ldx + t] : 0.0f;
+      d[t] = d[t + mir] = ok == NULL || ok[i] ? x[i * ldx + t] : 0.0f;
   }
 }
 
@@ -198,7 +199,7 @@ transpose_rows_portable (const float *restrict x, size_t ldx,
   for (size_t t = 0; t < w; t++) {
     float *restrict d = dst + t * ldd;
     for (size_t i = 0; i < cnt; i++)
-      d[i] = d[i + mir] = ok[i] ? x[i * ldx + t] : 0.0f;
+      d[i] = d[i + mir] = ok == NULL || ok[i] ? x[i * ldx + t] : 0.0f;
   }
 }
 
@@ -1429,7 +1430,8 @@ copy_rows_avx512 (const float *restrict x, size_t ldx,
   for (size_t i = 0; i < cnt; i++)
     for (size_t t = 0; t < w; t += 16) {
       __mmask16 tm = tail_mask (w - t);
-      __m512 v = _mm512_maskz_loadu_ps (ok[i] ? tm : 0, x + i * ldx + t);
+      __m512 v = _mm512_maskz_loadu_ps (ok == NULL || ok[i] ? tm : 0,
+                                        x + i * ldx + t);
       _mm512_mask_storeu_ps (dst + i * ldd + t, tm, v);
       _mm512_mask_storeu_ps (dst + i * ldd + t + mir, tm, v);
     }
@@ -1463,13 +1465,15 @@ transpose_rows_avx512 (const float *restrict x, size_t ldx,
       __mmask16 tm = tail_mask (w - t0);
       __m512 r[16];
       /* Sixteen usable rows (the common case): no test per row. */
-      if (cnt - i0 >= 16 && _mm_cmpeq_epi8_mask (_mm_loadu_si128 (
-                  (const __m128i *) (ok + i0)), _mm_setzero_si128 ()) == 0)
+      if (cnt - i0 >= 16 && (ok == NULL || _mm_cmpeq_epi8_mask (
+                  _mm_loadu_si128 ((const __m128i *) (ok + i0)),
+                  _mm_setzero_si128 ()) == 0))
         for (size_t i = 0; i < 16; i++)
           r[i] = _mm512_maskz_loadu_ps (tm, x + (i0 + i) * ldx + t0);
       else
         for (size_t i = 0; i < 16; i++)
-          r[i] = _mm512_maskz_loadu_ps (i0 + i < cnt && ok[i0 + i] ? tm : 0,
+          r[i] = _mm512_maskz_loadu_ps (i0 + i < cnt &&
+                                        (ok == NULL || ok[i0 + i]) ? tm : 0,
                                         x + (i0 + i) * ldx + t0);
       transpose16_avx512 (r);
       for (size_t t = 0; t < 16 && t0 + t < w; t++) {

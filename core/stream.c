@@ -693,27 +693,6 @@ typedef struct {
   const SattnModel *m;           /* whose projections may sum in double */
 } ProjCtx;
 
-/* The ok argument of sattn_copy_rows / sattn_transpose_rows for up to
- * PROJ_ROWS rows that are all copied. */
-static const uint8_t all_rows[PROJ_ROWS] = { [0 ... PROJ_ROWS - 1] = 1 };
-
-/* sattn_copy_rows (transposed: sattn_transpose_rows) of every one of cnt
- * rows, PROJ_ROWS at a time. */
-static void
-copy_all_rows (int transpose, const float *x, size_t ldx, size_t cnt,
-               size_t w, float *dst, size_t ldd, size_t mir)
-{
-  for (size_t i = 0; i < cnt; i += PROJ_ROWS) {
-    const size_t c = cnt - i < PROJ_ROWS ? cnt - i : PROJ_ROWS;
-    if (transpose)
-      sattn_transpose_rows (x + i * ldx, ldx, all_rows, c, w, dst + i, ldd,
-                            mir);
-    else
-      sattn_copy_rows (x + i * ldx, ldx, all_rows, c, w, dst + i * ldd, ldd,
-                       mir);
-  }
-}
-
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
 static void
 proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
@@ -737,8 +716,9 @@ proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
   }
   if (p->kt) {
     /* Every row copied (the frame rule rewrites unusable frames later). */
-    copy_all_rows (1, p->y + r0 * p->ldy + c0, p->ldy, r1 - r0, c1 - c0,
-                   p->kt + c0 * p->ldkt + r0, p->ldkt, p->kt_mirror);
+    sattn_transpose_rows (p->y + r0 * p->ldy + c0, p->ldy, NULL, r1 - r0,
+                          c1 - c0, p->kt + c0 * p->ldkt + r0, p->ldkt,
+                          p->kt_mirror);
   }
 }
 
@@ -940,11 +920,11 @@ project_head (SattnStream *s, size_t h, float *P)
   float *qh = s->qhs ? s->qring + h * s->qhs : s->qring + c0;
   float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + e0;
   /* Every row of P is copied (unusable frames were rewritten above). */
-  copy_all_rows (0, P, w, cnt, dh, qh + s->dslot * ldq, ldq, n * ldq);
-  copy_all_rows (0, P + 2 * dh, w, cnt, dvh, vh + s->dslot * ldv, ldv,
-                 n * ldv);
-  copy_all_rows (1, P + dh, w, cnt, dh, s->ktring + c0 * s->ldkt + s->dslot,
-                 s->ldkt, n);
+  sattn_copy_rows (P, w, NULL, cnt, dh, qh + s->dslot * ldq, ldq, n * ldq);
+  sattn_copy_rows (P + 2 * dh, w, NULL, cnt, dvh, vh + s->dslot * ldv, ldv,
+                   n * ldv);
+  sattn_transpose_rows (P + dh, w, NULL, cnt, dh,
+                        s->ktring + c0 * s->ldkt + s->dslot, s->ldkt, n);
   if (bad)
     __atomic_store_n (&s->dbad, 1, __ATOMIC_RELAXED);
 }
@@ -1125,8 +1105,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   if (defer) {
     /* The frames tested as one block first (the common push: all
      * usable); the rule per frame only when that fails. */
-    const int usable = (valid == NULL || memchr (valid, 0, cnt) == NULL) &&
-        sattn_frames_ok (m, cnt, x, x, x, x);
+    const int usable = sattn_frames_ok (m, cnt, valid, x, x, x, x);
     if (usable) {
       memset (s->dcopy, 1, cnt);
       memset (s->vring_ok + slot, 1, cnt);
@@ -1236,9 +1215,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   /* Without RoPE (which rotates each frame's Q and K first), all frames
    * tested as one block (the common push: all usable); the rule per
    * frame only when that fails. */
-  const int usable = !rope &&
-      (valid == NULL || memchr (valid, 0, cnt) == NULL) &&
-      sattn_frames_ok (m, cnt, x, q, k, v);
+  const int usable = !rope && sattn_frames_ok (m, cnt, valid, x, q, k, v);
   for (size_t i = 0; i < cnt; i++) {
     /* Absolute frame index p0 - n + i (p0 is n ahead). */
     if (rope) {
@@ -1462,8 +1439,8 @@ oproj_task (void *ctx, size_t task, unsigned worker)
   const size_t r0 = task * OPROJ_ROWS;
   const size_t r = c->rows - r0 < OPROJ_ROWS ? c->rows - r0 : OPROJ_ROWS;
   for (size_t h = 0; h < m->cfg.heads; h++)
-    copy_all_rows (0, s->ohm + h * s->ohs + r0 * dvh, dvh, r, dvh,
-                   X + h * dvh, m->dv, 0);
+    sattn_copy_rows (s->ohm + h * s->ohs + r0 * dvh, dvh, NULL, r, dvh,
+                     X + h * dvh, m->dv, 0);
   for (size_t c0 = 0; c0 < m->d_out; c0 += PROJ_COLS)
     sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, c0,
                              c0 + PROJ_COLS < m->d_out ? c0 + PROJ_COLS
@@ -1554,8 +1531,8 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   s->dproj = 0;
   if (ohm && n_op == 0)
     for (size_t h = 0; h < m->cfg.heads; h++)
-      copy_all_rows (0, s->ohm + h * s->ohs, dvh, rows, dvh, o + h * dvh,
-                     m->dv, 0);
+      sattn_copy_rows (s->ohm + h * s->ohs, dvh, NULL, rows, dvh,
+                       o + h * dvh, m->dv, 0);
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
       sattn_stats_merge (stats, wstats_at (s, w));
