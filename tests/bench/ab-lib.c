@@ -1,0 +1,277 @@
+/* sattn-ab: two builds of libsattn side by side in one process, on one
+ * stream geometry, for A/B measurements on a noisy machine.
+ *
+ *   sattn-ab LIB_A LIB_B [--weights random|identity] [--d-model N]
+ *            [--heads N] [--window N] [--hop N] [--threads N]
+ *            [--seconds S] [--slice K]
+ *
+ * Each library is loaded with dlopen (RTLD_LOCAL: two copies of the same
+ * symbols side by side) and gets its own model and stream, built from the
+ * same weights; both are fed the same frames.  The streams take turns, K
+ * pushes of one hop each (default 32, about 0.5 ms of W1), A first and B
+ * first alternately, for S seconds (default 10).  Each pair of turns ran
+ * within a millisecond of each other, so the ratio of their times is
+ * measured under the same conditions: on this kind of machine the same
+ * binary's speed moves by up to 1.5x for seconds at a time (other tenants
+ * of the host), far more than the changes one wants to measure, and two
+ * runs one after the other cannot tell a 2 % change from that.
+ *
+ * Prints the quantiles of B's time over A's per pair of turns (below 1: B
+ * is faster), and the µs per push of each side.  Every push's output rows
+ * of B are compared with A's byte for byte; the exit status is 1 when they
+ * differ (the change under test is not byte-identical), 2 on a usage or
+ * load error.  Defaults: W1 (d_model 64, 4 heads, window 256, hop 16),
+ * random weights, threads=1.  Pin it (taskset -c 1) for single-thread
+ * measurements. */
+#define _GNU_SOURCE
+#include <sattn/sattn.h>
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rng.h"
+
+typedef SattnModel *(*ModelNewFn) (const SattnConfig *, const SattnWeights *,
+                                   SattnStatus *);
+typedef SattnStream *(*StreamNewFn) (const SattnModel *,
+                                     const SattnStreamConfig *,
+                                     SattnStatus *);
+typedef SattnStatus (*PushFn) (SattnStream *, const float *, size_t,
+                               const uint8_t *, float *, size_t,
+                               SattnRowInfo *, size_t *);
+typedef void (*StreamFreeFn) (SattnStream *);
+typedef void (*ModelFreeFn) (SattnModel *);
+
+typedef struct {
+  void *dl;
+  PushFn push;
+  StreamFreeFn stream_free;
+  ModelFreeFn model_free;
+  SattnModel *model;
+  SattnStream *stream;
+} Side;
+
+static double
+now_us (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (double) ts.tv_sec * 1e6 + (double) ts.tv_nsec * 1e-3;
+}
+
+static int
+cmp_double (const void *a, const void *b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+static double
+quantile (const double *sorted, size_t n, double q)
+{
+  return sorted[(size_t) (q * (double) (n - 1) + 0.5)];
+}
+
+static int
+side_open (Side *sd, const char *path, const SattnConfig *cfg,
+           const SattnWeights *w, const SattnStreamConfig *sc)
+{
+  SattnStatus st = SATTN_OK;
+  memset (sd, 0, sizeof (*sd));
+  sd->dl = dlopen (path, RTLD_NOW | RTLD_LOCAL);
+  if (sd->dl == NULL) {
+    fprintf (stderr, "sattn-ab: %s\n", dlerror ());
+    return -1;
+  }
+  ModelNewFn model_new = (ModelNewFn) dlsym (sd->dl, "sattn_model_new");
+  StreamNewFn stream_new = (StreamNewFn) dlsym (sd->dl, "sattn_stream_new");
+  sd->push = (PushFn) dlsym (sd->dl, "sattn_stream_push");
+  sd->stream_free = (StreamFreeFn) dlsym (sd->dl, "sattn_stream_free");
+  sd->model_free = (ModelFreeFn) dlsym (sd->dl, "sattn_model_free");
+  if (!model_new || !stream_new || !sd->push || !sd->stream_free ||
+      !sd->model_free) {
+    fprintf (stderr, "sattn-ab: %s is not a libsattn\n", path);
+    return -1;
+  }
+  sd->model = model_new (cfg, w, &st);
+  if (sd->model != NULL)
+    sd->stream = stream_new (sd->model, sc, &st);
+  if (sd->stream == NULL) {
+    fprintf (stderr, "sattn-ab: %s: model or stream refused (status %d)\n",
+             path, (int) st);
+    return -1;
+  }
+  return 0;
+}
+
+static void
+usage (void)
+{
+  fprintf (stderr, "usage: sattn-ab LIB_A LIB_B [--weights random|identity] "
+           "[--d-model N] [--heads N] [--window N] [--hop N] [--threads N] "
+           "[--seconds S] [--slice K]\n");
+}
+
+int
+main (int argc, char **argv)
+{
+  size_t E = 64, heads = 4, window = 256, hop = 16, slice = 32;
+  int random_weights = 1, threads = 1;
+  double seconds = 10.0;
+  if (argc < 3) {
+    usage ();
+    return 2;
+  }
+  for (int i = 3; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (v == NULL) {
+      usage ();
+      return 2;
+    }
+    if (strcmp (a, "--weights") == 0 && (strcmp (v, "random") == 0 ||
+            strcmp (v, "identity") == 0))
+      random_weights = strcmp (v, "random") == 0;
+    else if (strcmp (a, "--d-model") == 0)
+      E = strtoul (v, NULL, 10);
+    else if (strcmp (a, "--heads") == 0)
+      heads = strtoul (v, NULL, 10);
+    else if (strcmp (a, "--window") == 0)
+      window = strtoul (v, NULL, 10);
+    else if (strcmp (a, "--hop") == 0)
+      hop = strtoul (v, NULL, 10);
+    else if (strcmp (a, "--threads") == 0)
+      threads = atoi (v);
+    else if (strcmp (a, "--seconds") == 0)
+      seconds = atof (v);
+    else if (strcmp (a, "--slice") == 0)
+      slice = strtoul (v, NULL, 10);
+    else {
+      usage ();
+      return 2;
+    }
+    i++;
+  }
+  if (E == 0 || heads == 0 || window == 0 || hop == 0 || slice == 0 ||
+      !(seconds > 0.0) || E > 4096 || hop > 4096) {
+    usage ();
+    return 2;
+  }
+
+  /* nn.MultiheadAttention-like weights (N (0, 1 / d_model)), biases
+   * N (0, 0.01), frames N (0, 1): uniform draws of the same variance. */
+  TestRng rng = { 0x5a77a11ull + E };
+  const float ws = (float) sqrt (3.0 / (double) E);
+  float *wt = test_rng_floats (&rng, 4 * E * E, ws);
+  float *bias = test_rng_floats (&rng, 4 * E, (float) sqrt (0.03));
+  const size_t pool_frames = 4096 > 4 * window ? 4096 : 4 * window;
+  float *pool = test_rng_floats (&rng, pool_frames * E, (float) sqrt (3.0));
+  float *out[2] = { malloc (slice * hop * E * sizeof (float)),
+    malloc (slice * hop * E * sizeof (float)) };
+  const size_t max_pairs = (size_t) (seconds * 1e5) + 16;
+  double *ratio = malloc (max_pairs * sizeof (double));
+  double *us[2] = { malloc (max_pairs * sizeof (double)),
+    malloc (max_pairs * sizeof (double)) };
+  if (!wt || !bias || !pool || !out[0] || !out[1] || !ratio || !us[0] ||
+      !us[1]) {
+    fprintf (stderr, "sattn-ab: out of memory\n");
+    return 2;
+  }
+
+  SattnConfig cfg;
+  memset (&cfg, 0, sizeof (cfg));
+  cfg.d_model = E;
+  cfg.heads = heads;
+  cfg.threads = threads;
+  SattnWeights w;
+  memset (&w, 0, sizeof (w));
+  if (random_weights) {
+    w.wq = wt;
+    w.wk = wt + E * E;
+    w.wv = wt + 2 * E * E;
+    w.wo = wt + 3 * E * E;
+    w.bq = bias;
+    w.bk = bias + E;
+    w.bv = bias + 2 * E;
+    w.bo = bias + 3 * E;
+    cfg.d_out = E;
+  }
+  SattnStreamConfig sc;
+  memset (&sc, 0, sizeof (sc));
+  sc.window = window;
+  sc.hop = hop;
+  Side sd[2];
+  for (int t = 0; t < 2; t++)
+    if (side_open (&sd[t], argv[1 + t], &cfg, random_weights ? &w : NULL,
+                   &sc) != 0)
+      return 2;
+
+  size_t pos = 0, pairs = 0, compared = 0, differ = 0;
+  const double t_end = now_us () + seconds * 1e6;
+  while (now_us () < t_end && pairs < max_pairs) {
+    double d[2];
+    for (int k = 0; k < 2; k++) {
+      const int t = k ^ (int) (pairs & 1);     /* A first, then B first */
+      size_t p = pos;
+      const double t0 = now_us ();
+      for (size_t j = 0; j < slice; j++) {
+        size_t got = 0;
+        SattnStatus st = sd[t].push (sd[t].stream, pool + p * E, hop, NULL,
+                                     out[t] + j * hop * E, hop, NULL, &got);
+        if (st != SATTN_OK || got != hop) {
+          fprintf (stderr, "sattn-ab: %s: push failed (status %d, %zu "
+                   "rows)\n", argv[1 + t], (int) st, got);
+          return 2;
+        }
+        p = p + 2 * hop > pool_frames ? 0 : p + hop;
+      }
+      d[t] = (now_us () - t0) / (double) slice;
+    }
+    for (size_t j = 0; j < slice; j++) {
+      compared++;
+      if (memcmp (out[0] + j * hop * E, out[1] + j * hop * E,
+                  hop * E * sizeof (float)) != 0)
+        differ++;
+      pos = pos + 2 * hop > pool_frames ? 0 : pos + hop;
+    }
+    us[0][pairs] = d[0];
+    us[1][pairs] = d[1];
+    ratio[pairs++] = d[1] / d[0];
+  }
+  if (pairs == 0) {
+    fprintf (stderr, "sattn-ab: no pair of turns in %g s\n", seconds);
+    return 2;
+  }
+  qsort (ratio, pairs, sizeof (double), cmp_double);
+  qsort (us[0], pairs, sizeof (double), cmp_double);
+  qsort (us[1], pairs, sizeof (double), cmp_double);
+  printf ("sattn-ab: d_model %zu, %zu heads, window %zu, hop %zu, %s "
+          "weights, threads=%d; %zu pairs of %zu pushes\n", E, heads, window,
+          hop, random_weights ? "random" : "identity", threads, pairs, slice);
+  printf ("B/A time per pair: p10 %.3f  p25 %.3f  median %.3f  p75 %.3f  "
+          "p90 %.3f\n", quantile (ratio, pairs, 0.1),
+          quantile (ratio, pairs, 0.25), quantile (ratio, pairs, 0.5),
+          quantile (ratio, pairs, 0.75), quantile (ratio, pairs, 0.9));
+  for (int t = 0; t < 2; t++)
+    printf ("%s us/push: p10 %.2f  median %.2f  p90 %.2f  (%s)\n",
+            t ? "B" : "A", quantile (us[t], pairs, 0.1),
+            quantile (us[t], pairs, 0.5), quantile (us[t], pairs, 0.9),
+            argv[1 + t]);
+  printf ("outputs: %zu of %zu pushes compared differ\n", differ, compared);
+  for (int t = 0; t < 2; t++) {
+    sd[t].stream_free (sd[t].stream);
+    sd[t].model_free (sd[t].model);
+  }
+  free (wt);
+  free (bias);
+  free (pool);
+  free (out[0]);
+  free (out[1]);
+  free (ratio);
+  free (us[0]);
+  free (us[1]);
+  return differ ? 1 : 0;
+}
