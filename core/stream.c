@@ -722,6 +722,19 @@ proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
   }
 }
 
+/* Rows [r0, r1) × columns [c0, c1) of projection p, and their copies.
+ * Every entry is one chain over the inner index whatever the block, so
+ * the bytes do not depend on the blocks. */
+static void
+proj_block (const ProjCtx *c, const ProjJob *p, size_t r0, size_t r1,
+            size_t c0, size_t c1)
+{
+  sattn_project_cols_prec (c->m, p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0,
+                           p->d_in, p->d_out, c0, c1, p->ldx,
+                           p->y + r0 * p->ldy, p->ldy);
+  proj_copies (p, r0, r1, c0, c1);
+}
+
 static void
 proj_task (void *ctx, size_t task, unsigned worker)
 {
@@ -736,10 +749,7 @@ proj_task (void *ctx, size_t task, unsigned worker)
   size_t r1 = r0 + PROJ_ROWS < p->n ? r0 + PROJ_ROWS : p->n;
   size_t c1 = c0 + PROJ_COLS < p->d_out ? c0 + PROJ_COLS : p->d_out;
   (void) worker;
-  sattn_project_cols_prec (c->m, p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0,
-                           p->d_in, p->d_out, c0, c1, p->ldx,
-                           p->y + r0 * p->ldy, p->ldy);
-  proj_copies (p, r0, r1, c0, c1);
+  proj_block (c, p, r0, r1, c0, c1);
 }
 
 /* Add a projection: BLAS-sized products run here on the caller's thread
@@ -790,8 +800,19 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
 static void
 proj_run (SattnStream *s, ProjCtx *pc)
 {
-  sattn_pool_run (pc->fma >= PROJ_PAR_FMA ? s->workers : NULL, pc->n_tasks,
-                  proj_task, pc);
+  if (pc->fma >= PROJ_PAR_FMA && s->workers != NULL) {
+    sattn_pool_run (s->workers, pc->n_tasks, proj_task, pc);
+    return;
+  }
+  /* On this thread alone: every column of a block of rows in one call
+   * (the same bytes), so that rows summed in double are widened once per
+   * projection rather than once per PROJ_COLS columns. */
+  for (size_t j = 0; j < pc->n_jobs; j++) {
+    const ProjJob *p = &pc->job[j];
+    for (size_t r0 = 0; r0 < p->n; r0 += PROJ_ROWS)
+      proj_block (pc, p, r0, r0 + PROJ_ROWS < p->n ? r0 + PROJ_ROWS : p->n,
+                  0, p->d_out);
+  }
 }
 
 /* Rows [0, cnt) of Q (q, row stride ldq) and V (v, stride ldv) into the
