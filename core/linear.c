@@ -22,6 +22,9 @@
  * on the stack (no allocation on the push path; pool workers have 256
  * KiB of stack).  Wider rows are read as floats by the loops. */
 #define LIN_XBUF 4096
+/* Bytes of double weights per column strip of sattn_linear_f: a strip
+ * is read once per LIN_XBUF doubles of rows, from L2 when it fits. */
+#define LIN_WSTRIP (256u << 10)
 
 /* The input row entry (r, t) as a double: from float or double rows. */
 #define XAT(x, xf, i) ((xf) ? (double) ((const float *) (x))[i] \
@@ -294,13 +297,23 @@ sattn_linear_f (const float *x, size_t ldx, size_t rows, const double *Wt,
     loops->ff (x, ldx, rows, Wt, ldw, b, din, n, y, ldy);
     return;
   }
-  /* Each row converted once, not once per column block. */
+  /* Rows converted LIN_XBUF doubles at a time; the columns in strips
+   * whose weights stay in L2 across those rows (each strip converts the
+   * rows again: a small cost next to din products per entry).  The
+   * entries' chains do not depend on either. */
   double xb[LIN_XBUF];
   const size_t step = LIN_XBUF / din;
-  for (size_t i0 = 0; i0 < rows; i0 += step) {
-    const size_t r = rows - i0 < step ? rows - i0 : step;
-    loops->cvt (x + i0 * ldx, ldx, r, din, xb);
-    loops->df (xb, din, r, Wt, ldw, b, din, n, y + i0 * ldy, ldy);
+  size_t strip = LIN_WSTRIP / (din * sizeof (double)) / 16 * 16;
+  if (strip < 16)
+    strip = 16;
+  for (size_t c0 = 0; c0 < n; c0 += strip) {
+    const size_t nc = n - c0 < strip ? n - c0 : strip;
+    for (size_t i0 = 0; i0 < rows; i0 += step) {
+      const size_t r = rows - i0 < step ? rows - i0 : step;
+      loops->cvt (x + i0 * ldx, ldx, r, din, xb);
+      loops->df (xb, din, r, Wt + c0, ldw, b != NULL ? b + c0 : NULL, din,
+                 nc, y + i0 * ldy + c0, ldy);
+    }
   }
 }
 
