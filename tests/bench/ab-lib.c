@@ -3,13 +3,14 @@
  *
  *   sattn-ab LIB_A LIB_B [--weights random|identity] [--d-model N]
  *            [--heads N] [--window N] [--hop N] [--threads N]
- *            [--seconds S] [--slice K]
+ *            [--seconds S] [--slice K] [--push N]
  *
  * Each library is loaded with dlopen (RTLD_LOCAL: two copies of the same
  * symbols side by side) and gets its own model and stream, built from the
  * same weights; both are fed the same frames.  The streams take turns, K
- * pushes of one hop each (default 32, about 0.5 ms of W1), A first and B
- * first alternately, for S seconds (default 10).  Each pair of turns ran
+ * pushes of N frames each (defaults: 32 pushes of one hop, about 0.5 ms
+ * of W1), A first and B first alternately, for S seconds (default 10).
+ * Each pair of turns ran
  * within a millisecond of each other, so the ratio of their times is
  * measured under the same conditions: on this kind of machine the same
  * binary's speed moves by up to 1.5x for seconds at a time (other tenants
@@ -134,13 +135,13 @@ usage (void)
 {
   fprintf (stderr, "usage: sattn-ab LIB_A LIB_B [--weights random|identity] "
            "[--d-model N] [--heads N] [--window N] [--hop N] [--threads N] "
-           "[--seconds S] [--slice K]\n");
+           "[--seconds S] [--slice K] [--push N]\n");
 }
 
 int
 main (int argc, char **argv)
 {
-  size_t E = 64, heads = 4, window = 256, hop = 16, slice = 32;
+  size_t E = 64, heads = 4, window = 256, hop = 16, slice = 32, push = 0;
   int random_weights = 1, threads = 1;
   double seconds = 10.0;
   if (argc < 3) {
@@ -170,6 +171,8 @@ main (int argc, char **argv)
       seconds = atof (v);
     else if (strcmp (a, "--slice") == 0)
       slice = strtoul (v, NULL, 10);
+    else if (strcmp (a, "--push") == 0)
+      push = strtoul (v, NULL, 10);
     else {
       usage ();
       return 2;
@@ -177,10 +180,12 @@ main (int argc, char **argv)
     i++;
   }
   if (E == 0 || heads == 0 || window == 0 || hop == 0 || slice == 0 ||
-      !(seconds > 0.0) || E > 4096 || hop > 4096) {
+      !(seconds > 0.0) || E > 4096 || hop > 4096 || push > 4096) {
     usage ();
     return 2;
   }
+  if (push == 0)
+    push = hop;
 
   /* nn.MultiheadAttention-like weights (N (0, 1 / d_model)), biases
    * N (0, 0.01), frames N (0, 1): uniform draws of the same variance. */
@@ -190,8 +195,9 @@ main (int argc, char **argv)
   float *bias = test_rng_floats (&rng, 4 * E, (float) sqrt (0.03));
   const size_t pool_frames = 4096 > 4 * window ? 4096 : 4 * window;
   float *pool = test_rng_floats (&rng, pool_frames * E, (float) sqrt (3.0));
-  float *out[2] = { malloc (slice * hop * E * sizeof (float)),
-    malloc (slice * hop * E * sizeof (float)) };
+  float *out[2] = { NULL, NULL };
+  out[0] = malloc (slice * push * E * sizeof (float));
+  out[1] = malloc (slice * push * E * sizeof (float));
   const size_t max_pairs = (size_t) (seconds * 1e5) + 16;
   double *ratio = malloc (max_pairs * sizeof (double));
   double *us[2] = { malloc (max_pairs * sizeof (double)),
@@ -253,24 +259,24 @@ main (int argc, char **argv)
         const double t0 = now_us ();
         for (size_t j = 0; j < slice; j++) {
           size_t got = 0;
-          SattnStatus st = sd[t].push (sd[t].stream, pool + p * E, hop, NULL,
-                                       out[t] + j * hop * E, hop, NULL,
-                                       &got);
-          if (st != SATTN_OK || got != hop) {
+          SattnStatus st = sd[t].push (sd[t].stream, pool + p * E, push,
+                                       NULL, out[t] + j * push * E, push,
+                                       NULL, &got);
+          if (st != SATTN_OK || got != push) {
             fprintf (stderr, "sattn-ab: %s: push failed (status %d, %zu "
                      "rows)\n", argv[1 + t], (int) st, got);
             return 2;
           }
-          p = p + 2 * hop > pool_frames ? 0 : p + hop;
+          p = p + 2 * push > pool_frames ? 0 : p + push;
         }
         d[t] = (now_us () - t0) / (double) slice;
       }
       for (size_t j = 0; j < slice; j++) {
         compared++;
-        if (memcmp (out[0] + j * hop * E, out[1] + j * hop * E,
-                    hop * E * sizeof (float)) != 0)
+        if (memcmp (out[0] + j * push * E, out[1] + j * push * E,
+                    push * E * sizeof (float)) != 0)
           differ++;
-        pos = pos + 2 * hop > pool_frames ? 0 : pos + hop;
+        pos = pos + 2 * push > pool_frames ? 0 : pos + push;
       }
       us[0][pairs] = d[0];
       us[1][pairs] = d[1];
@@ -291,8 +297,9 @@ main (int argc, char **argv)
   qsort (us[0], pairs, sizeof (double), cmp_double);
   qsort (us[1], pairs, sizeof (double), cmp_double);
   printf ("sattn-ab: d_model %zu, %zu heads, window %zu, hop %zu, %s "
-          "weights, threads=%d; %zu pairs of %zu pushes\n", E, heads, window,
-          hop, random_weights ? "random" : "identity", threads, pairs, slice);
+          "weights, threads=%d; %zu pairs of %zu pushes of %zu frames\n", E,
+          heads, window, hop, random_weights ? "random" : "identity", threads,
+          pairs, slice, push);
   printf ("B/A time: %.3f (median per pair: %.3f with A's stream created "
           "first, %.3f with B's)\n", sqrt (half_median[0] * half_median[1]),
           half_median[0], half_median[1]);
