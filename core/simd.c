@@ -1487,6 +1487,11 @@ transpose_rows_avx512 (const float *restrict x, size_t ldx,
                        const uint8_t *restrict ok, size_t cnt, size_t w,
                        float *restrict dst, size_t ldd, size_t mir)
 {
+  if (cnt == 1) {
+    /* One row (hop 1): plain stores, one per destination line. */
+    transpose_rows_portable (x, ldx, ok, cnt, w, dst, ldd, mir);
+    return;
+  }
   for (size_t i0 = 0; i0 < cnt; i0 += 16) {
     __mmask16 im = tail_mask (cnt - i0);
     for (size_t t0 = 0; t0 < w; t0 += 16) {
