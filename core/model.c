@@ -3,54 +3,125 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
 
-/* Weight copies of at least this many bytes are laid out on 2 MiB
- * boundaries and offered to the kernel as transparent huge pages: the
- * projection loops read a wide matrix's rows pages apart (d_model 480 in
- * double: 3840 bytes per row), and with 4 KiB pages nearly every row
- * costs a TLB miss (a 160-frame block of 480 x 480 products in double
- * ran at 63 % of the FMA peak, 74 % on huge pages).  Only advice, and
- * only for this memory: where the kernel does not follow it nothing
+/* The weight matrices of a model share one region when together they
+ * take at least this many bytes; the region is laid out on 2 MiB
+ * boundaries and offered to the kernel as transparent huge pages.  The
+ * projection loops read a matrix a row at a time, rows up to pages apart
+ * (d_model 480 in double: 3840 bytes), and with 4 KiB pages nearly every
+ * row costs a TLB miss: a 160-frame block of 480 x 480 products in double
+ * ran at 63 % of the FMA peak in a hot loop, 74 % on huge pages.  One
+ * region for all matrices rounds up once, not per copy.  Only advice,
+ * and only for this memory: where the kernel does not follow it nothing
  * changes but the alignment. */
-#define HUGE_WEIGHTS (1u << 20)
+#define HUGE_WEIGHTS ((size_t) 256 << 10)
 #define HUGE_PAGE ((size_t) 2 << 20)
 
-/* bytes for a weight copy, released with free (). */
-static void *
-weights_alloc (size_t bytes)
+/* Bytes of n elements of size sz in a region: whole cache lines. */
+static size_t
+region_bytes (size_t n, size_t sz)
 {
-  if (bytes < HUGE_WEIGHTS || bytes > SIZE_MAX - HUGE_PAGE)
-    return malloc (bytes);
-  const size_t size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+  if (n > (SIZE_MAX - 64) / sz)
+    return SIZE_MAX;
+  return (n * sz + 63) / 64 * 64;
+}
+
+/* A region of at least bytes, released with free (); NULL on failure. */
+static void *
+region_alloc (size_t bytes, size_t *size)
+{
+  if (bytes > SIZE_MAX - HUGE_PAGE)
+    return NULL;
+  *size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
   void *p = NULL;
-  if (posix_memalign (&p, HUGE_PAGE, size) != 0)
+  if (posix_memalign (&p, HUGE_PAGE, *size) != 0)
     return NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  (void) madvise (p, size, MADV_HUGEPAGE);
+  (void) madvise (p, *size, MADV_HUGEPAGE);
 #endif
   return p;
 }
 
+/* One weight matrix of the model: src (rows × cols floats, NULL: none)
+ * copied transposed into *f (float) or *d (double), exactly one of the
+ * two set. */
+typedef struct {
+  float **f;
+  double **d;
+  const float *src;
+  size_t rows, cols;
+} MatCopy;
 
-/* Copy of W (rows × cols) transposed to cols × rows, the layout the
- * projection kernel reads (y = x W^T as rows of x times W^T), with
- * elements of type T: dup_transposed (float) for the projections summed
- * in float, dup_transposed_d (double) for those summed in double (the
- * feed-forward, V and output projections, an encoder's or a RoPE model's
- * Q and K).  NULL for src NULL; *ok = 0
- * when out of memory. */
+/* Every matrix of plan, in m->region when they take HUGE_WEIGHTS bytes
+ * or more together, else each on its own; 0 when out of memory. */
+static int
+copy_matrices (SattnModel *m, const MatCopy *plan, size_t n)
+{
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++)
+    if (plan[i].src != NULL) {
+      size_t b = region_bytes (plan[i].rows * plan[i].cols,
+                               plan[i].f ? sizeof (float) : sizeof (double));
+      total = b > SIZE_MAX - total ? SIZE_MAX : total + b;
+    }
+  char *next = NULL;
+  if (total >= HUGE_WEIGHTS && total != SIZE_MAX) {
+    m->region = region_alloc (total, &m->region_size);
+    next = m->region;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const MatCopy *c = &plan[i];
+    if (c->src == NULL)
+      continue;
+    const size_t sz = c->f ? sizeof (float) : sizeof (double);
+    void *p = next ? (void *) next : malloc (c->rows * c->cols * sz);
+    if (p == NULL)
+      return 0;
+    if (next)
+      next += region_bytes (c->rows * c->cols, sz);
+    for (size_t r = 0; r < c->rows; r++)
+      for (size_t k = 0; k < c->cols; k++) {
+        if (c->f)
+          ((float *) p)[k * c->rows + r] = c->src[r * c->cols + k];
+        else
+          ((double *) p)[k * c->rows + r] = c->src[r * c->cols + k];
+      }
+    if (c->f)
+      *c->f = p;
+    else
+      *c->d = p;
+  }
+  return 1;
+}
+
+/* Frees a weight matrix unless it lies in m's region. */
+static void
+free_matrix (const SattnModel *m, void *p)
+{
+  const uintptr_t a = (uintptr_t) p, r = (uintptr_t) m->region;
+  if (m->region != NULL && a >= r && a < r + m->region_size)
+    return;
+  free (p);
+}
+
+/* Copy of W (rows × cols) transposed to cols × rows (the layout of the
+ * weight matrices, which copy_matrices writes: y = x W^T as rows of x
+ * times W^T), with elements of type T; here for vectors (rows 1): the
+ * biases, as floats or as doubles for the sums in double.  NULL for src
+ * NULL; *ok = 0 when out of memory. */
 #define DEFINE_DUP_TRANSPOSED(name, T)                                  \
   static T *                                                            \
   name (const float *src, size_t rows, size_t cols, int *ok)            \
   {                                                                     \
     if (src == NULL)                                                    \
       return NULL;                                                      \
-    T *d = weights_alloc (rows * cols * sizeof (T));                    \
+    T *d = malloc (rows * cols * sizeof (T));                           \
     if (d == NULL) {                                                    \
       *ok = 0;                                                          \
       return NULL;                                                      \
@@ -374,18 +445,22 @@ sattn_model_free (SattnModel *m)
 {
   if (m == NULL)
     return;
-  free (m->wq); free (m->bq);
-  free (m->wk); free (m->bk);
-  free (m->wv); free (m->bv);
-  free (m->wo); free (m->bo);
+  free_matrix (m, m->wq); free (m->bq);
+  free_matrix (m, m->wk); free (m->bk);
+  free_matrix (m, m->wv); free (m->bv);
+  free_matrix (m, m->wo); free (m->bo);
   free (m->wqkv);
   free (m->k_extra); free (m->v_extra);
   free (m->theta_hi); free (m->theta_lo); free (m->alibi);
-  free (m->w1); free (m->b1); free (m->w2); free (m->b2);
+  free_matrix (m, m->w1); free (m->b1);
+  free_matrix (m, m->w2); free (m->b2);
   free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
   free (m->zq); free (m->zk); free (m->zv);
-  free (m->wqd); free (m->bqd); free (m->wkd); free (m->bkd);
-  free (m->wvd); free (m->bvd); free (m->wod); free (m->bod);
+  free_matrix (m, m->wqd); free (m->bqd);
+  free_matrix (m, m->wkd); free (m->bkd);
+  free_matrix (m, m->wvd); free (m->bvd);
+  free_matrix (m, m->wod); free (m->bod);
+  free (m->region);
   free (m);
 }
 
@@ -416,27 +491,30 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->dq = dq;
   m->dv = dv;
   m->d_out = c.d_out;
-  int ok = 1;
-  m->wq = dup_transposed (w->wq, dq, c.d_model, &ok);
-  m->bq = dup_floats (w->bq, dq, &ok);
-  m->wk = dup_transposed (w->wk, dq, c.d_model, &ok);
-  m->bk = dup_floats (w->bk, dq, &ok);
-  m->wv = dup_transposed (w->wv, dv, c.d_model, &ok);
-  m->bv = dup_floats (w->bv, dv, &ok);
-  m->wo = dup_transposed (w->wo, c.d_out, dv, &ok);
-  m->bo = dup_floats (w->bo, c.d_out, &ok);
   /* The projections summed in double (see SattnModel): V and the output
    * projection always, Q and K in encoder layers and with RoPE. */
-  if (c.encoder || c.positions == SATTN_POSITIONS_ROPE ||
-      c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED) {
-    m->wqd = dup_transposed_d (w->wq, dq, c.d_model, &ok);
-    m->bqd = m->wqd != NULL ? dup_doubles (w->bq, dq, &ok) : NULL;
-    m->wkd = dup_transposed_d (w->wk, dq, c.d_model, &ok);
-    m->bkd = m->wkd != NULL ? dup_doubles (w->bk, dq, &ok) : NULL;
-  }
-  m->wvd = dup_transposed_d (w->wv, dv, c.d_model, &ok);
+  const int qk_double = c.encoder || c.positions == SATTN_POSITIONS_ROPE ||
+      c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
+  const MatCopy plan[] = {
+    { &m->wq, NULL, w->wq, dq, c.d_model },
+    { &m->wk, NULL, w->wk, dq, c.d_model },
+    { &m->wv, NULL, w->wv, dv, c.d_model },
+    { &m->wo, NULL, w->wo, c.d_out, dv },
+    { NULL, &m->wqd, qk_double ? w->wq : NULL, dq, c.d_model },
+    { NULL, &m->wkd, qk_double ? w->wk : NULL, dq, c.d_model },
+    { NULL, &m->wvd, w->wv, dv, c.d_model },
+    { NULL, &m->wod, w->wo, c.d_out, dv },
+    { NULL, &m->w1, c.encoder ? w->w1 : NULL, c.d_ff, c.d_model },
+    { NULL, &m->w2, c.encoder ? w->w2 : NULL, c.d_model, c.d_ff },
+  };
+  int ok = copy_matrices (m, plan, sizeof plan / sizeof plan[0]);
+  m->bq = dup_floats (w->bq, dq, &ok);
+  m->bk = dup_floats (w->bk, dq, &ok);
+  m->bv = dup_floats (w->bv, dv, &ok);
+  m->bo = dup_floats (w->bo, c.d_out, &ok);
+  m->bqd = m->wqd != NULL ? dup_doubles (w->bq, dq, &ok) : NULL;
+  m->bkd = m->wkd != NULL ? dup_doubles (w->bk, dq, &ok) : NULL;
   m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
-  m->wod = dup_transposed_d (w->wo, c.d_out, dv, &ok);
   m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
   /* Only the tasks of streams with workers read wqkv (project_head in
    * stream.c), and a model's streams resolve its threads as here: a
@@ -476,9 +554,7 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
     }
   }
   if (c.encoder) {
-    m->w1 = dup_transposed_d (w->w1, c.d_ff, c.d_model, &ok);
     m->b1 = dup_doubles (w->b1, c.d_ff, &ok);
-    m->w2 = dup_transposed_d (w->w2, c.d_model, c.d_ff, &ok);
     m->b2 = dup_doubles (w->b2, c.d_model, &ok);
     m->n1w = dup_floats (w->norm1_w, c.d_model, &ok);
     m->n1b = dup_floats (w->norm1_b, c.d_model, &ok);
