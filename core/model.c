@@ -49,8 +49,9 @@ region_alloc (size_t bytes, size_t *size)
 }
 
 /* One weight matrix of the model: src (rows × cols floats, NULL: none)
- * copied transposed into *f (float) or *d (double), exactly one of the
- * two set. */
+ * copied transposed, cols × rows (the layout the projection loops read:
+ * y = x W^T as rows of x times W^T), into *f (float) or *d (double),
+ * exactly one of the two set. */
 typedef struct {
   float **f;
   double **d;
@@ -110,42 +111,28 @@ free_matrix (const SattnModel *m, void *p)
   free (p);
 }
 
-/* Copy of W (rows × cols) transposed to cols × rows (the layout of the
- * weight matrices, which copy_matrices writes: y = x W^T as rows of x
- * times W^T), with elements of type T; here for vectors (rows 1): the
- * biases, as floats or as doubles for the sums in double.  NULL for src
- * NULL; *ok = 0 when out of memory. */
-#define DEFINE_DUP_TRANSPOSED(name, T)                                  \
+/* Copy of the vector src (n floats; the biases, the LayerNorm
+ * parameters) as floats or, for the sums in double, as doubles.  NULL
+ * for src NULL; *ok = 0 when out of memory.  The weight matrices are
+ * copied by copy_matrices. */
+#define DEFINE_DUP_VECTOR(name, T)                                      \
   static T *                                                            \
-  name (const float *src, size_t rows, size_t cols, int *ok)            \
+  name (const float *src, size_t n, int *ok)                            \
   {                                                                     \
     if (src == NULL)                                                    \
       return NULL;                                                      \
-    T *d = malloc (rows * cols * sizeof (T));                           \
+    T *d = malloc (n * sizeof (T));                                     \
     if (d == NULL) {                                                    \
       *ok = 0;                                                          \
       return NULL;                                                      \
     }                                                                   \
-    for (size_t r = 0; r < rows; r++)                                   \
-      for (size_t c = 0; c < cols; c++)                                 \
-        d[c * rows + r] = src[r * cols + c];                            \
+    for (size_t i = 0; i < n; i++)                                      \
+      d[i] = src[i];                                                    \
     return d;                                                           \
   }
 
-DEFINE_DUP_TRANSPOSED (dup_transposed, float)
-DEFINE_DUP_TRANSPOSED (dup_transposed_d, double)
-
-static double *
-dup_doubles (const float *src, size_t n, int *ok)
-{
-  return dup_transposed_d (src, 1, n, ok);
-}
-
-static float *
-dup_floats (const float *src, size_t n, int *ok)
-{
-  return dup_transposed (src, 1, n, ok);
-}
+DEFINE_DUP_VECTOR (dup_floats, float)
+DEFINE_DUP_VECTOR (dup_doubles, double)
 
 /* a * b without wrapping; 0 on overflow. */
 static size_t
