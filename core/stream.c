@@ -1287,8 +1287,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
         memcpy (q + (i + n) * dq, q + i * dq, dq * sizeof (float));
         memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
       }
-      for (size_t t = 0; t < dq; t++)
-        kt[t * s->ldkt + i] = kt[t * s->ldkt + i + n] = k[i * dq + t];
+      sattn_transpose_rows (k + i * dq, dq, NULL, 1, dq, kt + i, s->ldkt, n);
     }
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
     if (s->xring != NULL) {
@@ -1309,11 +1308,8 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
       memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
     }
-    for (size_t t = 0; t < dq; t++) {
-      float *restrict dst = s->ktring + t * s->ldkt + slot;
-      for (size_t i = 0; i < cnt; i++)
-        dst[i] = dst[i + n] = k[i * dq + t];
-    }
+    sattn_transpose_rows (k, dq, NULL, cnt, dq, s->ktring + slot, s->ldkt,
+                          n);
   }
   return cnt;
 }
@@ -1360,10 +1356,8 @@ fix_projected (SattnStream *s)
       memcpy (q + n * dq, q, dq * sizeof (float));
       memcpy (v + n * dv, v, dv * sizeof (float));
     }
-    for (size_t t = 0; t < dq; t++) {
-      float *kr = s->ktring + t * s->ldkt + slot + i;
-      kr[0] = kr[n] = k[t];
-    }
+    sattn_transpose_rows (k, dq, NULL, 1, dq, s->ktring + slot + i, s->ldkt,
+                          n);
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
 }
@@ -1462,11 +1456,9 @@ oproj_task (void *ctx, size_t task, unsigned worker)
   for (size_t h = 0; h < m->cfg.heads; h++)
     sattn_copy_rows (s->ohm + h * s->ohs + r0 * dvh, dvh, NULL, r, dvh,
                      X + h * dvh, m->dv, 0);
-  for (size_t c0 = 0; c0 < m->d_out; c0 += PROJ_COLS)
-    sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, c0,
-                             c0 + PROJ_COLS < m->d_out ? c0 + PROJ_COLS
-                             : m->d_out, m->dv, c->out + r0 * c->ldo,
-                             c->ldo);
+  /* Every column in one call: rows summed in double are widened once. */
+  sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, 0,
+                           m->d_out, m->dv, c->out + r0 * c->ldo, c->ldo);
 }
 
 /* Compute the window ending after frame count F = s->total, for the last
@@ -1527,7 +1519,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   if (s->dcnt > 0 && ac.row_blocks != 1)
     for (size_t h = 0; h < m->cfg.heads; h++)
       copy_deferred (s, h, s->scores);
-  /* With workers and head-major O rows, the output projection's column
+  /* With workers and head-major O rows, the output projection's row
    * blocks run as the second phase of the attention's run (see
    * oproj_task): no serial tail, no second wake-up. */
   OProjCtx oc = { s, rows, out, ldo };
