@@ -885,7 +885,6 @@ finite_avx512 (const float *restrict x, size_t n)
   return _mm512_cmp_ps_mask (a, a, _CMP_UNORD_Q) == 0;
 }
 
-
 /* The exp pass on k vectors y + 16 j (j < k, k a constant), the last
  * under mask m (a constant 0xffff in the main loop: no mask computed
  * there); fs[g] = the sum of the exponentials of vectors 4 g to 4 g + 3,
