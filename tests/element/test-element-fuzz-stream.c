@@ -1707,8 +1707,6 @@ op_ready (Episode * e)
     hop = hops[rint_range (e, 0, G_N_ELEMENTS (hops) - 1)];
   while (hop > window);
   stats[ST_READY]++;
-  ep_log (e, "READY, frame-size %u window %u hop %u, PLAYING", fs, window,
-      hop);
   if (t && !e->inexact)
     ep_check (e, t->frames - t->out_next <= e->window, "timeline %u holds "
         "%" G_GUINT64_FORMAT " frames without output (window %u)", t->id,
@@ -1736,11 +1734,16 @@ op_ready (Episode * e)
       ep_log (e, "heads=%u back", e->heads);
       g_object_set (e->h->element, "heads", e->heads, NULL);
     }
-    if (!e->wf)
-      while (fs * 4 % e->heads != 0 && fs * 3 % e->heads != 0 &&
-          fs * 2 % e->heads != 0 && fs % e->heads != 0)
-        fs = rint_range (e, 1, 3);
   }
+  /* A frame size that some channel count of 1..4 makes a whole number of
+   * heads with (pick_channels looks for one); checked at every READY, not
+   * only when heads changed: heads=8 and frame-size 3 have none. */
+  if (!e->wf)
+    while (fs * 4 % e->heads != 0 && fs * 3 % e->heads != 0 &&
+        fs * 2 % e->heads != 0 && fs % e->heads != 0)
+      fs = rint_range (e, 1, 3);
+  ep_log (e, "READY, frame-size %u window %u hop %u, PLAYING", fs, window,
+      hop);
   memset (e->deferred, 0, sizeof e->deferred);
   e->defer_warned = 0;
   e->refused_rate = e->refused_channels = 0;
