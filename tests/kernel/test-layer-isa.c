@@ -6,7 +6,7 @@
  *
  * For post-norm and pre-norm, relu and gelu, and widths that are and are
  * not multiples of the loops' column blocks (16 on AVX-512, 12 on AVX2)
- * and row tiles (8 and 4), sattn_layer_rows runs on the same rows at
+ * and row tiles (12, 8 and 4), sattn_layer_rows runs on the same rows at
  * every level the CPU has; the outputs must be equal byte for byte and
  * finite.  A regression in a vector tail or a changed summation order
  * shows as a difference.  Attention-only models sum V and the output
@@ -275,8 +275,11 @@ main (void)
   static const size_t pgeo[][5] = {
     { 16, 64, 192, 0, 192 }, { 13, 20, 60, 32, 60 }, { 7, 36, 37, 5, 37 },
     { 3, 10, 30, 0, 30 }, { 64, 64, 64, 0, 32 }, { 16, 64, 64, 16, 40 },
-    /* Rows wider than the conversion buffer: read as floats. */
-    { 9, 4100, 20, 0, 20 },
+    /* Row blocks of 12, the last 16 rows as 8 + 8, row tails of 4 and
+     * 1, conversion steps of 12 rows (d_in 500). */
+    { 40, 48, 50, 0, 50 }, { 28, 64, 64, 0, 64 }, { 29, 500, 33, 3, 33 },
+    /* Rows wider than the conversion buffer (6144): read as floats. */
+    { 9, 6200, 20, 0, 20 },
   };
   for (size_t g = 0; g < sizeof pgeo / sizeof pgeo[0]; g++) {
     fails += run_proj (pgeo[g][0], pgeo[g][1], pgeo[g][2], pgeo[g][3],
