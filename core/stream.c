@@ -804,14 +804,13 @@ proj_run (SattnStream *s, ProjCtx *pc)
     sattn_pool_run (s->workers, pc->n_tasks, proj_task, pc);
     return;
   }
-  /* On this thread alone: every column of a block of rows in one call
-   * (the same bytes), so that rows summed in double are widened once per
-   * projection rather than once per PROJ_COLS columns. */
+  /* On this thread alone: each projection in one call (the same bytes),
+   * so that rows summed in double are widened once per projection rather
+   * than once per PROJ_COLS columns, and the loops' own blocks read the
+   * weights once per push from beyond L2. */
   for (size_t j = 0; j < pc->n_jobs; j++) {
     const ProjJob *p = &pc->job[j];
-    for (size_t r0 = 0; r0 < p->n; r0 += PROJ_ROWS)
-      proj_block (pc, p, r0, r0 + PROJ_ROWS < p->n ? r0 + PROJ_ROWS : p->n,
-                  0, p->d_out);
+    proj_block (pc, p, 0, p->n, 0, p->d_out);
   }
 }
 
