@@ -23,8 +23,11 @@
  * have 256 KiB of stack).  Wider rows are read as floats by the loops. */
 #define LIN_XBUF 6144
 /* Bytes of double weights per column strip of sattn_linear_f: a strip
- * is read once per LIN_XBUF doubles of rows, from L2 when it fits. */
-#define LIN_WSTRIP (256u << 10)
+ * is read once per LIN_XBUF doubles of rows, from L2 when it fits, and
+ * each strip converts the rows again (a 480-wide matrix: 4 strips of 128
+ * columns; 256 KiB strips converted them 8 times, 1 MiB strips no longer
+ * stayed in L2). */
+#define LIN_WSTRIP (512u << 10)
 
 /* The input row entry (r, t) as a double: from float or double rows. */
 #define XAT(x, xf, i) ((xf) ? (double) ((const float *) (x))[i] \
