@@ -77,6 +77,7 @@ lin_portable (const void *restrict x, int xf, size_t ldx, size_t rows,
  * come from L2, and fewer rows made the loop wait for them (12 rows:
  * 24 accumulators, two weight vectors and the broadcast in 27 of the 32
  * registers). */
+#define LIN_PF 16
 AVX512 INLINE void
 tile512 (const void *restrict x, const int xf, size_t ldx,
          const double *restrict Wt, size_t ldw, const double *restrict b,
@@ -99,6 +100,8 @@ tile512 (const void *restrict x, const int xf, size_t ldx,
   }
   for (size_t t = 0; t < din; t++) {
     const double *wr = Wt + t * ldw + j;
+    _mm_prefetch ((const char *) (wr + LIN_PF * ldw), _MM_HINT_T0);
+    _mm_prefetch ((const char *) (wr + LIN_PF * ldw + 8), _MM_HINT_T0);
     __m512d w0 = full ? _mm512_loadu_pd (wr) : _mm512_maskz_loadu_pd (m0, wr);
     __m512d w1 = full ? _mm512_loadu_pd (wr + 8)
         : _mm512_maskz_loadu_pd (m1, wr + 8);
