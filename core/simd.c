@@ -1104,12 +1104,15 @@ mul_avx512 (float *restrict y, size_t n, float a)
 /* Four query rows × 32 keys per step; tails with masked 16-lane steps.
  * acc: the sums start from S (a previous block of the inner dimension)
  * instead of 0; the chain of FMAs of each entry is then the same as in
- * one pass, so the bytes are too.  pf: the 8-row tiles prefetch the rows
- * of kt QK_PF ahead (projections: rows of a weight matrix are d_out
- * floats apart, a page or half a page, where the hardware prefetchers do
- * not follow; the matrix comes from L3 once per push).  Only for kt of
- * at least QK_PF_FLOATS: a smaller one stays in L1/L2 (W1's Q|K weights,
- * 32 KiB, measured 1.014 with the prefetches, d_model 480 0.980). */
+ * one pass, so the bytes are too.  pf, in the 8-row tiles: 1 prefetches
+ * the rows of kt QK_PF ahead (projections: rows of a weight matrix are
+ * d_out floats apart, a page or half a page, where the hardware
+ * prefetchers do not follow; the matrix comes from L3 once per push),
+ * only for kt of at least QK_PF_FLOATS: a smaller one stays in L1/L2
+ * (W1's Q|K weights, 32 KiB, measured 1.014 with the prefetches, d_model
+ * 480 0.980).  2 prefetches the same row's next 32 keys (scores: each of
+ * a head's dh rows of Kᵀ is another stream; W3 0.964, two tiles ahead
+ * 1.011 against one). */
 #define QK_PF 16
 #define QK_PF_FLOATS (64u << 10)
 AVX512 static inline __attribute__ ((always_inline)) void
@@ -1138,9 +1141,12 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
       }
       for (size_t t = 0; t < dh; t++) {
         const float *kr = kt + t * ldkt + j;
-        if (pf) {
+        if (pf == 1) {
           _mm_prefetch ((const char *) (kr + QK_PF * ldkt), _MM_HINT_T0);
           _mm_prefetch ((const char *) (kr + QK_PF * ldkt + 16), _MM_HINT_T0);
+        } else if (pf == 2) {
+          _mm_prefetch ((const char *) (kr + 32), _MM_HINT_T0);
+          _mm_prefetch ((const char *) (kr + 48), _MM_HINT_T0);
         }
         __m512 k0 = _mm512_loadu_ps (kr), k1 = _mm512_loadu_ps (kr + 16);
         for (int r = 0; r < 8; r++) {
@@ -1314,7 +1320,7 @@ qk_max_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
                size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
                size_t lds, float *rmax)
 {
-  qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0, rmax, 0);
+  qk_avx512_body (q, ldq, kt, ldkt, m, nk, dh, S, lds, 0, rmax, 2);
 }
 
 /* Eight rows × two column vectors (c1 masked) or sixteen rows × one:
