@@ -42,6 +42,16 @@
 #define BATCH_BYTES (512u << 10)
 #define PROJ_ROWS 64
 #define PROJ_COLS 32
+/* Below this many multiply-adds a run (a projection phase; a window's
+ * attention tasks with their per-head projections and the output
+ * projection after them; the encoder layer's rows) stays on the caller's
+ * thread: handing it to the workers costs more than it saves (W2's
+ * windows, one head of 8 values and 64 keys, ran at half the speed with
+ * threads=2).  The same tasks run either way: the bytes do not depend on
+ * it.  SATTN_PAR_MIN in the environment (read when a stream is created)
+ * sets another bound; the tests set 0 so that the workers share every
+ * run of their small geometries. */
+#define PAR_MIN 100000.0
 
 /* Buffers written by several threads are cache-line aligned, and parts
  * of different threads (score scratch, statistics, task sums) start on
@@ -66,6 +76,7 @@ struct SattnStream {
   float *o;                       /* n × dv */
   unsigned n_threads;             /* caller included */
   SattnPool *workers;             /* NULL with one thread */
+  double par_min;                 /* see PAR_MIN */
   SattnStats *wstats;             /* threads: per-worker statistics parts,
                                      WSTATS_STRIDE bytes apart */
   double *tsums;                  /* 2 per attention task (TSUMS_STRIDE
@@ -566,6 +577,14 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
     st = SATTN_E_NOMEM;         /* a thread could not be created */
     goto fail;
   }
+  s->par_min = PAR_MIN;
+  const char *pm = getenv ("SATTN_PAR_MIN");
+  if (pm != NULL && *pm != '\0') {
+    char *end = NULL;
+    double v = strtod (pm, &end);
+    if (end != NULL && *end == '\0' && v >= 0.0)
+      s->par_min = v;
+  }
   sattn_stats_clear (&s->stats);
   s->sstride = score_stride (n, s->ncols, s->n_threads);
   for (unsigned w = 0; s->wstats && w < s->n_threads; w++)
@@ -789,10 +808,6 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
                    NULL, 0);
 }
 
-/* Below this many multiply-adds a projection phase runs on the caller's
- * thread: handing it to the workers costs more than it saves.  The same
- * blocks run either way: the bytes do not depend on it. */
-#define PROJ_PAR_FMA 100000.0
 /* Below this many floats written, the copies of identity projections run
  * on the caller's thread. */
 #define COPY_PAR_FLOATS 8192
@@ -800,7 +815,7 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
 static void
 proj_run (SattnStream *s, ProjCtx *pc)
 {
-  if (pc->fma >= PROJ_PAR_FMA && s->workers != NULL) {
+  if (pc->fma >= s->par_min && s->workers != NULL) {
     sattn_pool_run (s->workers, pc->n_tasks, proj_task, pc);
     return;
   }
@@ -1228,8 +1243,8 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
                 ps[2].ldx, v, dv);
   }
-  if (copy_tasks && pc.fma < PROJ_PAR_FMA)
-    pc.fma = PROJ_PAR_FMA;        /* large copies: worth the workers */
+  if (copy_tasks && pc.fma < s->par_min)
+    pc.fma = s->par_min;          /* large copies: worth the workers */
   proj_run (s, &pc);
 
   /* Without RoPE (which rotates each frame's Q and K first), all frames
@@ -1527,8 +1542,14 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
       !(sattn_project_uses_blas (m->wo, rows, m->dv, m->d_out) &&
         !sattn_project_is_double (m, m->wo))
       ? (rows + OPROJ_ROWS - 1) / OPROJ_ROWS : 0;
-  sattn_pool_run2 (s->workers, n_tasks, attn_task, &ac, n_op, oproj_task,
-                   &oc);
+  /* A window too small to share: the tasks on this thread (the same
+   * tasks, the same bytes). */
+  double work = (double) m->cfg.heads * rows * n * (dh + dvh) +
+      (double) n_op * OPROJ_ROWS * m->dv * m->d_out;
+  if (s->dcnt > 0 && s->dproj)
+    work += (double) s->dcnt * m->cfg.d_model * (m->dq * 2 + m->dv);
+  SattnPool *pool = work >= s->par_min ? s->workers : NULL;
+  sattn_pool_run2 (pool, n_tasks, attn_task, &ac, n_op, oproj_task, &oc);
   if (s->dproj && __atomic_load_n (&s->dbad, __ATOMIC_RELAXED)) {
     /* Some frames may be unusable after all: the attention again, with
      * the rule applied and what the first run counted dropped. */
@@ -1536,8 +1557,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     s->dcnt = 0;
     for (unsigned w = 0; stats && w < s->n_threads; w++)
       sattn_stats_clear (wstats_at (s, w));
-    sattn_pool_run2 (s->workers, n_tasks, attn_task, &ac, n_op, oproj_task,
-                     &oc);
+    sattn_pool_run2 (pool, n_tasks, attn_task, &ac, n_op, oproj_task, &oc);
   }
   s->dcnt = 0;
   s->dproj = 0;
@@ -1571,7 +1591,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
       rows };
     size_t n_lt = (rows + SATTN_LAYER_ROWS - 1) / SATTN_LAYER_ROWS;
     double fma = 2.0 * (double) rows * m->cfg.d_ff * m->cfg.d_model;
-    sattn_pool_run (fma >= PROJ_PAR_FMA ? s->workers : NULL, n_lt,
+    sattn_pool_run (fma >= s->par_min ? s->workers : NULL, n_lt,
                     layer_task, &lc);
   }
   /* On the calling thread, after the workers: it counts into s->stats. */

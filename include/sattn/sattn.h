@@ -32,7 +32,11 @@
  *    16 query rows runs one task per head that projects that head's
  *    columns of the new frames and then attends), so output, row infos
  *    and statistics are byte-identical for every thread count and every
- *    run.
+ *    run.  A run of fewer than 10^5 multiply-adds (a window of one head
+ *    of 8 values over 64 keys, say) runs its tasks on the caller's thread
+ *    alone: waking the workers would cost more.  SATTN_PAR_MIN in the
+ *    environment, read by sattn_stream_new, sets another bound (0: the
+ *    workers share every run).
  *  - sattn_attend (the one-shot reference path) is single-threaded: it
  *    runs on the caller's thread whatever SattnConfig.threads says.
  *  - The library never changes process-wide state: it never calls

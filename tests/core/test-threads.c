@@ -3,7 +3,9 @@
  *  - byte identity: the same random event sequence (pushes of random
  *    sizes, invalid and non-finite frames, a drain and a reset part-way, a
  *    final drain) through streams whose models differ only in threads (1,
- *    2, 3, 4, 0 = one per CPU) gives memcmp-identical output rows, row
+ *    2, 3, 4, 0 = one per CPU; SATTN_PAR_MIN=0, so that the workers share
+ *    every run, and threads=2 once more with the core's own bound) gives
+ *    memcmp-identical output rows, row
  *    infos, statistics and kept weights; geometries W1 (d_model 64, 4
  *    heads, window 256, hop 16), W3 (256, 8, 1024, 64), odd sizes,
  *    causal / lookback, extra keys, every output mode, random weights and
@@ -259,10 +261,16 @@ model_with_threads (const Fixture *f, int threads)
   return m;
 }
 
+/* The thread counts compared with threads = 1, and SATTN_PAR_MIN for
+ * each: "0" makes the workers share every run, NULL leaves the core's
+ * bound (runs too small to share stay on the caller's thread). */
+static const int variant_threads[] = { 2, 2, 3, 4, 0 };
+static const char *const par_min[] = { NULL, "0", "0", "0", "0" };
+#define N_VARIANTS 5
+
 static void
 test_identity (TuRng *rng, const Geo *g)
 {
-  static const int thread_counts[] = { 2, 3, 4, 0 };
   Fixture f;
   tu_case_begin ("byte identity %s d=%zu heads=%zu n=%zu hop=%zu", g->name,
                  g->d, g->heads, g->n, g->h);
@@ -271,10 +279,12 @@ test_identity (TuRng *rng, const Geo *g)
     tu_case_end (NULL);
     return;
   }
-  SattnModel *models[5] = { model_with_threads (&f, 1) };
-  for (int t = 0; t < 4; t++)
-    models[t + 1] = model_with_threads (&f, thread_counts[t]);
+  SattnModel *models[N_VARIANTS + 1] = { model_with_threads (&f, 1) };
+  for (int t = 0; t < N_VARIANTS; t++)
+    models[t + 1] = model_with_threads (&f, variant_threads[t]);
   size_t runs = 0, rows = 0;
+  const char *env = getenv ("SATTN_PAR_MIN");
+  char *saved = env ? strdup (env) : NULL;
   for (int mode = 0; mode < 4; mode++) {
     if (!(g->modes & (1u << mode)))
       continue;
@@ -285,14 +295,24 @@ test_identity (TuRng *rng, const Geo *g)
     if (models[0] && run_episode (models[0], g, mode, keep_w, &e, &base)) {
       tu_check (base.n_rows > 0, "%s: no output rows", mode_names[mode]);
       rows += base.n_rows;
-      for (int t = 0; t < 4; t++) {
+      for (int t = 0; t < N_VARIANTS; t++) {
         Run other;
-        char what[64];
-        snprintf (what, sizeof what, "%s threads=%d", mode_names[mode],
-                  thread_counts[t]);
+        char what[96];
+        snprintf (what, sizeof what, "%s threads=%d SATTN_PAR_MIN=%s",
+                  mode_names[mode], variant_threads[t],
+                  par_min[t] ? par_min[t] : "(unset)");
+        /* Read when the stream is created (in run_episode). */
+        if (par_min[t])
+          setenv ("SATTN_PAR_MIN", par_min[t], 1);
+        else
+          unsetenv ("SATTN_PAR_MIN");
         if (models[t + 1] &&
             run_episode (models[t + 1], g, mode, keep_w, &e, &other))
           runs_identical (&base, &other, what);
+        if (saved)
+          setenv ("SATTN_PAR_MIN", saved, 1);
+        else
+          unsetenv ("SATTN_PAR_MIN");
         run_free (&other);
         runs++;
       }
@@ -300,7 +320,8 @@ test_identity (TuRng *rng, const Geo *g)
     run_free (&base);
     episode_free (&e);
   }
-  for (int t = 0; t < 5; t++)
+  free (saved);
+  for (int t = 0; t <= N_VARIANTS; t++)
     sattn_model_free (models[t]);
   fx_free (&f);
   tu_case_end ("%zu runs of %zu rows (all modes) compared with threads=1",
