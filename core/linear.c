@@ -68,6 +68,7 @@ lin_portable (const void *restrict x, int xf, size_t ldx, size_t rows,
 #define AVX2 __attribute__ ((target ("avx2,fma")))
 #define AVX512 __attribute__ ((target ("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 #define INLINE static inline __attribute__ ((always_inline))
+#define LIN_PF 16
 
 /* R rows × 16 columns from column j (two vectors of 8 doubles per row: 2 R
  * independent chains).  A tile of 16 whole columns (full) loads and
@@ -76,8 +77,9 @@ lin_portable (const void *restrict x, int xf, size_t ldx, size_t rows,
  * (d_in × n doubles, a 480-wide matrix's column strip 61 KB per tile)
  * come from L2, and fewer rows made the loop wait for them (12 rows:
  * 24 accumulators, two weight vectors and the broadcast in 27 of the 32
- * registers). */
-#define LIN_PF 16
+ * registers).  Each step prefetches the weight row LIN_PF rows ahead:
+ * rows are d_out doubles apart (another page), where the hardware
+ * prefetchers do not follow, and between pushes the matrix has left L2. */
 AVX512 INLINE void
 tile512 (const void *restrict x, const int xf, size_t ldx,
          const double *restrict Wt, size_t ldw, const double *restrict b,
