@@ -53,11 +53,10 @@ struct SattnModel {
    * float: that keeps the per-head path's packed float product for them
    * (see wqkv), and their error stays below PyTorch's without. */
   double *wqd, *bqd, *wkd, *bkd, *wvd, *bvd, *wod, *bod;
-  /* The weight matrices above (wq ... wo, wqd ... wod, w1, w2) in one
-   * region on huge pages when they are large together (model.c,
-   * copy_matrices), NULL otherwise; region_size bytes. */
+  /* The weight matrices above (wq ... wo, wqd ... wod, w1, w2), all in
+   * one region on huge pages when they are large together (model.c,
+   * copy_matrices), NULL otherwise. */
   void *region;
-  size_t region_size;
 };
 
 /* Floats of one head's columns in wqkv: its Q and K columns, and its V

@@ -34,16 +34,16 @@ region_bytes (size_t n, size_t sz)
 
 /* A region of at least bytes, released with free (); NULL on failure. */
 static void *
-region_alloc (size_t bytes, size_t *size)
+region_alloc (size_t bytes)
 {
   if (bytes > SIZE_MAX - HUGE_PAGE)
     return NULL;
-  *size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+  const size_t size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
   void *p = NULL;
-  if (posix_memalign (&p, HUGE_PAGE, *size) != 0)
+  if (posix_memalign (&p, HUGE_PAGE, size) != 0)
     return NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  (void) madvise (p, *size, MADV_HUGEPAGE);
+  (void) madvise (p, size, MADV_HUGEPAGE);
 #endif
   return p;
 }
@@ -59,8 +59,9 @@ typedef struct {
   size_t rows, cols;
 } MatCopy;
 
-/* Every matrix of plan, in m->region when they take HUGE_WEIGHTS bytes
- * or more together, else each on its own; 0 when out of memory. */
+/* Every matrix of plan, all in m->region when they take HUGE_WEIGHTS
+ * bytes or more together (and the region could be had), else each on
+ * its own; 0 when out of memory. */
 static int
 copy_matrices (SattnModel *m, const MatCopy *plan, size_t n)
 {
@@ -73,7 +74,7 @@ copy_matrices (SattnModel *m, const MatCopy *plan, size_t n)
     }
   char *next = NULL;
   if (total >= HUGE_WEIGHTS && total != SIZE_MAX) {
-    m->region = region_alloc (total, &m->region_size);
+    m->region = region_alloc (total);
     next = m->region;
   }
   for (size_t i = 0; i < n; i++) {
@@ -101,14 +102,13 @@ copy_matrices (SattnModel *m, const MatCopy *plan, size_t n)
   return 1;
 }
 
-/* Frees a weight matrix unless it lies in m's region. */
+/* Frees a weight matrix: with a region, every matrix lies in it (see
+ * copy_matrices) and goes with it. */
 static void
 free_matrix (const SattnModel *m, void *p)
 {
-  const uintptr_t a = (uintptr_t) p, r = (uintptr_t) m->region;
-  if (m->region != NULL && a >= r && a < r + m->region_size)
-    return;
-  free (p);
+  if (m->region == NULL)
+    free (p);
 }
 
 /* Copy of the vector src (n floats; the biases, the LayerNorm
