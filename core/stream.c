@@ -709,6 +709,8 @@ typedef struct {
   ProjJob job[3];
   size_t n_jobs, n_tasks;
   double fma;                    /* multiply-adds of the tasks */
+  int copies;                    /* large identity copies among the tasks:
+                                  * worth the workers whatever fma */
   const SattnModel *m;           /* whose projections may sum in double */
 } ProjCtx;
 
@@ -815,7 +817,7 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
 static void
 proj_run (SattnStream *s, ProjCtx *pc)
 {
-  if (pc->fma >= s->par_min && s->workers != NULL) {
+  if ((pc->fma >= s->par_min || pc->copies) && s->workers != NULL) {
     sattn_pool_run (s->workers, pc->n_tasks, proj_task, pc);
     return;
   }
@@ -1243,8 +1245,7 @@ store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
                 ps[2].ldx, v, dv);
   }
-  if (copy_tasks && pc.fma < s->par_min)
-    pc.fma = s->par_min;          /* large copies: worth the workers */
+  pc.copies = copy_tasks;
   proj_run (s, &pc);
 
   /* Without RoPE (which rotates each frame's Q and K first), all frames
