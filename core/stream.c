@@ -814,11 +814,20 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
  * on the caller's thread. */
 #define COPY_PAR_FLOATS 8192
 
+/* The pool for a run of fma multiply-adds: s's workers, or NULL (the
+ * caller's thread alone) below s->par_min (see PAR_MIN). */
+static SattnPool *
+workers_for (const SattnStream *s, double fma)
+{
+  return fma >= s->par_min ? s->workers : NULL;
+}
+
 static void
 proj_run (SattnStream *s, ProjCtx *pc)
 {
-  if ((pc->fma >= s->par_min || pc->copies) && s->workers != NULL) {
-    sattn_pool_run (s->workers, pc->n_tasks, proj_task, pc);
+  SattnPool *pool = pc->copies ? s->workers : workers_for (s, pc->fma);
+  if (pool != NULL) {
+    sattn_pool_run (pool, pc->n_tasks, proj_task, pc);
     return;
   }
   /* On this thread alone: each projection in one call (the same bytes),
@@ -1549,7 +1558,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
       (double) n_op * OPROJ_ROWS * m->dv * m->d_out;
   if (s->dcnt > 0 && s->dproj)
     work += (double) s->dcnt * m->cfg.d_model * (m->dq * 2 + m->dv);
-  SattnPool *pool = work >= s->par_min ? s->workers : NULL;
+  SattnPool *pool = workers_for (s, work);
   sattn_pool_run2 (pool, n_tasks, attn_task, &ac, n_op, oproj_task, &oc);
   if (s->dproj && __atomic_load_n (&s->dbad, __ATOMIC_RELAXED)) {
     /* Some frames may be unusable after all: the attention again, with
@@ -1592,8 +1601,7 @@ compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
       rows };
     size_t n_lt = (rows + SATTN_LAYER_ROWS - 1) / SATTN_LAYER_ROWS;
     double fma = 2.0 * (double) rows * m->cfg.d_ff * m->cfg.d_model;
-    sattn_pool_run (fma >= s->par_min ? s->workers : NULL, n_lt,
-                    layer_task, &lc);
+    sattn_pool_run (workers_for (s, fma), n_lt, layer_task, &lc);
   }
   /* On the calling thread, after the workers: it counts into s->stats. */
   if (!staged)
