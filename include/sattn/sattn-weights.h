@@ -372,6 +372,106 @@ SattnStatus sattn_attn_weights_load (const char *path, const char *prefix,
                                      SattnAttnReport *report,
                                      char *err, size_t err_len);
 
+/* ------------------------------------------------------------ the loader */
+
+/* More options a caller may have chosen (bits of SattnLoadOptions.set,
+ * with the SATTN_SET_* bits above). */
+enum {
+  SATTN_SET_CAUSAL = 1 << 5,
+};
+
+/* What a caller asks of the loader.  Initialise with
+ * sattn_load_options_init (which sets struct_size, so that a caller built
+ * against this header keeps working when later versions add fields at the
+ * end).
+ *  cfg: d_model (floats per input frame), heads, d_head and d_value are
+ *    requests, 0 = from the file (as for sattn_attn_weights_from_file);
+ *    scale, lookback and threads are the caller's (a file does not record
+ *    them); causal, positions, rope_base, activation, norm_first and
+ *    norm_eps are used where the file's metadata is silent and checked
+ *    against it where their bit is in `set` (SATTN_SET_*); d_out, encoder
+ *    and d_ff come from the file.
+ *  add_zero_attn: PyTorch's constructor argument (attention layouts
+ *    only).
+ *  set: SATTN_SET_* bits of the options the caller chose on purpose. */
+typedef struct {
+  size_t struct_size;
+  SattnConfig cfg;
+  int add_zero_attn;
+  unsigned set;
+} SattnLoadOptions;
+
+void sattn_load_options_init (SattnLoadOptions *opt);
+
+/* What the loader found.  struct_size as for SattnLoadOptions (set by the
+ * caller, e.g. SattnLoadReport r = { sizeof r }; 0 = the size of this
+ * version's struct). */
+typedef struct {
+  size_t struct_size;
+  SattnModelKind kind;
+  SattnLayout layout;       /* the (first) attention's layout */
+  SattnSource heads_from;   /* where the head count came from */
+  size_t layers;            /* 1 for a layer, N for a whole model */
+  int encoder;              /* the layers are encoder layers */
+  int out_proj;             /* the attention has an output projection */
+  size_t classes;           /* whole models: the head's classes, 0 none */
+} SattnLoadReport;
+
+/* THE loader: the one function that turns a safetensors file into a model.
+ * Everything that reads weights (the GStreamer element at READY and in a
+ * swap while PLAYING, its model cache, the Python package, the bench and
+ * the tools) calls it, so every place accepts the same files and builds
+ * the same model from them.
+ *
+ * prefix (NULL or "" = top level; a '.' is appended when it does not end
+ * in one) names one of:
+ *  - a whole model: prefix + "embed.weight" and prefix +
+ *    "encoder.layers.0.linear1.weight" present.  Tensors (PyTorch names of
+ *    python/sattn/nn.py's SignalTransformer):
+ *      embed.weight (D, F), [embed.bias (D)]      F = floats per frame
+ *      [pos_embed (P, D)]                           learned positions
+ *      encoder.layers.{i}.self_attn.*, .linear1.*, .linear2.*, .norm1.*,
+ *        .norm2.* (i = 0..N-1, nn.TransformerEncoderLayer)
+ *      [encoder.norm.weight, encoder.norm.bias (D)] final LayerNorm
+ *      [head.weight (C, D), [head.bias (C)]]         a Linear head, or
+ *      [head.0.weight (K, D), [head.0.bias], head.2.weight (C, K),
+ *        [head.2.bias]]                             an MLP head
+ *    and metadata (prefix + key): num_heads (required unless cfg.heads is
+ *    given), norm_first, activation, norm_eps, positions (none | learned |
+ *    rope | rope-interleaved | alibi), rope_base, causal, pooling (mean |
+ *    last), head_activation (relu | gelu, MLP heads), labels (a JSON array
+ *    of C strings);
+ *  - an nn.TransformerEncoderLayer (prefix + "linear1.weight" and
+ *    "linear2.weight"), its attention under prefix + "self_attn.";
+ *  - an attention module in any layout of sattn_attn_weights_from_file.
+ * The prefix must hold exactly one of these: a whole model's tensors mixed
+ * with another module's directly under prefix is refused (SATTN_E_FORMAT,
+ * naming both).
+ *
+ * The head count must be recorded (metadata num_heads) or given
+ * (cfg.heads, or cfg.d_head from which it follows): a file that records
+ * neither is refused (SATTN_E_MISSING, naming "heads"), since a state dict
+ * does not say how its projections are split and a wrong guess computes
+ * something else silently.
+ *
+ * On success *out is a new model (free with sattn_model_free) and report
+ * (may be NULL) says what was found; on failure *out is NULL and err
+ * holds an English sentence naming the file, the tensor or metadata and
+ * the values concerned. */
+SattnStatus sattn_model_load (const char *path, const char *prefix,
+                              const SattnLoadOptions *opt, SattnModel **out,
+                              SattnLoadReport *report, char *err,
+                              size_t err_len);
+
+/* The same from a file already read (sattn_tensor_file_load); f is not
+ * referenced after the call. */
+SattnStatus sattn_model_load_tensors (const SattnTensorFile *f,
+                                      const char *prefix,
+                                      const SattnLoadOptions *opt,
+                                      SattnModel **out,
+                                      SattnLoadReport *report, char *err,
+                                      size_t err_len);
+
 SATTN_API_END
 #ifdef __cplusplus
 }

@@ -238,6 +238,51 @@ size_t sattn_model_d_out (const SattnModel *m);
 /* Number of always-valid extra keys (bias_k, zero-attn): 0, 1 or 2. */
 size_t sattn_model_extra_keys (const SattnModel *m);
 
+/* ---------------------------------------------------------- whole models */
+
+/* What a model computes.
+ *  LAYER: one attention (optionally with its encoder-layer parts), run
+ *         incrementally on a stream: each frame projected once, each hop's
+ *         new rows computed (any output mode).
+ *  WHOLE: a whole trained model run on every window as one sequence:
+ *         [embed] -> layers[N] -> [final norm] -> [pooling] -> [head], the
+ *         state dict of python/sattn/nn.py's SignalTransformer.  Built by
+ *         the loader only (sattn_model_load, sattn-weights.h).  For such a
+ *         model sattn_model_config describes its first layer, except that
+ *         d_model is the input frame size (floats per frame, the embedding's
+ *         input) and d_out the encoder's width (the pooled row); outputs are
+ *         SATTN_OUTPUT_CLASSES (needs a head), MEAN / LAST (the pooled
+ *         row, after the final norm) and WINDOW (the last layer's rows,
+ *         after the final norm); FRAMES is refused (a window has no row per
+ *         new frame: every row depends on the whole window).
+ * A whole model's windows run on the caller's thread (SattnConfig.threads
+ * is not used by them yet). */
+typedef enum {
+  SATTN_MODEL_LAYER = 0,
+  SATTN_MODEL_WHOLE,
+} SattnModelKind;
+
+/* Pooling of a whole model's rows into one (masked rows left out). */
+typedef enum {
+  SATTN_POOLING_MEAN = 0,   /* mean of the window's usable rows */
+  SATTN_POOLING_LAST,       /* the row of the window's last usable frame */
+} SattnPooling;
+
+SattnModelKind sattn_model_kind (const SattnModel *m);
+/* Encoder layers: N for a whole model, 1 for a layer. */
+size_t sattn_model_layers (const SattnModel *m);
+/* Classes of the head (the rows of its last Linear); 0 without a head
+ * (and for a layer). */
+size_t sattn_model_classes (const SattnModel *m);
+/* The label of class i from the file's metadata, or NULL (none recorded,
+ * i out of range).  Owned by m. */
+const char *sattn_model_label (const SattnModel *m, size_t i);
+/* The longest window a whole model accepts: the rows of its learned
+ * positions (pos_embed); 0 = any window (no learned positions, a layer). */
+size_t sattn_model_max_window (const SattnModel *m);
+/* A whole model's pooling (SATTN_POOLING_MEAN for a layer). */
+SattnPooling sattn_model_pooling (const SattnModel *m);
+
 /* ----------------------------------------------------------------- stats */
 
 /* Numeric health, accumulated over (head, query row) pairs; a "row" below
@@ -345,6 +390,8 @@ typedef enum {
   SATTN_OUTPUT_WINDOW,     /* one row per window: all n rows flattened */
   SATTN_OUTPUT_MEAN,       /* one row per window: mean of valid rows */
   SATTN_OUTPUT_LAST,       /* one row per window: the last frame's row */
+  SATTN_OUTPUT_CLASSES,    /* whole models with a head: one row per window,
+                              the classes' softmax probabilities */
 } SattnOutputMode;
 
 typedef enum {
