@@ -57,7 +57,87 @@ struct SattnModel {
    * one region on huge pages when they are large together (model.c,
    * copy_matrices), NULL otherwise. */
   void *region;
+  /* A whole model (SATTN_MODEL_WHOLE, model/net.c): its parts; NULL for a
+   * layer.  cfg then describes the first layer with d_model the frame
+   * size, d_out the encoder's width; the weight pointers above are NULL. */
+  struct SattnNet *net;
 };
+
+/* model/net.c: a whole model, [embed] -> layers[N] -> [final norm] ->
+ * [pooling] -> [head].  Matrices transposed (in × out) in double: the
+ * embedding, the head and the final norm sum in double, each result
+ * rounded to float once where it leaves the model. */
+typedef struct SattnNet {
+  size_t d_frame, d;          /* F floats per frame, D encoder width */
+  size_t n_layers;
+  SattnModel **layer;         /* n_layers encoder-layer models on D */
+  double *embed_wt, *embed_b; /* F × D, D (NULL: no bias) */
+  double *pos;                /* max_window × D, NULL without learned */
+  size_t max_window;
+  double *norm_w, *norm_b;    /* final LayerNorm (NULL: none) */
+  double norm_eps;
+  int final_norm;
+  size_t hidden, classes;     /* MLP head: hidden > 0; classes 0: no head */
+  double *head1_wt, *head1_b; /* D × (hidden or classes) */
+  double *head2_wt, *head2_b; /* hidden × classes (MLP) */
+  SattnActivation head_act;
+  SattnPooling pooling;
+  char **labels;              /* classes strings, NULL when none */
+} SattnNet;
+
+void sattn_net_free (SattnNet *net);
+
+/* Per-window scratch of a whole model (window n), allocated once. */
+typedef struct SattnNetScratch SattnNetScratch;
+SattnNetScratch *sattn_net_scratch_new (const SattnModel *m, size_t n);
+void sattn_net_scratch_free (SattnNetScratch *w);
+size_t sattn_net_scratch_bytes (const SattnModel *m, size_t n);
+
+/* The rows of one window through a whole model: x (n × D floats) are the
+ * embedded frames with their positions, kok[i] = 0 for masked rows (their
+ * x rows zeros).  Runs the layers and the final norm in place of x (rows
+ * of unusable queries zeros; kok updated: rows that became unusable);
+ * weights (may be NULL): the last layer's, heads × n × n; stats (may be
+ * NULL): the attention's health.  Then, with pooled (may be NULL; D
+ * doubles), the pooled row; returns the count of usable rows. */
+size_t sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
+                         uint8_t *kok, float *weights, SattnStats *stats,
+                         double *pooled);
+/* The head on a pooled row: probs (classes floats) = softmax (head
+ * (pooled)); 0 when the logits overflow (probs then zeros). */
+int sattn_net_classify (const SattnModel *m, SattnNetScratch *w,
+                        const double *pooled, float *probs);
+/* One frame's embedding: e (D doubles) = x W^T + b for rows frames of F
+ * floats (row strides F and D). */
+void sattn_net_embed (const SattnModel *m, const float *x, size_t rows,
+                      double *e);
+/* sattn_attend for a whole model: x (n × F frames) as one window,
+ * mask->key_valid as key padding; out: n × D rows after the final norm;
+ * weights: the last layer's. */
+SattnStatus sattn_net_attend (const SattnModel *m, const float *x, size_t n,
+                              const SattnMask *mask, float *out,
+                              float *weights, SattnStats *stats);
+
+/* kernel.c: the one-shot attention (sattn_attend) over scratch allocated
+ * once, for callers that run it on many windows. */
+typedef struct {
+  size_t n;
+  float *q, *k, *kt, *v, *o, *S, *xn, *lscr;
+  uint8_t *kok, *qok;   /* after a run: qok[i] = row i usable (its output
+                           computed and finite) */
+  size_t overflow_rows; /* after a run: rows whose output overflowed */
+} SattnAttendScratch;
+SattnStatus sattn_attend_scratch_new (const SattnModel *m, size_t n,
+                                      SattnAttendScratch *scr);
+void sattn_attend_scratch_free (SattnAttendScratch *scr);
+size_t sattn_attend_scratch_bytes (const SattnModel *m, size_t n);
+/* sattn_attend's work on n rows (n == the scratch's): count_rows 0 leaves
+ * the per-row counts (masked keys, invalid frames, overflows) out of
+ * stats; windows and frames are never counted here. */
+void sattn_attend_run (const SattnModel *m, const float *x, size_t n,
+                       const SattnMask *mask, float *out, float *weights,
+                       SattnStats *stats, int count_rows,
+                       SattnAttendScratch *scr);
 
 /* Floats of one head's columns in wqkv: its Q and K columns, and its V
  * columns when V sums in float (wvd NULL). */

@@ -500,41 +500,71 @@ sattn_output_project (const SattnModel *m, const float *o, size_t rows,
 }
 
 SattnStatus
-sattn_attend (const SattnModel *m, const float *x, size_t n,
-              const SattnMask *mask, float *out, float *weights,
-              SattnStats *stats)
+sattn_attend_scratch_new (const SattnModel *m, size_t n,
+                          SattnAttendScratch *scr)
 {
-  if (m == NULL || x == NULL || out == NULL || n == 0)
-    return SATTN_E_INVAL;
   const SattnConfig *c = &m->cfg;
+  memset (scr, 0, sizeof (*scr));
   const size_t ncols = n + m->n_extra;
-  if (n > SIZE_MAX / 4 / ncols || n > (size_t) INT32_MAX)
+  if (n == 0 || n > SIZE_MAX / 4 / ncols || n > (size_t) INT32_MAX)
     return SATTN_E_NOMEM;
-
-  float *q = malloc (n * m->dq * sizeof (float));
-  float *k = malloc (n * m->dq * sizeof (float));
-  float *kt = malloc (n * m->dq * sizeof (float));
-  float *v = malloc (n * m->dv * sizeof (float));
-  float *o = malloc (n * m->dv * sizeof (float));
-  float *S = malloc (n * ncols * sizeof (float));
-  uint8_t *kok = malloc (n);
-  uint8_t *qok = malloc (n);
+  scr->n = n;
+  scr->q = malloc (n * m->dq * sizeof (float));
+  scr->k = malloc (n * m->dq * sizeof (float));
+  scr->kt = malloc (n * m->dq * sizeof (float));
+  scr->v = malloc (n * m->dv * sizeof (float));
+  scr->o = malloc (n * m->dv * sizeof (float));
+  scr->S = malloc (n * ncols * sizeof (float));
+  scr->kok = malloc (n);
+  scr->qok = malloc (n);
   /* Encoder layer: norm1 (x) for pre-norm, the layer's scratch. */
-  float *xn = c->encoder && c->norm_first
+  scr->xn = c->encoder && c->norm_first
       ? malloc (n * c->d_model * sizeof (float)) : NULL;
-  float *lscr = c->encoder
+  scr->lscr = c->encoder
       ? malloc (sattn_layer_scratch (m) * sizeof (float)) : NULL;
-  SattnStatus st = SATTN_OK;
-  if (!q || !k || !kt || !v || !o || !S || !kok || !qok ||
-      (c->encoder && c->norm_first && !xn) || (c->encoder && !lscr)) {
-    st = SATTN_E_NOMEM;
-    goto done;
+  if (!scr->q || !scr->k || !scr->kt || !scr->v || !scr->o || !scr->S ||
+      !scr->kok || !scr->qok || (c->encoder && c->norm_first && !scr->xn) ||
+      (c->encoder && !scr->lscr)) {
+    sattn_attend_scratch_free (scr);
+    return SATTN_E_NOMEM;
   }
+  return SATTN_OK;
+}
+
+void
+sattn_attend_scratch_free (SattnAttendScratch *scr)
+{
+  free (scr->q); free (scr->k); free (scr->kt); free (scr->v); free (scr->o);
+  free (scr->S); free (scr->kok); free (scr->qok); free (scr->xn);
+  free (scr->lscr);
+  memset (scr, 0, sizeof (*scr));
+}
+
+size_t
+sattn_attend_scratch_bytes (const SattnModel *m, size_t n)
+{
+  const SattnConfig *c = &m->cfg;
+  size_t f = 3 * n * m->dq + 2 * n * m->dv + n * (n + m->n_extra);
+  if (c->encoder && c->norm_first)
+    f += n * c->d_model;
+  if (c->encoder)
+    f += sattn_layer_scratch (m);
+  return f * sizeof (float) + 2 * n;
+}
+
+void
+sattn_attend_run (const SattnModel *m, const float *x, size_t n,
+                  const SattnMask *mask, float *out, float *weights,
+                  SattnStats *stats, int count_rows, SattnAttendScratch *scr)
+{
+  const SattnConfig *c = &m->cfg;
+  float *q = scr->q, *k = scr->k, *kt = scr->kt, *v = scr->v, *o = scr->o;
+  uint8_t *kok = scr->kok, *qok = scr->qok;
 
   const float *xp = x;
-  if (xn != NULL) {
-    sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
-    xp = xn;
+  if (scr->xn != NULL) {
+    sattn_layer_norm1 (m, x, c->d_model, scr->xn, c->d_model, n);
+    xp = scr->xn;
   }
   sattn_project_prec (m, m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model,
                       q, m->dq);
@@ -565,7 +595,7 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
       memset (k + j * m->dq, 0, m->dq * sizeof (float));
       memset (v + j * m->dv, 0, m->dv * sizeof (float));
     }
-    if (stats) {
+    if (stats && count_rows) {
       stats->masked_keys += !kok[j];
       stats->invalid_frames += flagged || data != SATTN_FRAME_OK;
       stats->overflow_frames += !flagged && data == SATTN_FRAME_OVERFLOW;
@@ -582,7 +612,7 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
     .query_ok = qok,
     .allow = mask ? mask->allow : NULL, .ld_allow = n,
     .m = n, .nk = n, .q0 = 0,
-    .scores = S, .o = o, .weights = weights, .stats = stats,
+    .scores = scr->S, .o = o, .weights = weights, .stats = stats,
     .sat_threshold = SATTN_DEFAULT_SATURATION,
   };
   sattn_attend_window (m, &a);
@@ -590,20 +620,36 @@ sattn_attend (const SattnModel *m, const float *x, size_t n,
   for (size_t i0 = 0; c->encoder && i0 < n; i0 += SATTN_LAYER_ROWS) {
     size_t r = n - i0 < SATTN_LAYER_ROWS ? n - i0 : SATTN_LAYER_ROWS;
     sattn_layer_rows (m, x + i0 * c->d_model, c->d_model,
-                      out + i0 * m->d_out, m->d_out, r, lscr);
+                      out + i0 * m->d_out, m->d_out, r, scr->lscr);
   }
   for (size_t i = 0; i < n; i++)
     if (!qok[i])
       memset (out + i * m->d_out, 0, m->d_out * sizeof (float));
-  size_t ovf = sattn_zero_overflowed_rows (m, out, n, m->d_out, NULL);
-  if (stats) {
+  /* The rows whose output overflowed are no longer usable either. */
+  size_t ovf = sattn_zero_overflowed_rows (m, out, n, m->d_out, qok);
+  if (stats && count_rows)
     stats->overflow_rows += ovf;
+  scr->overflow_rows = ovf;
+}
+
+SattnStatus
+sattn_attend (const SattnModel *m, const float *x, size_t n,
+              const SattnMask *mask, float *out, float *weights,
+              SattnStats *stats)
+{
+  if (m == NULL || x == NULL || out == NULL || n == 0)
+    return SATTN_E_INVAL;
+  if (m->net != NULL)
+    return sattn_net_attend (m, x, n, mask, out, weights, stats);
+  SattnAttendScratch scr;
+  SattnStatus st = sattn_attend_scratch_new (m, n, &scr);
+  if (st != SATTN_OK)
+    return st;
+  sattn_attend_run (m, x, n, mask, out, weights, stats, 1, &scr);
+  if (stats) {
     stats->windows++;
     stats->frames += n;
   }
-
-done:
-  free (q); free (k); free (kt); free (v); free (o); free (S); free (kok);
-  free (qok); free (xn); free (lscr);
-  return st;
+  sattn_attend_scratch_free (&scr);
+  return SATTN_OK;
 }

@@ -432,6 +432,7 @@ sattn_model_free (SattnModel *m)
 {
   if (m == NULL)
     return;
+  sattn_net_free (m->net);
   free_matrix (m, m->wq); free (m->bq);
   free_matrix (m, m->wk); free (m->bk);
   free_matrix (m, m->wv); free (m->bv);

@@ -26,6 +26,7 @@
  * core was writing (tests/bench/PERFORMANCE.md, "threads=2 on W1").
  */
 #include "internal.h"
+#include "stream/window.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -62,6 +63,9 @@
 #define TSUMS_STRIDE (LINE / sizeof (double))   /* doubles per task */
 
 struct SattnStream {
+  SattnPw *pw;                    /* a whole model: the per-window
+                                     executor (stream/window.c); the
+                                     fields below are then unused */
   const SattnModel *m;
   SattnStreamConfig sc;
   size_t n, h, ncols;
@@ -148,6 +152,11 @@ sattn_stream_free (SattnStream *s)
 {
   if (s == NULL)
     return;
+  if (s->pw != NULL) {
+    sattn_pw_free (s->pw);
+    free (s);
+    return;
+  }
   if (s->vring != s->qring)
     free (s->vring);
   free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring_ok);
@@ -167,6 +176,10 @@ sattn_stream_reset (SattnStream *s)
 {
   if (s == NULL)
     return;
+  if (s->pw != NULL) {
+    sattn_pw_reset (s->pw);
+    return;
+  }
   const SattnModel *m = s->m;
   const size_t H = m->cfg.heads;
   memset (s->qring, 0, (s->qhs ? H * s->qhs : 2 * s->n * m->dq) *
@@ -421,7 +434,6 @@ static SattnStatus
 stream_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
               size_t err_len)
 {
-  (void) m;
   if (err != NULL && err_len > 0)
     err[0] = '\0';
   if (sc == NULL)
@@ -439,10 +451,10 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
                        "hop=%zu is larger than window=%zu; hop must be "
                        "between 1 and the window (or the window at least "
                        "%zu)", sc->hop, sc->window, sc->hop);
-  if ((unsigned) sc->output > SATTN_OUTPUT_LAST)
+  if ((unsigned) sc->output > SATTN_OUTPUT_CLASSES)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "output=%d is not an output mode (0 frames, 1 window, "
-                       "2 mean, 3 last)", (int) sc->output);
+                       "2 mean, 3 last, 4 classes)", (int) sc->output);
   if ((unsigned) sc->start > SATTN_START_WAIT)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "start=%d is not a start policy (0 pad, 1 wait)",
@@ -457,6 +469,13 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
                        "means the default %g)",
                        (double) sc->saturation_threshold,
                        (double) SATTN_DEFAULT_SATURATION);
+  if (m != NULL && m->net != NULL)
+    return sattn_pw_check (m, sc, err, err_len);
+  if (m != NULL && sc->output == SATTN_OUTPUT_CLASSES)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "output=classes needs a whole model with a "
+                       "classification head; this model is one attention "
+                       "layer (use frames, window, mean or last)");
   return SATTN_OK;
 }
 
@@ -474,6 +493,11 @@ sattn_stream_config_check (const SattnModel *m, const SattnStreamConfig *sc,
   SattnStatus st = stream_check (m, sc, err, err_len);
   if (st != SATTN_OK || m == NULL)
     return st;
+  if (m->net != NULL)
+    return sattn_pw_bytes (m, sc) == SIZE_MAX
+        ? sattn_fail (SATTN_E_NOMEM, err, err_len, "window=%zu needs more "
+                      "memory than the address space holds; use a smaller "
+                      "window", sc->window) : SATTN_OK;
   if (!stream_sizes (m, sc, &z))
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "window=%zu of %zu-value frames (heads=%zu, %zu "
@@ -487,7 +511,13 @@ size_t
 sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc)
 {
   StreamSizes z;
-  if (!stream_config_ok (m, sc) || !stream_sizes (m, sc, &z))
+  if (!stream_config_ok (m, sc))
+    return 0;
+  if (m->net != NULL) {
+    size_t b = sattn_pw_bytes (m, sc);
+    return b == SIZE_MAX ? 0 : b + sizeof (SattnStream);
+  }
+  if (!stream_sizes (m, sc, &z))
     return 0;
   return z.total;
 }
@@ -503,6 +533,20 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
   if (!stream_config_ok (m, sc)) {
     st = SATTN_E_INVAL;
     goto fail;
+  }
+  if (m->net != NULL) {
+    s = calloc (1, sizeof (*s));
+    if (s == NULL || (s->pw = sattn_pw_new (m, sc)) == NULL) {
+      free (s);
+      s = NULL;
+      st = SATTN_E_NOMEM;
+      goto fail;
+    }
+    s->m = m;
+    s->sc = *sc;
+    if (status)
+      *status = SATTN_OK;
+    return s;
   }
   if (!stream_sizes (m, sc, &z)) {
     st = SATTN_E_NOMEM;
@@ -606,6 +650,8 @@ sattn_stream_row_floats (const SattnStream *s)
 {
   if (s == NULL)
     return 0;
+  if (s->pw != NULL)
+    return sattn_pw_row_floats (s->pw);
   return s->sc.output == SATTN_OUTPUT_WINDOW ? s->n * s->m->d_out
       : s->m->d_out;
 }
@@ -615,6 +661,8 @@ sattn_stream_pending (const SattnStream *s)
 {
   if (s == NULL)
     return 0;
+  if (s->pw != NULL)
+    return sattn_pw_pending (s->pw);
   if (s->sc.output == SATTN_OUTPUT_FRAMES)
     return (size_t) (s->total - s->next_out);
   return (size_t) (s->total - s->last_end);
@@ -625,6 +673,8 @@ sattn_stream_frames_to_window (const SattnStream *s)
 {
   if (s == NULL)
     return 0;
+  if (s->pw != NULL)
+    return sattn_pw_frames_to_window (s->pw);
   return s->next_window - s->total;
 }
 
@@ -645,6 +695,8 @@ sattn_stream_window_rows (const SattnStream *s, int drain)
 {
   if (s == NULL)
     return 0;
+  if (s->pw != NULL)
+    return sattn_pw_window_rows (s->pw, drain);
   size_t pending = sattn_stream_pending (s);
   if (drain && pending == 0)
     return 0;
@@ -665,6 +717,8 @@ sattn_stream_max_rows (const SattnStream *s, size_t n_frames)
 {
   if (s == NULL)
     return 0;
+  if (s->pw != NULL)
+    return sattn_pw_max_rows (s->pw, n_frames);
   if (n_frames == 0)
     return sattn_stream_pending (s) > 0
         ? (s->sc.output == SATTN_OUTPUT_FRAMES ? sattn_stream_pending (s) : 1)
@@ -1693,6 +1747,9 @@ emit_window (SattnStream *s, float *out, SattnRowInfo *info)
       compute_window (s, 1, out, d_out, NULL);
       produced = 1;
       break;
+    case SATTN_OUTPUT_CLASSES:
+      /* Whole models only (refused by stream_check for a layer). */
+      return 0;
     case SATTN_OUTPUT_MEAN: {
       /* In double, a block of columns at a time: a float sum of rows near
        * FLT_MAX overflows, the double one cannot, and the mean of finite
@@ -1761,6 +1818,14 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
     return SATTN_E_INVAL;
   if (out_rows < need)
     return SATTN_E_SPACE;
+  if (s->pw != NULL) {
+    size_t k = 0;
+    SattnStatus pst = sattn_pw_push (s->pw, frames, n_frames, valid, out,
+                                     info, &k);
+    if (n_rows)
+      *n_rows = k;
+    return pst;
+  }
 
   const size_t d = s->m->cfg.d_model, n = s->n;
   const size_t rf = sattn_stream_row_floats (s);
@@ -1832,6 +1897,13 @@ sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
     return SATTN_E_INVAL;
   if (out_rows < need)
     return SATTN_E_SPACE;
+  if (s->pw != NULL) {
+    size_t k = 0;
+    SattnStatus pst = sattn_pw_drain (s->pw, out, info, &k);
+    if (n_rows)
+      *n_rows = k;
+    return pst;
+  }
   size_t produced = emit_window (s, out, info);
   if (n_rows)
     *n_rows = produced;
@@ -1843,6 +1915,10 @@ sattn_stream_get_stats (SattnStream *s, SattnStats *out, int clear)
 {
   if (s == NULL)
     return;
+  if (s->pw != NULL) {
+    sattn_pw_get_stats (s->pw, out, clear);
+    return;
+  }
   if (out)
     *out = s->stats;
   if (clear)
@@ -1853,6 +1929,8 @@ SattnStatus
 sattn_stream_last_weights (const SattnStream *s, int head, float *out,
                            size_t *rows, size_t *cols)
 {
+  if (s != NULL && s->pw != NULL)
+    return sattn_pw_last_weights (s->pw, head, out, rows, cols);
   if (s == NULL || s->wkeep == NULL || !s->have_window ||
       head < -1 || (head >= 0 && (size_t) head >= s->m->cfg.heads))
     return SATTN_E_INVAL;
@@ -1885,6 +1963,10 @@ sattn_stream_reset_at (SattnStream *s, uint64_t first_frame)
 {
   if (s == NULL || first_frame >= (UINT64_C (1) << 53))
     return SATTN_E_INVAL;
+  if (s->pw != NULL) {
+    sattn_pw_reset_at (s->pw, first_frame);
+    return SATTN_OK;
+  }
   sattn_stream_reset (s);
   /* The ring's slots follow the frame count modulo n: with the ring
    * cleared, any origin works. */
@@ -1898,6 +1980,8 @@ sattn_stream_reset_at (SattnStream *s, uint64_t first_frame)
 uint64_t
 sattn_stream_frames (const SattnStream *s)
 {
+  if (s != NULL && s->pw != NULL)
+    return sattn_pw_frames (s->pw);
   return s ? s->total : 0;
 }
 
@@ -1906,6 +1990,8 @@ sattn_stream_set_invalid_policy (SattnStream *s, SattnInvalidPolicy policy)
 {
   if (s == NULL || policy > SATTN_INVALID_ERROR)
     return SATTN_E_INVAL;
+  if (s->pw != NULL)
+    sattn_pw_set_invalid_policy (s->pw, policy);
   s->sc.invalid_policy = policy;
   return SATTN_OK;
 }
@@ -1914,6 +2000,8 @@ SattnStatus
 sattn_stream_error_frame (const SattnStream *s, uint64_t *index,
                           SattnFrameFault *fault)
 {
+  if (s != NULL && s->pw != NULL)
+    return sattn_pw_error_frame (s->pw, index, fault);
   if (s == NULL || !s->have_error)
     return SATTN_E_INVAL;
   if (index)
@@ -1974,6 +2062,8 @@ sattn_stream_skip_lead (const SattnStream *s)
 {
   if (s == NULL)
     return 0;
+  if (s->pw != NULL)
+    return sattn_pw_skip_lead (s->pw);
   const size_t n = s->n;
   const uint8_t *ok = s->vring_ok + (size_t) (s->total % n);
 
@@ -1997,7 +2087,28 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
     memset (skipped, 0, sizeof (*skipped));
   /* The frame counter (and the ring's virtual index, n ahead) must not
    * wrap. */
-  if (s == NULL || skipped == NULL || s->total > UINT64_MAX - s->n ||
+  if (s == NULL || skipped == NULL)
+    return SATTN_E_INVAL;
+  if (s->pw != NULL) {
+    const uint64_t t = sattn_pw_frames (s->pw);
+    if (t > UINT64_MAX - s->sc.window ||
+        n_frames > UINT64_MAX - s->sc.window - t)
+      return SATTN_E_INVAL;
+    uint64_t lead = sattn_pw_skip_lead (s->pw);
+    size_t k = (size_t) (n_frames < lead ? n_frames : lead);
+    size_t need = k > 0 ? sattn_pw_max_rows (s->pw, k) : 0;
+    if (need > 0 && out == NULL)
+      return SATTN_E_INVAL;
+    if (out_rows < need)
+      return SATTN_E_SPACE;
+    size_t got = 0;
+    SattnStatus pst = sattn_pw_skip (s->pw, n_frames, out, info, &got,
+                                     skipped);
+    if (n_rows)
+      *n_rows = got;
+    return pst;
+  }
+  if (s->total > UINT64_MAX - s->n ||
       n_frames > UINT64_MAX - s->n - s->total)
     return SATTN_E_INVAL;
 
