@@ -502,12 +502,14 @@ class Stream:
     "window" (all n rows of a window flattened), "mean" or "last" (a pooled
     row per window), "classes" (a whole model with a head: the classes'
     softmax probabilities per window; Model.labels names them).  A whole
-    model takes every output but "frames".  start: "pad" (compute from the first hop, padding
-    masked) or "wait" (first window when n frames are in).  invalid: what a
-    frame with NaN/Inf samples (or an overflowing projection) becomes:
-    "mask", "zero" or "error" (push raises SattnError).  collect_stats,
-    saturation_threshold (0 = the core's default), keep_weights as in
-    SattnStreamConfig.  The stream keeps its model alive."""
+    model takes every output but "frames" ("mean" and "last" give its
+    pooled row, "window" its last layer's rows, sattn.h).  start: "pad"
+    (compute from the first hop, padding masked) or "wait" (first window
+    when n frames are in).  invalid: what a frame with NaN/Inf samples (or
+    an overflowing projection) becomes: "mask", "zero" or "error" (push
+    raises SattnError).  collect_stats, saturation_threshold (0 = the
+    core's default), keep_weights as in SattnStreamConfig.  The stream
+    keeps its model alive."""
 
     def __init__(self, model, window, hop=None, output="frames", *,
                  start="pad", invalid="mask", collect_stats=False,

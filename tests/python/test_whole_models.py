@@ -446,6 +446,32 @@ class TestParity(unittest.TestCase):
         print("# matrix: %.1f s" % (time.monotonic() - t0))
         self.assertEqual(bad, [])
 
+    def test_bound_detects_a_small_change(self):
+        # the comparison itself: a file whose weights differ from the
+        # module's by 1e-4 in one entry of one layer, or whose positions
+        # metadata says ALiBi where the module has none, exceeds the bound
+        x, valid, usable = frames_and_masks(22)
+        with tempfile.TemporaryDirectory() as tmp:
+            net = make_net(500, layers=2, positions="none")
+            path = os.path.join(tmp, "nudged.safetensors")
+            nudged = copy.deepcopy(net)
+            with torch.no_grad():
+                nudged.encoder.layers[1].linear1.weight[3, 5] += 1e-4
+            save_safetensors(nudged, path)
+            model = sattn.Model.from_safetensors(path)
+            e, e32, _ = compare(self, "nudged", model, copy.deepcopy(net),
+                                "classes", x, valid, usable)
+            print("# nudged weight: sattn %.3g vs torch-f32 %.3g" % (e, e32))
+            self.assertGreater(e, e32)
+            path = os.path.join(tmp, "alibi.safetensors")
+            save_safetensors(net, path,
+                             extra_metadata={"positions": "alibi"})
+            model = sattn.Model.from_safetensors(path)
+            e, e32, _ = compare(self, "alibi", model, copy.deepcopy(net),
+                                "classes", x, valid, usable)
+            print("# ALiBi metadata: sattn %.3g vs torch-f32 %.3g" % (e, e32))
+            self.assertGreater(e, 100 * e32)
+
 
 class TestRefusals(common.RaisesStatus, unittest.TestCase):
     """What the loader and the stream refuse for whole models, each next
@@ -493,6 +519,16 @@ class TestRefusals(common.RaisesStatus, unittest.TestCase):
                         output="frames")
         self.assertIn("frames", str(e))
 
+    def test_classes_need_a_head(self):
+        p = self.path("nohead.safetensors")
+        save_safetensors(make_net(78, classes=0), p)
+        m = sattn.Model.from_safetensors(p)
+        self.assertEqual((m.classes, m.labels), (0, None))
+        sattn.Stream(m, WINDOW, HOP, output="mean")
+        e = self.raises(_lib.E_INVAL, sattn.Stream, m, WINDOW, HOP,
+                        output="classes")
+        self.assertIn("head", str(e))
+
     def test_mixed_with_attention_refused(self):
         good = self.good()
         sattn.Model.from_safetensors(good)
@@ -509,8 +545,8 @@ class TestRefusals(common.RaisesStatus, unittest.TestCase):
         sattn.Stream(m, WINDOW, HOP, output="classes")
         e = self.raises(_lib.E_INVAL, sattn.Stream, m, WINDOW + 4, HOP,
                         output="classes")
-        self.assertIn(str(WINDOW), str(e))
-        self.assertIn(str(WINDOW + 4), str(e))
+        self.assertIn("window=%d" % (WINDOW + 4), str(e))
+        self.assertIn("%d rows" % WINDOW, str(e))
 
     def test_no_head_count(self):
         good = self.good()
@@ -524,7 +560,8 @@ class TestRefusals(common.RaisesStatus, unittest.TestCase):
         # a heads value the metadata contradicts
         e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors, good,
                         heads=4)
-        self.assertIn("4", str(e))
+        self.assertIn("heads=4", str(e))
+        self.assertIn("num_heads=%d" % HEADS, str(e))
 
     def test_labels_not_matching_classes(self):
         good = self.good()
@@ -532,11 +569,10 @@ class TestRefusals(common.RaisesStatus, unittest.TestCase):
                          ["x", "y", "z"])
         bad = self.rewrite(good, self.path("labels.safetensors"),
                            add_meta={"labels": json.dumps(["x", "y"])})
-        with self.assertRaises(sattn.SattnError) as cm:
-            sattn.Model.from_safetensors(bad)
-        self.assertIn("labels", str(cm.exception))
-        self.assertIn("2", str(cm.exception))
-        self.assertIn("3", str(cm.exception))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors, bad)
+        self.assertIn("labels", str(e))
+        self.assertIn("2 labels", str(e))
+        self.assertIn("3 classes", str(e))
 
     def test_option_against_metadata(self):
         # an option given is checked against the file's metadata
@@ -545,9 +581,18 @@ class TestRefusals(common.RaisesStatus, unittest.TestCase):
                                      norm_first=False, causal=False)
         e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors, good,
                         activation="gelu")
-        self.assertIn("gelu", str(e))
-        self.raises(_lib.E_INVAL, sattn.Model.from_safetensors, good,
-                    causal=True)
+        self.assertIn("activation=gelu", str(e))
+        self.assertIn("activation=relu", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors, good,
+                        causal=True)
+        self.assertIn("causal", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors, good,
+                        positions="rope")
+        self.assertIn("positions=learned", str(e))
+        # learned positions are the file's tensor, not an option
+        e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors, good,
+                        positions="learned")
+        self.assertIn("pos_embed", str(e))
 
     @unittest.skip("zero layers cannot be expressed: a whole model is "
                    "recognised by encoder.layers.0")
