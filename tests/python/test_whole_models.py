@@ -18,9 +18,13 @@ rebuilt from each row's window_end (frames window_end - 12 ..
 window_end - 1): padding, GAP and NaN frames are its masked keys (the
 PyTorch key_padding_mask) and are left out of pooling.
 
+Six more models go beyond the matrix: interleaved RoPE, RoPE base 500,
+ALiBi with 3 and 6 heads (slopes for a head count that is not a power of
+two), and a 6-layer RoPE model of d_model 32, 4 heads.
+
 Outputs: "classes" (softmax probabilities) for every model; the pooled row
 (output = the model's pooling) and "window" (the last layer's rows, masked
-rows zeros) for one model in four.
+rows zeros) for one model of the matrix in four and the six others.
 
 Bound: for every model and output, sattn's max-abs error against PyTorch
 float64 must not exceed PyTorch float32's own max-abs error against
@@ -212,11 +216,44 @@ def matrix():
     return out
 
 
+# Beyond the matrix: interleaved RoPE, another RoPE base, ALiBi with a
+# head count that is not a power of two, d_head 8 with 4 heads.
+EXTRAS = [
+    dict(layers=2, norm_first=True, activation="gelu",
+         positions="rope-interleaved", pooling="mean", final_norm=True,
+         head_hidden=0, head_activation="relu", causal=False),
+    dict(layers=2, norm_first=False, activation="relu",
+         positions="rope-interleaved", pooling="last", final_norm=False,
+         head_hidden=12, head_activation="gelu", causal=True),
+    dict(layers=2, norm_first=False, activation="gelu", positions="rope",
+         pooling="mean", final_norm=False, head_hidden=0,
+         head_activation="relu", causal=False, rope_base=500.0),
+    dict(layers=2, norm_first=True, activation="relu", positions="alibi",
+         pooling="mean", final_norm=True, head_hidden=0,
+         head_activation="relu", causal=False, heads=3, d_model=24,
+         d_ff=48),
+    dict(layers=2, norm_first=False, activation="gelu", positions="alibi",
+         pooling="last", final_norm=False, head_hidden=12,
+         head_activation="relu", causal=True, heads=6, d_model=24, d_ff=48),
+    dict(layers=6, norm_first=True, activation="gelu", positions="rope",
+         pooling="mean", final_norm=True, head_hidden=12,
+         head_activation="gelu", causal=False, heads=4, d_model=32,
+         d_ff=64),
+]
+
+
 def label_of(c):
-    return "L%d %-4s %-4s %-7s %-4s%s%s%s" % (
+    extra = ""
+    if c.get("heads", HEADS) != HEADS or c.get("d_model", D_MODEL) != D_MODEL:
+        extra += " h%d/%d" % (c.get("heads", HEADS), c.get("d_model", D_MODEL))
+    if "rope_base" in c:
+        extra += " base %g" % c["rope_base"]
+    pos = {"rope-interleaved": "rope-il"}.get(c["positions"], c["positions"])
+    return "L%d %-4s %-4s %-7s %-4s%s%s%s%s" % (
         c["layers"], "pre" if c["norm_first"] else "post", c["activation"],
-        c["positions"], c["pooling"], " fn" if c["final_norm"] else "",
-        " mlp" if c["head_hidden"] else "", " causal" if c["causal"] else "")
+        pos, c["pooling"], " fn" if c["final_norm"] else "",
+        " mlp" if c["head_hidden"] else "", " causal" if c["causal"] else "",
+        extra)
 
 
 class TestModule(unittest.TestCase):
@@ -394,10 +431,10 @@ class TestParity(unittest.TestCase):
     def tearDownClass(cls):
         if not cls.table:
             return
-        print("\n# %-36s %-7s %4s %12s %12s %7s"
+        print("\n# %-50s %-7s %4s %12s %12s %7s"
               % ("config", "output", "win", "sattn", "torch-f32", "ratio"))
         for label, output, nwin, e, e32 in cls.table:
-            print("# %-36s %-7s %4d %12.3g %12.3g %7.3f"
+            print("# %-50s %-7s %4d %12.3g %12.3g %7.3f"
                   % (label, output, nwin, e, e32, e / e32 if e32 else
                      float("inf")))
         es = np.array([t[3] for t in cls.table])
@@ -412,6 +449,7 @@ class TestParity(unittest.TestCase):
         t0 = time.monotonic()
         configs = matrix()
         self.assertEqual(len(configs), 96)
+        configs += EXTRAS
         x, valid, usable = frames_and_masks(21)
         bad = []
         with tempfile.TemporaryDirectory() as tmp:
@@ -427,13 +465,13 @@ class TestParity(unittest.TestCase):
                 self.assertEqual((model.layers, model.classes, model.pooling,
                                   model.labels, model.d_model, model.d_out),
                                  (c["layers"], CLASSES, c["pooling"], labels,
-                                  D_FRAME, D_MODEL))
+                                  D_FRAME, c.get("d_model", D_MODEL)))
                 self.assertEqual(model.max_window, WINDOW
                                  if c["positions"] == "learned" else 0)
                 self.assertEqual(model.report["kind"], "whole")
                 self.assertEqual(model.report["heads_from"], "metadata")
                 outputs = ["classes"]
-                if i % 4 == 0:
+                if i % 4 == 0 or i >= 96:
                     outputs += [c["pooling"], "window"]
                 for output in outputs:
                     e, e32, nwin = compare(self, label, model,
