@@ -34,6 +34,9 @@ typedef struct
   gboolean has_file;
   guint64 dev, ino, size;
   gint64 mtime_sec, mtime_nsec;
+  /* The status change time too: a rewrite in place that keeps the
+   * modification time (futimens) cannot keep it. */
+  gint64 ctime_sec, ctime_nsec;
   gchar *prefix;                /* never NULL */
   SattnConfig cfg;              /* byte copy of the caller's */
   guint8 digest[DIGEST_LEN];    /* over the tensors (and their presence) */
@@ -65,6 +68,7 @@ cache_key_equal (gconstpointer pa, gconstpointer pb)
   return a->hash == b->hash && a->has_file == b->has_file
       && a->dev == b->dev && a->ino == b->ino && a->size == b->size
       && a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec
+      && a->ctime_sec == b->ctime_sec && a->ctime_nsec == b->ctime_nsec
       && strcmp (a->prefix, b->prefix) == 0
       && memcmp (&a->cfg, &b->cfg, sizeof (SattnConfig)) == 0
       && memcmp (a->digest, b->digest, DIGEST_LEN) == 0;
@@ -125,6 +129,8 @@ cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
     k->size = (guint64) st.st_size;
     k->mtime_sec = (gint64) st.st_mtim.tv_sec;
     k->mtime_nsec = (gint64) st.st_mtim.tv_nsec;
+    k->ctime_sec = (gint64) st.st_ctim.tv_sec;
+    k->ctime_nsec = (gint64) st.st_ctim.tv_nsec;
   }
   /* The prefix as the core reads it ("a" and "a." name the same
    * tensors). */
@@ -176,44 +182,42 @@ cache_entry_free (CacheEntry * e)
   g_free (e);
 }
 
-SattnModel *
-gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
-    const SattnConfig * cfg, const SattnWeights * w, SattnStatus * status)
+/* The model for key (taken over: its prefix is freed here), built by
+ * build (data) on a miss; NULL when the build fails. */
+typedef SattnModel *(*CacheBuildFn) (gpointer data, SattnStatus * status);
+
+static SattnModel *
+cache_obtain (CacheKey * key, CacheBuildFn build, gpointer data,
+    SattnStatus * status)
 {
-  CacheKey key;
   CacheEntry *e;
   SattnModel *model;
 
-  g_return_val_if_fail (cfg != NULL, NULL);
-
-  if (!cache_key_init (&key, path, prefix, cfg, w))
-    return sattn_model_new (cfg, w, status);
-
   g_mutex_lock (&cache_lock);
-  e = by_key ? g_hash_table_lookup (by_key, &key) : NULL;
+  e = by_key ? g_hash_table_lookup (by_key, key) : NULL;
   if (e != NULL) {
     e->users++;
     g_mutex_unlock (&cache_lock);
-    g_free (key.prefix);
+    g_free (key->prefix);
     if (status)
       *status = SATTN_OK;
     return e->model;
   }
   g_mutex_unlock (&cache_lock);
 
-  model = sattn_model_new (cfg, w, status);
+  model = build (data, status);
   if (model == NULL) {
-    g_free (key.prefix);
+    g_free (key->prefix);
     return NULL;
   }
 
   g_mutex_lock (&cache_lock);
-  e = by_key ? g_hash_table_lookup (by_key, &key) : NULL;
+  e = by_key ? g_hash_table_lookup (by_key, key) : NULL;
   if (e != NULL) {
     /* Built by another caller meanwhile: use that one. */
     e->users++;
     g_mutex_unlock (&cache_lock);
-    g_free (key.prefix);
+    g_free (key->prefix);
     sattn_model_free (model);
     return e->model;
   }
@@ -222,13 +226,112 @@ gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
     by_model = g_hash_table_new (g_direct_hash, g_direct_equal);
   }
   e = g_new0 (CacheEntry, 1);
-  e->key = key;
+  e->key = *key;
   e->model = model;
   e->users = 1;
   g_hash_table_insert (by_key, &e->key, e);
   g_hash_table_insert (by_model, model, e);
   g_mutex_unlock (&cache_lock);
   return model;
+}
+
+typedef struct
+{
+  const SattnConfig *cfg;
+  const SattnWeights *w;
+} NewArgs;
+
+static SattnModel *
+cache_build_new (gpointer data, SattnStatus * status)
+{
+  NewArgs *a = data;
+
+  return sattn_model_new (a->cfg, a->w, status);
+}
+
+SattnModel *
+gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
+    const SattnConfig * cfg, const SattnWeights * w, SattnStatus * status)
+{
+  CacheKey key;
+  NewArgs a = { cfg, w };
+
+  g_return_val_if_fail (cfg != NULL, NULL);
+
+  if (!cache_key_init (&key, path, prefix, cfg, w))
+    return sattn_model_new (cfg, w, status);
+  return cache_obtain (&key, cache_build_new, &a, status);
+}
+
+typedef struct
+{
+  const gchar *path, *prefix;
+  const SattnLoadOptions *opt;
+  SattnLoadReport *report;
+  gchar *err;
+  gsize err_len;
+} LoadArgs;
+
+static SattnModel *
+cache_build_load (gpointer data, SattnStatus * status)
+{
+  LoadArgs *a = data;
+  SattnModel *model = NULL;
+  SattnStatus st = sattn_model_load (a->path, a->prefix, a->opt, &model,
+      a->report, a->err, a->err_len);
+
+  if (status)
+    *status = st;
+  return model;
+}
+
+SattnModel *
+gst_sattn_cache_load (const gchar * path, const gchar * prefix,
+    const SattnLoadOptions * opt, SattnLoadReport * report,
+    SattnStatus * status, gchar * err, gsize err_len)
+{
+  CacheKey key;
+  struct stat st;
+  GChecksum *cs;
+  gsize len = DIGEST_LEN;
+  gchar *words, *dotted;
+  const SattnConfig *c = &opt->cfg;
+  LoadArgs a = { path, prefix, opt, report, err, err_len };
+
+  g_return_val_if_fail (path != NULL && opt != NULL, NULL);
+  if (err != NULL && err_len > 0)
+    err[0] = '\0';
+  memset (&key, 0, sizeof key);
+  dotted = sattn_attn_prefix (NULL, prefix);
+  if (stat (path, &st) != 0 || dotted == NULL) {
+    free (dotted);
+    return cache_build_load (&a, status);
+  }
+  key.has_file = TRUE;
+  key.dev = (guint64) st.st_dev;
+  key.ino = (guint64) st.st_ino;
+  key.size = (guint64) st.st_size;
+  key.mtime_sec = (gint64) st.st_mtim.tv_sec;
+  key.mtime_nsec = (gint64) st.st_mtim.tv_nsec;
+  key.ctime_sec = (gint64) st.st_ctim.tv_sec;
+  key.ctime_nsec = (gint64) st.st_ctim.tv_nsec;
+  key.prefix = g_strdup (dotted);
+  free (dotted);
+  /* The options, field by field (no padding), as words: the loader's
+   * whole input besides the file. */
+  words = g_strdup_printf ("load\n%zu %zu %zu %zu %zu %a %d %zu %d %d %a %d "
+      "%d %a %d %u", c->d_model, c->heads, c->d_head, c->d_value, c->d_out,
+      (double) c->scale, c->causal, c->lookback, c->threads,
+      (int) c->positions, c->rope_base, (int) c->activation, c->norm_first,
+      c->norm_eps, opt->add_zero_attn, opt->set);
+  cs = g_checksum_new (G_CHECKSUM_SHA256);
+  g_checksum_update (cs, (const guchar *) words, strlen (words));
+  g_checksum_get_digest (cs, key.digest, &len);
+  g_checksum_free (cs);
+  g_free (words);
+  memcpy (&key.hash, key.digest, sizeof key.hash);
+  key.hash ^= g_str_hash (key.prefix) ^ (guint) (key.ino * 31 + key.dev);
+  return cache_obtain (&key, cache_build_load, &a, status);
 }
 
 gboolean

@@ -11,6 +11,7 @@
 #include <gst/gst.h>
 
 #include "sattn/sattn.h"
+#include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
 
@@ -39,6 +40,18 @@ G_BEGIN_DECLS
 G_GNUC_INTERNAL
 SattnModel *gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
     const SattnConfig * cfg, const SattnWeights * w, SattnStatus * status);
+
+/* A model from the weights file at path through the one loader
+ * (sattn_model_load with prefix and opt), shared with every caller whose
+ * request matches: the same file (device, inode, size, modification
+ * and status-change times), prefix ("a" and "a." alike) and options.  On a miss the file is
+ * read once, by this caller.  NULL on failure: *status and err (the
+ * loader's words, naming the file) say why; report as the loader fills
+ * it (on a hit, left as it was).  Release with gst_sattn_cache_release. */
+G_GNUC_INTERNAL
+SattnModel *gst_sattn_cache_load (const gchar * path, const gchar * prefix,
+    const SattnLoadOptions * opt, SattnLoadReport * report,
+    SattnStatus * status, gchar * err, gsize err_len);
 
 /* One more reference on a model that gst_sattn_cache_acquire returned
  * and that is still held; FALSE (nothing done) for a model built outside

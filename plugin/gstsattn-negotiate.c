@@ -75,7 +75,9 @@ gst_sattn_divisors (guint64 value, guint64 max_value, guint64 wanted)
 static const gchar *
 gst_sattn_output_nick (GstSattnOutput o)
 {
-  static const gchar *nicks[] = { "frames", "window", "mean", "last" };
+  static const gchar *nicks[] = { "frames", "window", "mean", "last",
+    "classes"
+  };
 
   return (guint) o < G_N_ELEMENTS (nicks) ? nicks[o] : "?";
 }
@@ -96,7 +98,7 @@ gst_sattn_core_scale (gdouble scale)
  * frames: the one place the element maps its settings onto them.  The
  * invalid-frames policy and the observability fields of sc are filled by
  * the caller. */
-static void
+void
 gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
     SattnConfig * mc, SattnStreamConfig * sc)
 {
@@ -326,93 +328,57 @@ gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc)
   mc->norm_eps = c->norm_eps;
 }
 
-/* The file's attention module (any layout), and around it an encoder
- * layer when prefix holds one (its attention then under prefix +
- * "self_attn."); the options its metadata records.  Fills err on
- * failure. */
-static SattnStatus
-gst_sattn_read_file (const gchar * path, const gchar * prefix,
-    gboolean zero_attn, guint set_by_user, SattnConfig * mc, SattnWeights * w,
-    SattnMhaWeights ** mw, SattnLayerWeights ** lw, SattnAttnReport * rep,
-    gchar * err, gsize err_len)
+void
+gst_sattn_load_options (const GstSattnSettings * c, guint64 d_model,
+    gboolean zero_attn, SattnLoadOptions * o)
 {
-  SattnTensorFile *f = NULL;
-  gchar msg[1024] = "";
-  char *attn;
-  SattnStatus st;
-  gboolean encoder;
+  SattnStreamConfig sc = { 0, };
 
-  *mw = NULL;
-  *lw = NULL;
-  st = sattn_tensor_file_load (path, &f, msg, sizeof msg);
-  if (st != SATTN_OK) {
-    /* The loader's I/O messages name the path already. */
-    if (st == SATTN_E_IO)
-      g_strlcpy (err, msg, err_len);
-    else
-      g_snprintf (err, err_len, "'%s': %s", path, msg);
-    return st;
-  }
-  /* The core's rules for prefixes: the '.' and an encoder layer's
-   * "self_attn.". */
-  encoder = sattn_encoder_layer_present (f, prefix);
-  attn = sattn_attn_prefix (f, prefix);
-  if (attn == NULL) {
-    st = SATTN_E_NOMEM;
-    g_strlcpy (msg, "out of memory", sizeof msg);
-  } else {
-    st = sattn_attn_weights_from_file (f, attn, zero_attn, mc, w, mw, rep,
-        msg, sizeof msg);
-  }
-  if (st == SATTN_OK)
-    st = sattn_options_from_file (f, prefix, set_by_user, mc, msg,
-        sizeof msg);
-  if (st == SATTN_OK && encoder)
-    st = sattn_encoder_weights_from_file (f, prefix, mc, w, lw, msg,
-        sizeof msg);
-  if (st != SATTN_OK) {
-    g_snprintf (err, err_len, "'%s': %s", path, msg);
-    sattn_mha_weights_free (*mw);
-    sattn_layer_weights_free (*lw);
-    *mw = NULL;
-    *lw = NULL;
-  }
-  sattn_tensor_file_free (f);
-  free (attn);
-  return st;
+  sattn_load_options_init (o);
+  gst_sattn_core_config (c, d_model, &o->cfg, &sc);
+  /* Sizes left at 0 come from the file: its metadata, then its shapes
+   * (heads only from its metadata: the loader refuses to guess it). */
+  o->cfg.heads = c->heads_set ? c->heads : 0;
+  o->add_zero_attn = zero_attn;
+  o->set = c->set_by_user;
 }
 
-gboolean
-gst_sattn_load_weights (GstSattn * self, const gchar * path,
-    const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
-    guint set_by_user, SattnConfig * mc, SattnWeights * w,
-    SattnMhaWeights ** mw, SattnLayerWeights ** lw)
+SattnModel *
+gst_sattn_model_from_file (const gchar * path, const gchar * prefix,
+    const GstSattnSettings * c, guint64 d_model, gboolean zero_attn,
+    SattnStatus * status, gchar * err, gsize err_len)
+{
+  SattnLoadOptions o;
+  SattnLoadReport rep;
+
+  memset (&rep, 0, sizeof rep);
+  rep.struct_size = sizeof rep;
+  gst_sattn_load_options (c, d_model, zero_attn, &o);
+  return gst_sattn_cache_load (path, prefix, &o, &rep, status, err, err_len);
+}
+
+SattnModel *
+gst_sattn_load_model (GstSattn * self, const gchar * path,
+    const gchar * prefix, guint64 d_model, const GstSattnSettings * c,
+    gboolean zero_attn)
 {
   gchar err[1024] = "";
-  SattnStatus st;
-  SattnAttnReport rep;
+  SattnStatus st = SATTN_OK;
+  SattnModel *model;
 
-  /* Sizes left at 0 come from the file: its metadata, then its shapes. */
-  GST_OBJECT_LOCK (self);
-  mc->heads = self->props.heads_set ? heads : 0;
-  mc->d_head = self->props.head_dim;
-  mc->d_value = self->props.value_dim;
-  GST_OBJECT_UNLOCK (self);
-  mc->d_model = (size_t) d_model;
-  st = gst_sattn_read_file (path, prefix, zero_attn, set_by_user, mc, w, mw,
-      lw, &rep, err, sizeof err);
-  if (st == SATTN_OK) {
-    GST_DEBUG_OBJECT (self, "weights '%s': layout %s, d_model %"
-        G_GSIZE_FORMAT ", heads %" G_GSIZE_FORMAT " x head-dim %"
-        G_GSIZE_FORMAT " / value-dim %" G_GSIZE_FORMAT ", output %"
-        G_GSIZE_FORMAT " values%s%s", path, sattn_layout_name (rep.layout),
-        mc->d_model, mc->heads, mc->d_head, mc->d_value, mc->d_out,
-        rep.out_proj ? "" : " (no output projection)",
-        mc->encoder ? ", encoder layer" : "");
-    return TRUE;
+  model = gst_sattn_model_from_file (path, prefix, c, d_model, zero_attn,
+      &st, err, sizeof err);
+  if (model == NULL) {
+    gst_sattn_weights_error (self, st, path, d_model, err);
+    return NULL;
   }
-  gst_sattn_weights_error (self, st, path, d_model, err);
-  return FALSE;
+  GST_DEBUG_OBJECT (self, "weights '%s': %s model, %" G_GSIZE_FORMAT
+      "-value frames, heads %" G_GSIZE_FORMAT ", %" G_GSIZE_FORMAT
+      " layer(s), output %" G_GSIZE_FORMAT " values", path,
+      sattn_model_kind (model) == SATTN_MODEL_WHOLE ? "whole" : "layer",
+      sattn_model_config (model)->d_model, sattn_model_config (model)->heads,
+      sattn_model_layers (model), sattn_model_d_out (model));
+  return model;
 }
 
 /* What a model is built from, read with the object lock held: the
@@ -447,12 +413,8 @@ gst_sattn_prepare_weights (GstSattn * self)
   gboolean zero_attn, ok;
   SattnConfig mc = { 0, };
   SattnStreamConfig sc = { 0, };
-  SattnWeights w = { 0, };
-  SattnMhaWeights *mw = NULL;
-  SattnLayerWeights *lw = NULL;
   SattnModel *model = NULL, *old;
   gchar *key;
-  SattnStatus st = SATTN_OK;
 
   GST_OBJECT_LOCK (self);
   key = gst_sattn_model_inputs (self, &c, &wpath, &wprefix, &zero_attn);
@@ -460,22 +422,28 @@ gst_sattn_prepare_weights (GstSattn * self)
 
   /* As set_caps configures it, for the file's own d_model. */
   gst_sattn_core_config (&c, 0, &mc, &sc);
-  w.add_zero_attn = zero_attn;
-  ok = wpath == NULL || gst_sattn_load_weights (self, wpath, wprefix, 0,
-      c.heads, zero_attn, c.set_by_user, &mc, &w, &mw, &lw);
-  if (ok && wpath != NULL) {
-    model = gst_sattn_cache_acquire (wpath, wprefix, &mc, &w, &st);
-    if (model == NULL) {
+  ok = TRUE;
+  if (wpath != NULL) {
+    model = gst_sattn_load_model (self, wpath, wprefix, 0, &c, zero_attn);
+    ok = model != NULL;
+    if (model != NULL)
+      mc = *sattn_model_config (model);
+  }
+  if (model != NULL) {
+    /* What the file holds against the stream settings (a whole model
+     * with output=frames, a window longer than its learned positions,
+     * output=classes without a head): said now, in the core's words. */
+    gchar err[512] = "";
+
+    if (sattn_stream_config_check (model, &sc, err, sizeof err) != SATTN_OK) {
       GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-          ("Could not set up attention for the weights file's %"
-              G_GSIZE_FORMAT "-value frames with heads=%u head-dim=%u: %s",
-              mc.d_model, c.heads, c.head_dim, sattn_status_string (st)),
-          ("%s", wpath));
+          ("The weights file %s cannot run with these properties: %s", wpath,
+              err), (NULL));
+      gst_sattn_cache_release (model);
+      model = NULL;
       ok = FALSE;
     }
   }
-  sattn_mha_weights_free (mw);
-  sattn_layer_weights_free (lw);
   g_free (wpath);
   g_free (wprefix);
 
@@ -890,10 +858,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnStream *stream;
   SattnStatus st = SATTN_OK;
   SattnWeights weights = { 0, };
-  SattnMhaWeights *mw = NULL;
   SattnModel *prepared;
   SattnConfig pcfg;
-  SattnLayerWeights *lw = NULL;
   g_autofree gchar *key = NULL;       /* freed on every return */
   gchar *wpath, *wprefix;
   gboolean zero_attn, tensors = FALSE;
@@ -954,18 +920,22 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     model = self->model;
   } else {
     /* Read here only when nothing was prepared (caps without a state
-     * change, or a model built outside the cache). */
-    if (wpath != NULL && !gst_sattn_load_weights (self, wpath, wprefix,
-            d_model, c.heads, zero_attn, c.set_by_user, &mc, &weights, &mw,
-            &lw)) {
-      g_free (wpath);
-      g_free (wprefix);
-      return FALSE;
+     * change, or a model built outside the cache): the one loader, its
+     * model shared with every element whose file, prefix and options
+     * match. */
+    if (wpath != NULL) {
+      model = gst_sattn_load_model (self, wpath, wprefix, d_model, &c,
+          zero_attn);
+      if (model == NULL) {
+        g_free (wpath);
+        g_free (wprefix);
+        return FALSE;
+      }
+      mc = *sattn_model_config (model);
+    } else {
+      model = gst_sattn_cache_acquire (NULL, NULL, &mc,
+          zero_attn ? &weights : NULL, &st);
     }
-    /* The model keeps its own copy of the weights, shared with every
-     * element whose file, prefix and configuration match. */
-    model = gst_sattn_cache_acquire (wpath, wprefix, &mc,
-        (wpath != NULL || zero_attn) ? &weights : NULL, &st);
   }
   if (model == NULL) {
     gchar err[512] = "";
@@ -982,14 +952,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
             (guint) mc.heads, c.head_dim,
             gst_sattn_positions_nick (c.positions), err),
         ("%s", sattn_status_string (st)));
-    sattn_mha_weights_free (mw);
-    sattn_layer_weights_free (lw);
     g_free (wpath);
     g_free (wprefix);
     return FALSE;
   }
-  sattn_mha_weights_free (mw);
-  sattn_layer_weights_free (lw);
   g_free (wpath);
   g_free (wprefix);
   sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
@@ -1283,10 +1249,9 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
   } else if (!posted) {
     gchar *wpath, *wprefix;
     gboolean zero_attn;
-    SattnConfig mc = { 0, };
-    SattnWeights w = { 0, };
-    SattnMhaWeights *mw = NULL;
-    SattnLayerWeights *lw = NULL;
+    SattnModel *m;
+    SattnStatus lst;
+    gchar lerr[16];
 
     /* The core's own words: which tensor has which shape, and what the
      * stream's d_model would need (the file is read again on this error
@@ -1296,16 +1261,18 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
     wprefix = g_strdup (self->weights_prefix);
     zero_attn = self->add_zero_attn;
     GST_OBJECT_UNLOCK (self);
-    mc.heads = c.heads;
-    gst_sattn_layer_config (&c, &mc);
-    if (wpath != NULL && gst_sattn_load_weights (self, wpath, wprefix,
-            (guint64) channels * c.frame_size, c.heads, zero_attn,
-            c.set_by_user, &mc, &w, &mw, &lw)) {
+    m = NULL;
+    if (wpath != NULL && (m = gst_sattn_model_from_file (wpath, wprefix, &c,
+                (guint64) channels * c.frame_size, zero_attn, &lst, lerr,
+                sizeof lerr)) != NULL) {
       /* The file changed since READY->PAUSED and now fits. */
       shape = FALSE;
+    } else if (wpath != NULL) {
+      /* The core's own words: which tensor has which shape. */
+      gst_sattn_load_model (self, wpath, wprefix, (guint64) channels *
+          c.frame_size, &c, zero_attn);
     }
-    sattn_mha_weights_free (mw);
-    sattn_layer_weights_free (lw);
+    gst_sattn_cache_release (m);
     g_free (wpath);
     g_free (wprefix);
   }

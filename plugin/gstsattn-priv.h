@@ -160,14 +160,30 @@ void gst_sattn_free_stream (GstSattn * self);
 
 /* gstsattn-negotiate.c */
 
-/* Reads the attention module (and the encoder layer around it, when the
- * prefix holds one) and the options the file's metadata records; heads
- * not set by the user (set_by_user) comes from the metadata too. */
+/* The core's configurations from the settings c for d_model-value frames
+ * (the one place the element maps its settings onto them). */
 G_GNUC_INTERNAL
-gboolean gst_sattn_load_weights (GstSattn * self, const gchar * path,
-    const gchar * prefix, guint64 d_model, guint heads, gboolean zero_attn,
-    guint set_by_user, SattnConfig * mc, SattnWeights * w,
-    SattnMhaWeights ** mw, SattnLayerWeights ** lw);
+void gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
+    SattnConfig * mc, SattnStreamConfig * sc);
+/* The one loader's options for the settings c and frames of d_model
+ * values (0 = the file's). */
+G_GNUC_INTERNAL
+void gst_sattn_load_options (const GstSattnSettings * c, guint64 d_model,
+    gboolean zero_attn, SattnLoadOptions * o);
+/* The model of the weights file (path, prefix) for the settings c, through
+ * the one loader and the cache (release with gst_sattn_cache_release);
+ * NULL with *status and err (the loader's words) on failure.  Thread-safe:
+ * the swap's loader thread calls it too. */
+G_GNUC_INTERNAL
+SattnModel *gst_sattn_model_from_file (const gchar * path,
+    const gchar * prefix, const GstSattnSettings * c, guint64 d_model,
+    gboolean zero_attn, SattnStatus * status, gchar * err, gsize err_len);
+/* The same, posting the element error that names the file and what is
+ * wrong with it on failure. */
+G_GNUC_INTERNAL
+SattnModel *gst_sattn_load_model (GstSattn * self, const gchar * path,
+    const gchar * prefix, guint64 d_model, const GstSattnSettings * c,
+    gboolean zero_attn);
 /* The positions and encoder-layer options of c into mc. */
 G_GNUC_INTERNAL
 void gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc);

@@ -17,10 +17,12 @@ typedef struct
   GstSattn *self;
   guint64 generation;
   gchar *path, *prefix;
-  SattnConfig mc;               /* as set_caps builds it */
+  GstSattnSettings c;           /* the settings set_caps used */
+  guint64 d_model;
   SattnStreamConfig sc;
   gboolean zero_attn;
-  gsize d_out, extra_keys;
+  gsize d_out, extra_keys, classes;
+  SattnModelKind kind;
 } GstSattnSwapJob;
 
 void
@@ -123,9 +125,9 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
   GstSattnSwapJob *job = data;
   GstSattn *self = job->self;
   GstSattnSwap *sw = &self->swap;
-  SattnConfig mc = job->mc;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc0 = { 0, };
   SattnWeights w = { 0, };
-  SattnMhaWeights *mw = NULL;
   SattnModel *model = NULL;
   SattnStream *stream = NULL;
   SattnStatus st = SATTN_OK;
@@ -138,21 +140,34 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
   GST_DEBUG_OBJECT (self, "loading %s for a swap", job->path ? job->path :
       "identity projections");
   if (job->path != NULL) {
-    st = sattn_mha_weights_load (job->path, job->prefix ? job->prefix : "",
-        mc.d_model, mc.heads, job->zero_attn, &mc, &w, &mw, err, sizeof err);
-    if (st != SATTN_OK) {
+    /* The one loader, exactly as set_caps calls it: a swap accepts the
+     * files READY accepts and builds the same model from them. */
+    model = gst_sattn_model_from_file (job->path, job->prefix, &job->c,
+        job->d_model, job->zero_attn, &st, err, sizeof err);
+    if (model == NULL) {
       why = g_strdup_printf ("%s (%s)", err[0] ? err :
           sattn_status_string (st), sattn_status_string (st));
       goto done;
     }
+  } else {
+    gst_sattn_core_config (&job->c, job->d_model, &mc, &sc0);
+    w.add_zero_attn = job->zero_attn;
+    model = gst_sattn_cache_acquire (NULL, NULL, &mc,
+        job->zero_attn ? &w : NULL, &st);
+    if (model == NULL) {
+      why = g_strdup_printf ("the model cannot be built: %s",
+          sattn_status_string (st));
+      goto done;
+    }
   }
-  w.add_zero_attn = job->zero_attn;
-  model = gst_sattn_cache_acquire (job->path, job->prefix, &mc,
-      (job->path != NULL || job->zero_attn) ? &w : NULL, &st);
-  sattn_mha_weights_free (mw);
-  if (model == NULL) {
-    why = g_strdup_printf ("the model cannot be built: %s",
-        sattn_status_string (st));
+  if (sattn_model_kind (model) != job->kind ||
+      sattn_model_classes (model) != job->classes) {
+    why = g_strdup_printf ("it is %s where the running model is %s; a swap "
+        "keeps what the element outputs (a change of model kind needs "
+        "READY)", sattn_model_kind (model) == SATTN_MODEL_WHOLE ?
+        "a whole model" : "one attention layer",
+        job->kind == SATTN_MODEL_WHOLE ? "a whole model" :
+        "one attention layer");
     goto done;
   }
   if (sattn_model_d_out (model) != job->d_out) {
@@ -276,19 +291,16 @@ gst_sattn_swap_poll (GstSattn * self)
   job->prefix = g_strdup (self->weights_prefix);
   job->zero_attn = self->add_zero_attn;
   GST_OBJECT_UNLOCK (self);
-  /* The model configuration exactly as set_caps made it (the cache
-   * shares models whose configurations are byte-equal). */
-  job->mc.d_model = self->d_model;
-  job->mc.heads = self->cfg.heads;
-  job->mc.d_head = self->cfg.head_dim;
-  job->mc.scale = (float) self->cfg.scale;
-  job->mc.causal = self->cfg.causal;
-  job->mc.lookback = self->cfg.lookback;
-  job->mc.threads = self->cfg.threads;
+  /* The settings exactly as set_caps used them: the loader gets the same
+   * options (and the cache the same key). */
+  job->c = self->cfg;
+  job->d_model = self->d_model;
   job->sc = self->stream_config;
   job->sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
   job->d_out = sattn_model_d_out (self->model);
   job->extra_keys = sattn_model_extra_keys (self->model);
+  job->kind = sattn_model_kind (self->model);
+  job->classes = sattn_model_classes (self->model);
 
   g_mutex_lock (&sw->lock);
   job->generation = ++sw->generation;

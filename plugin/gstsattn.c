@@ -307,6 +307,9 @@ gst_sattn_output_get_type (void)
         "All rows of each window flattened into one output frame", "window"},
     {GST_SATTN_OUTPUT_MEAN, "Mean of the valid rows of each window", "mean"},
     {GST_SATTN_OUTPUT_LAST, "Row of the last frame of each window", "last"},
+    {GST_SATTN_OUTPUT_CLASSES,
+        "Class probabilities of each window (a whole model with a head)",
+        "classes"},
     {0, NULL, NULL}
   };
 

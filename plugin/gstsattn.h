@@ -21,12 +21,15 @@ G_DECLARE_FINAL_TYPE (GstSattn, gst_sattn, GST, SATTN, GstElement)
  * @GST_SATTN_OUTPUT_WINDOW: all rows of each window in one output frame
  * @GST_SATTN_OUTPUT_MEAN: the mean of the valid rows of each window
  * @GST_SATTN_OUTPUT_LAST: the row of the last frame of each window
+ * @GST_SATTN_OUTPUT_CLASSES: a whole model's class probabilities, one row
+ *   per window
  */
 typedef enum {
   GST_SATTN_OUTPUT_FRAMES = SATTN_OUTPUT_FRAMES,
   GST_SATTN_OUTPUT_WINDOW = SATTN_OUTPUT_WINDOW,
   GST_SATTN_OUTPUT_MEAN = SATTN_OUTPUT_MEAN,
   GST_SATTN_OUTPUT_LAST = SATTN_OUTPUT_LAST,
+  GST_SATTN_OUTPUT_CLASSES = SATTN_OUTPUT_CLASSES,
 } GstSattnOutput;
 
 /**

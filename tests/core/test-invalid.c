@@ -141,6 +141,9 @@ exp_window (Exp *e, size_t first, size_t end)
   for (size_t p = q0; p < n; p++)
     any |= e->row_ok[p];
   switch (e->mode) {
+  case SATTN_OUTPUT_CLASSES:
+    /* Whole models only: not simulated here (tests/python). */
+    break;
   case SATTN_OUTPUT_FRAMES:
     for (size_t i = first; i < end; i++) {
       size_t p = i + n - end;

@@ -184,6 +184,9 @@ sim_window (Sim *s, size_t e)
                  "simulator: %zu frames to account for in one window", count))
     return;
   switch (s->mode) {
+  case SATTN_OUTPUT_CLASSES:
+    /* Whole models only: not simulated here (tests/python). */
+    break;
   case SATTN_OUTPUT_FRAMES:
     for (size_t i = first; i < e; i++) {
       size_t p = i + n - e;

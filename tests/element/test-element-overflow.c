@@ -100,7 +100,7 @@ GST_END_TEST;
 static gchar *
 write_weights (gfloat wqkv, gfloat wo)
 {
-  const gchar *hdr_fmt = "{\"__metadata__\":{\"format\":\"pt\"},"
+  const gchar *hdr_fmt = "{\"__metadata__\":{\"format\":\"pt\",\"num_heads\":\"1\"},"
       "\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[6,2],"
       "\"data_offsets\":[0,48]},"
       "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[6],"
