@@ -340,10 +340,14 @@ int sattn_frames_ok (const SattnModel *m, size_t cnt, const uint8_t *valid,
 size_t sattn_zero_overflowed_rows (const SattnModel *m, float *out,
                                    size_t rows, size_t ldo, uint8_t *row_ok);
 
-/* simd.c: hot loops, AVX2+FMA chosen at run time (SATTN_SIMD=0 in the
- * environment forces the portable code). */
-int sattn_simd_level (void);            /* 0 portable, 1 AVX2+FMA */
-void sattn_simd_force (int level);      /* tests only */
+/* core/cpu: the kernels, one table per SIMD level (kernels-portable.c,
+ * kernels-avx2.c, kernels-avx512.c), the CPU's chosen once (isa.c); the
+ * functions below call through it.  Every level gives each function's
+ * result to the byte that level always gave.  SATTN_SIMD=0 / 1 in the
+ * environment caps the level (portable / AVX2). */
+int sattn_simd_level (void);  /* 0 portable, 1 AVX2+FMA, 2 AVX-512 */
+/* Tests only: the level (and its table) from now on, in every thread. */
+void sattn_simd_force (int level);
 void sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt,
                size_t m, size_t nk, size_t dh, float *S, size_t lds);
 /* sattn_qk, also giving rmax[i] = the max of row i's nk scores, NaN scores
@@ -402,5 +406,59 @@ void sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
 /* y[i * ldy + j] += b[j] for rows i < n and columns j < k. */
 void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b,
                      size_t k);
+
+/* The kernel table of one level: the functions above (sattn_qk is qk,
+ * and so on). */
+typedef void (*SattnQkFn) (const float *q, size_t ldq, const float *kt,
+                           size_t ldkt, size_t m, size_t nk, size_t dh,
+                           float *S, size_t lds);
+typedef void (*SattnQkMaxFn) (const float *q, size_t ldq, const float *kt,
+                              size_t ldkt, size_t m, size_t nk, size_t dh,
+                              float *S, size_t lds, float *rmax);
+typedef void (*SattnSoftmaxRowsFn) (float *S, size_t lds, size_t m,
+                                    size_t n, const float *qmax, float scale,
+                                    uint8_t *rows, float *norm);
+typedef void (*SattnPvFn) (const float *P, size_t ldp, size_t m, size_t nk,
+                           const float *v, size_t ldv, size_t dv, float *O,
+                           size_t ldo);
+typedef int (*SattnPvNormFn) (const float *P, size_t ldp, size_t m,
+                              size_t nk, const float *v, size_t ldv,
+                              size_t dv, const float *norm, float *O,
+                              size_t ldo);
+typedef float (*SattnScanFn) (float *s, size_t n, const uint8_t *ok,
+                              float scale, size_t counts[4]);
+typedef float (*SattnMaxFn) (const float *s, size_t n, int *finite);
+typedef double (*SattnExpSumFn) (float *y, size_t n, float scale, float mx);
+typedef double (*SattnExpSumStatsFn) (float *y, size_t n, float scale,
+                                      float mx, double *ex, float *xmin);
+typedef void (*SattnMulFn) (float *y, size_t n, float a);
+typedef int (*SattnFiniteFn) (const float *x, size_t n);
+typedef void (*SattnRowsFn) (const float *x, size_t ldx, const uint8_t *ok,
+                             size_t cnt, size_t w, float *dst, size_t ldd,
+                             size_t mir);
+typedef void (*SattnAddBiasFn) (float *y, size_t ldy, size_t n,
+                                const float *b, size_t k);
+
+typedef struct {
+  const char *name;                 /* "portable", "avx2", "avx512" */
+  SattnQkFn qk;
+  SattnQkMaxFn qk_max;
+  SattnSoftmaxRowsFn softmax_rows;
+  SattnPvFn pv;
+  SattnPvNormFn pv_norm;
+  SattnScanFn softmax_scan;
+  SattnMaxFn softmax_max;
+  SattnExpSumFn exp_sum;
+  SattnExpSumStatsFn exp_sum_stats;
+  SattnMulFn mul;
+  SattnFiniteFn finite;
+  SattnRowsFn copy_rows, transpose_rows;
+  SattnAddBiasFn add_bias;
+} SattnKernels;
+
+/* The table of the level sattn_simd_level () says (chosen at the first
+ * call; sattn_simd_force switches it).  A caller that makes many calls
+ * in a row may take it once. */
+const SattnKernels *sattn_kernels (void);
 
 #endif

@@ -47,7 +47,9 @@ fi
   -I"$src/include" -I"$work/meson/include" \
   $(pkg-config --cflags glib-2.0 json-glib-1.0) \
   "$here/fuzz-weights.c" "$src/core/io/weights.c" "$src/core/base/status.c" \
-  "$src/core/cpu/simd.c" -I"$src/core" \
+  "$src/core/cpu/isa.c" "$src/core/cpu/kernels-portable.c" \
+  "$src/core/cpu/kernels-avx2.c" "$src/core/cpu/kernels-avx512.c" \
+  -I"$src/core" \
   $(pkg-config --libs glib-2.0 json-glib-1.0) -lm \
   -o "$work/fuzz-weights"
 
