@@ -408,7 +408,10 @@ void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b,
                      size_t k);
 
 /* The kernel table of one level: the functions above (sattn_qk is qk,
- * and so on). */
+ * and so on) and linear.c's loops (see sattn_linear_d): double rows into
+ * double (linear_dd) or float (linear_df) rows, float rows into float
+ * rows (linear_ff), each with the signature of sattn_linear_d; widen:
+ * rows × din floats (row stride ldx) into rows of din doubles. */
 typedef void (*SattnQkFn) (const float *q, size_t ldq, const float *kt,
                            size_t ldkt, size_t m, size_t nk, size_t dh,
                            float *S, size_t lds);
@@ -438,6 +441,20 @@ typedef void (*SattnRowsFn) (const float *x, size_t ldx, const uint8_t *ok,
                              size_t mir);
 typedef void (*SattnAddBiasFn) (float *y, size_t ldy, size_t n,
                                 const float *b, size_t k);
+typedef void (*SattnLinearDDFn) (const double *x, size_t ldx, size_t rows,
+                                 const double *Wt, size_t ldw,
+                                 const double *b, size_t din, size_t n,
+                                 double *y, size_t ldy);
+typedef void (*SattnLinearDFFn) (const double *x, size_t ldx, size_t rows,
+                                 const double *Wt, size_t ldw,
+                                 const double *b, size_t din, size_t n,
+                                 float *y, size_t ldy);
+typedef void (*SattnLinearFFFn) (const float *x, size_t ldx, size_t rows,
+                                 const double *Wt, size_t ldw,
+                                 const double *b, size_t din, size_t n,
+                                 float *y, size_t ldy);
+typedef void (*SattnWidenFn) (const float *x, size_t ldx, size_t rows,
+                              size_t din, double *xb);
 
 typedef struct {
   const char *name;                 /* "portable", "avx2", "avx512" */
@@ -454,6 +471,10 @@ typedef struct {
   SattnFiniteFn finite;
   SattnRowsFn copy_rows, transpose_rows;
   SattnAddBiasFn add_bias;
+  SattnLinearDDFn linear_dd;
+  SattnLinearDFFn linear_df;
+  SattnLinearFFFn linear_ff;
+  SattnWidenFn widen;
 } SattnKernels;
 
 /* The table of the level sattn_simd_level () says (chosen at the first

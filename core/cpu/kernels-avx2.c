@@ -541,6 +541,81 @@ mul_avx2 (float *restrict y, size_t n, float a)
     y[i] *= a;
 }
 
+/* ------------------------------------------------ double linear loops */
+
+#define INLINE static inline __attribute__ ((always_inline))
+
+/* R rows × 12 columns from column j (three vectors of 4 doubles per
+ * row); the column tail by the portable loop (the same chains). */
+AVX2 INLINE void
+tile256 (const void *restrict x, const int xf, size_t ldx,
+         const double *restrict Wt, size_t ldw, const double *restrict b,
+         size_t din, size_t j, void *restrict y, const int yf, size_t ldy,
+         const int R)
+{
+  __m256d a[4][3];
+  for (int v = 0; v < 3; v++) {
+    __m256d bv = b != NULL ? _mm256_loadu_pd (b + j + 4 * v)
+        : _mm256_setzero_pd ();
+    for (int r = 0; r < R; r++)
+      a[r][v] = bv;
+  }
+  for (size_t t = 0; t < din; t++) {
+    const double *wr = Wt + t * ldw + j;
+    __m256d w[3];
+    for (int v = 0; v < 3; v++)
+      w[v] = _mm256_loadu_pd (wr + 4 * v);
+    for (int r = 0; r < R; r++) {
+      __m256d xv = _mm256_set1_pd (XAT (x, xf, r * ldx + t));
+      for (int v = 0; v < 3; v++)
+        a[r][v] = _mm256_fmadd_pd (xv, w[v], a[r][v]);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < 3; v++) {
+      if (yf)
+        _mm_storeu_ps ((float *) y + r * ldy + j + 4 * v,
+                       _mm256_cvtpd_ps (a[r][v]));
+      else
+        _mm256_storeu_pd ((double *) y + r * ldy + j + 4 * v, a[r][v]);
+    }
+}
+
+#define LIN256(name, xf, yf, XT, YT)                                          \
+AVX2 static void                                                            \
+name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
+      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
+{                                                                           \
+  const size_t jv = n / 12 * 12;                                            \
+  size_t i = 0;                                                             \
+  for (; i + 4 <= rows; i += 4)                                             \
+    for (size_t j = 0; j < jv; j += 12)                                     \
+      tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf,   \
+               ldy, 4);                                                     \
+  for (; i < rows; i++)                                                     \
+    for (size_t j = 0; j < jv; j += 12)                                     \
+      tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf,   \
+               ldy, 1);                                                     \
+  if (jv < n)                                                               \
+    lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, jv, n, y, yf, ldy);    \
+}
+
+LIN256 (lin256_dd, 0, 0, double, double)
+LIN256 (lin256_df, 0, 1, double, float)
+LIN256 (lin256_ff, 1, 1, float, float)
+
+AVX2 static void
+cvt256 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
+{
+  for (size_t i = 0; i < rows; i++) {
+    size_t t = 0;
+    for (; t + 4 <= din; t += 4)
+      _mm256_storeu_pd (xb + i * din + t,
+                        _mm256_cvtps_pd (_mm_loadu_ps (x + i * ldx + t)));
+    for (; t < din; t++)
+      xb[i * din + t] = (double) x[i * ldx + t];
+  }
+}
 
 /* ------------------------------------------------------------- table */
 
@@ -585,5 +660,9 @@ const SattnKernels sattn_kernels_avx2 = {
   .copy_rows = copy_rows_portable,
   .transpose_rows = transpose_rows_portable,
   .add_bias = add_bias_portable,
+  .linear_dd = lin256_dd,
+  .linear_df = lin256_df,
+  .linear_ff = lin256_ff,
+  .widen = cvt256,
 };
 #endif /* SATTN_HAVE_X86 */

@@ -804,6 +804,109 @@ softmax_rows_avx512 (float *S, size_t lds, size_t m, size_t n,
   }
 }
 
+/* ------------------------------------------------ double linear loops */
+
+#define INLINE static inline __attribute__ ((always_inline))
+#define LIN_PF 16
+
+/* R rows × 16 columns from column j (two vectors of 8 doubles per row: 2 R
+ * independent chains).  A tile of 16 whole columns (full) loads and
+ * stores whole vectors; the column tail masks them (masked loads cost
+ * about 5 % of the loop).  Twelve rows per weight load: the weights
+ * (d_in × n doubles, a 480-wide matrix's column strip 61 KB per tile)
+ * come from L2, and fewer rows made the loop wait for them (12 rows:
+ * 24 accumulators, two weight vectors and the broadcast in 27 of the 32
+ * registers).  Each step prefetches the weight row LIN_PF rows ahead:
+ * rows are d_out doubles apart (another page), where the hardware
+ * prefetchers do not follow, and between pushes the matrix has left L2. */
+AVX512 INLINE void
+tile512 (const void *restrict x, const int xf, size_t ldx,
+         const double *restrict Wt, size_t ldw, const double *restrict b,
+         size_t din, size_t n, size_t j, void *restrict y, const int yf,
+         size_t ldy, const int R, const int full)
+{
+  const size_t r0 = n - j, r1 = r0 > 8 ? r0 - 8 : 0;
+  const __mmask8 m0 = full || r0 >= 8 ? 0xff : (__mmask8) ((1u << r0) - 1u);
+  const __mmask8 m1 = full || r1 >= 8 ? 0xff : (__mmask8) ((1u << r1) - 1u);
+  __m512d a0[12], a1[12];
+  __m512d b0 = _mm512_setzero_pd (), b1 = _mm512_setzero_pd ();
+  if (b != NULL) {
+    b0 = full ? _mm512_loadu_pd (b + j) : _mm512_maskz_loadu_pd (m0, b + j);
+    b1 = full ? _mm512_loadu_pd (b + j + 8)
+        : _mm512_maskz_loadu_pd (m1, b + j + 8);
+  }
+  for (int r = 0; r < R; r++) {
+    a0[r] = b0;
+    a1[r] = b1;
+  }
+  for (size_t t = 0; t < din; t++) {
+    const double *wr = Wt + t * ldw + j;
+    _mm_prefetch ((const char *) (wr + LIN_PF * ldw), _MM_HINT_T0);
+    _mm_prefetch ((const char *) (wr + LIN_PF * ldw + 8), _MM_HINT_T0);
+    __m512d w0 = full ? _mm512_loadu_pd (wr) : _mm512_maskz_loadu_pd (m0, wr);
+    __m512d w1 = full ? _mm512_loadu_pd (wr + 8)
+        : _mm512_maskz_loadu_pd (m1, wr + 8);
+    for (int r = 0; r < R; r++) {
+      __m512d xv = _mm512_set1_pd (XAT (x, xf, r * ldx + t));
+      a0[r] = _mm512_fmadd_pd (xv, w0, a0[r]);
+      a1[r] = _mm512_fmadd_pd (xv, w1, a1[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    if (yf) {
+      float *yr = (float *) y + r * ldy + j;
+      _mm256_mask_storeu_ps (yr, m0, _mm512_cvtpd_ps (a0[r]));
+      _mm256_mask_storeu_ps (yr + 8, m1, _mm512_cvtpd_ps (a1[r]));
+    } else {
+      double *yr = (double *) y + r * ldy + j;
+      _mm512_mask_storeu_pd (yr, m0, a0[r]);
+      _mm512_mask_storeu_pd (yr + 8, m1, a1[r]);
+    }
+  }
+}
+
+/* Rows [i, i + R) of every column while cond holds: whole tiles, then
+ * the masked tail. */
+#define LIN512_ROWS(R, cond, xf, yf)                                          \
+  for (; i + (R) <= rows && (cond); i += (R)) {                             \
+    size_t j = 0;                                                           \
+    for (; j + 16 <= n; j += 16)                                            \
+      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy,    \
+               yf, ldy, (R), 1);                                            \
+    if (j < n)                                                              \
+      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy,    \
+               yf, ldy, (R), 0);                                            \
+  }
+
+/* Blocks of 12 rows, but 16 rows left go as 8 + 8 (not 12 + 4). */
+#define LIN512(name, xf, yf, XT, YT)                                          \
+AVX512 static void                                                          \
+name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
+      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
+{                                                                           \
+  size_t i = 0;                                                             \
+  LIN512_ROWS (12, rows - i != 16, xf, yf)                                  \
+  LIN512_ROWS (8, 1, xf, yf)                                                \
+  LIN512_ROWS (4, 1, xf, yf)                                                \
+  LIN512_ROWS (1, 1, xf, yf)                                                \
+}
+
+LIN512 (lin512_dd, 0, 0, double, double)
+LIN512 (lin512_df, 0, 1, double, float)
+LIN512 (lin512_ff, 1, 1, float, float)
+
+/* rows × din floats (row stride ldx) into doubles (row stride din). */
+AVX512 static void
+cvt512 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
+{
+  for (size_t i = 0; i < rows; i++)
+    for (size_t t = 0; t < din; t += 8) {
+      const __mmask8 m = din - t >= 8 ? 0xff
+          : (__mmask8) ((1u << (din - t)) - 1u);
+      _mm512_mask_storeu_pd (xb + i * din + t, m, _mm512_cvtps_pd (
+          _mm256_maskz_loadu_ps (m, x + i * ldx + t)));
+    }
+}
 
 /* ------------------------------------------------------------- table */
 
@@ -866,5 +969,9 @@ const SattnKernels sattn_kernels_avx512 = {
   .copy_rows = copy_rows_avx512,
   .transpose_rows = transpose_rows_avx512,
   .add_bias = add_bias_avx512,
+  .linear_dd = lin512_dd,
+  .linear_df = lin512_df,
+  .linear_ff = lin512_ff,
+  .widen = cvt512,
 };
 #endif /* SATTN_HAVE_X86 */

@@ -105,6 +105,26 @@ softmax_rows_portable (float *S, size_t lds, size_t m, size_t n,
                            norm);
 }
 
+/* The portable loops under the signatures of the vector ones. */
+#define LINP(name, xf, yf, XT, YT)                                            \
+static void                                                                 \
+name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
+      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
+{                                                                           \
+  lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, 0, n, y, yf, ldy);       \
+}
+
+LINP (linp_dd, 0, 0, double, double)
+LINP (linp_df, 0, 1, double, float)
+LINP (linp_ff, 1, 1, float, float)
+
+static void
+cvtp (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
+{
+  for (size_t i = 0; i < rows; i++)
+    for (size_t t = 0; t < din; t++)
+      xb[i * din + t] = (double) x[i * ldx + t];
+}
 
 const SattnKernels sattn_kernels_portable = {
   .name = "portable",
@@ -122,4 +142,8 @@ const SattnKernels sattn_kernels_portable = {
   .copy_rows = copy_rows_portable,
   .transpose_rows = transpose_rows_portable,
   .add_bias = add_bias_portable,
+  .linear_dd = linp_dd,
+  .linear_df = linp_df,
+  .linear_ff = linp_ff,
+  .widen = cvtp,
 };

@@ -129,5 +129,43 @@ finite_portable (const float *restrict x, size_t n)
   return (acc & 0x80000000u) == 0;
 }
 
+/* The input row entry (r, t) as a double: from float or double rows. */
+#define XAT(x, xf, i) ((xf) ? (double) ((const float *) (x))[i] \
+                       : ((const double *) (x))[i])
+
+
+/* Columns [j0, n) of rows of y = b + x Wt (Wt: din × n at row stride
+ * ldw), one double row of 64 columns at a time; xf / yf: x / y are float
+ * (y rounded once) rather than double.  Never inlined: the AVX2 loops
+ * call it for their column tails, as they did when it had more callers
+ * in one file (every product is exact, so the bytes would not change
+ * either way; their code does not either). */
+SATTN_LOOP __attribute__ ((noinline)) void
+lin_portable (const void *restrict x, int xf, size_t ldx, size_t rows,
+              const double *restrict Wt, size_t ldw, const double *restrict b,
+              size_t din, size_t j0, size_t n, void *restrict y, int yf,
+              size_t ldy)
+{
+  double acc[64];
+  for (size_t i = 0; i < rows; i++) {
+    for (size_t c0 = j0; c0 < n; c0 += 64) {
+      const size_t nb = n - c0 < 64 ? n - c0 : 64;
+      for (size_t j = 0; j < nb; j++)
+        acc[j] = b != NULL ? b[c0 + j] : 0.0;
+      for (size_t t = 0; t < din; t++) {
+        const double a = XAT (x, xf, i * ldx + t);
+        const double *restrict wr = Wt + t * ldw + c0;
+        for (size_t j = 0; j < nb; j++)
+          acc[j] += a * wr[j];
+      }
+      for (size_t j = 0; j < nb; j++) {
+        if (yf)
+          ((float *) y)[i * ldy + c0 + j] = (float) acc[j];
+        else
+          ((double *) y)[i * ldy + c0 + j] = acc[j];
+      }
+    }
+  }
+}
 
 #endif
