@@ -21,9 +21,9 @@ struct SattnModel {
    * from h times that width, so that a stream's task projects a head's
    * columns of new frames in one block product wide enough for the
    * register-tiled loop (see project_head in stream.c); V's columns only
-   * when V sums in float (wvd NULL), the only case that reads them; only
-   * for models whose threads resolve to 2 or more (the per-head path
-   * needs workers); NULL otherwise. */
+   * when V sums in float (wvd NULL), the only case that reads them.  Built
+   * whatever streams the model will serve (a model holds no thread
+   * count): only streams with workers read it; NULL otherwise. */
   float *wqkv;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
@@ -262,6 +262,28 @@ SattnStatus sattn_fail (SattnStatus st, char *err, size_t err_len,
                         const char *fmt, ...)
     __attribute__ ((format (printf, 4, 5)));
 
+/* A caller's struct that carries its size (size_t struct_size first,
+ * sattn.h at SattnConfig) read into dst, a struct of this version of size
+ * bytes: zeroed, then the min (struct_size, size) bytes of src (0 =
+ * size), then dst's struct_size set to size.  SATTN_E_INVAL with words
+ * naming the argument (what, e.g. "SattnConfig" or
+ * "SattnLoadOptions.cfg") and its type when struct_size is below
+ * min_size (the end of the last field of soname 1) or above max_size
+ * (SIZE_MAX: no bound; a struct held within another has one), or when it
+ * is above size and the bytes past size are not all zero (fields of a
+ * later version, which this one cannot honour). */
+SattnStatus sattn_struct_in (const char *what, const char *type,
+                             const void *src, void *dst, size_t size,
+                             size_t min_size, size_t max_size, char *err,
+                             size_t err_len);
+/* min_size of the caller-filled structs of soname 1. */
+#define SATTN_CONFIG_MIN_SIZE \
+  (offsetof (SattnConfig, norm_eps) + sizeof (double))
+#define SATTN_WEIGHTS_MIN_SIZE \
+  (offsetof (SattnWeights, norm2_b) + sizeof (const float *))
+#define SATTN_STREAM_CONFIG_MIN_SIZE \
+  (offsetof (SattnStreamConfig, threads) + sizeof (int))
+
 /* Up to 16 divisors of value, those nearest to wanted, ascending, as
  * "a, b, c" in buf (len bytes): the values that work, for messages. */
 void sattn_divisors (char *buf, size_t len, size_t value, size_t wanted);
@@ -321,7 +343,7 @@ typedef struct SattnPool SattnPool;
 typedef void (*SattnTaskFn) (void *ctx, size_t task, unsigned worker);
 /* CPUs this process may run on (affinity mask), at least 1. */
 unsigned sattn_available_cpus (void);
-/* SattnConfig.threads -> total threads (caller included), >= 1. */
+/* SattnStreamConfig.threads -> total threads (caller included), >= 1. */
 unsigned sattn_resolve_threads (int threads);
 /* n_threads total threads, caller included: n_threads - 1 workers.
  * Returns NULL for n_threads <= 1 and on failure (tell them apart by

@@ -109,11 +109,12 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   mc->scale = gst_sattn_core_scale (c->scale);
   mc->causal = c->causal;
   mc->lookback = c->lookback;
-  mc->threads = c->threads;
   sc->window = c->window;
   sc->hop = c->hop;
   sc->output = (SattnOutputMode) c->output;
   sc->start = (SattnStartPolicy) c->start;
+  /* Threads are the stream's: one model serves elements of any count. */
+  sc->threads = c->threads;
   gst_sattn_layer_config (c, mc);
 }
 

@@ -493,8 +493,9 @@ gst_sattn_class_init (GstSattnClass * klass)
           rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_THREADS,
       g_param_spec_int ("threads", "Threads",
-          "worker threads of the core (1 = none; 0 = one per available "
-          "CPU)", 0, MAX_THREADS, DEFAULT_THREADS, geom));
+          "threads computing this element's stream (1 = the streaming "
+          "thread only; 0 = one per available CPU); the model is shared "
+          "whatever the count", 0, MAX_THREADS, DEFAULT_THREADS, geom));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS,
       g_param_spec_string ("weights", "Weights",
           "safetensors file with a torch.nn.MultiheadAttention state dict "

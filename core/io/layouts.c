@@ -469,7 +469,13 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
     }
     c.rope_base = b;
   }
-  *cfg_inout = c;
+  /* The options only: the caller's struct may be of another size (its
+   * struct_size). */
+  cfg_inout->activation = c.activation;
+  cfg_inout->norm_first = c.norm_first;
+  cfg_inout->norm_eps = c.norm_eps;
+  cfg_inout->positions = c.positions;
+  cfg_inout->rope_base = c.rope_base;
 
 out:
   g_free (pfx);
@@ -518,7 +524,7 @@ pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
     return NULL;
   }
   p = mw->block;
-  *w_out = (SattnWeights) { 0 };
+  *w_out = (SattnWeights) { .struct_size = sizeof (SattnWeights) };
   if (t->fw != NULL) {
     memcpy (p, t->fw->data, (2 * dq + dv) * e * sizeof (float));
   } else {

@@ -55,7 +55,6 @@ fresh_rows (const gchar * path, const float *x, gsize T, gint output,
   gsize n = 0, nr, i;
 
   mc.heads = HEADS;
-  mc.threads = 1;
   fail_unless_equals_int (sattn_mha_weights_load (path, "", D, HEADS, 0, &mc,
           &w, &mw, err, sizeof err), SATTN_OK);
   m = sattn_model_new (&mc, &w, &st);
@@ -64,6 +63,7 @@ fresh_rows (const gchar * path, const float *x, gsize T, gint output,
   sc.window = WINDOW;
   sc.hop = HOP;
   sc.output = (SattnOutputMode) output;
+  sc.threads = 1;
   s = sattn_stream_new (m, &sc, &st);
   fail_unless (s != NULL);
   for (i = 0; i < T; i += FRAMES_PER_BUF) {
