@@ -13,12 +13,21 @@
  * cannot be read and one of another d_model are refused with a warning
  * that names the file, and A stays in use for every row.
  *
+ * Then swaps between files written here (random, seeded: RoPE, ALiBi,
+ * encoder layers, heads from the metadata, the hf / bert / llama
+ * layouts, whole models with output=classes), compared byte for byte
+ * with fresh elements fed the same caps and buffers: the rows before the
+ * boundary are fresh A's, the rows from it fresh B's.
+ *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
 #include "sattn/sattn-weights.h"
 
+#include <math.h>
 #include <string.h>
+
+#include <glib/gstdio.h>
 
 #define RATE 1000
 #define D 16
@@ -342,6 +351,789 @@ GST_START_TEST (test_swap_then_stop)
 
 GST_END_TEST;
 
+/* ==================================================================
+ * Swaps compared byte for byte with fresh elements.
+ *
+ * The weights files below are written here (random values from a fixed
+ * seed) in the layouts the one loader reads.  A run records what it fed
+ * (caps and buffers, in order); a fresh element with file A, and one
+ * with file B, are then fed exactly the same, and the swapping element's
+ * rows before the boundary must have the bytes of fresh A's, the rows
+ * from the boundary on the bytes of fresh B's.  Each comparison first
+ * checks that A and B give different rows on both sides, so that a swap
+ * that did nothing, or happened at the wrong place, fails.
+ * ================================================================== */
+
+static gchar *tmp_dir;
+
+static gchar *
+tmp_path (const gchar * name)
+{
+  GError *err = NULL;
+
+  if (tmp_dir == NULL) {
+    tmp_dir = g_dir_make_tmp ("sattn-swap-XXXXXX", &err);
+    fail_unless (tmp_dir != NULL, "%s", err ? err->message : "");
+  }
+  return g_build_filename (tmp_dir, name, NULL);
+}
+
+/* After each test (in its process): the files it wrote. */
+static void
+tmp_cleanup (void)
+{
+  GDir *d;
+  const gchar *n;
+
+  if (tmp_dir == NULL)
+    return;
+  d = g_dir_open (tmp_dir, 0, NULL);
+  while (d != NULL && (n = g_dir_read_name (d)) != NULL) {
+    gchar *p = g_build_filename (tmp_dir, n, NULL);
+
+    g_unlink (p);
+    g_free (p);
+  }
+  if (d != NULL)
+    g_dir_close (d);
+  g_rmdir (tmp_dir);
+  g_clear_pointer (&tmp_dir, g_free);
+}
+
+/* ------------------------------------------------ safetensors writing */
+
+typedef struct
+{
+  GString *tensors;             /* the header's tensor entries */
+  GString *meta;                /* its __metadata__ entries */
+  GByteArray *data;
+  GRand *rng;
+} StWriter;
+
+static void
+st_init (StWriter * w, guint32 seed)
+{
+  w->tensors = g_string_new (NULL);
+  w->meta = g_string_new (NULL);
+  w->data = g_byte_array_new ();
+  w->rng = g_rand_new_with_seed (seed);
+}
+
+static void
+st_json_string (GString * s, const gchar * v)
+{
+  g_string_append_c (s, '"');
+  for (; *v; v++) {
+    if (*v == '"' || *v == '\\')
+      g_string_append_c (s, '\\');
+    g_string_append_c (s, *v);
+  }
+  g_string_append_c (s, '"');
+}
+
+static void
+st_meta (StWriter * w, const gchar * key, const gchar * value)
+{
+  if (w->meta->len > 0)
+    g_string_append_c (w->meta, ',');
+  st_json_string (w->meta, key);
+  g_string_append_c (w->meta, ':');
+  st_json_string (w->meta, value);
+}
+
+/* An F32 tensor of rows × cols values (cols 0: a vector of rows). */
+static void
+st_tensor (StWriter * w, const gchar * name, gsize rows, gsize cols,
+    const float *v)
+{
+  gsize off = w->data->len, n = rows * (cols ? cols : 1), i;
+
+  for (i = 0; i < n; i++) {
+    guint32 u;
+
+    memcpy (&u, &v[i], 4);
+    u = GUINT32_TO_LE (u);
+    g_byte_array_append (w->data, (const guint8 *) &u, 4);
+  }
+  if (w->tensors->len > 0)
+    g_string_append_c (w->tensors, ',');
+  st_json_string (w->tensors, name);
+  if (cols)
+    g_string_append_printf (w->tensors, ":{\"dtype\":\"F32\",\"shape\":[%"
+        G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "],", rows, cols);
+  else
+    g_string_append_printf (w->tensors, ":{\"dtype\":\"F32\",\"shape\":[%"
+        G_GSIZE_FORMAT "],", rows);
+  g_string_append_printf (w->tensors, "\"data_offsets\":[%" G_GSIZE_FORMAT
+      ",%u]}", off, w->data->len);
+}
+
+/* Uniform values in centre ± amp. */
+static void
+st_rand (StWriter * w, const gchar * name, gsize rows, gsize cols,
+    gdouble centre, gdouble amp)
+{
+  gsize n = rows * (cols ? cols : 1), i;
+  float *v = g_new (float, n);
+
+  for (i = 0; i < n; i++)
+    v[i] = (float) (centre + g_rand_double_range (w->rng, -amp, amp));
+  st_tensor (w, name, rows, cols, v);
+  g_free (v);
+}
+
+/* A Linear(in_f, out_f) as PyTorch names it: p + name + ".weight" (and
+ * ".bias" when bias), initialised at PyTorch's scale, a little larger
+ * so that the attention is far from uniform. */
+static void
+st_linear (StWriter * w, const gchar * p, const gchar * name, gsize out_f,
+    gsize in_f, gboolean bias)
+{
+  gchar *n = g_strdup_printf ("%s%s.weight", p, name);
+  gdouble amp = 2.0 / sqrt ((gdouble) in_f);
+
+  st_rand (w, n, out_f, in_f, 0.0, amp);
+  g_free (n);
+  if (bias) {
+    n = g_strdup_printf ("%s%s.bias", p, name);
+    st_rand (w, n, out_f, 0, 0.0, 0.2);
+    g_free (n);
+  }
+}
+
+/* A LayerNorm(d): weight near 1, bias near 0. */
+static void
+st_norm (StWriter * w, const gchar * p, const gchar * name, gsize d)
+{
+  gchar *n = g_strdup_printf ("%s%s.weight", p, name);
+
+  st_rand (w, n, d, 0, 1.0, 0.3);
+  g_free (n);
+  n = g_strdup_printf ("%s%s.bias", p, name);
+  st_rand (w, n, d, 0, 0.0, 0.2);
+  g_free (n);
+}
+
+/* Writes the file (header padded to 8 bytes, as safetensors writes it)
+ * and frees the writer. */
+static void
+st_write (StWriter * w, const gchar * path)
+{
+  GString *h = g_string_new ("{");
+  GByteArray *b = g_byte_array_new ();
+  guint64 le;
+  GError *err = NULL;
+
+  if (w->meta->len > 0)
+    g_string_append_printf (h, "\"__metadata__\":{%s}%s", w->meta->str,
+        w->tensors->len > 0 ? "," : "");
+  g_string_append (h, w->tensors->str);
+  g_string_append_c (h, '}');
+  while (h->len % 8 != 0)
+    g_string_append_c (h, ' ');
+  le = GUINT64_TO_LE ((guint64) h->len);
+  g_byte_array_append (b, (const guint8 *) &le, 8);
+  g_byte_array_append (b, (const guint8 *) h->str, (guint) h->len);
+  g_byte_array_append (b, w->data->data, w->data->len);
+  fail_unless (g_file_set_contents (path, (const gchar *) b->data, b->len,
+          &err), "%s", err ? err->message : "");
+  g_byte_array_unref (b);
+  g_string_free (h, TRUE);
+  g_string_free (w->tensors, TRUE);
+  g_string_free (w->meta, TRUE);
+  g_byte_array_unref (w->data);
+  g_rand_free (w->rng);
+}
+
+/* ------------------------------------------------------ weights files */
+
+typedef enum
+{
+  LAYOUT_MHA,                   /* nn.MultiheadAttention, packed */
+  LAYOUT_HF,                    /* q_proj, k_proj, v_proj, out_proj */
+  LAYOUT_BERT,                  /* query, key, value, output.dense */
+  LAYOUT_LLAMA,                 /* wq, wk, wv, wo (no biases) */
+} Layout;
+
+/* The attention module under p: frames of e values, d_out values out. */
+static void
+st_attn (StWriter * w, const gchar * p, Layout layout, gsize e, gsize d_out)
+{
+  gchar *n;
+
+  switch (layout) {
+    case LAYOUT_MHA:
+      n = g_strdup_printf ("%sin_proj_weight", p);
+      st_rand (w, n, 3 * e, e, 0.0, 2.0 / sqrt ((gdouble) e));
+      g_free (n);
+      n = g_strdup_printf ("%sin_proj_bias", p);
+      st_rand (w, n, 3 * e, 0, 0.0, 0.2);
+      g_free (n);
+      st_linear (w, p, "out_proj", d_out, e, TRUE);
+      break;
+    case LAYOUT_HF:
+      st_linear (w, p, "q_proj", e, e, TRUE);
+      st_linear (w, p, "k_proj", e, e, TRUE);
+      st_linear (w, p, "v_proj", e, e, TRUE);
+      st_linear (w, p, "out_proj", d_out, e, TRUE);
+      break;
+    case LAYOUT_BERT:
+      st_linear (w, p, "query", e, e, TRUE);
+      st_linear (w, p, "key", e, e, TRUE);
+      st_linear (w, p, "value", e, e, TRUE);
+      st_linear (w, p, "output.dense", d_out, e, TRUE);
+      break;
+    case LAYOUT_LLAMA:
+      st_linear (w, p, "wq", e, e, FALSE);
+      st_linear (w, p, "wk", e, e, FALSE);
+      st_linear (w, p, "wv", e, e, FALSE);
+      st_linear (w, p, "wo", d_out, e, FALSE);
+      break;
+  }
+}
+
+/* An attention module (ff == 0) or an nn.TransformerEncoderLayer with a
+ * feed-forward of ff (its attention, packed, under "self_attn."), for
+ * frames of e values.  heads: metadata num_heads (0: not recorded);
+ * positions: metadata positions (NULL: not recorded). */
+static gchar *
+write_layer (const gchar * name, guint32 seed, Layout layout, gsize e,
+    gsize d_out, guint heads, const gchar * positions, gsize ff)
+{
+  gchar *path = tmp_path (name), num[16];
+  StWriter w;
+
+  st_init (&w, seed);
+  g_snprintf (num, sizeof num, "%u", heads);
+  if (ff == 0) {
+    st_attn (&w, "", layout, e, d_out);
+    if (heads)
+      st_meta (&w, "num_heads", num);
+  } else {
+    st_attn (&w, "self_attn.", LAYOUT_MHA, e, e);
+    st_linear (&w, "", "linear1", ff, e, TRUE);
+    st_linear (&w, "", "linear2", e, ff, TRUE);
+    st_norm (&w, "", "norm1", e);
+    st_norm (&w, "", "norm2", e);
+    if (heads)
+      st_meta (&w, "self_attn.num_heads", num);
+  }
+  if (positions)
+    st_meta (&w, "positions", positions);
+  st_write (&w, path);
+  return path;
+}
+
+/* A whole model (python/sattn/nn.py's SignalTransformer): frames of f
+ * values embedded into d, n_layers encoder layers (feed-forward ff),
+ * mean pooling and a head of `classes`.  positions: "learned" (a
+ * pos_embed of max_window rows) or a metadata word; mlp: a two-layer
+ * head (head.0, ReLU, head.2) rather than a Linear one; final_norm:
+ * encoder.norm; norm_first: the layers' metadata. */
+typedef struct
+{
+  gsize f, d, n_layers, ff, classes, max_window;
+  guint heads;
+  const gchar *positions;
+  gboolean mlp, final_norm, norm_first;
+} WholeSpec;
+
+static gchar *
+write_whole (const gchar * name, guint32 seed, const WholeSpec * s)
+{
+  gchar *path = tmp_path (name), num[16], p[64];
+  GString *labels = g_string_new ("[");
+  StWriter w;
+  gsize i;
+
+  st_init (&w, seed);
+  st_linear (&w, "", "embed", s->d, s->f, TRUE);
+  if (g_strcmp0 (s->positions, "learned") == 0)
+    st_rand (&w, "pos_embed", s->max_window, s->d, 0.0, 0.5);
+  for (i = 0; i < s->n_layers; i++) {
+    gchar *a;
+
+    g_snprintf (p, sizeof p, "encoder.layers.%" G_GSIZE_FORMAT ".", i);
+    a = g_strdup_printf ("%sself_attn.", p);
+    st_attn (&w, a, LAYOUT_MHA, s->d, s->d);
+    g_free (a);
+    st_linear (&w, p, "linear1", s->ff, s->d, TRUE);
+    st_linear (&w, p, "linear2", s->d, s->ff, TRUE);
+    st_norm (&w, p, "norm1", s->d);
+    st_norm (&w, p, "norm2", s->d);
+  }
+  if (s->final_norm)
+    st_norm (&w, "encoder.", "norm", s->d);
+  if (s->mlp) {
+    st_linear (&w, "", "head.0", 2 * s->d, s->d, TRUE);
+    st_linear (&w, "", "head.2", s->classes, 2 * s->d, TRUE);
+  } else {
+    st_linear (&w, "", "head", s->classes, s->d, TRUE);
+  }
+  g_snprintf (num, sizeof num, "%u", s->heads);
+  st_meta (&w, "num_heads", num);
+  st_meta (&w, "positions", s->positions);
+  st_meta (&w, "pooling", "mean");
+  st_meta (&w, "norm_first", s->norm_first ? "1" : "0");
+  for (i = 0; i < s->classes; i++)
+    g_string_append_printf (labels, "%s\"class-%" G_GSIZE_FORMAT "\"",
+        i ? "," : "", i);
+  g_string_append_c (labels, ']');
+  st_meta (&w, "labels", labels->str);
+  g_string_free (labels, TRUE);
+  st_write (&w, path);
+  return path;
+}
+
+/* ---------------------------------------------------- feeding, replayed */
+
+/* The element's settings in a comparison. */
+typedef struct
+{
+  guint channels;               /* floats per frame (frame-size 1) */
+  guint window, hop;
+  guint heads;                  /* 0: not set (the file's metadata) */
+  const gchar *output;          /* the output property's nick */
+  gsize row_floats;             /* floats per output row */
+  gboolean per_window;          /* a row per window (else per frame) */
+} Setup;
+
+static GstHarness *
+setup_harness (const Setup * s, const gchar * weights)
+{
+  GstElement *e = gst_element_factory_make ("sattn", NULL);
+  GstHarness *h;
+
+  fail_unless (e != NULL, "the sattn element is not available");
+  g_object_set (e, "weights", weights, "window", s->window, "hop", s->hop,
+      NULL);
+  if (s->heads != 0)
+    g_object_set (e, "heads", s->heads, NULL);
+  gst_util_set_object_arg (G_OBJECT (e), "output", s->output);
+  h = gst_harness_new_with_element (e, "sink", "src");
+  gst_object_unref (e);
+  return h;
+}
+
+/* What a run fed, in order: caps of a rate (rate > 0), or the next
+ * `frames` frames as one buffer. */
+typedef struct
+{
+  gint rate;
+  gsize frames;
+} FeedOp;
+
+typedef struct
+{
+  GstHarness *h;
+  GstBus *bus;
+  const float *x;
+  gsize d, x_frames;
+  gsize pos;                    /* frames fed so far */
+  gint rate;                    /* of the current caps (0: none yet) */
+  GstClockTime t0;              /* PTS of frame f0 */
+  gsize f0;                     /* first frame under the current caps */
+  GArray *ops;                  /* FeedOp, recorded */
+} Feeder;
+
+static void
+feeder_init (Feeder * fd, GstHarness * h, const float *x, gsize d,
+    gsize x_frames)
+{
+  memset (fd, 0, sizeof (*fd));
+  fd->h = h;
+  fd->bus = sattn_attach_bus (h);
+  fd->x = x;
+  fd->d = d;
+  fd->x_frames = x_frames;
+  fd->ops = g_array_new (FALSE, FALSE, sizeof (FeedOp));
+}
+
+/* New caps: a new rate, the timeline continuing where it was. */
+static void
+feeder_caps (Feeder * fd, gint rate)
+{
+  FeedOp op = { rate, 0 };
+
+  if (fd->rate != 0)
+    fd->t0 += gst_util_uint64_scale (fd->pos - fd->f0, GST_SECOND, fd->rate);
+  fd->f0 = fd->pos;
+  fd->rate = rate;
+  sattn_set_caps (fd->h, rate, (gint) fd->d);
+  g_array_append_val (fd->ops, op);
+}
+
+/* One buffer of the next n frames; the element must take it. */
+static void
+feeder_push (Feeder * fd, gsize n)
+{
+  FeedOp op = { 0, n };
+  GstClockTime pts = fd->t0 + gst_util_uint64_scale (fd->pos - fd->f0,
+      GST_SECOND, fd->rate);
+
+  fail_unless (fd->pos + n <= fd->x_frames);
+  fail_unless_equals_int (gst_harness_push (fd->h,
+          sattn_buffer_new (fd->x + fd->pos * fd->d,
+              n * fd->d * sizeof (float), pts, 0)), GST_FLOW_OK);
+  fd->pos += n;
+  g_array_append_val (fd->ops, op);
+}
+
+/* n frames in buffers of FRAMES_PER_BUF (the last one shorter). */
+static void
+feeder_push_frames (Feeder * fd, gsize n)
+{
+  while (n > 0) {
+    gsize k = MIN (n, FRAMES_PER_BUF);
+
+    feeder_push (fd, k);
+    n -= k;
+  }
+}
+
+static void
+feeder_replay (Feeder * fd, const GArray * ops)
+{
+  guint i;
+
+  for (i = 0; i < ops->len; i++) {
+    const FeedOp *op = &g_array_index (ops, FeedOp, i);
+
+    if (op->rate > 0)
+      feeder_caps (fd, op->rate);
+    else
+      feeder_push (fd, op->frames);
+  }
+}
+
+/* Fails on an ERROR message; the number of WARNING messages popped (the
+ * text of the first in *first when first is not NULL). */
+static guint
+pop_warnings (GstBus * bus, gchar ** first)
+{
+  GstMessage *msg;
+  guint n = 0;
+
+  while ((msg = gst_bus_pop_filtered (bus, GST_MESSAGE_WARNING |
+              GST_MESSAGE_ERROR)) != NULL) {
+    GError *err = NULL;
+    gchar *dbg = NULL;
+
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+      gst_message_parse_error (msg, &err, &dbg);
+      fail ("an error was posted: %s (%s)", err->message, dbg ? dbg : "");
+    }
+    gst_message_parse_warning (msg, &err, &dbg);
+    GST_INFO ("warning: %s", err->message);
+    if (n == 0 && first != NULL)
+      *first = g_strdup (err->message);
+    n++;
+    g_clear_error (&err);
+    g_free (dbg);
+    gst_message_unref (msg);
+  }
+  return n;
+}
+
+/* EOS, then every float that came out; no error posted.  The harness is
+ * torn down. */
+static GArray *
+feeder_finish (Feeder * fd)
+{
+  SattnOutput o;
+  GArray *floats;
+
+  fail_unless (gst_harness_push_event (fd->h, gst_event_new_eos ()));
+  sattn_output_init (&o);
+  sattn_output_pull_all (fd->h, &o);
+  pop_warnings (fd->bus, NULL);
+  floats = g_array_ref (o.floats);
+  sattn_output_clear (&o);
+  g_array_unref (fd->ops);
+  sattn_detach_bus (fd->h, fd->bus);
+  gst_harness_teardown (fd->h);
+  return floats;
+}
+
+/* The output of a fresh element with weights fed ops. */
+static GArray *
+fresh_run (const Setup * s, const gchar * weights, const float *x,
+    gsize x_frames, const GArray * ops)
+{
+  Feeder fd;
+
+  feeder_init (&fd, setup_harness (s, weights), x, s->channels, x_frames);
+  feeder_replay (&fd, ops);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  return feeder_finish (&fd);
+}
+
+/* The floats [from, to) of got have the bytes of ref's. */
+static void
+assert_same_bytes (const gchar * label, const GArray * got,
+    const GArray * ref, gsize from, gsize to, gsize row_floats)
+{
+  const float *g = (const float *) got->data, *r = (const float *) ref->data;
+  gsize i;
+
+  fail_unless (to <= got->len && to <= ref->len, "%s: %u and %u floats, "
+      "[%" G_GSIZE_FORMAT ", %" G_GSIZE_FORMAT ") asked for", label,
+      got->len, ref->len, from, to);
+  for (i = from; i < to; i++)
+    if (memcmp (&g[i], &r[i], sizeof (float)) != 0)
+      break;
+  GST_INFO ("%s: floats [%" G_GSIZE_FORMAT ", %" G_GSIZE_FORMAT ") %s", label,
+      from, to, i == to ? "equal" : "differ");
+  fail_unless (i == to, "%s: row %" G_GSIZE_FORMAT " value %" G_GSIZE_FORMAT
+      " is %.9g where the fresh element gives %.9g", label, i / row_floats,
+      i % row_floats, g[i], r[i]);
+}
+
+/* The floats [from, to) of a and b differ somewhere. */
+static void
+assert_differ (const gchar * label, const GArray * a, const GArray * b,
+    gsize from, gsize to)
+{
+  fail_unless (to > from && to <= a->len && to <= b->len);
+  fail_if (memcmp ((const float *) a->data + from,
+          (const float *) b->data + from, (to - from) * sizeof (float)) == 0,
+      "%s: the two files give the same rows, so this comparison cannot "
+      "tell them apart", label);
+}
+
+/* Runs the element on A, asks for B after t1 frames, feeds until the
+ * swap message and t_after frames more; then compares against fresh A
+ * and fresh B fed the same.  Returns the boundary's frame. */
+static guint64
+swap_exact (const Setup * s, const gchar * a, const gchar * b)
+{
+  const gsize t1 = 4 * s->window + 3, t_after = 5 * s->window + 11;
+  const gsize t_max = 20000;
+  float *x = g_new (float, t_max * s->channels);
+  Feeder fd;
+  GArray *ops, *got, *ref_a, *ref_b;
+  gint64 at = -1;
+  gsize r_at, n;
+  gchar *prop = NULL;
+
+  sattn_fill_signal (x, t_max * s->channels, 77, 1.0f);
+  feeder_init (&fd, setup_harness (s, a), x, s->channels, t_max);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, t1);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+
+  g_object_set (fd.h->element, "weights", b, NULL);
+  /* Frames keep flowing while B loads; it takes over at a boundary. */
+  while (at < 0 && fd.pos + FRAMES_PER_BUF <= t_max - t_after) {
+    feeder_push (&fd, FRAMES_PER_BUF);
+    at = swapped_at (fd.bus, b);
+    if (at < 0)
+      g_usleep (1000);
+  }
+  fail_unless (at >= 0, "no swap after %" G_GSIZE_FORMAT " frames: %s",
+      fd.pos, "B was refused or never taken over");
+  fail_unless (at >= (gint64) t1 && at <= (gint64) fd.pos);
+  fail_unless_equals_int (at % s->hop, 0);
+  feeder_push_frames (&fd, t_after);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  g_object_get (fd.h->element, "weights", &prop, NULL);
+  fail_unless_equals_string (prop, b);
+  g_free (prop);
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref_a = fresh_run (s, a, x, t_max, ops);
+  ref_b = fresh_run (s, b, x, t_max, ops);
+  fail_unless_equals_int (got->len, ref_a->len);
+  fail_unless_equals_int (got->len, ref_b->len);
+  fail_unless_equals_int (got->len % s->row_floats, 0);
+  n = got->len;
+  r_at = (s->per_window ? (gsize) at / s->hop : (gsize) at) * s->row_floats;
+  GST_INFO ("swap at frame %" G_GINT64_FORMAT ": %" G_GSIZE_FORMAT " rows "
+      "before it, %" G_GSIZE_FORMAT " from it", at, r_at / s->row_floats,
+      (n - r_at) / s->row_floats);
+  fail_unless (r_at > 0 && r_at < n);
+  assert_differ ("before the boundary", ref_a, ref_b, 0, r_at);
+  assert_differ ("from the boundary", ref_a, ref_b, r_at, n);
+  assert_same_bytes ("rows before the boundary vs fresh A", got, ref_a, 0,
+      r_at, s->row_floats);
+  assert_same_bytes ("rows from the boundary vs fresh B", got, ref_b, r_at,
+      n, s->row_floats);
+
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref_a);
+  g_array_unref (ref_b);
+  g_free (x);
+  return (guint64) at;
+}
+
+static const Setup layer_setup = {
+  .channels = 16,.window = 16,.hop = 5,.heads = 2,.output = "frames",
+  .row_floats = 16,.per_window = FALSE
+};
+
+/* Two RoPE files of the same geometry: the positions go on across the
+ * boundary (the new model's frames keep their absolute indices). */
+GST_START_TEST (test_swap_exact_rope)
+{
+  gchar *a = write_layer ("rope-a.safetensors", 1, LAYOUT_MHA, 16, 16, 2,
+      "rope", 0);
+  gchar *b = write_layer ("rope-b.safetensors", 2, LAYOUT_MHA, 16, 16, 2,
+      "rope", 0);
+
+  swap_exact (&layer_setup, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_swap_exact_alibi)
+{
+  gchar *a = write_layer ("alibi-a.safetensors", 3, LAYOUT_MHA, 16, 16, 2,
+      "alibi", 0);
+  gchar *b = write_layer ("alibi-b.safetensors", 4, LAYOUT_MHA, 16, 16, 2,
+      "alibi", 0);
+
+  swap_exact (&layer_setup, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+/* nn.TransformerEncoderLayer files with RoPE, heads from their metadata. */
+GST_START_TEST (test_swap_exact_encoder_rope)
+{
+  Setup s = layer_setup;
+  gchar *a = write_layer ("enc-a.safetensors", 5, LAYOUT_MHA, 16, 16, 2,
+      "rope", 32);
+  gchar *b = write_layer ("enc-b.safetensors", 6, LAYOUT_MHA, 16, 16, 2,
+      "rope", 32);
+
+  s.heads = 0;
+  swap_exact (&s, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+/* heads not set: both files say 4 heads in their metadata. */
+GST_START_TEST (test_swap_exact_heads_from_metadata)
+{
+  Setup s = layer_setup;
+  gchar *a = write_layer ("meta-a.safetensors", 7, LAYOUT_MHA, 16, 16, 4,
+      NULL, 0);
+  gchar *b = write_layer ("meta-b.safetensors", 8, LAYOUT_MHA, 16, 16, 4,
+      NULL, 0);
+
+  s.heads = 0;
+  swap_exact (&s, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_swap_exact_hf)
+{
+  gchar *a = write_layer ("hf-a.safetensors", 9, LAYOUT_HF, 16, 16, 2, NULL,
+      0);
+  gchar *b = write_layer ("hf-b.safetensors", 10, LAYOUT_HF, 16, 16, 2, NULL,
+      0);
+
+  swap_exact (&layer_setup, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_swap_exact_bert)
+{
+  Setup s = layer_setup;
+  gchar *a = write_layer ("bert-a.safetensors", 11, LAYOUT_BERT, 16, 16, 2,
+      NULL, 0);
+  gchar *b = write_layer ("bert-b.safetensors", 12, LAYOUT_BERT, 16, 16, 2,
+      NULL, 0);
+
+  s.heads = 0;
+  swap_exact (&s, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_swap_exact_llama)
+{
+  Setup s = layer_setup;
+  gchar *a = write_layer ("llama-a.safetensors", 13, LAYOUT_LLAMA, 16, 16, 2,
+      "rope", 0);
+  gchar *b = write_layer ("llama-b.safetensors", 14, LAYOUT_LLAMA, 16, 16, 2,
+      "rope", 0);
+
+  s.heads = 0;
+  swap_exact (&s, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+/* Whole models, output=classes: one row of class probabilities per
+ * window.  A and B differ in everything a swap may change (positions,
+ * head, final norm, norm placement) but their classes. */
+GST_START_TEST (test_swap_exact_whole_classes)
+{
+  const Setup s = {
+    .channels = 6,.window = 12,.hop = 4,.heads = 0,.output = "classes",
+    .row_floats = 5,.per_window = TRUE
+  };
+  const WholeSpec wa = {
+    .f = 6,.d = 16,.n_layers = 2,.ff = 24,.classes = 5,.max_window = 12,
+    .heads = 2,.positions = "learned",.mlp = FALSE,.final_norm = TRUE,
+    .norm_first = FALSE
+  };
+  const WholeSpec wb = {
+    .f = 6,.d = 16,.n_layers = 3,.ff = 20,.classes = 5,.max_window = 0,
+    .heads = 4,.positions = "rope",.mlp = TRUE,.final_norm = FALSE,
+    .norm_first = TRUE
+  };
+  gchar *a = write_whole ("whole-a.safetensors", 15, &wa);
+  gchar *b = write_whole ("whole-b.safetensors", 16, &wb);
+
+  swap_exact (&s, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+/* The same whole model kind with ALiBi on both sides. */
+GST_START_TEST (test_swap_exact_whole_alibi)
+{
+  const Setup s = {
+    .channels = 6,.window = 12,.hop = 4,.heads = 0,.output = "classes",
+    .row_floats = 3,.per_window = TRUE
+  };
+  WholeSpec w = {
+    .f = 6,.d = 16,.n_layers = 2,.ff = 24,.classes = 3,.max_window = 0,
+    .heads = 2,.positions = "alibi",.mlp = FALSE,.final_norm = TRUE,
+    .norm_first = FALSE
+  };
+  gchar *a = write_whole ("whole-alibi-a.safetensors", 17, &w);
+  gchar *b = write_whole ("whole-alibi-b.safetensors", 18, &w);
+
+  swap_exact (&s, a, b);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
 static Suite *
 sattn_swap_suite (void)
 {
@@ -354,6 +1146,19 @@ sattn_swap_suite (void)
   tcase_add_test (tc, test_swap_missing_file);
   tcase_add_test (tc, test_swap_other_geometry);
   tcase_add_test (tc, test_swap_then_stop);
+
+  tc = tcase_create ("exact");
+  suite_add_tcase (s, tc);
+  tcase_add_checked_fixture (tc, NULL, tmp_cleanup);
+  tcase_add_test (tc, test_swap_exact_rope);
+  tcase_add_test (tc, test_swap_exact_alibi);
+  tcase_add_test (tc, test_swap_exact_encoder_rope);
+  tcase_add_test (tc, test_swap_exact_heads_from_metadata);
+  tcase_add_test (tc, test_swap_exact_hf);
+  tcase_add_test (tc, test_swap_exact_bert);
+  tcase_add_test (tc, test_swap_exact_llama);
+  tcase_add_test (tc, test_swap_exact_whole_classes);
+  tcase_add_test (tc, test_swap_exact_whole_alibi);
   return s;
 }
 
