@@ -288,9 +288,10 @@ refused (const gchar * bad_path, const gchar * expect_in_message)
   T = T2;
   fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
   fail_unless (swapped_at (bus, bad_path) < 0, "a refused file took over");
-  /* The property says what was asked for. */
+  /* The property names the file in use again (a later caps event or
+   * READY reads it). */
   g_object_get (h->element, "weights", &prop, NULL);
-  fail_unless_equals_string (prop, bad_path);
+  fail_unless_equals_string (prop, a);
   g_free (prop);
 
   ref_a = fresh_rows (a, x, T, OUT_FRAMES, &T);
@@ -1134,6 +1135,427 @@ GST_START_TEST (test_swap_exact_whole_alibi)
 
 GST_END_TEST;
 
+/* ------------------------------------------------------ refused swaps */
+
+/* What the refusal tests run: file A (attention, E = 16, 2 heads in its
+ * metadata, `heads` not set) in frames mode. */
+static const Setup refuse_setup = {
+  .channels = 16,.window = 16,.hop = 5,.heads = 0,.output = "frames",
+  .row_floats = 16,.per_window = FALSE
+};
+
+static gchar *
+write_a (void)
+{
+  return write_layer ("a.safetensors", 21, LAYOUT_MHA, 16, 16, 2, NULL, 0);
+}
+
+static gchar *
+bad_missing (const gchar * a)
+{
+  (void) a;
+  return tmp_path ("absent.safetensors");
+}
+
+/* The first half of A's bytes. */
+static gchar *
+bad_truncated (const gchar * a)
+{
+  gchar *p = tmp_path ("truncated.safetensors"), *buf = NULL;
+  gsize len = 0;
+
+  fail_unless (g_file_get_contents (a, &buf, &len, NULL));
+  fail_unless (g_file_set_contents (p, buf, (gssize) (len / 2), NULL));
+  g_free (buf);
+  return p;
+}
+
+static gchar *
+bad_not_safetensors (const gchar * a)
+{
+  gchar *p = tmp_path ("text.safetensors");
+
+  (void) a;
+  fail_unless (g_file_set_contents (p, "not a safetensors file\n", -1,
+          NULL));
+  return p;
+}
+
+/* Frames of 24 values: not the stream's 16. */
+static gchar *
+bad_geometry (const gchar * a)
+{
+  (void) a;
+  return write_layer ("e24.safetensors", 22, LAYOUT_MHA, 24, 24, 3, NULL, 0);
+}
+
+/* Output rows of 8 values: downstream has caps for 16. */
+static gchar *
+bad_d_out (const gchar * a)
+{
+  (void) a;
+  return write_layer ("dout8.safetensors", 23, LAYOUT_HF, 16, 8, 2, NULL, 0);
+}
+
+/* A whole model where one attention layer runs: other output. */
+static gchar *
+bad_whole (const gchar * a)
+{
+  const WholeSpec w = {
+    .f = 16,.d = 16,.n_layers = 1,.ff = 16,.classes = 16,.max_window = 0,
+    .heads = 2,.positions = "none",.mlp = FALSE,.final_norm = FALSE,
+    .norm_first = FALSE
+  };
+
+  (void) a;
+  return write_whole ("whole16.safetensors", 24, &w);
+}
+
+/* No num_heads in the metadata and `heads` not set: the loader refuses
+ * to guess. */
+static gchar *
+bad_no_heads (const gchar * a)
+{
+  (void) a;
+  return write_layer ("noheads.safetensors", 25, LAYOUT_MHA, 16, 16, 0, NULL,
+      0);
+}
+
+typedef gchar *(*BadFile) (const gchar * a);
+
+static const struct
+{
+  const gchar *what;
+  BadFile make;
+} bad_files[] = {
+  {"missing file", bad_missing},
+  {"truncated file", bad_truncated},
+  {"not a safetensors file", bad_not_safetensors},
+  {"other geometry (E = 24)", bad_geometry},
+  {"other d_out (8)", bad_d_out},
+  {"a whole model", bad_whole},
+  {"no head count", bad_no_heads},
+};
+
+/* Pops the warning about bad (waiting up to 10 s for it); it names the
+ * file and says the running model stays. */
+static void
+expect_refusal (GstBus * bus, const gchar * bad)
+{
+  GstMessage *msg;
+  GError *err = NULL;
+  gchar *dbg = NULL;
+
+  msg = gst_bus_timed_pop_filtered (bus, 10 * GST_SECOND,
+      GST_MESSAGE_WARNING | GST_MESSAGE_ERROR);
+  fail_unless (msg != NULL, "no warning for %s", bad);
+  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+    gst_message_parse_error (msg, &err, &dbg);
+    fail ("an error was posted for %s: %s", bad, err->message);
+  }
+  gst_message_parse_warning (msg, &err, &dbg);
+  GST_INFO ("warning: %s", err->message);
+  fail_unless (strstr (err->message, bad) != NULL,
+      "the warning does not name the file: %s", err->message);
+  fail_unless (strstr (err->message, "stays in use") != NULL,
+      "the warning does not say the model stays: %s", err->message);
+  g_clear_error (&err);
+  g_free (dbg);
+  gst_message_unref (msg);
+}
+
+static void
+expect_weights (GstHarness * h, const gchar * path)
+{
+  gchar *prop = NULL;
+
+  g_object_get (h->element, "weights", &prop, NULL);
+  fail_unless_equals_string (prop, path);
+  g_free (prop);
+}
+
+/* A refused swap (loader thread), then a rate change: the element keeps
+ * running on A, the property names A again, and every row has the bytes
+ * of a fresh element on A fed the same. */
+GST_START_TEST (test_refused_then_caps)
+{
+  const gsize t_max = 400;
+  gchar *a = write_a (), *bad = bad_files[__i__].make (a);
+  float *x = g_new (float, t_max * 16);
+  Feeder fd;
+  GArray *ops, *got, *ref;
+
+  GST_INFO ("refused: %s", bad_files[__i__].what);
+  sattn_fill_signal (x, t_max * 16, 78, 1.0f);
+  feeder_init (&fd, setup_harness (&refuse_setup, a), x, 16, t_max);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 105);
+  g_object_set (fd.h->element, "weights", bad, NULL);
+  feeder_push (&fd, FRAMES_PER_BUF);  /* the loader starts here */
+  expect_refusal (fd.bus, bad);
+  expect_weights (fd.h, a);
+  feeder_push_frames (&fd, 30);
+  /* New caps read the weights property again. */
+  feeder_caps (&fd, 2 * RATE);
+  feeder_push_frames (&fd, 100);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  expect_weights (fd.h, a);
+  fail_unless (swapped_at (fd.bus, bad) < 0);
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref = fresh_run (&refuse_setup, a, x, t_max, ops);
+  fail_unless_equals_int (got->len, fd.pos * 16);
+  fail_unless_equals_int (got->len, ref->len);
+  assert_same_bytes ("every row vs fresh A", got, ref, 0, ref->len, 16);
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref);
+  g_free (x);
+  g_free (a);
+  g_free (bad);
+}
+
+GST_END_TEST;
+
+/* Caps that come before the loader has looked at the file (here: before
+ * any buffer after the request) read the property themselves: the
+ * request is refused there the same way, A stays. */
+GST_START_TEST (test_refused_at_caps)
+{
+  const gsize t_max = 400;
+  gchar *a = write_a (), *bad = bad_files[__i__].make (a);
+  float *x = g_new (float, t_max * 16);
+  Feeder fd;
+  GArray *ops, *got, *ref;
+
+  GST_INFO ("refused at caps: %s", bad_files[__i__].what);
+  sattn_fill_signal (x, t_max * 16, 79, 1.0f);
+  feeder_init (&fd, setup_harness (&refuse_setup, a), x, 16, t_max);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 105);
+  g_object_set (fd.h->element, "weights", bad, NULL);
+  feeder_caps (&fd, 2 * RATE);
+  expect_refusal (fd.bus, bad);
+  expect_weights (fd.h, a);
+  feeder_push_frames (&fd, 100);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 50);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  expect_weights (fd.h, a);
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref = fresh_run (&refuse_setup, a, x, t_max, ops);
+  fail_unless_equals_int (got->len, ref->len);
+  assert_same_bytes ("every row vs fresh A", got, ref, 0, ref->len, 16);
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref);
+  g_free (x);
+  g_free (a);
+  g_free (bad);
+}
+
+GST_END_TEST;
+
+/* Set while PLAYING but before the first caps, weights is a swap request
+ * like any other: the model read at READY is the one running, so a file
+ * that cannot serve the stream is refused with a warning and A (which
+ * fits) runs from the first frame.  (Set in READY, the same file is the
+ * configured one and fails the state change as usual.) */
+GST_START_TEST (test_refused_before_first_caps)
+{
+  const gsize t_max = 300;
+  gchar *a = write_a (), *bad = bad_files[__i__].make (a);
+  float *x = g_new (float, t_max * 16);
+  Feeder fd;
+  GArray *ops, *got, *ref;
+
+  GST_INFO ("refused before caps: %s", bad_files[__i__].what);
+  sattn_fill_signal (x, t_max * 16, 80, 1.0f);
+  feeder_init (&fd, setup_harness (&refuse_setup, a), x, 16, t_max);
+  g_object_set (fd.h->element, "weights", bad, NULL);
+  feeder_caps (&fd, RATE);
+  expect_refusal (fd.bus, bad);
+  expect_weights (fd.h, a);
+  feeder_push_frames (&fd, 200);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref = fresh_run (&refuse_setup, a, x, t_max, ops);
+  fail_unless_equals_int (got->len, 200 * 16);
+  fail_unless_equals_int (got->len, ref->len);
+  assert_same_bytes ("every row vs fresh A", got, ref, 0, ref->len, 16);
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref);
+  g_free (x);
+  g_free (a);
+  g_free (bad);
+}
+
+GST_END_TEST;
+
+/* The complement: a file that fits, set before the first caps, runs
+ * from the first frame (no warning). */
+GST_START_TEST (test_swap_before_first_caps)
+{
+  const gsize t_max = 300;
+  gchar *a = write_a ();
+  gchar *b = write_layer ("b.safetensors", 26, LAYOUT_HF, 16, 16, 2, "rope",
+      0);
+  float *x = g_new (float, t_max * 16);
+  Feeder fd;
+  GArray *ops, *got, *ref_a, *ref_b;
+
+  sattn_fill_signal (x, t_max * 16, 81, 1.0f);
+  feeder_init (&fd, setup_harness (&refuse_setup, a), x, 16, t_max);
+  g_object_set (fd.h->element, "weights", b, NULL);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 200);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  expect_weights (fd.h, b);
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref_a = fresh_run (&refuse_setup, a, x, t_max, ops);
+  ref_b = fresh_run (&refuse_setup, b, x, t_max, ops);
+  fail_unless_equals_int (got->len, ref_b->len);
+  assert_differ ("A against B", ref_a, ref_b, 0, ref_b->len);
+  assert_same_bytes ("every row vs fresh B", got, ref_b, 0, ref_b->len, 16);
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref_a);
+  g_array_unref (ref_b);
+  g_free (x);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
+/* A refused swap never stops the pipeline: every kind of refusal in one
+ * run, each seen by the loader or by new caps, each followed by new
+ * caps; every buffer is taken, no error, and every row is fresh A's. */
+GST_START_TEST (test_refused_never_stops)
+{
+  const gsize t_max = 4000;
+  gchar *a = write_a ();
+  float *x = g_new (float, t_max * 16);
+  Feeder fd;
+  GArray *ops, *got, *ref;
+  guint i;
+
+  sattn_fill_signal (x, t_max * 16, 82, 1.0f);
+  feeder_init (&fd, setup_harness (&refuse_setup, a), x, 16, t_max);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 40);
+  for (i = 0; i < 2 * G_N_ELEMENTS (bad_files); i++) {
+    gchar *bad = bad_files[i / 2].make (a);
+
+    GST_INFO ("refusal %u: %s, %s", i, bad_files[i / 2].what, i % 2 ?
+        "at caps" : "by the loader");
+    g_object_set (fd.h->element, "weights", bad, NULL);
+    if (i % 2 == 0)
+      feeder_push (&fd, FRAMES_PER_BUF);
+    else
+      feeder_caps (&fd, fd.rate == RATE ? 2 * RATE : RATE);
+    expect_refusal (fd.bus, bad);
+    feeder_push_frames (&fd, 33);
+    feeder_caps (&fd, fd.rate == RATE ? 2 * RATE : RATE);
+    feeder_push_frames (&fd, 41);
+    fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+    expect_weights (fd.h, a);
+    g_free (bad);
+  }
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref = fresh_run (&refuse_setup, a, x, t_max, ops);
+  fail_unless_equals_int (got->len, fd.pos * 16);
+  fail_unless_equals_int (got->len, ref->len);
+  assert_same_bytes ("every row vs fresh A", got, ref, 0, ref->len, 16);
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref);
+  g_free (x);
+  g_free (a);
+}
+
+GST_END_TEST;
+
+/* After a swap A -> B, weights set back to A and new caps at once (before
+ * the loader saw the request): the caps run A, the file the property
+ * names, not the one the stream was set up with; then B again through
+ * new caps runs B. */
+GST_START_TEST (test_swap_then_caps)
+{
+  const gsize t_max = 20000;
+  gchar *a = write_a ();
+  gchar *b = write_layer ("b.safetensors", 27, LAYOUT_MHA, 16, 16, 2, NULL,
+      0);
+  float *x = g_new (float, t_max * 16);
+  Feeder fd;
+  GArray *ops, *got, *ref_a, *ref_b;
+  gint64 at = -1;
+  gsize seg2, seg3, n;
+
+  sattn_fill_signal (x, t_max * 16, 83, 1.0f);
+  feeder_init (&fd, setup_harness (&refuse_setup, a), x, 16, t_max);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 60);
+  g_object_set (fd.h->element, "weights", b, NULL);
+  while (at < 0 && fd.pos + FRAMES_PER_BUF <= t_max - 1000) {
+    feeder_push (&fd, FRAMES_PER_BUF);
+    at = swapped_at (fd.bus, b);
+    if (at < 0)
+      g_usleep (1000);
+  }
+  fail_unless (at >= 0, "B never took over");
+  feeder_push_frames (&fd, 40);
+  /* Frames mode: new caps drain the old stream, so rows and frames
+   * line up. */
+  g_object_set (fd.h->element, "weights", a, NULL);
+  seg2 = fd.pos;
+  feeder_caps (&fd, 2 * RATE);
+  feeder_push_frames (&fd, 90);
+  g_object_set (fd.h->element, "weights", b, NULL);
+  seg3 = fd.pos;
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 90);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  expect_weights (fd.h, b);
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref_a = fresh_run (&refuse_setup, a, x, t_max, ops);
+  ref_b = fresh_run (&refuse_setup, b, x, t_max, ops);
+  n = got->len;
+  fail_unless_equals_int (n, ref_a->len);
+  fail_unless_equals_int (n, ref_b->len);
+  fail_unless_equals_int (n, fd.pos * 16);
+  assert_differ ("A against B", ref_a, ref_b, 0, n);
+  assert_same_bytes ("first caps, before the swap, vs fresh A", got, ref_a,
+      0, (gsize) at * 16, 16);
+  assert_same_bytes ("first caps, from the swap, vs fresh B", got, ref_b,
+      (gsize) at * 16, seg2 * 16, 16);
+  assert_same_bytes ("second caps (weights back to A) vs fresh A", got,
+      ref_a, seg2 * 16, seg3 * 16, 16);
+  assert_same_bytes ("third caps (B again) vs fresh B", got, ref_b,
+      seg3 * 16, n, 16);
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref_a);
+  g_array_unref (ref_b);
+  g_free (x);
+  g_free (a);
+  g_free (b);
+}
+
+GST_END_TEST;
+
 static Suite *
 sattn_swap_suite (void)
 {
@@ -1159,6 +1581,18 @@ sattn_swap_suite (void)
   tcase_add_test (tc, test_swap_exact_llama);
   tcase_add_test (tc, test_swap_exact_whole_classes);
   tcase_add_test (tc, test_swap_exact_whole_alibi);
+
+  tc = tcase_create ("refused");
+  suite_add_tcase (s, tc);
+  tcase_add_checked_fixture (tc, NULL, tmp_cleanup);
+  tcase_add_loop_test (tc, test_refused_then_caps, 0,
+      G_N_ELEMENTS (bad_files));
+  tcase_add_loop_test (tc, test_refused_at_caps, 0, G_N_ELEMENTS (bad_files));
+  tcase_add_loop_test (tc, test_refused_before_first_caps, 0,
+      G_N_ELEMENTS (bad_files));
+  tcase_add_test (tc, test_swap_before_first_caps);
+  tcase_add_test (tc, test_refused_never_stops);
+  tcase_add_test (tc, test_swap_then_caps);
   return s;
 }
 
