@@ -1078,10 +1078,27 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     g_free (wprefix);
     return FALSE;
   }
-  g_free (wpath);
-  g_free (wprefix);
   sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
   gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
+  {
+    /* What the file's model cannot run with (a whole model with
+     * output=frames, say), in the core's words as at READY, before its
+     * size is asked for: there is none. */
+    gchar err[512] = "";
+
+    if (sattn_stream_config_check (model, &sc, err, sizeof err) !=
+        SATTN_OK) {
+      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+          ("The weights file %s cannot run with these properties: %s",
+              wpath ? wpath : "(none: identity projections)", err), (NULL));
+      gst_sattn_cache_release (model);
+      g_free (wpath);
+      g_free (wprefix);
+      return FALSE;
+    }
+  }
+  g_free (wpath);
+  g_free (wprefix);
   chunk = gst_sattn_chunk_frames (&c, d_model);
   if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
     gst_sattn_cache_release (model);

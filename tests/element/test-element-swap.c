@@ -1486,6 +1486,49 @@ GST_START_TEST (test_refused_never_stops)
 
 GST_END_TEST;
 
+/* When nothing in use can serve the caps (here identity projections
+ * with heads=3 on 16-value frames), the file set while running is the
+ * configuration: what is wrong with it is the element error READY would
+ * post, in the core's words (a whole model cannot give output=frames),
+ * not a refused swap and not a memory size. */
+GST_START_TEST (test_configured_at_caps_error)
+{
+  const WholeSpec w = {
+    .f = 16,.d = 18,.n_layers = 1,.ff = 16,.classes = 4,.max_window = 0,
+    .heads = 3,.positions = "none",.mlp = FALSE,.final_norm = FALSE,
+    .norm_first = FALSE
+  };
+  gchar *whole = write_whole ("whole-h3.safetensors", 28, &w);
+  const Setup s = {
+    .channels = 16,.window = 8,.hop = 4,.heads = 3,.output = "frames",
+    .row_floats = 16,.per_window = FALSE
+  };
+  GstHarness *h = setup_harness (&s, NULL);
+  GstBus *bus = sattn_attach_bus (h);
+  gchar *msg;
+
+  g_object_set (h->element, "weights", whole, NULL);
+  sattn_set_caps (h, RATE, 16);
+  msg = sattn_pop_error (bus);
+  fail_unless (strstr (msg, whole) != NULL, "the error does not name the "
+      "file: %s", msg);
+  fail_unless (strstr (msg, "cannot run with these properties") != NULL,
+      "not the error READY posts: %s", msg);
+  fail_unless (strstr (msg, "frames") != NULL, "the error does not say "
+      "what the model cannot give: %s", msg);
+  fail_unless (strstr (msg, "EiB") == NULL && strstr (msg, "memory") == NULL,
+      "a memory error for a model that cannot run: %s", msg);
+  g_free (msg);
+  fail_unless (gst_bus_pop_filtered (bus, GST_MESSAGE_WARNING) == NULL,
+      "a refused swap where the file is the configuration");
+  expect_weights (h, whole);
+  sattn_detach_bus (h, bus);
+  gst_harness_teardown (h);
+  g_free (whole);
+}
+
+GST_END_TEST;
+
 /* After a swap A -> B, weights set back to A and new caps at once (before
  * the loader saw the request): the caps run A, the file the property
  * names, not the one the stream was set up with; then B again through
@@ -1593,6 +1636,7 @@ sattn_swap_suite (void)
   tcase_add_test (tc, test_swap_before_first_caps);
   tcase_add_test (tc, test_refused_never_stops);
   tcase_add_test (tc, test_swap_then_caps);
+  tcase_add_test (tc, test_configured_at_caps_error);
   return s;
 }
 
