@@ -99,10 +99,11 @@ size_t sattn_net_scratch_bytes (const SattnModel *m, size_t n);
  * of unusable queries zeros; kok updated: rows that became unusable);
  * weights (may be NULL): the last layer's, heads × n × n; stats (may be
  * NULL): the attention's health.  Then, with pooled (may be NULL; D
- * doubles), the pooled row; returns the count of usable rows. */
+ * doubles), the row pooled as pooling says (the model's own for its head;
+ * the one an output mode asks for); returns the count of usable rows. */
 size_t sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
                          uint8_t *kok, float *weights, SattnStats *stats,
-                         double *pooled);
+                         SattnPooling pooling, double *pooled);
 /* The head on a pooled row: probs (classes floats) = softmax (head
  * (pooled)); 0 when the logits overflow (probs then zeros). */
 int sattn_net_classify (const SattnModel *m, SattnNetScratch *w,

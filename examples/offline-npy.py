@@ -61,11 +61,16 @@ def main(argv=None):
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--hop", type=int, default=16)
     ap.add_argument("--heads", type=int, default=0,
-                    help="attention heads (default: the weights file's, "
-                    "else 1)")
+                    help="attention heads (default: the weights file's "
+                    "num_heads, required when it records none; without "
+                    "--weights, 1)")
     ap.add_argument("--output", default="frames",
-                    choices=["frames", "window", "mean", "last"])
-    ap.add_argument("--causal", action="store_true")
+                    choices=["frames", "window", "mean", "last", "classes"],
+                    help="classes: a whole model's class probabilities "
+                    "per window")
+    ap.add_argument("--causal", action="store_true",
+                    help="causal attention (default: as the weights file "
+                    "says; checked against it)")
     ap.add_argument("--lookback", type=int, default=0)
     ap.add_argument("--invalid", default="mask",
                     choices=["mask", "zero", "error"])
@@ -85,7 +90,8 @@ def main(argv=None):
         if a.weights:
             model = sattn.Model.from_safetensors(
                 a.weights, a.prefix, a.heads, d_model=d_model,
-                causal=a.causal, lookback=a.lookback, threads=a.threads)
+                causal=a.causal or None, lookback=a.lookback,
+                threads=a.threads)
         else:
             model = sattn.Model(d_model, a.heads or 1, causal=a.causal,
                                 lookback=a.lookback, threads=a.threads)

@@ -214,7 +214,7 @@ final_norm (const SattnNet *net, float *x)
 size_t
 sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
                   uint8_t *kok, float *weights, SattnStats *stats,
-                  double *pooled)
+                  SattnPooling pooling, double *pooled)
 {
   const SattnNet *net = m->net;
   const size_t D = net->d, n = w->scr[0].n;
@@ -245,7 +245,7 @@ sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
   memset (pooled, 0, D * sizeof (double));
   if (usable == 0)
     return 0;
-  if (net->pooling == SATTN_POOLING_LAST) {
+  if (pooling == SATTN_POOLING_LAST) {
     size_t i = n;
     while (!kok[i - 1])
       i--;
@@ -337,7 +337,7 @@ sattn_net_attend (const SattnModel *m, const float *x, size_t n,
       stats->invalid_frames += !ok;
     }
   }
-  sattn_net_window (m, w, out, kok, weights, stats, NULL);
+  sattn_net_window (m, w, out, kok, weights, stats, net->pooling, NULL);
   for (size_t i = 0; i < n; i++)
     if (!kok[i])
       memset (out + i * D, 0, D * sizeof (float));

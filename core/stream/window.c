@@ -278,8 +278,13 @@ emit_window (SattnPw *s, float *out, SattnRowInfo *info)
     SattnStats ws;
     if (stats)
       sattn_stats_clear (&ws);
+    /* classes: the pooling the head was trained with; mean / last: the
+     * one asked for. */
+    SattnPooling pool = s->sc.output == SATTN_OUTPUT_MEAN ? SATTN_POOLING_MEAN
+        : s->sc.output == SATTN_OUTPUT_LAST ? SATTN_POOLING_LAST
+        : net->pooling;
     usable = sattn_net_window (s->m, s->w, s->x, s->kok, s->wkeep,
-                               stats ? &ws : NULL, s->pooled);
+                               stats ? &ws : NULL, pool, s->pooled);
     if (stats)
       sattn_stats_merge (stats, &ws);
     if (usable < usable_in)

@@ -251,10 +251,12 @@ size_t sattn_model_extra_keys (const SattnModel *m);
  *         model sattn_model_config describes its first layer, except that
  *         d_model is the input frame size (floats per frame, the embedding's
  *         input) and d_out the encoder's width (the pooled row); outputs are
- *         SATTN_OUTPUT_CLASSES (needs a head), MEAN / LAST (the pooled
- *         row, after the final norm) and WINDOW (the last layer's rows,
- *         after the final norm); FRAMES is refused (a window has no row per
- *         new frame: every row depends on the whole window).
+ *         SATTN_OUTPUT_CLASSES (needs a head; pooled as the model records),
+ *         MEAN (the mean of the window's usable rows after the final norm),
+ *         LAST (the row of its last usable frame) and WINDOW (the last
+ *         layer's rows after the final norm, masked rows zeros); FRAMES is
+ *         refused (a window has no row per new frame: every row depends on
+ *         the whole window).
  * A whole model's windows run on the caller's thread (SattnConfig.threads
  * is not used by them yet). */
 typedef enum {

@@ -8,6 +8,12 @@ frames, from Python (numpy in, numpy out), over libsattn.
     rows2, info2 = stream.drain()         # the frames still pending
     out = sattn.attend(model, block)      # one window, the reference path
 
+A whole trained model per window (embedding, encoder layers, pooling, a
+classification head) is loaded the same way and gives, with
+output="classes", the classes' probabilities per window; sattn.nn (which
+needs PyTorch, unlike the rest of the package) holds its PyTorch module,
+SignalTransformer, and save_safetensors.
+
 The semantics are libsattn's (include/sattn/sattn.h): this module only
 converts arrays and turns a status into a SattnError carrying the core's
 message.  A Model is immutable and may be shared by any number of streams
@@ -181,6 +187,9 @@ class Model:
             raise SattnError(st.value, _words(
                 _lib.sattn_model_check, ctypes.byref(cfg),
                 None if w is None else ctypes.byref(w)))
+        self._adopt(h)
+
+    def _adopt(self, h):
         self._h = h
         c = _lib.sattn_model_config(h).contents
         self._cfg = {f: getattr(c, f) for f, _ in c._fields_}
@@ -188,59 +197,99 @@ class Model:
     @classmethod
     def from_safetensors(cls, path, prefix="", heads=0, *, d_model=0,
                          d_head=0, d_value=0, add_zero_attn=False,
-                         scale=0.0, causal=False, lookback=0, threads=1,
-                         positions=None, rope_base=None):
-        """The attention module stored under prefix in a safetensors file,
-        in any layout sattn-weights.h lists (torch nn.MultiheadAttention,
-        Hugging Face q_proj/k_proj/v_proj, BERT, diffusers, LLaMA, W_q/W_k/
-        W_v, fused qkv), through sattn_attn_weights_from_file.  heads,
-        d_head, d_value and d_model 0 = from the file (metadata, else
-        shapes; heads 1 when nothing says); a value given must agree with
-        the file.  positions / rope_base None = the file's metadata (else
-        none / 10000), checked against it when given
-        (sattn_options_from_file).  scale, causal, lookback and threads as
-        in SattnConfig (scale 0 = PyTorch's 1/sqrt(d_head)).  Model.layout
-        names the layout found, Model.report says what the file held."""
-        if _lib.sattn_attn_weights_load is None:
-            raise SattnError(_lib.E_INVAL, "libsattn was built without the "
-                             "weights reader (GLib and json-glib)")
-        cfg = _config(d_model, heads, d_head, d_value, 0, scale, causal,
-                      lookback, threads, positions or "none", rope_base or 0)
-        given = ((_lib.SET_POSITIONS if positions is not None else 0)
-                 | (_lib.SET_ROPE_BASE if rope_base is not None else 0))
-        pfx = (prefix or "").encode()
-        w = _lib.SattnWeights()
-        f, owner = ctypes.c_void_p(), ctypes.c_void_p()
-        rep = _lib.SattnAttnReport()
+                         scale=0.0, causal=None, lookback=0, threads=1,
+                         positions=None, rope_base=None, activation=None,
+                         norm_first=None, norm_eps=None):
+        """The model stored under prefix in a safetensors file, through
+        libsattn's one loader (sattn_model_load, sattn-weights.h), which
+        finds there one of:
+          - a whole model per window (sattn.nn.SignalTransformer's state
+            dict: embedding, encoder layers, pooling, head; Model.kind
+            "whole");
+          - an nn.TransformerEncoderLayer (Model.kind "layer");
+          - an attention module in any layout sattn-weights.h lists
+            (torch nn.MultiheadAttention, Hugging Face q_proj/k_proj/
+            v_proj, BERT, diffusers, LLaMA, W_q/W_k/W_v, fused qkv).
+        heads, d_head, d_value 0 = from the file (its num_heads metadata;
+        a file that records no head count needs heads= or d_head=);
+        d_model 0 = from the file (floats per input frame); a value given
+        must agree with the file.  causal, positions ("none", "rope",
+        "rope-interleaved", "alibi"), rope_base, activation ("relu",
+        "gelu"), norm_first and norm_eps: None = the file's metadata (else
+        the core's default); a value given is checked against the
+        metadata, and a contradiction is refused.  scale, lookback and
+        threads as in SattnConfig (scale 0 = PyTorch's 1/sqrt(d_head)).
+        add_zero_attn: PyTorch's constructor argument (attention modules).
+        Model.layout names the attention layout found, Model.report says
+        what the file held.  Failures raise SattnError with the loader's
+        message, which names the file."""
+        if _lib.sattn_model_load is None or \
+                _lib.sattn_load_options_init is None:
+            raise SattnError(_lib.E_INVAL, "libsattn has no sattn_model_load "
+                             "(built without the weights reader, GLib and "
+                             "json-glib, or older than this package)")
+        if positions == "learned":
+            raise SattnError(_lib.E_INVAL, "positions='learned': learned "
+                             "positions are the file's pos_embed, not an "
+                             "option (leave positions None)")
+        opt = _lib.SattnLoadOptions()
+        _lib.sattn_load_options_init(ctypes.byref(opt))
+        c = opt.cfg
+        c.d_model = _uint(d_model, "d_model")
+        c.heads = _uint(heads, "heads")
+        c.d_head = _uint(d_head, "d_head")
+        c.d_value = _uint(d_value, "d_value")
+        c.scale = float(scale)
+        c.lookback = _uint(lookback, "lookback")
+        c.threads = int(threads)
+        opt.add_zero_attn = 1 if add_zero_attn else 0
+        given = 0
+        if causal is not None:
+            c.causal = 1 if causal else 0
+            given |= _lib.SET_CAUSAL
+        if positions is not None:
+            c.positions = _pick(_lib.POSITIONS, positions, "positions")
+            given |= _lib.SET_POSITIONS
+        if rope_base is not None:
+            c.rope_base = float(rope_base)
+            given |= _lib.SET_ROPE_BASE
+        if activation is not None:
+            c.activation = _pick(_lib.ACTIVATIONS, activation, "activation")
+            given |= _lib.SET_ACTIVATION
+        if norm_first is not None:
+            c.norm_first = 1 if norm_first else 0
+            given |= _lib.SET_NORM_FIRST
+        if norm_eps is not None:
+            c.norm_eps = float(norm_eps)
+            given |= _lib.SET_NORM_EPS
+        opt.set = given
+        h = ctypes.c_void_p()
+        rep = _lib.SattnLoadReport()
+        rep.struct_size = ctypes.sizeof(rep)
         err = ctypes.create_string_buffer(1024)
-        try:
-            st = _lib.sattn_tensor_file_load(_path_bytes(path),
-                                             ctypes.byref(f), err, len(err))
-            if st == _lib.OK:
-                st = _lib.sattn_attn_weights_from_file(
-                    f, pfx, 1 if add_zero_attn else 0, ctypes.byref(cfg),
-                    ctypes.byref(w), ctypes.byref(owner), ctypes.byref(rep),
-                    err, len(err))
-            if st == _lib.OK:
-                st = _lib.sattn_options_from_file(f, pfx, given,
-                                                  ctypes.byref(cfg), err,
-                                                  len(err))
-            if st != _lib.OK:
-                msg = err.value.decode(errors="replace")
-                name = os.fsdecode(path)
-                if name not in msg:  # say which file, as the loader does
-                    msg = "'%s': %s" % (name, msg)
-                raise SattnError(st, msg)
-            self = cls.__new__(cls)
-            self._new(cfg, w)
-        finally:
-            _lib.sattn_mha_weights_free(owner)
-            _lib.sattn_tensor_file_free(f)
+        st = _lib.sattn_model_load(_path_bytes(path),
+                                   (prefix or "").encode(), ctypes.byref(opt),
+                                   ctypes.byref(h), ctypes.byref(rep), err,
+                                   len(err))
+        if st != _lib.OK or not h.value:
+            if h.value:
+                _lib.sattn_model_free(h.value)
+            msg = err.value.decode(errors="replace")
+            name = os.fsdecode(path)
+            if name not in msg:  # say which file, as the loader does
+                msg = "'%s': %s" % (name, msg)
+            raise SattnError(st if st != _lib.OK else _lib.E_INVAL, msg)
+        self = cls.__new__(cls)
+        self._h = None
+        self._adopt(h.value)
         sources = {v: k for k, v in _lib.SOURCES.items()}
-        self.report = {f: getattr(rep, f) for f, _ in rep._fields_}
+        kinds = {v: k for k, v in _lib.MODEL_KINDS.items()}
+        self.report = {f: getattr(rep, f) for f, _ in rep._fields_
+                       if f != "struct_size"}
+        self.report["kind"] = kinds.get(rep.kind, rep.kind)
         self.report["layout"] = _lib.sattn_layout_name(rep.layout).decode()
-        for k in ("heads_from", "d_head_from", "d_value_from"):
-            self.report[k] = sources.get(self.report[k], self.report[k])
+        self.report["heads_from"] = sources.get(rep.heads_from,
+                                                rep.heads_from)
         return self
 
     @property
@@ -261,13 +310,76 @@ class Model:
         SattnConfig fields)."""
         return dict(self._cfg)
 
-    d_model = property(lambda self: self._cfg["d_model"])
+    d_model = property(lambda self: self._cfg["d_model"],
+                       doc="Floats per input frame.")
     heads = property(lambda self: self._cfg["heads"])
-    d_out = property(lambda self: _lib.sattn_model_d_out(self._h))
+    d_out = property(lambda self: _lib.sattn_model_d_out(self._h),
+                     doc="Floats per output row of a layer; a whole "
+                     "model's encoder width (its pooled row).")
     extra_keys = property(lambda self: _lib.sattn_model_extra_keys(self._h))
+
+    @property
+    def kind(self):
+        """"layer" (one attention or encoder layer, run incrementally) or
+        "whole" (a whole model run on every window)."""
+        if _lib.sattn_model_kind is None:
+            return "layer"
+        k = _lib.sattn_model_kind(self._h)
+        return {v: n for n, v in _lib.MODEL_KINDS.items()}.get(k, k)
+
+    @property
+    def layers(self):
+        """Encoder layers: N for a whole model, 1 for a layer."""
+        if _lib.sattn_model_layers is None:
+            return 1
+        return _lib.sattn_model_layers(self._h)
+
+    @property
+    def classes(self):
+        """Classes of a whole model's head (0: no head, or a layer)."""
+        if _lib.sattn_model_classes is None:
+            return 0
+        return _lib.sattn_model_classes(self._h)
+
+    @property
+    def labels(self):
+        """The classes' labels recorded in the file (a list of str), or
+        None."""
+        n = self.classes
+        if not n or _lib.sattn_model_label is None:
+            return None
+        out = []
+        for i in range(n):
+            s = _lib.sattn_model_label(self._h, i)
+            if s is None:
+                return None
+            out.append(s.decode(errors="replace"))
+        return out
+
+    @property
+    def max_window(self):
+        """The longest window a whole model accepts (the rows of its
+        learned positions); 0 = any."""
+        if _lib.sattn_model_max_window is None:
+            return 0
+        return _lib.sattn_model_max_window(self._h)
+
+    @property
+    def pooling(self):
+        """A whole model's pooling, "mean" or "last" ("mean" for a
+        layer)."""
+        if _lib.sattn_model_pooling is None:
+            return "mean"
+        p = _lib.sattn_model_pooling(self._h)
+        return {v: n for n, v in _lib.POOLINGS.items()}.get(p, p)
 
     def __repr__(self):
         c = self._cfg
+        if self.kind == "whole":
+            return ("sattn.Model(whole, d_frame=%d, d_model=%d, layers=%d, "
+                    "heads=%d, classes=%d, pooling=%s, causal=%s)"
+                    % (c["d_model"], self.d_out, self.layers, c["heads"],
+                       self.classes, self.pooling, bool(c["causal"])))
         return ("sattn.Model(d_model=%d, heads=%d, d_head=%d, d_value=%d, "
                 "d_out=%d, causal=%s, lookback=%d)"
                 % (c["d_model"], c["heads"], c["d_head"], c["d_value"],
@@ -388,12 +500,16 @@ class Stream:
     window, hop: n >= 1 frames per window, a window every 1 <= hop <= n
     frames (hop None = window).  output: "frames" (a row per input frame),
     "window" (all n rows of a window flattened), "mean" or "last" (a pooled
-    row per window).  start: "pad" (compute from the first hop, padding
-    masked) or "wait" (first window when n frames are in).  invalid: what a
-    frame with NaN/Inf samples (or an overflowing projection) becomes:
-    "mask", "zero" or "error" (push raises SattnError).  collect_stats,
-    saturation_threshold (0 = the core's default), keep_weights as in
-    SattnStreamConfig.  The stream keeps its model alive."""
+    row per window), "classes" (a whole model with a head: the classes'
+    softmax probabilities per window; Model.labels names them).  A whole
+    model takes every output but "frames" ("mean" and "last" give its
+    pooled row, "window" its last layer's rows, sattn.h).  start: "pad"
+    (compute from the first hop, padding masked) or "wait" (first window
+    when n frames are in).  invalid: what a frame with NaN/Inf samples (or
+    an overflowing projection) becomes: "mask", "zero" or "error" (push
+    raises SattnError).  collect_stats, saturation_threshold (0 = the
+    core's default), keep_weights as in SattnStreamConfig.  The stream
+    keeps its model alive."""
 
     def __init__(self, model, window, hop=None, output="frames", *,
                  start="pad", invalid="mask", collect_stats=False,

@@ -38,14 +38,22 @@ STATUS_NAMES = {
 }
 
 # SattnOutputMode, SattnStartPolicy, SattnInvalidPolicy, SattnFrameFault
-OUTPUT_MODES = {"frames": 0, "window": 1, "mean": 2, "last": 3}
+OUTPUT_MODES = {"frames": 0, "window": 1, "mean": 2, "last": 3, "classes": 4}
 START_POLICIES = {"pad": 0, "wait": 1}
 INVALID_POLICIES = {"mask": 0, "zero": 1, "error": 2}
 FRAME_FAULTS = {"ok": 0, "flagged": 1, "nonfinite": 2, "overflow": 3}
 POSITIONS = {"none": 0, "rope": 1, "rope-interleaved": 2, "alibi": 3}
-# sattn_options_from_file: options the caller set on purpose
+ACTIVATIONS = {"relu": 0, "gelu": 1}
+# SattnModelKind, SattnPooling (whole models)
+MODEL_KINDS = {"layer": 0, "whole": 1}
+POOLINGS = {"mean": 0, "last": 1}
+# SattnLoadOptions.set: options the caller chose on purpose (SATTN_SET_*)
+SET_ACTIVATION = 1 << 0
+SET_NORM_FIRST = 1 << 1
+SET_NORM_EPS = 1 << 2
 SET_POSITIONS = 1 << 3
 SET_ROPE_BASE = 1 << 4
+SET_CAUSAL = 1 << 5
 # SattnSource (sattn-weights.h): where a value of a weights mapping came from
 SOURCES = {"caller": 0, "metadata": 1, "shapes": 2, "default": 3}
 
@@ -148,6 +156,28 @@ class SattnAttnReport(ctypes.Structure):
     ]
 
 
+class SattnLoadOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("cfg", SattnConfig),
+        ("add_zero_attn", ctypes.c_int),
+        ("set", ctypes.c_uint),
+    ]
+
+
+class SattnLoadReport(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", _size),
+        ("kind", ctypes.c_int),
+        ("layout", ctypes.c_int),
+        ("heads_from", ctypes.c_int),
+        ("layers", _size),
+        ("encoder", ctypes.c_int),
+        ("out_proj", ctypes.c_int),
+        ("classes", _size),
+    ]
+
+
 class SattnRowInfo(ctypes.Structure):
     _fields_ = [
         ("first", ctypes.c_uint64),
@@ -163,7 +193,8 @@ class SattnRowInfo(ctypes.Structure):
 # Every mirrored struct, by its C name (tests/python/test_layout.py).
 STRUCTS = {c.__name__: c for c in (SattnConfig, SattnWeights, SattnStats,
                                    SattnMask, SattnStreamConfig,
-                                   SattnRowInfo, SattnAttnReport)}
+                                   SattnRowInfo, SattnAttnReport,
+                                   SattnLoadOptions, SattnLoadReport)}
 
 # --------------------------------------------------------------- library
 
@@ -253,26 +284,29 @@ sattn_stream_get_stats = _fn("sattn_stream_get_stats", None, _vp,
 sattn_stream_last_weights = _fn("sattn_stream_last_weights", _c.c_int, _vp,
                                 _c.c_int, _fp, _P(_size), _P(_size))
 
-# The weights layer is built only with GLib and json-glib.
-try:
-    sattn_attn_weights_load = _fn(
-        "sattn_attn_weights_load", _c.c_int, _c.c_char_p, _c.c_char_p,
-        _c.c_int, _P(SattnConfig), _P(SattnWeights), _P(_vp),
-        _P(SattnAttnReport), _c.c_char_p, _size)
-    sattn_mha_weights_free = _fn("sattn_mha_weights_free", None, _vp)
-    sattn_layout_name = _fn("sattn_layout_name", _c.c_char_p, _c.c_int)
-    sattn_tensor_file_load = _fn(
-        "sattn_tensor_file_load", _c.c_int, _c.c_char_p, _P(_vp),
-        _c.c_char_p, _size)
-    sattn_tensor_file_free = _fn("sattn_tensor_file_free", None, _vp)
-    sattn_attn_weights_from_file = _fn(
-        "sattn_attn_weights_from_file", _c.c_int, _vp, _c.c_char_p,
-        _c.c_int, _P(SattnConfig), _P(SattnWeights), _P(_vp),
-        _P(SattnAttnReport), _c.c_char_p, _size)
-    sattn_options_from_file = _fn(
-        "sattn_options_from_file", _c.c_int, _vp, _c.c_char_p, _c.c_uint,
-        _P(SattnConfig), _c.c_char_p, _size)
-except AttributeError:
-    sattn_attn_weights_load = None
-    sattn_mha_weights_free = None
-    sattn_layout_name = None
+
+def _optional(name, restype, *argtypes):
+    """A function the library may lack (an older libsattn, or one built
+    without the weights layer): None then."""
+    try:
+        return _fn(name, restype, *argtypes)
+    except AttributeError:
+        return None
+
+
+# Whole models (sattn.h)
+sattn_model_kind = _optional("sattn_model_kind", _c.c_int, _vp)
+sattn_model_layers = _optional("sattn_model_layers", _size, _vp)
+sattn_model_classes = _optional("sattn_model_classes", _size, _vp)
+sattn_model_label = _optional("sattn_model_label", _c.c_char_p, _vp, _size)
+sattn_model_max_window = _optional("sattn_model_max_window", _size, _vp)
+sattn_model_pooling = _optional("sattn_model_pooling", _c.c_int, _vp)
+
+# The weights layer is built only with GLib and json-glib: its functions
+# are None without it.
+sattn_layout_name = _optional("sattn_layout_name", _c.c_char_p, _c.c_int)
+sattn_load_options_init = _optional("sattn_load_options_init", None,
+                                    _P(SattnLoadOptions))
+sattn_model_load = _optional(
+    "sattn_model_load", _c.c_int, _c.c_char_p, _c.c_char_p,
+    _P(SattnLoadOptions), _P(_vp), _P(SattnLoadReport), _c.c_char_p, _size)

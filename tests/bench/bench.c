@@ -2101,32 +2101,19 @@ write_encoder_file (const char *path, size_t E, size_t F, Rng *r)
   return (fclose (f) == 0 && ok) ? 0 : -1;
 }
 
-/* The model the element builds from the file: the attention under
- * "self_attn.", the options from the metadata, the layer's parts. */
+/* The model the element builds from the file: the one loader
+ * (sattn_model_load) with 4 heads on the caller's thread. */
 static SattnModel *
 encoder_model (const char *path, char *err, size_t err_len)
 {
-  SattnTensorFile *f = NULL;
-  SattnMhaWeights *mw = NULL;
-  SattnLayerWeights *lw = NULL;
-  SattnConfig cfg = { 0 };
-  SattnWeights w = { 0 };
+  SattnLoadOptions opt;
   SattnModel *m = NULL;
-  SattnStatus st = sattn_tensor_file_load (path, &f, err, err_len);
-  if (st == SATTN_OK)
-    st = sattn_mha_weights_from_file (f, "self_attn.", 0, 4, 0, &cfg, &w,
-                                      &mw, err, err_len);
-  if (st == SATTN_OK)
-    st = sattn_options_from_file (f, "", 0, &cfg, err, err_len);
-  if (st == SATTN_OK)
-    st = sattn_encoder_weights_from_file (f, "", &cfg, &w, &lw, err,
-                                          err_len);
-  cfg.threads = 1;
-  if (st == SATTN_OK && (m = sattn_model_new (&cfg, &w, &st)) == NULL)
-    snprintf (err, err_len, "sattn_model_new: %s", sattn_status_string (st));
-  sattn_mha_weights_free (mw);
-  sattn_layer_weights_free (lw);
-  sattn_tensor_file_free (f);
+
+  sattn_load_options_init (&opt);
+  opt.cfg.heads = 4;
+  opt.cfg.threads = 1;
+  if (sattn_model_load (path, "", &opt, &m, NULL, err, err_len) != SATTN_OK)
+    return NULL;
   return m;
 }
 

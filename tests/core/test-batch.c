@@ -13,7 +13,7 @@
  *      255 frames per push), threads = 1;
  *   C: as B with threads = 2;
  *   D: as A with threads = 2 (the head tasks project their own columns,
- *      see project_head in core/stream.c; threads = 1 projects in blocks);
+ *      see project_head in core/stream/stream.c; threads = 1 projects in blocks);
  * and rows, row infos and statistics must be memcmp-identical.  Under
  * SATTN_INVALID_ERROR the one bad frame stops every variant at the same
  * frame with the same rows before it.  Geometries cover d_model >= 256

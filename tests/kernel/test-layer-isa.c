@@ -1,5 +1,5 @@
-/* The encoder layer's per-row parts (core/layer.c) and the linear layers
- * summed in double (core/linear.c) give the same bytes with the portable,
+/* The encoder layer's per-row parts (core/nn/layer.c) and the linear layers
+ * summed in double (core/cpu/linear.c) give the same bytes with the portable,
  * AVX2 and AVX-512 loops: their sums are double chains over float values
  * from the bias in the same order, and a product of two floats is exact in
  * double, so FMA or not cannot differ.
@@ -93,7 +93,7 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
   return fails;
 }
 
-/* The double linear loops (core/linear.c) over columns [c0, c1) of an
+/* The double linear loops (core/cpu/linear.c) over columns [c0, c1) of an
  * n-row block, float rows in (sattn_linear_f, rounded once) and double
  * rows in and out (sattn_linear_d), at every level: the same bytes at
  * every level, and every entry equal to the chain their rule defines,
@@ -161,7 +161,7 @@ run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
  * streams (window 64, hop 16, one frame in 64 usable, the others flagged:
  * each usable frame is the only key of its window) with threads=1 (block
  * projections) and threads=2 (each head's task projects its V columns,
- * see project_head in core/stream.c), at every level.  Returns the number
+ * see project_head in core/stream/stream.c), at every level.  Returns the number
  * of failures. */
 static int
 run_single_key (size_t d, size_t heads, size_t frames)

@@ -87,7 +87,7 @@ class TestExample(unittest.TestCase):
         self.assertTrue(d.out_ok(), str(d))
         self.assertIn("windows:  %d;" % len(ends), r.stdout)
 
-    @unittest.skipIf(sattn._lib.sattn_attn_weights_load is None,
+    @unittest.skipIf(sattn._lib.sattn_model_load is None,
                      "libsattn was built without the weights reader")
     def test_weights_file(self):
         # a trained module from a file: rows equal attend() of each window

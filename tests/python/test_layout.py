@@ -66,9 +66,17 @@ def mirror_enums():
                           ("SATTN_START_", _lib.START_POLICIES),
                           ("SATTN_INVALID_", _lib.INVALID_POLICIES),
                           ("SATTN_FRAME_", _lib.FRAME_FAULTS),
-                          ("SATTN_FROM_", _lib.SOURCES)):
+                          ("SATTN_FROM_", _lib.SOURCES),
+                          ("SATTN_POSITIONS_", _lib.POSITIONS),
+                          ("SATTN_ACTIVATION_", _lib.ACTIVATIONS),
+                          ("SATTN_MODEL_", _lib.MODEL_KINDS),
+                          ("SATTN_POOLING_", _lib.POOLINGS)):
         for k, v in table.items():
-            e[prefix + k.upper()] = v
+            e[prefix + k.upper().replace("-", "_")] = v
+    # SattnLoadOptions.set bits
+    for k in ("ACTIVATION", "NORM_FIRST", "NORM_EPS", "POSITIONS",
+              "ROPE_BASE", "CAUSAL"):
+        e["SATTN_SET_" + k] = getattr(_lib, "SET_" + k)
     return e
 
 

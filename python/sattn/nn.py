@@ -1,0 +1,376 @@
+"""A whole signal model per window, in PyTorch, as libsattn runs it.
+
+    from sattn.nn import SignalTransformer, save_safetensors
+    net = SignalTransformer(d_frame=8, d_model=16, heads=2, layers=2,
+                            d_ff=32, classes=3, positions="learned",
+                            max_window=64)
+    ... train it ...
+    save_safetensors(net.eval(), "model.safetensors", labels=["a", "b", "c"])
+    model = sattn.Model.from_safetensors("model.safetensors")
+    stream = sattn.Stream(model, window=64, hop=16, output="classes")
+
+A window of n frames (B, n, d_frame) is embedded (Linear frame -> d_model),
+optionally gets a learned position, runs N nn.TransformerEncoderLayer
+(bidirectional unless causal), an optional final LayerNorm, is pooled (the
+mean of the usable rows, or the row of the last usable frame) and goes
+through a head (Linear, or Linear-act-Linear) to class logits.  The state
+dict keeps PyTorch's names (embed.*, pos_embed, encoder.layers.{i}.*,
+encoder.norm.*, head.*), which is what sattn_model_load reads
+(include/sattn/sattn-weights.h); save_safetensors adds what a state dict
+does not record (heads, norm placement, activation, positions, pooling,
+labels) as metadata.
+
+Semantics, the same as libsattn's for a whole model:
+  - key_padding_mask (B, n) bool, True = masked (PyTorch's convention): a
+    masked frame is never a key, is left out of pooling, and its samples
+    are ignored (they may be NaN: a stream's invalid frames are masked so);
+  - positions: "learned" adds pos_embed[:n] to the embedded rows (window
+    row 0 = the window's oldest frame); "rope" / "rope-interleaved" rotate
+    each head's Q and K after the projection and its bias at the window
+    positions 0..n-1 (pairs (k, k + d_head/2) resp. (2k, 2k+1), angle
+    p * rope_base^(-2k/d_head)); "alibi" adds -slope_h * |i - j| (causal:
+    -slope_h * (i - j)) to the scaled scores, slopes of Press et al.;
+  - a query row with no visible key (a masked row) gets a zero attention
+    output, and rows of masked frames are zeros in features();
+  - a window with no usable frame pools to a zero row.
+
+The layers run in this module's own forward (the stock layer's parameters,
+the stock layer's formula), which is what allows RoPE and ALiBi and keeps
+every row finite whatever the mask; stock_features() runs the stock
+nn.TransformerEncoder instead (positions "none" / "learned"), for checking
+that both agree.
+
+Only this module of the package needs torch.
+"""
+
+import json
+import math
+import struct
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["SignalTransformer", "save_safetensors", "alibi_slopes"]
+
+POSITIONS = ("none", "learned", "rope", "rope-interleaved", "alibi")
+POOLINGS = ("mean", "last")
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def alibi_slopes(h):
+    """ALiBi slopes of Press et al. for h heads: 2^(-8(i+1)/h) when h is a
+    power of two, else those of the next lower power of two p followed by
+    every other slope of 2p."""
+    def pow2(n):
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+    if h & (h - 1) == 0:
+        return pow2(h)
+    p = 1 << (h.bit_length() - 1)
+    return pow2(p) + alibi_slopes(2 * p)[0::2][:h - p]
+
+
+def _rope(x, interleaved, base):
+    """x: (B, H, n, dh), rotated at positions 0..n-1 (angles in float64,
+    then in x's dtype)."""
+    n, dh = x.shape[-2], x.shape[-1]
+    k = torch.arange(dh // 2, dtype=torch.float64)
+    theta = float(base) ** (-2.0 * k / dh)
+    ang = torch.arange(n, dtype=torch.float64)[:, None] * theta[None, :]
+    c = torch.cos(ang).to(device=x.device, dtype=x.dtype)
+    s = torch.sin(ang).to(device=x.device, dtype=x.dtype)
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * c - b * s, b * c + a * s],
+                           dim=-1).flatten(-2)
+    a, b = x[..., :dh // 2], x[..., dh // 2:]
+    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+
+
+class SignalTransformer(nn.Module):
+    """Embedding, encoder layers, pooling and head over a window of frames.
+
+    d_frame: floats per frame; d_model, heads, layers, d_ff: the encoder
+    (nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout, activation,
+    layer_norm_eps=norm_eps, batch_first=True, norm_first=norm_first));
+    classes: the head's outputs (0 = no head: forward returns the pooled
+    row); head_hidden 0 = a Linear head, K > 0 = Linear(d_model, K),
+    head_activation, Linear(K, classes); positions: "none", "learned"
+    (needs max_window, the rows of pos_embed), "rope", "rope-interleaved",
+    "alibi"; final_norm: a LayerNorm after the last layer (encoder.norm);
+    pooling "mean" or "last"; causal: a row sees only rows at or before
+    its own; labels: the classes' names, kept for save_safetensors.
+    """
+
+    def __init__(self, d_frame, d_model, heads, layers, d_ff, classes=0,
+                 positions="none", max_window=0, norm_first=False,
+                 activation="relu", norm_eps=1e-5, final_norm=False,
+                 head_hidden=0, head_activation="relu", pooling="mean",
+                 causal=False, rope_base=10000.0, dropout=0.0, labels=None):
+        super().__init__()
+        if positions not in POSITIONS:
+            raise ValueError("positions=%r: expected one of %s"
+                             % (positions, ", ".join(POSITIONS)))
+        if pooling not in POOLINGS:
+            raise ValueError("pooling=%r: expected mean or last" % pooling)
+        for name, v in (("activation", activation),
+                        ("head_activation", head_activation)):
+            if v not in ACTIVATIONS:
+                raise ValueError("%s=%r: expected relu or gelu" % (name, v))
+        if layers < 1:
+            raise ValueError("layers=%d: a model has at least one layer"
+                             % layers)
+        if d_model % heads:
+            raise ValueError("heads=%d does not divide d_model=%d"
+                             % (heads, d_model))
+        if positions.startswith("rope") and (d_model // heads) % 2:
+            raise ValueError("RoPE needs an even d_head (d_model/heads = %d)"
+                             % (d_model // heads))
+        if positions == "learned" and max_window < 1:
+            raise ValueError("positions='learned' needs max_window >= 1")
+        if labels is not None and len(labels) != classes:
+            raise ValueError("%d labels for %d classes"
+                             % (len(labels), classes))
+        self.d_frame, self.d_model, self.heads = d_frame, d_model, heads
+        self.d_ff, self.classes = d_ff, classes
+        self.positions, self.pooling = positions, pooling
+        self.max_window = max_window if positions == "learned" else 0
+        self.norm_first, self.activation = bool(norm_first), activation
+        self.norm_eps, self.final_norm = float(norm_eps), bool(final_norm)
+        self.head_hidden, self.head_activation = head_hidden, head_activation
+        self.causal, self.rope_base = bool(causal), float(rope_base)
+        self.labels = list(labels) if labels is not None else None
+
+        self.embed = nn.Linear(d_frame, d_model)
+        if positions == "learned":
+            self.pos_embed = nn.Parameter(
+                0.02 * torch.randn(max_window, d_model))
+
+        def layer():
+            return nn.TransformerEncoderLayer(
+                d_model, heads, d_ff, dropout, activation,
+                layer_norm_eps=norm_eps, batch_first=True,
+                norm_first=norm_first)
+        norm = nn.LayerNorm(d_model, eps=norm_eps) if final_norm else None
+        try:
+            self.encoder = nn.TransformerEncoder(layer(), layers, norm=norm,
+                                                 enable_nested_tensor=False)
+        except TypeError:  # a PyTorch without that argument
+            self.encoder = nn.TransformerEncoder(layer(), layers, norm=norm)
+        # TransformerEncoder clones one layer: give each its own
+        # initialisation, as independently built layers have.
+        self.encoder.layers = nn.ModuleList(layer() for _ in range(layers))
+
+        if classes:
+            if head_hidden:
+                self.head = nn.Sequential(
+                    nn.Linear(d_model, head_hidden),
+                    ACTIVATIONS[head_activation](),
+                    nn.Linear(head_hidden, classes))
+            else:
+                self.head = nn.Linear(d_model, classes)
+
+    # ------------------------------------------------------------ forward
+
+    def _mask(self, x, key_padding_mask):
+        B, n, _ = x.shape
+        if key_padding_mask is None:
+            return torch.zeros(B, n, dtype=torch.bool, device=x.device)
+        m = torch.as_tensor(key_padding_mask, device=x.device)
+        if m.shape != (B, n):
+            raise ValueError("key_padding_mask has shape %s, expected %s"
+                             % (tuple(m.shape), (B, n)))
+        return m.to(torch.bool)
+
+    def _embed(self, x, mask):
+        n = x.shape[1]
+        # masked frames' samples are ignored (NaN included)
+        x = x.masked_fill(mask[..., None], 0.0)
+        h = self.embed(x)
+        if self.positions == "learned":
+            if n > self.max_window:
+                raise ValueError("window of %d rows, pos_embed has %d"
+                                 % (n, self.max_window))
+            h = h + self.pos_embed[:n]
+        return h
+
+    def _attention(self, a, x, mask):
+        """nn.MultiheadAttention a as self-attention on x (B, n, E), keys
+        masked where mask (B, n) is True, with this model's positions."""
+        B, n, E = x.shape
+        H = a.num_heads
+        dh = E // H
+        qkv = F.linear(x, a.in_proj_weight, a.in_proj_bias)
+        q, k, v = (t.reshape(B, n, H, dh).transpose(1, 2)
+                   for t in qkv.chunk(3, dim=-1))
+        if self.positions in ("rope", "rope-interleaved"):
+            inter = self.positions == "rope-interleaved"
+            q = _rope(q, inter, self.rope_base)
+            k = _rope(k, inter, self.rope_base)
+        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)
+        i = torch.arange(n, device=x.device)
+        if self.positions == "alibi":
+            d = (i[:, None] - i[None, :]).to(x.dtype)
+            if not self.causal:
+                d = d.abs()
+            sl = torch.tensor(alibi_slopes(H), dtype=x.dtype, device=x.device)
+            s = s - sl[:, None, None] * d
+        allowed = ~mask[:, None, None, :]
+        if self.causal:
+            allowed = allowed & (i[None, :] <= i[:, None])
+        s = s.masked_fill(~allowed, float("-inf"))
+        # a query with no visible key: zero output (not NaN)
+        seen = allowed.any(dim=-1, keepdim=True)
+        s = s.masked_fill(~seen, 0.0)
+        p = torch.softmax(s, dim=-1) * seen
+        p = F.dropout(p, a.dropout, self.training)
+        o = torch.matmul(p, v).transpose(1, 2).reshape(B, n, E)
+        return a.out_proj(o)
+
+    def _layer(self, layer, x, mask):
+        """nn.TransformerEncoderLayer's formula with _attention."""
+        def sa(u):
+            return layer.dropout1(self._attention(layer.self_attn, u, mask))
+
+        def ff(u):
+            return layer.dropout2(layer.linear2(layer.dropout(
+                layer.activation(layer.linear1(u)))))
+        if layer.norm_first:
+            x = x + sa(layer.norm1(x))
+            return x + ff(layer.norm2(x))
+        x = layer.norm1(x + sa(x))
+        return layer.norm2(x + ff(x))
+
+    def features(self, x, key_padding_mask=None):
+        """The encoder's rows (B, n, d_model), after the final norm; rows
+        of masked frames are zeros."""
+        mask = self._mask(x, key_padding_mask)
+        h = self._embed(x, mask)
+        for layer in self.encoder.layers:
+            h = self._layer(layer, h, mask)
+        if self.encoder.norm is not None:
+            h = self.encoder.norm(h)
+        return h.masked_fill(mask[..., None], 0.0)
+
+    def stock_features(self, x, key_padding_mask=None):
+        """features() through the stock nn.TransformerEncoder (positions
+        "none" or "learned" only).  A row that sees no key is NaN there
+        (and spreads to the next layer through the values of masked keys):
+        use with masks that leave every row a key."""
+        if self.positions not in ("none", "learned"):
+            raise ValueError("the stock encoder has no %s positions"
+                             % self.positions)
+        mask = self._mask(x, key_padding_mask)
+        h = self._embed(x, mask)
+        n = x.shape[1]
+        causal = None
+        if self.causal:
+            causal = torch.triu(torch.full((n, n), float("-inf"),
+                                           dtype=h.dtype, device=h.device), 1)
+        h = self.encoder(h, mask=causal, src_key_padding_mask=mask)
+        return h.masked_fill(mask[..., None], 0.0)
+
+    def pool(self, h, key_padding_mask=None):
+        """Rows h (B, n, d_model) to one row each (B, d_model): the mean
+        of the unmasked rows, or the row of the last unmasked position;
+        zeros for a window with no unmasked row."""
+        mask = self._mask(h, key_padding_mask)
+        keep = (~mask).to(h.dtype)
+        if self.pooling == "mean":
+            cnt = keep.sum(dim=1, keepdim=True)
+            s = (h * keep[..., None]).sum(dim=1)
+            return s / cnt.clamp(min=1.0)
+        n = h.shape[1]
+        idx = torch.arange(n, device=h.device).expand_as(mask)
+        last = torch.where(mask, torch.full_like(idx, -1), idx).max(dim=1)[0]
+        rows = h[torch.arange(h.shape[0], device=h.device), last.clamp(min=0)]
+        return rows * (last >= 0).to(h.dtype)[:, None]
+
+    def pooled(self, x, key_padding_mask=None):
+        """The pooled row (B, d_model) of each window."""
+        return self.pool(self.features(x, key_padding_mask),
+                         key_padding_mask)
+
+    def forward(self, x, key_padding_mask=None):
+        """Class logits (B, classes); the pooled row when classes == 0."""
+        p = self.pooled(x, key_padding_mask)
+        return self.head(p) if self.classes else p
+
+    def metadata(self):
+        """What save_safetensors records besides the tensors (str values,
+        without prefix)."""
+        md = {
+            "format": "pt",
+            "model": "signal-transformer",
+            "num_heads": str(self.heads),
+            "norm_first": "1" if self.norm_first else "0",
+            "activation": self.activation,
+            "norm_eps": repr(self.norm_eps),
+            "positions": self.positions,
+            "rope_base": repr(self.rope_base),
+            "causal": "1" if self.causal else "0",
+            "pooling": self.pooling,
+            "d_frame": str(self.d_frame),
+        }
+        if self.classes and self.head_hidden:
+            md["head_activation"] = self.head_activation
+        if self.labels is not None:
+            md["labels"] = json.dumps(self.labels)
+        if self.max_window:
+            md["window"] = str(self.max_window)
+        return md
+
+
+# ------------------------------------------------------------ safetensors
+
+def _write_safetensors(path, tensors, metadata):
+    """tensors: {name: tensor}, written as little-endian F32 in this order
+    (contiguous data, row-major); metadata: {str: str}."""
+    header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}}
+    blobs, off = [], 0
+    for name, t in tensors.items():
+        a = t.detach().to(device="cpu", dtype=torch.float32).contiguous()
+        b = a.numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)  # data aligned to 8 bytes
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def save_safetensors(module, path, labels=None, extra_metadata=None,
+                     prefix=""):
+    """Write module's state dict (float32) and its metadata to path, every
+    name (tensors and metadata keys) prefixed with prefix.  labels
+    overrides the module's; extra_metadata (str -> str) is added last
+    (e.g. {"window": "64"}).  Uses the safetensors package when it is
+    installed, else writes the format itself."""
+    md = module.metadata()
+    if labels is not None:
+        labels = list(labels)
+        if len(labels) != module.classes:
+            raise ValueError("%d labels for %d classes"
+                             % (len(labels), module.classes))
+        md["labels"] = json.dumps(labels)
+    for k, v in (extra_metadata or {}).items():
+        md[str(k)] = str(v)
+    pfx = prefix or ""
+    if pfx and not pfx.endswith("."):
+        pfx += "."
+    md = {pfx + k: v for k, v in md.items()}
+    tensors = {pfx + k: v.detach().to(device="cpu", dtype=torch.float32)
+               .contiguous()
+               for k, v in module.state_dict().items() if v is not None}
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        _write_safetensors(path, tensors, md)
+    else:
+        save_file(tensors, str(path), metadata=md)
