@@ -171,9 +171,11 @@ gst_sattn_swap_stop (GstSattnSwap * sw)
   g_mutex_lock (&sw->lock);
   sw->cancelled = TRUE;
   g_mutex_unlock (&sw->lock);
-  /* Queued jobs are dropped; a running one ends (its result dropped). */
+  /* Every job runs to its end, which frees it: the queued ones return at
+   * once (cancelled), a running one ends its load and drops the result.
+   * (Freeing the pool immediately would drop the queued jobs unfreed.) */
   if (sw->pool)
-    g_thread_pool_free (sw->pool, TRUE, TRUE);
+    g_thread_pool_free (sw->pool, FALSE, TRUE);
   sw->pool = NULL;
   gst_sattn_swap_discard (sw);
   g_clear_pointer (&sw->hist, g_free);
