@@ -1398,6 +1398,48 @@ GST_START_TEST (test_refused_before_first_caps)
 
 GST_END_TEST;
 
+/* weights-prefix changes the request too: a prefix under which the file
+ * holds nothing is refused like a bad file, both properties name what is
+ * in use again, and new caps run A. */
+GST_START_TEST (test_refused_prefix)
+{
+  const gsize t_max = 400;
+  gchar *a = write_a (), *prefix = NULL;
+  float *x = g_new (float, t_max * 16);
+  Feeder fd;
+  GArray *ops, *got, *ref;
+
+  sattn_fill_signal (x, t_max * 16, 84, 1.0f);
+  feeder_init (&fd, setup_harness (&refuse_setup, a), x, 16, t_max);
+  feeder_caps (&fd, RATE);
+  feeder_push_frames (&fd, 70);
+  g_object_set (fd.h->element, "weights-prefix", "encoder.layers.7.", NULL);
+  feeder_push (&fd, FRAMES_PER_BUF);
+  expect_refusal (fd.bus, a);
+  expect_weights (fd.h, a);
+  g_object_get (fd.h->element, "weights-prefix", &prefix, NULL);
+  fail_unless_equals_string (prefix, "");
+  g_free (prefix);
+  feeder_push_frames (&fd, 30);
+  feeder_caps (&fd, 2 * RATE);
+  feeder_push_frames (&fd, 100);
+  fail_unless_equals_int (pop_warnings (fd.bus, NULL), 0);
+  ops = g_array_ref (fd.ops);
+  got = feeder_finish (&fd);
+
+  ref = fresh_run (&refuse_setup, a, x, t_max, ops);
+  fail_unless_equals_int (got->len, fd.pos * 16);
+  fail_unless_equals_int (got->len, ref->len);
+  assert_same_bytes ("every row vs fresh A", got, ref, 0, ref->len, 16);
+  g_array_unref (ops);
+  g_array_unref (got);
+  g_array_unref (ref);
+  g_free (x);
+  g_free (a);
+}
+
+GST_END_TEST;
+
 /* The complement: a file that fits, set before the first caps, runs
  * from the first frame (no warning). */
 GST_START_TEST (test_swap_before_first_caps)
@@ -1633,6 +1675,7 @@ sattn_swap_suite (void)
   tcase_add_loop_test (tc, test_refused_at_caps, 0, G_N_ELEMENTS (bad_files));
   tcase_add_loop_test (tc, test_refused_before_first_caps, 0,
       G_N_ELEMENTS (bad_files));
+  tcase_add_test (tc, test_refused_prefix);
   tcase_add_test (tc, test_swap_before_first_caps);
   tcase_add_test (tc, test_refused_never_stops);
   tcase_add_test (tc, test_swap_then_caps);
