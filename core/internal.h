@@ -104,6 +104,7 @@ size_t sattn_net_scratch_bytes (const SattnModel *m, size_t n);
 size_t sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
                          uint8_t *kok, float *weights, SattnStats *stats,
                          SattnPooling pooling, double *pooled);
+
 /* The head on a pooled row: probs (classes floats) = softmax (head
  * (pooled)); 0 when the logits overflow (probs then zeros). */
 int sattn_net_classify (const SattnModel *m, SattnNetScratch *w,
@@ -139,6 +140,29 @@ void sattn_attend_run (const SattnModel *m, const float *x, size_t n,
                        const SattnMask *mask, float *out, float *weights,
                        SattnStats *stats, int count_rows,
                        SattnAttendScratch *scr);
+/* sattn_attend_run's two halves: the projections of n rows x into q, k
+ * (n × dq) and v (n × dv), RoPE at positions pos0 + j (xn: n × d_model
+ * scratch for norm1 of pre-norm layers; unused otherwise) -- the same
+ * bytes whether rows come one at a time or in a block -- and the rest
+ * (frame rule, attention, output projection, layer parts) with the
+ * projections taken from scr->q, scr->k, scr->v. */
+void sattn_attend_project (const SattnModel *m, const float *x, size_t n,
+                           float *xn, float *q, float *k, float *v,
+                           uint64_t pos0);
+void sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
+                          const SattnMask *mask, float *out, float *weights,
+                          SattnStats *stats, int count_rows,
+                          SattnAttendScratch *scr);
+/* The first layer's scratch: a caller that keeps the first layer's
+ * projections per frame (sattn_net_frame_reuse) writes the window's q, k
+ * and v rows there and sets *ready; the next sattn_net_window then
+ * starts from them instead of projecting (and clears *ready). */
+SattnAttendScratch *sattn_net_layer0 (SattnNetScratch *w, int **ready);
+/* Whether the first layer's projections of a frame do not depend on the
+ * window (no learned positions: none, RoPE, ALiBi), so that a stream may
+ * project each frame once (RoPE then at the frame's absolute index: the
+ * scores depend on offsets only). */
+int sattn_net_frame_reuse (const SattnModel *m);
 
 /* Floats of one head's columns in wqkv: its Q and K columns, and its V
  * columns when V sums in float (wvd NULL). */

@@ -207,7 +207,7 @@ def export_mha(mha, path, dtype="F32", prefix="", extra_metadata=None,
 
 # (name, key tensor that marks the layout, q, k, v weights (None: fused),
 #  output Linear names, the tensors that belong to the module).  The same
-# table as libsattn's (core/io/weights.c): keep them in step.
+# table as libsattn's (core/io/layouts.c): keep them in step.
 def _lin(*names):
     return tuple(n + s for n in names for s in (".weight", ".bias"))
 

@@ -6,7 +6,7 @@
  * A prefix holds one of: a whole model (embed.weight, encoder.layers.*,
  * ...), an nn.TransformerEncoderLayer (linear1 / linear2 around
  * self_attn), or an attention module in any layout the mappers of
- * weights.c read.
+ * io/layouts.c read.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -37,7 +37,7 @@ sattn_load_options_init (SattnLoadOptions *opt)
 static const char *const activation_words[] = { "relu", "gelu" };
 
 /* The tensor names directly under a prefix that mark an attention module
- * or an encoder layer (one per layout of weights.c, and linear1). */
+ * or an encoder layer (one per layout of io/layouts.c, and linear1). */
 static const char *const module_marks[] = {
   "in_proj_weight", "q_proj_weight", "q_proj.weight", "query.weight",
   "self.query.weight", "to_q.weight", "wq.weight", "W_q.weight",

@@ -258,7 +258,14 @@ size_t sattn_model_extra_keys (const SattnModel *m);
  *         refused (a window has no row per new frame: every row depends on
  *         the whole window).
  * A whole model's windows run on the caller's thread (SattnConfig.threads
- * is not used by them yet). */
+ * is not used by them yet).  Its statistics (collect_stats) count windows,
+ * frames, masked keys and unusable frames as a layer's do, and the softmax
+ * rows of every layer (rows, saturation, entropy, score ranges: N layers
+ * × heads × window rows per window); keep_weights keeps the last layer's
+ * weights (heads × window × window).  A frame whose embedding overflows
+ * float32 is unusable (SATTN_FRAME_OVERFLOW); a row that becomes unusable
+ * inside the model (a layer's output overflows) is dropped from the
+ * pooling and counted in overflow_rows. */
 typedef enum {
   SATTN_MODEL_LAYER = 0,
   SATTN_MODEL_WHOLE,
@@ -497,7 +504,8 @@ SattnStatus sattn_stream_config_check (const SattnModel *m,
  * fails. */
 size_t sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc);
 
-/* Floats per output row: d_out, or window * d_out in window mode. */
+/* Floats per output row: d_out, or window * d_out in window mode, or the
+ * classes in classes mode. */
 size_t sattn_stream_row_floats (const SattnStream *s);
 
 /* Upper bound on the rows a push of n_frames (n_frames = 0: a drain) can

@@ -7,7 +7,7 @@
 # growing corpus and any crash artifact go (default build-fuzz/ in the
 # source tree); the committed seed corpus is only read.  Builds with clang
 # (CC overrides; clang-14 needs libclang-rt-14-dev), -fsanitize=fuzzer,
-# address,undefined, from core/io/weights.c + core/base/status.c and GLib /
+# address,undefined, from core/io/{safetensors,dtype,layouts}.c + core/base/status.c and GLib /
 # json-glib; meson configures the version header.  Prints the executions;
 # exits non-zero on a finding.
 set -eu
@@ -46,7 +46,8 @@ fi
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src/include" -I"$work/meson/include" \
   $(pkg-config --cflags glib-2.0 json-glib-1.0) \
-  "$here/fuzz-weights.c" "$src/core/io/weights.c" "$src/core/base/status.c" \
+  "$here/fuzz-weights.c" "$src/core/io/safetensors.c" "$src/core/io/dtype.c" \
+  "$src/core/io/layouts.c" "$src/core/base/status.c" \
   "$src/core/cpu/simd.c" -I"$src/core" \
   $(pkg-config --libs glib-2.0 json-glib-1.0) -lm \
   -o "$work/fuzz-weights"
