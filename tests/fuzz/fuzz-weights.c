@@ -146,11 +146,13 @@ try_load (const SattnTensorFile *f, const char *prefix, size_t heads,
           size_t d_model)
 {
   SattnLoadOptions opt;
-  SattnLoadReport rep = { sizeof rep };
+  SattnLoadReport rep;
   SattnModel *m = NULL;
   char err[256];
   SattnStatus st;
 
+  memset (&rep, 0, sizeof rep);
+  rep.struct_size = sizeof rep;
   sattn_load_options_init (&opt);
   opt.cfg.heads = heads;
   opt.cfg.d_model = d_model;
