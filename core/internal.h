@@ -21,9 +21,9 @@ struct SattnModel {
    * from h times that width, so that a stream's task projects a head's
    * columns of new frames in one block product wide enough for the
    * register-tiled loop (see project_head in stream.c); V's columns only
-   * when V sums in float (wvd NULL), the only case that reads them; only
-   * for models whose threads resolve to 2 or more (the per-head path
-   * needs workers); NULL otherwise. */
+   * when V sums in float (wvd NULL), the only case that reads them.  Built
+   * whatever streams the model will serve (a model holds no thread
+   * count): only streams with workers read it; NULL otherwise. */
   float *wqkv;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
@@ -104,6 +104,7 @@ size_t sattn_net_scratch_bytes (const SattnModel *m, size_t n);
 size_t sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
                          uint8_t *kok, float *weights, SattnStats *stats,
                          SattnPooling pooling, double *pooled);
+
 /* The head on a pooled row: probs (classes floats) = softmax (head
  * (pooled)); 0 when the logits overflow (probs then zeros). */
 int sattn_net_classify (const SattnModel *m, SattnNetScratch *w,
@@ -139,6 +140,29 @@ void sattn_attend_run (const SattnModel *m, const float *x, size_t n,
                        const SattnMask *mask, float *out, float *weights,
                        SattnStats *stats, int count_rows,
                        SattnAttendScratch *scr);
+/* sattn_attend_run's two halves: the projections of n rows x into q, k
+ * (n × dq) and v (n × dv), RoPE at positions pos0 + j (xn: n × d_model
+ * scratch for norm1 of pre-norm layers; unused otherwise) -- the same
+ * bytes whether rows come one at a time or in a block -- and the rest
+ * (frame rule, attention, output projection, layer parts) with the
+ * projections taken from scr->q, scr->k, scr->v. */
+void sattn_attend_project (const SattnModel *m, const float *x, size_t n,
+                           float *xn, float *q, float *k, float *v,
+                           uint64_t pos0);
+void sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
+                          const SattnMask *mask, float *out, float *weights,
+                          SattnStats *stats, int count_rows,
+                          SattnAttendScratch *scr);
+/* The first layer's scratch: a caller that keeps the first layer's
+ * projections per frame (sattn_net_frame_reuse) writes the window's q, k
+ * and v rows there and sets *ready; the next sattn_net_window then
+ * starts from them instead of projecting (and clears *ready). */
+SattnAttendScratch *sattn_net_layer0 (SattnNetScratch *w, int **ready);
+/* Whether the first layer's projections of a frame do not depend on the
+ * window (no learned positions: none, RoPE, ALiBi), so that a stream may
+ * project each frame once (RoPE then at the frame's absolute index: the
+ * scores depend on offsets only). */
+int sattn_net_frame_reuse (const SattnModel *m);
 
 /* Floats of one head's columns in wqkv: its Q and K columns, and its V
  * columns when V sums in float (wvd NULL). */
@@ -238,6 +262,28 @@ SattnStatus sattn_fail (SattnStatus st, char *err, size_t err_len,
                         const char *fmt, ...)
     __attribute__ ((format (printf, 4, 5)));
 
+/* A caller's struct that carries its size (size_t struct_size first,
+ * sattn.h at SattnConfig) read into dst, a struct of this version of size
+ * bytes: zeroed, then the min (struct_size, size) bytes of src (0 =
+ * size), then dst's struct_size set to size.  SATTN_E_INVAL with words
+ * naming the argument (what, e.g. "SattnConfig" or
+ * "SattnLoadOptions.cfg") and its type when struct_size is below
+ * min_size (the end of the last field of soname 1) or above max_size
+ * (SIZE_MAX: no bound; a struct held within another has one), or when it
+ * is above size and the bytes past size are not all zero (fields of a
+ * later version, which this one cannot honour). */
+SattnStatus sattn_struct_in (const char *what, const char *type,
+                             const void *src, void *dst, size_t size,
+                             size_t min_size, size_t max_size, char *err,
+                             size_t err_len);
+/* min_size of the caller-filled structs of soname 1. */
+#define SATTN_CONFIG_MIN_SIZE \
+  (offsetof (SattnConfig, norm_eps) + sizeof (double))
+#define SATTN_WEIGHTS_MIN_SIZE \
+  (offsetof (SattnWeights, norm2_b) + sizeof (const float *))
+#define SATTN_STREAM_CONFIG_MIN_SIZE \
+  (offsetof (SattnStreamConfig, threads) + sizeof (int))
+
 /* Up to 16 divisors of value, those nearest to wanted, ascending, as
  * "a, b, c" in buf (len bytes): the values that work, for messages. */
 void sattn_divisors (char *buf, size_t len, size_t value, size_t wanted);
@@ -297,7 +343,7 @@ typedef struct SattnPool SattnPool;
 typedef void (*SattnTaskFn) (void *ctx, size_t task, unsigned worker);
 /* CPUs this process may run on (affinity mask), at least 1. */
 unsigned sattn_available_cpus (void);
-/* SattnConfig.threads -> total threads (caller included), >= 1. */
+/* SattnStreamConfig.threads -> total threads (caller included), >= 1. */
 unsigned sattn_resolve_threads (int threads);
 /* n_threads total threads, caller included: n_threads - 1 workers.
  * Returns NULL for n_threads <= 1 and on failure (tell them apart by

@@ -23,6 +23,16 @@ activation, norm_first and norm_eps; positions when known (--positions).
 libsattn reads heads, head_dim and value_dim from it and checks them
 against the element's properties.
 
+A whole model per window (sattn.nn.SignalTransformer, or any module with
+an `embed` Linear and an nn.TransformerEncoder `encoder`, optionally
+`pos_embed`, `encoder.norm` and a `head`) is written whole under its own
+names with num_heads, norm_first, activation, norm_eps, positions,
+pooling (--pooling), head_activation and labels (--labels FILE, one per
+line) as metadata; the element then runs it on every window (output=
+classes, mean, last or window).  After writing a whole model the tool
+loads the file through libsattn's loader (sattn_model_load, via the
+Python package) when the package is importable, and says so.
+
 Inputs (INPUT is a file written by torch.save):
   * a whole model (torch.save(model, "model.pt")): the module is MODEL
     itself, --module NAME (e.g. "encoder.layers.0.self_attn"), or the only
@@ -46,6 +56,7 @@ at 44.1 kHz resampled to 16 kHz; frame-size 64 needs a rate it divides):
   gst-launch-1.0 audiotestsrc num-buffers=50 ! audio/x-raw,rate=44100 ! audioconvert ! audioresample ! audio/x-raw,format=F32LE,channels=1,rate=16000 ! sattn frame-size=64 weights=attn.safetensors ! fakesink
   export-torch-mha.py --module encoder.layers.0.self_attn model.pt l0.safetensors
   export-torch-mha.py --factory mymodels:build --module attn sd.pt a.safetensors
+  export-torch-mha.py --labels labels.txt recogniser.pt recogniser.safetensors
 
 Uses the safetensors package when installed, otherwise writes the format
 itself (8-byte little-endian header length, JSON header, raw tensors).
@@ -196,7 +207,7 @@ def export_mha(mha, path, dtype="F32", prefix="", extra_metadata=None,
 
 # (name, key tensor that marks the layout, q, k, v weights (None: fused),
 #  output Linear names, the tensors that belong to the module).  The same
-# table as libsattn's (core/io/weights.c): keep them in step.
+# table as libsattn's (core/io/layouts.c): keep them in step.
 def _lin(*names):
     return tuple(n + s for n in names for s in (".weight", ".bias"))
 
@@ -483,6 +494,63 @@ def _use_line(path, meta, prefix):
             (path, " weights-prefix=%s" % prefix if prefix else ""))
 
 
+def is_whole_model(module):
+    """Whether module is a whole model per window as libsattn reads it: an
+    embed Linear and an nn.TransformerEncoder under "encoder" (a
+    sattn.nn.SignalTransformer, or any module with those parts)."""
+    torch = _torch()
+    return (isinstance(getattr(module, "embed", None), torch.nn.Linear)
+            and isinstance(getattr(module, "encoder", None),
+                           torch.nn.TransformerEncoder))
+
+
+def whole_model_metadata(module, pooling="mean", positions=None,
+                         labels=None, prefix=""):
+    """__metadata__ of a whole model: the module's own (a SignalTransformer
+    knows it) or what its parts say, completed by the arguments."""
+    torch = _torch()
+    if hasattr(module, "metadata") and callable(module.metadata):
+        md = dict(module.metadata())
+    else:
+        layer = module.encoder.layers[0]
+        md = {"format": "pt", "model": "signal-transformer",
+              "num_heads": str(layer.self_attn.num_heads),
+              "pooling": pooling,
+              "positions": ("learned" if getattr(module, "pos_embed", None)
+                            is not None else (positions or "none")),
+              "causal": "0"}
+        lm = encoder_layer_metadata(layer)
+        for k in ("activation", "norm_first", "norm_eps"):
+            md[k] = str(lm[k])
+        head = getattr(module, "head", None)
+        if isinstance(head, torch.nn.Sequential) and len(head) == 3:
+            md["head_activation"] = ("gelu" if isinstance(
+                head[1], torch.nn.GELU) else "relu")
+    if positions is not None and md.get("positions") not in (None, positions):
+        raise ValueError("--positions %s but the model says positions=%s"
+                         % (positions, md["positions"]))
+    if labels is not None:
+        md["labels"] = json.dumps(list(labels))
+    return {prefix + k: str(v) for k, v in md.items()}
+
+
+def check_with_sattn(path, prefix=""):
+    """Load the written file through libsattn's one loader
+    (sattn_model_load, via the Python package) when the package is
+    importable: the file is then known to run in the element.  Returns a
+    line to print."""
+    try:
+        import sattn
+        m = sattn.Model.from_safetensors(path, prefix)
+    except ImportError:
+        return "not checked with libsattn (the sattn package is not importable)"
+    except Exception as e:   # SattnError and a missing library alike
+        raise SystemExit("export-torch-mha: libsattn refuses %s: %s"
+                         % (path, e))
+    return "libsattn loads it: %s model, %d layer(s)%s" % (
+        m.kind, m.layers, ", %d classes" % m.classes if m.classes else "")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="export-torch-mha.py",
@@ -529,6 +597,11 @@ def main(argv=None):
     p.add_argument("--weights-only", action="store_true",
                    help="refuse INPUT files that torch.load cannot read "
                    "with weights_only=True (whole-model pickles run code)")
+    p.add_argument("--pooling", choices=("mean", "last"), default=None,
+                   help="a whole model's pooling when the model does not "
+                   "record it (default mean)")
+    p.add_argument("--labels", metavar="FILE",
+                   help="a whole model's class labels, one per line")
     p.add_argument("--list", action="store_true",
                    help="list the attention modules in INPUT and exit")
     a = p.parse_args(argv)
@@ -553,6 +626,36 @@ def main(argv=None):
         p.error("OUTPUT is required")
     sd = obj.state_dict() if is_model else obj
     found = find_layouts(sd)
+
+    # A whole model per window (embed, encoder, [head]): written whole,
+    # under its own names, with what its state dict does not record.
+    sub = None
+    if is_model:
+        try:
+            sub = obj.get_submodule(a.module) if a.module else obj
+        except AttributeError as e:
+            sys.exit("export-torch-mha: %s" % e)
+    if sub is not None and is_whole_model(sub):
+        prefix = a.module + "." if (a.keep_prefix and a.module) else ""
+        labels = None
+        if a.labels:
+            with open(a.labels, encoding="utf-8") as f:
+                labels = [ln.rstrip("\n") for ln in f if ln.strip()]
+        try:
+            meta = whole_model_metadata(sub, a.pooling or "mean",
+                                        a.positions, labels, prefix)
+        except ValueError as e:
+            sys.exit("export-torch-mha: " + str(e))
+        save_safetensors(a.output, collections.OrderedDict(
+            (prefix + k, v) for k, v in sub.state_dict().items()
+            if v is not None), meta, a.dtype, use_package=not a.no_package)
+        n_layers = len(sub.encoder.layers)
+        print("wrote %s: the whole model %s (embed, %d encoder layer(s)%s), "
+              "%s; %s" % (a.output, a.module or type(sub).__name__,
+                          n_layers, ", head" if getattr(sub, "head", None)
+                          is not None else "", a.dtype,
+                          check_with_sattn(a.output, prefix)))
+        return 0
 
     # An encoder layer, exported whole.
     if is_model and a.module is not None:

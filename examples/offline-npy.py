@@ -78,7 +78,9 @@ def main(argv=None):
                     "module, any layout libsattn reads (default: identity "
                     "projections)")
     ap.add_argument("--prefix", default="", help="tensor name prefix")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads computing the stream (1 = this one only, "
+                    "0 = one per CPU); the rows are the same bytes")
     ap.add_argument("--block", type=int, default=4096,
                     help="frames per push (default 4096)")
     ap.add_argument("--out", help="write the rows here (.npy)")
@@ -90,13 +92,13 @@ def main(argv=None):
         if a.weights:
             model = sattn.Model.from_safetensors(
                 a.weights, a.prefix, a.heads, d_model=d_model,
-                causal=a.causal or None, lookback=a.lookback,
-                threads=a.threads)
+                causal=a.causal or None, lookback=a.lookback)
         else:
             model = sattn.Model(d_model, a.heads or 1, causal=a.causal,
-                                lookback=a.lookback, threads=a.threads)
+                                lookback=a.lookback)
         stream = sattn.Stream(model, a.window, a.hop, a.output,
-                              invalid=a.invalid, collect_stats=True)
+                              invalid=a.invalid, collect_stats=True,
+                              threads=a.threads)
         rows, infos = [], []
         for i in range(0, n, max(1, a.block)):
             r, info = stream.push(x[i:i + a.block])

@@ -159,7 +159,6 @@ run_config (size_t d, float scale, float amplitude, unsigned trials,
   cfg.d_model = d;
   cfg.heads = 1;
   cfg.scale = scale;          /* 1 = unscaled; 1/sqrt(d) = scaled */
-  cfg.threads = 1;
   SattnStatus st = SATTN_OK;
   SattnModel *m = sattn_model_new (&cfg, NULL, &st);  /* identity */
   if (m == NULL) {

@@ -7,8 +7,9 @@ int
 main (void)
 {
   enum { N = 8, D = 2 };  /* 8 frames of 2 floats; identity projections */
-  SattnConfig cfg = { .d_model = D, .heads = 1, .causal = 1, .threads = 1 };
-  SattnStreamConfig sc = { .window = 4, .hop = 2 };
+  /* struct_size left 0: this version's struct (see sattn.h). */
+  SattnConfig cfg = { .d_model = D, .heads = 1, .causal = 1 };
+  SattnStreamConfig sc = { .window = 4, .hop = 2, .threads = 1 };
   float in[N * D], out[N * D];
   size_t rows = 0, more = 0;
   SattnStatus st = SATTN_OK;

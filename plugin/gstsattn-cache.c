@@ -38,7 +38,9 @@ typedef struct
    * modification time (futimens) cannot keep it. */
   gint64 ctime_sec, ctime_nsec;
   gchar *prefix;                /* never NULL */
-  SattnConfig cfg;              /* byte copy of the caller's */
+  SattnConfig cfg;              /* byte copy of the caller's, struct_size
+                                   set (a model holds no thread count:
+                                   elements of any threads share it) */
   guint8 digest[DIGEST_LEN];    /* over the tensors (and their presence) */
   guint hash;
 } CacheKey;
@@ -140,6 +142,7 @@ cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
   k->prefix = g_strdup (dotted);
   free (dotted);
   memcpy (&k->cfg, cfg, sizeof (SattnConfig));
+  k->cfg.struct_size = sizeof (SattnConfig);    /* 0 says the same */
 
   cs = g_checksum_new (G_CHECKSUM_SHA256);
   cache_digest_array (cs, w->wq, dq * e);
@@ -318,11 +321,11 @@ gst_sattn_cache_load (const gchar * path, const gchar * prefix,
   key.prefix = g_strdup (dotted);
   free (dotted);
   /* The options, field by field (no padding), as words: the loader's
-   * whole input besides the file. */
-  words = g_strdup_printf ("load\n%zu %zu %zu %zu %zu %a %d %zu %d %d %a %d "
+   * whole input besides the file (no thread count: that is each
+   * stream's). */
+  words = g_strdup_printf ("load\n%zu %zu %zu %zu %zu %a %d %zu %d %a %d "
       "%d %a %d %u", c->d_model, c->heads, c->d_head, c->d_value, c->d_out,
-      (double) c->scale, c->causal, c->lookback, c->threads,
-      (int) c->positions, c->rope_base, (int) c->activation, c->norm_first,
+      (double) c->scale, c->causal, c->lookback, (int) c->positions, c->rope_base, (int) c->activation, c->norm_first,
       c->norm_eps, opt->add_zero_attn, opt->set);
   cs = g_checksum_new (G_CHECKSUM_SHA256);
   g_checksum_update (cs, (const guchar *) words, strlen (words));

@@ -109,11 +109,12 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   mc->scale = gst_sattn_core_scale (c->scale);
   mc->causal = c->causal;
   mc->lookback = c->lookback;
-  mc->threads = c->threads;
   sc->window = c->window;
   sc->hop = c->hop;
   sc->output = (SattnOutputMode) c->output;
   sc->start = (SattnStartPolicy) c->start;
+  /* Threads are the stream's: one model serves elements of any count. */
+  sc->threads = c->threads;
   gst_sattn_layer_config (c, mc);
 }
 
@@ -395,8 +396,7 @@ gst_sattn_model_inputs (GstSattn * self, GstSattnSettings * c,
   *wpath = g_strdup (self->weights);
   *wprefix = g_strdup (self->weights_prefix);
   *zero_attn = self->add_zero_attn;
-  return *wpath ? g_strdup_printf ("%s\n%s", *wpath,
-      *wprefix ? *wprefix : "") : NULL;
+  return gst_sattn_weights_key (*wpath, *wprefix);
 }
 
 /* At READY -> PAUSED: reads the weights file (if any) once, checks it for
@@ -841,6 +841,114 @@ gst_sattn_parse_caps (GstCaps * caps, gint * rate, gint * channels)
   return TRUE;
 }
 
+/* The model in use (weights key in_use, NULL = identity projections) for
+ * d_model-value frames, a new reference: the running one when it has
+ * these frames, the one read at READY, or the file read again; NULL when
+ * it cannot serve them. */
+static SattnModel *
+gst_sattn_in_use_model (GstSattn * self, const GstSattnSettings * c,
+    guint64 d_model, const gchar * in_use, gboolean zero_attn)
+{
+  SattnModel *m = NULL;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnWeights w = { 0, };
+  SattnStatus st;
+  gchar err[16], *path, *prefix;
+  const gchar *nl;
+
+  if (self->stream != NULL && self->d_model == d_model &&
+      gst_sattn_cache_ref (self->model))
+    return self->model;
+  GST_OBJECT_LOCK (self);
+  if (self->wmodel != NULL && g_strcmp0 (self->wkey, in_use) == 0 &&
+      self->wcfg.d_model == d_model && gst_sattn_cache_ref (self->wmodel))
+    m = self->wmodel;
+  GST_OBJECT_UNLOCK (self);
+  if (m != NULL)
+    return m;
+  if (in_use == NULL) {
+    gst_sattn_core_config (c, d_model, &mc, &sc);
+    w.add_zero_attn = zero_attn;
+    return gst_sattn_cache_acquire (NULL, NULL, &mc, zero_attn ? &w : NULL,
+        &st);
+  }
+  nl = strchr (in_use, '\n');
+  path = g_strndup (in_use, nl - in_use);
+  prefix = g_strdup (nl + 1);
+  m = gst_sattn_model_from_file (path, prefix, c, d_model, zero_attn, &st,
+      err, sizeof err);
+  g_free (path);
+  g_free (prefix);
+  return m;
+}
+
+/* Caps while the weights properties ask for another file (wpath, wprefix)
+ * than the one of the model in use (in_use), set while running and not
+ * yet seen by the swap's loader thread (or set before the first caps):
+ * the rule of a swap.  When the model in use serves these frames, the
+ * requested one replaces it only if it can be loaded and keeps what the
+ * element outputs; else a warning, the properties name the file in use
+ * again (*reverted) and the model in use goes on.  When the model in use
+ * cannot serve these frames, the requested file is the configuration and
+ * fails as at READY.  prepared: the requested file's model read at READY
+ * (a reference taken over), or NULL.  Returns a reference, or NULL after
+ * posting an error. */
+static SattnModel *
+gst_sattn_caps_request (GstSattn * self, const GstSattnSettings * c,
+    guint64 d_model, const gchar * wpath, const gchar * wprefix,
+    gboolean zero_attn, SattnModel * prepared, const gchar * in_use,
+    gboolean * reverted)
+{
+  SattnModel *cur, *m = prepared;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnWeights w = { 0, };
+  SattnStatus st = SATTN_OK;
+  GstSattnModelShape shape;
+  gchar err[1024] = "", *why;
+
+  *reverted = FALSE;
+  cur = gst_sattn_in_use_model (self, c, d_model, in_use, zero_attn);
+  if (m == NULL && wpath != NULL) {
+    m = gst_sattn_model_from_file (wpath, wprefix, c, d_model, zero_attn,
+        &st, err, sizeof err);
+  } else if (m == NULL) {
+    gst_sattn_core_config (c, d_model, &mc, &sc);
+    w.add_zero_attn = zero_attn;
+    m = gst_sattn_cache_acquire (NULL, NULL, &mc, zero_attn ? &w : NULL, &st);
+    if (m == NULL)
+      g_strlcpy (err, "the model cannot be built", sizeof err);
+  }
+  if (cur == NULL) {
+    if (m == NULL && wpath != NULL)
+      gst_sattn_weights_error (self, st, wpath, d_model, err);
+    else if (m == NULL)
+      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+          ("Could not set up attention with identity projections for %"
+              G_GUINT64_FORMAT "-value frames: %s", d_model,
+              sattn_status_string (st)), (NULL));
+    return m;
+  }
+  if (m == NULL) {
+    why = g_strdup_printf ("%s (%s)", err[0] ? err : sattn_status_string (st),
+        sattn_status_string (st));
+  } else {
+    gst_sattn_model_shape (cur, &shape);
+    why = gst_sattn_swap_misfit (&shape, m);
+  }
+  if (why == NULL) {
+    gst_sattn_cache_release (cur);
+    return m;
+  }
+  gst_sattn_swap_revert (self, wpath, wprefix, in_use);
+  gst_sattn_swap_warn (self, wpath, wprefix, why);
+  g_free (why);
+  gst_sattn_cache_release (m);
+  *reverted = TRUE;
+  return cur;
+}
+
 #define GST_SATTN_UNSUPPORTED_CAPS "Unsupported input caps; sattn takes " \
     "audio/x-raw, format=" GST_AUDIO_NE (F32) ", layout=interleaved with " \
     "a rate and a channel count"
@@ -861,8 +969,9 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnModel *prepared;
   SattnConfig pcfg;
   g_autofree gchar *key = NULL;       /* freed on every return */
+  g_autofree gchar *in_use = NULL;    /* the model in use's key */
   gchar *wpath, *wprefix;
-  gboolean zero_attn, tensors = FALSE;
+  gboolean zero_attn, tensors = FALSE, changed, reverted = FALSE;
   GstCaps *srccaps;
   gsize row_floats, chunk;
   GstClockTime next_ts, held;
@@ -883,6 +992,11 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   /* The weights the model was built from: file and prefix (a swap while
    * running changes them). */
   key = gst_sattn_model_inputs (self, &c, &wpath, &wprefix, &zero_attn);
+  /* Weights set while running that no loader has taken up yet: the file
+   * in use is the running model's, or before the first caps the one read
+   * at READY. */
+  in_use = g_strdup (self->stream != NULL ? self->model_key : self->wkey);
+  changed = self->running && g_strcmp0 (key, in_use) != 0;
   prepared = self->wmodel;
   pcfg = self->wcfg;
   if (prepared != NULL && key != NULL && g_strcmp0 (self->wkey, key) == 0 &&
@@ -907,7 +1021,16 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
 
   gst_sattn_core_config (&c, d_model, &mc, &sc);
   weights.add_zero_attn = zero_attn;
-  if (prepared != NULL) {
+  if (changed) {
+    model = gst_sattn_caps_request (self, &c, d_model, wpath, wprefix,
+        zero_attn, prepared, in_use, &reverted);
+    if (model == NULL) {
+      g_free (wpath);
+      g_free (wprefix);
+      return FALSE;
+    }
+    mc = *sattn_model_config (model);
+  } else if (prepared != NULL) {
     /* The weights file's model, built when the file was read at READY ->
      * PAUSED: its reference is this stream's now. */
     model = prepared;
@@ -956,10 +1079,27 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     g_free (wprefix);
     return FALSE;
   }
-  g_free (wpath);
-  g_free (wprefix);
   sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
   gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &sc);
+  {
+    /* What the file's model cannot run with (a whole model with
+     * output=frames, say), in the core's words as at READY, before its
+     * size is asked for: there is none. */
+    gchar err[512] = "";
+
+    if (sattn_stream_config_check (model, &sc, err, sizeof err) !=
+        SATTN_OK) {
+      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+          ("The weights file %s cannot run with these properties: %s",
+              wpath ? wpath : "(none: identity projections)", err), (NULL));
+      gst_sattn_cache_release (model);
+      g_free (wpath);
+      g_free (wprefix);
+      return FALSE;
+    }
+  }
+  g_free (wpath);
+  g_free (wprefix);
   chunk = gst_sattn_chunk_frames (&c, d_model);
   if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
     gst_sattn_cache_release (model);
@@ -1018,7 +1158,19 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->cfg = c;
   self->model = model;
   g_free (self->model_key);
-  self->model_key = g_steal_pointer (&key);
+  self->model_key = reverted ? g_steal_pointer (&in_use) :
+      g_steal_pointer (&key);
+  /* The weights properties as read here are served (or were refused and
+   * name the model in use again): no swap to start for them. */
+  GST_OBJECT_LOCK (self);
+  {
+    gchar *now = gst_sattn_weights_key (self->weights, self->weights_prefix);
+
+    if (g_strcmp0 (now, self->model_key) == 0)
+      self->swap.requested = FALSE;
+    g_free (now);
+  }
+  GST_OBJECT_UNLOCK (self);
   self->stream = stream;
   self->stream_config = sc;
   self->sink_caps = gst_caps_ref (caps);

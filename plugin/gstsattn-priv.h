@@ -221,6 +221,20 @@ void gst_sattn_swap_record (GstSattn * self, const float *frames,
 G_GNUC_INTERNAL
 void gst_sattn_swap_reset (GstSattn * self);
 
+/* gstsattn-swap.c (any thread) */
+
+/* The warning for weights (path, prefix) that cannot replace the running
+ * model, saying why. */
+G_GNUC_INTERNAL
+void gst_sattn_swap_warn (GstSattn * self, const gchar * path,
+    const gchar * prefix, const gchar * why);
+/* After a refused request for (path, prefix): the weights properties
+ * name the file in use again (in_use: its weights key, NULL = identity
+ * projections), if they still ask for the refused one; notifies. */
+G_GNUC_INTERNAL
+void gst_sattn_swap_revert (GstSattn * self, const gchar * path,
+    const gchar * prefix, const gchar * in_use);
+
 /* gstsattn-feed.c */
 
 /* Timestamp of input frame f (counted since the last resync). */

@@ -21,9 +21,109 @@ typedef struct
   guint64 d_model;
   SattnStreamConfig sc;
   gboolean zero_attn;
-  gsize d_out, extra_keys, classes;
-  SattnModelKind kind;
+  GstSattnModelShape running;   /* what the new model must keep */
+  gchar *in_use;                /* the running model's weights key */
 } GstSattnSwapJob;
+
+gchar *
+gst_sattn_weights_key (const gchar * path, const gchar * prefix)
+{
+  return path ? g_strdup_printf ("%s\n%s", path, prefix ? prefix : "") :
+      NULL;
+}
+
+/* The file and prefix of key (NULL, NULL for identity projections). */
+static void
+gst_sattn_weights_key_split (const gchar * key, gchar ** path,
+    gchar ** prefix)
+{
+  const gchar *nl = key ? strchr (key, '\n') : NULL;
+
+  *path = nl ? g_strndup (key, nl - key) : NULL;
+  *prefix = nl ? g_strdup (nl + 1) : NULL;
+}
+
+void
+gst_sattn_model_shape (const SattnModel * m, GstSattnModelShape * shape)
+{
+  shape->kind = sattn_model_kind (m);
+  shape->classes = sattn_model_classes (m);
+  shape->d_out = sattn_model_d_out (m);
+  shape->extra_keys = sattn_model_extra_keys (m);
+}
+
+gchar *
+gst_sattn_swap_misfit (const GstSattnModelShape * running,
+    const SattnModel * m)
+{
+  GstSattnModelShape s;
+
+  gst_sattn_model_shape (m, &s);
+  if (s.kind != running->kind || s.classes != running->classes) {
+    return g_strdup_printf ("it is %s where the running model is %s; a swap "
+        "keeps what the element outputs (a change of model kind needs "
+        "READY)", s.kind == SATTN_MODEL_WHOLE ? "a whole model" :
+        "one attention layer", running->kind == SATTN_MODEL_WHOLE ?
+        "a whole model" : "one attention layer");
+  }
+  if (s.d_out != running->d_out) {
+    return g_strdup_printf ("its output rows have %" G_GSIZE_FORMAT " values "
+        "where the running model's have %" G_GSIZE_FORMAT "; a swap keeps "
+        "d_model and d_out (a change of geometry needs READY)", s.d_out,
+        running->d_out);
+  }
+  if (s.extra_keys != running->extra_keys) {
+    return g_strdup_printf ("it has %" G_GSIZE_FORMAT " extra keys (bias_k, "
+        "zero attention) where the running model has %" G_GSIZE_FORMAT "; a "
+        "swap keeps the window's key count (the attention map's width)",
+        s.extra_keys, running->extra_keys);
+  }
+  return NULL;
+}
+
+void
+gst_sattn_swap_warn (GstSattn * self, const gchar * path,
+    const gchar * prefix, const gchar * why)
+{
+  GST_DEBUG_OBJECT (self, "swap refused: %s", why);
+  GST_ELEMENT_WARNING (self, RESOURCE, SETTINGS,
+      ("The weights file %s (prefix \"%s\") cannot replace the running "
+          "model, which stays in use: %s", path ? path :
+          "(none: identity projections)", prefix ? prefix : "", why), (NULL));
+}
+
+void
+gst_sattn_swap_revert (GstSattn * self, const gchar * path,
+    const gchar * prefix, const gchar * in_use)
+{
+  gchar *ipath, *iprefix;
+  gboolean reverted = FALSE;
+
+  gst_sattn_weights_key_split (in_use, &ipath, &iprefix);
+  GST_OBJECT_LOCK (self);
+  /* Only while they still ask for the refused file: a request made since
+   * is its own. */
+  if (g_strcmp0 (self->weights, path) == 0 &&
+      g_strcmp0 (self->weights_prefix ? self->weights_prefix : "",
+          prefix ? prefix : "") == 0) {
+    g_free (self->weights);
+    self->weights = g_steal_pointer (&ipath);
+    if (in_use != NULL) {
+      g_free (self->weights_prefix);
+      self->weights_prefix = g_steal_pointer (&iprefix);
+    }
+    reverted = TRUE;
+  }
+  GST_OBJECT_UNLOCK (self);
+  g_free (ipath);
+  g_free (iprefix);
+  if (reverted) {
+    GST_DEBUG_OBJECT (self, "weights back to the file in use");
+    g_object_notify (G_OBJECT (self), "weights");
+    if (in_use != NULL)
+      g_object_notify (G_OBJECT (self), "weights-prefix");
+  }
+}
 
 void
 gst_sattn_swap_init (GstSattnSwap * sw)
@@ -37,6 +137,7 @@ gst_sattn_swap_job_free (GstSattnSwapJob * job)
 {
   g_free (job->path);
   g_free (job->prefix);
+  g_free (job->in_use);
   g_free (job);
 }
 
@@ -49,6 +150,7 @@ gst_sattn_swap_drop_ready (GstSattnSwap * sw)
   gst_sattn_cache_release (sw->ready_model);
   sw->ready_model = NULL;
   g_clear_pointer (&sw->ready_path, g_free);
+  g_clear_pointer (&sw->ready_key, g_free);
   g_atomic_int_set (&sw->ready, 0);
 }
 
@@ -69,9 +171,11 @@ gst_sattn_swap_stop (GstSattnSwap * sw)
   g_mutex_lock (&sw->lock);
   sw->cancelled = TRUE;
   g_mutex_unlock (&sw->lock);
-  /* Queued jobs are dropped; a running one ends (its result dropped). */
+  /* Every job runs to its end, which frees it: the queued ones return at
+   * once (cancelled), a running one ends its load and drops the result.
+   * (Freeing the pool immediately would drop the queued jobs unfreed.) */
   if (sw->pool)
-    g_thread_pool_free (sw->pool, TRUE, TRUE);
+    g_thread_pool_free (sw->pool, FALSE, TRUE);
   sw->pool = NULL;
   gst_sattn_swap_discard (sw);
   g_clear_pointer (&sw->hist, g_free);
@@ -110,11 +214,10 @@ gst_sattn_swap_refuse (GstSattnSwapJob * job, const gchar * why)
 
   if (!gst_sattn_swap_job_current (&self->swap, job))
     return;
-  GST_ELEMENT_WARNING (self, RESOURCE, SETTINGS,
-      ("The weights file %s (prefix \"%s\") cannot replace the running "
-          "model, which stays in use: %s", job->path ? job->path :
-          "(none: identity projections)", job->prefix ? job->prefix : "",
-          why), (NULL));
+  /* The properties first: whoever reads them on the warning reads the
+   * file in use. */
+  gst_sattn_swap_revert (self, job->path, job->prefix, job->in_use);
+  gst_sattn_swap_warn (self, job->path, job->prefix, why);
 }
 
 /* The loader thread: read and check the file, build the model (shared
@@ -160,30 +263,8 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
       goto done;
     }
   }
-  if (sattn_model_kind (model) != job->kind ||
-      sattn_model_classes (model) != job->classes) {
-    why = g_strdup_printf ("it is %s where the running model is %s; a swap "
-        "keeps what the element outputs (a change of model kind needs "
-        "READY)", sattn_model_kind (model) == SATTN_MODEL_WHOLE ?
-        "a whole model" : "one attention layer",
-        job->kind == SATTN_MODEL_WHOLE ? "a whole model" :
-        "one attention layer");
+  if ((why = gst_sattn_swap_misfit (&job->running, model)) != NULL)
     goto done;
-  }
-  if (sattn_model_d_out (model) != job->d_out) {
-    why = g_strdup_printf ("its output rows have %" G_GSIZE_FORMAT " values "
-        "where the running model's have %" G_GSIZE_FORMAT "; a swap keeps "
-        "d_model and d_out (a change of geometry needs READY)",
-        sattn_model_d_out (model), job->d_out);
-    goto done;
-  }
-  if (sattn_model_extra_keys (model) != job->extra_keys) {
-    why = g_strdup_printf ("it has %" G_GSIZE_FORMAT " extra keys (bias_k, "
-        "zero attention) where the running model has %" G_GSIZE_FORMAT "; a "
-        "swap keeps the window's key count (the attention map's width)",
-        sattn_model_extra_keys (model), job->extra_keys);
-    goto done;
-  }
   stream = sattn_stream_new (model, &job->sc, &st);
   if (stream == NULL) {
     why = g_strdup_printf ("no stream for it: %s", sattn_status_string (st));
@@ -196,6 +277,7 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
     sw->ready_model = model;
     sw->ready_stream = stream;
     sw->ready_path = g_strdup (job->path);
+    sw->ready_key = gst_sattn_weights_key (job->path, job->prefix);
     model = NULL;
     stream = NULL;
     g_atomic_int_set (&sw->ready, 1);
@@ -206,7 +288,6 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
 
 done:
   if (why != NULL) {
-    GST_DEBUG_OBJECT (self, "swap refused: %s", why);
     gst_sattn_swap_refuse (job, why);
     g_free (why);
   }
@@ -297,10 +378,8 @@ gst_sattn_swap_poll (GstSattn * self)
   job->d_model = self->d_model;
   job->sc = self->stream_config;
   job->sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
-  job->d_out = sattn_model_d_out (self->model);
-  job->extra_keys = sattn_model_extra_keys (self->model);
-  job->kind = sattn_model_kind (self->model);
-  job->classes = sattn_model_classes (self->model);
+  gst_sattn_model_shape (self->model, &job->running);
+  job->in_use = g_strdup (self->model_key);
 
   g_mutex_lock (&sw->lock);
   job->generation = ++sw->generation;
@@ -402,7 +481,7 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   GstSattnSwap *sw = &self->swap;
   SattnModel *model;
   SattnStream *stream;
-  gchar *path;
+  gchar *path, *key;
   guint64 frames, p, window = self->cfg.window, hop = self->cfg.hop;
   SattnStatus st;
   SattnSkipped sk;
@@ -422,13 +501,18 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   model = sw->ready_model;
   stream = sw->ready_stream;
   path = sw->ready_path;
+  key = sw->ready_key;
   sw->ready_model = NULL;
   sw->ready_stream = NULL;
   sw->ready_path = NULL;
+  sw->ready_key = NULL;
   g_atomic_int_set (&sw->ready, 0);
   g_mutex_unlock (&sw->lock);
-  if (stream == NULL)
+  if (stream == NULL) {
+    g_free (path);
+    g_free (key);
     return n;
+  }
 
   /* The windows after the boundary hold at most window - hop frames from
    * before it: the new stream skips (in closed form) to where those
@@ -439,14 +523,17 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
     st = gst_sattn_swap_prime (sw, stream, (gsize) p, (gsize) hop);
   if (st != SATTN_OK || sattn_stream_frames (stream) != frames ||
       sattn_stream_pending (stream) != 0) {
-    GST_ELEMENT_WARNING (self, RESOURCE, SETTINGS,
-        ("The weights file %s cannot replace the running model, which "
-            "stays in use: the new model could not take the frames of the "
-            "current window (%s)", path ? path : "(none)",
-            sattn_status_string (st)), (NULL));
+    gchar *why = g_strdup_printf ("the new model could not take the frames "
+        "of the current window (%s)", sattn_status_string (st));
+    const gchar *prefix = key ? strchr (key, '\n') + 1 : NULL;
+
+    gst_sattn_swap_revert (self, path, prefix, self->model_key);
+    gst_sattn_swap_warn (self, path, prefix, why);
+    g_free (why);
     sattn_stream_free (stream);
     gst_sattn_cache_release (model);
     g_free (path);
+    g_free (key);
     return n;
   }
   /* The priming's windows are not the stream's: no statistics from them. */
@@ -457,6 +544,10 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   gst_sattn_cache_release (self->model);
   self->stream = stream;
   self->model = model;
+  /* New caps compare the weights properties with the running model's
+   * file (gst_sattn_set_caps). */
+  g_free (self->model_key);
+  self->model_key = key;
   sw->recording = g_atomic_int_get (&sw->jobs) > 0;
   GST_INFO_OBJECT (self, "weights %s in use from frame %" G_GUINT64_FORMAT,
       path ? path : "(identity)", frames);

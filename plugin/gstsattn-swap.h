@@ -4,7 +4,13 @@
  * at the next window boundary, its stream primed with the frames the
  * windows after the boundary still need, so that from the boundary on
  * the output is the new model's on the same frames.  A file that cannot
- * be used posts a warning and leaves the running model in place.
+ * be used posts a warning and leaves the running model in place; the
+ * `weights` and `weights-prefix` properties then name the file in use
+ * again (unless they were set once more meanwhile), so that new caps or
+ * the next READY do not read the refused file.  Caps that arrive before
+ * the loader has looked at a request apply the same rule
+ * (gst_sattn_set_caps): whichever sees it first, a request is accepted
+ * or refused alike.
  *
  * Locking: `requested` is guarded by the object lock (set_property);
  * `lock` guards the job generation and the ready model; the history and
@@ -35,6 +41,7 @@ typedef struct
   SattnModel *ready_model;      /* loaded, checked, not yet in use */
   SattnStream *ready_stream;
   gchar *ready_path;
+  gchar *ready_key;             /* its weights key (gst_sattn_weights_key) */
   gint ready;                   /* atomic: ready_stream != NULL */
   gint jobs;                    /* atomic: jobs queued or running */
 
@@ -49,6 +56,27 @@ typedef struct
   gsize prime_rows, row_floats;
   SattnRowInfo *prime_info;
 } GstSattnSwap;
+
+/* What a swap keeps: what the element outputs and the window's key
+ * count. */
+typedef struct
+{
+  SattnModelKind kind;
+  gsize classes, d_out, extra_keys;
+} GstSattnModelShape;
+
+G_GNUC_INTERNAL void gst_sattn_model_shape (const SattnModel * m,
+    GstSattnModelShape * shape);
+/* Why m cannot replace a running model of the given shape (a sentence to
+ * g_free), or NULL when it can. */
+G_GNUC_INTERNAL gchar *gst_sattn_swap_misfit (const GstSattnModelShape *
+    running, const SattnModel * m);
+
+/* The key of the weights file path under prefix ("path\nprefix"; NULL
+ * for identity projections, path NULL), as the element records it with
+ * the model built from it; a new string. */
+G_GNUC_INTERNAL gchar *gst_sattn_weights_key (const gchar * path,
+    const gchar * prefix);
 
 G_GNUC_INTERNAL void gst_sattn_swap_init (GstSattnSwap * sw);
 /* Cancel and join the loader, drop what it made and the history

@@ -84,8 +84,17 @@
  * output is the new model's on the same frames; the element then posts an
  * element message `sattn-weights-swapped` (`weights`, `frame`,
  * `timestamp`).  A file that cannot be read, or whose model has another
- * d_out or other extra keys, posts a warning naming it and the reason,
- * and the running model stays.
+ * d_out, other extra keys or is of another kind (a whole model where one
+ * layer runs, or other classes), posts a warning naming it and the
+ * reason, and the running model stays; the weights properties then name
+ * the file in use again (with a notify), so that new caps and the next
+ * READY do not read the refused file.  New caps that arrive before the
+ * file was looked at apply the same rule; so does the first caps event
+ * for a file set between READY -> PAUSED and the first caps (the model
+ * read at READY is the one in use).  Only when the model in use cannot
+ * serve the new caps at all is the requested file the configuration,
+ * failing with the error READY would post.  A refused swap never stops
+ * the pipeline.
  *
  * Every output buffer carries a GstSattnMeta (installed header
  * <sattn/gstsattn-meta.h>): per output row, the input frames it accounts
@@ -493,17 +502,21 @@ gst_sattn_class_init (GstSattnClass * klass)
           rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_THREADS,
       g_param_spec_int ("threads", "Threads",
-          "worker threads of the core (1 = none; 0 = one per available "
-          "CPU)", 0, MAX_THREADS, DEFAULT_THREADS, geom));
+          "threads computing this element's stream (1 = the streaming "
+          "thread only; 0 = one per available CPU); the model is shared "
+          "whatever the count", 0, MAX_THREADS, DEFAULT_THREADS, geom));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS,
       g_param_spec_string ("weights", "Weights",
-          "safetensors file with a torch.nn.MultiheadAttention state dict "
-          "(in_proj_weight or q/k/v_proj_weight, out_proj, bias_k/bias_v); "
+          "safetensors file, read by the one loader: an attention module "
+          "(nn.MultiheadAttention, or the q_proj / query / wq ... layouts), "
+          "an nn.TransformerEncoderLayer, or a whole model (embed, encoder "
+          "layers, head); it records num_heads unless heads is set; "
           "NULL = identity projections.  Read and checked on READY->PAUSED "
           "and when caps arrive.  Set while PAUSED or PLAYING: loaded off "
           "the streaming thread, it takes over at a window boundary if it "
-          "has the running model's d_model and d_out (else a warning, and "
-          "the running model stays)", NULL, rw | GST_PARAM_MUTABLE_PLAYING));
+          "has the running model's d_model, d_out and kind (else a "
+          "warning, the running model stays and this property names its "
+          "file again)", NULL, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
       g_param_spec_string ("weights-prefix", "Weights prefix",
           "Prefix of the attention module's tensors inside a larger state "

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *
 sattn_status_string (SattnStatus st)
@@ -70,6 +71,39 @@ sattn_fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
     va_end (ap);
   }
   return st;
+}
+
+SattnStatus
+sattn_struct_in (const char *what, const char *type, const void *src,
+                 void *dst, size_t size, size_t min_size, size_t max_size,
+                 char *err, size_t err_len)
+{
+  size_t sz;
+  memcpy (&sz, src, sizeof sz);
+  if (sz == 0)
+    sz = size;
+  if (sz < min_size)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "%s.struct_size=%zu is smaller than any %s of "
+                       "libsattn.so.%d (%zu bytes); set it to sizeof (%s), "
+                       "or 0", what, sz, type, SATTN_VERSION_MAJOR,
+                       min_size, type);
+  if (sz > max_size)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "%s.struct_size=%zu is larger than the %zu bytes it "
+                       "has here; set it to sizeof (%s), or 0", what, sz,
+                       max_size, type);
+  for (size_t i = size; i < sz; i++)
+    if (((const unsigned char *) src)[i] != 0)
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "%s.struct_size=%zu: the struct sets fields past "
+                         "the %zu bytes this libsattn (%s) knows; they "
+                         "need a later libsattn", what, sz, size,
+                         SATTN_VERSION_STRING);
+  memset (dst, 0, size);
+  memcpy (dst, src, sz < size ? sz : size);
+  memcpy (dst, &size, sizeof size);
+  return SATTN_OK;
 }
 
 /* Keep d in best[] (at most 16) if it is among the 16 divisors nearest

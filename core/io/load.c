@@ -6,7 +6,7 @@
  * A prefix holds one of: a whole model (embed.weight, encoder.layers.*,
  * ...), an nn.TransformerEncoderLayer (linear1 / linear2 around
  * self_attn), or an attention module in any layout the mappers of
- * weights.c read.
+ * io/layouts.c read.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -31,13 +31,13 @@ sattn_load_options_init (SattnLoadOptions *opt)
     return;
   memset (opt, 0, sizeof (*opt));
   opt->struct_size = sizeof (*opt);
-  opt->cfg.threads = 1;
+  opt->cfg.struct_size = sizeof (opt->cfg);
 }
 
 static const char *const activation_words[] = { "relu", "gelu" };
 
 /* The tensor names directly under a prefix that mark an attention module
- * or an encoder layer (one per layout of weights.c, and linear1). */
+ * or an encoder layer (one per layout of io/layouts.c, and linear1). */
 static const char *const module_marks[] = {
   "in_proj_weight", "q_proj_weight", "q_proj.weight", "query.weight",
   "self.query.weight", "to_q.weight", "wq.weight", "W_q.weight",
@@ -509,7 +509,6 @@ load_whole (const SattnTensorFile *f, const char *p,
     mc.d_out = 0;
     mc.encoder = 0;
     mc.d_ff = 0;
-    mc.threads = 1;
     g_snprintf (lp, sizeof lp, "%sencoder.layers.%zu.", p, i);
     char *ap = join (lp, "self_attn.");
     st = sattn_attn_weights_from_file (f, ap, 0, &mc, &w, &mw, &ar, err,
@@ -590,7 +589,6 @@ load_whole (const SattnTensorFile *f, const char *p,
   m->cfg = l0->cfg;
   m->cfg.d_model = F;
   m->cfg.d_out = D;
-  m->cfg.threads = o->cfg.threads;
   m->dq = l0->dq;
   m->dv = l0->dv;
   m->d_out = D;
@@ -640,6 +638,13 @@ sattn_model_load_tensors (const SattnTensorFile *f, const char *prefix,
                          "sattn_load_options_init", opt->struct_size);
     memcpy (&o, opt, opt->struct_size < sizeof o ? opt->struct_size
             : sizeof o);
+    /* The configuration within, as sattn_model_new reads one. */
+    SattnConfig c;
+    if ((st = sattn_struct_in ("SattnLoadOptions.cfg", "SattnConfig",
+                               &o.cfg, &c, sizeof c, SATTN_CONFIG_MIN_SIZE,
+                               sizeof c, err, err_len)) != SATTN_OK)
+      return st;
+    o.cfg = c;
   }
   char *p = sattn_attn_prefix (NULL, prefix);
   if (p == NULL)

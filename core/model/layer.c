@@ -217,24 +217,34 @@ sattn_rope_qk (const SattnModel *m, float *q, float *k, uint64_t pos)
 }
 
 /* Every rule a model configuration and its weights must follow, the one
- * place they are written: resolves cfg into *c (0-defaults replaced) and
- * the projected sizes, or says in err what is wrong and what would work. */
+ * place they are written: resolves cfg into *c (0-defaults replaced), the
+ * caller's weights into *wl (this version's struct; all NULL for w NULL)
+ * and the projected sizes, or says in err what is wrong and what would
+ * work. */
 static SattnStatus
-model_resolve (const SattnConfig *cfg, const SattnWeights *w, SattnConfig *c,
-               size_t *dq_out, size_t *dv_out, char *err, size_t err_len)
+model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
+               SattnConfig *c, SattnWeights *wl, size_t *dq_out,
+               size_t *dv_out, char *err, size_t err_len)
 {
-  static const SattnWeights none = { 0 };
+  const SattnWeights *w = wl;
   char ok[160];
   SattnStatus st;
 
   if (err != NULL && err_len > 0)
     err[0] = '\0';
+  *wl = (SattnWeights) { .struct_size = sizeof (SattnWeights) };
   if (cfg == NULL)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "no model configuration (cfg is NULL)");
-  if (w == NULL)
-    w = &none;
-  *c = *cfg;
+  if ((st = sattn_struct_in ("SattnConfig", "SattnConfig", cfg, c,
+                             sizeof *c, SATTN_CONFIG_MIN_SIZE, SIZE_MAX,
+                             err, err_len)) != SATTN_OK)
+    return st;
+  if (w_in != NULL &&
+      (st = sattn_struct_in ("SattnWeights", "SattnWeights", w_in, wl,
+                             sizeof *wl, SATTN_WEIGHTS_MIN_SIZE, SIZE_MAX,
+                             err, err_len)) != SATTN_OK)
+    return st;
 
   if (c->d_model == 0)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
@@ -242,11 +252,6 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w, SattnConfig *c,
   if (c->heads == 0)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "heads=0: at least one head is needed");
-  if (c->threads < 0)
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "threads=%d is negative; use 1 (the calling thread "
-                       "only), a count N > 1, or 0 for one per CPU",
-                       c->threads);
   /* The scale's class and value from its bits: in a thread that treats
    * denormals as zero (the DAZ and FTZ bits of MXCSR, which libraries a
    * process loads may set: GStreamer's soundtouch plugin does when it is
@@ -423,8 +428,9 @@ sattn_model_check (const SattnConfig *cfg, const SattnWeights *w, char *err,
                    size_t err_len)
 {
   SattnConfig c;
+  SattnWeights wl;
   size_t dq, dv;
-  return model_resolve (cfg, w, &c, &dq, &dv, err, err_len);
+  return model_resolve (cfg, w, &c, &wl, &dq, &dv, err, err_len);
 }
 
 void
@@ -453,21 +459,20 @@ sattn_model_free (SattnModel *m)
 }
 
 SattnModel *
-sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
+sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w_in,
                  SattnStatus *status)
 {
   SattnStatus st = SATTN_OK;
   SattnModel *m = NULL;
-  SattnWeights none = { 0 };
+  SattnWeights wl;
+  const SattnWeights *w = &wl;
   SattnConfig c;
   size_t dq, dv;
 
   /* --- check every argument before allocating --- */
-  st = model_resolve (cfg_in, w, &c, &dq, &dv, NULL, 0);
+  st = model_resolve (cfg_in, w_in, &c, &wl, &dq, &dv, NULL, 0);
   if (st != SATTN_OK)
     goto fail;
-  if (w == NULL)
-    w = &none;
 
   /* --- allocate --- */
   m = calloc (1, sizeof (*m));
@@ -505,13 +510,12 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w,
   m->bvd = m->wvd != NULL ? dup_doubles (w->bv, dv, &ok) : NULL;
   m->bod = m->wod != NULL ? dup_doubles (w->bo, c.d_out, &ok) : NULL;
   /* Only the tasks of streams with workers read wqkv (project_head in
-   * stream.c), and a model's streams resolve its threads as here: a
-   * threads = 1 model does without the copy.  (threads = 0 resolves to the
-   * CPUs this process may use now; a stream that later finds more runs
-   * the per-head products from wq / wk / wv instead, with the same
-   * bytes.) */
+   * stream.c), but a model does not know its streams' thread counts, so
+   * every model whose geometry qualifies holds it: narrow heads only,
+   * where it is 2 x d_model x heads x d_head floats (V sums in double, so
+   * its columns are not packed), the size of the float wq and wk.  The
+   * products from wq / wk / wv give the same bytes. */
   if (ok && m->wq && m->wk && m->wv && !c.encoder && c.d_head < 32 &&
-      sattn_resolve_threads (c.threads) > 1 &&
       c.d_value < 32 && c.positions != SATTN_POSITIONS_ROPE &&
       c.positions != SATTN_POSITIONS_ROPE_INTERLEAVED) {
     /* V's columns only when V sums in float (m->wvd is set above). */

@@ -85,6 +85,7 @@ sattn_model_pooling (const SattnModel *m)
 
 struct SattnNetScratch {
   size_t n;
+  int l0_ready;             /* scr[0] holds the first layer's q, k, v */
   SattnAttendScratch *scr;  /* one per layer (their d_ff may differ) */
   float *y;                 /* n × D */
   double *hidden, *logits;  /* head */
@@ -143,6 +144,19 @@ sattn_net_scratch_bytes (const SattnModel *m, size_t n)
     b += sizeof (SattnAttendScratch) +
         sattn_attend_scratch_bytes (net->layer[i], n);
   return b;
+}
+
+SattnAttendScratch *
+sattn_net_layer0 (SattnNetScratch *w, int **ready)
+{
+  *ready = &w->l0_ready;
+  return &w->scr[0];
+}
+
+int
+sattn_net_frame_reuse (const SattnModel *m)
+{
+  return m->net != NULL && m->net->pos == NULL;
 }
 
 /* ------------------------------------------------------------ compute */
@@ -223,13 +237,17 @@ sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
   for (size_t l = 0; l < net->n_layers; l++) {
     SattnMask mask = { kok, kok, NULL };
     SattnAttendScratch *scr = &w->scr[l];
-    sattn_attend_run (net->layer[l], a, n, &mask, b,
-                      l + 1 == net->n_layers ? weights : NULL, stats, 0, scr);
+    float *wl = l + 1 == net->n_layers ? weights : NULL;
+    if (l == 0 && w->l0_ready)
+      sattn_attend_finish (net->layer[l], a, n, &mask, b, wl, stats, 0, scr);
+    else
+      sattn_attend_run (net->layer[l], a, n, &mask, b, wl, stats, 0, scr);
     memcpy (kok, scr->qok, n);
     float *t = a;
     a = b;
     b = t;
   }
+  w->l0_ready = 0;
   if (a != x)
     memcpy (x, a, n * D * sizeof (float));
   size_t usable = 0;

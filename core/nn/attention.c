@@ -553,18 +553,14 @@ sattn_attend_scratch_bytes (const SattnModel *m, size_t n)
 }
 
 void
-sattn_attend_run (const SattnModel *m, const float *x, size_t n,
-                  const SattnMask *mask, float *out, float *weights,
-                  SattnStats *stats, int count_rows, SattnAttendScratch *scr)
+sattn_attend_project (const SattnModel *m, const float *x, size_t n,
+                      float *xn, float *q, float *k, float *v, uint64_t pos0)
 {
   const SattnConfig *c = &m->cfg;
-  float *q = scr->q, *k = scr->k, *kt = scr->kt, *v = scr->v, *o = scr->o;
-  uint8_t *kok = scr->kok, *qok = scr->qok;
-
   const float *xp = x;
-  if (scr->xn != NULL) {
-    sattn_layer_norm1 (m, x, c->d_model, scr->xn, c->d_model, n);
-    xp = scr->xn;
+  if (c->encoder && c->norm_first) {
+    sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
+    xp = xn;
   }
   sattn_project_prec (m, m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model,
                       q, m->dq);
@@ -573,7 +569,27 @@ sattn_attend_run (const SattnModel *m, const float *x, size_t n,
   sattn_project_prec (m, m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model,
                       v, m->dv);
   for (size_t j = 0; j < n && sattn_model_rope (m); j++)
-    sattn_rope_qk (m, q + j * m->dq, k + j * m->dq, j);
+    sattn_rope_qk (m, q + j * m->dq, k + j * m->dq, pos0 + j);
+}
+
+void
+sattn_attend_run (const SattnModel *m, const float *x, size_t n,
+                  const SattnMask *mask, float *out, float *weights,
+                  SattnStats *stats, int count_rows, SattnAttendScratch *scr)
+{
+  sattn_attend_project (m, x, n, scr->xn, scr->q, scr->k, scr->v, 0);
+  sattn_attend_finish (m, x, n, mask, out, weights, stats, count_rows, scr);
+}
+
+void
+sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
+                     const SattnMask *mask, float *out, float *weights,
+                     SattnStats *stats, int count_rows,
+                     SattnAttendScratch *scr)
+{
+  const SattnConfig *c = &m->cfg;
+  float *q = scr->q, *k = scr->k, *kt = scr->kt, *v = scr->v, *o = scr->o;
+  uint8_t *kok = scr->kok, *qok = scr->qok;
 
   /* The frame rule: a row is a key when the caller does not flag it and
    * its data is usable; a row with bad data (NaN/Inf, overflowing

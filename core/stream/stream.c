@@ -349,7 +349,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
   *z = (StreamSizes) { 0 };
   if (n > (size_t) INT32_MAX / 2)
     return 0;
-  z->n_threads = sattn_resolve_threads (m->cfg.threads);
+  z->n_threads = sattn_resolve_threads (sc->threads);
   z->qv_shared = qv_shared (m);
   if (z->n_threads > 1) {
     /* Head-major rings and O rows (see SattnStream). */
@@ -429,16 +429,25 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
 }
 
 /* Every rule a stream configuration must follow, the one place they are
- * written; m NULL checks sc alone. */
+ * written; m NULL checks sc_in alone.  The caller's struct is read into
+ * *sc (this version's struct, see sattn_struct_in), which the checks and
+ * the caller then use. */
 static SattnStatus
-stream_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
-              size_t err_len)
+stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
+              SattnStreamConfig *sc, char *err, size_t err_len)
 {
+  SattnStatus st;
+
   if (err != NULL && err_len > 0)
     err[0] = '\0';
-  if (sc == NULL)
+  if (sc_in == NULL)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "no stream configuration (sc is NULL)");
+  if ((st = sattn_struct_in ("SattnStreamConfig", "SattnStreamConfig",
+                             sc_in, sc, sizeof *sc,
+                             SATTN_STREAM_CONFIG_MIN_SIZE, SIZE_MAX, err,
+                             err_len)) != SATTN_OK)
+    return st;
   if (sc->window == 0)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "window=0: a window holds at least one frame");
@@ -469,6 +478,11 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
                        "means the default %g)",
                        (double) sc->saturation_threshold,
                        (double) SATTN_DEFAULT_SATURATION);
+  if (sc->threads < 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "threads=%d is negative; use 1 (the calling thread "
+                       "only), a count N > 1, or 0 for one per CPU",
+                       sc->threads);
   if (m != NULL && m->net != NULL)
     return sattn_pw_check (m, sc, err, err_len);
   if (m != NULL && sc->output == SATTN_OUTPUT_CLASSES)
@@ -480,17 +494,20 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
 }
 
 static int
-stream_config_ok (const SattnModel *m, const SattnStreamConfig *sc)
+stream_config_ok (const SattnModel *m, const SattnStreamConfig *sc_in,
+                  SattnStreamConfig *sc)
 {
-  return m != NULL && stream_check (m, sc, NULL, 0) == SATTN_OK;
+  return m != NULL && stream_check (m, sc_in, sc, NULL, 0) == SATTN_OK;
 }
 
 SattnStatus
-sattn_stream_config_check (const SattnModel *m, const SattnStreamConfig *sc,
+sattn_stream_config_check (const SattnModel *m, const SattnStreamConfig *sc_in,
                            char *err, size_t err_len)
 {
   StreamSizes z;
-  SattnStatus st = stream_check (m, sc, err, err_len);
+  SattnStreamConfig scl;
+  const SattnStreamConfig *sc = &scl;
+  SattnStatus st = stream_check (m, sc_in, &scl, err, err_len);
   if (st != SATTN_OK || m == NULL)
     return st;
   if (m->net != NULL)
@@ -508,10 +525,12 @@ sattn_stream_config_check (const SattnModel *m, const SattnStreamConfig *sc,
 }
 
 size_t
-sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc)
+sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc_in)
 {
   StreamSizes z;
-  if (!stream_config_ok (m, sc))
+  SattnStreamConfig scl;
+  const SattnStreamConfig *sc = &scl;
+  if (!stream_config_ok (m, sc_in, &scl))
     return 0;
   if (m->net != NULL) {
     size_t b = sattn_pw_bytes (m, sc);
@@ -523,14 +542,16 @@ sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc)
 }
 
 SattnStream *
-sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
+sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc_in,
                   SattnStatus *status)
 {
   SattnStatus st = SATTN_OK;
   SattnStream *s = NULL;
   StreamSizes z;
+  SattnStreamConfig scl;
+  const SattnStreamConfig *sc = &scl;
 
-  if (!stream_config_ok (m, sc)) {
+  if (!stream_config_ok (m, sc_in, &scl)) {
     st = SATTN_E_INVAL;
     goto fail;
   }
@@ -679,9 +700,11 @@ sattn_stream_frames_to_window (const SattnStream *s)
 }
 
 size_t
-sattn_stream_config_window_rows (const SattnStreamConfig *sc)
+sattn_stream_config_window_rows (const SattnStreamConfig *sc_in)
 {
-  if (stream_check (NULL, sc, NULL, 0) != SATTN_OK)
+  SattnStreamConfig scl;
+  const SattnStreamConfig *sc = &scl;
+  if (stream_check (NULL, sc_in, &scl, NULL, 0) != SATTN_OK)
     return 0;
   switch (sc->output) {
     case SATTN_OUTPUT_FRAMES: return sc->hop;

@@ -6,7 +6,11 @@
  *
  * Each frame is embedded once, when it arrives (e = x W^T + b in double,
  * kept in a ring of n rows, slot = frame index mod n): overlapping
- * windows reuse it.  A due window gathers its n rows oldest first, adds
+ * windows reuse it.  Without learned positions the first layer's input
+ * row and its Q, K and V projections do not depend on the window either:
+ * they are computed once per frame too (RoPE at the frame's absolute
+ * index, as the incremental executor rotates: the scores depend on
+ * offsets only) and gathered for each window.  A due window gathers its n rows oldest first, adds
  * the learned position of each row (window index 0 = the oldest), rounds
  * to float once and runs the layers, the final norm, the pooling and the
  * head (model/net.c).  Masked frames (padding before the stream, GAPs,
@@ -35,6 +39,12 @@ struct SattnPw {
   float *wkeep;             /* heads × n × n (keep_weights) */
   size_t wkeep_rows;
   float *zero;              /* F zeros (the zero policy's frame) */
+  /* Without learned positions a frame's first-layer input is its
+   * embedding alone: its rows (xf, float), its first-layer projections
+   * (q0, k0: dq, v0: dv floats per slot) are computed once, when it
+   * arrives, and every window it is in reuses them. */
+  int reuse;
+  float *xf, *q0, *k0, *v0, *xn;
   SattnNetScratch *w;
   uint64_t total, last_end, next_window;
   int have_window, have_error;
@@ -92,6 +102,9 @@ sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
   if (sc->keep_weights)
     b = add_ok (b, mul_ok (mul_ok (m->cfg.heads, n), n * sizeof (float)));
   b = add_ok (b, sattn_net_scratch_bytes (m, n));
+  if (sattn_net_frame_reuse (m))
+    b = add_ok (b, mul_ok (mul_ok (n, 2 * D + 2 * m->dq + m->dv),
+                           sizeof (float)));
   return b;
 }
 
@@ -102,6 +115,7 @@ sattn_pw_free (SattnPw *s)
     return;
   free (s->emb); free (s->ok); free (s->x); free (s->kok); free (s->pooled);
   free (s->wkeep); free (s->zero);
+  free (s->xf); free (s->q0); free (s->k0); free (s->v0); free (s->xn);
   sattn_net_scratch_free (s->w);
   free (s);
 }
@@ -144,8 +158,17 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   s->w = sattn_net_scratch_new (m, n);
   if (sc->keep_weights)
     s->wkeep = calloc (m->cfg.heads * n * n, sizeof (float));
+  s->reuse = sattn_net_frame_reuse (m);
+  if (s->reuse) {
+    s->xf = calloc (n * D, sizeof (float));
+    s->q0 = calloc (n * m->dq, sizeof (float));
+    s->k0 = calloc (n * m->dq, sizeof (float));
+    s->v0 = calloc (n * m->dv, sizeof (float));
+    s->xn = malloc (D * sizeof (float));
+  }
   if (!s->emb || !s->ok || !s->x || !s->kok || !s->pooled || !s->zero ||
-      !s->w || (sc->keep_weights && !s->wkeep)) {
+      !s->w || (sc->keep_weights && !s->wkeep) ||
+      (s->reuse && (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn))) {
     sattn_pw_free (s);
     return NULL;
   }
@@ -236,6 +259,22 @@ store_frame (SattnPw *s, const float *x, int flagged)
   s->ok[slot] = f == SATTN_FRAME_OK;
   if (!s->ok[slot])
     memset (e, 0, D * sizeof (double));
+  if (s->reuse) {
+    /* The first layer's part of this frame, once (RoPE at its absolute
+     * index). */
+    const SattnModel *l0 = net->layer[0];
+    float *xr = s->xf + slot * D, *q = s->q0 + slot * l0->dq;
+    float *k = s->k0 + slot * l0->dq, *v = s->v0 + slot * l0->dv;
+    for (size_t t = 0; t < D; t++)
+      xr[t] = (float) e[t];
+    if (s->ok[slot]) {
+      sattn_attend_project (l0, xr, 1, s->xn, q, k, v, s->total);
+    } else {
+      memset (q, 0, l0->dq * sizeof (float));
+      memset (k, 0, l0->dq * sizeof (float));
+      memset (v, 0, l0->dv * sizeof (float));
+    }
+  }
   s->total++;
   if (s->sc.collect_stats)
     s->stats.frames++;
@@ -262,8 +301,11 @@ emit_window (SattnPw *s, float *out, SattnRowInfo *info)
       continue;
     }
     const double *p = net->pos != NULL ? net->pos + i * D : NULL;
-    for (size_t t = 0; t < D; t++)
-      xr[t] = (float) (p != NULL ? e[t] + p[t] : e[t]);
+    if (s->reuse)
+      memcpy (xr, s->xf + slot * D, D * sizeof (float));
+    else
+      for (size_t t = 0; t < D; t++)
+        xr[t] = (float) (p != NULL ? e[t] + p[t] : e[t]);
     if (!sattn_finite (xr, D)) {
       /* A position that overflows the row: the row is unusable. */
       memset (xr, 0, D * sizeof (float));
@@ -274,6 +316,19 @@ emit_window (SattnPw *s, float *out, SattnRowInfo *info)
   }
   size_t usable = 0;
   int valid = 0;
+  if (usable_in > 0 && s->reuse) {
+    /* The first layer's projections of the window's frames, kept. */
+    int *ready;
+    SattnAttendScratch *l0 = sattn_net_layer0 (s->w, &ready);
+    const size_t dq = net->layer[0]->dq, dv = net->layer[0]->dv;
+    for (size_t i = 0; i < n; i++) {
+      size_t slot = (size_t) ((s->total + i) % n);
+      memcpy (l0->q + i * dq, s->q0 + slot * dq, dq * sizeof (float));
+      memcpy (l0->k + i * dq, s->k0 + slot * dq, dq * sizeof (float));
+      memcpy (l0->v + i * dv, s->v0 + slot * dv, dv * sizeof (float));
+    }
+    *ready = 1;
+  }
   if (usable_in > 0) {
     SattnStats ws;
     if (stats)

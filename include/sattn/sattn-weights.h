@@ -159,11 +159,12 @@ typedef struct SattnMhaWeights SattnMhaWeights;
  * SATTN_E_FORMAT (both weight forms present), SATTN_E_NOMEM.
  *
  * cfg_inout: d_model, heads, d_head (E/H), d_value (E/H) and d_out (E) are
- *   set; scale, causal, lookback and threads are left as the caller set
- *   them (PyTorch's scaling is scale = 0, i.e. 1/sqrt(d_head)).  Only
+ *   set; scale, causal and lookback are left as the caller set them
+ *   (PyTorch's scaling is scale = 0, i.e. 1/sqrt(d_head)).  Only written
+ *   on success.
+ * w_out: every field set (absent biases NULL, struct_size = sizeof
+ *   (SattnWeights) of this version); valid while *owner lives.  Only
  *   written on success.
- * w_out: every field set (absent biases NULL); valid while *owner lives.
- *   Only written on success.
  * owner: receives the handle to free with sattn_mha_weights_free once the
  *   weights have been used (sattn_model_new copies them); NULL on failure.
  */
@@ -312,7 +313,9 @@ typedef enum {
   SATTN_FROM_DEFAULT,     /* nothing said it: the default (heads = 1) */
 } SattnSource;
 
-/* What sattn_attn_weights_from_file found. */
+/* What sattn_attn_weights_from_file found.  Fixed for soname 1: this
+ * struct never grows (SattnLoadReport, which carries its size, reports
+ * more). */
 typedef struct {
   SattnLayout layout;
   SattnSource heads_from;       /* heads: caller, metadata, derived from
@@ -340,8 +343,8 @@ typedef struct {
  *   A size of 0 in the metadata means "not given", as if it were absent.
  *   A request that contradicts the shapes or the metadata is an error
  *   naming both values (SATTN_E_SHAPE).  d_out is always taken from the
- *   file (output projection rows, or Dv without one).  scale, causal,
- *   lookback and threads are left as set.  Written only on success, with
+ *   file (output projection rows, or Dv without one).  scale, causal
+ *   and lookback are left as set.  Written only on success, with
  *   d_model, heads, d_head, d_value and d_out resolved.
  * add_zero_attn: as for sattn_mha_weights_from_file (only the MHA layouts
  *   can record it; checked against metadata "<prefix>add_zero_attn").
@@ -386,11 +389,15 @@ enum {
  * end).
  *  cfg: d_model (floats per input frame), heads, d_head and d_value are
  *    requests, 0 = from the file (as for sattn_attn_weights_from_file);
- *    scale, lookback and threads are the caller's (a file does not record
- *    them); causal, positions, rope_base, activation, norm_first and
- *    norm_eps are used where the file's metadata is silent and checked
- *    against it where their bit is in `set` (SATTN_SET_*); d_out, encoder
- *    and d_ff come from the file.
+ *    scale and lookback are the caller's (a file does not record them);
+ *    causal, positions, rope_base, activation, norm_first and norm_eps
+ *    are used where the file's metadata is silent and checked against it
+ *    where their bit is in `set` (SATTN_SET_*); d_out, encoder and d_ff
+ *    come from the file.  cfg.struct_size as described at SattnConfig
+ *    (sattn_load_options_init sets it), at most sizeof (SattnConfig):
+ *    the struct is held within this one, whose struct_size tells a later
+ *    version the caller's layout.  A model holds no thread count: give
+ *    it to each stream (SattnStreamConfig.threads).
  *  add_zero_attn: PyTorch's constructor argument (attention layouts
  *    only).
  *  set: SATTN_SET_* bits of the options the caller chose on purpose. */

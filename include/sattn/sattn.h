@@ -21,24 +21,25 @@
  *  - A SattnStream is used by one thread at a time (calls on one stream
  *    must not overlap; which thread makes them may change).  Different
  *    streams may be used from different threads at the same time.
- *  - SattnConfig.threads is the number of threads that compute a stream's
- *    windows: each stream with threads != 1 starts its own workers in
- *    sattn_stream_new and joins them in sattn_stream_free; the thread that
- *    calls push / drain takes part in the work and returns when it is done.
- *    Idle workers spin briefly, then sleep.  The work is cut into a fixed
- *    set of tasks (projections in blocks of rows × columns, attention in
- *    (head, block of query rows) pairs, statistics merged in a fixed
- *    order; with threads >= 2, a push of one hop whose window has at most
- *    16 query rows runs one task per head that projects that head's
- *    columns of the new frames and then attends), so output, row infos
- *    and statistics are byte-identical for every thread count and every
- *    run.  A run of fewer than 10^5 multiply-adds (a window of one head
- *    of 8 values over 64 keys, say) runs its tasks on the caller's thread
- *    alone: waking the workers would cost more.  SATTN_PAR_MIN in the
- *    environment, read by sattn_stream_new, sets another bound (0: the
- *    workers share every run).
+ *  - Threads are the stream's: SattnStreamConfig.threads is the number of
+ *    threads that compute a stream's windows, so one model serves streams
+ *    with any thread counts.  Each stream with threads != 1 starts its own
+ *    workers in sattn_stream_new and joins them in sattn_stream_free; the
+ *    thread that calls push / drain takes part in the work and returns
+ *    when it is done.  Idle workers spin briefly, then sleep.  The work is
+ *    cut into a fixed set of tasks (projections in blocks of rows ×
+ *    columns, attention in (head, block of query rows) pairs, statistics
+ *    merged in a fixed order; with threads >= 2, a push of one hop whose
+ *    window has at most 16 query rows runs one task per head that
+ *    projects that head's columns of the new frames and then attends), so
+ *    output, row infos and statistics are byte-identical for every thread
+ *    count and every run.  A run of fewer than 10^5 multiply-adds (a
+ *    window of one head of 8 values over 64 keys, say) runs its tasks on
+ *    the caller's thread alone: waking the workers would cost more.
+ *    SATTN_PAR_MIN in the environment, read by sattn_stream_new, sets
+ *    another bound (0: the workers share every run).
  *  - sattn_attend (the one-shot reference path) is single-threaded: it
- *    runs on the caller's thread whatever SattnConfig.threads says.
+ *    runs on the caller's thread.
  *  - The library never changes process-wide state: it never calls
  *    openblas_set_num_threads (or any other BLAS setting).  BLAS is used
  *    for large projection blocks only (cblas_sgemm, row-major, when rows,
@@ -82,6 +83,24 @@ const char *sattn_status_string (SattnStatus st);
 
 /* ----------------------------------------------------------------- model */
 
+/* Structs the caller fills (SattnConfig, SattnWeights, SattnStreamConfig)
+ * carry their size in their first member:
+ *
+ *   size_t struct_size;  sizeof the struct the caller was compiled with;
+ *                        0 = the size of this version's struct (soname 1),
+ *                        so `= { 0 }` initialisers stay valid; a later
+ *                        version reads only the fields that fit in
+ *                        struct_size and gives the others their defaults.
+ *
+ * A struct_size that is neither 0 nor at least this version's struct (up
+ * to the end of its last field) is refused with SATTN_E_INVAL and words.
+ * A larger one (a caller built against a later version) is accepted when
+ * the bytes this version does not know are all zero (the caller asked for
+ * nothing this version lacks), refused with words otherwise.
+ *
+ * Structs the library fills (SattnStats, SattnRowInfo, SattnSkipped) never
+ * grow in soname 1: new figures come through new functions. */
+
 /* Positional encodings (SattnConfig.positions).  p is a frame's absolute
  * index, i a query's and j a key's.
  *  ROPE:             rotary, the half-split layout of GPT-NeoX / LLaMA
@@ -115,6 +134,7 @@ typedef enum {
 } SattnPositions;
 
 typedef struct {
+  size_t struct_size; /* sizeof (SattnConfig) or 0; see above */
   size_t d_model;   /* E: floats per input frame, >= 1 */
   size_t heads;     /* H >= 1 */
   size_t d_head;    /* per-head Q/K size; 0 = d_model / heads (must divide) */
@@ -128,11 +148,6 @@ typedef struct {
   size_t lookback;  /* > 0: a query at frame i sees keys j with i - j <=
                        lookback (keys after i are limited by causal only);
                        0 = the whole window */
-  int threads;      /* threads computing each stream of this model (see
-                       "Threads" above): 1 = none besides the caller,
-                       N > 1 = the caller plus N - 1 workers, 0 = one per
-                       CPU available to the process (its affinity mask);
-                       at most 256 are used.  Must be >= 0. */
   /* Positional encoding at the absolute frame index (frames since the
    * stream started or was reset, see sattn_stream_reset_at; rows 0..n-1 in
    * sattn_attend).  Not allowed with bias_k / add_zero_attn (extra keys
@@ -182,6 +197,7 @@ typedef struct {
  * sattn_model_new copies everything it needs; the caller keeps ownership.
  */
 typedef struct {
+  size_t struct_size;   /* sizeof (SattnWeights) or 0; see SattnConfig */
   const float *wq, *bq;
   const float *wk, *bk;
   const float *wv, *bv;
@@ -213,7 +229,8 @@ SattnModel *sattn_model_new (const SattnConfig *cfg, const SattnWeights *w,
  * NULL) an English sentence that names the offending values and values
  * that work, e.g. "heads=3 does not divide d_model=8; heads values that
  * work: 1, 2, 4, 8".  Field names are SattnConfig's.  The rules:
- *  - d_model >= 1, heads >= 1, threads >= 0;
+ *  - struct_size as described at SattnConfig (for cfg and w);
+ *  - d_model >= 1, heads >= 1;
  *  - scale finite, and 0 (the default) or a normal float (>= FLT_MIN);
  *  - d_head = 0 needs heads to divide d_model;
  *  - identity projections (wq / wk / wv NULL) need heads * d_head (resp.
@@ -232,7 +249,8 @@ void sattn_model_free (SattnModel *m);
 /* ALiBi slope of head h of H (Press et al.; see SattnPositions). */
 double sattn_alibi_slope (size_t h, size_t heads);
 
-/* The configuration with every 0-default resolved. */
+/* The configuration with every 0-default resolved (struct_size =
+ * sizeof (SattnConfig) of this version). */
 const SattnConfig *sattn_model_config (const SattnModel *m);
 size_t sattn_model_d_out (const SattnModel *m);
 /* Number of always-valid extra keys (bias_k, zero-attn): 0, 1 or 2. */
@@ -257,8 +275,16 @@ size_t sattn_model_extra_keys (const SattnModel *m);
  *         layer's rows after the final norm, masked rows zeros); FRAMES is
  *         refused (a window has no row per new frame: every row depends on
  *         the whole window).
- * A whole model's windows run on the caller's thread (SattnConfig.threads
- * is not used by them yet). */
+ * A whole model's windows run on the caller's thread
+ * (SattnStreamConfig.threads is not used by them yet).  Its statistics
+ * (collect_stats) count windows, frames, masked keys and unusable frames
+ * as a layer's do, and the softmax rows of every layer (rows, saturation,
+ * entropy, score ranges: N layers × heads × window rows per window);
+ * keep_weights keeps the last layer's weights (heads × window × window).
+ * A frame whose embedding overflows float32 is unusable
+ * (SATTN_FRAME_OVERFLOW); a row that becomes unusable inside the model (a
+ * layer's output overflows) is dropped from the pooling and counted in
+ * overflow_rows. */
 typedef enum {
   SATTN_MODEL_LAYER = 0,
   SATTN_MODEL_WHOLE,
@@ -291,7 +317,9 @@ SattnPooling sattn_model_pooling (const SattnModel *m);
  * is one head's softmax row.  Filled by sattn_attend and by streams created
  * with collect_stats; a stream counts invalid_frames, overflow_frames and
  * overflow_rows even without collect_stats (they cost nothing), so a caller
- * can always tell why frames or rows were unusable. */
+ * can always tell why frames or rows were unusable.
+ * Fixed for soname 1: this struct never grows (new figures come through
+ * new functions), so callers allocate it with sizeof. */
 typedef struct {
   uint64_t windows;            /* windows computed */
   uint64_t frames;             /* frames pushed (stream) / rows given */
@@ -361,6 +389,8 @@ const char *sattn_frame_fault_string (SattnFrameFault f);
 
 /* ------------------------------------------------------------- one-shot */
 
+/* The masks of a one-shot block.  Fixed for soname 1: this struct never
+ * grows (other masks would come through new functions). */
 typedef struct {
   const uint8_t *key_valid;   /* n: 0 = key masked; NULL = all valid */
   const uint8_t *query_valid; /* n: 0 = row output is zeros; NULL = all */
@@ -425,6 +455,8 @@ typedef enum {
 #define SATTN_SATURATION_EVERY_ROW 1.17549435082228750797e-38f
 
 typedef struct {
+  size_t struct_size;           /* sizeof (SattnStreamConfig) or 0; see
+                                   SattnConfig */
   size_t window;                /* n >= 1 */
   size_t hop;                   /* 1 <= h <= n */
   SattnOutputMode output;
@@ -436,10 +468,21 @@ typedef struct {
   int keep_weights;             /* keep the last window's weights for
                                    sattn_stream_last_weights */
   SattnInvalidPolicy invalid_policy; /* unusable frames; default MASK */
+  int threads;                  /* threads computing this stream's windows
+                                   (see "Threads" above): 1 = none besides
+                                   the caller, N > 1 = the caller plus
+                                   N - 1 workers, 0 = one per CPU available
+                                   to the process (its affinity mask); at
+                                   most 256 are used.  Must be >= 0.
+                                   0 is "one per CPU", not "default":
+                                   initialise with threads = 1 for the
+                                   caller's thread alone. */
 } SattnStreamConfig;
 
 /* What one output row accounts for.  Frame indices count frames pushed
- * since creation or the last reset, from 0. */
+ * since creation or the last reset, from 0.  Fixed for soname 1: this
+ * struct never grows (new figures come through new functions), so arrays
+ * of it keep their stride. */
 typedef struct {
   uint64_t first;     /* first input frame this row accounts for */
   uint32_t n_frames;  /* how many (frames mode: 1) */
@@ -470,9 +513,10 @@ SattnStream *sattn_stream_new (const SattnModel *m,
 void sattn_stream_free (SattnStream *s);
 
 /* Whether sattn_stream_new (m, sc) accepts sc, without allocating: the
- * same rules, written once (window >= 1, 1 <= hop <= window, the enums in
- * range, saturation_threshold in [0, 1]; with m, sizes that fit the
- * address space).  m may be NULL to check sc alone (before a model
+ * same rules, written once (struct_size as described at SattnConfig,
+ * window >= 1, 1 <= hop <= window, the enums in range,
+ * saturation_threshold in [0, 1], threads >= 0; with m, sizes that fit
+ * the address space).  m may be NULL to check sc alone (before a model
  * exists).  Returns the status sattn_stream_new would fail with
  * (SATTN_OK when it would only fail for want of memory) and, when not
  * SATTN_OK, writes an English sentence naming the offending values and
@@ -497,7 +541,8 @@ SattnStatus sattn_stream_config_check (const SattnModel *m,
  * fails. */
 size_t sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc);
 
-/* Floats per output row: d_out, or window * d_out in window mode. */
+/* Floats per output row: d_out, or window * d_out in window mode, or the
+ * classes in classes mode. */
 size_t sattn_stream_row_floats (const SattnStream *s);
 
 /* Upper bound on the rows a push of n_frames (n_frames = 0: a drain) can
@@ -611,7 +656,8 @@ SattnStatus sattn_stream_last_weights (const SattnStream *s, int head,
  * [first, end) in frame terms (the input frames they account for, counted
  * as SattnRowInfo.first counts), `rows` of them (frames mode: end - first;
  * pooled modes: one per window).  Every such row is zeros with valid = 0,
- * and they follow the rows the call wrote, in order.  rows == 0: none. */
+ * and they follow the rows the call wrote, in order.  rows == 0: none.
+ * Fixed for soname 1: this struct never grows. */
 typedef struct {
   uint64_t first;
   uint64_t end;

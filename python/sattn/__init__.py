@@ -16,14 +16,16 @@ SignalTransformer, and save_safetensors.
 
 The semantics are libsattn's (include/sattn/sattn.h): this module only
 converts arrays and turns a status into a SattnError carrying the core's
-message.  A Model is immutable and may be shared by any number of streams
-and threads; a Stream is used by one thread at a time.  The library is the
+message.  A Model is immutable and holds no thread count: it may be shared
+by any number of streams and threads, each Stream with its own threads=; a
+Stream is used by one thread at a time.  The library is the
 one meson installed next to this package, or the file named by the
 environment variable SATTN_LIBRARY.
 """
 
 import ctypes
 import os
+import warnings
 
 import numpy as np
 
@@ -126,17 +128,20 @@ class Model:
 
     d_head, d_value and d_out default (0) to what the arrays' shapes say,
     else to sattn.h's defaults (d_model/heads, d_head, heads*d_value).
-    scale 0 = 1/sqrt(d_head); causal, lookback and threads as in
-    SattnConfig; positions "none", "rope", "rope-interleaved" or "alibi"
-    at the absolute frame index, rope_base 0 = 10000.  Weights are
-    copied: the arrays may change afterwards.
+    scale 0 = 1/sqrt(d_head); causal and lookback as in SattnConfig;
+    positions "none", "rope", "rope-interleaved" or "alibi" at the
+    absolute frame index, rope_base 0 = 10000.  Weights are copied: the
+    arrays may change afterwards.  threads is not a model's any more
+    (libsattn.so.1): give it to each Stream; a value here is ignored with
+    a DeprecationWarning.
     """
 
     def __init__(self, d_model, heads, *, wq=None, bq=None, wk=None,
                  bk=None, wv=None, bv=None, wo=None, bo=None, bias_k=None,
                  bias_v=None, add_zero_attn=False, d_head=0, d_value=0,
-                 d_out=0, scale=0.0, causal=False, lookback=0, threads=1,
+                 d_out=0, scale=0.0, causal=False, lookback=0, threads=None,
                  positions="none", rope_base=0.0):
+        _threads_ignored(threads)
         arrays = {}
         given = dict(wq=wq, bq=bq, wk=wk, bk=bk, wv=wv, bv=bv, wo=wo, bo=bo,
                      bias_k=bias_k, bias_v=bias_v)
@@ -144,7 +149,7 @@ class Model:
             if given[k] is not None:
                 arrays[k] = _f32(given[k], k)
         cfg = _config(d_model, heads, d_head, d_value, d_out, scale, causal,
-                      lookback, threads, positions, rope_base)
+                      lookback, positions, rope_base)
         # The shapes the arrays give fill the dimensions left at 0, so
         # that (heads*d_head, d_model) weights need no d_head argument.
         h = cfg.heads
@@ -192,12 +197,13 @@ class Model:
     def _adopt(self, h):
         self._h = h
         c = _lib.sattn_model_config(h).contents
-        self._cfg = {f: getattr(c, f) for f, _ in c._fields_}
+        self._cfg = {f: getattr(c, f) for f, _ in c._fields_
+                     if f != "struct_size"}
 
     @classmethod
     def from_safetensors(cls, path, prefix="", heads=0, *, d_model=0,
                          d_head=0, d_value=0, add_zero_attn=False,
-                         scale=0.0, causal=None, lookback=0, threads=1,
+                         scale=0.0, causal=None, lookback=0, threads=None,
                          positions=None, rope_base=None, activation=None,
                          norm_first=None, norm_eps=None):
         """The model stored under prefix in a safetensors file, through
@@ -217,12 +223,15 @@ class Model:
         "rope-interleaved", "alibi"), rope_base, activation ("relu",
         "gelu"), norm_first and norm_eps: None = the file's metadata (else
         the core's default); a value given is checked against the
-        metadata, and a contradiction is refused.  scale, lookback and
-        threads as in SattnConfig (scale 0 = PyTorch's 1/sqrt(d_head)).
+        metadata, and a contradiction is refused.  scale and lookback as in
+        SattnConfig (scale 0 = PyTorch's 1/sqrt(d_head)); threads belong
+        to each Stream (a value here is ignored with a
+        DeprecationWarning).
         add_zero_attn: PyTorch's constructor argument (attention modules).
         Model.layout names the attention layout found, Model.report says
         what the file held.  Failures raise SattnError with the loader's
         message, which names the file."""
+        _threads_ignored(threads)
         if _lib.sattn_model_load is None or \
                 _lib.sattn_load_options_init is None:
             raise SattnError(_lib.E_INVAL, "libsattn has no sattn_model_load "
@@ -241,7 +250,6 @@ class Model:
         c.d_value = _uint(d_value, "d_value")
         c.scale = float(scale)
         c.lookback = _uint(lookback, "lookback")
-        c.threads = int(threads)
         opt.add_zero_attn = 1 if add_zero_attn else 0
         given = 0
         if causal is not None:
@@ -397,8 +405,15 @@ def _uint(v, name):
     return v
 
 
+def _threads_ignored(threads):
+    if threads is not None:
+        warnings.warn("threads= belongs to the stream since libsattn.so.1: "
+                      "give it to sattn.Stream (it is ignored here)",
+                      DeprecationWarning, stacklevel=3)
+
+
 def _config(d_model, heads, d_head, d_value, d_out, scale, causal, lookback,
-            threads, positions="none", rope_base=0.0):
+            positions="none", rope_base=0.0):
     c = _lib.SattnConfig()
     c.d_model = _uint(d_model, "d_model")
     c.heads = _uint(heads, "heads")
@@ -408,7 +423,6 @@ def _config(d_model, heads, d_head, d_value, d_out, scale, causal, lookback,
     c.scale = float(scale)
     c.causal = 1 if causal else 0
     c.lookback = _uint(lookback, "lookback")
-    c.threads = int(threads)
     c.positions = _pick(_lib.POSITIONS, positions, "positions")
     c.rope_base = float(rope_base)
     return c
@@ -508,12 +522,15 @@ class Stream:
     when n frames are in).  invalid: what a frame with NaN/Inf samples (or
     an overflowing projection) becomes: "mask", "zero" or "error" (push
     raises SattnError).  collect_stats, saturation_threshold (0 = the
-    core's default), keep_weights as in SattnStreamConfig.  The stream
-    keeps its model alive."""
+    core's default), keep_weights as in SattnStreamConfig.  threads: the
+    threads computing this stream's windows (SattnStreamConfig.threads: 1
+    = the calling thread only, N > 1 = it and N - 1 workers, 0 = one per
+    CPU); the output is byte-identical for every count.  The stream keeps
+    its model alive."""
 
     def __init__(self, model, window, hop=None, output="frames", *,
                  start="pad", invalid="mask", collect_stats=False,
-                 saturation_threshold=0.0, keep_weights=False):
+                 saturation_threshold=0.0, keep_weights=False, threads=1):
         self._h = None
         sc = _lib.SattnStreamConfig()
         sc.window = _uint(window, "window")
@@ -524,6 +541,7 @@ class Stream:
         sc.collect_stats = 1 if collect_stats else 0
         sc.saturation_threshold = float(saturation_threshold)
         sc.keep_weights = 1 if keep_weights else 0
+        sc.threads = int(threads)
         st = ctypes.c_int(_lib.E_INVAL)
         h = _lib.sattn_stream_new(model._h, ctypes.byref(sc),
                                   ctypes.byref(st))

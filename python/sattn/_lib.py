@@ -57,6 +57,11 @@ SET_CAUSAL = 1 << 5
 # SattnSource (sattn-weights.h): where a value of a weights mapping came from
 SOURCES = {"caller": 0, "metadata": 1, "shapes": 2, "default": 3}
 
+# The soname whose structs the mirrors below describe: libsattn.so.1 (1
+# moved threads from SattnConfig to SattnStreamConfig and gave the structs
+# a caller fills their size, struct_size).
+SONAME_MAJOR = 1
+
 # ---------------------------------------------------------------- structs
 
 _fp = ctypes.POINTER(ctypes.c_float)
@@ -64,8 +69,19 @@ _u8p = ctypes.POINTER(ctypes.c_uint8)
 _size = ctypes.c_size_t
 
 
-class SattnConfig(ctypes.Structure):
+class _Sized(ctypes.Structure):
+    """A struct that carries its size (struct_size first, sattn.h): a new
+    one says the size of this mirror, the layout of soname 1."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        if not self.struct_size:
+            self.struct_size = ctypes.sizeof(self)
+
+
+class SattnConfig(_Sized):
     _fields_ = [
+        ("struct_size", _size),
         ("d_model", _size),
         ("heads", _size),
         ("d_head", _size),
@@ -74,7 +90,6 @@ class SattnConfig(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("causal", ctypes.c_int),
         ("lookback", _size),
-        ("threads", ctypes.c_int),
         ("positions", ctypes.c_int),
         ("rope_base", ctypes.c_double),
         ("encoder", ctypes.c_int),
@@ -85,8 +100,9 @@ class SattnConfig(ctypes.Structure):
     ]
 
 
-class SattnWeights(ctypes.Structure):
+class SattnWeights(_Sized):
     _fields_ = [
+        ("struct_size", _size),
         ("wq", _fp), ("bq", _fp),
         ("wk", _fp), ("bk", _fp),
         ("wv", _fp), ("bv", _fp),
@@ -128,8 +144,9 @@ class SattnMask(ctypes.Structure):
     ]
 
 
-class SattnStreamConfig(ctypes.Structure):
+class SattnStreamConfig(_Sized):
     _fields_ = [
+        ("struct_size", _size),
         ("window", _size),
         ("hop", _size),
         ("output", ctypes.c_int),
@@ -138,6 +155,7 @@ class SattnStreamConfig(ctypes.Structure):
         ("saturation_threshold", ctypes.c_float),
         ("keep_weights", ctypes.c_int),
         ("invalid_policy", ctypes.c_int),
+        ("threads", ctypes.c_int),
     ]
 
 
@@ -210,7 +228,8 @@ def _candidates():
             here, _config.LIBDIR_FROM_PACKAGE, _config.SONAME)))
         names.append(os.path.join(_config.LIBDIR, _config.SONAME))
     # the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache)
-    names.append(_config.SONAME if _config is not None else "libsattn.so.0")
+    names.append(_config.SONAME if _config is not None
+                 else "libsattn.so.%d" % SONAME_MAJOR)
     return names
 
 

@@ -27,7 +27,8 @@
  * differ (the change under test is not byte-identical), 2 on a usage or
  * load error.  Defaults: W1 (d_model 64, 4 heads, window 256, hop 16),
  * random weights, threads=1.  Pin it (taskset -c 1) for single-thread
- * measurements. */
+ * measurements.  Both libraries must have the ABI of the headers this is
+ * built with (the same soname: libsattn.so.1 and later 1.x). */
 #define _GNU_SOURCE
 #include <sattn/sattn.h>
 
@@ -212,7 +213,6 @@ main (int argc, char **argv)
   memset (&cfg, 0, sizeof (cfg));
   cfg.d_model = E;
   cfg.heads = heads;
-  cfg.threads = threads;
   SattnWeights w;
   memset (&w, 0, sizeof (w));
   if (random_weights) {
@@ -230,6 +230,7 @@ main (int argc, char **argv)
   memset (&sc, 0, sizeof (sc));
   sc.window = window;
   sc.hop = hop;
+  sc.threads = threads;
   Side sd[2];
   for (int t = 0; t < 2; t++)
     if (side_load (&sd[t], argv[1 + t]) != 0)

@@ -502,8 +502,8 @@ model_clear (Model *m)
   memset (m, 0, sizeof (*m));
 }
 
-/* SattnConfig.threads of the models model_init builds (1 but in the
- * threads section). */
+/* SattnStreamConfig.threads of the streams stream_new_full builds (1 but
+ * in the threads section). */
 static int bench_threads = 1;
 
 static int
@@ -519,7 +519,6 @@ model_init (Model *m, const Workload *w, int random_weights, char *err,
   cfg.d_model = E;
   cfg.heads = w->heads;
   cfg.causal = w->causal;
-  cfg.threads = bench_threads;
   if (!random_weights) {
     m->model = sattn_model_new (&cfg, NULL, &st);
   } else {
@@ -565,6 +564,7 @@ stream_new_full (const Model *m, const Workload *w, int collect_stats,
   SattnStatus st;
   memset (&sc, 0, sizeof (sc));
   sc.collect_stats = collect_stats;
+  sc.threads = bench_threads;
   sc.window = w->window;
   sc.hop = w->hop;
   sc.output = SATTN_OUTPUT_FRAMES;
@@ -1475,7 +1475,7 @@ run_isolated (const Workload *w, int random_weights, const Opts *o,
 
 /* ------------------------------------------------------------ threads */
 
-/* threads=1 against threads=2 (SattnConfig.threads / the element's
+/* threads=1 against threads=2 (SattnStreamConfig.threads / the element's
  * `threads`), side by side: the core pushing one hop at a time (wall-clock
  * frames/s, and p99 of the wall time per push) and the pipeline appsrc !
  * sattn ! fakesink (wall-clock frames/s), repeat by repeat interleaved;
@@ -2111,7 +2111,6 @@ encoder_model (const char *path, char *err, size_t err_len)
 
   sattn_load_options_init (&opt);
   opt.cfg.heads = 4;
-  opt.cfg.threads = 1;
   if (sattn_model_load (path, "", &opt, &m, NULL, err, err_len) != SATTN_OK)
     return NULL;
   return m;
@@ -2136,7 +2135,7 @@ run_encoder (const Opts *o, FILE *json)
     fprintf (stderr, "encoder model: %s\n", err);
     return 1;
   }
-  SattnStreamConfig sc = { .window = n, .hop = h };
+  SattnStreamConfig sc = { .window = n, .hop = h, .threads = 1 };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   /* Whole pipeline buffers (the source does not wrap inside one), and

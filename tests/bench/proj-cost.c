@@ -70,8 +70,8 @@ main (int argc, char **argv)
   float *x = test_rng_floats (&rng, nx * hop * d, 1.0f);
   SattnWeights w = { .wq = wq, .bq = bq, .wk = wk, .bk = bk, .wv = wv,
     .bv = bv, .wo = wo, .bo = bo };
-  SattnConfig c = { .d_model = d, .heads = heads, .threads = 1, .d_out = d };
-  SattnStreamConfig sc = { .window = window, .hop = hop };
+  SattnConfig c = { .d_model = d, .heads = heads, .d_out = d };
+  SattnStreamConfig sc = { .window = window, .hop = hop, .threads = 1 };
   SattnModel *m[VARIANTS] = { NULL };
   SattnStream *ss[VARIANTS] = { NULL };
   float *out[VARIANTS] = { NULL };

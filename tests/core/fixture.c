@@ -60,9 +60,6 @@ fx_build (Fixture *f, TuRng *r, size_t d_model, size_t heads, unsigned flags,
   f->cfg.scale = (flags & FX_UNIT) ? 1.0f : 0.0f;
   f->cfg.causal = (flags & FX_CAUSAL) != 0;
   f->cfg.lookback = (flags & FX_LOOKBACK) ? lookback : 0;
-  /* SATTN_TEST_THREADS runs a suite with the core's worker threads. */
-  const char *thr = getenv ("SATTN_TEST_THREADS");
-  f->cfg.threads = thr != NULL ? atoi (thr) : 1;
 
   const size_t dq = heads * dh, dvt = heads * dv;
   if (flags & FX_PROJ) {
@@ -118,8 +115,15 @@ fx_config (size_t d_model, size_t heads)
   memset (&c, 0, sizeof c);
   c.d_model = d_model;
   c.heads = heads;
-  c.threads = 1;
   return c;
+}
+
+int
+fx_threads (void)
+{
+  /* SATTN_TEST_THREADS runs a suite with the core's worker threads. */
+  const char *thr = getenv ("SATTN_TEST_THREADS");
+  return thr != NULL ? atoi (thr) : 1;
 }
 
 void

@@ -33,9 +33,12 @@ typedef struct {
   float *bufs[10];
 } Fixture;
 
-/* A configuration of d_model and heads on one thread, every other field
- * zero (its default). */
+/* A configuration of d_model and heads, every other field zero (its
+ * default). */
 SattnConfig fx_config (size_t d_model, size_t heads);
+
+/* The threads a suite's streams use: SATTN_TEST_THREADS, else 1. */
+int fx_threads (void);
 
 /* Weights ~ N(0, 1/fan_in) (the scale of PyTorch's default init), biases
  * ~ N(0, 0.25), bias_k / bias_v ~ N(0, 1).  Returns the sattn_model_new

@@ -309,8 +309,11 @@ test_stream_args (void)
 {
   SattnConfig c = fx_config (4, 2);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
-  SattnStreamConfig sc = { 4, 2, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 0,
-                           0.0f, 0, SATTN_INVALID_MASK };
+  SattnStreamConfig sc = { .window = 4, .hop = 2,
+                           .output = SATTN_OUTPUT_FRAMES,
+                           .start = SATTN_START_PAD,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = 1 };
   SattnStreamConfig b;
 
   expect_stream_fail ("model NULL", NULL, &sc, SATTN_E_INVAL);
@@ -331,6 +334,9 @@ test_stream_args (void)
   b = sc;
   b.start = (SattnStartPolicy) 9;
   expect_stream_fail ("start policy 9", m, &b, SATTN_E_INVAL);
+  b = sc;
+  b.threads = -1;
+  expect_stream_fail ("threads -1", m, &b, SATTN_E_INVAL);
 
   tu_case_begin ("stream: push / drain / last_weights argument errors");
   SattnStatus st;
@@ -406,8 +412,11 @@ test_overflow (void)
             "identity, d_model SIZE_MAX/2+2: %s, want a model (no storage "
             "needed) or SATTN_E_NOMEM", sattn_status_string (st));
   if (m) {
-    SattnStreamConfig sc = { 2, 1, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 0,
-                             0.0f, 0, SATTN_INVALID_MASK };
+    SattnStreamConfig sc = { .window = 2, .hop = 1,
+                             .output = SATTN_OUTPUT_FRAMES,
+                             .start = SATTN_START_PAD,
+                             .invalid_policy = SATTN_INVALID_MASK,
+                             .threads = 1 };
     SattnStream *s = sattn_stream_new (m, &sc, &st);
     tu_check (s == NULL, "stream over d_model SIZE_MAX/2+2 created");
     TU_CHECK_STATUS (st, SATTN_E_NOMEM, "stream over d_model SIZE_MAX/2+2");
@@ -418,14 +427,148 @@ test_overflow (void)
   c = fx_config (8, 2);
   m = sattn_model_new (&c, NULL, &st);
   if (m) {
-    SattnStreamConfig sc = { SIZE_MAX / 4, 1, SATTN_OUTPUT_WINDOW,
-                             SATTN_START_PAD, 0, 0.0f, 0,
-                             SATTN_INVALID_MASK };
+    SattnStreamConfig sc = { .window = SIZE_MAX / 4, .hop = 1,
+                             .output = SATTN_OUTPUT_WINDOW,
+                             .start = SATTN_START_PAD,
+                             .invalid_policy = SATTN_INVALID_MASK,
+                             .threads = 1 };
     SattnStream *s = sattn_stream_new (m, &sc, &st);
     tu_check (s == NULL, "stream with window SIZE_MAX/4 created");
     TU_CHECK_STATUS (st, SATTN_E_NOMEM, "window SIZE_MAX/4");
     sattn_stream_free (s);
   }
+  sattn_model_free (m);
+  tu_case_end (NULL);
+}
+
+/* Structs the caller fills carry their size: 0 and this version's size
+ * are this version's struct; a larger one (a later caller) is read when
+ * its extra bytes are zero; anything smaller is refused with words. */
+static void
+test_struct_size (void)
+{
+  char err[256];
+  SattnStatus st;
+
+  tu_case_begin ("struct_size: SattnConfig");
+  union {
+    SattnConfig c;
+    unsigned char b[sizeof (SattnConfig) + 16];
+  } big;
+  SattnConfig c = fx_config (8, 2);
+  SattnModel *m;
+  const size_t cfg_sizes[] = { 0, sizeof (SattnConfig) };
+  for (size_t i = 0; i < 2; i++) {
+    c.struct_size = cfg_sizes[i];
+    m = sattn_model_new (&c, NULL, &st);
+    tu_check (m != NULL, "struct_size %zu: %s", cfg_sizes[i],
+              sattn_status_string (st));
+    if (m != NULL)
+      tu_check (sattn_model_config (m)->struct_size == sizeof (SattnConfig),
+                "resolved struct_size %zu, want %zu",
+                sattn_model_config (m)->struct_size, sizeof (SattnConfig));
+    sattn_model_free (m);
+  }
+  c.struct_size = 8;
+  TU_CHECK_STATUS (sattn_model_check (&c, NULL, err, sizeof err),
+                   SATTN_E_INVAL, "struct_size 8");
+  tu_check (strstr (err, "SattnConfig.struct_size=8") != NULL,
+            "words for struct_size 8: \"%s\"", err);
+  m = sattn_model_new (&c, NULL, &st);
+  tu_check (m == NULL, "a model of struct_size 8");
+  TU_CHECK_STATUS (st, SATTN_E_INVAL, "model_new, struct_size 8");
+  sattn_model_free (m);
+  memset (&big, 0, sizeof big);
+  big.c = fx_config (8, 2);
+  big.c.struct_size = sizeof big;
+  m = sattn_model_new (&big.c, NULL, &st);
+  tu_check (m != NULL, "a larger struct with zero extra bytes: %s",
+            sattn_status_string (st));
+  sattn_model_free (m);
+  big.b[sizeof (SattnConfig) + 3] = 1;
+  TU_CHECK_STATUS (sattn_model_check (&big.c, NULL, err, sizeof err),
+                   SATTN_E_INVAL, "a larger struct with a field set");
+  tu_check (strstr (err, "later libsattn") != NULL,
+            "words for a later struct: \"%s\"", err);
+  tu_case_end (NULL);
+
+  tu_case_begin ("struct_size: SattnWeights");
+  union {
+    SattnWeights w;
+    unsigned char b[sizeof (SattnWeights) + 16];
+  } bigw;
+  SattnWeights w = { .add_zero_attn = 1 };
+  c = fx_config (8, 2);
+  m = sattn_model_new (&c, &w, &st);
+  tu_check (m != NULL && sattn_model_extra_keys (m) == 1,
+            "struct_size 0: %s", sattn_status_string (st));
+  sattn_model_free (m);
+  w.struct_size = sizeof w;
+  m = sattn_model_new (&c, &w, &st);
+  tu_check (m != NULL && sattn_model_extra_keys (m) == 1,
+            "struct_size sizeof: %s", sattn_status_string (st));
+  sattn_model_free (m);
+  w.struct_size = sizeof (void *);
+  TU_CHECK_STATUS (sattn_model_check (&c, &w, err, sizeof err),
+                   SATTN_E_INVAL, "SattnWeights.struct_size too small");
+  tu_check (strstr (err, "SattnWeights.struct_size") != NULL,
+            "words: \"%s\"", err);
+  memset (&bigw, 0, sizeof bigw);
+  bigw.w.struct_size = sizeof bigw;
+  bigw.w.add_zero_attn = 1;
+  m = sattn_model_new (&c, &bigw.w, &st);
+  tu_check (m != NULL && sattn_model_extra_keys (m) == 1,
+            "a larger SattnWeights with zero extra bytes: %s",
+            sattn_status_string (st));
+  sattn_model_free (m);
+  bigw.b[sizeof (SattnWeights)] = 7;
+  TU_CHECK_STATUS (sattn_model_check (&c, &bigw.w, NULL, 0), SATTN_E_INVAL,
+                   "a larger SattnWeights with a field set");
+  tu_case_end (NULL);
+
+  tu_case_begin ("struct_size: SattnStreamConfig");
+  union {
+    SattnStreamConfig sc;
+    unsigned char b[sizeof (SattnStreamConfig) + 16];
+  } bigs;
+  m = sattn_model_new (&c, NULL, &st);
+  SattnStreamConfig sc = { .window = 4, .hop = 2, .threads = 1 };
+  SattnStream *s = sattn_stream_new (m, &sc, &st);
+  tu_check (s != NULL, "struct_size 0: %s", sattn_status_string (st));
+  sattn_stream_free (s);
+  tu_check (sattn_stream_config_window_rows (&sc) == 2,
+            "window rows with struct_size 0");
+  sc.struct_size = sizeof sc;
+  s = sattn_stream_new (m, &sc, &st);
+  tu_check (s != NULL, "struct_size sizeof: %s", sattn_status_string (st));
+  sattn_stream_free (s);
+  sc.struct_size = 2 * sizeof (size_t);
+  s = sattn_stream_new (m, &sc, &st);
+  tu_check (s == NULL, "a stream of struct_size 16");
+  TU_CHECK_STATUS (st, SATTN_E_INVAL, "stream_new, struct_size 16");
+  sattn_stream_free (s);
+  TU_CHECK_STATUS (sattn_stream_config_check (NULL, &sc, err, sizeof err),
+                   SATTN_E_INVAL, "config_check, struct_size 16");
+  tu_check (strstr (err, "SattnStreamConfig.struct_size=16") != NULL,
+            "words: \"%s\"", err);
+  tu_check (sattn_stream_bytes (m, &sc) == 0, "bytes of struct_size 16");
+  tu_check (sattn_stream_config_window_rows (&sc) == 0,
+            "window rows of struct_size 16");
+  memset (&bigs, 0, sizeof bigs);
+  bigs.sc.struct_size = sizeof bigs;
+  bigs.sc.window = 4;
+  bigs.sc.hop = 2;
+  bigs.sc.threads = 1;
+  s = sattn_stream_new (m, &bigs.sc, &st);
+  tu_check (s != NULL, "a larger SattnStreamConfig with zero extra bytes: "
+            "%s", sattn_status_string (st));
+  sattn_stream_free (s);
+  bigs.b[sizeof bigs - 1] = 1;
+  s = sattn_stream_new (m, &bigs.sc, &st);
+  tu_check (s == NULL, "a stream of a larger struct with a field set");
+  TU_CHECK_STATUS (st, SATTN_E_INVAL, "a larger SattnStreamConfig with a "
+                   "field set");
+  sattn_stream_free (s);
   sattn_model_free (m);
   tu_case_end (NULL);
 }
@@ -441,5 +584,6 @@ main (void)
   test_attend_args ();
   test_stream_args ();
   test_overflow ();
+  test_struct_size ();
   return tu_summary ("test-api");
 }

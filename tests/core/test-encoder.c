@@ -43,7 +43,7 @@ normal (Enc *e, size_t k, TuRng *r, size_t n, double sigma, double mean)
 static SattnStatus
 enc_build (Enc *e, TuRng *r, size_t d, size_t heads, unsigned flags,
            size_t lookback, SattnPositions pos, int gelu, int norm_first,
-           int affine, int threads)
+           int affine)
 {
   memset (e, 0, sizeof *e);
   SattnStatus st = fx_build (&e->f, r, d, heads, flags, lookback);
@@ -68,7 +68,6 @@ enc_build (Enc *e, TuRng *r, size_t d, size_t heads, unsigned flags,
   e->f.cfg.norm_first = norm_first;
   e->f.cfg.norm_eps = 0.0;
   e->f.cfg.positions = pos;
-  e->f.cfg.threads = threads;
   e->f.ref.positions = (int) pos;
   e->f.ref.rope_base = 10000.0;
   e->l = (RefLayer) { dff, w->w1, w->b1, w->w2, w->b2, w->norm1_w,
@@ -130,7 +129,7 @@ test_attend (TuRng *r)
                      fx_flags_string (flags, fl, sizeof fl),
                      affine ? "" : " no-affine");
       SattnStatus st = enc_build (&e, r, d, H, flags, 6, (SattnPositions) pos,
-                                  gelu, nf, affine, 1);
+                                  gelu, nf, affine);
       TuErr err;
       tu_err_clear (&err);
       if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
@@ -156,11 +155,12 @@ test_attend (TuRng *r)
 
 /* Frames-mode stream from frame p0 (pushes of varying size), T rows. */
 static int
-run_stream (SattnModel *m, size_t n, size_t h, SattnOutputMode mode,
-            uint64_t p0, const float *x, size_t T, size_t d, TuRng *r,
-            float *rows, size_t *n_rows)
+run_stream (SattnModel *m, int threads, size_t n, size_t h,
+            SattnOutputMode mode, uint64_t p0, const float *x, size_t T,
+            size_t d, TuRng *r, float *rows, size_t *n_rows)
 {
-  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode };
+  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
+                           .threads = threads };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "stream_new"))
@@ -207,14 +207,14 @@ test_stream (TuRng *r)
                      gelu ? "gelu" : "relu", L, hop);
       SattnStatus st = enc_build (&e, r, d, H, FX_PROJ | FX_BIAS | FX_OUT |
                                   FX_BO | FX_CAUSAL | FX_LOOKBACK, L,
-                                  (SattnPositions) pos, gelu, nf, 1, 1);
+                                  (SattnPositions) pos, gelu, nf, 1);
       TuErr err;
       tu_err_clear (&err);
       if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
         float *rows = calloc ((T + L + hop) * d, sizeof (float));
         double *ref = malloc (T * d * sizeof (double));
         size_t got = 0;
-        if (run_stream (e.f.model, L + hop, hop, SATTN_OUTPUT_FRAMES,
+        if (run_stream (e.f.model, 1, L + hop, hop, SATTN_OUTPUT_FRAMES,
                         UINT64_C (1000000000), x, T, d, r, rows, &got) &&
             tu_check (got == T, "rows %zu", got)) {
           e.f.ref.pos0 = UINT64_C (1000000000);
@@ -241,7 +241,7 @@ test_mean (TuRng *r)
   Enc e;
   tu_case_begin ("mean mode pools the layer's rows (rope, post-norm)");
   SattnStatus st = enc_build (&e, r, d, H, FX_PROJ | FX_BIAS | FX_OUT, 0,
-                              SATTN_POSITIONS_ROPE, 0, 0, 1, 1);
+                              SATTN_POSITIONS_ROPE, 0, 0, 1);
   TuErr err;
   tu_err_clear (&err);
   if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
@@ -251,7 +251,7 @@ test_mean (TuRng *r)
     double *mean = calloc ((T / n) * d, sizeof (double));
     tu_fill_normal (r, x, T * d, 1.0);
     size_t got = 0;
-    if (run_stream (e.f.model, n, n, SATTN_OUTPUT_MEAN, 0, x, T, d, NULL,
+    if (run_stream (e.f.model, 1, n, n, SATTN_OUTPUT_MEAN, 0, x, T, d, NULL,
                     rows, &got) && tu_check (got == T / n, "rows %zu", got)) {
       for (size_t b = 0; b < T / n; b++) {
         double *xd = to_double (x + b * n * d, n * d);
@@ -283,20 +283,23 @@ test_threads (TuRng *r)
   for (int nf = 0; nf < 2; nf++) {
     tu_case_begin ("%s gelu rope: byte-identical for threads 1, 2, 3",
                    nf ? "pre-norm" : "post-norm");
+    /* One model, streams of 1, 2 and 3 threads. */
     float *rows[3];
+    Enc e;
+    TuRng wr;
+    tu_rng_init (&wr, 99);
+    SattnStatus st = enc_build (&e, &wr, d, H, FX_PROJ | FX_BIAS | FX_OUT |
+                                FX_CAUSAL | FX_LOOKBACK, L,
+                                SATTN_POSITIONS_ROPE, 1, nf, 1);
+    TU_CHECK_STATUS (st, SATTN_OK, "model");
     for (int t = 0; t < 3; t++) {
-      Enc e;
-      TuRng wr;
-      tu_rng_init (&wr, 99);
       size_t got = 0;
       rows[t] = calloc ((T + L + h) * d, sizeof (float));
-      if (enc_build (&e, &wr, d, H, FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL |
-                     FX_LOOKBACK, L, SATTN_POSITIONS_ROPE, 1, nf, 1, t + 1)
-          == SATTN_OK)
-        run_stream (e.f.model, L + h, h, SATTN_OUTPUT_FRAMES, 0, x, T, d,
-                    NULL, rows[t], &got);
-      enc_free (&e);
+      if (st == SATTN_OK)
+        run_stream (e.f.model, t + 1, L + h, h, SATTN_OUTPUT_FRAMES, 0, x, T,
+                    d, NULL, rows[t], &got);
     }
+    enc_free (&e);
     tu_check_threads_identical (rows, 3, T * d);
     tu_case_end ("%s", "");
   }
@@ -308,8 +311,7 @@ test_refusals (void)
 {
   tu_case_begin ("refusals");
   float w1[32 * 8] = { 0 };
-  SattnConfig c = { .d_model = 8, .heads = 2, .threads = 1, .encoder = 1,
-    .d_ff = 32 };
+  SattnConfig c = { .d_model = 8, .heads = 2, .encoder = 1, .d_ff = 32 };
   SattnWeights w = { .w1 = w1 };
   SattnStatus st;
   tu_check (sattn_model_new (&c, &w, &st) == NULL, "no w2 accepted");

@@ -255,6 +255,7 @@ run_case (TuRng *rng, const Case *c, SattnOutputMode mode,
   exp_run (&e, stop);
 
   SattnStreamConfig sc = { 0 };
+  sc.threads = fx_threads ();
   sc.window = c->n;
   sc.hop = c->h;
   sc.output = mode;
@@ -643,6 +644,7 @@ case_policy_switch (TuRng *rng)
   Fixture f;
   fx_build (&f, rng, d, 1, 0, 0);
   SattnStreamConfig sc = { 0 };
+  sc.threads = fx_threads ();
   sc.window = 4;
   sc.hop = 2;
   SattnStatus st;

@@ -29,7 +29,7 @@ static const char *pos_names[] = { "none", "rope", "rope-interleaved",
 /* fx_build, then the model rebuilt with positions. */
 static SattnStatus
 build (Fixture *f, TuRng *r, size_t d, size_t heads, unsigned flags,
-       size_t lookback, SattnPositions pos, int threads)
+       size_t lookback, SattnPositions pos)
 {
   SattnStatus st = fx_build (f, r, d, heads, flags, lookback);
   if (st != SATTN_OK)
@@ -37,7 +37,6 @@ build (Fixture *f, TuRng *r, size_t d, size_t heads, unsigned flags,
   sattn_model_free (f->model);
   f->cfg.positions = pos;
   f->cfg.rope_base = 0.0;
-  f->cfg.threads = threads;
   f->ref.positions = (int) pos;
   f->ref.rope_base = 10000.0;
   f->model = sattn_model_new (&f->cfg, &f->w, &st);
@@ -76,8 +75,7 @@ test_attend (TuRng *r)
         char fl[128];
         tu_case_begin ("attend %s H=%zu %s", pos_names[pos], H,
                        fx_flags_string (flags, fl, sizeof fl));
-        SattnStatus st = build (&f, r, d, H, flags, 5, (SattnPositions) pos,
-                                1);
+        SattnStatus st = build (&f, r, d, H, flags, 5, (SattnPositions) pos);
         if (!TU_CHECK_STATUS (st, SATTN_OK, "model")) {
           tu_case_end ("%s", "");
           continue;
@@ -104,10 +102,10 @@ test_attend (TuRng *r)
 /* Push T frames (in pushes of varying sizes) into a frames-mode stream
  * started at absolute index p0; rows (T × d_out) after a drain. */
 static int
-run_stream (const Fixture *f, size_t n, size_t h, uint64_t p0, const float *x,
-            size_t T, TuRng *r, float *rows)
+run_stream (const Fixture *f, int threads, size_t n, size_t h, uint64_t p0,
+            const float *x, size_t T, TuRng *r, float *rows)
 {
-  SattnStreamConfig sc = { .window = n, .hop = h };
+  SattnStreamConfig sc = { .window = n, .hop = h, .threads = threads };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (f->model, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "stream_new"))
@@ -156,13 +154,13 @@ stream_case (TuRng *r, SattnPositions pos, size_t H, size_t L, size_t h,
   double rel = INFINITY;
   SattnStatus st = build (&f, &wr, H * 8, H,
                           FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL |
-                          FX_LOOKBACK, L, pos, 1);
+                          FX_LOOKBACK, L, pos);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "model"))
     return rel;
   const size_t dout = f.ref.d_out;
   float *rows = calloc (T * dout, sizeof (float));
   double *ref = malloc (T * dout * sizeof (double));
-  if (run_stream (&f, L + h, h, p0, x, T, r, rows)) {
+  if (run_stream (&f, 1, L + h, h, p0, x, T, r, rows)) {
     f.ref.pos0 = p0;
     ref_attend (&f.ref, x, T, NULL, NULL, NULL, ref, NULL, NULL);
     TuErr e;
@@ -209,7 +207,7 @@ test_blocks (TuRng *r)
                    pos_names[pos], n);
     Fixture f;
     SattnStatus st = build (&f, r, d, H, FX_PROJ | FX_BIAS | FX_OUT, 0,
-                            (SattnPositions) pos, 1);
+                            (SattnPositions) pos);
     if (!TU_CHECK_STATUS (st, SATTN_OK, "model")) {
       tu_case_end ("%s", "");
       continue;
@@ -221,7 +219,7 @@ test_blocks (TuRng *r)
     tu_fill_normal (r, x, T * d, 1.0);
     TuErr e;
     tu_err_clear (&e);
-    if (run_stream (&f, n, n, p0, x, T, NULL, rows)) {
+    if (run_stream (&f, 1, n, n, p0, x, T, NULL, rows)) {
       for (size_t b = 0; b < T / n; b++) {
         f.ref.pos0 = p0 + b * n;
         ref_attend (&f.ref, x + b * n * d, n, NULL, NULL, NULL,
@@ -246,17 +244,20 @@ test_threads (TuRng *r)
   tu_fill_normal (r, x, T * d, 1.0);
   for (int pos = 1; pos <= 3; pos++) {
     tu_case_begin ("%s byte-identical for threads 1, 2, 3", pos_names[pos]);
+    /* One model, streams of 1, 2 and 3 threads. */
     float *rows[3];
+    Fixture f;
+    TuRng wr;
+    tu_rng_init (&wr, 77);
+    SattnStatus st = build (&f, &wr, d, H, FX_PROJ | FX_BIAS | FX_OUT |
+                            FX_CAUSAL | FX_LOOKBACK, L, (SattnPositions) pos);
+    TU_CHECK_STATUS (st, SATTN_OK, "model");
     for (int t = 0; t < 3; t++) {
-      Fixture f;
-      TuRng wr;
-      tu_rng_init (&wr, 77);
       rows[t] = calloc (T * d, sizeof (float));
-      if (build (&f, &wr, d, H, FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL |
-                 FX_LOOKBACK, L, (SattnPositions) pos, t + 1) == SATTN_OK)
-        run_stream (&f, L + h, h, 12345, x, T, NULL, rows[t]);
-      fx_free (&f);
+      if (st == SATTN_OK)
+        run_stream (&f, t + 1, L + h, h, 12345, x, T, NULL, rows[t]);
     }
+    fx_free (&f);
     tu_check_threads_identical (rows, 3, T * d);
     tu_case_end ("%s", "");
   }
@@ -283,7 +284,7 @@ test_refusals (void)
 {
   tu_case_begin ("refusals");
   float bk[8] = { 0 }, bv[8] = { 0 };
-  SattnConfig c = { .d_model = 8, .heads = 2, .threads = 1,
+  SattnConfig c = { .d_model = 8, .heads = 2,
     .positions = SATTN_POSITIONS_ROPE };
   SattnWeights w = { .bias_k = bk, .bias_v = bv };
   SattnStatus st;
@@ -318,7 +319,7 @@ test_refusals (void)
   c.positions = SATTN_POSITIONS_ROPE;
   m = sattn_model_new (&c, NULL, &st);
   tu_check (m != NULL, "rope refused");
-  SattnStreamConfig sc = { .window = 4, .hop = 1 };
+  SattnStreamConfig sc = { .window = 4, .hop = 1, .threads = 1 };
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   TU_CHECK_STATUS (sattn_stream_reset_at (s, UINT64_C (1) << 53),
                    SATTN_E_INVAL, "reset_at 2^53");

@@ -43,13 +43,13 @@ run_case (const Case *c, uint64_t seed)
   cfg.heads = heads;
   cfg.causal = c->causal;
   cfg.lookback = c->lookback;
-  cfg.threads = 1;
   SattnWeights w = { 0 };
   w.add_zero_attn = c->zero_attn;
   SattnStatus st;
   SattnModel *m = sattn_model_new (&cfg, c->zero_attn ? &w : NULL, &st);
-  SattnStreamConfig sc = { c->n, c->h, c->mode, c->start, 1, 0.0f, 0,
-    SATTN_INVALID_MASK };
+  SattnStreamConfig sc = { .window = c->n, .hop = c->h, .output = c->mode,
+    .start = c->start, .collect_stats = 1,
+    .invalid_policy = SATTN_INVALID_MASK, .threads = 1 };
   SattnStream *s = m ? sattn_stream_new (m, &sc, &st) : NULL;
   if (!tu_check (s != NULL, "stream: %s", sattn_status_string (st))) {
     sattn_model_free (m);

@@ -73,9 +73,9 @@ test_model_rules (void)
   c = fx_config (8, 0);
   expect_model ("heads=0", &c, NULL, SATTN_E_INVAL, "heads=0", NULL);
   c = fx_config (8, 1);
-  c.threads = -2;
-  expect_model ("threads=-2", &c, NULL, SATTN_E_INVAL, "threads=-2",
-                "0 for one per CPU");
+  c.struct_size = 4;
+  expect_model ("struct_size=4", &c, NULL, SATTN_E_INVAL,
+                "SattnConfig.struct_size=4", "set it to sizeof (SattnConfig)");
   c = fx_config (8, 1);
   c.scale = -1.0f;
   expect_model ("scale=-1", &c, NULL, SATTN_E_INVAL, "scale=-1",
@@ -198,9 +198,15 @@ test_stream_rules (void)
   SattnStreamConfig sc;
 
   memset (&sc, 0, sizeof sc);
+  sc.threads = 1;
   sc.window = 8;
   sc.hop = 4;
   expect_stream ("window=8 hop=4", m, &sc, SATTN_OK, NULL);
+  sc.threads = -2;
+  expect_stream ("threads=-2", m, &sc, SATTN_E_INVAL,
+                 "threads=-2 is negative; use 1 (the calling thread only), "
+                 "a count N > 1, or 0 for one per CPU");
+  sc.threads = 1;
   expect_stream ("sc NULL", m, NULL, SATTN_E_INVAL, "sc is NULL");
   sc.window = 0;
   expect_stream ("window=0", m, &sc, SATTN_E_INVAL, "window=0");
@@ -261,6 +267,7 @@ test_default_saturation (void)
   for (int k = 0; k < 3; k++) {
     SattnStreamConfig sc;
     memset (&sc, 0, sizeof sc);
+    sc.threads = 1;
     sc.window = n;
     sc.hop = n;
     sc.output = SATTN_OUTPUT_WINDOW;
@@ -356,6 +363,7 @@ test_schedule (void)
   for (int cfg = 0; cfg < 48 && !tu_case_failed (); cfg++) {
     SattnStreamConfig sc;
     memset (&sc, 0, sizeof sc);
+    sc.threads = 1;
     sc.window = tu_rng_range (&r, 1, 12);
     sc.hop = tu_rng_range (&r, 1, sc.window);
     sc.output = (SattnOutputMode) (cfg % 4);
@@ -461,6 +469,7 @@ test_stats_merge (void)
   x[13 * d + 2] = NAN;               /* one invalid frame: masked key */
   SattnStreamConfig sc;
   memset (&sc, 0, sizeof sc);
+  sc.threads = 1;
   sc.window = n;
   sc.hop = hop;
   sc.output = SATTN_OUTPUT_WINDOW;

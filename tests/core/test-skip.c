@@ -165,7 +165,8 @@ run_case (const Fixture *f, const char *model_name, SattnOutputMode mode,
 {
   const size_t d = f->cfg.d_model;
   SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
-    .start = start, .collect_stats = 1, .keep_weights = 1 };
+    .start = start, .collect_stats = 1, .keep_weights = 1,
+    .threads = fx_threads () };
   SattnStatus st;
   TuRng rng;
   tu_rng_init (&rng, seed);
@@ -283,7 +284,7 @@ huge_case (const Fixture *f, SattnOutputMode mode)
 {
   const size_t n = 16, h = 5, d = f->cfg.d_model;
   SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
-    .collect_stats = 1 };
+    .collect_stats = 1, .threads = fx_threads () };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (f->model, &sc, &st);
   float x[3 * 8];

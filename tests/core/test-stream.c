@@ -389,8 +389,11 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
   }
   const size_t d = ms->d_model;
   int keep_w = (int) (tu_rng_u64 (rng) & 1);
-  SattnStreamConfig sc = { n, h, mode, start, 1, 0.0f, keep_w,
-                           SATTN_INVALID_MASK };
+  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
+                           .start = start, .collect_stats = 1,
+                           .keep_weights = keep_w,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = fx_threads () };
   SattnStatus st = SATTN_E_INVAL;
   SattnStream *s = sattn_stream_new (f.model, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "sattn_stream_new") || !s) {
@@ -597,8 +600,10 @@ run_drain_midstream (TuRng *rng, SattnStartPolicy start)
                  start_names[start]);
   Fixture f;
   fx_build (&f, rng, 4, 2, FX_PROJ | FX_CAUSAL, 0);
-  SattnStreamConfig sc = { 6, 4, SATTN_OUTPUT_FRAMES, start, 0, 0.0f, 0,
-                           SATTN_INVALID_MASK };
+  SattnStreamConfig sc = { .window = 6, .hop = 4,
+                           .output = SATTN_OUTPUT_FRAMES, .start = start,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = fx_threads () };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (f.model, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "sattn_stream_new") || !s) {

@@ -1,9 +1,9 @@
-/* The core's worker threads (SattnConfig.threads).
+/* The core's worker threads (SattnStreamConfig.threads).
  *
  *  - byte identity: the same random event sequence (pushes of random
  *    sizes, invalid and non-finite frames, a drain and a reset part-way, a
- *    final drain) through streams whose models differ only in threads (1,
- *    2, 3, 4, 0 = one per CPU; SATTN_PAR_MIN=0, so that the workers share
+ *    final drain) through streams of one model that differ only in threads
+ *    (1, 2, 3, 4, 0 = one per CPU; SATTN_PAR_MIN=0, so that the workers share
  *    every run, and threads=2 once more with the core's own bound) gives
  *    memcmp-identical output rows, row
  *    infos, statistics and kept weights; geometries W1 (d_model 64, 4
@@ -181,11 +181,12 @@ push_rows (SattnStream *s, const float *x, size_t c, const uint8_t *v,
 
 /* Run episode e through a stream of model m; 0 on an API failure. */
 static int
-run_episode (const SattnModel *m, const Geo *g, SattnOutputMode mode,
-             int keep_w, const Episode *e, Run *r)
+run_episode (const SattnModel *m, int threads, const Geo *g,
+             SattnOutputMode mode, int keep_w, const Episode *e, Run *r)
 {
-  SattnStreamConfig sc = { g->n, g->h, mode, SATTN_START_PAD, 1, 0.0f,
-    keep_w, SATTN_INVALID_MASK };
+  SattnStreamConfig sc = { .window = g->n, .hop = g->h, .output = mode,
+    .start = SATTN_START_PAD, .collect_stats = 1, .keep_weights = keep_w,
+    .invalid_policy = SATTN_INVALID_MASK, .threads = threads };
   SattnStatus st = SATTN_E_INVAL;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   memset (r, 0, sizeof *r);
@@ -249,18 +250,6 @@ runs_identical (const Run *a, const Run *b, const char *what)
   return same;
 }
 
-static SattnModel *
-model_with_threads (const Fixture *f, int threads)
-{
-  SattnConfig c = f->cfg;
-  c.threads = threads;
-  SattnStatus st = SATTN_E_INVAL;
-  /* All-NULL weights are the identity projections. */
-  SattnModel *m = sattn_model_new (&c, &f->w, &st);
-  TU_CHECK_STATUS (st, SATTN_OK, "sattn_model_new");
-  return m;
-}
-
 /* The thread counts compared with threads = 1, and SATTN_PAR_MIN for
  * each: "0" makes the workers share every run, NULL leaves the core's
  * bound (runs too small to share stay on the caller's thread). */
@@ -279,9 +268,8 @@ test_identity (TuRng *rng, const Geo *g)
     tu_case_end (NULL);
     return;
   }
-  SattnModel *models[N_VARIANTS + 1] = { model_with_threads (&f, 1) };
-  for (int t = 0; t < N_VARIANTS; t++)
-    models[t + 1] = model_with_threads (&f, variant_threads[t]);
+  /* One model serves every thread count. */
+  const SattnModel *m = f.model;
   size_t runs = 0, rows = 0;
   const char *env = getenv ("SATTN_PAR_MIN");
   char *saved = env ? strdup (env) : NULL;
@@ -292,7 +280,7 @@ test_identity (TuRng *rng, const Geo *g)
     episode_make (&e, rng, g);
     int keep_w = mode != SATTN_OUTPUT_WINDOW || g->n < 512;
     Run base;
-    if (models[0] && run_episode (models[0], g, mode, keep_w, &e, &base)) {
+    if (run_episode (m, 1, g, mode, keep_w, &e, &base)) {
       tu_check (base.n_rows > 0, "%s: no output rows", mode_names[mode]);
       rows += base.n_rows;
       for (int t = 0; t < N_VARIANTS; t++) {
@@ -306,8 +294,8 @@ test_identity (TuRng *rng, const Geo *g)
           setenv ("SATTN_PAR_MIN", par_min[t], 1);
         else
           unsetenv ("SATTN_PAR_MIN");
-        if (models[t + 1] &&
-            run_episode (models[t + 1], g, mode, keep_w, &e, &other))
+        if (run_episode (m, variant_threads[t], g, mode, keep_w, &e,
+                         &other))
           runs_identical (&base, &other, what);
         if (saved)
           setenv ("SATTN_PAR_MIN", saved, 1);
@@ -321,8 +309,6 @@ test_identity (TuRng *rng, const Geo *g)
     episode_free (&e);
   }
   free (saved);
-  for (int t = 0; t <= N_VARIANTS; t++)
-    sattn_model_free (models[t]);
   fx_free (&f);
   tu_case_end ("%zu runs of %zu rows (all modes) compared with threads=1",
                runs, rows);
@@ -340,10 +326,11 @@ test_reference (TuRng *rng, const Geo *g)
     tu_case_end (NULL);
     return;
   }
-  SattnModel *m = model_with_threads (&f, 2);
-  SattnStreamConfig sc = { g->n, g->h, SATTN_OUTPUT_FRAMES, SATTN_START_PAD,
-    0, 0.0f, 0, SATTN_INVALID_MASK };
-  SattnStream *s = m ? sattn_stream_new (m, &sc, NULL) : NULL;
+  const SattnModel *m = f.model;
+  SattnStreamConfig sc = { .window = g->n, .hop = g->h,
+    .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
+    .invalid_policy = SATTN_INVALID_MASK, .threads = 2 };
+  SattnStream *s = sattn_stream_new (m, &sc, NULL);
   tu_check (s != NULL, "sattn_stream_new");
   const size_t T = g->n + 3 * g->h, d_out = f.ref.d_out;
   float *x = malloc (T * g->d * sizeof (float));
@@ -369,7 +356,6 @@ test_reference (TuRng *rng, const Geo *g)
               tu_err_nmse (&err), NMSE_BOUND);
   }
   sattn_stream_free (s);
-  sattn_model_free (m);
   free (x);
   free (out);
   free (ref);
@@ -402,10 +388,12 @@ test_blas_threads (TuRng *rng)
       abort ();
     tu_fill_normal (rng, x, g[k].frames * g[k].d, 1.0);
     for (int t = 0; t < 3; t++) {
-      SattnModel *m = model_with_threads (&f, thread_counts[t]);
-      SattnStreamConfig sc = { g[k].n, g[k].h, SATTN_OUTPUT_FRAMES,
-        SATTN_START_PAD, 1, 0.0f, 0, SATTN_INVALID_MASK };
-      SattnStream *s = m ? sattn_stream_new (m, &sc, NULL) : NULL;
+      const SattnModel *m = f.model;
+      SattnStreamConfig sc = { .window = g[k].n, .hop = g[k].h,
+        .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
+        .collect_stats = 1, .invalid_policy = SATTN_INVALID_MASK,
+        .threads = thread_counts[t] };
+      SattnStream *s = sattn_stream_new (m, &sc, NULL);
       size_t nr;
       if (s) {
         TU_CHECK_STATUS (sattn_stream_push (s, x, g[k].frames, NULL, out,
@@ -426,7 +414,6 @@ test_blas_threads (TuRng *rng)
       tu_check (now == before, "%s threads=%d: OpenBLAS threads %d, was %d",
                 g[k].name, thread_counts[t], now, before);
       sattn_stream_free (s);
-      sattn_model_free (m);
     }
     free (x);
     free (out);
@@ -449,9 +436,18 @@ test_bytes (TuRng *rng)
     tu_case_end (NULL);
     return;
   }
-  SattnStreamConfig sc = { 1024, 64, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 1,
-    0.0f, 0, SATTN_INVALID_MASK };
+  SattnStreamConfig sc = { .window = 1024, .hop = 64,
+    .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
+    .collect_stats = 1, .invalid_policy = SATTN_INVALID_MASK,
+    .threads = 1 };
   size_t b1 = sattn_stream_bytes (f.model, &sc);
+  /* The stream's own threads: a worker's stack and scratch more. */
+  sc.threads = 2;
+  size_t b1t2 = sattn_stream_bytes (f.model, &sc);
+  tu_check (b1t2 > b1, "threads=2: %zu bytes, threads=1: %zu", b1t2, b1);
+  sc.threads = -1;
+  tu_check (sattn_stream_bytes (f.model, &sc) == 0, "threads=-1 not 0");
+  sc.threads = 1;
   sc.window = 2048;
   size_t b2 = sattn_stream_bytes (f.model, &sc);
   sc.window = 4096;
@@ -502,9 +498,11 @@ test_thread_create_fails (TuRng *rng)
     tu_case_end (NULL);
     return;
   }
-  SattnModel *m = model_with_threads (&f, 200);
-  SattnStreamConfig sc = { 8, 4, SATTN_OUTPUT_FRAMES, SATTN_START_PAD, 1,
-    0.0f, 0, SATTN_INVALID_MASK };
+  const SattnModel *m = f.model;
+  SattnStreamConfig sc = { .window = 8, .hop = 4,
+    .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
+    .collect_stats = 1, .invalid_policy = SATTN_INVALID_MASK,
+    .threads = 200 };
   fflush (stdout);
   pid_t pid = fork ();
   if (pid == 0) {
@@ -532,7 +530,6 @@ test_thread_create_fails (TuRng *rng)
             : WEXITSTATUS (wst) == 1 ? "the stream was created"
             : WEXITSTATUS (wst) == 2 ? "failed with another status"
             : "could not cap the address space");
-  sattn_model_free (m);
   fx_free (&f);
   tu_case_end ("SATTN_E_NOMEM");
 #else

@@ -1,6 +1,7 @@
 /* The model cache through the element: elements whose weights file (same
  * file, same tensors), prefix and model configuration match share one
- * model; any difference, or a file rewritten in place, gets its own.
+ * model, whatever their `threads` (each stream's own); any difference,
+ * or a file rewritten in place, gets its own.
  * The cache is observed through the custom query every sattn element
  * answers (GST_SATTN_CACHE_QUERY_NAME in plugin/gstsattn-cache.h).
  *
@@ -302,7 +303,6 @@ GST_START_TEST (test_no_share_when_different)
   ADD ("weights", path, "weights-prefix", "a.", "scale", 0.5, NULL);
   ADD ("weights", path, "weights-prefix", "a.", "heads", 4, NULL);
   ADD ("weights", path, "weights-prefix", "a.", "add-zero-attn", TRUE, NULL);
-  ADD ("weights", path, "weights-prefix", "a.", "threads", 2, NULL);
   ADD ("weights", other, "weights-prefix", "a.", NULL);
   ADD ("weights", copy, "weights-prefix", "a.", NULL);
   ADD (NULL, NULL);
@@ -340,6 +340,49 @@ GST_START_TEST (test_no_share_when_different)
   g_free (path);
   g_free (other);
   g_free (copy);
+}
+
+GST_END_TEST;
+
+/* Threads are each element's stream's, not the model's: elements with
+ * threads=1 and threads=2 on one file (and two identity elements) share
+ * one model, and compute the same bytes with it. */
+GST_START_TEST (test_share_across_threads)
+{
+  gchar *path = write_weights ("threads-share.safetensors", 4);
+  GstHarness *one = harness_with_caps ("weights", path, "weights-prefix",
+      "a.", "threads", 1, NULL);
+  GstHarness *two = harness_with_caps ("weights", path, "weights-prefix",
+      "a.", "threads", 2, NULL);
+  GArray *a, *b;
+  guint m, u;
+
+  assert_counts (two->element, 1, 2);
+  a = run_signal (one);
+  b = run_signal (two);
+  fail_unless (same_floats (a, b), "threads=1 and threads=2 differ");
+  g_array_unref (a);
+  g_array_unref (b);
+  gst_harness_teardown (one);
+  gst_harness_teardown (two);
+
+  one = harness_with_caps ("threads", 1, NULL);
+  two = harness_with_caps ("threads", 2, NULL);
+  assert_counts (two->element, 1, 2);
+  a = run_signal (one);
+  b = run_signal (two);
+  fail_unless (same_floats (a, b), "identity, threads=1 and threads=2 "
+      "differ");
+  g_array_unref (a);
+  g_array_unref (b);
+  gst_harness_teardown (one);
+  gst_harness_teardown (two);
+
+  cache_counts_idle (&m, &u);
+  fail_unless_equals_int (m, 0);
+  fail_unless_equals_int (u, 0);
+  g_unlink (path);
+  g_free (path);
 }
 
 GST_END_TEST;
@@ -626,6 +669,7 @@ cache_suite (void)
 
   tcase_add_test (tc, test_share_16);
   tcase_add_test (tc, test_no_share_when_different);
+  tcase_add_test (tc, test_share_across_threads);
   tcase_add_test (tc, test_identity_share);
   tcase_add_test (tc, test_changed_file);
   tcase_add_test (tc, test_threads);

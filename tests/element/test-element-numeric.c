@@ -85,7 +85,6 @@ GST_START_TEST (test_rows_match_reference)
   mc.scale = (float) c.scale;
   mc.causal = c.causal;
   mc.lookback = c.lookback;
-  mc.threads = 1;
   m = sattn_model_new (&mc, NULL, &st);
   fail_unless (m != NULL, "sattn_model_new: %s", sattn_status_string (st));
   oneshot_stream (&c, m, x, NULL, T, d, TRUE, &one);

@@ -1,4 +1,4 @@
-/* The element's `threads` property: worker threads of the core.
+/* The element's `threads` property: the threads computing its stream.
  *
  *  - a process that set OpenBLAS to 2 threads still reads 2 after running
  *    sattn pipelines with threads=1, 2 and 0 (the library never changes

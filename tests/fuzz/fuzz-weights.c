@@ -1,5 +1,6 @@
-/* libFuzzer target for the weights layer: the safetensors reader and the
- * nn.MultiheadAttention mapping.  Any input must either load, with every
+/* libFuzzer target for the weights layer: the safetensors reader, the
+ * layout mappers and the one loader (sattn_model_load_tensors: layers and
+ * whole models, each then run on a few frames).  Any input must either load, with every
  * tensor readable in full, or fail with a status and a message; never
  * crash, hang, leak or allocate beyond what the input implies.
  *
@@ -137,6 +138,68 @@ try_map (const SattnTensorFile *f, const char *prefix, size_t d_model,
   sattn_mha_weights_free (owner);
 }
 
+/* The one loader under prefix; a model it returns runs a few frames
+ * (a whole model through its per-window stream, a layer through
+ * sattn_attend), whose outputs must be finite. */
+static void
+try_load (const SattnTensorFile *f, const char *prefix, size_t heads,
+          size_t d_model)
+{
+  SattnLoadOptions opt;
+  SattnLoadReport rep;
+  SattnModel *m = NULL;
+  char err[256];
+  SattnStatus st;
+
+  memset (&rep, 0, sizeof rep);
+  rep.struct_size = sizeof rep;
+  sattn_load_options_init (&opt);
+  opt.cfg.heads = heads;
+  opt.cfg.d_model = d_model;
+  st = sattn_model_load_tensors (f, prefix, &opt, &m, &rep, err, sizeof err);
+  if (st != SATTN_OK) {
+    CHECK (m == NULL);
+    CHECK (err[0] != '\0' && strlen (err) < sizeof err);
+    return;
+  }
+  CHECK (m != NULL);
+  const SattnConfig *c = sattn_model_config (m);
+  const size_t d = c->d_model, d_out = sattn_model_d_out (m);
+  CHECK (d > 0 && d_out > 0 && c->heads > 0);
+  CHECK (rep.kind == sattn_model_kind (m));
+  CHECK (rep.layers == sattn_model_layers (m));
+  if (d <= 64 && d_out <= 64) {
+    float x[4 * 64], out[4 * 64 * 4];
+    for (size_t i = 0; i < 4 * d; i++)
+      x[i] = (float) ((int) (i % 7) - 3) * 0.25f;
+    if (sattn_model_kind (m) == SATTN_MODEL_WHOLE) {
+      size_t win = sattn_model_max_window (m);
+      SattnStreamConfig sc = { 0 };
+      SattnStatus sst;
+      sc.window = win == 0 || win > 3 ? 3 : win;
+      sc.hop = 1;
+      sc.output = sattn_model_classes (m) > 0 ? SATTN_OUTPUT_CLASSES
+          : SATTN_OUTPUT_MEAN;
+      sc.threads = 1;
+      SattnStream *s = sattn_stream_new (m, &sc, &sst);
+      CHECK (s != NULL);
+      size_t rows = 0, rf = sattn_stream_row_floats (s);
+      CHECK (rf <= 64);
+      CHECK (sattn_stream_push (s, x, 4, NULL, out, 4, NULL, &rows)
+             == SATTN_OK);
+      CHECK (rows == 4);
+      for (size_t i = 0; i < rows * rf; i++)
+        CHECK (out[i] == out[i] && out[i] - out[i] == 0.0f);
+      sattn_stream_free (s);
+    } else if (sattn_model_extra_keys (m) == 0) {
+      CHECK (sattn_attend (m, x, 4, NULL, out, NULL, NULL) == SATTN_OK);
+      for (size_t i = 0; i < 4 * d_out; i++)
+        CHECK (out[i] == out[i] && out[i] - out[i] == 0.0f);
+    }
+  }
+  sattn_model_free (m);
+}
+
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
@@ -181,6 +244,9 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     try_attn (f, "", 0, 0, 0, 0, 0);
     try_attn (f, NULL, 0, heads, 0, 0, (int) (size & 1));
     try_attn (f, "", 8, 2, 4, 8, 0);
+    try_load (f, "", 0, 0);
+    try_load (f, "", heads, 0);
+    try_load (f, "net", 0, 0);
     for (size_t i = 0; i < n && i < 16; i++) {
       const char *name = sattn_tensor_file_name (f, i);
       const char *dot = strrchr (name, '.');

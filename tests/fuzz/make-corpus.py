@@ -151,6 +151,55 @@ def main():
                                    vals(32, 2))]),
         "unpadded": image(mha(2), pad=False),
     }
+    # Whole models per window (sattn_model_load): embed, layers, head.
+    def layer(i, d, ff, prefix=""):
+        p = "%sencoder.layers.%d." % (prefix, i)
+        return ([(p + "self_attn.in_proj_weight", "F32", [3 * d, d],
+                  vals(3 * d * d, 10 + i)),
+                 (p + "self_attn.in_proj_bias", "F32", [3 * d],
+                  vals(3 * d, 11 + i)),
+                 (p + "self_attn.out_proj.weight", "F32", [d, d],
+                  vals(d * d, 12 + i)),
+                 (p + "linear1.weight", "F32", [ff, d], vals(ff * d, 13)),
+                 (p + "linear1.bias", "F32", [ff], vals(ff, 14)),
+                 (p + "linear2.weight", "F32", [d, ff], vals(ff * d, 15)),
+                 (p + "norm1.weight", "F32", [d], [1.0] * d),
+                 (p + "norm2.bias", "F32", [d], vals(d, 16))])
+
+    def whole(f, d, ff, classes, layers=1, pos=0, mlp=0, prefix=""):
+        t = [(prefix + "embed.weight", "F32", [d, f], vals(d * f, 1)),
+             (prefix + "embed.bias", "F32", [d], vals(d, 2))]
+        if pos:
+            t.append((prefix + "pos_embed", "F32", [pos, d],
+                      vals(pos * d, 3)))
+        for i in range(layers):
+            t += layer(i, d, ff, prefix)
+        if mlp:
+            t += [(prefix + "head.0.weight", "F32", [mlp, d],
+                   vals(mlp * d, 4)),
+                  (prefix + "head.2.weight", "F32", [classes, mlp],
+                   vals(classes * mlp, 5)),
+                  (prefix + "head.2.bias", "F32", [classes],
+                   vals(classes, 6))]
+        elif classes:
+            t += [(prefix + "head.weight", "F32", [classes, d],
+                   vals(classes * d, 4))]
+        return t
+    seeds["whole-f2-d4-c3"] = image(whole(2, 4, 4, 3),
+                                    {"num_heads": "2",
+                                     "labels": '["a","b","c"]'})
+    seeds["whole-f3-d4-pos5-mlp-2l"] = image(
+        whole(3, 4, 6, 2, layers=2, pos=5, mlp=3, prefix="net."),
+        {"net.num_heads": "1", "net.positions": "learned",
+         "net.pooling": "last", "net.norm_first": "1",
+         "net.activation": "gelu", "net.head_activation": "gelu"})
+    seeds["whole-d4-rope-nohead"] = image(
+        whole(2, 4, 4, 0) + [("encoder.norm.weight", "F32", [4],
+                              [1.0] * 4)],
+        {"num_heads": "2", "positions": "rope", "causal": "1"})
+    seeds["bad-whole-labels"] = image(whole(2, 4, 4, 3),
+                                      {"num_heads": "2",
+                                       "labels": '["a","b"]'})
     good = seeds["mha-e4-f32"]
     hlen = struct.unpack("<Q", good[:8])[0]
     seeds["bad-truncated"] = good[:-5]

@@ -7,8 +7,9 @@
 # growing corpus and any crash artifact go (default build-fuzz/ in the
 # source tree); the committed seed corpus is only read.  Builds with clang
 # (CC overrides; clang-14 needs libclang-rt-14-dev), -fsanitize=fuzzer,
-# address,undefined, from core/io/weights.c + core/base/status.c and GLib /
-# json-glib; meson configures the version header.  Prints the executions;
+# address,undefined, from the whole core (the loader builds and runs the
+# models it reads) and GLib / json-glib / OpenBLAS; meson configures the
+# version header.  Prints the executions;
 # exits non-zero on a finding.
 set -eu
 
@@ -46,11 +47,10 @@ fi
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$src/include" -I"$work/meson/include" \
   $(pkg-config --cflags glib-2.0 json-glib-1.0) \
-  "$here/fuzz-weights.c" "$src/core/io/weights.c" "$src/core/base/status.c" \
-  "$src/core/cpu/isa.c" "$src/core/cpu/kernels-portable.c" \
-  "$src/core/cpu/kernels-avx2.c" "$src/core/cpu/kernels-avx512.c" \
-  -I"$src/core" \
-  $(pkg-config --libs glib-2.0 json-glib-1.0) -lm \
+  $(pkg-config --cflags openblas 2>/dev/null || true) \
+  "$here/fuzz-weights.c" "$src"/core/*/*.c -I"$src/core" \
+  $(pkg-config --libs glib-2.0 json-glib-1.0) \
+  $(pkg-config --libs openblas 2>/dev/null || echo -lcblas) -lpthread -lm \
   -o "$work/fuzz-weights"
 
 log=$work/fuzz-weights.log

@@ -39,7 +39,7 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
     n1w[t] += 1.0f;
     n2w[t] += 1.0f;
   }
-  SattnConfig c = { .d_model = d, .heads = 2, .threads = 1, .encoder = 1,
+  SattnConfig c = { .d_model = d, .heads = 2, .encoder = 1,
     .d_ff = dff, .activation = gelu ? SATTN_ACTIVATION_GELU
         : SATTN_ACTIVATION_RELU, .norm_first = norm_first };
   SattnWeights w = { .w1 = w1, .b1 = b1, .w2 = w2, .b2 = b2,
@@ -206,10 +206,9 @@ run_single_key (size_t d, size_t heads, size_t frames)
     for (int path = 0; path < 3; path++) {
       static const char *names[] = { "sattn_attend", "stream threads=1",
         "stream threads=2" };
-      SattnConfig c = { .d_model = d, .heads = heads, .d_out = d,
-        .threads = path == 2 ? 2 : 1 };
+      SattnConfig c = { .d_model = d, .heads = heads, .d_out = d };
       SattnStreamConfig sc = { .window = win, .hop = hop,
-        .output = SATTN_OUTPUT_FRAMES };
+        .output = SATTN_OUTPUT_FRAMES, .threads = path == 2 ? 2 : 1 };
       SattnStatus st;
       SattnModel *m = sattn_model_new (&c, &w, &st);
       SattnStream *ss = m != NULL && path > 0

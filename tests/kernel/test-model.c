@@ -7,9 +7,12 @@
  *    compared with the caller's, at its transposed index, for shapes that
  *    are not square (a swapped row / column index fails);
  *  - the packed per-head Q | K | V copy (wqkv): present exactly when the
- *    model's streams run with worker threads (threads >= 2; with
- *    threads = 1 nothing would read it), and then every element is at its
- *    packed place, without V's float columns when V sums in double. */
+ *    geometry qualifies (narrow heads: d_head and d_value below 32, wq /
+ *    wk / wv given, no encoder, no RoPE), whatever thread counts the
+ *    model's streams will use (a model holds none), and then every
+ *    element is at its packed place, without V's float columns when V
+ *    sums in double; streams of 1 and 2 threads of one model give the
+ *    same bytes. */
 #include "internal.h"
 #include "rng.h"
 
@@ -68,7 +71,7 @@ test_copies (void)
   float *wv = counting (dv * d, 3.0f), *wo = counting (dout * dv, 4.0f);
   float *bq = counting (dq, 5.0f), *bo = counting (dout, 6.0f);
   SattnConfig c = { .d_model = d, .heads = H, .d_head = dh, .d_value = dvh,
-    .d_out = dout, .threads = 1 };
+    .d_out = dout };
   SattnWeights w = { .wq = wq, .wk = wk, .wv = wv, .wo = wo, .bq = bq,
     .bo = bo };
   SattnStatus st;
@@ -91,8 +94,7 @@ test_copies (void)
   float *w2 = counting (e * dff, 9.0f), *b2 = counting (e, 10.0f);
   float *n1 = counting (e, 11.0f), *wq6 = counting (e * e, 12.0f);
   float *bq6 = counting (e, 13.0f);
-  SattnConfig ce = { .d_model = e, .heads = 2, .threads = 1, .encoder = 1,
-    .d_ff = dff };
+  SattnConfig ce = { .d_model = e, .heads = 2, .encoder = 1, .d_ff = dff };
   SattnWeights we = { .wq = wq6, .bq = bq6, .w1 = w1, .b1 = b1, .w2 = w2,
     .b2 = b2, .norm1_w = n1 };
   m = sattn_model_new (&ce, &we, &st);
@@ -108,6 +110,7 @@ test_copies (void)
     check_transposed ("bq (double)", bq6, NULL, m->bqd, 1, e);
     CHECK (m->n1b == NULL && m->n2w == NULL, "absent norm parameters "
            "copied");
+    CHECK (m->wqkv == NULL, "an encoder layer holds packed Q|K|V weights");
     sattn_model_free (m);
   }
   free (wq); free (wk); free (wv); free (wo); free (bq); free (bo);
@@ -118,12 +121,14 @@ test_copies (void)
 
 static TestRng rng = { 0x9e3779b97f4a7c15ull };
 
-/* Rows of a hop-1 stream of model m over n frames of x (one push per
- * frame, so that the threads >= 2 streams take the per-head path). */
+/* Rows of a hop-1 stream of model m with `threads` threads over n frames
+ * of x (one push per frame, so that the threads >= 2 streams take the
+ * per-head path). */
 static float *
-stream_rows (const SattnModel *m, const float *x, size_t n, size_t d)
+stream_rows (const SattnModel *m, int threads, const float *x, size_t n,
+             size_t d)
 {
-  SattnStreamConfig sc = { .window = 8, .hop = 1 };
+  SattnStreamConfig sc = { .window = 8, .hop = 1, .threads = threads };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   size_t dout = sattn_model_d_out (m);
@@ -152,25 +157,30 @@ test_wqkv (void)
   SattnWeights w = { .wq = wq, .wk = wk, .wv = wv, .bq = bq };
   SattnStatus st;
 
-  /* threads = 1: no stream of the model has workers, no packed copy. */
-  SattnConfig c1 = { .d_model = d, .heads = H, .threads = 1 };
-  SattnModel *m1 = sattn_model_new (&c1, &w, &st);
-  CHECK (m1 != NULL && m1->wqkv == NULL, "threads=1: packed Q|K|V weights "
-         "built although no stream of the model has workers");
+  /* Wide heads (d_head 32): no packed copy, whatever the streams. */
+  const size_t dw = 64;
+  float *ww = test_rng_floats (&rng, dw * dw, 0.1f);
+  SattnWeights wwide = { .wq = ww, .wk = ww, .wv = ww };
+  SattnConfig cw = { .d_model = dw, .heads = 2 };
+  SattnModel *mw = sattn_model_new (&cw, &wwide, &st);
+  CHECK (mw != NULL && mw->wqkv == NULL, "d_head 32: packed Q|K|V weights "
+         "built for wide heads");
+  sattn_model_free (mw);
+  free (ww);
 
-  /* threads = 2: packed head by head.  An attention-only model sums V
-   * in double (wvd), and the per-head path then never reads V's float
-   * columns: only head h's Q | K columns, from h (2 d_head), rows of
-   * 2 d_model floats. */
-  SattnConfig c2 = { .d_model = d, .heads = H, .threads = 2 };
+  /* Narrow heads: packed head by head, whatever threads the streams will
+   * use.  An attention-only model sums V in double (wvd), and the
+   * per-head path then never reads V's float columns: only head h's
+   * Q | K columns, from h (2 d_head), rows of 2 d_model floats. */
+  SattnConfig c2 = { .d_model = d, .heads = H };
   SattnModel *m2 = sattn_model_new (&c2, &w, &st);
-  CHECK (m2 != NULL && m2->wqkv != NULL, "threads=2: no packed Q|K|V "
+  CHECK (m2 != NULL && m2->wqkv != NULL, "d_head 4: no packed Q|K|V "
          "weights");
-  CHECK (m2 == NULL || m2->wvd != NULL, "threads=2: V not summed in double");
+  CHECK (m2 == NULL || m2->wvd != NULL, "V not summed in double");
   if (m2 != NULL && m2->wqkv != NULL) {
     const size_t hw = 2 * dh, ld = 2 * d;
-    CHECK (sattn_wqkv_head_width (m2) == hw, "threads=2: packed head width "
-           "%zu, want %zu (Q | K)", sattn_wqkv_head_width (m2), hw);
+    CHECK (sattn_wqkv_head_width (m2) == hw, "packed head width %zu, want "
+           "%zu (Q | K)", sattn_wqkv_head_width (m2), hw);
     size_t bad = 0;
     for (size_t t = 0; t < d; t++)
       for (size_t h = 0; h < H; h++)
@@ -179,18 +189,18 @@ test_wqkv (void)
           bad += r[j] != wq[(h * dh + j) * d + t];
           bad += r[dh + j] != wk[(h * dh + j) * d + t];
         }
-    CHECK (bad == 0, "threads=2: %zu packed weights out of place", bad);
+    CHECK (bad == 0, "%zu packed weights out of place", bad);
   }
 
-  /* The rows are the same bytes with threads 1 and 2, and with threads 2
-   * without the packed copy (the per-head products then read wq / wk /
-   * wv). */
-  if (m1 != NULL && m2 != NULL) {
-    float *y1 = stream_rows (m1, x, n, d);
-    float *y2 = stream_rows (m2, x, n, d);
+  /* One model, the same bytes from streams of threads 1 and 2, and of
+   * threads 2 without the packed copy (the per-head products then read
+   * wq / wk / wv). */
+  if (m2 != NULL) {
+    float *y1 = stream_rows (m2, 1, x, n, d);
+    float *y2 = stream_rows (m2, 2, x, n, d);
     float *packed = m2->wqkv;
     m2->wqkv = NULL;
-    float *y3 = stream_rows (m2, x, n, d);
+    float *y3 = stream_rows (m2, 2, x, n, d);
     m2->wqkv = packed;
     CHECK (memcmp (y1, y2, n * d * sizeof (float)) == 0,
            "threads 1 and 2 differ");
@@ -198,7 +208,6 @@ test_wqkv (void)
            "threads 2 with and without the packed weights differ");
     free (y1); free (y2); free (y3);
   }
-  sattn_model_free (m1);
   sattn_model_free (m2);
   free (wq); free (wk); free (wv); free (bq); free (x);
   printf ("%s packed Q|K|V weights\n", fails ? "FAIL" : "ok  ");

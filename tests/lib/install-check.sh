@@ -123,6 +123,13 @@ need "$includedir/sattn/sattn-version.h"
 need "$includedir/sattn/sattn-export.h"
 need "$pc"
 [ "$missing" -eq 0 ] || exit 1
+# The soname is the major version the installed headers say.
+major=$(sed -n 's/^#define SATTN_VERSION_MAJOR //p' \
+  "$includedir/sattn/sattn-version.h")
+if [ "$soname" != "libsattn.so.$major" ]; then
+  echo "soname $soname, but sattn-version.h says major version '$major'"
+  exit 1
+fi
 echo "soname: $soname"
 
 # Exports of what was installed, against the installed headers.

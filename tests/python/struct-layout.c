@@ -32,6 +32,7 @@ main (void)
 
   printf ("{\"structs\": {\n");
   BEGIN (SattnConfig);
+  FIELD (SattnConfig, struct_size);
   FIELD (SattnConfig, d_model);
   FIELD (SattnConfig, heads);
   FIELD (SattnConfig, d_head);
@@ -40,7 +41,6 @@ main (void)
   FIELD (SattnConfig, scale);
   FIELD (SattnConfig, causal);
   FIELD (SattnConfig, lookback);
-  FIELD (SattnConfig, threads);
   FIELD (SattnConfig, positions);
   FIELD (SattnConfig, rope_base);
   FIELD (SattnConfig, encoder);
@@ -50,6 +50,7 @@ main (void)
   FIELD (SattnConfig, norm_eps);
   END ();
   BEGIN (SattnWeights);
+  FIELD (SattnWeights, struct_size);
   FIELD (SattnWeights, wq);
   FIELD (SattnWeights, bq);
   FIELD (SattnWeights, wk);
@@ -94,6 +95,7 @@ main (void)
   FIELD (SattnMask, allow);
   END ();
   BEGIN (SattnStreamConfig);
+  FIELD (SattnStreamConfig, struct_size);
   FIELD (SattnStreamConfig, window);
   FIELD (SattnStreamConfig, hop);
   FIELD (SattnStreamConfig, output);
@@ -102,6 +104,7 @@ main (void)
   FIELD (SattnStreamConfig, saturation_threshold);
   FIELD (SattnStreamConfig, keep_weights);
   FIELD (SattnStreamConfig, invalid_policy);
+  FIELD (SattnStreamConfig, threads);
   END ();
   BEGIN (SattnRowInfo);
   FIELD (SattnRowInfo, first);
@@ -227,6 +230,7 @@ main (void)
   ENUM (SATTN_SET_POSITIONS);
   ENUM (SATTN_SET_ROPE_BASE);
   ENUM (SATTN_SET_CAUSAL);
-  printf ("},\n\"enum_size\": %zu}\n", sizeof (SattnStatus));
+  printf ("},\n\"enum_size\": %zu,\n\"version_major\": %d}\n",
+          sizeof (SattnStatus), SATTN_VERSION_MAJOR);
   return 0;
 }

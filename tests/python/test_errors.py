@@ -26,7 +26,8 @@ class TestErrors(common.RaisesStatus, unittest.TestCase):
         # d_model not a multiple of heads, no shapes to say otherwise
         e = self.raises(_lib.E_SHAPE, sattn.Model, 16, 3)
         self.assertIn("heads=3 does not divide d_model=16", str(e))
-        e = self.raises(_lib.E_INVAL, sattn.Model, 8, 2, threads=-1)
+        e = self.raises(_lib.E_INVAL, sattn.Stream, sattn.Model(8, 2), 4,
+                        threads=-1)
         self.assertIn("threads=-1", str(e))
         e = self.raises(_lib.E_SHAPE, sattn.Model, 8, 2, wq=np.zeros((8, 7)))
         self.assertIn("wq has shape (8, 7), expected (8, 8)", str(e))

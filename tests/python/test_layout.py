@@ -9,6 +9,7 @@ Usage: test_layout.py STRUCT-LAYOUT-PROGRAM"""
 
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import unittest
@@ -88,6 +89,20 @@ class TestLayout(unittest.TestCase):
         c = c_layout()
         self.assertEqual(c["enum_size"], ctypes.sizeof(ctypes.c_int))
         self.assertEqual(mirror_enums(), c["enums"])
+
+    def test_soname(self):
+        # the mirrors are of this soname's structs: the package asks for
+        # libsattn.so.<SATTN_VERSION_MAJOR> and the library loaded is one
+        c = c_layout()
+        self.assertEqual(_lib.SONAME_MAJOR, c["version_major"])
+        self.assertIn("libsattn.so.%d" % c["version_major"],
+                      os.path.basename(_lib.lib._name))
+
+    def test_sized_structs_say_their_size(self):
+        # a new mirror of a struct that carries its size fills it in
+        for cls in (_lib.SattnConfig, _lib.SattnWeights,
+                    _lib.SattnStreamConfig):
+            self.assertEqual(cls().struct_size, ctypes.sizeof(cls))
 
     def test_a_layout_change_is_caught(self):
         # the comparison itself: a mirror with two fields swapped, one

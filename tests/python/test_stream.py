@@ -171,9 +171,9 @@ class TestStream(unittest.TestCase):
         arrays = {k: v for k, v in w.items() if k != "add_zero_attn"}
         x = rng.standard_normal((50, 32)).astype(np.float32)
         outs = []
-        for threads in (1, 2):
-            m = sattn.Model(32, 4, threads=threads, **arrays)
-            s = sattn.Stream(m, 16, 4)
+        m = sattn.Model(32, 4, **arrays)  # one model, any thread count
+        for threads in (1, 2, 0):
+            s = sattn.Stream(m, 16, 4, threads=threads)
             r, _ = s.push(x)
             r2, _ = s.drain()
             outs.append(np.concatenate([r, r2]))

@@ -59,7 +59,6 @@ main (int argc, char **argv)
   cfg.d_value = strtoul (argv[5], NULL, 10);
   cfg.scale = strtof (argv[6], NULL);
   cfg.causal = atoi (argv[7]);
-  cfg.threads = 1;
   st = sattn_attn_weights_load (argv[1], argv[2], 0, &cfg, &w, &owner, &rep,
                                 err, sizeof err);
   if (st != SATTN_OK) {

@@ -4,7 +4,8 @@
 Every example line of `export-torch-mha.py --help` is run in a scratch
 directory that holds what the examples name: model.pt (a model whose
 class lives in that directory, with one 64-wide, 4-head attention module
-at encoder.layers.0.self_attn), mymodels.py with build(), and sd.pt.
+at encoder.layers.0.self_attn), mymodels.py with build(), sd.pt, and
+recogniser.pt (a whole model: embed, encoder, head) with labels.txt.
 Script lines run the script; gst-launch-1.0 lines run as printed (the
 16 kHz one and the 44.1 kHz one resampled).  Each must succeed.
 
@@ -50,6 +51,19 @@ class Small(torch.nn.Module):
 
 def build():
     return Small()
+
+
+class Recogniser(torch.nn.Module):
+    """A whole model per window: embed, encoder, head."""
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 16)
+        layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32,
+                                                 dropout=0.0,
+                                                 batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(
+            layer, num_layers=2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(16, 3)
 '''
 
 
@@ -75,7 +89,11 @@ def main():
         subprocess.run([sys.executable, "-c",
                         "import torch, mymodels; torch.save(mymodels.Net()"
                         ".eval(), 'model.pt'); torch.save(mymodels.build()"
-                        ".state_dict(), 'sd.pt')"], cwd=d, check=True)
+                        ".state_dict(), 'sd.pt'); torch.save("
+                        "mymodels.Recogniser().eval(), 'recogniser.pt')"],
+                       cwd=d, check=True)
+        with open(os.path.join(d, "labels.txt"), "w") as f:
+            f.write("a\nb\nc\n")
         failed = 0
         for ex in examples:
             argv = shlex.split(ex)

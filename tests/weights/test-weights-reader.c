@@ -1287,6 +1287,54 @@ test_err_buffer (void)
   g_string_free (s, TRUE);
 }
 
+/* The loader reads the SattnConfig within SattnLoadOptions as
+ * sattn_model_new reads one: struct_size 0 or this version's is fine
+ * (sattn_load_options_init sets the latter); a smaller one, or one larger
+ * than the struct can be there, is refused with words.  The model holds
+ * no thread count, and the mapped weights say their size. */
+static void
+test_load_options_size (void)
+{
+  Mha m = { .e = 8, .bias = 1, .metadata = "{\"num_heads\":\"2\"}" };
+  SattnTensorFile *f = load_ok (mha_file (&m));   /* takes the bytes */
+  SattnLoadOptions opt;
+  SattnModel *model = NULL;
+  char err[512];
+
+  sattn_load_options_init (&opt);
+  g_assert_cmpuint (opt.cfg.struct_size, ==, sizeof (SattnConfig));
+  g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
+      sizeof err), ==, SATTN_OK);
+  g_assert_cmpuint (sattn_model_config (model)->struct_size, ==,
+      sizeof (SattnConfig));
+  sattn_model_free (model);
+  opt.cfg.struct_size = 0;
+  g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
+      sizeof err), ==, SATTN_OK);
+  sattn_model_free (model);
+  opt.cfg.struct_size = 16;
+  g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
+      sizeof err), ==, SATTN_E_INVAL);
+  g_assert_null (model);
+  assert_msg (err, WORDS ("SattnLoadOptions.cfg.struct_size=16",
+          "sizeof (SattnConfig)"));
+  opt.cfg.struct_size = sizeof (SattnConfig) + 8;
+  g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
+      sizeof err), ==, SATTN_E_INVAL);
+  g_assert_null (model);
+  assert_msg (err, WORDS ("SattnLoadOptions.cfg.struct_size"));
+
+  SattnConfig cfg = { 0 };
+  SattnWeights w;
+  SattnMhaWeights *owner = NULL;
+  memset (&w, 0xa5, sizeof w);
+  g_assert_cmpint (sattn_mha_weights_from_file (f, "", 8, 2, 0, &cfg, &w,
+      &owner, NULL, 0), ==, SATTN_OK);
+  g_assert_cmpuint (w.struct_size, ==, sizeof (SattnWeights));
+  sattn_mha_weights_free (owner);
+  sattn_tensor_file_free (f);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1321,6 +1369,7 @@ main (int argc, char **argv)
   g_test_add_func ("/weights/map/metadata-zero", test_map_metadata_zero);
   g_test_add_func ("/weights/map/attn-prefix", test_attn_prefix);
   g_test_add_func ("/weights/bad/err-buffer", test_err_buffer);
+  g_test_add_func ("/weights/load/options-size", test_load_options_size);
   ret = g_test_run ();
 
   g_rmdir (tmpdir);

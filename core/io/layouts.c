@@ -1,13 +1,12 @@
-/* The weights layer of libsattn: a safetensors reader and the mapping of a
- * torch.nn.MultiheadAttention state dict onto SattnConfig / SattnWeights.
+/* The layout mappers of libsattn: the state dict of an attention module
+ * (nn.MultiheadAttention and the other layouts of sattn-weights.h), an
+ * nn.TransformerEncoderLayer's other parts and the options its metadata
+ * records, onto SattnConfig / SattnWeights.  The loader (io/load.c)
+ * calls them.
  *
- * The only file of the core that uses GLib (containers, file helpers) and
- * json-glib (the JSON header).  Everything read from a file is validated
- * before it is trusted: sizes are checked against the bytes actually
- * present, never allocated from what the header claims.
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "sattn/sattn-weights.h"
-#include "internal.h"
+#include "io/io.h"
 
 #include <glib.h>
 #include <glib/gstdio.h>
@@ -24,864 +23,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
-
-/* A safetensors header needs nesting depth 3 (root, tensor, shape).
- * json-glib's parser recurses once per level without a limit, so a header
- * of deeply nested brackets would exhaust the stack: refuse them first. */
-#define MAX_JSON_DEPTH 32
-/* json-glib needs about 80 bytes per JSON value; limiting the values keeps
- * a hostile 100 MB header of "[0,0,0,..." from costing gigabytes.  A
- * million values describe well over 100 000 tensors. */
-#define MAX_JSON_VALUES 1000000
-/* json-glib keeps an object's members in a GHashTable with g_str_hash,
- * which is easy to collide on purpose: 32 000 colliding keys already cost
- * 40 s of string comparisons, half a million would hang for hours.  The
- * keys are hashed beforehand and an object with more than MAX_SAME_HASH
- * keys of one hash value, or more than MAX_OBJECT_MEMBERS members, is
- * refused.  (Genuine names collide in 32 bits about never.) */
-#define MAX_SAME_HASH 32
-#define MAX_OBJECT_MEMBERS 65536
-
-/* ------------------------------------------------------------- messages */
-
-static void set_err (char *err, size_t err_len, const char *fmt, ...)
-  G_GNUC_PRINTF (3, 4);
-
-static void
-set_err (char *err, size_t err_len, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (err == NULL || err_len == 0)
-    return;
-  va_start (ap, fmt);
-  g_vsnprintf (err, err_len, fmt, ap);
-  va_end (ap);
-}
-
-static SattnStatus fail (SattnStatus st, char *err, size_t err_len,
-                         const char *fmt, ...) G_GNUC_PRINTF (4, 5);
-
-static SattnStatus
-fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (err != NULL && err_len > 0) {
-    va_start (ap, fmt);
-    g_vsnprintf (err, err_len, fmt, ap);
-    va_end (ap);
-  }
-  return st;
-}
-
-/* A printable, bounded rendering of a name taken from a file, for
- * messages: control and non-ASCII bytes escaped, long names cut. */
-typedef struct {
-  char s[200];
-} ShowBuf;
-
-static const char *
-show (ShowBuf *b, const char *name)
-{
-  static const char hex[] = "0123456789abcdef";
-  size_t o = 0;
-  const size_t cap = sizeof b->s - 4;  /* room for "..." and NUL */
-
-  for (const unsigned char *p = (const unsigned char *) name; *p; p++) {
-    if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
-      if (o + 1 > cap)
-        goto cut;
-      b->s[o++] = (char) *p;
-    } else {
-      if (o + 4 > cap)
-        goto cut;
-      b->s[o++] = '\\';
-      b->s[o++] = 'x';
-      b->s[o++] = hex[*p >> 4];
-      b->s[o++] = hex[*p & 15];
-    }
-  }
-  b->s[o] = '\0';
-  return b->s;
-cut:
-  memcpy (b->s + o, "...", 4);
-  return b->s;
-}
-
-/* "[3, 4]" into buf. */
-static const char *
-shape_str (char *buf, size_t len, const size_t *shape, size_t ndim)
-{
-  size_t o = 0;
-
-  buf[0] = '\0';
-  o += (size_t) g_snprintf (buf, len, "[");
-  for (size_t i = 0; i < ndim && o < len; i++)
-    o += (size_t) g_snprintf (buf + o, len - o, "%s%zu", i ? ", " : "",
-                              shape[i]);
-  if (o < len)
-    g_snprintf (buf + o, len - o, "]");
-  return buf;
-}
-
-/* --------------------------------------------------------------- dtypes */
-
-typedef enum {
-  KIND_OTHER = 0,  /* valid safetensors dtype, not converted */
-  KIND_F32,
-  KIND_F16,
-  KIND_BF16,
-  KIND_F64,
-} DtypeKind;
-
-typedef struct {
-  const char *name;
-  unsigned size;
-  DtypeKind kind;
-} Dtype;
-
-/* The dtypes of the safetensors specification. */
-static const Dtype dtypes[] = {
-  { "F32", 4, KIND_F32 },   { "F16", 2, KIND_F16 },
-  { "BF16", 2, KIND_BF16 }, { "F64", 8, KIND_F64 },
-  { "BOOL", 1, KIND_OTHER }, { "U8", 1, KIND_OTHER },
-  { "I8", 1, KIND_OTHER },  { "F8_E4M3", 1, KIND_OTHER },
-  { "F8_E5M2", 1, KIND_OTHER }, { "I16", 2, KIND_OTHER },
-  { "U16", 2, KIND_OTHER }, { "I32", 4, KIND_OTHER },
-  { "U32", 4, KIND_OTHER }, { "I64", 8, KIND_OTHER },
-  { "U64", 8, KIND_OTHER },
-};
-
-static const Dtype *
-find_dtype (const char *name)
-{
-  for (size_t i = 0; i < G_N_ELEMENTS (dtypes); i++)
-    if (strcmp (dtypes[i].name, name) == 0)
-      return &dtypes[i];
-  return NULL;
-}
-
-static float
-f16_to_f32 (uint16_t h)
-{
-  unsigned e = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  float v;
-
-  if (e == 0)
-    v = ldexpf ((float) mant, -24);                 /* zero, subnormal */
-  else if (e == 31)
-    v = mant ? NAN : INFINITY;
-  else
-    v = ldexpf ((float) (mant | 0x400), (int) e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-static float
-bf16_to_f32 (uint16_t h)
-{
-  uint32_t bits = (uint32_t) h << 16;
-  float v;
-
-  memcpy (&v, &bits, sizeof v);
-  return v;
-}
-
-/* Round to nearest float; beyond the float range +-Inf (IEEE overflow),
- * written out because C leaves out-of-range conversions undefined. */
-static float
-f64_to_f32 (double d)
-{
-  /* FLT_MAX plus half its ulp (2^103): from there on the rounding is Inf. */
-  const double limit = (double) FLT_MAX + 0x1p103;
-
-  if (isnan (d))
-    return NAN;
-  if (fabs (d) <= (double) FLT_MAX)
-    return (float) d;
-  if (d >= limit)
-    return INFINITY;
-  if (d <= -limit)
-    return -INFINITY;
-  return d > 0 ? FLT_MAX : -FLT_MAX;
-}
-
-static uint64_t
-read_le64 (const uint8_t *p)
-{
-  uint64_t v = 0;
-
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
-}
-
-static void
-convert (DtypeKind kind, const uint8_t *src, size_t n, float *dst)
-{
-  switch (kind) {
-    case KIND_F32:
-      for (size_t i = 0; i < n; i++) {
-        const uint8_t *p = src + 4 * i;
-        uint32_t b = (uint32_t) p[0] | (uint32_t) p[1] << 8 |
-                     (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
-        memcpy (&dst[i], &b, sizeof b);
-      }
-      break;
-    case KIND_F16:
-      for (size_t i = 0; i < n; i++)
-        dst[i] = f16_to_f32 ((uint16_t) (src[2 * i] | src[2 * i + 1] << 8));
-      break;
-    case KIND_BF16:
-      for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_to_f32 ((uint16_t) (src[2 * i] | src[2 * i + 1] << 8));
-      break;
-    case KIND_F64:
-      for (size_t i = 0; i < n; i++) {
-        uint64_t b = read_le64 (src + 8 * i);
-        double d;
-        memcpy (&d, &b, sizeof d);
-        dst[i] = f64_to_f32 (d);
-      }
-      break;
-    case KIND_OTHER:
-      break;
-  }
-}
-
-/* ------------------------------------------------------ the file handle */
-
-typedef struct {
-  char *name;
-  const Dtype *dtype;
-  size_t ndim;
-  size_t *shape;      /* ndim sizes (NULL when ndim == 0) */
-  size_t numel;
-  uint64_t begin, end;
-  float *data;        /* float kinds: numel floats; NULL otherwise */
-} Tensor;
-
-struct SattnTensorFile {
-  size_t n;
-  Tensor *t;          /* sorted by data offsets */
-  GHashTable *index;  /* name -> Tensor * (borrowed) */
-  GHashTable *meta;   /* key -> value (owned strings) */
-};
-
-/* What get() returns for a tensor without elements. */
-static const float empty_tensor[1];
-
-void
-sattn_tensor_file_free (SattnTensorFile *f)
-{
-  if (f == NULL)
-    return;
-  for (size_t i = 0; i < f->n; i++) {
-    g_free (f->t[i].name);
-    g_free (f->t[i].shape);
-    if (f->t[i].data != empty_tensor)
-      g_free (f->t[i].data);
-  }
-  g_free (f->t);
-  if (f->index != NULL)
-    g_hash_table_unref (f->index);
-  if (f->meta != NULL)
-    g_hash_table_unref (f->meta);
-  g_free (f);
-}
-
-/* g_str_hash of a JSON key as json-glib will store it: raw is the key
- * with its quotes; escaped keys are decoded by json-glib itself. */
-static guint32
-key_hash (const char *raw, size_t len, gboolean escaped)
-{
-  char *text = g_strndup (raw, len);
-  guint32 h = 0;
-
-  if (!escaped) {
-    text[len - 1] = '\0';
-    h = g_str_hash (text + 1);
-  } else {
-    JsonNode *node = json_from_string (text, NULL);
-    if (node != NULL && JSON_NODE_HOLDS_VALUE (node) &&
-        json_node_get_value_type (node) == G_TYPE_STRING)
-      h = g_str_hash (json_node_get_string (node));
-    if (node != NULL)
-      json_node_unref (node);
-  }
-  g_free (text);
-  return h;
-}
-
-typedef struct {
-  guint32 object;   /* ordinal of the object holding the key */
-  guint32 hash;
-} KeyHash;
-
-static int
-cmp_key_hash (const void *a, const void *b)
-{
-  const KeyHash *x = a, *y = b;
-
-  if (x->object != y->object)
-    return x->object < y->object ? -1 : 1;
-  if (x->hash != y->hash)
-    return x->hash < y->hash ? -1 : 1;
-  return 0;
-}
-
-/* Guards run on the raw header before json-glib sees it: nesting depth
- * (MAX_JSON_DEPTH), value count (MAX_JSON_VALUES), members per object and
- * colliding keys (MAX_OBJECT_MEMBERS, MAX_SAME_HASH).  This only finds
- * strings, brackets and separators; json-glib does the parsing. */
-static SattnStatus
-check_json_shape (const char *h, size_t n, char *err, size_t err_len)
-{
-  char open[MAX_JSON_DEPTH];
-  guint32 object[MAX_JSON_DEPTH], members[MAX_JSON_DEPTH];
-  size_t depth = 0, values = 1, run = 0;
-  guint32 objects = 0;
-  GArray *keys = g_array_new (FALSE, FALSE, sizeof (KeyHash));
-  SattnStatus st = SATTN_OK;
-
-  for (size_t i = 0; i < n && st == SATTN_OK; i++) {
-    char c = h[i];
-
-    if (c == '"') {
-      size_t j = i + 1, k;
-      gboolean escaped = FALSE;
-      while (j < n && h[j] != '"') {
-        if (h[j] == '\\') {
-          escaped = TRUE;
-          j++;
-        }
-        j++;
-      }
-      if (j >= n)
-        break;            /* unterminated: json-glib reports it */
-      for (k = j + 1; k < n && (h[k] == ' ' || h[k] == '\t' ||
-                                h[k] == '\n' || h[k] == '\r'); k++)
-        ;
-      if (k < n && h[k] == ':' && depth > 0 && open[depth - 1] == '{') {
-        KeyHash kh = { object[depth - 1], key_hash (h + i, j + 1 - i,
-                                                    escaped) };
-        if (++members[depth - 1] > MAX_OBJECT_MEMBERS)
-          st = fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: an object with more than %d members",
-                     MAX_OBJECT_MEMBERS);
-        g_array_append_val (keys, kh);
-      }
-      i = j;
-      continue;
-    }
-    switch (c) {
-      case '[':
-      case '{':
-        if (depth == MAX_JSON_DEPTH) {
-          st = fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: JSON nested deeper than %d levels",
-                     MAX_JSON_DEPTH);
-          break;
-        }
-        open[depth] = c;
-        object[depth] = objects++;
-        members[depth] = 0;
-        depth++;
-        break;
-      case ']':
-      case '}':
-        if (depth > 0)
-          depth--;
-        break;
-      case ',':
-      case ':':
-        if (++values > MAX_JSON_VALUES)
-          st = fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: more than %d JSON values",
-                     MAX_JSON_VALUES);
-        break;
-      default:
-        break;
-    }
-  }
-
-  if (st == SATTN_OK && keys->len > 1) {
-    KeyHash *kh = (KeyHash *) (void *) keys->data;
-    qsort (kh, keys->len, sizeof (KeyHash), cmp_key_hash);
-    for (guint k = 1; k < keys->len; k++) {
-      run = cmp_key_hash (&kh[k - 1], &kh[k]) == 0 ? run + 1 : 0;
-      if (run + 1 > MAX_SAME_HASH) {
-        st = fail (SATTN_E_FORMAT, err, err_len,
-                   "invalid header: more than %d keys of one object share "
-                   "a hash value (a crafted file?)", MAX_SAME_HASH);
-        break;
-      }
-    }
-  }
-  g_array_unref (keys);
-  return st;
-}
-
-/* json-glib keeps the last of duplicate keys silently (and a key with an
- * escaped NUL collides with its C-string prefix).  A header whose keys
- * repeat is ambiguous -- readers may pick different tensors -- so the
- * members are counted as they are parsed: a member that does not grow its
- * object is a duplicate. */
-typedef struct {
-  GHashTable *counts;  /* JsonObject * -> members seen */
-  char *dup;           /* first duplicate key */
-} DupCheck;
-
-static void
-on_object_member (JsonParser *parser, JsonObject *object, gchar *name,
-                  gpointer user_data)
-{
-  DupCheck *dc = user_data;
-  guint n = GPOINTER_TO_UINT (g_hash_table_lookup (dc->counts, object)) + 1;
-
-  g_hash_table_insert (dc->counts, object, GUINT_TO_POINTER (n));
-  if (json_object_get_size (object) < n && dc->dup == NULL)
-    dc->dup = g_strdup (name);
-}
-
-/* A JSON integer >= 0 (json-glib wraps integers beyond int64 to negative
- * values, so those fail too). */
-static gboolean
-json_uint (JsonNode *node, uint64_t *out)
-{
-  gint64 v;
-
-  if (node == NULL || !JSON_NODE_HOLDS_VALUE (node) ||
-      json_node_get_value_type (node) != G_TYPE_INT64)
-    return FALSE;
-  v = json_node_get_int (node);
-  if (v < 0)
-    return FALSE;
-  *out = (uint64_t) v;
-  return TRUE;
-}
-
-static SattnStatus
-parse_tensor (Tensor *t, const char *name, JsonNode *node, uint64_t data_len,
-              char *err, size_t err_len)
-{
-  ShowBuf sb;
-  JsonObject *o;
-  JsonNode *dn, *sn, *on;
-  JsonArray *sa, *oa;
-  const char *dt;
-  uint64_t nbytes = 0;
-  int overflow = 0, has_zero = 0;
-
-  if (!JSON_NODE_HOLDS_OBJECT (node))
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: entry '%s' is not an object", show (&sb, name));
-  o = json_node_get_object (node);
-  dn = json_object_get_member (o, "dtype");
-  sn = json_object_get_member (o, "shape");
-  on = json_object_get_member (o, "data_offsets");
-  if (dn == NULL || sn == NULL || on == NULL)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: tensor '%s' lacks \"%s\"", show (&sb, name),
-                 dn == NULL ? "dtype" : sn == NULL ? "shape" : "data_offsets");
-  if (!JSON_NODE_HOLDS_VALUE (dn) ||
-      json_node_get_value_type (dn) != G_TYPE_STRING)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: dtype of tensor '%s' is not a string",
-                 show (&sb, name));
-  dt = json_node_get_string (dn);
-  t->dtype = find_dtype (dt);
-  if (t->dtype == NULL) {
-    ShowBuf sd;
-    return fail (SATTN_E_DTYPE, err, err_len,
-                 "tensor '%s' has unknown dtype '%s' (supported: F32, F16, "
-                 "BF16, F64)", show (&sb, name), show (&sd, dt));
-  }
-
-  if (!JSON_NODE_HOLDS_ARRAY (sn))
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: shape of tensor '%s' is not an array",
-                 show (&sb, name));
-  sa = json_node_get_array (sn);
-  t->ndim = json_array_get_length (sa);
-  if (t->ndim > 0)
-    t->shape = g_new (size_t, t->ndim);
-  t->numel = 1;
-  for (size_t i = 0; i < t->ndim; i++) {
-    uint64_t d;
-    if (!json_uint (json_array_get_element (sa, (guint) i), &d) ||
-        d > SIZE_MAX)
-      return fail (SATTN_E_FORMAT, err, err_len,
-                   "invalid header: shape of tensor '%s' has an entry that "
-                   "is not a non-negative integer", show (&sb, name));
-    t->shape[i] = (size_t) d;
-    if (d == 0)
-      has_zero = 1;
-    else if (!overflow && t->numel > SIZE_MAX / d)
-      overflow = 1;
-    else if (!overflow)
-      t->numel *= (size_t) d;
-  }
-  if (has_zero)
-    t->numel = 0;
-  else if (overflow || t->numel > UINT64_MAX / t->dtype->size)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': element count of its shape overflows",
-                 show (&sb, name));
-  nbytes = (uint64_t) t->numel * t->dtype->size;
-
-  if (!JSON_NODE_HOLDS_ARRAY (on) ||
-      json_array_get_length (oa = json_node_get_array (on)) != 2 ||
-      !json_uint (json_array_get_element (oa, 0), &t->begin) ||
-      !json_uint (json_array_get_element (oa, 1), &t->end))
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: data_offsets of tensor '%s' is not a pair "
-                 "of non-negative integers", show (&sb, name));
-  if (t->begin > t->end)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': data_offsets [%" G_GUINT64_FORMAT ", %"
-                 G_GUINT64_FORMAT "] end before they begin", show (&sb, name),
-                 t->begin, t->end);
-  if (t->end > data_len)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': data_offsets [%" G_GUINT64_FORMAT ", %"
-                 G_GUINT64_FORMAT "] run past the end of the data (%"
-                 G_GUINT64_FORMAT " bytes): the file is truncated or corrupt",
-                 show (&sb, name), t->begin, t->end, data_len);
-  if (t->end - t->begin != nbytes) {
-    char s[96];
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': shape %s of %s needs %" G_GUINT64_FORMAT
-                 " bytes but data_offsets [%" G_GUINT64_FORMAT ", %"
-                 G_GUINT64_FORMAT "] hold %" G_GUINT64_FORMAT,
-                 show (&sb, name), shape_str (s, sizeof s, t->shape, t->ndim),
-                 t->dtype->name, nbytes, t->begin, t->end, t->end - t->begin);
-  }
-  t->name = g_strdup (name);
-  return SATTN_OK;
-}
-
-static int
-cmp_offsets (const void *a, const void *b)
-{
-  const Tensor *x = a, *y = b;
-
-  if (x->begin != y->begin)
-    return x->begin < y->begin ? -1 : 1;
-  if (x->end != y->end)
-    return x->end < y->end ? -1 : 1;
-  return 0;
-}
-
-SattnStatus
-sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
-                              SattnTensorFile **out, char *err, size_t err_len)
-{
-  SattnTensorFile *f = NULL;
-  JsonParser *parser = NULL;
-  JsonObject *root;
-  JsonObjectIter it;
-  const gchar *name;
-  JsonNode *node;
-  GError *gerr = NULL;
-  const char *header;
-  const uint8_t *buf;
-  uint64_t hlen, data_len, pos;
-  size_t n_members, k;
-  SattnStatus st = SATTN_OK;
-  DupCheck dc = { NULL, NULL };
-  ShowBuf sb;
-
-  set_err (err, err_len, "%s", "");
-  if (out == NULL || (data == NULL && len > 0))
-    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
-  *out = NULL;
-
-  if (len < 8)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "file too short (%zu bytes) for the 8-byte header length: "
-                 "not a safetensors file", len);
-  hlen = read_le64 (data);
-  if (hlen > SATTN_TENSOR_MAX_HEADER)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "header length %" G_GUINT64_FORMAT " exceeds the limit of %"
-                 G_GUINT64_FORMAT " bytes: not a safetensors file", hlen,
-                 SATTN_TENSOR_MAX_HEADER);
-  if (hlen > len - 8)
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "header length %" G_GUINT64_FORMAT " runs past the end of "
-                 "the file (%zu bytes): truncated or not a safetensors file",
-                 hlen, len);
-  header = (const char *) data + 8;
-  if (hlen < 2 || header[0] != '{')
-    return fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: does not start with a JSON object");
-  st = check_json_shape (header, (size_t) hlen, err, err_len);
-  if (st != SATTN_OK)
-    return st;
-
-  parser = json_parser_new_immutable ();
-  dc.counts = g_hash_table_new (g_direct_hash, g_direct_equal);
-  g_signal_connect (parser, "object-member", G_CALLBACK (on_object_member),
-                    &dc);
-  if (!json_parser_load_from_data (parser, header, (gssize) hlen, &gerr)) {
-    st = fail (SATTN_E_FORMAT, err, err_len, "invalid JSON header: %s",
-               gerr != NULL ? gerr->message : "parse error");
-    g_clear_error (&gerr);
-    goto out;
-  }
-  if (dc.dup != NULL) {
-    st = fail (SATTN_E_FORMAT, err, err_len,
-               "invalid header: key '%s' appears twice", show (&sb, dc.dup));
-    goto out;
-  }
-  node = json_parser_get_root (parser);
-  if (node == NULL || !JSON_NODE_HOLDS_OBJECT (node)) {
-    st = fail (SATTN_E_FORMAT, err, err_len,
-               "invalid header: the JSON is not an object");
-    goto out;
-  }
-  root = json_node_get_object (node);
-  data_len = (uint64_t) len - 8 - hlen;
-  buf = data + 8 + hlen;
-
-  f = g_new0 (SattnTensorFile, 1);
-  f->index = g_hash_table_new (g_str_hash, g_str_equal);
-  f->meta = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free);
-  n_members = json_object_get_size (root);
-  f->t = g_new0 (Tensor, n_members > 0 ? n_members : 1);
-
-  json_object_iter_init (&it, root);
-  while (json_object_iter_next (&it, &name, &node)) {
-    if (strcmp (name, "__metadata__") == 0) {
-      JsonObjectIter mi;
-      const gchar *key;
-      JsonNode *val;
-      if (!JSON_NODE_HOLDS_OBJECT (node)) {
-        st = fail (SATTN_E_FORMAT, err, err_len,
-                   "invalid header: __metadata__ is not an object");
-        goto out;
-      }
-      json_object_iter_init (&mi, json_node_get_object (node));
-      while (json_object_iter_next (&mi, &key, &val)) {
-        if (!JSON_NODE_HOLDS_VALUE (val) ||
-            json_node_get_value_type (val) != G_TYPE_STRING) {
-          st = fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: __metadata__ value of '%s' is not a "
-                     "string", show (&sb, key));
-          goto out;
-        }
-        g_hash_table_replace (f->meta, g_strdup (key),
-                              g_strdup (json_node_get_string (val)));
-      }
-      continue;
-    }
-    st = parse_tensor (&f->t[f->n], name, node, data_len, err, err_len);
-    if (st != SATTN_OK) {
-      /* keep the partial entry so that free() releases its shape */
-      f->n++;
-      goto out;
-    }
-    /* Already excluded by DupCheck; kept as the index's own guard. */
-    if (g_hash_table_contains (f->index, f->t[f->n].name)) {
-      st = fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: tensor name '%s' appears twice",
-                 show (&sb, f->t[f->n].name));
-      f->n++;
-      goto out;
-    }
-    g_hash_table_insert (f->index, f->t[f->n].name, NULL);
-    f->n++;
-  }
-
-  /* The data buffer must be covered exactly: no overlap (two tensors
-   * sharing bytes), no gap, nothing after the last tensor. */
-  qsort (f->t, f->n, sizeof (Tensor), cmp_offsets);
-  pos = 0;
-  for (k = 0; k < f->n; k++) {
-    const Tensor *t = &f->t[k];
-    if (t->begin < pos) {
-      ShowBuf sa2;
-      st = fail (SATTN_E_FORMAT, err, err_len,
-                 "tensors '%s' [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
-                 "] and '%s' [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
-                 "] overlap", show (&sb, f->t[k - 1].name), f->t[k - 1].begin,
-                 f->t[k - 1].end, show (&sa2, t->name), t->begin, t->end);
-      goto out;
-    }
-    if (t->begin > pos) {
-      st = fail (SATTN_E_FORMAT, err, err_len,
-                 "data bytes [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
-                 ") belong to no tensor (before '%s')", pos, t->begin,
-                 show (&sb, t->name));
-      goto out;
-    }
-    pos = t->end;
-  }
-  if (pos != data_len) {
-    st = fail (SATTN_E_FORMAT, err, err_len,
-               "%" G_GUINT64_FORMAT " bytes after the last tensor belong to "
-               "no tensor", data_len - pos);
-    goto out;
-  }
-
-  /* Index by name, convert the float tensors.  Every element takes at
-   * least 2 bytes of data, so the floats take at most twice the data. */
-  g_hash_table_remove_all (f->index);
-  for (k = 0; k < f->n; k++) {
-    Tensor *t = &f->t[k];
-    g_hash_table_insert (f->index, t->name, t);
-    if (t->dtype->kind == KIND_OTHER)
-      continue;
-    if (t->numel == 0) {
-      t->data = (float *) empty_tensor;
-      continue;
-    }
-    t->data = g_try_new (float, t->numel);
-    if (t->data == NULL) {
-      st = fail (SATTN_E_NOMEM, err, err_len,
-                 "out of memory converting tensor '%s' (%zu elements)",
-                 show (&sb, t->name), t->numel);
-      goto out;
-    }
-    convert (t->dtype->kind, buf + t->begin, t->numel, t->data);
-  }
-
-out:
-  if (parser != NULL)
-    g_object_unref (parser);
-  if (dc.counts != NULL)
-    g_hash_table_unref (dc.counts);
-  g_free (dc.dup);
-  if (st != SATTN_OK) {
-    sattn_tensor_file_free (f);
-    return st;
-  }
-  *out = f;
-  return SATTN_OK;
-}
-
-SattnStatus
-sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
-                        size_t err_len)
-{
-  struct stat sbuf;
-  uint8_t *data = NULL;
-  size_t len, got = 0;
-  SattnStatus st;
-  ShowBuf sb;
-  int fd;
-
-  set_err (err, err_len, "%s", "");
-  if (out == NULL)
-    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
-  *out = NULL;
-  if (path == NULL)
-    return fail (SATTN_E_INVAL, err, err_len, "no weights file given");
-
-  /* O_NONBLOCK: opening a FIFO must not wait for a writer. */
-  fd = g_open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-  if (fd < 0) {
-    int e = errno;
-    return fail (SATTN_E_IO, err, err_len, "cannot open '%s': %s",
-                 show (&sb, path), g_strerror (e));
-  }
-  /* Only regular files: a FIFO or a device could block or never end. */
-  if (fstat (fd, &sbuf) != 0 || !S_ISREG (sbuf.st_mode)) {
-    close (fd);
-    return fail (SATTN_E_IO, err, err_len, "'%s' is not a regular file",
-                 show (&sb, path));
-  }
-  if ((uint64_t) sbuf.st_size > SIZE_MAX) {
-    close (fd);
-    return fail (SATTN_E_IO, err, err_len, "'%s' is too large",
-                 show (&sb, path));
-  }
-  len = (size_t) sbuf.st_size;
-  data = g_try_malloc (len > 0 ? len : 1);
-  if (data == NULL) {
-    close (fd);
-    return fail (SATTN_E_NOMEM, err, err_len,
-                 "out of memory reading '%s' (%zu bytes)", show (&sb, path),
-                 len);
-  }
-  while (got < len) {
-    ssize_t r = read (fd, data + got, len - got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0) {
-      int e = errno;
-      close (fd);
-      g_free (data);
-      return fail (SATTN_E_IO, err, err_len, "cannot read '%s': %s",
-                   show (&sb, path), g_strerror (e));
-    }
-    if (r == 0)
-      break;       /* shrank while reading: parse what is there */
-    got += (size_t) r;
-  }
-  close (fd);
-  st = sattn_tensor_file_load_bytes (data, got, out, err, err_len);
-  g_free (data);
-  return st;
-}
-
-size_t
-sattn_tensor_file_n_tensors (const SattnTensorFile *f)
-{
-  return f != NULL ? f->n : 0;
-}
-
-const char *
-sattn_tensor_file_name (const SattnTensorFile *f, size_t i)
-{
-  return f != NULL && i < f->n ? f->t[i].name : NULL;
-}
-
-static const Tensor *
-lookup (const SattnTensorFile *f, const char *name)
-{
-  if (f == NULL || name == NULL)
-    return NULL;
-  return g_hash_table_lookup (f->index, name);
-}
-
-const char *
-sattn_tensor_file_dtype (const SattnTensorFile *f, const char *name)
-{
-  const Tensor *t = lookup (f, name);
-  return t != NULL ? t->dtype->name : NULL;
-}
-
-size_t
-sattn_tensor_file_numel (const SattnTensorFile *f, const char *name)
-{
-  const Tensor *t = lookup (f, name);
-  return t != NULL ? t->numel : 0;
-}
-
-const float *
-sattn_tensor_file_get (const SattnTensorFile *f, const char *name,
-                       size_t *ndim, const size_t **shape)
-{
-  const Tensor *t = lookup (f, name);
-
-  if (t == NULL || t->data == NULL)
-    return NULL;
-  if (ndim != NULL)
-    *ndim = t->ndim;
-  if (shape != NULL)
-    *shape = t->shape;
-  return t->data;
-}
-
-const char *
-sattn_tensor_file_metadata (const SattnTensorFile *f, const char *key)
-{
-  if (f == NULL || key == NULL)
-    return NULL;
-  return g_hash_table_lookup (f->meta, key);
-}
 
 /* ------------------------------------------ nn.MultiheadAttention mapping */
 
@@ -912,13 +53,13 @@ static const Tensor *
 find (const Mapper *m, const char *suffix)
 {
   char *full = g_strconcat (m->prefix, suffix, NULL);
-  const Tensor *t = lookup (m->f, full);
+  const Tensor *t = sattn_io_lookup (m->f, full);
   g_free (full);
   return t;
 }
 
 /* Appends to s the label of a prefix that list_prefixes found holding
- * keys[k]: `shown` is the prefix as printable (show ()), p as it is. */
+ * keys[k]: `shown` is the prefix as printable (sattn_io_show ()), p as it is. */
 typedef void (*PrefixLabel) (GString *s, const char *shown, const char *p,
                              size_t k);
 
@@ -944,7 +85,7 @@ list_prefixes (const SattnTensorFile *f, const char *const *keys,
           char *p = g_strndup (nm, len - kl);
           if (found)
             g_string_append (s, ", ");
-          label (s, show (&sb, p), p, k);
+          label (s, sattn_io_show (&sb, p), p, k);
           g_free (p);
         }
         found++;
@@ -981,9 +122,9 @@ missing (const Mapper *m, const char *what)
   SattnStatus st;
 
   list_modules (m->f, s);
-  st = fail (SATTN_E_MISSING, m->err, m->err_len,
+  st = sattn_io_fail (SATTN_E_MISSING, m->err, m->err_len,
              "no tensor %s under prefix '%s'; prefixes in the file with "
-             "MultiheadAttention weights: %s", what, show (&sb, m->prefix),
+             "MultiheadAttention weights: %s", what, sattn_io_show (&sb, m->prefix),
              s->str);
   g_string_free (s, TRUE);
   return st;
@@ -1003,9 +144,9 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
   size_t want_shape[2] = { rows, cols };
 
   if (t->data == NULL)
-    return fail (SATTN_E_DTYPE, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_DTYPE, m->err, m->err_len,
                  "tensor '%s' has dtype %s; supported: F32, F16, BF16, F64",
-                 show (&sb, t->name), t->dtype->name);
+                 sattn_io_show (&sb, t->name), t->dtype->name);
   if (cols > 0) {
     ok = t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols;
   } else {
@@ -1017,25 +158,25 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
   if (!ok) {
     if (cols == 0 && lead1) {
       size_t w3[3] = { 1, 1, rows };
-      shape_str (want, sizeof want, w3, 3);
+      sattn_io_shape_str (want, sizeof want, w3, 3);
     } else {
-      shape_str (want, sizeof want, want_shape, cols > 0 ? 2 : 1);
+      sattn_io_shape_str (want, sizeof want, want_shape, cols > 0 ? 2 : 1);
     }
-    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
                  "tensor '%s' has shape %s; expected %s, i.e. %s (E = "
-                 "d_model = %zu)", show (&sb, t->name),
-                 shape_str (got, sizeof got, t->shape, t->ndim), want, sym,
+                 "d_model = %zu)", sattn_io_show (&sb, t->name),
+                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), want, sym,
                  m->e);
   }
   size_t i = sattn_first_nonfinite (t->data, t->numel);
   if (i < t->numel) {
     if (t->ndim == 2 && t->shape[1] > 0)
-      return fail (SATTN_E_NONFINITE, m->err, m->err_len,
-                   "tensor '%s' holds %s at [%zu, %zu]", show (&sb, t->name),
+      return sattn_io_fail (SATTN_E_NONFINITE, m->err, m->err_len,
+                   "tensor '%s' holds %s at [%zu, %zu]", sattn_io_show (&sb, t->name),
                    isnan (t->data[i]) ? "NaN" : "Inf", i / t->shape[1],
                    i % t->shape[1]);
-    return fail (SATTN_E_NONFINITE, m->err, m->err_len,
-                 "tensor '%s' holds %s at element %zu", show (&sb, t->name),
+    return sattn_io_fail (SATTN_E_NONFINITE, m->err, m->err_len,
+                 "tensor '%s' holds %s at element %zu", sattn_io_show (&sb, t->name),
                  isnan (t->data[i]) ? "NaN" : "Inf", i);
   }
   return SATTN_OK;
@@ -1146,12 +287,12 @@ sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
   ShowBuf sb;
   char *pfx;
 
-  set_err (err, err_len, "%s", "");
+  sattn_io_set_err (err, err_len, "%s", "");
   if (owner != NULL)
     *owner = NULL;
   if (f == NULL || cfg_inout == NULL || w_inout == NULL || owner == NULL ||
       cfg_inout->d_model == 0)
-    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
   pfx = dotted (prefix);
   Mapper m = { .f = f, .prefix = pfx, .e = cfg_inout->d_model, .err = err,
     .err_len = err_len };
@@ -1159,9 +300,9 @@ sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
   for (size_t i = 0; i < 8; i++)
     t[i] = find (&m, names[i]);
   if (t[0] == NULL || t[2] == NULL) {
-    st = fail (SATTN_E_MISSING, err, err_len,
+    st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
                "no tensor '%s%s' under prefix '%s': not an "
-               "nn.TransformerEncoderLayer", show (&sb, pfx),
+               "nn.TransformerEncoderLayer", sattn_io_show (&sb, pfx),
                names[t[0] == NULL ? 0 : 2], pfx);
     goto out;
   }
@@ -1169,10 +310,10 @@ sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
   size_t dff = t[0]->ndim == 2 ? t[0]->shape[0] : 0;
   if (dff == 0 || dff > SIZE_MAX / 8 / e) {
     char got[96];
-    st = fail (SATTN_E_SHAPE, err, err_len,
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                "tensor '%s' has shape %s; expected (F, E) with F > 0 (E = "
-               "d_model = %zu)", show (&sb, t[0]->name),
-               shape_str (got, sizeof got, t[0]->shape, t[0]->ndim), e);
+               "d_model = %zu)", sattn_io_show (&sb, t[0]->name),
+               sattn_io_shape_str (got, sizeof got, t[0]->shape, t[0]->ndim), e);
     goto out;
   }
   if ((st = check (&m, t[0], dff, e, 0, "(F, E)")) != SATTN_OK ||
@@ -1188,7 +329,7 @@ sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
   lw = g_new0 (SattnLayerWeights, 1);
   lw->block = g_try_new (float, total);
   if (lw->block == NULL) {
-    st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    st = sattn_io_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
   const size_t sizes[8] = { dff * e, dff, e * dff, e, e, e, e, e };
@@ -1230,9 +371,9 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
   ShowBuf sb;
   const char *v;
 
-  set_err (err, err_len, "%s", "");
+  sattn_io_set_err (err, err_len, "%s", "");
   if (f == NULL || cfg_inout == NULL)
-    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
   c = *cfg_inout;
   char *pfx = dotted (prefix);
   Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
@@ -1243,13 +384,13 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
            g_ascii_strcasecmp (v, activation_names[k]) != 0)
       k++;
     if (k == G_N_ELEMENTS (activation_names)) {
-      st = fail (SATTN_E_INVAL, err, err_len, "the layer was exported with "
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "the layer was exported with "
                  "activation '%s' (metadata '%sactivation'); sattn runs relu "
-                 "and gelu", show (&sb, v), pfx);
+                 "and gelu", sattn_io_show (&sb, v), pfx);
       goto out;
     }
     if ((set & SATTN_SET_ACTIVATION) && (size_t) c.activation != k) {
-      st = fail (SATTN_E_INVAL, err, err_len, "activation=%s but the layer "
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "activation=%s but the layer "
                  "was exported with activation=%s (metadata '%sactivation')",
                  c.activation <= SATTN_ACTIVATION_GELU ?
                  activation_names[c.activation] : "?", activation_names[k],
@@ -1261,12 +402,12 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
   if ((v = meta_str (&m, "norm_first")) != NULL) {
     int nf = strcmp (v, "1") == 0 || g_ascii_strcasecmp (v, "true") == 0;
     if (!nf && strcmp (v, "0") != 0 && g_ascii_strcasecmp (v, "false") != 0) {
-      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_first' is "
-                 "'%s'; expected 0 or 1", pfx, show (&sb, v));
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_first' is "
+                 "'%s'; expected 0 or 1", pfx, sattn_io_show (&sb, v));
       goto out;
     }
     if ((set & SATTN_SET_NORM_FIRST) && (c.norm_first != 0) != nf) {
-      st = fail (SATTN_E_INVAL, err, err_len, "norm-first=%s but the layer "
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "norm-first=%s but the layer "
                  "was exported with norm_first=%s (metadata '%snorm_first')",
                  c.norm_first ? "true" : "false", nf ? "true" : "false", pfx);
       goto out;
@@ -1277,14 +418,14 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
     char *end = NULL;
     double eps = g_ascii_strtod (v, &end);
     if (end == v || *end != '\0' || !(eps >= 0.0) || isinf (eps)) {
-      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_eps' is "
-                 "'%s'; expected a finite number >= 0", pfx, show (&sb, v));
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_eps' is "
+                 "'%s'; expected a finite number >= 0", pfx, sattn_io_show (&sb, v));
       goto out;
     }
     double mine = c.norm_eps == 0.0 ? 1e-5 : c.norm_eps;
     if ((set & SATTN_SET_NORM_EPS) &&
         fabs (mine - eps) > 1e-9 * fmax (fabs (mine), fabs (eps))) {
-      st = fail (SATTN_E_INVAL, err, err_len, "norm-eps=%g but the layer was "
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "norm-eps=%g but the layer was "
                  "exported with norm_eps=%g (metadata '%snorm_eps')", mine,
                  eps, pfx);
       goto out;
@@ -1297,13 +438,13 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
            g_ascii_strcasecmp (v, positions_names[k]) != 0)
       k++;
     if (k == G_N_ELEMENTS (positions_names)) {
-      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%spositions' is "
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%spositions' is "
                  "'%s'; sattn knows none, rope, rope-interleaved, alibi", pfx,
-                 show (&sb, v));
+                 sattn_io_show (&sb, v));
       goto out;
     }
     if ((set & SATTN_SET_POSITIONS) && (size_t) c.positions != k) {
-      st = fail (SATTN_E_INVAL, err, err_len, "positions=%s but the model "
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "positions=%s but the model "
                  "was exported with positions=%s (metadata '%spositions')",
                  c.positions <= SATTN_POSITIONS_ALIBI ?
                  positions_names[c.positions] : "?", positions_names[k], pfx);
@@ -1315,20 +456,26 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
     char *end = NULL;
     double b = g_ascii_strtod (v, &end);
     if (end == v || *end != '\0' || !(b > 1.0) || isinf (b)) {
-      st = fail (SATTN_E_INVAL, err, err_len, "metadata '%srope_base' is "
-                 "'%s'; expected a number > 1", pfx, show (&sb, v));
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%srope_base' is "
+                 "'%s'; expected a number > 1", pfx, sattn_io_show (&sb, v));
       goto out;
     }
     double mine = c.rope_base == 0.0 ? 10000.0 : c.rope_base;
     if ((set & SATTN_SET_ROPE_BASE) && mine != b) {
-      st = fail (SATTN_E_INVAL, err, err_len, "rope-base=%g but the model "
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "rope-base=%g but the model "
                  "was exported with rope_base=%g (metadata '%srope_base')",
                  mine, b, pfx);
       goto out;
     }
     c.rope_base = b;
   }
-  *cfg_inout = c;
+  /* The options only: the caller's struct may be of another size (its
+   * struct_size). */
+  cfg_inout->activation = c.activation;
+  cfg_inout->norm_first = c.norm_first;
+  cfg_inout->norm_eps = c.norm_eps;
+  cfg_inout->positions = c.positions;
+  cfg_inout->rope_base = c.rope_base;
 
 out:
   g_free (pfx);
@@ -1343,10 +490,10 @@ check_zero_attn (const Mapper *m, int add_zero_attn)
   ShowBuf sb;
 
   if (meta >= 0 && (meta != 0) != (add_zero_attn != 0))
-    return fail (SATTN_E_INVAL, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_INVAL, m->err, m->err_len,
                  "add_zero_attn = %d but the module was exported with "
                  "add_zero_attn = %d (metadata '%sadd_zero_attn')",
-                 add_zero_attn != 0, meta != 0, show (&sb, m->prefix));
+                 add_zero_attn != 0, meta != 0, sattn_io_show (&sb, m->prefix));
   return SATTN_OK;
 }
 
@@ -1377,7 +524,7 @@ pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
     return NULL;
   }
   p = mw->block;
-  *w_out = (SattnWeights) { 0 };
+  *w_out = (SattnWeights) { .struct_size = sizeof (SattnWeights) };
   if (t->fw != NULL) {
     memcpy (p, t->fw->data, (2 * dq + dv) * e * sizeof (float));
   } else {
@@ -1447,13 +594,13 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   ShowBuf sb;
   size_t e, meta;
 
-  set_err (err, err_len, "%s", "");
+  sattn_io_set_err (err, err_len, "%s", "");
   if (owner != NULL)
     *owner = NULL;
   if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
-    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
   if (heads == 0)
-    return fail (SATTN_E_INVAL, err, err_len, "heads must be at least 1");
+    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "heads must be at least 1");
 
   pfx = dotted (prefix);
   m.f = f;
@@ -1472,9 +619,9 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   bv = find (&m, "bias_v");
 
   if (in_w != NULL && (q_w != NULL || k_w != NULL || v_w != NULL)) {
-    st = fail (SATTN_E_FORMAT, err, err_len,
+    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
                "both in_proj_weight and separate q/k/v_proj_weight under "
-               "prefix '%s': ambiguous", show (&sb, pfx));
+               "prefix '%s': ambiguous", sattn_io_show (&sb, pfx));
     goto out;
   }
   if (in_w == NULL && q_w == NULL && k_w == NULL && v_w == NULL) {
@@ -1504,17 +651,17 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
       e = t->shape[1];
     if (e == 0) {
       char got[96];
-      st = fail (SATTN_E_SHAPE, err, err_len,
+      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                  "tensor '%s' has shape %s; expected a 2-D tensor %s with "
-                 "E > 0", show (&sb, t->name),
-                 shape_str (got, sizeof got, t->shape, t->ndim),
+                 "E > 0", sattn_io_show (&sb, t->name),
+                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim),
                  in_w != NULL ? "(3E, E)" : "(E, E)");
       goto out;
     }
   }
   m.e = e;
   if (e > SIZE_MAX / 8 / e) {
-    st = fail (SATTN_E_SHAPE, err, err_len, "embedding size %zu too large",
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len, "embedding size %zu too large",
                e);
     goto out;
   }
@@ -1545,16 +692,16 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     goto out;
 
   if (e % heads != 0) {
-    st = fail (SATTN_E_SHAPE, err, err_len,
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                "heads = %zu does not divide the embedding size E = %zu",
                heads, e);
     goto out;
   }
   meta = meta_size (&m, "num_heads");
   if (meta != 0 && meta != heads) {
-    st = fail (SATTN_E_SHAPE, err, err_len,
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                "heads = %zu but the module was exported with num_heads = "
-               "%zu (metadata '%snum_heads')", heads, meta, show (&sb, pfx));
+               "%zu (metadata '%snum_heads')", heads, meta, sattn_io_show (&sb, pfx));
     goto out;
   }
   if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
@@ -1567,7 +714,7 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
   }
   if (mw == NULL) {
-    st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    st = sattn_io_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
 
@@ -1595,11 +742,11 @@ load_message (SattnStatus st, const char *path, const char *msg, char *err,
   ShowBuf sb;
 
   if (st == SATTN_OK)
-    set_err (err, err_len, "%s", "");
+    sattn_io_set_err (err, err_len, "%s", "");
   else if (st == SATTN_E_IO || path == NULL)
-    set_err (err, err_len, "%s", msg);
+    sattn_io_set_err (err, err_len, "%s", msg);
   else
-    set_err (err, err_len, "'%s': %s", show (&sb, path), msg);
+    sattn_io_set_err (err, err_len, "'%s': %s", sattn_io_show (&sb, path), msg);
 }
 
 SattnStatus
@@ -1732,20 +879,20 @@ check_linear (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
                     : (t->ndim == 1 && t->shape[0] == rows);
 
   if (t->data == NULL)
-    return fail (SATTN_E_DTYPE, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_DTYPE, m->err, m->err_len,
                  "tensor '%s' has dtype %s; supported: F32, F16, BF16, F64",
-                 show (&sb, t->name), t->dtype->name);
+                 sattn_io_show (&sb, t->name), t->dtype->name);
   if (!ok) {
     if (cols > 0)
-      return fail (SATTN_E_SHAPE, m->err, m->err_len,
+      return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
                    "tensor '%s' has shape %s; expected [%zu, %zu], i.e. %s",
-                   show (&sb, t->name),
-                   shape_str (got, sizeof got, t->shape, t->ndim), rows, cols,
+                   sattn_io_show (&sb, t->name),
+                   sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), rows, cols,
                    sym);
-    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
                  "tensor '%s' has shape %s; expected [%zu], i.e. %s",
-                 show (&sb, t->name),
-                 shape_str (got, sizeof got, t->shape, t->ndim), rows, sym);
+                 sattn_io_show (&sb, t->name),
+                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), rows, sym);
   }
   return check (m, t, rows, cols, 0, sym);   /* dtype, finiteness */
 }
@@ -1758,10 +905,10 @@ matrix_dims (const Mapper *m, const Tensor *t, size_t *rows, size_t *cols)
   char got[96];
 
   if (t->ndim != 2 || t->shape[0] == 0 || t->shape[1] == 0)
-    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
                  "tensor '%s' has shape %s; expected a 2-D (out, in) "
-                 "weight with both sizes > 0", show (&sb, t->name),
-                 shape_str (got, sizeof got, t->shape, t->ndim));
+                 "weight with both sizes > 0", sattn_io_show (&sb, t->name),
+                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim));
   *rows = t->shape[0];
   *cols = t->shape[1];
   return SATTN_OK;
@@ -1778,10 +925,10 @@ resolve_dim (const Mapper *m, const char *what, const char *noun,
   size_t meta = meta_size (m, key);
 
   if (caller != 0 && meta != 0 && meta != caller)
-    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
                  "%s = %zu but the module was exported with %s = %zu "
                  "(metadata '%s%s')", what, caller, key, meta,
-                 show (&sb, m->prefix), key);
+                 sattn_io_show (&sb, m->prefix), key);
   if (caller != 0) {
     *out = caller;
     *from = SATTN_FROM_CALLER;
@@ -1790,19 +937,19 @@ resolve_dim (const Mapper *m, const char *what, const char *noun,
     *from = SATTN_FROM_METADATA;
   } else {
     if (total % heads != 0)
-      return fail (SATTN_E_SHAPE, m->err, m->err_len,
+      return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
                    "heads = %zu does not divide the %zu %s values of the "
                    "projections under prefix '%s'", heads, total, noun,
-                   show (&sb, m->prefix));
+                   sattn_io_show (&sb, m->prefix));
     *out = total / heads;
     *from = SATTN_FROM_SHAPES;
     return SATTN_OK;
   }
   if (*out > total || total % *out != 0 || total / *out != heads)
-    return fail (SATTN_E_SHAPE, m->err, m->err_len,
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
                  "heads = %zu x %s = %zu %s values, but the projections "
                  "under prefix '%s' have %zu%s (%s = 0 takes it from the "
-                 "file)", heads, what, *out, noun, show (&sb, m->prefix),
+                 "file)", heads, what, *out, noun, sattn_io_show (&sb, m->prefix),
                  total, total % heads == 0 ? "" : ", which heads does not "
                  "divide", what);
   return SATTN_OK;
@@ -1825,15 +972,16 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   SattnStatus st = SATTN_OK;
   char *pfx = NULL;
   ShowBuf sb;
-  size_t e, dq, dv, dk, d_out, heads, d_head, d_value, total, cols;
+  size_t e = 0, dq = 0, dv = 0, dk = 0, d_out, heads, d_head, d_value;
+  size_t total = 0, cols;
   size_t found = 0, meta;
   GString *names = NULL;
 
-  set_err (err, err_len, "%s", "");
+  sattn_io_set_err (err, err_len, "%s", "");
   if (owner != NULL)
     *owner = NULL;
   if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
-    return fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
 
   pfx = dotted (prefix);
   m.f = f;
@@ -1853,27 +1001,27 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       continue;
     g_string_append_printf (names, "%s%s ('%s')", found ? ", " : "",
                             sattn_layout_name (c->layout),
-                            show (&sb, any->name));
+                            sattn_io_show (&sb, any->name));
     found++;
     l = c;
   }
   if (found == 0) {
     GString *s = g_string_new (NULL);
     list_layouts (f, s);
-    st = fail (SATTN_E_MISSING, err, err_len,
+    st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
                "no attention weights under prefix '%s' (looked for "
                "in_proj_weight, q_proj_weight, q_proj.weight, query.weight, "
                "self.query.weight, to_q.weight, wq.weight, W_q.weight, "
                "qkv.weight); prefixes in the file holding a known layout: %s",
-               show (&sb, pfx), s->str);
+               sattn_io_show (&sb, pfx), s->str);
     g_string_free (s, TRUE);
     goto out;
   }
   if (found > 1) {
-    st = fail (SATTN_E_FORMAT, err, err_len,
+    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
                "%zu attention layouts under prefix '%s': %s; ambiguous "
                "(choose a longer weights prefix or remove one)", found,
-               show (&sb, pfx), names->str);
+               sattn_io_show (&sb, pfx), names->str);
     goto out;
   }
   rep.layout = l->layout;
@@ -1889,10 +1037,10 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     miss = qw == NULL ? l->q_w : kw == NULL ? l->k_w : vw == NULL ? l->v_w
         : NULL;
     if (miss != NULL) {
-      st = fail (SATTN_E_MISSING, err, err_len,
+      st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
                  "attention layout %s under prefix '%s' is incomplete: no "
                  "tensor '%s%s'", sattn_layout_name (l->layout),
-                 show (&sb, pfx), pfx, miss);
+                 sattn_io_show (&sb, pfx), pfx, miss);
       goto out;
     }
     qb = l->q_b ? find (&m, l->q_b) : NULL;
@@ -1904,10 +1052,10 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     const Tensor *t = find (&m, l->o_w[j]);
     if (t != NULL && ow != NULL) {
       ShowBuf s1, s2;
-      st = fail (SATTN_E_FORMAT, err, err_len,
+      st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
                  "two output projections under prefix '%s': '%s' and '%s'; "
-                 "ambiguous", show (&sb, pfx), show (&s1, ow->name),
-                 show (&s2, t->name));
+                 "ambiguous", sattn_io_show (&sb, pfx), sattn_io_show (&s1, ow->name),
+                 sattn_io_show (&s2, t->name));
       goto out;
     }
     if (t != NULL) {
@@ -1922,9 +1070,9 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (ow == NULL) {
     for (size_t j = 0; j < 2 && l->o_b[j] != NULL; j++)
       if (find (&m, l->o_b[j]) != NULL) {
-        st = fail (SATTN_E_MISSING, err, err_len,
+        st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
                    "tensor '%s%s' without '%s%s' under prefix '%s'", pfx,
-                   l->o_b[j], pfx, l->o_w[j], show (&sb, pfx));
+                   l->o_b[j], pfx, l->o_w[j], sattn_io_show (&sb, pfx));
         goto out;
       }
   }
@@ -1940,13 +1088,13 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
 
   /* Sizes from the shapes. */
   if (fw != NULL) {
-    size_t rows;
+    size_t rows = 0;
     if ((st = matrix_dims (&m, fw, &rows, &e)) != SATTN_OK)
       goto out;
     dq = dv = 0;
     total = rows;
   } else {
-    size_t ck, cv;
+    size_t ck = 0, cv = 0;
     if ((st = matrix_dims (&m, qw, &dq, &e)) != SATTN_OK ||
         (st = matrix_dims (&m, kw, &dk, &ck)) != SATTN_OK ||
         (st = matrix_dims (&m, vw, &dv, &cv)) != SATTN_OK)
@@ -1955,20 +1103,20 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       const Tensor *t = ck != e ? kw : vw;
       ShowBuf s2;
       char got[96];
-      st = fail (SATTN_E_SHAPE, err, err_len,
+      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                  "tensor '%s' has shape %s; expected [%zu, %zu]: "
                  "self-attention on frames needs the input size of '%s' "
-                 "(kdim = vdim = d_model = %zu)", show (&sb, t->name),
-                 shape_str (got, sizeof got, t->shape, t->ndim), t->shape[0],
-                 e, show (&s2, qw->name), e);
+                 "(kdim = vdim = d_model = %zu)", sattn_io_show (&sb, t->name),
+                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), t->shape[0],
+                 e, sattn_io_show (&s2, qw->name), e);
       goto out;
     }
     if (dk != dq) {
-      st = fail (SATTN_E_SHAPE, err, err_len,
+      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                  "tensor '%s' has %zu rows but '%s' has %zu: queries and "
                  "keys of different sizes (fewer key heads, as in "
                  "grouped-query attention) are not supported",
-                 show (&sb, qw->name), dq, kw->name, dk);
+                 sattn_io_show (&sb, qw->name), dq, kw->name, dk);
       goto out;
     }
     total = dq;
@@ -1982,11 +1130,11 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
          l->layout == SATTN_LAYOUT_MHA_SEPARATE) && rows % e == 0 &&
         rows / e <= SIZE_MAX / d)
       rows = rows / e * d;
-    st = fail (SATTN_E_SHAPE, err, err_len,
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                "tensor '%s' has shape %s; expected [%zu, %zu]: the attention "
                "weights take frames of %zu values, not d_model = %zu",
-               show (&sb, t->name),
-               shape_str (got, sizeof got, t->shape, t->ndim), rows, d, e, d);
+               sattn_io_show (&sb, t->name),
+               sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), rows, d, e, d);
     goto out;
   }
   m.e = e;
@@ -1994,10 +1142,10 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   /* Heads: caller, metadata, the caller's head size, or 1. */
   meta = meta_size (&m, "num_heads");
   if (cfg_inout->heads != 0 && meta != 0 && meta != cfg_inout->heads) {
-    st = fail (SATTN_E_SHAPE, err, err_len,
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                "heads = %zu but the module was exported with num_heads = "
                "%zu (metadata '%snum_heads')", cfg_inout->heads, meta,
-               show (&sb, pfx));
+               sattn_io_show (&sb, pfx));
     goto out;
   }
   if (cfg_inout->heads != 0) {
@@ -2024,9 +1172,9 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       dh = 0;
     if (dh != 0) {
       if (dh > total / 2 / heads || 2 * heads * dh >= total) {
-        st = fail (SATTN_E_SHAPE, err, err_len,
+        st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                    "tensor '%s' has %zu rows: too few for 2 x heads (%zu) x "
-                   "head_dim (%zu) plus values", show (&sb, fw->name), total,
+                   "head_dim (%zu) plus values", sattn_io_show (&sb, fw->name), total,
                    heads, dh);
         goto out;
       }
@@ -2034,9 +1182,9 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       dv = total - 2 * dq;
     } else {
       if (total % 3 != 0) {
-        st = fail (SATTN_E_SHAPE, err, err_len,
+        st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
                    "tensor '%s' has %zu rows, not a multiple of 3: give "
-                   "the head size (head-dim) to split it", show (&sb,
+                   "the head size (head-dim) to split it", sattn_io_show (&sb,
                    fw->name), total);
         goto out;
       }
@@ -2050,7 +1198,7 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     goto out;
 
   if (dq > SIZE_MAX / 4 / e || dv > SIZE_MAX / 4 / e) {
-    st = fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
     goto out;
   }
 
@@ -2078,7 +1226,7 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
         (st = check_linear (&m, ow, d_out, dv, "(d_out, Dv)")) != SATTN_OK)
       goto out;
     if (d_out > SIZE_MAX / 4 / dv) {
-      st = fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
+      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
       goto out;
     }
     if (ob != NULL &&
@@ -2097,7 +1245,7 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     mw = pack_module (&t, e, dq, dv, d_out, add_zero_attn, w_out);
   }
   if (mw == NULL) {
-    st = fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    st = sattn_io_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
 
