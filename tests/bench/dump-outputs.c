@@ -9,7 +9,12 @@
  * Links libsattn.so through its public API only (sattn.h, and nothing
  * added to it after 580feba: sattn_model_new with weight arrays, streams,
  * sattn_attend), so the same binary runs against an older or newer
- * libsattn.so.<major> through LD_LIBRARY_PATH.  The SIMD level is the
+ * libsattn.so.<major> through LD_LIBRARY_PATH.  Across the soname change
+ * (0 to 1: threads moved from SattnConfig to SattnStreamConfig, and the
+ * caller-filled structs gained struct_size, left 0 here) the same source
+ * builds against either sattn.h, and both builds write the same bytes
+ * for the same outputs (byte-identity.sh builds one per side then).  The
+ * SIMD level is the
  * library's choice, read once per process: run the tool once per level
  * with SATTN_SIMD=0, 1, 2 in the environment (tests/bench/byte-identity.sh
  * does).
@@ -547,7 +552,9 @@ make_model (const Case *c, WeightArrays *a, uint64_t seed)
   cfg.scale = c->scale;
   cfg.causal = c->causal;
   cfg.lookback = c->lookback;
-  cfg.threads = c->threads;
+#if SATTN_VERSION_MAJOR < 1
+  cfg.threads = c->threads;      /* the model's in soname 0 */
+#endif
   cfg.positions = c->pos;
   const size_t dh = c->dh ? c->dh : c->E / c->H;
   const size_t dv = c->dv ? c->dv : dh;
@@ -903,6 +910,9 @@ run_case (const Case *c)
   sc.saturation_threshold = c->sat;
   sc.keep_weights = c->keep_weights;
   sc.invalid_policy = c->inv;
+#if SATTN_VERSION_MAJOR >= 1
+  sc.threads = c->threads;       /* the stream's from soname 1 */
+#endif
   if (c->par0)
     setenv ("SATTN_PAR_MIN", "0", 1);
   else
