@@ -56,6 +56,7 @@ gst_sattn_start_timeline (GstSattn * self, GstClockTime ts)
   self->frames_since_resync = 0;
   self->out_offset = 0;
   self->discont_pending = TRUE;
+  gst_sattn_classes_reset (&self->classes);
 }
 
 /* Where the discontinuity detector expects the next sample: the time of
@@ -304,6 +305,34 @@ gst_sattn_out_meta (GstSattn * self, GstSattnOut * out, gsize n_rows)
   }
 }
 
+/* output=classes: the decisions of the n_rows rows described by
+ * self->info, which follow the out->rows rows out holds. */
+static void
+gst_sattn_out_classes (GstSattn * self, GstSattnOut * out, gsize n_rows)
+{
+  const float *rows = (const float *) out->map.data +
+      out->rows * self->row_floats;
+  GstClockTime interval;
+  guint top_k;
+  gsize i;
+
+  GST_OBJECT_LOCK (self);
+  interval = self->obs.interval;
+  top_k = self->top_k;
+  GST_OBJECT_UNLOCK (self);
+  for (i = 0; i < n_rows; i++) {
+    const SattnRowInfo *in = &self->info[i];
+    GstClockTime ts = gst_sattn_frame_ts (self, in->first);
+    GstClockTime end = gst_sattn_frame_ts (self, in->first + in->n_frames);
+    guint64 ws = in->window_end > self->cfg.window ?
+        in->window_end - self->cfg.window : 0;
+
+    gst_sattn_classes_window (&self->classes, GST_ELEMENT (self),
+        rows + i * self->row_floats, in->valid != 0, top_k, interval, ts,
+        end - ts, gst_sattn_frame_ts (self, ws), &self->segment);
+  }
+}
+
 static void
 gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
 {
@@ -324,6 +353,8 @@ gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
   for (i = 0; i < n_rows && !out->any_valid; i++)
     out->any_valid = self->info[i].valid != 0;
   gst_sattn_out_meta (self, out, n_rows);
+  if (self->classes.classes > 0)
+    gst_sattn_out_classes (self, out, n_rows);
   out->rows += n_rows;
 
   /* When anything is observed a core call computes at most one window
@@ -935,6 +966,7 @@ gst_sattn_flush (GstSattn * self)
     sattn_stream_reset (self->stream);
   gst_sattn_swap_reset (self);
   gst_sattn_obs_reset (&self->obs, self->stream);
+  gst_sattn_classes_reset (&self->classes);
   self->carry_len = 0;
   self->carry_invalid = FALSE;
   self->resync_ts = GST_CLOCK_TIME_NONE;

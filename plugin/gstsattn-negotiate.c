@@ -442,6 +442,21 @@ gst_sattn_prepare_weights (GstSattn * self)
       gst_sattn_cache_release (model);
       model = NULL;
       ok = FALSE;
+    } else if (c.output == GST_SATTN_OUTPUT_CLASSES) {
+      gchar **labels = NULL, *why = NULL, *lpath;
+
+      GST_OBJECT_LOCK (self);
+      lpath = g_strdup (self->labels);
+      GST_OBJECT_UNLOCK (self);
+      if (!gst_sattn_classes_labels (model, lpath, &labels, &why)) {
+        GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", why), (NULL));
+        gst_sattn_cache_release (model);
+        model = NULL;
+        ok = FALSE;
+      }
+      g_strfreev (labels);
+      g_free (why);
+      g_free (lpath);
     }
   }
   g_free (wpath);
@@ -762,7 +777,9 @@ gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
             c->frame_size, c->hop), (NULL));
     return NULL;
   }
-  if (den == 1 && row_floats <= G_MAXINT) {
+  /* Class probabilities are a tensor, not a signal: other/tensors only. */
+  if (den == 1 && row_floats <= G_MAXINT &&
+      c->output != GST_SATTN_OUTPUT_CLASSES) {
     audio = gst_sattn_src_caps_new (c, row_floats, num, 1, FALSE);
     if (gst_pad_peer_query_accept_caps (self->srcpad, audio)) {
       *tensors = FALSE;
@@ -977,6 +994,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   GstClockTime next_ts, held;
   gboolean res;
   GstSattnScratch scratch;
+  g_auto (GStrv) labels = NULL; /* output=classes, until set up */
 
   if (self->sink_caps && gst_caps_is_equal (caps, self->sink_caps))
     return TRUE;
@@ -1100,6 +1118,21 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   }
   g_free (wpath);
   g_free (wprefix);
+  if (c.output == GST_SATTN_OUTPUT_CLASSES) {
+    gchar *lpath, *why = NULL;
+
+    GST_OBJECT_LOCK (self);
+    lpath = g_strdup (self->labels);
+    GST_OBJECT_UNLOCK (self);
+    if (!gst_sattn_classes_labels (model, lpath, &labels, &why)) {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", why), (NULL));
+      g_free (why);
+      g_free (lpath);
+      gst_sattn_cache_release (model);
+      return FALSE;
+    }
+    g_free (lpath);
+  }
   chunk = gst_sattn_chunk_frames (&c, d_model);
   if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
     gst_sattn_cache_release (model);
@@ -1173,6 +1206,11 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   GST_OBJECT_UNLOCK (self);
   self->stream = stream;
   self->stream_config = sc;
+  if (c.output == GST_SATTN_OUTPUT_CLASSES)
+    gst_sattn_classes_setup (&self->classes, g_steal_pointer (&labels),
+        (guint) sattn_model_classes (model));
+  else
+    gst_sattn_classes_clear (&self->classes);
   self->sink_caps = gst_caps_ref (caps);
   self->rate = rate;
   self->channels = channels;

@@ -15,6 +15,7 @@
 #include "gstsattn-obs.h"
 #include "gstsattn-meta-priv.h"
 #include "gstsattn-swap.h"
+#include "gstsattn-classes.h"
 #include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
@@ -68,6 +69,9 @@ struct _GstSattn
   GstSattnInvalidFrames invalid_frames;
   gchar *weights;               /* safetensors path; NULL = identity */
   gchar *weights_prefix;        /* module prefix inside the state dict */
+  gchar *labels;                /* labels file (output=classes); NULL =
+                                   the model's own */
+  guint top_k;                  /* labels and probabilities per message */
   gboolean add_zero_attn;
   gboolean running;             /* PAUSED or PLAYING: geometry frozen */
   guint64 weights_d_model;      /* E of the weights file checked at
@@ -125,6 +129,9 @@ struct _GstSattn
   SattnRowInfo *out_info;
   gsize out_info_cap;
   SattnStreamConfig stream_config;      /* what the stream was made with */
+
+  /* output=classes: labels and sattn-class messages (streaming). */
+  GstSattnClasses classes;
 
   /* Weights swap while running; see gstsattn-swap.h. */
   GstSattnSwap swap;

@@ -34,7 +34,25 @@
  * - `frames`: one row of d_out values per input frame;
  * - `window`: one row of window × d_out values per window;
  * - `mean`, `last`: one row of d_out values per window, the mean of the
- *   valid rows or the last frame's row.
+ *   valid rows or the last frame's row;
+ * - `classes`: a whole model's class probabilities, one row per window
+ *   (`other/tensors` only).
+ *
+ * ## Whole models and decisions
+ *
+ * A weights file holding a whole model (an embedding, N encoder layers,
+ * pooling and a head: python/sattn/nn.py's SignalTransformer, see
+ * docs/weights.md) runs on every window as one sequence: output `classes`
+ * (the head's softmax), `mean` / `last` (the pooled row) or `window` (the
+ * last layer's rows); `frames` is refused.  With `classes` the element
+ * posts a `sattn-class` element message (label, index, probability,
+ * top-k-labels, top-k-probabilities, timestamp, duration, stream-time,
+ * running-time, window-start) when the recognised class changes, and
+ * otherwise at most once per #GstSattn:message-interval; labels come
+ * from the file or from #GstSattn:labels.
+ * |[
+ * gst-launch-1.0 -m filesrc location=iq.f32 ! rawaudioparse format=pcm pcm-format=f32le num-channels=2 sample-rate=64000 ! sattn weights=recognizer.safetensors frame-size=16 window=64 hop=32 output=classes ! fakesink
+ * ]|
  *
  * The source caps are `audio/x-raw` (native-endian F32, interleaved, one
  * row per sample period, unpositioned: `channel-mask=0`) when the row
@@ -279,6 +297,8 @@ enum
   PROP_NORM_EPS,
   PROP_ALIGNMENT_THRESHOLD,
   PROP_DISCONT_WAIT,
+  PROP_LABELS,
+  PROP_TOP_K,
   /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
 };
 
@@ -571,6 +591,19 @@ gst_sattn_class_init (GstSattnClass * klass)
           0, G_MAXUINT64 - 1, DEFAULT_DISCONT_WAIT,
           rw | GST_PARAM_MUTABLE_PLAYING));
 
+  g_object_class_install_property (gobject_class, PROP_LABELS,
+      g_param_spec_string ("labels", "Labels",
+          "output=classes: a text file with one class label per line (as "
+          "NNStreamer's decoders read them), in the head's class order; "
+          "unset: the labels of the weights file's metadata (else the "
+          "class indices).  A count other than the model's classes is an "
+          "error naming both", NULL, geom));
+  g_object_class_install_property (gobject_class, PROP_TOP_K,
+      g_param_spec_uint ("top-k", "Top k",
+          "output=classes: how many labels and probabilities, most "
+          "probable first, each 'sattn-class' message carries", 1, 64,
+          GST_SATTN_DEFAULT_TOP_K, rw | GST_PARAM_MUTABLE_PLAYING));
+
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
 
@@ -620,6 +653,8 @@ gst_sattn_init (GstSattn * self)
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
   gst_sattn_obs_init (&self->obs, GST_ELEMENT (self), self->sinkpad);
 
+  self->top_k = GST_SATTN_DEFAULT_TOP_K;
+  gst_sattn_classes_reset (&self->classes);
   self->props.window = DEFAULT_WINDOW;
   self->props.hop = DEFAULT_HOP;
   self->props.frame_size = DEFAULT_FRAME_SIZE;
@@ -686,6 +721,8 @@ gst_sattn_finalize (GObject * object)
   gst_clear_event (&self->pending_segment);
   g_free (self->weights);
   g_free (self->weights_prefix);
+  g_free (self->labels);
+  gst_sattn_classes_clear (&self->classes);
   gst_clear_caps (&self->refused_caps);
   gst_clear_caps (&self->posted_caps);
   if (self->pending_props)
@@ -780,6 +817,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
       prop_id != PROP_ALIGNMENT_THRESHOLD && prop_id != PROP_DISCONT_WAIT &&
+      prop_id != PROP_TOP_K &&
       prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
@@ -854,6 +892,13 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_ADD_ZERO_ATTN:
       self->add_zero_attn = g_value_get_boolean (value);
+      break;
+    case PROP_LABELS:
+      g_free (self->labels);
+      self->labels = g_value_dup_string (value);
+      break;
+    case PROP_TOP_K:
+      self->top_k = g_value_get_uint (value);
       break;
     case PROP_ALIGNMENT_THRESHOLD:
       self->alignment_threshold = g_value_get_uint64 (value);
@@ -945,6 +990,12 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       break;
     case PROP_ADD_ZERO_ATTN:
       g_value_set_boolean (value, self->add_zero_attn);
+      break;
+    case PROP_LABELS:
+      g_value_set_string (value, self->labels);
+      break;
+    case PROP_TOP_K:
+      g_value_set_uint (value, self->top_k);
       break;
     case PROP_ALIGNMENT_THRESHOLD:
       g_value_set_uint64 (value, self->alignment_threshold);

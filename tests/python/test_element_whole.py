@@ -129,5 +129,98 @@ class WholeModelElement(unittest.TestCase):
               % (total, 4 * total))
 
 
+class ClassMessages(unittest.TestCase):
+    """output=classes: sattn-class element messages as gst-launch-1.0 -m
+    prints them, against the Python stream's rows; labels; caps."""
+
+    FIXTURE = os.path.join(os.environ.get("SATTN_SOURCE_ROOT", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..")), "tests",
+        "data", "whole_f8_c4.safetensors")
+
+    def launch(self, src, extra, sink="fakesink"):
+        cmd = [GST_LAUNCH, "-m", "filesrc", "location=" + src, "!",
+               "rawaudioparse", "use-sink-caps=false", "format=pcm",
+               "pcm-format=f32le", "num-channels=8", "sample-rate=2000", "!",
+               "sattn", "weights=" + self.FIXTURE, "window=64", "hop=16",
+               "output=classes"] + extra + ["!"] + sink.split()
+        return subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=120)
+
+    def messages(self, text):
+        out = []
+        for line in text.splitlines():
+            if "sattn-class," not in line:
+                continue
+            idx = int(line.split("index=(uint)")[1].split(",")[0])
+            prob = float(line.split("probability=(double)")[1].split(",")[0])
+            ts = int(line.split("timestamp=(guint64)")[1].split(",")[0])
+            label = line.split("label=(string)")[1].split(",")[0]
+            top = line.split("top-k-labels=(string)<")[1].split(">")[0]
+            out.append((idx, prob, ts, label, [t.strip() for t in
+                                               top.split(",")]))
+        return out
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        x = np.random.RandomState(3).randn(1600, 8).astype(np.float32)
+        x[700:900] *= 6.0      # a louder stretch: decisions change
+        self.x = x
+        self.src = os.path.join(self.tmp.name, "in.f32")
+        x.astype("<f4").tofile(self.src)
+        model = sattn.Model.from_safetensors(self.FIXTURE)
+        s = sattn.Stream(model, window=64, hop=16, output="classes")
+        rows, info = s.push(x)
+        self.rows, self.info = rows, info
+        self.labels = model.labels
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_every_window(self):
+        r = self.launch(self.src, ["message-interval=0", "top-k=2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        msgs = self.messages(r.stdout)
+        self.assertEqual(len(msgs), len(self.rows))
+        for (idx, prob, ts, label, top), row, inf in zip(msgs, self.rows,
+                                                         self.info):
+            self.assertEqual(idx, int(np.argmax(row)))
+            self.assertEqual(np.float32(prob), row.max())
+            self.assertEqual(label, self.labels[idx])
+            self.assertEqual(len(top), 2)
+            self.assertEqual(top[0], label)
+            # the row's timestamp: its first frame at 2000 frames/s
+            self.assertEqual(ts, int(inf["first"]) * 500000)
+
+    def test_changes_only(self):
+        r = self.launch(self.src, ["message-interval=3600000000000"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = [m[0] for m in self.messages(r.stdout)]
+        want = [int(np.argmax(row)) for row in self.rows]
+        changes = [want[0]] + [b for a, b in zip(want, want[1:]) if a != b]
+        self.assertGreater(len(changes), 1, "the input must change decisions")
+        self.assertEqual(got, changes)
+
+    def test_labels_file(self):
+        p = os.path.join(self.tmp.name, "labels.txt")
+        with open(p, "w") as f:
+            f.write("w\nx\ny\nz\n")
+        r = self.launch(self.src, ["message-interval=0", "labels=" + p])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.messages(r.stdout)[0][3],
+                         "wxyz"[int(np.argmax(self.rows[0]))])
+        with open(p, "w") as f:
+            f.write("w\nx\ny\n")
+        r = self.launch(self.src, ["labels=" + p])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("has 3 labels but the model's head has 4 classes",
+                      r.stdout + r.stderr)
+
+    def test_tensor_caps_only(self):
+        r = self.launch(self.src, [], sink="audio/x-raw ! fakesink")
+        self.assertNotEqual(r.returncode, 0)
+        r = self.launch(self.src, [], sink="other/tensors ! fakesink")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
