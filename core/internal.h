@@ -83,6 +83,8 @@ typedef struct SattnNet {
   SattnActivation head_act;
   SattnPooling pooling;
   char **labels;              /* classes strings, NULL when none */
+  char **meta;                /* the file's metadata under the prefix:
+                               * key, value, ..., NULL (sorted by key) */
 } SattnNet;
 
 void sattn_net_free (SattnNet *net);

@@ -821,6 +821,55 @@ gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
   return NULL;
 }
 
+/* A whole model trained on streams of one sample rate, channel count and
+ * frame size records them (metadata sample_rate, channels, frame_size, as
+ * the project's training scripts write them).  Another stream still runs
+ * (its frames have the values the model takes), but the model then sees
+ * the signal at another time scale or another frame layout than it
+ * learned: a warning says so and what to do. */
+static void
+gst_sattn_check_trained_for (GstSattn * self, const SattnModel * model,
+    const GstSattnSettings * c, gint rate, gint channels)
+{
+  const char *v;
+  guint64 want;
+
+  v = sattn_model_metadata (model, "sample_rate");
+  if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT, &want,
+          NULL) && want != (guint64) rate) {
+    GST_ELEMENT_WARNING (self, STREAM, FORMAT,
+        ("The model was trained on %" G_GUINT64_FORMAT " Hz streams "
+            "(metadata 'sample_rate') and this stream is %d Hz: it runs, but "
+            "a frame of %u samples now spans %.3g ms instead of %.3g ms, so "
+            "the model sees every frequency scaled by %.4g and every "
+            "duration by %.4g; its outputs are not the decisions it was "
+            "trained to make. Resample to %" G_GUINT64_FORMAT " Hz upstream "
+            "(audioresample) to use it as trained.", want, rate,
+            c->frame_size, 1e3 * c->frame_size / rate,
+            1e3 * c->frame_size / (double) want, (double) want / rate,
+            (double) rate / want, want), (NULL));
+  }
+  v = sattn_model_metadata (model, "channels");
+  if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT, &want,
+          NULL) && want != (guint64) channels) {
+    GST_ELEMENT_WARNING (self, STREAM, FORMAT,
+        ("The model was trained on %" G_GUINT64_FORMAT "-channel streams "
+            "(metadata 'channels') and this stream has %d channels with "
+            "frame-size=%u: the frames have the number of values the model "
+            "takes, but not the layout it learned.", want, channels,
+            c->frame_size), (NULL));
+  }
+  v = sattn_model_metadata (model, "frame_size");
+  if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT, &want,
+          NULL) && want != c->frame_size) {
+    GST_ELEMENT_WARNING (self, STREAM, FORMAT,
+        ("The model was trained with frame-size=%" G_GUINT64_FORMAT
+            " (metadata 'frame_size') but frame-size=%u is set: the frames "
+            "have the number of values the model takes, but not the layout "
+            "it learned.", want, c->frame_size), (NULL));
+  }
+}
+
 /* Rate and channels of input caps the element can read at all (fixed
  * audio/x-raw, native-endian F32, interleaved), read with GstAudioInfo;
  * FALSE otherwise.  Channel positions do not matter to the element: caps
@@ -1133,6 +1182,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     }
     g_free (lpath);
   }
+  gst_sattn_check_trained_for (self, model, &c, rate, channels);
   chunk = gst_sattn_chunk_frames (&c, d_model);
   if (!gst_sattn_check_memory (self, model, &sc, &c, d_model, chunk)) {
     gst_sattn_cache_release (model);

@@ -12,10 +12,12 @@
  */
 #include "sattn/sattn-weights.h"
 #include "internal.h"
+#include "io/io.h"
 
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -280,6 +282,46 @@ meta_double (const SattnTensorFile *f, const char *p, const char *key,
   return SATTN_OK;
 }
 
+/* The file's metadata under prefix p (keys without it), kept by the model
+ * for sattn_model_metadata: net->meta, key, value, ... NULL, by key. */
+static int
+cmp_key (const void *a, const void *b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+static SattnStatus
+take_meta (const SattnTensorFile *f, const char *p, SattnNet *net,
+           char *err, size_t err_len)
+{
+  GHashTableIter it;
+  gpointer k, v;
+  size_t n = 0, lp = strlen (p);
+  char **keys = calloc (g_hash_table_size (f->meta) + 1, sizeof (char *));
+  if (keys == NULL)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+  g_hash_table_iter_init (&it, f->meta);
+  while (g_hash_table_iter_next (&it, &k, &v))
+    if (strncmp (k, p, lp) == 0 && ((const char *) k)[lp] != '\0')
+      keys[n++] = (char *) k + lp;
+  qsort (keys, n, sizeof (char *), cmp_key);
+  net->meta = calloc (2 * n + 1, sizeof (char *));
+  for (size_t i = 0; net->meta != NULL && i < n; i++) {
+    char *full = g_strconcat (p, keys[i], NULL);
+    net->meta[2 * i] = strdup (keys[i]);
+    net->meta[2 * i + 1] = strdup (g_hash_table_lookup (f->meta, full));
+    g_free (full);
+    if (net->meta[2 * i] == NULL || net->meta[2 * i + 1] == NULL) {
+      free (keys);
+      return sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    }
+  }
+  free (keys);
+  if (net->meta == NULL)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+  return SATTN_OK;
+}
+
 /* The labels (a JSON array of strings) into net->labels. */
 static SattnStatus
 take_labels (const SattnTensorFile *f, const char *p, SattnNet *net,
@@ -412,6 +454,51 @@ load_whole (const SattnTensorFile *f, const char *p,
       goto fail;
     }
     lc.heads = (size_t) h;
+  }
+  /* head_dim and value_dim: a model whose attention projects to sizes
+   * other than d_model / heads records them (every layer the same); the
+   * layers' q/k/v tensors must then agree (checked by the mapper). */
+  static const char *const dim_keys[] = { "head_dim", "value_dim" };
+  static const char *const dim_props[] = { "head-dim", "value-dim" };
+  size_t *dim_vals[] = { &lc.d_head, &lc.d_value };
+  for (size_t i = 0; i < 2; i++) {
+    if ((v = meta (f, p, dim_keys[i])) == NULL)
+      continue;
+    char *end = NULL;
+    guint64 d = g_ascii_strtoull (v, &end, 10);
+    if (end == v || *end != '\0' || d == 0 || d > 65536) {
+      st = sattn_fail (SATTN_E_INVAL, err, err_len, "metadata '%s%s' is "
+                       "'%.64s'; expected a whole number >= 1", p,
+                       dim_keys[i], v);
+      goto fail;
+    }
+    if (*dim_vals[i] != 0 && *dim_vals[i] != d) {
+      st = sattn_fail (SATTN_E_SHAPE, err, err_len, "%s=%zu but the model "
+                       "was exported with %s=%" G_GUINT64_FORMAT
+                       " (metadata '%s%s')", dim_props[i], *dim_vals[i],
+                       dim_keys[i], d, p, dim_keys[i]);
+      goto fail;
+    }
+    *dim_vals[i] = (size_t) d;
+  }
+  /* scale: a model trained with another score scale than 1/sqrt(d_head)
+   * (scale=1: unscaled) records it; a caller's nonzero scale must agree. */
+  if ((v = meta (f, p, "scale")) != NULL) {
+    char *end = NULL;
+    double d = g_ascii_strtod (v, &end);
+    if (end == v || *end != '\0' || !(d >= FLT_MIN) || d > FLT_MAX) {
+      st = sattn_fail (SATTN_E_INVAL, err, err_len, "metadata '%sscale' is "
+                       "'%.64s'; expected a finite number > 0", p, v);
+      goto fail;
+    }
+    if (lc.scale != 0.0f && lc.scale != (float) d) {
+      st = sattn_fail (SATTN_E_INVAL, err, err_len, "scale=%g but the model "
+                       "was trained with scale=%g (metadata '%sscale'); "
+                       "use scale=0 to take the model's", (double) lc.scale,
+                       d, p);
+      goto fail;
+    }
+    lc.scale = (float) d;
   }
   if (lc.heads == 0 && lc.d_head == 0) {
     st = heads_refused (p, D, err, err_len);
@@ -577,7 +664,8 @@ load_whole (const SattnTensorFile *f, const char *p,
                      "classes");
     goto fail;
   }
-  if ((st = take_labels (f, p, net, err, err_len)) != SATTN_OK)
+  if ((st = take_meta (f, p, net, err, err_len)) != SATTN_OK ||
+      (st = take_labels (f, p, net, err, err_len)) != SATTN_OK)
     goto fail;
 
   m = calloc (1, sizeof (*m));

@@ -34,6 +34,9 @@ sattn_net_free (SattnNet *net)
   for (size_t i = 0; net->labels != NULL && i < net->classes; i++)
     free (net->labels[i]);
   free (net->labels);
+  for (size_t i = 0; net->meta != NULL && net->meta[i] != NULL; i++)
+    free (net->meta[i]);
+  free (net->meta);
   free (net);
 }
 
@@ -79,6 +82,17 @@ SattnPooling
 sattn_model_pooling (const SattnModel *m)
 {
   return m != NULL && m->net != NULL ? m->net->pooling : SATTN_POOLING_MEAN;
+}
+
+const char *
+sattn_model_metadata (const SattnModel *m, const char *key)
+{
+  if (m == NULL || m->net == NULL || m->net->meta == NULL || key == NULL)
+    return NULL;
+  for (size_t i = 0; m->net->meta[i] != NULL; i += 2)
+    if (strcmp (m->net->meta[i], key) == 0)
+      return m->net->meta[i + 1];
+  return NULL;
 }
 
 /* ------------------------------------------------------------ scratch */

@@ -70,12 +70,12 @@ def evaluate(net, X, y, snr, batch=500):
 
 
 def train(minutes=18.0, seed=0, per_epoch=40000, epochs=12, config=None,
-          log=print, **over):
+          log=print, val_count=4000, **over):
     torch.manual_seed(seed)
     np.random.seed(seed)
     torch.set_num_threads(2)
     net, cfg = build(config, **over)
-    Xv, yv, sv = iqgen.make_windows(7, 4000, WINDOW_SAMPLES)
+    Xv, yv, sv = iqgen.make_windows(7, val_count, WINDOW_SAMPLES)
     steps_per_epoch = per_epoch // 128
     total = steps_per_epoch * epochs
     opt = torch.optim.AdamW(net.parameters(), lr=2e-3, weight_decay=0.01)

@@ -389,7 +389,9 @@ enum {
  * end).
  *  cfg: d_model (floats per input frame), heads, d_head and d_value are
  *    requests, 0 = from the file (as for sattn_attn_weights_from_file);
- *    scale and lookback are the caller's (a file does not record them);
+ *    scale and lookback are the caller's (a file does not record them,
+ *    except a whole model trained with another scale than 1/sqrt(d_head):
+ *    its metadata 'scale' is used, and a nonzero cfg.scale must agree);
  *    causal, positions, rope_base, activation, norm_first and norm_eps
  *    are used where the file's metadata is silent and checked against it
  *    where their bit is in `set` (SATTN_SET_*); d_out, encoder and d_ff

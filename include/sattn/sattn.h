@@ -310,6 +310,11 @@ const char *sattn_model_label (const SattnModel *m, size_t i);
 size_t sattn_model_max_window (const SattnModel *m);
 /* A whole model's pooling (SATTN_POOLING_MEAN for a layer). */
 SattnPooling sattn_model_pooling (const SattnModel *m);
+/* A whole model's file metadata: the value recorded under the model's
+ * prefix for key (given without the prefix), e.g. "sample_rate",
+ * "channels", "frame_size" as the project's training scripts record
+ * them, or NULL (not recorded; a layer).  Owned by m. */
+const char *sattn_model_metadata (const SattnModel *m, const char *key);
 
 /* ----------------------------------------------------------------- stats */
 

@@ -381,6 +381,15 @@ class Model:
         p = _lib.sattn_model_pooling(self._h)
         return {v: n for n, v in _lib.POOLINGS.items()}.get(p, p)
 
+    def metadata(self, key):
+        """A whole model's file metadata value for key (without the
+        prefix), e.g. "sample_rate", as a str, or None (not recorded; a
+        layer)."""
+        if _lib.sattn_model_metadata is None:
+            return None
+        v = _lib.sattn_model_metadata(self._h, key.encode())
+        return None if v is None else v.decode(errors="replace")
+
     def __repr__(self):
         c = self._cfg
         if self.kind == "whole":

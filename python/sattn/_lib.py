@@ -320,6 +320,8 @@ sattn_model_classes = _optional("sattn_model_classes", _size, _vp)
 sattn_model_label = _optional("sattn_model_label", _c.c_char_p, _vp, _size)
 sattn_model_max_window = _optional("sattn_model_max_window", _size, _vp)
 sattn_model_pooling = _optional("sattn_model_pooling", _c.c_int, _vp)
+sattn_model_metadata = _optional("sattn_model_metadata", _c.c_char_p, _vp,
+                                 _c.c_char_p)
 
 # The weights layer is built only with GLib and json-glib: its functions
 # are None without it.

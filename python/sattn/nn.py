@@ -51,7 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["SignalTransformer", "save_safetensors", "alibi_slopes"]
+__all__ = ["SignalTransformer", "SplitAttention", "save_safetensors",
+           "alibi_slopes"]
 
 POSITIONS = ("none", "learned", "rope", "rope-interleaved", "alibi")
 POOLINGS = ("mean", "last")
@@ -88,6 +89,22 @@ def _rope(x, interleaved, base):
     return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
 
 
+class SplitAttention(nn.Module):
+    """Self-attention whose queries and keys have their own size: Linear
+    projections q_proj, k_proj (d_model -> heads x head_dim), v_proj
+    (d_model -> d_model, heads x d_model/heads) and out_proj, with biases
+    (the names of the "hf" layout sattn_model_load reads).  Used by
+    SignalTransformer when head_dim is not d_model/heads."""
+
+    def __init__(self, d_model, heads, head_dim, dropout=0.0):
+        super().__init__()
+        self.num_heads, self.head_dim, self.dropout = heads, head_dim, dropout
+        self.q_proj = nn.Linear(d_model, heads * head_dim)
+        self.k_proj = nn.Linear(d_model, heads * head_dim)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+
 class SignalTransformer(nn.Module):
     """Embedding, encoder layers, pooling and head over a window of frames.
 
@@ -100,14 +117,19 @@ class SignalTransformer(nn.Module):
     (needs max_window, the rows of pos_embed), "rope", "rope-interleaved",
     "alibi"; final_norm: a LayerNorm after the last layer (encoder.norm);
     pooling "mean" or "last"; causal: a row sees only rows at or before
-    its own; labels: the classes' names, kept for save_safetensors.
+    its own; labels: the classes' names, kept for save_safetensors;
+    head_dim: the query/key size per head (None = d_model/heads, the stock
+    layer; another size gives each layer a SplitAttention, values stay
+    d_model/heads per head); scale: the score scale (None = 1/sqrt(d_head),
+    1.0 = unscaled, recorded in the file's metadata).
     """
 
     def __init__(self, d_frame, d_model, heads, layers, d_ff, classes=0,
                  positions="none", max_window=0, norm_first=False,
                  activation="relu", norm_eps=1e-5, final_norm=False,
                  head_hidden=0, head_activation="relu", pooling="mean",
-                 causal=False, rope_base=10000.0, dropout=0.0, labels=None):
+                 causal=False, rope_base=10000.0, dropout=0.0, labels=None,
+                 head_dim=None, scale=None):
         super().__init__()
         if positions not in POSITIONS:
             raise ValueError("positions=%r: expected one of %s"
@@ -124,9 +146,17 @@ class SignalTransformer(nn.Module):
         if d_model % heads:
             raise ValueError("heads=%d does not divide d_model=%d"
                              % (heads, d_model))
-        if positions.startswith("rope") and (d_model // heads) % 2:
-            raise ValueError("RoPE needs an even d_head (d_model/heads = %d)"
-                             % (d_model // heads))
+        if head_dim is not None and head_dim < 1:
+            raise ValueError("head_dim=%r: expected None or >= 1"
+                             % (head_dim,))
+        if head_dim == d_model // heads:
+            head_dim = None
+        dk = d_model // heads if head_dim is None else head_dim
+        if positions.startswith("rope") and dk % 2:
+            raise ValueError("RoPE needs an even d_head (%d)" % dk)
+        if scale is not None and not (0.0 < float(scale) < math.inf):
+            raise ValueError("scale=%r: expected None (1/sqrt(d_head)) or "
+                             "a finite number > 0" % (scale,))
         if positions == "learned" and max_window < 1:
             raise ValueError("positions='learned' needs max_window >= 1")
         if labels is not None and len(labels) != classes:
@@ -141,6 +171,8 @@ class SignalTransformer(nn.Module):
         self.head_hidden, self.head_activation = head_hidden, head_activation
         self.causal, self.rope_base = bool(causal), float(rope_base)
         self.labels = list(labels) if labels is not None else None
+        self.head_dim, self.d_head = head_dim, dk
+        self.scale = None if scale is None else float(scale)
 
         self.embed = nn.Linear(d_frame, d_model)
         if positions == "learned":
@@ -148,10 +180,14 @@ class SignalTransformer(nn.Module):
                 0.02 * torch.randn(max_window, d_model))
 
         def layer():
-            return nn.TransformerEncoderLayer(
+            lay = nn.TransformerEncoderLayer(
                 d_model, heads, d_ff, dropout, activation,
                 layer_norm_eps=norm_eps, batch_first=True,
                 norm_first=norm_first)
+            if head_dim is not None:
+                lay.self_attn = SplitAttention(d_model, heads, head_dim,
+                                               dropout)
+            return lay
         norm = nn.LayerNorm(d_model, eps=norm_eps) if final_norm else None
         try:
             self.encoder = nn.TransformerEncoder(layer(), layers, norm=norm,
@@ -200,15 +236,20 @@ class SignalTransformer(nn.Module):
         masked where mask (B, n) is True, with this model's positions."""
         B, n, E = x.shape
         H = a.num_heads
-        dh = E // H
-        qkv = F.linear(x, a.in_proj_weight, a.in_proj_bias)
-        q, k, v = (t.reshape(B, n, H, dh).transpose(1, 2)
-                   for t in qkv.chunk(3, dim=-1))
+        dh, dv = self.d_head, E // H
+        if isinstance(a, SplitAttention):
+            q, k, v = a.q_proj(x), a.k_proj(x), a.v_proj(x)
+        else:
+            q, k, v = F.linear(x, a.in_proj_weight,
+                               a.in_proj_bias).chunk(3, dim=-1)
+        q, k = (t.reshape(B, n, H, dh).transpose(1, 2) for t in (q, k))
+        v = v.reshape(B, n, H, dv).transpose(1, 2)
         if self.positions in ("rope", "rope-interleaved"):
             inter = self.positions == "rope-interleaved"
             q = _rope(q, inter, self.rope_base)
             k = _rope(k, inter, self.rope_base)
-        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)
+        s = torch.matmul(q, k.transpose(-1, -2))
+        s = s / math.sqrt(dh) if self.scale is None else s * self.scale
         i = torch.arange(n, device=x.device)
         if self.positions == "alibi":
             d = (i[:, None] - i[None, :]).to(x.dtype)
@@ -261,6 +302,9 @@ class SignalTransformer(nn.Module):
         if self.positions not in ("none", "learned"):
             raise ValueError("the stock encoder has no %s positions"
                              % self.positions)
+        if self.head_dim is not None or self.scale is not None:
+            raise ValueError("the stock encoder has d_head = d_model/heads "
+                             "and scale 1/sqrt(d_head) only")
         mask = self._mask(x, key_padding_mask)
         h = self._embed(x, mask)
         n = x.shape[1]
@@ -319,6 +363,11 @@ class SignalTransformer(nn.Module):
             md["labels"] = json.dumps(self.labels)
         if self.max_window:
             md["window"] = str(self.max_window)
+        if self.head_dim is not None:
+            md["head_dim"] = str(self.head_dim)
+            md["value_dim"] = str(self.d_model // self.heads)
+        if self.scale is not None:
+            md["scale"] = repr(self.scale)
         return md
 
 

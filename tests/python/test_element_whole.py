@@ -222,5 +222,51 @@ class ClassMessages(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
 
 
+class TrainedFor(unittest.TestCase):
+    """A model that records the stream it was trained on (sample_rate,
+    channels, frame_size) runs on another one with a warning that names
+    both, and its outputs are all there."""
+
+    MODEL = os.path.join(os.environ.get("SATTN_SOURCE_ROOT", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..")), "examples",
+        "recognizer", "recognizer.safetensors")
+
+    def run_at(self, rate, channels, frame_size):
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "in.f32"), os.path.join(d, "out.f32")
+            np.random.RandomState(5).randn(64 * 32 * 3).astype(
+                "<f4").tofile(src)
+            cmd = [GST_LAUNCH, "filesrc", "location=" + src, "!",
+                   "rawaudioparse", "use-sink-caps=false", "format=pcm",
+                   "pcm-format=f32le", "num-channels=%d" % channels,
+                   "sample-rate=%d" % rate, "!", "sattn",
+                   "weights=" + self.MODEL, "frame-size=%d" % frame_size,
+                   "window=64", "hop=64", "output=classes", "!",
+                   "filesink", "location=" + dst]
+            r = subprocess.run(cmd, capture_output=True, text=True,
+                               timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            rows = np.fromfile(dst, "<f4").reshape(-1, 10)
+        self.assertEqual(len(rows), 3)
+        self.assertTrue(np.allclose(rows.sum(1), 1.0, atol=1e-5))
+        return r.stdout + r.stderr
+
+    def test_as_trained(self):
+        self.assertNotIn("WARNING", self.run_at(64000, 2, 16))
+
+    def test_other_rate(self):
+        out = self.run_at(48000, 2, 16)
+        self.assertIn("The model was trained on 64000 Hz streams (metadata "
+                      "'sample_rate') and this stream is 48000 Hz", out)
+        self.assertIn("Resample to 64000 Hz", out)
+
+    def test_other_layout(self):
+        out = self.run_at(64000, 1, 32)
+        self.assertIn("trained on 2-channel streams (metadata 'channels') "
+                      "and this stream has 1 channels", out)
+        self.assertIn("trained with frame-size=16 (metadata 'frame_size') "
+                      "but frame-size=32 is set", out)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -254,6 +254,21 @@ EXTRAS = [
          pooling="mean", final_norm=True, head_hidden=12,
          head_activation="gelu", causal=False, heads=4, d_model=32,
          d_ff=64),
+    # queries and keys of their own size (SplitAttention, the hf names),
+    # and scores with another scale than 1/sqrt(d_head) (metadata)
+    dict(layers=2, norm_first=False, activation="gelu", positions="none",
+         pooling="mean", final_norm=True, head_hidden=0,
+         head_activation="relu", causal=False, head_dim=20),
+    dict(layers=2, norm_first=True, activation="relu", positions="learned",
+         pooling="last", final_norm=False, head_hidden=12,
+         head_activation="relu", causal=False, head_dim=32, scale=1.0),
+    dict(layers=2, norm_first=False, activation="relu", positions="rope",
+         pooling="mean", final_norm=False, head_hidden=0,
+         head_activation="gelu", causal=True, head_dim=6, scale=0.25),
+    dict(layers=1, norm_first=True, activation="gelu", positions="alibi",
+         pooling="mean", final_norm=True, head_hidden=0,
+         head_activation="relu", causal=False, heads=1, head_dim=64,
+         scale=1.0),
 ]
 
 
@@ -263,6 +278,10 @@ def label_of(c):
         extra += " h%d/%d" % (c.get("heads", HEADS), c.get("d_model", D_MODEL))
     if "rope_base" in c:
         extra += " base %g" % c["rope_base"]
+    if "head_dim" in c:
+        extra += " dk %d" % c["head_dim"]
+    if "scale" in c:
+        extra += " scale %g" % c["scale"]
     pos = {"rope-interleaved": "rope-il"}.get(c["positions"], c["positions"])
     return "L%d %-4s %-4s %-7s %-4s%s%s%s%s" % (
         c["layers"], "pre" if c["norm_first"] else "post", c["activation"],
@@ -605,6 +624,33 @@ class TestRefusals(common.RaisesStatus, unittest.TestCase):
         e = self.raises(_lib.E_FORMAT, sattn.Model.from_safetensors, bad)
         self.assertIn("in_proj_weight", str(e))
         self.assertIn("mixed.safetensors", str(e))
+
+    def test_head_dim_and_scale_metadata(self):
+        p = self.path("dk.safetensors")
+        save_safetensors(make_net(79, layers=2, head_dim=12, scale=1.0), p)
+        m = sattn.Model.from_safetensors(p)
+        self.assertEqual((m.metadata("head_dim"), m.metadata("scale"),
+                          m.metadata("value_dim")), ("12", "1.0", "8"))
+        # the caller may repeat what the file says, not contradict it
+        sattn.Model.from_safetensors(p, d_head=12, scale=1.0)
+        e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors, p,
+                        scale=0.5)
+        self.assertIn("scale=0.5 but the model was trained with scale=1",
+                      str(e))
+        e = self.raises(_lib.E_SHAPE, sattn.Model.from_safetensors, p,
+                        d_head=6)
+        self.assertIn("head-dim=6 but the model was exported with "
+                      "head_dim=12", str(e))
+        for key, v, status, words in (
+                ("scale", "abc", _lib.E_INVAL, "metadata 'scale' is 'abc'"),
+                ("scale", "-1", _lib.E_INVAL, "metadata 'scale' is '-1'"),
+                ("head_dim", "0", _lib.E_INVAL,
+                 "metadata 'head_dim' is '0'"),
+                ("head_dim", "7", _lib.E_SHAPE, "")):
+            bad = self.rewrite(p, self.path("bad-%s.safetensors" % key),
+                               add_meta={key: v})
+            e = self.raises(status, sattn.Model.from_safetensors, bad)
+            self.assertIn(words, str(e))
 
     def test_pos_embed_shorter_than_window(self):
         m = sattn.Model.from_safetensors(self.good())
