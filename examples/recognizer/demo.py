@@ -120,7 +120,8 @@ def run_pipeline(launch, src, model, dst, messages):
     """The pipeline, with -m (messages) or -q pinned to one CPU: (stdout,
     wall s, CPU s, the CPU or None, argv)."""
     cpu = min(os.sched_getaffinity(0))
-    argv = [launch, "-m" if messages else "-q", "filesrc", "location=" + src, "!",
+    argv = [launch, "-m" if messages else "-q",
+            "filesrc", "location=" + src, "!",
             "rawaudioparse", "use-sink-caps=false", "format=pcm",
             "pcm-format=f32le", "sample-rate=%d" % iqgen.SAMPLE_RATE,
             "num-channels=2", "!",
