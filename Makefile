@@ -1,6 +1,8 @@
 # sattn — one-command entry points.
 #
-#   make demo        install what the demo needs, build, run the demo
+#   make demo        install what the demo needs, build, run the demo:
+#                    sensor features, then live modulation recognition
+#                    with the trained model (examples/recognizer/demo.py)
 #   make deps        install every Debian package (demo, tests, examples)
 #   make test        install what is missing, build, run every test
 #   make test-asan   the same under AddressSanitizer + UBSan (build-asan/)
@@ -41,8 +43,8 @@ PYTHON        ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || ech
 
 # Debian 12 packages.  What `make demo` needs: the toolchain, BLAS,
 # GLib/json-glib (weights reader), GStreamer 1.22 with the base plugins
-# (filesrc, rawaudioparse, filesink) and python3-numpy (the demo's signal
-# and summary scripts).
+# (filesrc, rawaudioparse, filesink) and python3-numpy (the demo's signal,
+# I/Q and summary scripts; no PyTorch or matplotlib).
 DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 	libopenblas-dev libglib2.0-dev libjson-glib-dev \
 	libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev \

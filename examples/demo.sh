@@ -8,6 +8,13 @@
 #      per frame   (output=frames)  -> features.f32
 #      per window  (output=mean)    -> features-mean.f32
 # 3. summarise-features.py prints what came out and checks it.
+# 4. recognizer/demo.py, the recognition demo: 40 s of generated I/Q
+#    (2-channel F32 at 64 kHz) whose modulation and SNR change every
+#    second, through filesrc ! rawaudioparse ! sattn output=classes with
+#    the trained recogniser (examples/recognizer/recognizer.safetensors);
+#    it prints the timeline, the accuracy, the sattn-class messages and
+#    the real-time factor on one core, and checks them (files in
+#    OUT_DIR/recognizer).
 #
 # Usage: examples/demo.sh [BUILD_DIR] [OUT_DIR]    (defaults: build out/demo)
 set -euo pipefail
@@ -70,3 +77,8 @@ gst gst-launch-1.0 -q $src ! $att output=mean \
   --launch "filesrc ! rawaudioparse ! $att output=frames ! filesink"
 echo
 echo "files in $out: signal.f32 (+ .json), features.f32, features-mean.f32"
+
+echo
+"$python" "$here/recognizer/demo.py" "$out/recognizer"
+echo
+echo "files in $out/recognizer: iq.f32 (+ .json), classes.f32, classes-m.f32"

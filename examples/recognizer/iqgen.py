@@ -185,12 +185,15 @@ def make_windows(seed, count, n_samples, snr_range=SNR_RANGE):
     return X, labels, snrs
 
 
-def make_stream(seed, segments, seg_samples, snrs=None):
+def make_stream(seed, segments, seg_samples, snrs=None, labels=None):
     """A stream whose modulation (and SNR) change every seg_samples
     samples: (iq (segments * seg_samples, 2) float32, labels (segments,),
-    snrs (segments,))."""
+    snrs (segments,)).  labels / snrs, when given, fix each segment's
+    class / SNR; otherwise they are drawn from the seed."""
     rng = np.random.default_rng(seed)
-    labels = rng.integers(0, len(LABELS), segments)
+    if labels is None:
+        labels = rng.integers(0, len(LABELS), segments)
+    labels = np.asarray(labels)
     if snrs is None:
         snrs = rng.integers(0, 21, segments)
     parts = [to_iq(channel(rng, modulate(rng, lab, seg_samples), snr))
