@@ -46,39 +46,62 @@ gst_sattn_meta_free (GstMeta * meta, GstBuffer * buffer)
   g_free (((GstSattnMeta *) meta)->rows);
 }
 
-/* Copies: every row, or, for a region copy, the whole rows inside the
- * region.  Other transforms drop the meta (nothing says what a row would
- * become). */
+/* The meta stays exact or goes.  It describes its buffer's bytes as
+ * n_rows rows of row_bytes, row i at byte i * row_bytes; a copy keeps it
+ * only where that still holds:
+ *  - a copy of the whole buffer (gst_buffer_copy, make_writable, a
+ *    GstBaseTransform output of the same size: row i stays row i) keeps
+ *    every row;
+ *  - a region copy keeps the rows of the region when it starts and ends
+ *    on row boundaries (a GstAdapter taking whole rows out of one buffer,
+ *    as audiobuffersplit does); a region that cuts a row drops the meta;
+ *  - a copy into a buffer of another size drops it: that is a merge (a
+ *    GstAdapter assembling rows of several buffers copies every source
+ *    buffer's metas into the result) or a conversion of the rows, and
+ *    nothing says which rows the result holds;
+ *  - a second sattn meta copied into the same buffer (rows of two
+ *    buffers merged) removes the first and is not added;
+ *  - a meta that no longer covers its own buffer exactly (memory appended
+ *    or resized after it was attached) is not copied.
+ * Other transforms drop the meta. */
 static gboolean
 gst_sattn_meta_transform (GstBuffer * dest, GstMeta * meta,
     GstBuffer * buffer, GQuark type, gpointer data)
 {
   GstSattnMeta *src = (GstSattnMeta *) meta, *dst;
-  guint first = 0, end = src->n_rows;
+  GstMeta *had;
+  GstMetaTransformCopy *copy = data;
+  gsize rb = src->row_bytes, described, first = 0, end = src->n_rows;
 
-  (void) buffer;
-  if (!GST_META_TRANSFORM_IS_COPY (type))
+  if (!GST_META_TRANSFORM_IS_COPY (type) || rb == 0)
     return FALSE;
-  if (((GstMetaTransformCopy *) data)->region) {
-    GstMetaTransformCopy *copy = data;
-    gsize rb = src->row_bytes, stop;
-
-    if (rb == 0)
-      return FALSE;
-    stop = copy->size == (gsize) - 1 ? (gsize) src->n_rows * rb :
-        copy->offset + copy->size;
-    first = (guint) MIN ((copy->offset + rb - 1) / rb, (gsize) src->n_rows);
-    end = (guint) MIN (stop / rb, (gsize) src->n_rows);
-    if (end <= first)
-      return TRUE;
+  described = (gsize) src->n_rows * rb;
+  if (gst_buffer_get_size (buffer) != described)
+    return TRUE;
+  had = gst_buffer_get_meta (dest, gst_sattn_meta_api_get_type ());
+  if (had != NULL) {
+    gst_buffer_remove_meta (dest, had);
+    return TRUE;
   }
-  dst = gst_sattn_meta_add (dest, end - first);
+  if (copy->region) {
+    gsize stop = copy->size == (gsize) - 1 ? described :
+        copy->offset + copy->size;
+
+    if (copy->offset % rb != 0 || stop % rb != 0 || stop > described ||
+        stop <= copy->offset)
+      return TRUE;
+    first = copy->offset / rb;
+    end = stop / rb;
+  } else if (gst_buffer_get_size (dest) != described) {
+    return TRUE;
+  }
+  dst = gst_sattn_meta_add (dest, (guint) (end - first));
   if (dst == NULL)
     return FALSE;
   dst->version = src->version;
   dst->window = src->window;
   dst->row_bytes = src->row_bytes;
-  dst->n_rows = end - first;
+  dst->n_rows = (guint) (end - first);
   memcpy (dst->rows, src->rows + first, (end - first) *
       sizeof (GstSattnMetaRow));
   return TRUE;

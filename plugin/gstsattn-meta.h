@@ -10,8 +10,14 @@
  * has been created in the process (before any of its buffers can be
  * seen); until then the accessors return 0 / NULL.
  *
- * The meta survives buffer copies (gst_buffer_copy, make_writable) and
- * region copies that cut whole rows (only the rows copied are kept).
+ * The meta is exact or absent: row i of the meta is always the buffer's
+ * bytes [i * row_bytes, (i + 1) * row_bytes).  It survives buffer copies
+ * (gst_buffer_copy, make_writable, an output buffer of the same size) and
+ * region copies that start and end on row boundaries (only the rows
+ * copied are kept: a GstAdapter or audiobuffersplit taking whole rows out
+ * of one buffer); it is dropped by a region that cuts a row and by copies
+ * into a buffer of another size (a GstAdapter merging rows of several
+ * buffers, a conversion), where nothing says which rows the result holds.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */

@@ -11,6 +11,8 @@
 #include "sattn-check.h"
 #include "gstsattn-meta.h"
 
+#include <gst/base/gstadapter.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -191,7 +193,51 @@ GST_START_TEST (test_meta_window)
 
 GST_END_TEST;
 
-/* Copies keep the rows; a region copy keeps the whole rows inside it. */
+/* Whether buf's meta, if any, is exact for a buffer holding the stream's
+ * output bytes [at, at + size): row i of the meta is the stream's row
+ * at / row_bytes + i (all the stream's rows: rows[0..n)).  Returns
+ * whether the buffer has the meta. */
+static gboolean
+meta_exact (GstBuffer * buf, gsize at, const GstSattnMetaRow * rows,
+    gsize n, gsize row_bytes)
+{
+  GstSattnMeta *m = gst_buffer_get_sattn_meta (buf);
+  gsize size = gst_buffer_get_size (buf);
+
+  if (m == NULL)
+    return FALSE;
+  fail_unless_equals_uint64 (m->row_bytes, row_bytes);
+  fail_unless (at % row_bytes == 0, "a meta on bytes that start mid-row");
+  fail_unless_equals_uint64 ((gsize) m->n_rows * row_bytes, size);
+  fail_unless (at / row_bytes + m->n_rows <= n);
+  fail_unless (memcmp (m->rows, rows + at / row_bytes, m->n_rows *
+          sizeof (GstSattnMetaRow)) == 0, "the meta describes other rows");
+  return TRUE;
+}
+
+/* The rows of all of bufs' metas, in stream order (g_free it). */
+static GstSattnMetaRow *
+all_rows (GPtrArray * bufs, gsize * n, gsize * row_bytes)
+{
+  GstSattnMetaRow *rows = NULL;
+  guint b;
+
+  *n = 0;
+  for (b = 0; b < bufs->len; b++) {
+    GstSattnMeta *m = gst_buffer_get_sattn_meta (g_ptr_array_index (bufs,
+            b));
+
+    rows = g_renew (GstSattnMetaRow, rows, *n + m->n_rows);
+    memcpy (rows + *n, m->rows, m->n_rows * sizeof (GstSattnMetaRow));
+    *n += m->n_rows;
+    *row_bytes = m->row_bytes;
+  }
+  return rows;
+}
+
+/* Copies keep every row; a region copy keeps the rows of a region that
+ * starts and ends on row boundaries and drops the meta otherwise; a copy
+ * into a buffer of another size drops it. */
 GST_START_TEST (test_meta_copies)
 {
   const gsize T = 60;
@@ -219,7 +265,7 @@ GST_START_TEST (test_meta_copies)
           sizeof (GstSattnMetaRow)) == 0);
   gst_buffer_unref (copy);
 
-  /* Rows 1 and 2, then a region that starts half-way into row 1. */
+  /* Rows 1 and 2; rows 1 to the end. */
   copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL, m->row_bytes,
       2 * m->row_bytes);
   c = gst_buffer_get_sattn_meta (copy);
@@ -228,16 +274,177 @@ GST_START_TEST (test_meta_copies)
   fail_unless (memcmp (c->rows, m->rows + 1, 2 *
           sizeof (GstSattnMetaRow)) == 0);
   gst_buffer_unref (copy);
-  copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL,
-      m->row_bytes + m->row_bytes / 2, -1);
+  copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL, m->row_bytes, -1);
   c = gst_buffer_get_sattn_meta (copy);
   fail_unless (c != NULL);
-  fail_unless_equals_int (c->n_rows, m->n_rows - 2);
-  fail_unless_equals_uint64 (c->rows[0].first_frame, m->rows[2].first_frame);
+  fail_unless_equals_int (c->n_rows, m->n_rows - 1);
+  fail_unless_equals_uint64 (c->rows[0].first_frame, m->rows[1].first_frame);
+  gst_buffer_unref (copy);
+
+  /* Regions that cut a row: its bytes would not be the meta's rows. */
+  copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL,
+      m->row_bytes + m->row_bytes / 2, -1);
+  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
+  gst_buffer_unref (copy);
+  copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL, 0,
+      2 * m->row_bytes + 4);
+  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
+  gst_buffer_unref (copy);
+
+  /* The metadata copied into a buffer of another size (what a GstAdapter
+   * does when it assembles rows of several buffers); of the same size, it
+   * stays (an output buffer of a 1:1 transform). */
+  copy = gst_buffer_new_allocate (NULL, 3 * m->row_bytes, NULL);
+  fail_unless (gst_buffer_copy_into (copy, buf, GST_BUFFER_COPY_METADATA, 0,
+          -1));
+  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
+  gst_buffer_unref (copy);
+  copy = gst_buffer_new_allocate (NULL, gst_buffer_get_size (buf), NULL);
+  fail_unless (gst_buffer_copy_into (copy, buf, GST_BUFFER_COPY_METADATA, 0,
+          -1));
+  c = gst_buffer_get_sattn_meta (copy);
+  fail_unless (c != NULL && c->n_rows == m->n_rows);
+  /* A second buffer's meta into the same buffer: a merge, dropped. */
+  fail_unless (gst_buffer_copy_into (copy, buf, GST_BUFFER_COPY_METADATA, 0,
+          -1));
+  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
   gst_buffer_unref (copy);
 
   g_ptr_array_unref (bufs);
   gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
+/* A GstAdapter taking every size out of the element's buffers: each
+ * result's meta is exact or absent, and whole rows out of one buffer keep
+ * it. */
+GST_START_TEST (test_meta_adapter)
+{
+  const gsize T = 120;
+  guint8 ok[120];
+  GPtrArray *bufs = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      gst_buffer_unref);
+  GstHarness *h = run_stream (OUT_FRAMES, 8, 4, T, 14, 28, 40, ok, bufs);
+  static const gsize takes[] = { 1, 2, 3, 5, 7, 11 };   /* rows (+ half) */
+  gsize n, rb = 0, t;
+  GstSattnMetaRow *rows = all_rows (bufs, &n, &rb);
+
+  fail_unless (rb > 0);
+
+  for (t = 0; t < 2 * G_N_ELEMENTS (takes); t++) {
+    GstAdapter *a = gst_adapter_new ();
+    gsize at = 0, kept = 0, dropped = 0;
+    gsize size = takes[t / 2] * rb + (t % 2 ? rb / 2 : 0);
+    guint b;
+
+    for (b = 0; b < bufs->len; b++)
+      gst_adapter_push (a, gst_buffer_ref (g_ptr_array_index (bufs, b)));
+    while (gst_adapter_available (a) >= size) {
+      GstBuffer *out = gst_adapter_take_buffer (a, size);
+
+      if (meta_exact (out, at, rows, n, rb))
+        kept++;
+      else
+        dropped++;
+      at += size;
+      gst_buffer_unref (out);
+    }
+    GST_INFO ("takes of %" G_GSIZE_FORMAT " bytes: %" G_GSIZE_FORMAT
+        " with the meta, %" G_GSIZE_FORMAT " without", size, kept, dropped);
+    /* Whole rows out of the element's 7-row buffers: some keep it. */
+    if (t % 2 == 0 && takes[t / 2] < 7)
+      fail_unless (kept > 0, "no take of %" G_GSIZE_FORMAT " rows kept the "
+          "meta", takes[t / 2]);
+    g_object_unref (a);
+  }
+  g_free (rows);
+  g_ptr_array_unref (bufs);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
+/* sattn ! audiobuffersplit: output buffers of other sizes than the
+ * element's, with and without GAP input: every meta exact. */
+static void
+check_split (const gchar * duration, gboolean gaps)
+{
+  const gsize T = 400;
+  float *x = g_new (float, T * CHANNELS);
+  gchar *line = g_strdup_printf ("sattn window=8 hop=4 output=mean ! "
+      "audiobuffersplit output-buffer-duration=%s", duration);
+  GstHarness *h;
+  GstElement *split = gst_element_factory_make ("audiobuffersplit", NULL);
+  GstBuffer *buf;
+  gsize f, kept = 0, dropped = 0;
+  guint64 next_row_frame = G_MAXUINT64;
+
+  if (split == NULL) {
+    g_free (line);
+    g_free (x);
+    fail ("audiobuffersplit (gstreamer1.0-plugins-bad) is not installed");
+    return;
+  }
+  gst_object_unref (split);
+  h = gst_harness_new_parse (line);
+  sattn_set_caps (h, RATE, CHANNELS);
+  sattn_fill_signal (x, T * CHANNELS, 11, 1.0f);
+  for (f = 0; f < T; f += 25) {
+    buf = sattn_buffer_new (x + f * CHANNELS, 25 * CHANNELS * sizeof (float),
+        gst_util_uint64_scale (f, GST_SECOND, RATE), 0);
+    if (gaps && (f / 25) % 5 == 2) {
+      GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_GAP);
+      gst_buffer_memset (buf, 0, 0, 25 * CHANNELS * sizeof (float));
+    }
+    fail_unless_equals_int (gst_harness_push (h, buf), GST_FLOW_OK);
+  }
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  while ((buf = gst_harness_try_pull (h)) != NULL) {
+    GstSattnMeta *m = gst_buffer_get_sattn_meta (buf);
+
+    if (m == NULL) {
+      dropped++;
+    } else {
+      guint i;
+
+      kept++;
+      fail_unless_equals_uint64 ((gsize) m->n_rows * m->row_bytes,
+          gst_buffer_get_size (buf));
+      /* Row i is the buffer's i-th row: its frames start at the row's
+       * time (one row per hop of 4 frames at 1000 frames/s). */
+      for (i = 0; i < m->n_rows; i++) {
+        GstClockTime t = GST_BUFFER_PTS (buf) + gst_util_uint64_scale (i,
+            GST_SECOND, RATE / 4);
+        fail_unless_equals_uint64 (m->rows[i].first_frame,
+            gst_util_uint64_scale_round (t, RATE, GST_SECOND));
+        fail_unless_equals_int (m->rows[i].n_frames, 4);
+        if (i > 0)
+          fail_unless_equals_uint64 (m->rows[i].first_frame,
+              m->rows[i - 1].first_frame + 4);
+      }
+      if (next_row_frame != G_MAXUINT64 && m->rows[0].first_frame <
+          next_row_frame)
+        fail ("rows described twice");
+      next_row_frame = m->rows[m->n_rows - 1].first_frame + 4;
+    }
+    gst_buffer_unref (buf);
+  }
+  GST_INFO ("audiobuffersplit %s%s: %" G_GSIZE_FORMAT " buffers with the "
+      "meta, %" G_GSIZE_FORMAT " without", duration, gaps ? " (GAPs)" : "",
+      kept, dropped);
+  fail_unless (kept > 0, "no buffer kept the meta");
+  gst_harness_teardown (h);
+  g_free (line);
+  g_free (x);
+}
+
+GST_START_TEST (test_meta_audiobuffersplit)
+{
+  check_split ("3/250", FALSE);         /* 3 rows: cuts the 25-row buffers */
+  check_split ("5/250", FALSE);         /* 5 rows: divides them */
+  check_split ("7/500", FALSE);         /* 3.5 rows: cuts rows */
+  check_split ("3/250", TRUE);
 }
 
 GST_END_TEST;
@@ -253,6 +460,8 @@ sattn_meta_suite (void)
   tcase_add_test (tc, test_meta_mean);
   tcase_add_test (tc, test_meta_window);
   tcase_add_test (tc, test_meta_copies);
+  tcase_add_test (tc, test_meta_adapter);
+  tcase_add_test (tc, test_meta_audiobuffersplit);
   return s;
 }
 
