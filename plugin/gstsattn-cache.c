@@ -2,10 +2,14 @@
  *
  * One GMutex guards two tables: key -> entry (lookup) and model -> entry
  * (release).  Hashing the tensors and building a model, the slow parts,
- * run outside the lock; two callers that miss at once both build, the
- * second to insert frees its copy and takes the first one's.  The tables
- * are freed with their last entry, so nothing is left allocated once no
- * element holds a model.
+ * run outside the lock, and one at a time per key: the first caller to
+ * miss enters the key as being built and builds; callers that ask for
+ * the same key meanwhile wait for that build (GCond) and share its model,
+ * or its error (copied), instead of reading the file again.  So N
+ * elements started at once on one file read it once and hold one model.
+ * A failed build leaves nothing in the table: the next request tries
+ * again.  The tables are freed with their last entry, so nothing is left
+ * allocated once no element holds a model.
  *
  * Identity models (no weights file) go through the same path, keyed by
  * configuration and add-zero-attn alone: they hold almost nothing, but one
@@ -25,6 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #define DIGEST_LEN 32           /* SHA-256 */
 
@@ -48,11 +55,19 @@ typedef struct
 typedef struct
 {
   CacheKey key;
-  SattnModel *model;
+  SattnModel *model;            /* NULL while building or after failing */
   guint users;
+  /* A build in flight: others wait on cache_built; after a failure the
+   * entry has left the tables and the last waiter frees it. */
+  gboolean building, failed;
+  guint waiters;
+  SattnStatus status;
+  gchar *err;
 } CacheEntry;
 
 static GMutex cache_lock;
+static GCond cache_built;
+static guint64 cache_builds;    /* builds started, ever (the query's) */
 static GHashTable *by_key;      /* CacheKey * -> CacheEntry * */
 static GHashTable *by_model;    /* SattnModel * -> CacheEntry * */
 
@@ -178,50 +193,69 @@ cache_key_init (CacheKey * k, const gchar * path, const gchar * prefix,
   return TRUE;
 }
 
+/* Once the cache holds nothing, give the freed model and load buffers
+ * back to the system: glibc keeps large freed blocks in its arenas (the
+ * threads that built models each have one), so without this an
+ * application that ran many elements keeps their peak resident after all
+ * of them went to NULL. */
+static void
+cache_trim (void)
+{
+#ifdef __GLIBC__
+  malloc_trim (0);
+#endif
+}
+
 static void
 cache_entry_free (CacheEntry * e)
 {
   g_free (e->key.prefix);
+  g_free (e->err);
   g_free (e);
 }
 
 /* The model for key (taken over: its prefix is freed here), built by
- * build (data) on a miss; NULL when the build fails. */
+ * build (data) on a miss, once per key however many callers ask at once;
+ * NULL when the build fails (status, and err when given, say why, to
+ * every caller that waited for that build). */
 typedef SattnModel *(*CacheBuildFn) (gpointer data, SattnStatus * status);
 
 static SattnModel *
 cache_obtain (CacheKey * key, CacheBuildFn build, gpointer data,
-    SattnStatus * status)
+    SattnStatus * status, gchar * err, gsize err_len)
 {
   CacheEntry *e;
   SattnModel *model;
+  SattnStatus st = SATTN_OK;
+  gboolean empty;
 
   g_mutex_lock (&cache_lock);
   e = by_key ? g_hash_table_lookup (by_key, key) : NULL;
   if (e != NULL) {
-    e->users++;
-    g_mutex_unlock (&cache_lock);
     g_free (key->prefix);
+    if (e->building) {
+      e->waiters++;
+      while (e->building)
+        g_cond_wait (&cache_built, &cache_lock);
+      e->waiters--;
+      if (e->failed) {
+        if (status)
+          *status = e->status;
+        if (err != NULL && err_len > 0)
+          g_strlcpy (err, e->err ? e->err : "", err_len);
+        if (e->waiters == 0)
+          cache_entry_free (e);
+        g_mutex_unlock (&cache_lock);
+        return NULL;
+      }
+      /* The builder counted this caller among the users already (so
+       * that a release before it woke up could not free the entry). */
+    } else {
+      e->users++;
+    }
+    g_mutex_unlock (&cache_lock);
     if (status)
       *status = SATTN_OK;
-    return e->model;
-  }
-  g_mutex_unlock (&cache_lock);
-
-  model = build (data, status);
-  if (model == NULL) {
-    g_free (key->prefix);
-    return NULL;
-  }
-
-  g_mutex_lock (&cache_lock);
-  e = by_key ? g_hash_table_lookup (by_key, key) : NULL;
-  if (e != NULL) {
-    /* Built by another caller meanwhile: use that one. */
-    e->users++;
-    g_mutex_unlock (&cache_lock);
-    g_free (key->prefix);
-    sattn_model_free (model);
     return e->model;
   }
   if (by_key == NULL) {
@@ -230,11 +264,43 @@ cache_obtain (CacheKey * key, CacheBuildFn build, gpointer data,
   }
   e = g_new0 (CacheEntry, 1);
   e->key = *key;
-  e->model = model;
   e->users = 1;
+  e->building = TRUE;
   g_hash_table_insert (by_key, &e->key, e);
-  g_hash_table_insert (by_model, model, e);
+  cache_builds++;
   g_mutex_unlock (&cache_lock);
+
+  model = build (data, &st);
+
+  g_mutex_lock (&cache_lock);
+  e->building = FALSE;
+  if (model == NULL) {
+    e->failed = TRUE;
+    e->status = st;
+    e->err = err != NULL ? g_strdup (err) : NULL;
+    g_hash_table_remove (by_key, &e->key);
+    if (g_hash_table_size (by_key) == 0) {
+      g_clear_pointer (&by_key, g_hash_table_unref);
+      g_clear_pointer (&by_model, g_hash_table_unref);
+    }
+    empty = by_key == NULL;
+    if (e->waiters == 0)
+      cache_entry_free (e);
+    g_cond_broadcast (&cache_built);
+    g_mutex_unlock (&cache_lock);
+    if (empty)
+      cache_trim ();
+    if (status)
+      *status = st;
+    return NULL;
+  }
+  e->model = model;
+  e->users += e->waiters;
+  g_hash_table_insert (by_model, model, e);
+  g_cond_broadcast (&cache_built);
+  g_mutex_unlock (&cache_lock);
+  if (status)
+    *status = SATTN_OK;
   return model;
 }
 
@@ -263,7 +329,7 @@ gst_sattn_cache_acquire (const gchar * path, const gchar * prefix,
 
   if (!cache_key_init (&key, path, prefix, cfg, w))
     return sattn_model_new (cfg, w, status);
-  return cache_obtain (&key, cache_build_new, &a, status);
+  return cache_obtain (&key, cache_build_new, &a, status, NULL, 0);
 }
 
 typedef struct
@@ -334,7 +400,7 @@ gst_sattn_cache_load (const gchar * path, const gchar * prefix,
   g_free (words);
   memcpy (&key.hash, key.digest, sizeof key.hash);
   key.hash ^= g_str_hash (key.prefix) ^ (guint) (key.ino * 31 + key.dev);
-  return cache_obtain (&key, cache_build_load, &a, status);
+  return cache_obtain (&key, cache_build_load, &a, status, err, err_len);
 }
 
 gboolean
@@ -354,6 +420,7 @@ void
 gst_sattn_cache_release (SattnModel * model)
 {
   CacheEntry *e;
+  gboolean empty;
 
   if (model == NULL)
     return;
@@ -376,9 +443,12 @@ gst_sattn_cache_release (SattnModel * model)
     g_clear_pointer (&by_key, g_hash_table_unref);
     g_clear_pointer (&by_model, g_hash_table_unref);
   }
+  empty = by_key == NULL;
   g_mutex_unlock (&cache_lock);
   sattn_model_free (model);
   cache_entry_free (e);
+  if (empty)
+    cache_trim ();
 }
 
 void
@@ -392,6 +462,8 @@ gst_sattn_cache_stats (guint * models, guint * users)
   if (by_key != NULL) {
     g_hash_table_iter_init (&it, by_key);
     while (g_hash_table_iter_next (&it, NULL, &v)) {
+      if (((CacheEntry *) v)->model == NULL)
+        continue;               /* being built */
       m++;
       u += ((CacheEntry *) v)->users;
     }
@@ -409,6 +481,7 @@ gst_sattn_cache_handle_query (GstQuery * query)
   const GstStructure *s;
   GstStructure *w;
   guint models, users;
+  guint64 builds;
 
   if (GST_QUERY_TYPE (query) != GST_QUERY_CUSTOM)
     return FALSE;
@@ -419,7 +492,10 @@ gst_sattn_cache_handle_query (GstQuery * query)
   if (w == NULL)
     return FALSE;
   gst_sattn_cache_stats (&models, &users);
+  g_mutex_lock (&cache_lock);
+  builds = cache_builds;
+  g_mutex_unlock (&cache_lock);
   gst_structure_set (w, "models", G_TYPE_UINT, models, "users", G_TYPE_UINT,
-      users, NULL);
+      users, "builds", G_TYPE_UINT64, builds, NULL);
   return TRUE;
 }

@@ -17,7 +17,9 @@ G_BEGIN_DECLS
 
 /* The name of the custom query (GST_QUERY_CUSTOM) every sattn element
  * answers with the cache's counters: "models" (G_TYPE_UINT, models in the
- * cache) and "users" (G_TYPE_UINT, references held on them).  For tests
+ * cache), "users" (G_TYPE_UINT, references held on them) and "builds"
+ * (G_TYPE_UINT64, models built (files read) since the process started;
+ * concurrent requests for one key wait for one build).  For tests
  * and debugging; not part of the element's documented interface.
  *
  * The functions below are internal to the plugin (hidden symbols). */

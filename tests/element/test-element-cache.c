@@ -545,19 +545,27 @@ GST_END_TEST;
  * quarantine): the measurement exists only without it. */
 #ifndef __SANITIZE_ADDRESS__
 
+/* A /proc/self/status figure of this process ("VmRSS", "VmHWM"), KiB. */
+static guint64
+status_kib (const gchar * field)
+{
+  gchar *text = NULL, *line, *key = g_strdup_printf ("\n%s:", field);
+  guint64 kib = 0;
+
+  fail_unless (g_file_get_contents ("/proc/self/status", &text, NULL, NULL));
+  line = strstr (text, key);
+  fail_unless (line != NULL);
+  kib = g_ascii_strtoull (line + strlen (key), NULL, 10);
+  g_free (text);
+  g_free (key);
+  return kib;
+}
+
 /* VmRSS of this process, in KiB. */
 static guint64
 rss_kib (void)
 {
-  gchar *text = NULL, *line;
-  guint64 kib = 0;
-
-  fail_unless (g_file_get_contents ("/proc/self/status", &text, NULL, NULL));
-  line = strstr (text, "\nVmRSS:");
-  fail_unless (line != NULL);
-  kib = g_ascii_strtoull (line + 8, NULL, 10);
-  g_free (text);
-  return kib;
+  return status_kib ("VmRSS");
 }
 
 #define BIG_E 1792              /* 7 channels x frame-size 256 */
@@ -661,6 +669,127 @@ GST_START_TEST (test_rss_16)
 GST_END_TEST;
 #endif
 
+/* 16 elements started at once from 16 threads on one big file: one
+ * build (the file read once), one model, 16 users; the resident memory
+ * at the peak is about one model more than before, and after all go to
+ * NULL it is back near where it started (the cache gives the freed memory
+ * back once it holds nothing). */
+typedef struct
+{
+  const gchar *path;
+  GMutex *lock;
+  GCond *go;
+  gboolean *started;
+  GstHarness *h;
+} StartArgs;
+
+static gpointer
+start_one (gpointer data)
+{
+  StartArgs *a = data;
+
+  g_mutex_lock (a->lock);
+  while (!*a->started)
+    g_cond_wait (a->go, a->lock);
+  g_mutex_unlock (a->lock);
+  a->h = big_harness (a->path);
+  return NULL;
+}
+
+static guint64
+cache_builds (void)
+{
+  GstElement *e = gst_element_factory_make ("sattn", NULL);
+  GstPad *src = gst_element_get_static_pad (e, "src");
+  GstQuery *q = gst_query_new_custom (GST_QUERY_CUSTOM,
+      gst_structure_new_empty ("GstSattnModelCache"));
+  guint64 b = 0;
+
+  fail_unless (gst_pad_query (src, q));
+  fail_unless (gst_structure_get_uint64 (gst_query_get_structure (q),
+          "builds", &b));
+  gst_query_unref (q);
+  gst_object_unref (src);
+  gst_object_unref (e);
+  return b;
+}
+
+GST_START_TEST (test_concurrent_start)
+{
+  enum { N = 16 };
+  gchar *path = g_build_filename (tmpdir, "concurrent.safetensors", NULL);
+  StartArgs a[N];
+  GThread *t[N];
+  GMutex lock;
+  GCond go;
+  gboolean started = FALSE;
+  guint64 builds0, builds1, rss0, rss_peak, rss_with, rss_after, model_kib;
+  guint i, m, u;
+
+  {
+    StWriter w;
+    GBytes *b;
+    gsize len;
+    const gchar *d;
+
+    st_init (&w);
+    st_add_mha (&w, "", BIG_E, 12);
+    b = st_finish (&w);
+    d = g_bytes_get_data (b, &len);
+    fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
+    g_bytes_unref (b);
+  }
+  model_kib = ((guint64) 4 * BIG_E * BIG_E + 4 * BIG_E) * 4 / 1024;
+  g_mutex_init (&lock);
+  g_cond_init (&go);
+  builds0 = cache_builds ();
+  malloc_trim (0);
+  rss0 = rss_kib ();
+  /* Reset the peak (VmHWM) to the present resident size. */
+  g_file_set_contents ("/proc/self/clear_refs", "5", 1, NULL);
+  for (i = 0; i < N; i++) {
+    a[i] = (StartArgs) {
+    path, &lock, &go, &started, NULL};
+    t[i] = g_thread_new ("start", start_one, &a[i]);
+  }
+  g_mutex_lock (&lock);
+  started = TRUE;
+  g_cond_broadcast (&go);
+  g_mutex_unlock (&lock);
+  for (i = 0; i < N; i++)
+    g_thread_join (t[i]);
+  builds1 = cache_builds ();
+  rss_with = rss_kib ();
+  rss_peak = status_kib ("VmHWM");
+  assert_counts (a[0].h->element, 1, N);
+  for (i = 0; i < N; i++)
+    gst_harness_teardown (a[i].h);
+  cache_counts_idle (&m, &u);
+  fail_unless_equals_int (m, 0);
+  rss_after = rss_kib ();
+  g_print ("model cache: %d elements started at once from %d threads: %"
+      G_GUINT64_FORMAT " build(s); RSS before %.1f MiB, peak %.1f MiB "
+      "(+%.1f; a model is %.1f MiB), with all %d playing %.1f MiB, after "
+      "all went to NULL %.1f MiB (+%.1f)\n", N, N, builds1 - builds0,
+      rss0 / 1024.0, rss_peak / 1024.0, ((gdouble) rss_peak - rss0) / 1024.0,
+      model_kib / 1024.0, N, rss_with / 1024.0, rss_after / 1024.0,
+      ((gdouble) rss_after - rss0) / 1024.0);
+  /* One build: concurrent misses on one key wait for it. */
+  fail_unless_equals_uint64 (builds1 - builds0, 1);
+  /* The peak is one build (the file read, its tensors converted, the
+   * model with its packed copies: under 4 model sizes) plus each
+   * element's stream state (3.4 MiB here), not one build per element. */
+  fail_unless (rss_peak < rss0 + 4 * model_kib + N * 4096, "%d elements "
+      "peaked at +%" G_GUINT64_FORMAT " KiB (a model: %" G_GUINT64_FORMAT
+      " KiB)", N, rss_peak - rss0, model_kib);
+  g_cond_clear (&go);
+  g_mutex_clear (&lock);
+  g_unlink (path);
+  g_free (path);
+}
+
+GST_END_TEST;
+
 static Suite *
 cache_suite (void)
 {
@@ -680,6 +809,7 @@ cache_suite (void)
   tc = tcase_create ("rss");
   tcase_set_timeout (tc, 240);
   tcase_add_test (tc, test_rss_16);
+  tcase_add_test (tc, test_concurrent_start);
   suite_add_tcase (s, tc);
 #endif
   return s;
