@@ -145,9 +145,11 @@ elif [ ! -d "$ort_dir/node_modules/onnxruntime-node" ]; then
     sudo=
     [ "$(id -u)" -eq 0 ] || sudo=sudo
     echo "Installing Debian packages: nodejs npm (for the ONNX Runtime peers)"
-    $sudo apt-get update &&
-      $sudo env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends nodejs npm || true
+    if ! { $sudo apt-get update &&
+           $sudo env DEBIAN_FRONTEND=noninteractive \
+             apt-get install -y --no-install-recommends nodejs npm; }; then
+      echo "could not install nodejs and npm"
+    fi
   fi
   mkdir -p "$ort_dir"
   echo "\$ (cd $ort_dir && npm install --ignore-scripts onnxruntime-node@1.30.0)"
