@@ -11,7 +11,11 @@
 #   make install-check  meson install into a scratch prefix, build
 #                    examples/use-library.c there with pkg-config alone and
 #                    run it (part of make test too: suite 'install')
-#   make bench       release build (build-release/) + the benchmark script
+#   make bench       release build (build-release/) + the benchmark script:
+#                    sattn's figures and its peers side by side (PyTorch
+#                    naive, last-hop and KV cache; ONNX Runtime 1.30,
+#                    which the script installs with npm into
+#                    build-release/bench-peers/, for the bench only)
 #   make soak        release build + 10^8 frames of a W1-like stream through
 #                    the element (SOAK_FRAMES=...; not in CI, ~10+ minutes)
 #   make fuzz-stream SECONDS=600 [SEED=n]

@@ -2314,6 +2314,212 @@ write_json (FILE *f, const Workload *w, int random_weights, const Result *r)
   fprintf (f, "}\n");
 }
 
+#ifdef SATTN_BENCH_HAVE_WEIGHTS
+/* ------------------------------------------------------- whole models */
+
+/* --whole FILE: a whole model per window (python/sattn/nn.py's
+ * SignalTransformer saved with sattn.nn.save_safetensors), loaded with the
+ * one loader, output=classes, threads=1, windows of --window frames every
+ * --hop frames (16 and 8 by default).  Measured in interleaved repeats:
+ *   - the core pushing one hop at a time (sattn_stream_push);
+ *   - the core pushing the pipeline's buffers (10 ms of signal at the
+ *     W1 rate, a whole number of hops);
+ *   - the pipeline appsrc ! sattn weights=FILE output=classes ! fakesink
+ *     with the same buffers;
+ *   - the one-thread FMA peak (the loop of the --peak table, best ISA).
+ * Windows per CPU second of the computing thread; useful GFLOP/s as a
+ * fraction of the peak per CPU second of the same repeat.
+ *
+ * Useful work per window (a multiply-add counts 2; biases, norms, softmax
+ * exponentials and activations not counted), with d_frame F, d_model D,
+ * d_ff Df, window n, hop h, N layers, C classes:
+ *   embedding of the hop's new frames: 2 h F D (a frame's embedding does
+ *     not depend on the window, so the other n - h are not useful again);
+ *   per layer: Q, K, V projections 2 n D 3D, scores 2 n n D, weights x V
+ *     2 n n D, output projection 2 n D D, feed-forward 2 (2 n D Df);
+ *   pooling nothing, a Linear head 2 D C.
+ * This is what any per-window implementation must compute for a
+ * bidirectional model with learned positions; a batched peer that
+ * re-embeds all n frames does more, and is credited with this count. */
+static double
+whole_flops_per_window (size_t F, size_t D, size_t Df, size_t n, size_t h,
+                        size_t layers, size_t C)
+{
+  double fD = (double) D, fn = (double) n;
+  double layer = 2.0 * fn * fD * 3.0 * fD + 4.0 * fn * fn * fD +
+      2.0 * fn * fD * fD + 4.0 * fn * fD * (double) Df;
+  return 2.0 * (double) h * (double) F * fD + (double) layers * layer +
+      2.0 * fD * (double) C;
+}
+
+/* Push `push` frames at a time (a multiple of the hop) for `budget`
+ * seconds; windows per CPU second of this thread. */
+static double
+whole_measure (SattnStream *s, const float *pool, size_t pool_frames,
+               size_t *pos, size_t F, size_t push, size_t hop, float *out,
+               size_t out_rows, double budget, int *fail)
+{
+  double t0 = now_s (), c0 = clock_s (CLOCK_THREAD_CPUTIME_ID);
+  uint64_t windows = 0;
+  do {
+    for (int rep = 0; rep < 16; rep++) {
+      size_t got = 0;
+      SattnStatus st = sattn_stream_push (s, pool + *pos * F, push, NULL,
+                                          out, out_rows, NULL, &got);
+      if (st != SATTN_OK || got != push / hop)
+        *fail = 1;
+      windows += got;
+      *pos += push;
+      if (*pos + push > pool_frames)
+        *pos = 0;
+    }
+  } while (now_s () < t0 + budget);
+  return (double) windows / (clock_s (CLOCK_THREAD_CPUTIME_ID) - c0);
+}
+
+static int
+run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
+{
+  SattnLoadOptions opt;
+  SattnLoadReport rep = { sizeof rep, 0, 0, 0, 0, 0, 0, 0 };
+  SattnModel *m = NULL;
+  char err[1024] = "";
+  int fail = 0;
+
+  sattn_load_options_init (&opt);
+  if (sattn_model_load (path, "", &opt, &m, &rep, err, sizeof err) !=
+      SATTN_OK) {
+    fprintf (stderr, "%s: %s\n", path, err);
+    return 1;
+  }
+  if (rep.kind != SATTN_MODEL_WHOLE || rep.classes == 0) {
+    fprintf (stderr, "%s: not a whole model with a head\n", path);
+    sattn_model_free (m);
+    return 1;
+  }
+  const SattnConfig *cfg = sattn_model_config (m);
+  const size_t F = cfg->d_model, D = sattn_model_d_out (m);
+  const size_t C = rep.classes, L = rep.layers;
+  /* The pipeline's stream: F channels of one value per frame at the W1
+   * rate; buffers of 10 ms (a whole number of hops). */
+  const Workload w = { "whole", "whole model", F, 16000, 1, cfg->heads, n,
+                       h, 0 };
+  const size_t bf = wl_buffer_frames (&w);
+  const size_t pool_frames = bf * ((64 * n + bf - 1) / bf);
+  const double fpw = whole_flops_per_window (F, D, cfg->d_ff, n, h, L, C);
+  SattnStreamConfig sc = { .window = n, .hop = h,
+                           .output = SATTN_OUTPUT_CLASSES, .threads = 1 };
+  SattnStatus st;
+  SattnStream *s[2] = { sattn_stream_new (m, &sc, &st), NULL };
+  if (s[0])
+    s[1] = sattn_stream_new (m, &sc, &st);
+  float *pool = malloc (pool_frames * F * sizeof (float));
+  float *out = malloc ((bf / h + 1) * C * sizeof (float));
+  double *v[4];
+  for (int k = 0; k < 4; k++)
+    v[k] = calloc ((size_t) o->repeats, sizeof (double));
+  if (!s[0] || !s[1] || !pool || !out || !v[0] || !v[1] || !v[2] || !v[3]) {
+    fprintf (stderr, "whole model stream: %s\n",
+             s[1] ? "out of memory" : sattn_status_string (st));
+    fail = 1;
+    goto done;
+  }
+  Rng r = { 0x5eed };
+  fill_normal (&r, pool, pool_frames * F, 1.0);
+  const int isa = peak_isa_supported (2) ? 2 : 1;
+  const uint64_t it = peak_calibrate (isa, o->quick ? 0.01 : 0.1);
+  size_t pos[2] = { 0, 0 };
+  printf ("\nwhole model per window: %s\n(d_frame %zu, d_model %zu, %zu "
+          "heads, d_ff %zu, %zu layers, %zu classes; window %zu, hop %zu, "
+          "output=classes, threads=1); windows per CPU second, medians of "
+          "%d interleaved repeats; useful work %.0f FLOP per window\n",
+          path, F, D, cfg->heads, cfg->d_ff, L, C, n, h, o->repeats, fpw);
+  fflush (stdout);
+  for (int k = 0; k < o->repeats && !fail; k++) {
+    if (k == 0) {
+      whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out,
+                     bf / h + 1, 0.2 * o->core_time, &fail);
+      whole_measure (s[1], pool, pool_frames, &pos[1], F, bf, h, out,
+                     bf / h + 1, 0.2 * o->core_time, &fail);
+    }
+    peak_measure (isa, 1, it);
+    v[3][k] = peak_cpu_last;
+    v[0][k] = whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out,
+                             bf / h + 1, o->core_time, &fail);
+    v[1][k] = whole_measure (s[1], pool, pool_frames, &pos[1], F, bf, h, out,
+                             bf / h + 1, o->core_time, &fail);
+    v[2][k] = NAN;
+#ifdef SATTN_BENCH_HAVE_GST
+    if (o->do_pipeline) {
+      char extra[4200];
+      double secs = 0.0, cpu = 0.0;
+      uint64_t frames_out = 0;
+      uint64_t warm = 4, nbuf = warm + (uint64_t) fmax (20.0,
+          v[1][k] * (double) h * o->pipe_time / (double) bf);
+      snprintf (extra, sizeof extra, "weights=\"%s\" output=classes", path);
+      if (run_pipeline (&w, pool, pool_frames, bf, warm, nbuf, 1, extra,
+                        &secs, &cpu, &frames_out, err, sizeof err) == 0 &&
+          frames_out > 0)
+        v[2][k] = (double) ((nbuf - warm) * (bf / h)) / cpu;
+      else {
+        fprintf (stderr, "whole model pipeline: %s\n",
+                 err[0] ? err : "no output");
+        fail = 1;
+      }
+    }
+#endif
+  }
+  if (fail)
+    goto done;
+  {
+    double core = median (v[0], (size_t) o->repeats);
+    double core_buf = median (v[1], (size_t) o->repeats);
+    double pipe = median (v[2], (size_t) o->repeats);
+    double peak = median (v[3], (size_t) o->repeats);
+    const char *isa_name = isa == 2 ? "AVX-512" : "AVX2";
+    printf ("| | windows/s | GFLOP/s | %% of FMA peak (%s, %.1f GFLOP/s) |\n"
+            "|---|---:|---:|---:|\n", isa_name, peak);
+    printf ("| sattn core, one hop (%zu frames) per push | %.0f | %.2f "
+            "| %.1f%% |\n", h, core, core * fpw * 1e-9,
+            100.0 * core * fpw * 1e-9 / peak);
+    printf ("| sattn core, %zu frames per push | %.0f | %.2f | %.1f%% |\n",
+            bf, core_buf, core_buf * fpw * 1e-9,
+            100.0 * core_buf * fpw * 1e-9 / peak);
+    if (isfinite (pipe))
+      printf ("| sattn pipeline, %zu frames per buffer | %.0f | %.2f "
+              "| %.1f%% |\n", bf, pipe, pipe * fpw * 1e-9,
+              100.0 * pipe * fpw * 1e-9 / peak);
+    if (json) {
+      fprintf (json, "{\"whole\": 1, \"weights\": ");
+      json_string (json, path);
+      fprintf (json, ", \"d_frame\": %zu, \"d_model\": %zu, \"heads\": %zu, "
+               "\"d_ff\": %zu, \"layers\": %zu, \"classes\": %zu, "
+               "\"window\": %zu, \"hop\": %zu, \"buffer_frames\": %zu, "
+               "\"peak_isa\": \"%s\"", F, D, cfg->heads, cfg->d_ff, L, C, n,
+               h, bf, isa_name);
+      json_num (json, "flops_per_window", fpw);
+      json_num (json, "peak_gflops", peak);
+      json_num (json, "core_wps", core);
+      json_num (json, "core_buffer_wps", core_buf);
+      json_num (json, "pipeline_wps", pipe);
+      json_num (json, "core_peak_frac", core * fpw * 1e-9 / peak);
+      json_num (json, "core_buffer_peak_frac", core_buf * fpw * 1e-9 / peak);
+      json_num (json, "pipeline_peak_frac", pipe * fpw * 1e-9 / peak);
+      fprintf (json, "}\n");
+    }
+  }
+done:
+  for (int k = 0; k < 4; k++)
+    free (v[k]);
+  free (pool);
+  free (out);
+  sattn_stream_free (s[0]);
+  sattn_stream_free (s[1]);
+  sattn_model_free (m);
+  return fail;
+}
+#endif
+
 static void
 usage (FILE *f)
 {
@@ -2338,7 +2544,14 @@ usage (FILE *f)
       "                  threads=1 and 2, AVX-512 and AVX2 (SATTN_SIMD=1)\n"
       "  --encoder       only an encoder layer (feed-forward 4 d, RoPE) on\n"
       "                  the W1 geometry, core and pipeline; its weights\n"
-      "                  file goes to --dump DIR (else $TMPDIR or /tmp)\n");
+      "                  file goes to --dump DIR (else $TMPDIR or /tmp)\n"
+      "  --whole FILE    only a whole model per window (sattn.nn's\n"
+      "                  SignalTransformer file, output=classes): windows/s\n"
+      "                  in the core and the pipeline, and useful GFLOP/s\n"
+      "                  against the FMA peak measured in the same repeats\n"
+      "  --window N, --hop N  the whole model's window and hop (16, 8)\n"
+      "  --fma-peak      print the one-thread FMA peak (GFLOP/s per CPU\n"
+      "                  second) as one JSON line and exit\n");
 }
 
 int
@@ -2354,6 +2567,9 @@ main (int argc, char **argv)
   o.sgemm_size = 1024;
   o.weights_filter = -1;
   int have_time = 0, threads_scaling = 0, peak_table = 0, encoder = 0;
+  const char *whole = NULL;
+  int fma_peak = 0;
+  long whole_n = 16, whole_h = 8;
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -2390,6 +2606,14 @@ main (int argc, char **argv)
       peak_table = 1;
     } else if (strcmp (a, "--encoder") == 0) {
       encoder = 1;
+    } else if (strcmp (a, "--fma-peak") == 0) {
+      fma_peak = 1;
+    } else if (strcmp (a, "--whole") == 0 && i + 1 < argc) {
+      whole = argv[++i];
+    } else if (strcmp (a, "--window") == 0 && i + 1 < argc) {
+      whole_n = atol (argv[++i]);
+    } else if (strcmp (a, "--hop") == 0 && i + 1 < argc) {
+      whole_h = atol (argv[++i]);
     } else if (strcmp (a, "--blas-info") == 0) {
       /* The OpenBLAS kernel set chosen for this CPU (run-bench.sh checks
        * it: OpenBLAS 0.3.21 falls back to "Prescott" on CPUs it does not
@@ -2411,7 +2635,8 @@ main (int argc, char **argv)
       o.repeats = 2;
     o.pipe_repeats = 1;
   }
-  if (o.repeats < 1 || !(o.core_time > 0.0)) {
+  if (o.repeats < 1 || !(o.core_time > 0.0) || whole_n < 1 || whole_h < 1 ||
+      whole_h > whole_n) {
     usage (stderr);
     return 2;
   }
@@ -2432,6 +2657,24 @@ main (int argc, char **argv)
 
   if (peak_table)
     return run_peak_section (&o) ? 1 : 0;
+  if (fma_peak) {
+    /* The one-thread FMA peak alone, per CPU second (as the --peak table
+     * measures it): one JSON line on stdout, for peers.py. */
+    const int isa = peak_isa_supported (2) ? 2 : 1;
+    if (!peak_isa_supported (isa)) {
+      printf ("{\"peak_gflops\": null}\n");
+      return 0;
+    }
+    uint64_t it = peak_calibrate (isa, o.quick ? 0.01 : 0.05);
+    double v[3];
+    for (int k = 0; k < 3; k++) {
+      peak_measure (isa, 1, it);
+      v[k] = peak_cpu_last;
+    }
+    printf ("{\"peak_gflops\": %.6g, \"peak_isa\": \"%s\"}\n",
+            median (v, 3), isa == 2 ? "AVX-512" : "AVX2");
+    return 0;
+  }
   if (encoder) {
 #ifdef SATTN_BENCH_HAVE_WEIGHTS
 #ifdef SATTN_BENCH_HAVE_GST
@@ -2444,6 +2687,21 @@ main (int argc, char **argv)
     return rc;
 #else
     fprintf (stderr, "--encoder needs the weights layer (GLib, json-glib)\n");
+    return 2;
+#endif
+  }
+  if (whole) {
+#ifdef SATTN_BENCH_HAVE_WEIGHTS
+#ifdef SATTN_BENCH_HAVE_GST
+    if (o.do_pipeline)
+      gst_init (NULL, NULL);
+#endif
+    int rc = run_whole (&o, whole, (size_t) whole_n, (size_t) whole_h, json);
+    if (json)
+      fclose (json);
+    return rc;
+#else
+    fprintf (stderr, "--whole needs the weights layer (GLib, json-glib)\n");
     return 2;
 #endif
   }

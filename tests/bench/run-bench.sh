@@ -1,10 +1,17 @@
 #!/bin/sh
 # Run the sattn benchmark on an existing (release) build directory:
-# the core and element figures from sattn-bench, then the PyTorch baseline
-# on the same workloads when Debian's python3-torch is installed.
+# the core and element figures from sattn-bench, then the peers side by
+# side with sattn (peers.py: PyTorch recomputing windows, PyTorch and ONNX
+# Runtime on the hop's queries only, PyTorch with a KV cache, ONNX Runtime
+# on whole windows; the encoder layer; the per-window recogniser at batch
+# 1 and 64), and the naive PyTorch baseline on W1-W4.
 #   tests/bench/run-bench.sh <build-dir> [sattn-bench options, e.g. --quick]
-# Builds nothing.  Set SATTN_BENCH_KEEP=1 to keep the working directory
-# (JSON lines, dumped inputs/weights/outputs).
+# Builds nothing.  ONNX Runtime (onnxruntime-node 1.30.0, its CPU build)
+# is installed here, for the bench only, into <build-dir>/bench-peers/ort
+# with npm (node and npm from Debian's nodejs/npm when missing);
+# SATTN_BENCH_NO_ORT=1 leaves its peers out.  Set SATTN_BENCH_KEEP=1 to
+# keep the working directory (JSON lines, dumped inputs/weights/outputs,
+# ONNX exports).
 set -eu
 
 if [ $# -lt 1 ]; then
@@ -113,8 +120,6 @@ else
   echo "gst-launch-1.0 or /usr/bin/time missing: skipped."
 fi
 
-echo
-echo "== PyTorch baseline"
 # Debian's python3-torch lives in the system interpreter, which may not be
 # the first python3 on PATH (e.g. under pyenv).
 py=
@@ -125,22 +130,53 @@ for cand in python3 /usr/bin/python3; do
     break
   fi
 done
+
+echo
+echo "== Peers side by side: PyTorch (naive, last-hop, KV cache) and ONNX Runtime 1.30 (whole window, last-hop; batch 1 and 64)"
+# ONNX Runtime for the bench only: onnxruntime-node's package brings its
+# CPU library; --ignore-scripts skips its install script, which only
+# fetches GPU parts.  Never a test or runtime dependency.
+ort_dir="$build/bench-peers/ort"
+if [ "${SATTN_BENCH_NO_ORT:-0}" = 1 ]; then
+  echo "SATTN_BENCH_NO_ORT=1: the ONNX Runtime peers are left out."
+  ort_dir=
+elif [ ! -d "$ort_dir/node_modules/onnxruntime-node" ]; then
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    sudo=
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    echo "Installing Debian packages: nodejs npm (for the ONNX Runtime peers)"
+    if ! { $sudo apt-get update &&
+           $sudo env DEBIAN_FRONTEND=noninteractive \
+             apt-get install -y --no-install-recommends nodejs npm; }; then
+      echo "could not install nodejs and npm"
+    fi
+  fi
+  mkdir -p "$ort_dir"
+  echo "\$ (cd $ort_dir && npm install --ignore-scripts onnxruntime-node@1.30.0)"
+  if ! (cd "$ort_dir" && npm install --ignore-scripts --no-audit --no-fund \
+          --loglevel=error onnxruntime-node@1.30.0); then
+    echo "npm install failed: the ONNX Runtime peers are left out."
+    ort_dir=
+  fi
+fi
 if [ -z "$py" ]; then
-  echo "PyTorch not found (install Debian's python3-torch): the PyTorch comparison is skipped."
+  echo "PyTorch not found (install Debian's python3-torch): the peers are skipped."
 elif [ ! -s "$work/sattn.jsonl" ]; then
-  echo "no figures from sattn-bench: the PyTorch comparison is skipped."
+  echo "no figures from sattn-bench: the peers are skipped."
 else
-  echo "\$ $pin $py $here/torch_baseline.py --sattn-json $work/sattn.jsonl --bench $bench $quick"
-  $pin "$py" "$here/torch_baseline.py" --sattn-json "$work/sattn.jsonl" --bench "$bench" $quick || status=$?
+  echo "\$ $pin $py $here/peers.py --bench $bench --ort $ort_dir --work $work/peers --sattn-json $work/sattn.jsonl $quick"
+  $pin "$py" "$here/peers.py" --bench "$bench" ${ort_dir:+--ort "$ort_dir"} \
+    --work "$work/peers" --sattn-json "$work/sattn.jsonl" $quick || status=$?
 fi
 
 echo
-echo "== Encoder layer on W1 (feed-forward 4 d, random weights, RoPE): sattn vs nn.TransformerEncoderLayer"
-mkdir -p "$work/encoder"
-echo "\$ $pin $bench --encoder --json $work/encoder.jsonl --dump $work/encoder $quick"
-$pin "$bench" --encoder --json "$work/encoder.jsonl" --dump "$work/encoder" $quick || status=$?
-if [ -n "$py" ] && [ -s "$work/encoder.jsonl" ]; then
-  echo "\$ $pin $py $here/torch_baseline.py --encoder-json $work/encoder.jsonl $quick"
-  $pin "$py" "$here/torch_baseline.py" --encoder-json "$work/encoder.jsonl" $quick || status=$?
+echo "== Naive peer on W1-W4: PyTorch recomputing every window (streaming and batched)"
+if [ -z "$py" ]; then
+  echo "PyTorch not found (install Debian's python3-torch): skipped."
+elif [ ! -s "$work/sattn.jsonl" ]; then
+  echo "no figures from sattn-bench: skipped."
+else
+  echo "\$ $pin $py $here/torch_baseline.py --sattn-json $work/sattn.jsonl --bench $bench $quick"
+  $pin "$py" "$here/torch_baseline.py" --sattn-json "$work/sattn.jsonl" --bench "$bench" $quick || status=$?
 fi
 exit $status

@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch baseline for the sattn benchmark workloads W1-W4.
+"""The naive PyTorch peer of the sattn benchmark workloads W1-W4.
+
+PyTorch recomputing windows: a baseline, not what an expert streams (the
+expert peers, a KV cache and ONNX Runtime, are in peers.py; run-bench.sh
+runs both).
 
 Reads the JSON lines written by `sattn-bench --json FILE --dump DIR` (one
 object per workload and weight set, with sattn's frames/s and the directory
@@ -303,8 +307,8 @@ def encoder_main(a):
     print("| %s | %s | %s | %s | %s | %s | %s | %s |"
           % (fmt(st), fmt(bt), fmt(core), fmt(pipe), r(pipe, st),
              r(pipe, bt), r(core, st), r(core, bt)))
-    print("target through the pipeline: >= 10x torch streaming (%s), "
-          ">= 3x torch batched (%s)"
+    print("naive-peer figures through the pipeline: >= 10x torch streaming "
+          "(%s), >= 3x torch batched (%s)"
           % ("met" if pipe and pipe >= 10 * st else "NOT met",
              "met" if pipe and pipe >= 3 * bt else "NOT met"))
     return 0
@@ -418,7 +422,8 @@ def main():
         sys.stdout.flush()
 
     print()
-    print("PyTorch side by side (frames per CPU second of the computing "
+    print("Naive peer, PyTorch recomputing windows, side by side (frames "
+          "per CPU second of the computing "
           "thread; ratio = sattn frames/s / torch frames/s, %s):" % (
               "median of per-repeat ratios, sattn measured in the same "
               "repeats" if args.bench else
@@ -447,8 +452,8 @@ def main():
             print("target W1 %s: pipeline figure missing (element not built "
                   "or without weights support)" % r["weights"])
             continue
-        print("target W1 %s through the pipeline: %.1fx torch streaming "
-              "(>= 20x: %s), %.1fx torch batched (>= 5x: %s)" % (
+        print("naive-peer figures, W1 %s through the pipeline: %.1fx torch "
+              "streaming (>= 20x: %s), %.1fx torch batched (>= 5x: %s)" % (
                   r["weights"], rs, "met" if rs >= 20 else "NOT met",
                   rb, "met" if rb >= 5 else "NOT met"))
     print("agreement with sattn: %d of %d configuration(s) failed" % (
