@@ -849,24 +849,27 @@ gst_sattn_check_trained_for (GstSattn * self, const SattnModel * model,
             1e3 * c->frame_size / (double) want, (double) want / rate,
             (double) rate / want, want), (NULL));
   }
-  v = sattn_model_metadata (model, "channels");
-  if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT, &want,
-          NULL) && want != (guint64) channels) {
-    GST_ELEMENT_WARNING (self, STREAM, FORMAT,
-        ("The model was trained on %" G_GUINT64_FORMAT "-channel streams "
-            "(metadata 'channels') and this stream has %d channels with "
-            "frame-size=%u: the frames have the number of values the model "
-            "takes, but not the layout it learned.", want, channels,
-            c->frame_size), (NULL));
-  }
-  v = sattn_model_metadata (model, "frame_size");
-  if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT, &want,
-          NULL) && want != c->frame_size) {
-    GST_ELEMENT_WARNING (self, STREAM, FORMAT,
-        ("The model was trained with frame-size=%" G_GUINT64_FORMAT
-            " (metadata 'frame_size') but frame-size=%u is set: the frames "
-            "have the number of values the model takes, but not the layout "
-            "it learned.", want, c->frame_size), (NULL));
+  /* Another channel count or frame size with the same values per frame
+   * (the embedding checked that): the layout the model learned is not
+   * the frames'. */
+  {
+    static const gchar *const keys[] = { "channels", "frame_size" };
+    static const gchar *const what[] = { "channels", "frame-size" };
+    const guint64 have[] = { (guint64) channels, c->frame_size };
+    guint i;
+
+    for (i = 0; i < G_N_ELEMENTS (keys); i++) {
+      v = sattn_model_metadata (model, keys[i]);
+      if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT,
+              &want, NULL) && want != have[i])
+        GST_ELEMENT_WARNING (self, STREAM, FORMAT,
+            ("The model was trained with %s=%" G_GUINT64_FORMAT
+                " (metadata '%s') but this stream has %s=%" G_GUINT64_FORMAT
+                " (%d channels, frame-size=%u): the frames have the number "
+                "of values the model takes, but not the layout it learned.",
+                what[i], want, keys[i], what[i], have[i], channels,
+                c->frame_size), (NULL));
+    }
   }
 }
 

@@ -262,10 +262,10 @@ class TrainedFor(unittest.TestCase):
 
     def test_other_layout(self):
         out = self.run_at(64000, 1, 32)
-        self.assertIn("trained on 2-channel streams (metadata 'channels') "
-                      "and this stream has 1 channels", out)
+        self.assertIn("trained with channels=2 (metadata 'channels') but "
+                      "this stream has channels=1", out)
         self.assertIn("trained with frame-size=16 (metadata 'frame_size') "
-                      "but frame-size=32 is set", out)
+                      "but this stream has frame-size=32", out)
 
 
 if __name__ == "__main__":
