@@ -17,14 +17,18 @@ SignalTransformer, and save_safetensors.
 The semantics are libsattn's (include/sattn/sattn.h): this module only
 converts arrays and turns a status into a SattnError carrying the core's
 message.  A Model is immutable and holds no thread count: it may be shared
-by any number of streams and threads, each Stream with its own threads=; a
-Stream is used by one thread at a time.  The library is the
+by any number of streams and threads (attend() included), each Stream with
+its own threads=.  A Stream is used by one thread at a time: a call on a
+Stream while another thread is inside a call on it raises SattnError
+(ctypes releases the GIL, so the two would otherwise run in the core at
+once).  The library is the
 one meson installed next to this package, or the file named by the
 environment variable SATTN_LIBRARY.
 """
 
 import ctypes
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -517,6 +521,21 @@ def attend(model, x, key_valid=None, query_valid=None, allow=None, *,
 
 # ----------------------------------------------------------------- stream
 
+def _one_thread(method):
+    """A Stream method that holds the stream for the time of the call
+    (Stream._enter): a second thread's call meanwhile raises SattnError."""
+    def call(self, *args, **kw):
+        self._enter(method.__name__)
+        try:
+            return method(self, *args, **kw)
+        finally:
+            self._leave()
+    call.__name__ = method.__name__
+    call.__qualname__ = method.__qualname__
+    call.__doc__ = method.__doc__
+    return call
+
+
 class Stream:
     """One stream's sliding-window state over a Model (sattn_stream_*).
 
@@ -535,12 +554,24 @@ class Stream:
     threads computing this stream's windows (SattnStreamConfig.threads: 1
     = the calling thread only, N > 1 = it and N - 1 workers, 0 = one per
     CPU); the output is byte-identical for every count.  The stream keeps
-    its model alive."""
+    its model alive.
+
+    One thread at a time: a Stream may pass from thread to thread, but a
+    call on it (push, drain, reset, stats, set_invalid_policy, the
+    properties, last_weights) while another thread is inside one raises
+    SattnError (status SATTN_E_INVAL) naming both calls and that thread,
+    and leaves the stream as it was.  Calls are refused rather than
+    queued: frames pushed from several threads at once would enter the
+    window in no defined order.  Give each thread its own Stream (they
+    may share one Model), or serialise the calls with a lock of your
+    own."""
 
     def __init__(self, model, window, hop=None, output="frames", *,
                  start="pad", invalid="mask", collect_stats=False,
                  saturation_threshold=0.0, keep_weights=False, threads=1):
         self._h = None
+        self._busy = threading.Lock()
+        self._user = None  # (thread name, method) inside a call
         sc = _lib.SattnStreamConfig()
         sc.window = _uint(window, "window")
         sc.hop = _uint(window if hop is None else hop, "hop")
@@ -561,7 +592,23 @@ class Stream:
         self.model = model
         self.output = output
         self.row_floats = _lib.sattn_stream_row_floats(h)
-        self._n_rows = ctypes.c_size_t(0)
+
+    def _enter(self, what):
+        """Take the stream for one call of method what, or raise
+        SattnError when another thread is inside a call on it."""
+        if not self._busy.acquire(blocking=False):
+            user = self._user or ("?", "?")
+            raise SattnError(_lib.E_INVAL, (
+                "Stream.%s from thread %r while thread %r is inside "
+                "Stream.%s: a Stream is used by one thread at a time (give "
+                "each thread its own Stream, or serialise the calls with a "
+                "lock)") % (what, threading.current_thread().name,
+                            user[0], user[1]))
+        self._user = (threading.current_thread().name, what)
+
+    def _leave(self):
+        self._user = None
+        self._busy.release()
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -575,6 +622,7 @@ class Stream:
         info = np.empty(m, dtype=ROW_INFO_DTYPE)
         return out, info
 
+    @_one_thread
     def push(self, frames, valid=None):
         """Push frames (n × d_model; one frame may be 1-D) and return
         (rows, info) for every window they complete: rows is k × row_floats
@@ -585,11 +633,12 @@ class Stream:
         n = a.shape[0]
         v = _mask(valid, n, "valid")
         out, info = self._rows(n)
+        n_rows = ctypes.c_size_t(0)
         st = _lib.sattn_stream_push(
             self._h, _fptr(a), n, _u8ptr(v), _fptr(out), out.shape[0],
             info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
-            ctypes.byref(self._n_rows))
-        k = self._n_rows.value
+            ctypes.byref(n_rows))
+        k = n_rows.value
         if st == _lib.E_NONFINITE:
             idx = ctypes.c_uint64()
             fault = ctypes.c_int()
@@ -605,21 +654,25 @@ class Stream:
         _check(st)
         return out[:k], info[:k]
 
+    @_one_thread
     def drain(self):
         """Rows for every pending frame (end of stream), as push returns
         them; the stream stays usable."""
         out, info = self._rows(0)
+        n_rows = ctypes.c_size_t(0)
         _check(_lib.sattn_stream_drain(
             self._h, _fptr(out), out.shape[0],
             info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
-            ctypes.byref(self._n_rows)))
-        k = self._n_rows.value
+            ctypes.byref(n_rows)))
+        k = n_rows.value
         return out[:k], info[:k]
 
+    @_one_thread
     def reset(self):
         """Forget every frame: the next one is frame 0 (statistics kept)."""
         _lib.sattn_stream_reset(self._h)
 
+    @_one_thread
     def stats(self, clear=False):
         """The accumulated SattnStats as a dict; cleared after if clear."""
         s = _lib.SattnStats()
@@ -627,26 +680,31 @@ class Stream:
                                     1 if clear else 0)
         return _stats_dict(s)
 
+    @_one_thread
     def set_invalid_policy(self, invalid):
         """"mask", "zero" or "error", from the next frame pushed."""
         _check(_lib.sattn_stream_set_invalid_policy(
             self._h, _pick(_lib.INVALID_POLICIES, invalid, "invalid")))
 
     @property
+    @_one_thread
     def frames(self):
         """Frames pushed since creation or the last reset."""
         return _lib.sattn_stream_frames(self._h)
 
     @property
+    @_one_thread
     def frames_to_window(self):
         """Frames to push before the next window is computed."""
         return _lib.sattn_stream_frames_to_window(self._h)
 
     @property
+    @_one_thread
     def pending(self):
         """Frames received but not yet accounted for by an output row."""
         return _lib.sattn_stream_pending(self._h)
 
+    @_one_thread
     def last_weights(self, head=-1):
         """The last window's weights (needs keep_weights): rows × (window +
         extra keys); head -1 averages the heads."""
