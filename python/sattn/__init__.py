@@ -35,7 +35,8 @@ import numpy as np
 
 from . import _lib
 
-__all__ = ["SattnError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
+__all__ = ["SattnError", "SattnTypeError", "SattnValueError",
+           "SattnMemoryError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
 
 # One record per output row (SattnRowInfo): first input frame it accounts
 # for, how many frames, whether it holds a computed result (0: zeros), and
@@ -50,7 +51,10 @@ class SattnError(Exception):
     status: the SattnStatus value (int); status_name: e.g. "SATTN_E_SHAPE";
     message (str(e)): the core's words.  Stream.push under invalid="error"
     adds frame (the index of the frame that stopped it), fault (why:
-    "nonfinite" or "overflow") and the rows / info computed before it."""
+    "nonfinite" or "overflow") and the rows / info computed before it.
+    Where Python would raise a builtin exception the package raises a
+    SattnError that is that builtin too (SattnTypeError, SattnValueError,
+    SattnMemoryError), so that existing except clauses still work."""
 
     def __init__(self, status, message=None):
         self.status = int(status)
@@ -58,6 +62,22 @@ class SattnError(Exception):
         if not message:
             message = _status_string(status)
         super().__init__(message)
+
+
+class SattnTypeError(SattnError, TypeError):
+    """A SattnError that is also a TypeError: an argument of a type the
+    package does not take (a path that is not a file name, complex
+    numbers, an object that is no array of numbers)."""
+
+
+class SattnValueError(SattnError, ValueError):
+    """A SattnError that is also a ValueError: a value Python cannot turn
+    into the number or array asked for (e.g. heads="two")."""
+
+
+class SattnMemoryError(SattnError, MemoryError):
+    """A SattnError that is also a MemoryError: no memory for an array the
+    call needs (e.g. the float32 copy of a huge broadcast input)."""
 
 
 def _status_string(status):
@@ -87,10 +107,39 @@ def _u8ptr(a):
 
 
 def _f32(a, name):
+    """a as a C-contiguous float32 array; complex numbers are refused
+    (casting would drop the imaginary parts without a word)."""
     try:
+        a = np.asarray(a)  # a view when a is an array already
+        if np.issubdtype(a.dtype, np.complexfloating):
+            raise SattnTypeError(_lib.E_DTYPE, (
+                "%s has dtype %s: complex values are refused (pass the real "
+                "part, the magnitude or both parts as frames of their own)")
+                % (name, a.dtype))
         return np.ascontiguousarray(a, dtype=np.float32)
-    except (TypeError, ValueError) as e:
-        raise SattnError(_lib.E_INVAL, "%s: %s" % (name, e)) from None
+    except MemoryError as e:
+        if isinstance(e, SattnError):
+            raise
+        shape = getattr(a, "shape", None)
+        raise SattnMemoryError(_lib.E_NOMEM, (
+            "%s%s: no memory for its float32 copy (%s)")
+            % (name, "" if shape is None else " of shape %s" % (shape,), e)) \
+            from None
+    except TypeError as e:
+        if isinstance(e, SattnError):
+            raise
+        raise SattnTypeError(_lib.E_INVAL, "%s: %s" % (name, e)) from None
+    except ValueError as e:
+        raise SattnValueError(_lib.E_INVAL, "%s: %s" % (name, e)) from None
+
+
+def _empty(shape, dtype, what):
+    """np.empty, with SattnMemoryError naming what when memory runs out."""
+    try:
+        return np.empty(shape, dtype=dtype)
+    except MemoryError as e:
+        raise SattnMemoryError(_lib.E_NOMEM, "no memory for %s of shape %s "
+                               "(%s)" % (what, shape, e)) from None
 
 
 def _mask(a, n, name):
@@ -252,7 +301,7 @@ class Model:
         c.heads = _uint(heads, "heads")
         c.d_head = _uint(d_head, "d_head")
         c.d_value = _uint(d_value, "d_value")
-        c.scale = float(scale)
+        c.scale = _number(scale, "scale", float)
         c.lookback = _uint(lookback, "lookback")
         opt.add_zero_attn = 1 if add_zero_attn else 0
         given = 0
@@ -263,7 +312,7 @@ class Model:
             c.positions = _pick(_lib.POSITIONS, positions, "positions")
             given |= _lib.SET_POSITIONS
         if rope_base is not None:
-            c.rope_base = float(rope_base)
+            c.rope_base = _number(rope_base, "rope_base", float)
             given |= _lib.SET_ROPE_BASE
         if activation is not None:
             c.activation = _pick(_lib.ACTIVATIONS, activation, "activation")
@@ -272,7 +321,7 @@ class Model:
             c.norm_first = 1 if norm_first else 0
             given |= _lib.SET_NORM_FIRST
         if norm_eps is not None:
-            c.norm_eps = float(norm_eps)
+            c.norm_eps = _number(norm_eps, "norm_eps", float)
             given |= _lib.SET_NORM_EPS
         opt.set = given
         h = ctypes.c_void_p()
@@ -408,11 +457,29 @@ class Model:
 
 
 def _path_bytes(path):
-    return os.fsencode(path)
+    try:
+        return os.fsencode(path)
+    except TypeError:
+        raise SattnTypeError(_lib.E_INVAL, (
+            "path=%r: expected a file name (str, bytes or os.PathLike), got "
+            "%s") % (path, type(path).__name__)) from None
+
+
+def _number(v, name, kind):
+    """int(v) or float(v) (kind), with SattnError naming the argument."""
+    try:
+        return kind(v)
+    except TypeError:
+        raise SattnTypeError(_lib.E_INVAL, "%s=%r: expected a number, got %s"
+                             % (name, v, type(v).__name__)) from None
+    except (ValueError, OverflowError):
+        raise SattnValueError(_lib.E_INVAL, "%s=%r: expected %s"
+                              % (name, v, "a whole number" if kind is int
+                                 else "a number")) from None
 
 
 def _uint(v, name):
-    v = int(v)
+    v = _number(v, name, int)
     if v < 0:
         raise SattnError(_lib.E_INVAL, "%s=%d: must be >= 0" % (name, v))
     return v
@@ -433,11 +500,11 @@ def _config(d_model, heads, d_head, d_value, d_out, scale, causal, lookback,
     c.d_head = _uint(d_head, "d_head")
     c.d_value = _uint(d_value, "d_value")
     c.d_out = _uint(d_out, "d_out")
-    c.scale = float(scale)
+    c.scale = _number(scale, "scale", float)
     c.causal = 1 if causal else 0
     c.lookback = _uint(lookback, "lookback")
     c.positions = _pick(_lib.POSITIONS, positions, "positions")
-    c.rope_base = float(rope_base)
+    c.rope_base = _number(rope_base, "rope_base", float)
     return c
 
 
@@ -491,12 +558,15 @@ def attend(model, x, key_valid=None, query_valid=None, allow=None, *,
     output rows (the frame rule of sattn.h)."""
     a = _frames(model, x)
     n = a.shape[0]
+    if n == 0:
+        raise SattnError(_lib.E_INVAL, "x has 0 frames: attend computes one "
+                         "window of n >= 1 frames")
     d_out = model.d_out
-    out = np.zeros((n, d_out), dtype=np.float32)
+    out = _empty((n, d_out), np.float32, "the output rows")
     wts = None
     if need_weights:
-        wts = np.zeros((model.heads, n, n + model.extra_keys),
-                       dtype=np.float32)
+        wts = _empty((model.heads, n, n + model.extra_keys), np.float32,
+                     "the weights")
     kv = _mask(key_valid, n, "key_valid")
     qv = _mask(query_valid, n, "query_valid")
     al = _mask(allow, n * n, "allow")
@@ -579,9 +649,10 @@ class Stream:
         sc.start = _pick(_lib.START_POLICIES, start, "start")
         sc.invalid_policy = _pick(_lib.INVALID_POLICIES, invalid, "invalid")
         sc.collect_stats = 1 if collect_stats else 0
-        sc.saturation_threshold = float(saturation_threshold)
+        sc.saturation_threshold = _number(saturation_threshold,
+                                          "saturation_threshold", float)
         sc.keep_weights = 1 if keep_weights else 0
-        sc.threads = int(threads)
+        sc.threads = _number(threads, "threads", int)
         st = ctypes.c_int(_lib.E_INVAL)
         h = _lib.sattn_stream_new(model._h, ctypes.byref(sc),
                                   ctypes.byref(st))
@@ -618,8 +689,8 @@ class Stream:
 
     def _rows(self, n_frames):
         m = _lib.sattn_stream_max_rows(self._h, n_frames)
-        out = np.empty((m, self.row_floats), dtype=np.float32)
-        info = np.empty(m, dtype=ROW_INFO_DTYPE)
+        out = _empty((m, self.row_floats), np.float32, "the output rows")
+        info = _empty(m, ROW_INFO_DTYPE, "the row records")
         return out, info
 
     @_one_thread
