@@ -745,11 +745,23 @@ class Stream:
 
     @_one_thread
     def stats(self, clear=False):
-        """The accumulated SattnStats as a dict; cleared after if clear."""
+        """The accumulated SattnStats as a dict; cleared after if clear.
+        "overflow_parts" counts the rows of overflow_rows by the part of
+        the layer that overflowed (sattn_stream_overflow_parts): a dict
+        from "out_proj", "norm1", "linear1", "linear2", "norm2",
+        "residual" and "unknown" (whole models) to counts."""
+        parts = None
+        if _lib.sattn_stream_overflow_parts is not None:
+            c = (ctypes.c_uint64 * len(_lib.PARTS))()
+            _check(_lib.sattn_stream_overflow_parts(self._h, c, len(c)))
+            parts = {k: c[v] for k, v in _lib.PARTS.items()}
         s = _lib.SattnStats()
         _lib.sattn_stream_get_stats(self._h, ctypes.byref(s),
                                     1 if clear else 0)
-        return _stats_dict(s)
+        d = _stats_dict(s)
+        if parts is not None:
+            d["overflow_parts"] = parts
+        return d
 
     @_one_thread
     def set_invalid_policy(self, invalid):
