@@ -722,8 +722,8 @@ fix_projected (SattnStream *s)
 }
 
 /* The output rows of a window: those of unusable queries are zeros; those
- * whose output projection overflowed too, counted.  row_ok[q0 + i] says
- * which rows are valid. */
+ * that overflowed (output projection, layer parts) too, counted by part.
+ * row_ok[q0 + i] says which rows are valid. */
 static void
 finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
              float *out, size_t ldo)
