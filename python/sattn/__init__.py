@@ -329,7 +329,8 @@ class Model:
         rep.struct_size = ctypes.sizeof(rep)
         err = ctypes.create_string_buffer(1024)
         st = _lib.sattn_model_load(_path_bytes(path),
-                                   (prefix or "").encode(), ctypes.byref(opt),
+                                   _text(prefix or "", "prefix"),
+                                   ctypes.byref(opt),
                                    ctypes.byref(h), ctypes.byref(rep), err,
                                    len(err))
         if st != _lib.OK or not h.value:
@@ -440,7 +441,7 @@ class Model:
         layer)."""
         if _lib.sattn_model_metadata is None:
             return None
-        v = _lib.sattn_model_metadata(self._h, key.encode())
+        v = _lib.sattn_model_metadata(self._h, _text(key, "key"))
         return None if v is None else v.decode(errors="replace")
 
     def __repr__(self):
@@ -463,6 +464,14 @@ def _path_bytes(path):
         raise SattnTypeError(_lib.E_INVAL, (
             "path=%r: expected a file name (str, bytes or os.PathLike), got "
             "%s") % (path, type(path).__name__)) from None
+
+
+def _text(v, name):
+    """A str argument as UTF-8 bytes, with SattnTypeError naming it."""
+    if not isinstance(v, str):
+        raise SattnTypeError(_lib.E_INVAL, "%s=%r: expected a str, got %s"
+                             % (name, v, type(v).__name__))
+    return v.encode()
 
 
 def _number(v, name, kind):

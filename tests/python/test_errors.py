@@ -115,6 +115,10 @@ class TestErrors(common.RaisesStatus, unittest.TestCase):
         self.assertIsInstance(e, TypeError)
         self.assertIn("path=3", str(e))
         self.assertIn("int", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors,
+                        "x.safetensors", 4)
+        self.assertIsInstance(e, TypeError)
+        self.assertIn("prefix=4", str(e))
         # whole numbers that are not numbers
         e = self.raises(_lib.E_INVAL, sattn.Model, 8, "two")
         self.assertIsInstance(e, ValueError)
