@@ -129,7 +129,10 @@ typedef struct {
   float *q, *k, *kt, *v, *o, *S, *xn, *lscr;
   uint8_t *kok, *qok;   /* after a run: qok[i] = row i usable (its output
                            computed and finite) */
+  uint8_t *part;        /* n: an encoder layer's SattnPart per row */
   size_t overflow_rows; /* after a run: rows whose output overflowed */
+  uint64_t overflow_parts[SATTN_PART_COUNT]; /* after a run: those rows by
+                                                the part that overflowed */
 } SattnAttendScratch;
 SattnStatus sattn_attend_scratch_new (const SattnModel *m, size_t n,
                                       SattnAttendScratch *scr);
@@ -182,9 +185,12 @@ size_t sattn_layer_scratch (const SattnModel *m);
 /* y (rows × d_model, stride ldy, rows <= SATTN_LAYER_ROWS) holds the
  * attention's output rows, x (stride ldx) their query frames: y becomes
  * the layer's output (rows of unusable queries are zeroed by the caller
- * afterwards). */
+ * afterwards).  part (rows entries, may be NULL): for a row whose output
+ * is not finite, the SattnPart that overflowed first; else
+ * SATTN_PART_UNKNOWN. */
 void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
-                       float *y, size_t ldy, size_t rows, float *scratch);
+                       float *y, size_t ldy, size_t rows, float *scratch,
+                       uint8_t *part);
 /* LayerNorm of rows (stride ld) of d_model floats with norm1's
  * parameters, from x into y. */
 void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
@@ -382,11 +388,14 @@ int sattn_frames_ok (const SattnModel *m, size_t cnt, const uint8_t *valid,
                      const float *x, const float *q, const float *k,
                      const float *v);
 
-/* Output rows (rows × d_out, stride ldo) whose output projection
- * overflowed become zeros; row_ok[i] (may be NULL) is cleared for them.
- * Returns how many there were. */
+/* Output rows (rows × d_out, stride ldo) that overflowed (their output
+ * projection, or an encoder layer's parts) become zeros; row_ok[i] (may
+ * be NULL) is cleared for them.  Each is counted in counts[part[i]]
+ * (counts may be NULL; part NULL: the output projection, the only part
+ * outside an encoder layer).  Returns how many there were. */
 size_t sattn_zero_overflowed_rows (const SattnModel *m, float *out,
-                                   size_t rows, size_t ldo, uint8_t *row_ok);
+                                   size_t rows, size_t ldo, uint8_t *row_ok,
+                                   const uint8_t *part, uint64_t *counts);
 
 /* core/cpu: the kernels, one table per SIMD level (kernels-portable.c,
  * kernels-avx2.c, kernels-avx512.c), the CPU's chosen once (isa.c); the

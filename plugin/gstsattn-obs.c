@@ -455,10 +455,49 @@ queue_warning (GstSattnObs * obs, GstElement * element, gchar * text,
   g_free (debug);
 }
 
+/* The stream's statistics since the last call, cleared in the stream;
+ * the parts its overflowed rows overflowed in are added to
+ * obs->oov_parts (the core clears them with the statistics). */
+static void
+obs_take_stats (GstSattnObs * obs, SattnStream * s, SattnStats * w)
+{
+  uint64_t parts[SATTN_PART_COUNT];
+  gsize p;
+
+  if (sattn_stream_overflow_parts (s, parts, SATTN_PART_COUNT) == SATTN_OK)
+    for (p = 0; p < SATTN_PART_COUNT; p++)
+      obs->oov_parts[p] += parts[p];
+  sattn_stream_get_stats (s, w, 1);
+}
+
+/* What to check when a part of the layer overflows. */
+static const gchar *
+part_advice (SattnPart part)
+{
+  switch (part) {
+    case SATTN_PART_OUT_PROJ:
+      return "the output projection weights";
+    case SATTN_PART_NORM1:
+      return "norm1's weight and bias";
+    case SATTN_PART_NORM2:
+      return "norm2's weight and bias";
+    case SATTN_PART_LINEAR1:
+      return "the feed-forward's linear1 weights";
+    case SATTN_PART_LINEAR2:
+      return "the feed-forward's linear2 weights";
+    case SATTN_PART_RESIDUAL:
+      return "the weights (each term of the residual sum fits float32, "
+          "their sum does not)";
+    default:
+      return "the model's weights";
+  }
+}
+
 /* Finite frames whose Q/K/V projection overflowed (the invalid-frames
- * policy was applied to them) and output rows whose output projection
- * overflowed (written as zeros): the cause is the weights' scale against
- * the input's. */
+ * policy was applied to them) and output rows that overflowed after the
+ * attention (written as zeros under every policy), named by the part of
+ * the layer that overflowed (the one with the most rows first): the cause
+ * is the weights' scale against the input's. */
 static void
 obs_check_overflow (GstSattnObs * obs, GstElement * element,
     const SattnStats * w, GstClockTime ts)
@@ -481,17 +520,39 @@ obs_check_overflow (GstSattnObs * obs, GstElement * element,
     obs->pov_frames = 0;
   }
   if (w->overflow_rows > 0 && warning_due (obs->oov_warned_at, ts)) {
-    text = g_strdup_printf ("The output projection overflows float32 at %"
-        GST_TIME_FORMAT " with the loaded weights: those output rows were "
-        "written as zeros and flagged invalid; reduce the input amplitude "
-        "or check the scale of the output projection weights",
-        GST_TIME_ARGS (ts));
+    SattnPart worst = SATTN_PART_UNKNOWN;
+    guint64 most = 0;
+    GString *by_part = g_string_new (NULL);
+    const gchar *name;
+    gsize p;
+
+    for (p = 0; p < SATTN_PART_COUNT; p++) {
+      if (obs->oov_parts[p] == 0)
+        continue;
+      g_string_append_printf (by_part, "%s%s: %" G_GUINT64_FORMAT,
+          by_part->len ? ", " : "", sattn_part_string ((SattnPart) p),
+          obs->oov_parts[p]);
+      if (obs->oov_parts[p] > most) {
+        most = obs->oov_parts[p];
+        worst = (SattnPart) p;
+      }
+    }
+    name = sattn_part_string (worst);
+    text = g_strdup_printf ("%c%s overflows float32 at %" GST_TIME_FORMAT
+        " with the loaded weights: those output rows were written as zeros "
+        "and flagged invalid (under every invalid-frames policy); reduce "
+        "the input amplitude or check the scale of %s",
+        g_ascii_toupper (name[0]), name + 1, GST_TIME_ARGS (ts),
+        part_advice (worst));
     debug = g_strdup_printf ("%" G_GUINT64_FORMAT " such row(s) since the "
-        "last such warning; at most one such warning per %u s of stream "
-        "time", obs->oov_rows, (guint) (WARNING_INTERVAL / GST_SECOND));
+        "last such warning (by part: %s); at most one such warning per %u s "
+        "of stream time", obs->oov_rows, by_part->str,
+        (guint) (WARNING_INTERVAL / GST_SECOND));
+    g_string_free (by_part, TRUE);
     queue_warning (obs, element, text, debug);
     obs->oov_warned_at = ts;
     obs->oov_rows = 0;
+    memset (obs->oov_parts, 0, sizeof (obs->oov_parts));
   }
 }
 
@@ -505,7 +566,7 @@ gst_sattn_obs_frames (GstSattnObs * obs, GstElement * element,
     return;
   /* Without statistics the stream still counts these; nothing else in
    * its statistics is read. */
-  sattn_stream_get_stats (s, &w, 1);
+  obs_take_stats (obs, s, &w);
   if (w.overflow_frames > 0 || w.overflow_rows > 0)
     obs_check_overflow (obs, element, &w, ts);
 }
@@ -655,7 +716,7 @@ gst_sattn_obs_window (GstSattnObs * obs, GstElement * element,
 
   if (!obs->stats_on)
     return;
-  sattn_stream_get_stats (s, &w, 1);
+  obs_take_stats (obs, s, &w);
   GST_LOG_OBJECT (element, "window %" G_GUINT64_FORMAT " at %"
       GST_TIME_FORMAT ": frames %" G_GUINT64_FORMAT "-%" G_GUINT64_FORMAT
       ", rows %" G_GUINT64_FORMAT ", masked-keys %" G_GUINT64_FORMAT

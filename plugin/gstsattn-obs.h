@@ -53,6 +53,8 @@ typedef struct
   /* Projections that overflowed: frames (Q/K/V), rows (output). */
   GstClockTime pov_warned_at, oov_warned_at;
   guint64 pov_frames, oov_rows;         /* since the last such warning */
+  guint64 oov_parts[SATTN_PART_COUNT];  /* those rows by the part of the
+                                           layer that overflowed */
 
   /* Messages and warnings to post after the next push. */
   GQueue pending;
@@ -99,7 +101,8 @@ void gst_sattn_obs_window (GstSattnObs * obs, GstElement * element,
     GstClockTime end_ts, const GstSegment * segment);
 
 /* After a core push of frames starting at ts: with statistics off, takes
- * the stream's overflow counters and queues the warnings they call for
+ * the stream's overflow counters (and the parts of the layer its
+ * overflowed rows overflowed in) and queues the warnings they call for
  * (with statistics on, gst_sattn_obs_window does it per window). */
 void gst_sattn_obs_frames (GstSattnObs * obs, GstElement * element,
     SattnStream * s, GstClockTime ts);

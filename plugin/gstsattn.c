@@ -182,9 +182,14 @@
  * overflows float32 with the loaded weights, are handled by
  * #GstSattn:invalid-frames (`error` names the frame, its time and the
  * cause); overflowed projections also post a warning, at most one per
- * 10 s of stream time.  An output row whose output projection overflows
- * is zeros (a buffer of only such rows is flagged GAP), with the same kind
- * of warning, so finite input never gives a non-finite output.  At EOS the
+ * 10 s of stream time.  An output row that overflows after the attention
+ * (in the output projection or, in an encoder layer, a LayerNorm, the
+ * feed-forward's linear1 or linear2, or the residual sum) is zeros (a
+ * buffer of only such rows is flagged GAP) under every
+ * #GstSattn:invalid-frames policy, `error` included (that policy is about
+ * input frames: the stream goes on), with the same kind of warning naming
+ * the part that overflowed, so finite input never gives a non-finite
+ * output.  At EOS the
  * element drains, so that in `frames` mode every input frame gets exactly
  * one output frame.
  *
@@ -515,9 +520,11 @@ gst_sattn_class_init (GstSattnClass * klass)
           DEFAULT_START, geom));
   g_object_class_install_property (gobject_class, PROP_INVALID_FRAMES,
       g_param_spec_enum ("invalid-frames", "Invalid frames",
-          "What a frame with NaN or Inf samples, or whose projection "
-          "overflows float32 with the loaded weights, gets (can change "
-          "while playing; GAP frames are always masked)",
+          "What a frame with NaN or Inf samples, or whose query/key/value "
+          "projection overflows float32 with the loaded weights, gets (can "
+          "change while playing; GAP frames are always masked; an output "
+          "row that overflows later in a layer is zeros under every "
+          "policy)",
           GST_TYPE_SATTN_INVALID_FRAMES, DEFAULT_INVALID_FRAMES,
           rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_THREADS,

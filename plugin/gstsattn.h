@@ -50,8 +50,11 @@ typedef enum {
  *
  * What happens to an input frame that contains NaN or Inf samples, or
  * whose query/key/value projection overflows float32 with the loaded
- * weights.  Frames of GAP buffers and events are always masked.  The
- * values match the core's #SattnInvalidPolicy.
+ * weights.  Frames of GAP buffers and events are always masked.  An
+ * output row that overflows later (the output projection, or an encoder
+ * layer's LayerNorm, feed-forward or residual sum) is zeros under every
+ * policy, error included.  The values match the core's
+ * #SattnInvalidPolicy.
  */
 typedef enum {
   GST_SATTN_INVALID_FRAMES_MASK = 0,

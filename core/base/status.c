@@ -38,6 +38,22 @@ sattn_frame_fault_string (SattnFrameFault f)
   return "has an unknown fault";
 }
 
+const char *
+sattn_part_string (SattnPart p)
+{
+  switch (p) {
+    case SATTN_PART_UNKNOWN: return "a layer of the model";
+    case SATTN_PART_OUT_PROJ: return "the output projection";
+    case SATTN_PART_NORM1: return "LayerNorm norm1";
+    case SATTN_PART_LINEAR1: return "the feed-forward's linear1";
+    case SATTN_PART_LINEAR2: return "the feed-forward's linear2";
+    case SATTN_PART_NORM2: return "LayerNorm norm2";
+    case SATTN_PART_RESIDUAL: return "the residual sum";
+    case SATTN_PART_COUNT: break;
+  }
+  return "an unknown part";
+}
+
 void
 sattn_stats_clear (SattnStats *st)
 {

@@ -463,7 +463,8 @@ sattn_frames_ok (const SattnModel *m, size_t cnt, const uint8_t *valid,
 
 size_t
 sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
-                            size_t ldo, uint8_t *row_ok)
+                            size_t ldo, uint8_t *row_ok, const uint8_t *part,
+                            uint64_t *counts)
 {
   size_t bad = 0;
   /* Without an output projection or an encoder layer the rows are rows of
@@ -480,6 +481,8 @@ sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
     memset (r, 0, m->d_out * sizeof (float));
     if (row_ok)
       row_ok[i] = 0;
+    if (counts)
+      counts[part ? part[i] : SATTN_PART_OUT_PROJ]++;
     bad++;
   }
   return bad;
@@ -517,13 +520,14 @@ sattn_attend_scratch_new (const SattnModel *m, size_t n,
   scr->S = malloc (n * ncols * sizeof (float));
   scr->kok = malloc (n);
   scr->qok = malloc (n);
+  scr->part = calloc (n, 1);
   /* Encoder layer: norm1 (x) for pre-norm, the layer's scratch. */
   scr->xn = c->encoder && c->norm_first
       ? malloc (n * c->d_model * sizeof (float)) : NULL;
   scr->lscr = c->encoder
       ? malloc (sattn_layer_scratch (m) * sizeof (float)) : NULL;
   if (!scr->q || !scr->k || !scr->kt || !scr->v || !scr->o || !scr->S ||
-      !scr->kok || !scr->qok || (c->encoder && c->norm_first && !scr->xn) ||
+      !scr->kok || !scr->qok || !scr->part || (c->encoder && c->norm_first && !scr->xn) ||
       (c->encoder && !scr->lscr)) {
     sattn_attend_scratch_free (scr);
     return SATTN_E_NOMEM;
@@ -535,7 +539,8 @@ void
 sattn_attend_scratch_free (SattnAttendScratch *scr)
 {
   free (scr->q); free (scr->k); free (scr->kt); free (scr->v); free (scr->o);
-  free (scr->S); free (scr->kok); free (scr->qok); free (scr->xn);
+  free (scr->S); free (scr->kok); free (scr->qok); free (scr->part);
+  free (scr->xn);
   free (scr->lscr);
   memset (scr, 0, sizeof (*scr));
 }
@@ -549,7 +554,7 @@ sattn_attend_scratch_bytes (const SattnModel *m, size_t n)
     f += n * c->d_model;
   if (c->encoder)
     f += sattn_layer_scratch (m);
-  return f * sizeof (float) + 2 * n;
+  return f * sizeof (float) + 3 * n;
 }
 
 void
@@ -636,13 +641,17 @@ sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
   for (size_t i0 = 0; c->encoder && i0 < n; i0 += SATTN_LAYER_ROWS) {
     size_t r = n - i0 < SATTN_LAYER_ROWS ? n - i0 : SATTN_LAYER_ROWS;
     sattn_layer_rows (m, x + i0 * c->d_model, c->d_model,
-                      out + i0 * m->d_out, m->d_out, r, scr->lscr);
+                      out + i0 * m->d_out, m->d_out, r, scr->lscr,
+                      scr->part + i0);
   }
   for (size_t i = 0; i < n; i++)
     if (!qok[i])
       memset (out + i * m->d_out, 0, m->d_out * sizeof (float));
   /* The rows whose output overflowed are no longer usable either. */
-  size_t ovf = sattn_zero_overflowed_rows (m, out, n, m->d_out, qok);
+  memset (scr->overflow_parts, 0, sizeof (scr->overflow_parts));
+  size_t ovf = sattn_zero_overflowed_rows (m, out, n, m->d_out, qok,
+                                           c->encoder ? scr->part : NULL,
+                                           scr->overflow_parts);
   if (stats && count_rows)
     stats->overflow_rows += ovf;
   scr->overflow_rows = ovf;

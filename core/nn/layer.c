@@ -15,6 +15,7 @@
  * float32's. */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -118,9 +119,44 @@ feed_forward (const SattnModel *m, const double *u, size_t ld, size_t rows,
   sattn_linear_d (hd, dff, rows, m->w2, d, m->b2, dff, d, f, ld);
 }
 
+/* Whether the d doubles at v all lie within the float range. */
+static int
+fits_float (const double *v, size_t d)
+{
+  for (size_t t = 0; t < d; t++)
+    if (!(fabs (v[t]) <= (double) FLT_MAX))
+      return 0;
+  return 1;
+}
+
+/* The part that overflowed first in a row whose output is not finite,
+ * from what its block left in the scratch: res (input + attention, exact
+ * in double), u (the LayerNorm output that entered linear1, as rounded),
+ * hd (the hidden row, rounded by activate), f (linear2's output; post-norm:
+ * plus u).  Only called for such rows: a finite window pays one test per
+ * row. */
+static SattnPart
+overflow_part (const SattnModel *m, const double *res, const double *u,
+               const double *hd, const double *f)
+{
+  const size_t d = m->cfg.d_model, dff = m->cfg.d_ff;
+  if (!fits_float (res, d))
+    /* x is a finite frame: the attention's row was not. */
+    return SATTN_PART_OUT_PROJ;
+  if (!fits_float (u, d))
+    return m->cfg.norm_first ? SATTN_PART_NORM2 : SATTN_PART_NORM1;
+  if (!fits_float (hd, dff))
+    return SATTN_PART_LINEAR1;
+  if (!m->cfg.norm_first)
+    /* f + u went through norm2, whose output was rounded. */
+    return fits_float (f, d) ? SATTN_PART_NORM2 : SATTN_PART_LINEAR2;
+  /* Pre-norm: y = res + f, rounded: f is linear2's output. */
+  return fits_float (f, d) ? SATTN_PART_RESIDUAL : SATTN_PART_LINEAR2;
+}
+
 void
 sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
-                  size_t ldy, size_t rows, float *scratch)
+                  size_t ldy, size_t rows, float *scratch, uint8_t *part)
 {
   const size_t d = m->cfg.d_model, dff = m->cfg.d_ff, ld = dstride (d);
   const double eps = m->cfg.norm_eps;
@@ -165,4 +201,8 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
         yi[t] = (float) (ri[t] + fi[t]);
     }
   }
+  for (size_t i = 0; part != NULL && i < rows; i++)
+    part[i] = sattn_finite (y + i * ldy, d) ? SATTN_PART_UNKNOWN
+        : (uint8_t) overflow_part (m, res + i * ld, u + i * ld,
+                                   hd + i * dff, f + i * ld);
 }

@@ -722,8 +722,8 @@ fix_projected (SattnStream *s)
 }
 
 /* The output rows of a window: those of unusable queries are zeros; those
- * whose output projection overflowed too, counted.  row_ok[q0 + i] says
- * which rows are valid. */
+ * that overflowed (output projection, layer parts) too, counted by part.
+ * row_ok[q0 + i] says which rows are valid. */
 static void
 finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
              float *out, size_t ldo)
@@ -735,8 +735,10 @@ finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
     if (!ok[i])
       memset (out + i * ldo, 0, m->d_out * sizeof (float));
   }
-  s->stats.overflow_rows += sattn_zero_overflowed_rows (m, out, rows, ldo,
-                                                        ok);
+  s->stats.overflow_rows +=
+      sattn_zero_overflowed_rows (m, out, rows, ldo, ok,
+                                  m->cfg.encoder ? s->row_part + q0 : NULL,
+                                  s->overflow_parts);
 }
 
 /* The encoder layer over the output rows of a window: task = block of
@@ -746,6 +748,7 @@ typedef struct {
   const float *x;                /* the rows' query frames, d_model apart */
   float *out;
   size_t ldo, rows;
+  uint8_t *part;                 /* rows: the part each row overflowed in */
 } LayerCtx;
 
 static void
@@ -758,7 +761,8 @@ layer_task (void *ctx, size_t task, unsigned worker)
       : SATTN_LAYER_ROWS;
   sattn_layer_rows (m, c->x + r0 * m->cfg.d_model, m->cfg.d_model,
                     c->out + r0 * c->ldo, c->ldo, r,
-                    c->s->lscratch + (size_t) worker * c->s->lstride);
+                    c->s->lscratch + (size_t) worker * c->s->lstride,
+                    c->part + r0);
 }
 
 
@@ -778,8 +782,9 @@ sattn_inc_flush_rows (SattnStream *s)
   for (size_t i = 0; i < cnt; i++)
     if (!s->ostage_ok[i])
       memset (s->oout + i * d_out, 0, d_out * sizeof (float));
-  s->stats.overflow_rows += sattn_zero_overflowed_rows (m, s->oout, cnt,
-                                                        d_out, s->ostage_ok);
+  s->stats.overflow_rows +=
+      sattn_zero_overflowed_rows (m, s->oout, cnt, d_out, s->ostage_ok, NULL,
+                                  s->overflow_parts);
   if (s->oinfo)
     for (size_t i = 0; i < cnt; i++)
       s->oinfo[i].valid = s->ostage_ok[i];
@@ -933,7 +938,7 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   }
   if (m->cfg.encoder) {
     LayerCtx lc = { s, s->xring + (base + q0) * m->cfg.d_model, out, ldo,
-      rows };
+      rows, s->row_part + q0 };
     size_t n_lt = (rows + SATTN_LAYER_ROWS - 1) / SATTN_LAYER_ROWS;
     double fma = 2.0 * (double) rows * m->cfg.d_ff * m->cfg.d_model;
     sattn_pool_run (workers_for (s, fma), n_lt, layer_task, &lc);

@@ -78,6 +78,11 @@ struct SattnStream {
   SattnStats stats;
   uint8_t *row_ok;                /* n: the last window's output rows that
                                      are valid (query usable, finite) */
+  uint8_t *row_part;              /* n (after row_ok's n, in its block): the
+                                     SattnPart each encoder row overflowed
+                                     in (see sattn_layer_rows) */
+  uint64_t overflow_parts[SATTN_PART_COUNT]; /* stats.overflow_rows by
+                                     part; cleared with stats */
   /* Copies deferred to the window's tasks (see store_frames): frames
    * dx[0, dcnt) of the current push, at slot dslot; dcopy[i] = 1 copies
    * the frame, 0 writes zeros. */

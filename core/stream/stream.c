@@ -249,7 +249,7 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
       (z->o = mul3 (n, m->dv, fs)) == 0)
     return 0;
   z->vring_ok = 2 * n;
-  z->row_ok = n;
+  z->row_ok = 2 * n;               /* row_ok, then row_part */
   z->dcopy = n;
   /* Batched projections: not for an encoder layer (pre-norm projects
    * norm1 of the frames; the layer runs on each window's projected rows). */
@@ -476,6 +476,7 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc_in,
   }
   s->vring_ok = malloc (z.vring_ok);
   s->row_ok = malloc (z.row_ok);
+  s->row_part = s->row_ok != NULL ? s->row_ok + n : NULL;
   s->dcopy = malloc (z.dcopy);
   s->xcap = z.xcap;
   s->ocap = z.ocap;
@@ -876,8 +877,34 @@ sattn_stream_get_stats (SattnStream *s, SattnStats *out, int clear)
   }
   if (out)
     *out = s->stats;
-  if (clear)
+  if (clear) {
     sattn_stats_clear (&s->stats);
+    memset (s->overflow_parts, 0, sizeof (s->overflow_parts));
+  }
+}
+
+SattnStatus
+sattn_stream_overflow_parts (const SattnStream *s, uint64_t *counts,
+                             size_t n_counts)
+{
+  if (s == NULL || counts == NULL)
+    return SATTN_E_INVAL;
+  uint64_t known[SATTN_PART_COUNT] = { 0 }, rows, sum = 0;
+  if (s->pw != NULL) {
+    /* A whole model per window: its rows are not told apart. */
+    SattnStats st;
+    sattn_pw_get_stats (s->pw, &st, 0);
+    rows = st.overflow_rows;
+  } else {
+    memcpy (known, s->overflow_parts, sizeof (known));
+    rows = s->stats.overflow_rows;
+  }
+  for (size_t p = 1; p < SATTN_PART_COUNT; p++)
+    sum += known[p];
+  known[SATTN_PART_UNKNOWN] = rows > sum ? rows - sum : 0;
+  for (size_t p = 0; p < n_counts; p++)
+    counts[p] = p < SATTN_PART_COUNT ? known[p] : 0;
+  return SATTN_OK;
 }
 
 SattnStatus

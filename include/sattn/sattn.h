@@ -338,9 +338,12 @@ typedef struct {
                                   invalid policy then did with them */
   uint64_t overflow_frames;    /* of those: finite frames whose Q/K/V
                                   projection overflowed float32 */
-  uint64_t overflow_rows;      /* output rows (one per query frame) whose
-                                  output projection overflowed float32:
-                                  written as zeros, flagged not valid */
+  uint64_t overflow_rows;      /* output rows (one per query frame) that
+                                  overflowed float32 after the attention
+                                  (output projection, or an encoder
+                                  layer's parts: sattn_stream_overflow_parts
+                                  says which): written as zeros, flagged
+                                  not valid, under every invalid policy */
   uint64_t fully_masked_rows;  /* rows with every key masked (output 0) */
   uint64_t nonfinite_scores;   /* NaN scores (masked) and +-Inf scores */
   uint64_t saturated_rows;     /* rows with >= 2 visible keys whose max
@@ -368,6 +371,35 @@ void sattn_stats_merge (SattnStats *into, const SattnStats *from);
  * NULL). */
 double sattn_stats_mean_max_weight (const SattnStats *st);
 double sattn_stats_mean_entropy (const SattnStats *st);
+
+/* -------------------------------------------------------- overflow parts */
+
+/* The part of a layer where an output row overflowed float32 (the rows
+ * SattnStats.overflow_rows counts), in the order a layer computes them.
+ * An encoder layer (PyTorch nn.TransformerEncoderLayer) computes its parts
+ * in double and rounds to float where PyTorch's float32 would hold them:
+ * a part overflows when a value it gives exceeds the float range there.
+ * More parts may come in later versions (SATTN_PART_COUNT grows). */
+typedef enum {
+  SATTN_PART_UNKNOWN = 0,  /* not told apart (the layers of a whole model
+                              per window) */
+  SATTN_PART_OUT_PROJ,     /* the attention's output projection */
+  SATTN_PART_NORM1,        /* post-norm: LayerNorm norm1 after the attention
+                              (pre-norm's norm1 feeds the Q/K/V projections:
+                              a frame fault, SATTN_FRAME_OVERFLOW) */
+  SATTN_PART_LINEAR1,      /* the feed-forward's first Linear (linear1):
+                              its hidden row */
+  SATTN_PART_LINEAR2,      /* the feed-forward's second Linear (linear2) */
+  SATTN_PART_NORM2,        /* LayerNorm norm2 (pre-norm: its output enters
+                              linear1; post-norm: the layer's output) */
+  SATTN_PART_RESIDUAL,     /* pre-norm: the residual sum (input + attention
+                              + feed-forward) while each term fits */
+  SATTN_PART_COUNT         /* parts this version tells apart */
+} SattnPart;
+
+/* A static English name of a part ("the output projection", "the
+ * feed-forward's linear2", ...), to precede "overflows"; never NULL. */
+const char *sattn_part_string (SattnPart p);
 
 /* --------------------------------------------------------- frame faults */
 
@@ -439,7 +471,11 @@ typedef enum {
 /* What a stream does with a frame that is unusable because of its data
  * (SATTN_FRAME_NONFINITE or SATTN_FRAME_OVERFLOW).  Frames flagged invalid
  * by the caller (GAPs) are masked under every policy: they are not bad
- * data. */
+ * data.  The policy is about input frames only: an output row that
+ * overflows after the attention (the output projection, or an encoder
+ * layer's LayerNorm, feed-forward or residual sum; see SattnPart) is
+ * zeros, flagged not valid and counted in overflow_rows under every
+ * policy, SATTN_INVALID_ERROR included (the push goes on). */
 typedef enum {
   SATTN_INVALID_MASK = 0, /* never a key; its query row is zeros, flagged
                              not valid */
@@ -645,8 +681,18 @@ SattnStatus sattn_stream_set_invalid_policy (SattnStream *s,
 SattnStatus sattn_stream_error_frame (const SattnStream *s, uint64_t *index,
                                       SattnFrameFault *fault);
 
-/* Copy the accumulated statistics; clear them after if clear != 0. */
+/* Copy the accumulated statistics; clear them after if clear != 0 (the
+ * counts of sattn_stream_overflow_parts too). */
 void sattn_stream_get_stats (SattnStream *s, SattnStats *out, int clear);
+
+/* The output rows counted in the statistics' overflow_rows, by the part
+ * where each overflowed: counts[p] for the SattnPart p < n_counts (0 for
+ * p >= SATTN_PART_COUNT), over the same period as the statistics (since
+ * the stream was created or sattn_stream_get_stats last cleared them);
+ * their sum is overflow_rows.  Rows of a whole model per window count as
+ * SATTN_PART_UNKNOWN.  SATTN_E_INVAL when s or counts is NULL. */
+SattnStatus sattn_stream_overflow_parts (const SattnStream *s,
+                                         uint64_t *counts, size_t n_counts);
 
 /* The last computed window's weights (needs keep_weights): rows × cols with
  * rows = query rows computed in that window, cols = window + extra keys.

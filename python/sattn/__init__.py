@@ -17,21 +17,26 @@ SignalTransformer, and save_safetensors.
 The semantics are libsattn's (include/sattn/sattn.h): this module only
 converts arrays and turns a status into a SattnError carrying the core's
 message.  A Model is immutable and holds no thread count: it may be shared
-by any number of streams and threads, each Stream with its own threads=; a
-Stream is used by one thread at a time.  The library is the
+by any number of streams and threads (attend() included), each Stream with
+its own threads=.  A Stream is used by one thread at a time: a call on a
+Stream while another thread is inside a call on it raises SattnError
+(ctypes releases the GIL, so the two would otherwise run in the core at
+once).  The library is the
 one meson installed next to this package, or the file named by the
 environment variable SATTN_LIBRARY.
 """
 
 import ctypes
 import os
+import threading
 import warnings
 
 import numpy as np
 
 from . import _lib
 
-__all__ = ["SattnError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
+__all__ = ["SattnError", "SattnTypeError", "SattnValueError",
+           "SattnMemoryError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
 
 # One record per output row (SattnRowInfo): first input frame it accounts
 # for, how many frames, whether it holds a computed result (0: zeros), and
@@ -46,7 +51,10 @@ class SattnError(Exception):
     status: the SattnStatus value (int); status_name: e.g. "SATTN_E_SHAPE";
     message (str(e)): the core's words.  Stream.push under invalid="error"
     adds frame (the index of the frame that stopped it), fault (why:
-    "nonfinite" or "overflow") and the rows / info computed before it."""
+    "nonfinite" or "overflow") and the rows / info computed before it.
+    Where Python would raise a builtin exception the package raises a
+    SattnError that is that builtin too (SattnTypeError, SattnValueError,
+    SattnMemoryError), so that existing except clauses still work."""
 
     def __init__(self, status, message=None):
         self.status = int(status)
@@ -54,6 +62,22 @@ class SattnError(Exception):
         if not message:
             message = _status_string(status)
         super().__init__(message)
+
+
+class SattnTypeError(SattnError, TypeError):
+    """A SattnError that is also a TypeError: an argument of a type the
+    package does not take (a path that is not a file name, complex
+    numbers, an object that is no array of numbers)."""
+
+
+class SattnValueError(SattnError, ValueError):
+    """A SattnError that is also a ValueError: a value Python cannot turn
+    into the number or array asked for (e.g. heads="two")."""
+
+
+class SattnMemoryError(SattnError, MemoryError):
+    """A SattnError that is also a MemoryError: no memory for an array the
+    call needs (e.g. the float32 copy of a huge broadcast input)."""
 
 
 def _status_string(status):
@@ -83,10 +107,39 @@ def _u8ptr(a):
 
 
 def _f32(a, name):
+    """a as a C-contiguous float32 array; complex numbers are refused
+    (casting would drop the imaginary parts without a word)."""
     try:
+        a = np.asarray(a)  # a view when a is an array already
+        if np.issubdtype(a.dtype, np.complexfloating):
+            raise SattnTypeError(_lib.E_DTYPE, (
+                "%s has dtype %s: complex values are refused (pass the real "
+                "part, the magnitude or both parts as frames of their own)")
+                % (name, a.dtype))
         return np.ascontiguousarray(a, dtype=np.float32)
-    except (TypeError, ValueError) as e:
-        raise SattnError(_lib.E_INVAL, "%s: %s" % (name, e)) from None
+    except MemoryError as e:
+        if isinstance(e, SattnError):
+            raise
+        shape = getattr(a, "shape", None)
+        raise SattnMemoryError(_lib.E_NOMEM, (
+            "%s%s: no memory for its float32 copy (%s)")
+            % (name, "" if shape is None else " of shape %s" % (shape,), e)) \
+            from None
+    except TypeError as e:
+        if isinstance(e, SattnError):
+            raise
+        raise SattnTypeError(_lib.E_INVAL, "%s: %s" % (name, e)) from None
+    except ValueError as e:
+        raise SattnValueError(_lib.E_INVAL, "%s: %s" % (name, e)) from None
+
+
+def _empty(shape, dtype, what):
+    """np.empty, with SattnMemoryError naming what when memory runs out."""
+    try:
+        return np.empty(shape, dtype=dtype)
+    except MemoryError as e:
+        raise SattnMemoryError(_lib.E_NOMEM, "no memory for %s of shape %s "
+                               "(%s)" % (what, shape, e)) from None
 
 
 def _mask(a, n, name):
@@ -248,7 +301,7 @@ class Model:
         c.heads = _uint(heads, "heads")
         c.d_head = _uint(d_head, "d_head")
         c.d_value = _uint(d_value, "d_value")
-        c.scale = float(scale)
+        c.scale = _number(scale, "scale", float)
         c.lookback = _uint(lookback, "lookback")
         opt.add_zero_attn = 1 if add_zero_attn else 0
         given = 0
@@ -259,7 +312,7 @@ class Model:
             c.positions = _pick(_lib.POSITIONS, positions, "positions")
             given |= _lib.SET_POSITIONS
         if rope_base is not None:
-            c.rope_base = float(rope_base)
+            c.rope_base = _number(rope_base, "rope_base", float)
             given |= _lib.SET_ROPE_BASE
         if activation is not None:
             c.activation = _pick(_lib.ACTIVATIONS, activation, "activation")
@@ -268,7 +321,7 @@ class Model:
             c.norm_first = 1 if norm_first else 0
             given |= _lib.SET_NORM_FIRST
         if norm_eps is not None:
-            c.norm_eps = float(norm_eps)
+            c.norm_eps = _number(norm_eps, "norm_eps", float)
             given |= _lib.SET_NORM_EPS
         opt.set = given
         h = ctypes.c_void_p()
@@ -276,7 +329,8 @@ class Model:
         rep.struct_size = ctypes.sizeof(rep)
         err = ctypes.create_string_buffer(1024)
         st = _lib.sattn_model_load(_path_bytes(path),
-                                   (prefix or "").encode(), ctypes.byref(opt),
+                                   _text(prefix or "", "prefix"),
+                                   ctypes.byref(opt),
                                    ctypes.byref(h), ctypes.byref(rep), err,
                                    len(err))
         if st != _lib.OK or not h.value:
@@ -387,7 +441,7 @@ class Model:
         layer)."""
         if _lib.sattn_model_metadata is None:
             return None
-        v = _lib.sattn_model_metadata(self._h, key.encode())
+        v = _lib.sattn_model_metadata(self._h, _text(key, "key"))
         return None if v is None else v.decode(errors="replace")
 
     def __repr__(self):
@@ -404,11 +458,37 @@ class Model:
 
 
 def _path_bytes(path):
-    return os.fsencode(path)
+    try:
+        return os.fsencode(path)
+    except TypeError:
+        raise SattnTypeError(_lib.E_INVAL, (
+            "path=%r: expected a file name (str, bytes or os.PathLike), got "
+            "%s") % (path, type(path).__name__)) from None
+
+
+def _text(v, name):
+    """A str argument as UTF-8 bytes, with SattnTypeError naming it."""
+    if not isinstance(v, str):
+        raise SattnTypeError(_lib.E_INVAL, "%s=%r: expected a str, got %s"
+                             % (name, v, type(v).__name__))
+    return v.encode()
+
+
+def _number(v, name, kind):
+    """int(v) or float(v) (kind), with SattnError naming the argument."""
+    try:
+        return kind(v)
+    except TypeError:
+        raise SattnTypeError(_lib.E_INVAL, "%s=%r: expected a number, got %s"
+                             % (name, v, type(v).__name__)) from None
+    except (ValueError, OverflowError):
+        raise SattnValueError(_lib.E_INVAL, "%s=%r: expected %s"
+                              % (name, v, "a whole number" if kind is int
+                                 else "a number")) from None
 
 
 def _uint(v, name):
-    v = int(v)
+    v = _number(v, name, int)
     if v < 0:
         raise SattnError(_lib.E_INVAL, "%s=%d: must be >= 0" % (name, v))
     return v
@@ -429,11 +509,11 @@ def _config(d_model, heads, d_head, d_value, d_out, scale, causal, lookback,
     c.d_head = _uint(d_head, "d_head")
     c.d_value = _uint(d_value, "d_value")
     c.d_out = _uint(d_out, "d_out")
-    c.scale = float(scale)
+    c.scale = _number(scale, "scale", float)
     c.causal = 1 if causal else 0
     c.lookback = _uint(lookback, "lookback")
     c.positions = _pick(_lib.POSITIONS, positions, "positions")
-    c.rope_base = float(rope_base)
+    c.rope_base = _number(rope_base, "rope_base", float)
     return c
 
 
@@ -487,12 +567,15 @@ def attend(model, x, key_valid=None, query_valid=None, allow=None, *,
     output rows (the frame rule of sattn.h)."""
     a = _frames(model, x)
     n = a.shape[0]
+    if n == 0:
+        raise SattnError(_lib.E_INVAL, "x has 0 frames: attend computes one "
+                         "window of n >= 1 frames")
     d_out = model.d_out
-    out = np.zeros((n, d_out), dtype=np.float32)
+    out = _empty((n, d_out), np.float32, "the output rows")
     wts = None
     if need_weights:
-        wts = np.zeros((model.heads, n, n + model.extra_keys),
-                       dtype=np.float32)
+        wts = _empty((model.heads, n, n + model.extra_keys), np.float32,
+                     "the weights")
     kv = _mask(key_valid, n, "key_valid")
     qv = _mask(query_valid, n, "query_valid")
     al = _mask(allow, n * n, "allow")
@@ -517,6 +600,21 @@ def attend(model, x, key_valid=None, query_valid=None, allow=None, *,
 
 # ----------------------------------------------------------------- stream
 
+def _one_thread(method):
+    """A Stream method that holds the stream for the time of the call
+    (Stream._enter): a second thread's call meanwhile raises SattnError."""
+    def call(self, *args, **kw):
+        self._enter(method.__name__)
+        try:
+            return method(self, *args, **kw)
+        finally:
+            self._leave()
+    call.__name__ = method.__name__
+    call.__qualname__ = method.__qualname__
+    call.__doc__ = method.__doc__
+    return call
+
+
 class Stream:
     """One stream's sliding-window state over a Model (sattn_stream_*).
 
@@ -535,12 +633,24 @@ class Stream:
     threads computing this stream's windows (SattnStreamConfig.threads: 1
     = the calling thread only, N > 1 = it and N - 1 workers, 0 = one per
     CPU); the output is byte-identical for every count.  The stream keeps
-    its model alive."""
+    its model alive.
+
+    One thread at a time: a Stream may pass from thread to thread, but a
+    call on it (push, drain, reset, stats, set_invalid_policy, the
+    properties, last_weights) while another thread is inside one raises
+    SattnError (status SATTN_E_INVAL) naming both calls and that thread,
+    and leaves the stream as it was.  Calls are refused rather than
+    queued: frames pushed from several threads at once would enter the
+    window in no defined order.  Give each thread its own Stream (they
+    may share one Model), or serialise the calls with a lock of your
+    own."""
 
     def __init__(self, model, window, hop=None, output="frames", *,
                  start="pad", invalid="mask", collect_stats=False,
                  saturation_threshold=0.0, keep_weights=False, threads=1):
         self._h = None
+        self._busy = threading.Lock()
+        self._user = None  # (thread name, method) inside a call
         sc = _lib.SattnStreamConfig()
         sc.window = _uint(window, "window")
         sc.hop = _uint(window if hop is None else hop, "hop")
@@ -548,9 +658,10 @@ class Stream:
         sc.start = _pick(_lib.START_POLICIES, start, "start")
         sc.invalid_policy = _pick(_lib.INVALID_POLICIES, invalid, "invalid")
         sc.collect_stats = 1 if collect_stats else 0
-        sc.saturation_threshold = float(saturation_threshold)
+        sc.saturation_threshold = _number(saturation_threshold,
+                                          "saturation_threshold", float)
         sc.keep_weights = 1 if keep_weights else 0
-        sc.threads = int(threads)
+        sc.threads = _number(threads, "threads", int)
         st = ctypes.c_int(_lib.E_INVAL)
         h = _lib.sattn_stream_new(model._h, ctypes.byref(sc),
                                   ctypes.byref(st))
@@ -561,7 +672,23 @@ class Stream:
         self.model = model
         self.output = output
         self.row_floats = _lib.sattn_stream_row_floats(h)
-        self._n_rows = ctypes.c_size_t(0)
+
+    def _enter(self, what):
+        """Take the stream for one call of method what, or raise
+        SattnError when another thread is inside a call on it."""
+        if not self._busy.acquire(blocking=False):
+            user = self._user or ("?", "?")
+            raise SattnError(_lib.E_INVAL, (
+                "Stream.%s from thread %r while thread %r is inside "
+                "Stream.%s: a Stream is used by one thread at a time (give "
+                "each thread its own Stream, or serialise the calls with a "
+                "lock)") % (what, threading.current_thread().name,
+                            user[0], user[1]))
+        self._user = (threading.current_thread().name, what)
+
+    def _leave(self):
+        self._user = None
+        self._busy.release()
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -571,10 +698,11 @@ class Stream:
 
     def _rows(self, n_frames):
         m = _lib.sattn_stream_max_rows(self._h, n_frames)
-        out = np.empty((m, self.row_floats), dtype=np.float32)
-        info = np.empty(m, dtype=ROW_INFO_DTYPE)
+        out = _empty((m, self.row_floats), np.float32, "the output rows")
+        info = _empty(m, ROW_INFO_DTYPE, "the row records")
         return out, info
 
+    @_one_thread
     def push(self, frames, valid=None):
         """Push frames (n × d_model; one frame may be 1-D) and return
         (rows, info) for every window they complete: rows is k × row_floats
@@ -585,11 +713,12 @@ class Stream:
         n = a.shape[0]
         v = _mask(valid, n, "valid")
         out, info = self._rows(n)
+        n_rows = ctypes.c_size_t(0)
         st = _lib.sattn_stream_push(
             self._h, _fptr(a), n, _u8ptr(v), _fptr(out), out.shape[0],
             info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
-            ctypes.byref(self._n_rows))
-        k = self._n_rows.value
+            ctypes.byref(n_rows))
+        k = n_rows.value
         if st == _lib.E_NONFINITE:
             idx = ctypes.c_uint64()
             fault = ctypes.c_int()
@@ -605,48 +734,69 @@ class Stream:
         _check(st)
         return out[:k], info[:k]
 
+    @_one_thread
     def drain(self):
         """Rows for every pending frame (end of stream), as push returns
         them; the stream stays usable."""
         out, info = self._rows(0)
+        n_rows = ctypes.c_size_t(0)
         _check(_lib.sattn_stream_drain(
             self._h, _fptr(out), out.shape[0],
             info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
-            ctypes.byref(self._n_rows)))
-        k = self._n_rows.value
+            ctypes.byref(n_rows)))
+        k = n_rows.value
         return out[:k], info[:k]
 
+    @_one_thread
     def reset(self):
         """Forget every frame: the next one is frame 0 (statistics kept)."""
         _lib.sattn_stream_reset(self._h)
 
+    @_one_thread
     def stats(self, clear=False):
-        """The accumulated SattnStats as a dict; cleared after if clear."""
+        """The accumulated SattnStats as a dict; cleared after if clear.
+        "overflow_parts" counts the rows of overflow_rows by the part of
+        the layer that overflowed (sattn_stream_overflow_parts): a dict
+        from "out_proj", "norm1", "linear1", "linear2", "norm2",
+        "residual" and "unknown" (whole models) to counts."""
+        parts = None
+        if _lib.sattn_stream_overflow_parts is not None:
+            c = (ctypes.c_uint64 * len(_lib.PARTS))()
+            _check(_lib.sattn_stream_overflow_parts(self._h, c, len(c)))
+            parts = {k: c[v] for k, v in _lib.PARTS.items()}
         s = _lib.SattnStats()
         _lib.sattn_stream_get_stats(self._h, ctypes.byref(s),
                                     1 if clear else 0)
-        return _stats_dict(s)
+        d = _stats_dict(s)
+        if parts is not None:
+            d["overflow_parts"] = parts
+        return d
 
+    @_one_thread
     def set_invalid_policy(self, invalid):
         """"mask", "zero" or "error", from the next frame pushed."""
         _check(_lib.sattn_stream_set_invalid_policy(
             self._h, _pick(_lib.INVALID_POLICIES, invalid, "invalid")))
 
     @property
+    @_one_thread
     def frames(self):
         """Frames pushed since creation or the last reset."""
         return _lib.sattn_stream_frames(self._h)
 
     @property
+    @_one_thread
     def frames_to_window(self):
         """Frames to push before the next window is computed."""
         return _lib.sattn_stream_frames_to_window(self._h)
 
     @property
+    @_one_thread
     def pending(self):
         """Frames received but not yet accounted for by an output row."""
         return _lib.sattn_stream_pending(self._h)
 
+    @_one_thread
     def last_weights(self, head=-1):
         """The last window's weights (needs keep_weights): rows × (window +
         extra keys); head -1 averages the heads."""

@@ -42,6 +42,9 @@ OUTPUT_MODES = {"frames": 0, "window": 1, "mean": 2, "last": 3, "classes": 4}
 START_POLICIES = {"pad": 0, "wait": 1}
 INVALID_POLICIES = {"mask": 0, "zero": 1, "error": 2}
 FRAME_FAULTS = {"ok": 0, "flagged": 1, "nonfinite": 2, "overflow": 3}
+# SattnPart: where an output row overflowed
+PARTS = {"unknown": 0, "out_proj": 1, "norm1": 2, "linear1": 3,
+         "linear2": 4, "norm2": 5, "residual": 6}
 POSITIONS = {"none": 0, "rope": 1, "rope-interleaved": 2, "alibi": 3}
 ACTIVATIONS = {"relu": 0, "gelu": 1}
 # SattnModelKind, SattnPooling (whole models)
@@ -322,6 +325,9 @@ sattn_model_max_window = _optional("sattn_model_max_window", _size, _vp)
 sattn_model_pooling = _optional("sattn_model_pooling", _c.c_int, _vp)
 sattn_model_metadata = _optional("sattn_model_metadata", _c.c_char_p, _vp,
                                  _c.c_char_p)
+sattn_stream_overflow_parts = _optional("sattn_stream_overflow_parts",
+                                        _c.c_int, _vp, _P(_c.c_uint64),
+                                        _size)
 
 # The weights layer is built only with GLib and json-glib: its functions
 # are None without it.

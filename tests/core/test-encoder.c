@@ -6,7 +6,11 @@
  *    against the reference over the whole sequence;
  *  - a mean-mode stream pools the layer's rows;
  *  - byte-identical output for threads = 1, 2, 3;
- *  - refusals (no feed-forward weights, d_out != d_model).
+ *  - refusals (no feed-forward weights, d_out != d_model);
+ *  - rows that overflow float32 inside the layer are zeros, counted in
+ *    overflow_rows and, by sattn_stream_overflow_parts, in the part that
+ *    overflowed: the output projection, norm1, linear1, linear2, norm2 or
+ *    the residual sum, for the layer kinds where each can.
  * Bounds: NMSE <= 1e-10 and max |out - ref| <= 2e-5 (1 + max |ref|). */
 #include "fixture.h"
 #include "reference.h"
@@ -340,12 +344,122 @@ test_refusals (void)
   tu_case_end ("%s", "");
 }
 
+/* d_model 2, 1 head, identity Q/K/V, d_ff 4, linear1 = [I; -I] (hidden =
+ * relu (n, -n) of the LayerNorm output n = (+-1, -+1)), linear2 = [I, -I]
+ * unless a case scales a part: each case makes exactly one part overflow
+ * for every row and checks that the rows are zeros, counted, and all
+ * counted in that part. */
+static void
+test_overflow_parts (void)
+{
+  enum { D = 2, FF = 4, T = 8 };
+  static const struct {
+    const char *name;
+    SattnPart part;
+    int norm_first;
+    float amp, wo, n1, l1b, l2, l2b, n2;
+  } cases[] = {
+    /* rows of 1e10 × W_o = 1e30 I: 1e40 */
+    { "out_proj", SATTN_PART_OUT_PROJ, 0, 1e10f, 1e30f, 1, 0, 1, 0, 1 },
+    /* norm1 = 3e38 n + 3e38: 6e38 */
+    { "norm1", SATTN_PART_NORM1, 0, 1, 1, 3e38f, 0, 1, 0, 1 },
+    /* linear1 = 3e38 [I; -I], bias 3e38: 3e38 n + 3e38 */
+    { "linear1 post", SATTN_PART_LINEAR1, 0, 1, 1, 1, 3e38f, 1, 0, 1 },
+    { "linear1 pre", SATTN_PART_LINEAR1, 1, 1, 1, 1, 3e38f, 1, 0, 1 },
+    /* pre-norm: linear2 = 3e38 [I, -I] */
+    { "linear2", SATTN_PART_LINEAR2, 1, 1, 1, 1, 0, 3e38f, 0, 1 },
+    /* norm2 = 3e38 n + 3e38 */
+    { "norm2 post", SATTN_PART_NORM2, 0, 1, 1, 1, 0, 1, 0, 3e38f },
+    { "norm2 pre", SATTN_PART_NORM2, 1, 1, 1, 1, 0, 1, 0, 3e38f },
+    /* pre-norm: x of +-2e38 plus linear2's +-2e38 (its bias): each term
+     * fits, the sum does not */
+    { "residual", SATTN_PART_RESIDUAL, 1, 2e38f, 1, 1, 0, 1, 2e38f, 1 },
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    tu_case_begin ("overflow part: %s", cases[c].name);
+    float wo[D * D] = { cases[c].wo, 0, 0, cases[c].wo };
+    float w1[FF * D] = { 1, 0, 0, 1, -1, 0, 0, -1 };
+    float b1[FF];
+    float w2[D * FF] = { 1, 0, -1, 0, 0, 1, 0, -1 };
+    float b2[D] = { cases[c].l2b, -cases[c].l2b };
+    float n1[D] = { cases[c].n1, cases[c].n1 };
+    float n2[D] = { cases[c].n2, cases[c].n2 };
+    float x[T * D];
+    for (size_t i = 0; i < FF; i++)
+      b1[i] = cases[c].l1b;
+    for (size_t i = 0; cases[c].l1b != 0.0f && i < FF * D; i++)
+      w1[i] *= cases[c].l1b;
+    for (size_t i = 0; i < D * FF; i++)
+      w2[i] *= cases[c].l2;
+    for (size_t i = 0; i < T; i++) {
+      x[i * D] = cases[c].amp * (1.0f + 0.125f * (float) i);
+      x[i * D + 1] = -x[i * D];
+    }
+    if (cases[c].part == SATTN_PART_RESIDUAL)
+      for (size_t i = 0; i < T * D; i++)
+        x[i] = i % 2 ? -2e38f : 2e38f;
+    SattnConfig cfg = { .d_model = D, .heads = 1, .d_out = D, .encoder = 1,
+      .d_ff = FF,
+      .norm_first = cases[c].norm_first };
+    SattnWeights w = { .wo = wo, .w1 = w1, .b1 = b1, .w2 = w2, .b2 = b2,
+      .norm1_w = n1, .norm1_b = n1, .norm2_w = n2, .norm2_b = n2 };
+    /* threads 1 and 2 in turn: the layer runs on the workers too */
+    SattnStreamConfig sc = { .window = 4, .hop = 4,
+      .threads = 1 + (int) (c % 2) };
+    SattnStatus st;
+    SattnModel *m = sattn_model_new (&cfg, &w, &st);
+    SattnStream *s = m ? sattn_stream_new (m, &sc, &st) : NULL;
+    char why[256] = "";
+    if (m == NULL)
+      sattn_model_check (&cfg, &w, why, sizeof why);
+    tu_check (s != NULL, "model or stream refused: %s %s",
+              sattn_status_string (st), why);
+    if (s == NULL) {
+      sattn_model_free (m);
+      tu_case_end ("%s", "");
+      continue;
+    }
+    float out[T * D];
+    size_t rows = 0;
+    st = sattn_stream_push (s, x, T, NULL, out, T, NULL, &rows);
+    TU_CHECK_STATUS (st, SATTN_OK, "push");
+    tu_check (rows == T, "%zu rows", rows);
+    for (size_t i = 0; i < rows * D; i++)
+      tu_check (out[i] == 0.0f, "out[%zu] = %g, not zero", i, out[i]);
+    uint64_t parts[SATTN_PART_COUNT + 2];
+    memset (parts, 0xff, sizeof parts);
+    st = sattn_stream_overflow_parts (s, parts, SATTN_PART_COUNT + 2);
+    TU_CHECK_STATUS (st, SATTN_OK, "overflow parts");
+    SattnStats stats;
+    sattn_stream_get_stats (s, &stats, 1);
+    tu_check (stats.overflow_rows == T, "overflow_rows %llu",
+              (unsigned long long) stats.overflow_rows);
+    tu_check (stats.overflow_frames == 0 && stats.invalid_frames == 0,
+              "frames counted as invalid");
+    for (size_t p = 0; p < SATTN_PART_COUNT + 2; p++)
+      tu_check (parts[p] == (p == (size_t) cases[c].part ? T : 0),
+                "%s: %llu rows, expected them in %s", sattn_part_string (
+                  (SattnPart) p), (unsigned long long) parts[p],
+                sattn_part_string (cases[c].part));
+    /* cleared with the statistics */
+    st = sattn_stream_overflow_parts (s, parts, SATTN_PART_COUNT);
+    for (size_t p = 0; p < SATTN_PART_COUNT; p++)
+      tu_check (parts[p] == 0, "part %zu not cleared", p);
+    TU_CHECK_STATUS (sattn_stream_overflow_parts (s, NULL, 1), SATTN_E_INVAL,
+                     "NULL counts");
+    sattn_stream_free (s);
+    sattn_model_free (m);
+    tu_case_end ("%s", "");
+  }
+}
+
 int
 main (void)
 {
   TuRng r;
   tu_rng_init (&r, 20240613);
   test_refusals ();
+  test_overflow_parts ();
   test_attend (&r);
   test_stream (&r);
   test_mean (&r);

@@ -13,6 +13,11 @@
  * - An output projection with entries of 1e30: rows that overflow are
  *   zeros (never Inf/NaN), counted in overflow-rows, with a warning, under
  *   every policy.
+ * - A pre-norm encoder layer whose linear2 has entries of 3e38: its rows
+ *   are zeros, counted in overflow-rows, with a warning that names the
+ *   feed-forward's linear2 (not the output projection, which is fine),
+ *   under every policy: invalid-frames=error does not stop the stream
+ *   (it is about input frames).
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -337,6 +342,146 @@ GST_START_TEST (test_output_projection_overflow)
 
 GST_END_TEST;
 
+/* A safetensors file of a pre-norm nn.TransformerEncoderLayer with
+ * d_model = 2, 1 head, d_ff = 4, ReLU: identity attention projections,
+ * norm weights 1 and biases 0, linear1 = [I; -I] (the hidden row is
+ * relu (n, -n) of norm2's output n = (+-1, -+1)), linear2 = w2 everywhere:
+ * each output of linear2 is 2 × w2 for a row with two distinct values. */
+static gchar *
+write_prenorm_layer (gfloat w2)
+{
+  static const struct
+  {
+    const gchar *name, *shape;
+    gsize n;
+  } t[] = {
+    {"self_attn.in_proj_weight", "[6,2]", 12},
+    {"self_attn.in_proj_bias", "[6]", 6},
+    {"self_attn.out_proj.weight", "[2,2]", 4},
+    {"self_attn.out_proj.bias", "[2]", 2},
+    {"linear1.weight", "[4,2]", 8},
+    {"linear1.bias", "[4]", 4},
+    {"linear2.weight", "[2,4]", 8},
+    {"linear2.bias", "[2]", 2},
+    {"norm1.weight", "[2]", 2},
+    {"norm1.bias", "[2]", 2},
+    {"norm2.weight", "[2]", 2},
+    {"norm2.bias", "[2]", 2},
+  };
+  GString *hdr = g_string_new ("{\"__metadata__\":{\"format\":\"pt\","
+      "\"norm_first\":\"true\","
+      "\"activation\":\"relu\"}");
+  GArray *data = g_array_new (FALSE, TRUE, sizeof (float));
+  GString *s = g_string_new (NULL);
+  gchar *path = NULL;
+  GError *err = NULL;
+  guint8 len[8];
+  gsize i, j;
+  gint fd;
+
+  for (i = 0; i < G_N_ELEMENTS (t); i++) {
+    gsize off = data->len * sizeof (float);
+
+    g_string_append_printf (hdr, ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,"
+        "\"data_offsets\":[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]}",
+        t[i].name, t[i].shape, off, off + t[i].n * sizeof (float));
+    for (j = 0; j < t[i].n; j++) {
+      float v = 0.0f;
+
+      if (i == 0 || i == 2)     /* identity rows: [I; I; I], I */
+        v = (j % 2) == (j / 2) % 2 ? 1.0f : 0.0f;
+      else if (i == 4)          /* [I; -I] */
+        v = (j % 2) == (j / 2) % 2 ? (j < 4 ? 1.0f : -1.0f) : 0.0f;
+      else if (i == 6)
+        v = w2;
+      else if (i == 8 || i == 10)
+        v = 1.0f;
+      g_array_append_val (data, v);
+    }
+  }
+  g_string_append (hdr, "}");
+  for (i = 0; i < 8; i++)
+    len[i] = (guint8) ((guint64) hdr->len >> (8 * i));
+  g_string_append_len (s, (const gchar *) len, 8);
+  g_string_append_len (s, hdr->str, hdr->len);
+  g_string_append_len (s, (const gchar *) data->data,
+      data->len * sizeof (float));
+  fd = g_file_open_tmp ("sattn-overflow-XXXXXX.safetensors", &path, &err);
+  fail_unless (fd >= 0, "tmp file: %s", err ? err->message : "?");
+  g_close (fd, NULL);
+  fail_unless (g_file_set_contents (path, s->str, (gssize) s->len, &err));
+  g_string_free (s, TRUE);
+  g_string_free (hdr, TRUE);
+  g_array_free (data, TRUE);
+  return path;
+}
+
+/* A pre-norm encoder whose feed-forward overflows (linear2 = 3e38: its
+ * outputs are 6e38) while its output projection (the identity) does
+ * not.  __i__: policy = i % 3, post-messages = i / 3.  Every row with
+ * two distinct values overflows; the warning must name linear2, and
+ * invalid-frames=error must not stop the stream: it applies to input
+ * frames, and every frame here is finite with finite projections. */
+GST_START_TEST (test_feed_forward_overflow)
+{
+  const gint policy = __i__ % 3;
+  const gboolean post = __i__ / 3;
+  const gsize d = 2, T = 32;
+  gchar *path = write_prenorm_layer (3e38f);
+  float x[32 * 2];
+  GstHarness *h;
+  GstBus *bus;
+  SattnOutput o;
+  BusSummary b = { g_string_new (NULL), 0, 0, 0, 0 };
+  gsize i, bad, zero_rows = 0;
+
+  sattn_fill_signal (x, T * d, 5, 1.0f);
+  h = sattn_harness_new ("window", 8, "hop", 4, "heads", 1, "weights", path,
+      "invalid-frames", policy, "post-messages", post, "message-interval",
+      (guint64) 0, NULL);
+  bus = sattn_attach_bus (h);
+  sattn_set_caps (h, 1000, 2);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              sizeof (x), 0, 0)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  sattn_output_init (&o);
+  sattn_output_pull_all (h, &o);
+  fail_unless_equals_int (o.floats->len, T * d);
+  fail_unless (all_finite (&o, &bad), "%" G_GSIZE_FORMAT " non-finite "
+      "values", bad);
+  for (i = 0; i < T; i++) {
+    const float *r = &g_array_index (o.floats, float, i * d);
+
+    zero_rows += r[0] == 0.0f && r[1] == 0.0f;
+  }
+  fail_unless (zero_rows >= T / 2, "%" G_GSIZE_FORMAT " zero rows",
+      zero_rows);
+  drain_bus (bus, &b);
+  fail_unless (strstr (b.warnings->str, "The feed-forward's linear2 "
+          "overflows float32") != NULL, "no linear2 warning; warnings: %s",
+      b.warnings->str);
+  fail_unless (strstr (b.warnings->str, "output projection") == NULL,
+      "the output projection blamed; warnings: %s", b.warnings->str);
+  fail_unless (strstr (b.warnings->str, "linear2 weights") != NULL,
+      "warnings: %s", b.warnings->str);
+  fail_unless_equals_int (count_in (b.warnings->str, "overflows float32"),
+      1);
+  if (post) {
+    fail_unless_equals_uint64 (b.ovf_rows, zero_rows);
+    fail_unless_equals_uint64 (b.ovf_frames, 0);
+    fail_unless_equals_uint64 (b.invalid, 0);
+  }
+
+  sattn_output_clear (&o);
+  g_string_free (b.warnings, TRUE);
+  sattn_detach_bus (h, bus);
+  gst_harness_teardown (h);
+  g_unlink (path);
+  g_free (path);
+}
+
+GST_END_TEST;
+
 static Suite *
 sattn_overflow_suite (void)
 {
@@ -347,6 +492,7 @@ sattn_overflow_suite (void)
   tcase_add_test (tc, test_mean_edge_of_range);
   tcase_add_loop_test (tc, test_qkv_overflow, 0, 6);
   tcase_add_loop_test (tc, test_output_projection_overflow, 0, 6);
+  tcase_add_loop_test (tc, test_feed_forward_overflow, 0, 6);
   return s;
 }
 

@@ -3,8 +3,9 @@ with the core's status and the core's words: sattn_model_check /
 sattn_stream_config_check for a refused configuration (the weights
 reader's messages: test_fixtures.py); the frame index and sattn_frame_fault_string
 when a push stops at a bad frame.  The package adds words of its own only
-for what it checks before calling the core (array shapes, mode names).
-The objects stay usable afterwards."""
+for what it checks before calling the core (array shapes, mode names,
+argument types and values); where Python would raise a builtin exception
+the SattnError is that builtin too.  The objects stay usable afterwards."""
 
 import unittest
 
@@ -92,6 +93,59 @@ class TestErrors(common.RaisesStatus, unittest.TestCase):
         s.set_invalid_policy("mask")
         rows, info = s.push(x[5:])
         self.assertEqual(list(info["valid"]), [0, 1])
+
+    def test_every_failure_is_sattn_error(self):
+        # Failures Python itself would report (numpy's MemoryError, a
+        # TypeError from a path, a silent complex cast) are SattnErrors
+        # that are also the builtin a caller may already catch, with words
+        # that name the argument and its value.
+        m = sattn.Model(8, 2)
+        s = sattn.Stream(m, 4, 2)
+        # a broadcast view of 2**40 frames: no memory for its float32 copy
+        huge = np.broadcast_to(np.zeros(8), (2 ** 40, 8))
+        e = self.raises(_lib.E_NOMEM, s.push, huge)
+        self.assertIsInstance(e, MemoryError)
+        self.assertIn("frames", str(e))
+        self.assertIn("(1099511627776, 8)", str(e))
+        e = self.raises(_lib.E_NOMEM, sattn.attend, m, huge)
+        self.assertIsInstance(e, MemoryError)
+        self.assertIn("x", str(e))
+        # a path that is not a file name
+        e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors, 3)
+        self.assertIsInstance(e, TypeError)
+        self.assertIn("path=3", str(e))
+        self.assertIn("int", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Model.from_safetensors,
+                        "x.safetensors", 4)
+        self.assertIsInstance(e, TypeError)
+        self.assertIn("prefix=4", str(e))
+        # whole numbers that are not numbers
+        e = self.raises(_lib.E_INVAL, sattn.Model, 8, "two")
+        self.assertIsInstance(e, ValueError)
+        self.assertIn("heads='two'", str(e))
+        e = self.raises(_lib.E_INVAL, sattn.Stream, m, None)
+        self.assertIsInstance(e, TypeError)
+        self.assertIn("window=None", str(e))
+        # complex input is refused, not cast to its real part
+        z = np.ones((4, 8), np.complex64)
+        for fn, args, name in ((s.push, (z,), "frames"),
+                               (sattn.attend, (m, z), "x")):
+            e = self.raises(_lib.E_DTYPE, fn, *args)
+            self.assertIsInstance(e, TypeError)
+            self.assertIn(name, str(e))
+            self.assertIn("complex64", str(e))
+        e = self.raises(_lib.E_DTYPE, sattn.Model, 8, 2,
+                        wq=np.eye(8, dtype=complex))
+        self.assertIn("wq", str(e))
+        self.assertIn("complex128", str(e))
+        self.assertEqual(s.frames, 0)
+        # attend needs a frame
+        e = self.raises(_lib.E_INVAL, sattn.attend, m, np.zeros((0, 8)))
+        self.assertIn("x has 0 frames", str(e))
+        self.assertNotIn("NULL pointer", str(e))
+        # the objects stay usable
+        self.assertEqual(s.push(np.ones((4, 8)))[0].shape, (4, 8))
+        self.assertEqual(sattn.attend(m, np.ones((3, 8))).shape, (3, 8))
 
 
 if __name__ == "__main__":

@@ -155,6 +155,39 @@ class TestLayouts(unittest.TestCase):
                 self.assertIn(str(h), str(cm.exception))
 
 
+class TestOverflowParts(unittest.TestCase):
+    """Stream.stats()["overflow_parts"]: the rows of a pre-norm encoder
+    layer whose linear2 overflows float32 (entries of 3e38 on hidden
+    units of about 1) are all counted in "linear2"."""
+
+    def test_linear2(self):
+        eye = np.eye(2, dtype=np.float32)
+        t = {"self_attn.in_proj_weight": np.vstack([eye] * 3),
+             "self_attn.in_proj_bias": np.zeros(6),
+             "self_attn.out_proj.weight": eye,
+             "self_attn.out_proj.bias": np.zeros(2),
+             "linear1.weight": np.vstack([eye, -eye]),
+             "linear1.bias": np.zeros(4),
+             "linear2.weight": np.full((2, 4), 3e38),
+             "linear2.bias": np.zeros(2),
+             "norm1.weight": np.ones(2), "norm1.bias": np.zeros(2),
+             "norm2.weight": np.ones(2), "norm2.bias": np.zeros(2)}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "layer.safetensors")
+            write_safetensors(path, t, {"norm_first": "true"})
+            m = sattn.Model.from_safetensors(path, heads=1)
+        s = sattn.Stream(m, 8, 4)
+        x = np.random.default_rng(4).standard_normal((16, 2))
+        rows, info = s.push(x)
+        self.assertFalse(np.any(rows))
+        self.assertFalse(np.any(info["valid"]))
+        st = s.stats(clear=True)
+        self.assertEqual(st["overflow_rows"], 16)
+        self.assertEqual(st["overflow_parts"]["linear2"], 16)
+        self.assertEqual(sum(st["overflow_parts"].values()), 16)
+        self.assertEqual(s.stats()["overflow_parts"]["linear2"], 0)
+
+
 class TestWeightsErrors(common.RaisesStatus, unittest.TestCase):
     """A weights file the reader refuses raises SattnError with the
     reader's message, naming the file and what is wrong."""
