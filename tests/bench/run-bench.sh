@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Run the sattn benchmark on an existing (release) build directory:
 # the core and element figures from sattn-bench, then the PyTorch baseline
 # on the same workloads when Debian's python3-torch is installed.

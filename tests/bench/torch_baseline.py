@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """PyTorch baseline for the sattn benchmark workloads W1-W4.
 
 Reads the JSON lines written by `sattn-bench --json FILE --dump DIR` (one

@@ -7,7 +7,10 @@
  *  - a mean-mode stream pools the layer's rows;
  *  - byte-identical output for threads = 1, 2, 3;
  *  - refusals (no feed-forward weights, d_out != d_model).
- * Bounds: NMSE <= 1e-10 and max |out - ref| <= 2e-5 (1 + max |ref|). */
+ * Bounds: NMSE <= 1e-10 and max |out - ref| <= 2e-5 (1 + max |ref|).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "fixture.h"
 #include "reference.h"
 #include "testutil.h"
