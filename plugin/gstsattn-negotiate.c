@@ -789,8 +789,8 @@ gst_sattn_downstream_asks_channels (GstSattn * self, gint channels)
 }
 
 /* Why rows of row_floats values are not offered as audio/x-raw to a
- * downstream that accepts takes (audio elements of any channel count),
- * and the ways out. */
+ * downstream whose caps (takes, as text) are those of audio elements of
+ * any channel count, and the ways out. */
 static gchar *
 gst_sattn_explain_width (const GstSattnSettings * c, gsize row_floats,
     const gchar * takes)
