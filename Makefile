@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # sattn — one-command entry points.
 #
 #   make demo        install what the demo needs, build, run the demo:

@@ -1,4 +1,7 @@
-/* Private declarations shared by the files of libsattn. */
+/* Private declarations shared by the files of libsattn.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #ifndef SATTN_INTERNAL_H
 #define SATTN_INTERNAL_H
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Runs every gst-launch-1.0 line of README.md as written, so the documented
 # pipelines keep working.  Each must reach EOS (exit status 0).
 #

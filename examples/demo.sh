@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # The sattn pipeline demo (`make demo`).
 #
 # 1. make-signal.py writes 10 s of 8 simulated sensors at 2 kHz (sines +

@@ -21,6 +21,8 @@
  * Usage: embed-appsrc [--frames N] [--channels C] [--rate HZ] [--window N]
  *                     [--hop H] [--output frames|window|mean|last]
  *                     [--start pad|wait] [--seed S] [--quiet]
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <gst/gst.h>
 #include <gst/app/gstappsink.h>

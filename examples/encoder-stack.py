@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """A 3-layer transformer encoder built in PyTorch, run as a chain of three
 sattn elements, compared frame for frame with PyTorch over the whole
 sequence.

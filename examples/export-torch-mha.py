@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Export a PyTorch attention module as safetensors for the sattn element.
 
 Recognised attention layouts (tensor names under the module's prefix; a

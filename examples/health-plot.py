@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Watch sattn's numeric health while it runs, then plot it.
 
 Runs appsrc ! sattn post-messages=true ! appsink with the attention map

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Generate a multichannel sensor recording for the sattn demo.
 
 Writes raw interleaved float32 little-endian samples (one frame = one sample

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Attention features of a .npy recording, offline, through libsattn's
 Python package (a sattn.Stream, exactly what the element computes live).
 

@@ -23,6 +23,8 @@
  *
  * Usage: print-window-meta [--buffers N] (how many buffers to print, their
  * first three rows and the last)
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <gst/gst.h>
 #include <stdio.h>

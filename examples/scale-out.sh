@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # More streams than one machine: sattn as a worker on another host.
 #
 #   sensor host:    frames  --TCP-->  worker host: sattn  --TCP-->  collector

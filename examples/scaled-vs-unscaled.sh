@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Scaled vs unscaled attention, seen live through sattn's health messages.
 #
 # The same white noise (8 channels x frame-size 64 = 512 values per frame,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The seeds' own attention module, run by the sattn element.
 
 The seed documents build self-attention from a module of three bias-free

@@ -21,6 +21,8 @@
  * some rows.
  *
  * Usage: seed-experiment [TRIALS [SEED]]   (defaults: 200 trials, seed 1)
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <sattn/sattn.h>
 

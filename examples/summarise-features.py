@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Summarise the feature files of the sattn demo, and check them.
 
 Reads the recording written by make-signal.py (raw F32LE + .json sidecar),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # From PyTorch to a GStreamer pipeline, end to end.
 #
 # 1. PyTorch: build a small model (a linear embedding, a 2-layer

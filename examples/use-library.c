@@ -1,5 +1,8 @@
 /* libsattn from an installed prefix (README, "Use the library"):
- *   cc use-library.c $(pkg-config --cflags --libs sattn) -o use-library */
+ *   cc use-library.c $(pkg-config --cflags --libs sattn) -o use-library
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <stdio.h>
 #include <sattn/sattn.h>
 

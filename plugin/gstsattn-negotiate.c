@@ -753,13 +753,74 @@ gst_sattn_src_caps_new (const GstSattnSettings * c, gsize row_floats,
   return caps;
 }
 
+/* The widest audio/x-raw the element offers to any downstream: GStreamer's
+ * audio converter (audioconvert, audioresample and every element built on
+ * GstAudioConverter) asserts on 64 or more channels (its channel mixer
+ * takes fewer than 64) and then crashes, so wider rows go out as
+ * audio/x-raw only to a downstream that asks for exactly that channel
+ * count (a capsfilter) or takes any caps (fakesink, filesink, appsink
+ * without caps). */
+#define GST_SATTN_AUDIO_SAFE_CHANNELS 63
+
+/* Whether downstream takes audio/x-raw of channels channels wider than
+ * GST_SATTN_AUDIO_SAFE_CHANNELS knowingly: its caps are ANY, or one of its
+ * audio/x-raw structures fixes channels to exactly that count. */
+static gboolean
+gst_sattn_downstream_asks_channels (GstSattn * self, gint channels)
+{
+  GstCaps *peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  gboolean asks = FALSE;
+
+  if (peer == NULL)
+    return FALSE;
+  if (gst_caps_is_any (peer)) {
+    gst_caps_unref (peer);
+    return TRUE;
+  }
+  for (guint i = 0; i < gst_caps_get_size (peer) && !asks; i++) {
+    GstStructure *s = gst_caps_get_structure (peer, i);
+    const GValue *v = gst_structure_get_value (s, "channels");
+
+    asks = gst_structure_has_name (s, "audio/x-raw") && v != NULL &&
+        G_VALUE_HOLDS_INT (v) && g_value_get_int (v) == channels;
+  }
+  gst_caps_unref (peer);
+  return asks;
+}
+
+/* Why rows of row_floats values are not offered as audio/x-raw to a
+ * downstream whose caps (takes, as text) are those of audio elements of
+ * any channel count, and the ways out. */
+static gchar *
+gst_sattn_explain_width (const GstSattnSettings * c, gsize row_floats,
+    const gchar * takes)
+{
+  return g_strdup_printf ("output=%s gives rows of %" G_GSIZE_FORMAT
+      " values, which audio/x-raw carries as %" G_GSIZE_FORMAT " channels: "
+      "more than the %d that GStreamer's audio converter (audioconvert, "
+      "audioresample) takes, so sattn offers them as audio/x-raw only to a "
+      "downstream that asks for exactly %" G_GSIZE_FORMAT " channels or "
+      "takes any caps. Put a capsfilter 'audio/x-raw,channels=%"
+      G_GSIZE_FORMAT "' after sattn for an element that handles that many "
+      "channels (level, wavenc), send the rows to an element that takes "
+      "other/tensors or any caps (tensor_sink, appsink, filesink), or make "
+      "rows of at most %d values (fewer channels, a smaller frame-size%s); "
+      "downstream accepts %s", gst_sattn_output_nick (c->output), row_floats,
+      row_floats, GST_SATTN_AUDIO_SAFE_CHANNELS, row_floats, row_floats,
+      GST_SATTN_AUDIO_SAFE_CHANNELS,
+      c->output == GST_SATTN_OUTPUT_WINDOW ? ", a smaller window" : "",
+      takes);
+}
+
 /* The source caps for the input caps and the settings c (stream built for
  * them) that downstream accepts: audio/x-raw when the output rate is a
- * whole number and downstream takes it, else other/tensors.  When
- * downstream takes neither, posts one error that names the caps offered,
- * says how they follow from the input and the properties (and, when only
- * audio/x-raw would do, which values make its rate whole), and what
- * downstream takes; returns NULL. */
+ * whole number, the rows are narrow enough for any audio element (or
+ * downstream asks for their width, gst_sattn_downstream_asks_channels)
+ * and downstream takes it, else other/tensors.  When downstream takes
+ * neither, posts one error that names the caps offered, says how they
+ * follow from the input and the properties (and, when only audio/x-raw
+ * would do, which values make its rate whole, or the channel limit and
+ * its ways out), and what downstream takes; returns NULL. */
 static GstCaps *
 gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
     gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps,
@@ -769,6 +830,7 @@ gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
   GstCaps *srccaps, *audio = NULL, *peer;
   gchar *offered, *takes, *rows, *why;
   gint num = 0, den = 1;
+  gboolean too_wide = FALSE;
 
   if (!gst_sattn_out_rate (c, rate, &num, &den)) {
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
@@ -781,7 +843,9 @@ gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
   if (den == 1 && row_floats <= G_MAXINT &&
       c->output != GST_SATTN_OUTPUT_CLASSES) {
     audio = gst_sattn_src_caps_new (c, row_floats, num, 1, FALSE);
-    if (gst_pad_peer_query_accept_caps (self->srcpad, audio)) {
+    too_wide = row_floats > GST_SATTN_AUDIO_SAFE_CHANNELS &&
+        !gst_sattn_downstream_asks_channels (self, (gint) row_floats);
+    if (!too_wide && gst_pad_peer_query_accept_caps (self->srcpad, audio)) {
       *tensors = FALSE;
       return audio;
     }
@@ -792,11 +856,24 @@ gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
     *tensors = TRUE;
     return srccaps;
   }
+  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
+  if (too_wide && gst_pad_peer_query_accept_caps (self->srcpad, audio)) {
+    /* Downstream would take the wide audio/x-raw, but it may be (or lead
+     * to) an audio converter, which crashes on it. */
+    why = gst_sattn_explain_width (c, row_floats, takes);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", why),
+        ("input caps %" GST_PTR_FORMAT, sinkcaps));
+    g_free (why);
+    g_free (takes);
+    gst_clear_caps (&peer);
+    gst_caps_unref (audio);
+    gst_caps_unref (srccaps);
+    return NULL;
+  }
   if (audio != NULL)
     gst_caps_append (srccaps, audio);
-  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
   offered = gst_caps_to_string (srccaps);
-  takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
   why = den != 1 ? gst_sattn_explain_rate (c, rate) : NULL;
   if (c->output == GST_SATTN_OUTPUT_FRAMES)
     rows = g_strdup_printf ("one row per frame, at the frame rate %d Hz / "
@@ -1448,6 +1525,33 @@ gst_sattn_allowed_caps (GstSattn * self)
   return caps;
 }
 
+/* For a downstream that takes audio/x-raw only: why the rows of the
+ * identity projections (d_out = heads x value-dim, else d_model; a
+ * weights file's d_out is known once it is loaded, and the source caps
+ * apply the same rule then) are too wide for it, or NULL. */
+static gchar *
+gst_sattn_check_width (GstSattn * self, const GstSattnSettings * c,
+    guint64 d_model)
+{
+  guint64 rows = c->value_dim != 0 ? (guint64) c->heads * c->value_dim :
+      d_model;
+  GstCaps *peer;
+  gchar *takes, *why;
+
+  if (c->output == GST_SATTN_OUTPUT_WINDOW)
+    rows *= c->window;
+  if (rows <= GST_SATTN_AUDIO_SAFE_CHANNELS || rows > G_MAXINT ||
+      c->output == GST_SATTN_OUTPUT_CLASSES ||
+      gst_sattn_downstream_asks_channels (self, (gint) rows))
+    return NULL;
+  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  takes = peer ? gst_caps_to_string (peer) : g_strdup ("nothing");
+  why = gst_sattn_explain_width (c, (gsize) rows, takes);
+  g_free (takes);
+  gst_clear_caps (&peer);
+  return why;
+}
+
 /* Whether caps can be used; if not and post, posts one element error that
  * says why (once for the same caps). */
 static gboolean
@@ -1472,6 +1576,8 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
       gst_sattn_downstream_takes (self, &audio, &tensors);
       if (!tensors)
         why = gst_sattn_explain_rate (&c, rate);
+      if (why == NULL && !tensors && !weights)
+        why = gst_sattn_check_width (self, &c, d_model);
     }
     shape = why == NULL && file_d != 0 && d_model != file_d;
   }

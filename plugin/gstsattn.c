@@ -61,8 +61,12 @@
  * dimensions=d_out:1` (`d_out:window` in window mode, innermost first)
  * with `framerate` the exact fraction, one row per buffer, stamped at its
  * first new frame and lasting its hop (e.g. hop 256 at 16 kHz: 125/2).
- * GStreamer 1.22's audioconvert cannot take 64 or more channels: wide rows
- * belong in filesink, appsink or tensor elements.
+ * GStreamer's audio converter (audioconvert, audioresample) takes at most
+ * 63 channels and crashes on more, so rows of 64 or more values go out as
+ * `audio/x-raw` only to a downstream that asks for exactly that channel
+ * count (a capsfilter) or takes any caps (fakesink, filesink, appsink);
+ * to other audio elements they are refused with an error that says so,
+ * at READY -> PAUSED when the rows' width is known then.
  *
  * A combination of properties that cannot work with the input (hop >
  * window, heads not dividing d_model, a weights file of another d_model,
@@ -243,6 +247,10 @@
  * |[
  * gst-launch-1.0 audiotestsrc num-buffers=20 ! audio/x-raw,format=F32LE,channels=4,rate=16000 ! sattn name=s window=64 hop=16 ! fakesink s.attn ! videoconvert ! pngenc ! multifilesink location=map-%05d.png
  * ]| Writes the attention map of every window as a 64 × 16 PNG.
+ * |[
+ * gst-launch-1.0 audiotestsrc num-buffers=5 ! audio/x-raw,format=F32LE,channels=2,rate=16000 ! sattn output=window window=64 hop=64 ! audio/x-raw,channels=128 ! level ! fakesink
+ * ]| Whole windows of 64 rows × 2 features, 128 channels: wider than an
+ * audio converter takes, so the capsfilter asks for them explicitly.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -257,6 +265,8 @@ GST_DEBUG_CATEGORY (gst_sattn_debug);
 #define DEFAULT_WINDOW 64
 #define DEFAULT_HOP 16
 #define DEFAULT_FRAME_SIZE 1
+/* The heads property's 0 (unset): one head without weights; with weights
+ * the loader takes the file's num_heads metadata (props.heads_set). */
 #define DEFAULT_HEADS 1
 #define DEFAULT_HEAD_DIM 0
 #define DEFAULT_VALUE_DIM 0
@@ -477,10 +487,12 @@ gst_sattn_class_init (GstSattnClass * klass)
           "input rate", 1, MAX_FRAME_SIZE, DEFAULT_FRAME_SIZE, geom));
   g_object_class_install_property (gobject_class, PROP_HEADS,
       g_param_spec_uint ("heads", "Heads",
-          "Attention heads (with weights: unset = the file's num_heads "
-          "metadata, else 1; set, it must agree with that metadata); "
+          "Attention heads; 0 = unset: 1 head without weights, the "
+          "weights file's num_heads metadata with (a file without it is "
+          "refused unless heads or head-dim is set or its layout has one "
+          "head).  Set with weights, it must agree with that metadata; "
           "without weights it must divide d_model when head-dim is 0",
-          1, MAX_HEADS, DEFAULT_HEADS, geom));
+          0, MAX_HEADS, 0, geom));
   g_object_class_install_property (gobject_class, PROP_HEAD_DIM,
       g_param_spec_uint ("head-dim", "Head dimension",
           "Per-head query/key size d_k: queries and keys have heads x "
@@ -534,21 +546,26 @@ gst_sattn_class_init (GstSattnClass * klass)
           "whatever the count", 0, MAX_THREADS, DEFAULT_THREADS, geom));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS,
       g_param_spec_string ("weights", "Weights",
-          "safetensors file, read by the one loader: an attention module "
-          "(nn.MultiheadAttention, or the q_proj / query / wq ... layouts), "
-          "an nn.TransformerEncoderLayer, or a whole model (embed, encoder "
-          "layers, head); it records num_heads unless heads is set; "
-          "NULL = identity projections.  Read and checked on READY->PAUSED "
-          "and when caps arrive.  Set while PAUSED or PLAYING: loaded off "
+          "safetensors file of trained weights (NULL = identity "
+          "projections): an attention module in any of nine layouts "
+          "(nn.MultiheadAttention packed or separate, Hugging Face q_proj, "
+          "BERT query, to_q, wq, W_q, fused qkv), an "
+          "nn.TransformerEncoderLayer, or a whole model (embedding, encoder "
+          "layers, pooling, head) run on every window; its metadata gives "
+          "heads, positions and the encoder settings.  Read "
+          "and checked once, on READY->PAUSED (models are shared between "
+          "elements), not again when caps arrive.  Set while PAUSED or "
+          "PLAYING: loaded off "
           "the streaming thread, it takes over at a window boundary if it "
           "has the running model's d_model, d_out and kind (else a "
           "warning, the running model stays and this property names its "
           "file again)", NULL, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
       g_param_spec_string ("weights-prefix", "Weights prefix",
-          "Prefix of the attention module's tensors inside a larger state "
-          "dict, e.g. \"encoder.layers.0.self_attn.\"; may change while "
-          "playing, as weights may", "", rw | GST_PARAM_MUTABLE_PLAYING));
+          "Prefix of the module's tensors (attention module, encoder layer "
+          "or whole model) inside a larger state dict, e.g. "
+          "\"encoder.layers.0.self_attn.\"; may change while playing, as "
+          "weights may", "", rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_ADD_ZERO_ATTN,
       g_param_spec_boolean ("add-zero-attn", "Add zero attention",
           "Append an all-zero key and value to every window, as "
@@ -616,8 +633,11 @@ gst_sattn_class_init (GstSattnClass * klass)
 
   gst_element_class_set_static_metadata (element_class,
       "Sliding-window self-attention", "Filter/Analyzer/Audio",
-      "Masked multi-head self-attention over sliding windows of signal "
-      "frames, pushing attention features",
+      "Cuts an F32 signal into frames and sliding windows and runs masked "
+      "multi-head self-attention on each window (identity projections, a "
+      "trained attention module or encoder layer, or a whole trained "
+      "model), pushing feature rows (audio/x-raw or other/tensors) or "
+      "class probabilities",
       "sattn project");
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
@@ -855,7 +875,9 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_HEADS:
       self->props.heads = g_value_get_uint (value);
-      self->props.heads_set = TRUE;
+      self->props.heads_set = self->props.heads != 0;
+      if (!self->props.heads_set)
+        self->props.heads = DEFAULT_HEADS;
       break;
     case PROP_HEAD_DIM:
       self->props.head_dim = g_value_get_uint (value);
@@ -959,7 +981,7 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       g_value_set_uint (value, self->props.frame_size);
       break;
     case PROP_HEADS:
-      g_value_set_uint (value, self->props.heads);
+      g_value_set_uint (value, self->props.heads_set ? self->props.heads : 0);
       break;
     case PROP_HEAD_DIM:
       g_value_set_uint (value, self->props.head_dim);

@@ -18,5 +18,5 @@ plugin_init (GstPlugin * plugin)
 
 GST_PLUGIN_DEFINE (GST_VERSION_MAJOR, GST_VERSION_MINOR, sattn,
     "Numerically stable masked multi-head self-attention on live streams",
-    plugin_init, SATTN_PLUGIN_VERSION, "LGPL", "sattn",
-    "sattn project")
+    plugin_init, SATTN_PLUGIN_VERSION, "LGPL", SATTN_PACKAGE_NAME,
+    SATTN_PACKAGE_ORIGIN)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Summarise meson test logs as one line: "N passed, N failed[, N skipped]".
 
 Reads one or more meson-logs/testlog.json files (one JSON object per line).

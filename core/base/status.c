@@ -1,4 +1,7 @@
-/* Status strings and small shared helpers of libsattn. */
+/* Status strings and small shared helpers of libsattn.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include <math.h>

@@ -2,7 +2,10 @@
  * once (cpuid, capped by SATTN_SIMD in the environment), which chooses
  * the table of kernels (kernels-portable.c, kernels-avx2.c,
  * kernels-avx512.c) every sattn_* kernel below calls through.
- * sattn_simd_force (tests and probes) switches both. */
+ * sattn_simd_force (tests and probes) switches both.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "kernels.h"
 
 #include <stdlib.h>

@@ -5,7 +5,10 @@
  * so that results in the subnormal range round once, like expf (in two
  * halves here, by scalef at AVX-512).  Its error against expf is tested
  * (tests/kernel/test-exp.c).  The row movers (copy_rows, transpose_rows,
- * add_bias) are the portable loops at this level. */
+ * add_bias) are the portable loops at this level.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "kernels-portable.h"
 
 #ifdef SATTN_HAVE_X86

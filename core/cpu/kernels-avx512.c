@@ -1,6 +1,9 @@
 /* The AVX-512 kernels (level 2: F, DQ, BW and VL), with the same
  * exp as kernels-avx2.c (see there) and 2^n by scalef, which rounds
- * subnormal results once. */
+ * subnormal results once.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "kernels-portable.h"
 
 #ifdef SATTN_HAVE_X86

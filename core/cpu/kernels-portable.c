@@ -5,7 +5,10 @@
  *   exp_sum: y = exp (y * scale - mx), returns the sum (inputs <= mx)
  *   softmax_max: max of a row and whether it is all finite
  *
- * The loops the vector levels share are in kernels-portable.h. */
+ * The loops the vector levels share are in kernels-portable.h.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "kernels-portable.h"
 
 #include <math.h>

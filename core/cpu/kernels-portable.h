@@ -4,7 +4,10 @@
  * each file compiles (and inlines) them where they are used, for its own
  * target: a loop inlined into an AVX2 + FMA kernel is compiled as part
  * of it, as it always was (pv_avx2's column tail contracts into FMAs
- * there; the bytes depend on it). */
+ * there; the bytes depend on it).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #ifndef SATTN_CPU_KERNELS_PORTABLE_H
 #define SATTN_CPU_KERNELS_PORTABLE_H
 

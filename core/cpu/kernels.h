@@ -10,7 +10,10 @@
  * Each table is complete: where a level has no loop of its own for an
  * entry it names the portable one (kernels-portable.h) or builds the entry
  * from its own kernels (the sattn_*_from helpers below), so the bytes
- * of every entry are those the level always gave. */
+ * of every entry are those the level always gave.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #ifndef SATTN_CPU_KERNELS_H
 #define SATTN_CPU_KERNELS_H
 

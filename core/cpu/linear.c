@@ -11,7 +11,10 @@
  * and portable loops agree, whatever the tiling.  The loops are the
  * kernel table's (linear_dd, linear_df, linear_ff, widen: the
  * kernels-*.c files); this file cuts the work into the blocks they
- * take. */
+ * take.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include <string.h>

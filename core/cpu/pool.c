@@ -39,6 +39,8 @@
  * variable; the caller broadcasts only when a worker sleeps.  The words
  * written by different threads (generation, range words and counters)
  * sit on separate cache lines.  Nothing is allocated by sattn_pool_run.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #define _GNU_SOURCE
 #include "internal.h"

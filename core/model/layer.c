@@ -1,4 +1,7 @@
-/* SattnModel: resolved configuration plus owned copies of the weights. */
+/* SattnModel: resolved configuration plus owned copies of the weights.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include <float.h>

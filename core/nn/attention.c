@@ -1,5 +1,8 @@
 /* Attention kernel: projections, scores, masked stable softmax, P·V,
- * output projection, and the one-shot entry point sattn_attend. */
+ * output projection, and the one-shot entry point sattn_attend.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include <float.h>

@@ -12,7 +12,10 @@
  * Measured by ablation (tests/layers/error-ablation.py), the float
  * residual adds, the three roundings of each LayerNorm output and the
  * float feed-forward sums were what put the layer's error above PyTorch
- * float32's. */
+ * float32's.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include <float.h>

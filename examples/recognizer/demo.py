@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The recognition demo: a generated I/Q stream whose modulation and SNR
 change every second, recognised live by the element.
 

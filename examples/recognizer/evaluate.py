@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Evaluate the modulation recogniser through the element, next to
 PyTorch on the same windows.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Complex baseband (I/Q) signals of ten modulations, for training and
 evaluating the modulation recogniser (examples/recognizer/).
 

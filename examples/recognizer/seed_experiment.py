@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The seeds' experiment, trained: the modulation recogniser with scaled
 and with unscaled attention for d_k in {32, 128, 512}.
 

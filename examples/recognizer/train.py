@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Train the modulation recogniser: sattn.nn.SignalTransformer on windows
 of I/Q from iqgen.py, in PyTorch on the CPU, seeded, with a budget of
 epochs.

@@ -4,6 +4,8 @@
  * headers declare between SATTN_API_BEGIN and SATTN_API_END is exported
  * from libsattn.so; everything else (core/internal.h) stays inside the
  * library.  Included by <sattn/sattn.h>, do not include it directly.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #ifndef SATTN_EXPORT_H
 #define SATTN_EXPORT_H

@@ -33,6 +33,8 @@
  * message is truncated to fit and always NUL-terminated; it is set to ""
  * on success).  Messages name the file or tensor concerned and, for shape
  * errors, the shape found and the shape expected.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #ifndef SATTN_WEIGHTS_H
 #define SATTN_WEIGHTS_H

@@ -47,6 +47,8 @@
  *    calls push / drain / attend, under whatever thread setting the
  *    process has chosen for its BLAS; everything else runs in the
  *    library's own register-tiled loops.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #ifndef SATTN_H
 #define SATTN_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """sattn: numerically stable masked multi-head self-attention on streams of
 frames, from Python (numpy in, numpy out), over libsattn.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """ctypes view of libsattn: the structs and functions of include/sattn/sattn.h
 and include/sattn/sattn-weights.h, and where the library is found.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """A whole signal model per window, in PyTorch, as libsattn runs it.
 
     from sattn.nn import SignalTransformer, save_safetensors

@@ -28,7 +28,10 @@
  * load error.  Defaults: W1 (d_model 64, 4 heads, window 256, hop 16),
  * random weights, threads=1.  Pin it (taskset -c 1) for single-thread
  * measurements.  Both libraries must have the ABI of the headers this is
- * built with (the same soname: libsattn.so.1 and later 1.x). */
+ * built with (the same soname: libsattn.so.1 and later 1.x).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #define _GNU_SOURCE
 #include <sattn/sattn.h>
 

@@ -29,6 +29,8 @@
  * Nothing here asserts timings.  The exit status is nonzero only when a
  * result is wrong: non-finite output, streaming rows that disagree with
  * the one-shot path, a pipeline error, or frames lost in the pipeline.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #define _GNU_SOURCE
 #include "sattn/sattn.h"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Byte identity of two builds of libsattn: every output byte of
 # sattn-dump-outputs' workloads, at every SIMD level this CPU has, with
 # the library of BASE_LIB_DIR and then of NEW_LIB_DIR, compared with cmp.

@@ -44,7 +44,10 @@
  * offset in OUT, its byte count and an FNV-1a hash of its bytes; the
  * index of two runs tells which workload a difference is in.  Prints the
  * workload and byte counts.  Exit status 0, 1 when a call failed where
- * it must not (a refused model or stream), 2 on a usage error. */
+ * it must not (a refused model or stream), 2 on a usage error.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #define _GNU_SOURCE
 #include <sattn/sattn.h>
 

@@ -13,7 +13,10 @@
  * (relative 1e-6) and fails if one disagrees: the figures are of a pass
  * that computed the right thing.
  *
- * usage: exp-cost [CALLS [REPEATS]]   (default 20000 x 7) */
+ * usage: exp-cost [CALLS [REPEATS]]   (default 20000 x 7)
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 #include "rng.h"
 

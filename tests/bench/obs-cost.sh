@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Cost of the element's observability on W1 (64 ch @ 16 kHz, heads 4,
 # window 256, hop 16): bus messages and the attention map, in CPU seconds
 # of the whole gst-launch-1.0 process (the map pad pushes from a thread of

@@ -19,7 +19,10 @@
  * they do not agree to 1e-5.  Thread CPU time: immune to preemption, still
  * sensitive to what the other CPU does to caches and clocks.
  *
- * usage: proj-cost [BLOCKS [HOPS_PER_BLOCK]]   (default 300 × 100) */
+ * usage: proj-cost [BLOCKS [HOPS_PER_BLOCK]]   (default 300 × 100)
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include "rng.h"

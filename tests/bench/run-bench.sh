@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Run the sattn benchmark on an existing (release) build directory:
 # the core and element figures from sattn-bench, then the peers side by
 # side with sattn (peers.py: PyTorch recomputing windows, PyTorch and ONNX

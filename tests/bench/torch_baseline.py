@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The naive PyTorch peer of the sattn benchmark workloads W1-W4.
 
 PyTorch recomputing windows: a baseline, not what an expert streams (the

@@ -17,6 +17,8 @@
  *     visible score is -inf; no visible key: P_i = 0 (context 0)
  *   O_i = concat_h P_i,h V_h;  out_i = O_i Wo^T + bo (Wo NULL = identity)
  *   query_valid[i] == 0: out_i = 0 and P_i = 0.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #ifndef SATTN_REFERENCE_H
 #define SATTN_REFERENCE_H

@@ -1,7 +1,10 @@
 /* The fixed-seed generators of the tests and benchmarks, the same streams
  * on every platform, no state outside the caller's: xorshift64
  * (Marsaglia's 13, 7, 17) for the kernel tests and proj-cost, splitmix64
- * for the core tests (TuRng, tests/core/testutil.h) and sattn-bench. */
+ * for the core tests (TuRng, tests/core/testutil.h) and sattn-bench.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #ifndef SATTN_TEST_RNG_H
 #define SATTN_TEST_RNG_H
 

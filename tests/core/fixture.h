@@ -1,5 +1,8 @@
 /* Random models for the core tests: one description builds both the
- * libsattn model and the float64 reference model over the same weights. */
+ * libsattn model and the float64 reference model over the same weights.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #ifndef SATTN_FIXTURE_H
 #define SATTN_FIXTURE_H
 

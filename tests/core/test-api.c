@@ -6,7 +6,10 @@
  *   NULL pointer, zero / negative / NaN / infinite value  -> SATTN_E_INVAL
  *   dimensions that do not fit together                    -> SATTN_E_SHAPE
  *   non-finite weights                                     -> SATTN_E_NONFINITE
- *   sizes that overflow                                    -> SATTN_E_NOMEM */
+ *   sizes that overflow                                    -> SATTN_E_NOMEM
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

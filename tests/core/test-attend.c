@@ -11,7 +11,10 @@
  *   (sequential sums, expf) is off by ~1e-5 in the weights there.
  *   stats:   counters equal to the reference's where the header defines
  *            them unambiguously (see check_stats).
- * The worst NMSE and max-abs error per d_model and overall are printed. */
+ * The worst NMSE and max-abs error per d_model and overall are printed.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,7 +19,10 @@
  * frame with the same rows before it.  Geometries cover d_model >= 256
  * (where a 256-row block would go to BLAS: batches stay below it), hop 1
  * (the per-frame case the batching is for), Q/K/V weights without Wo,
- * Wo without Q/K/V weights, and RoPE (applied after the projection). */
+ * Wo without Q/K/V weights, and RoPE (applied after the projection).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

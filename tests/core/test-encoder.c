@@ -11,7 +11,10 @@
  *    overflow_rows and, by sattn_stream_overflow_parts, in the part that
  *    overflowed: the output projection, norm1, linear1, linear2, norm2 or
  *    the residual sum, for the layer kinds where each can.
- * Bounds: NMSE <= 1e-10 and max |out - ref| <= 2e-5 (1 + max |ref|). */
+ * Bounds: NMSE <= 1e-10 and max |out - ref| <= 2e-5 (1 + max |ref|).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "fixture.h"
 #include "reference.h"
 #include "testutil.h"

@@ -15,7 +15,10 @@
  *   - the output without statistics and weights is byte-identical.
  * Where the float64 reference is meaningful (no float overflow in the core's
  * scores) the output is also compared with it: NMSE <= 1e-10, max-abs <=
- * 1e-5 * (1 + max|ref|); exact closed forms are used where they exist. */
+ * 1e-5 * (1 + max|ref|); exact closed forms are used where they exist.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>

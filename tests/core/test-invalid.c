@@ -26,6 +26,8 @@
  * stats.invalid_frames / overflow_frames / overflow_rows equal to the
  * counts of the frames consumed and the rows computed.  The one-shot
  * sattn_attend is held to the same frame rule and counts.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <float.h>
 #include <math.h>

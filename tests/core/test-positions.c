@@ -10,7 +10,10 @@
  *  - the ALiBi slopes against Press et al.'s recursive rule;
  *  - refusals: extra keys with positions, odd head size for RoPE.
  * Bounds: NMSE <= 1e-10 and max |out - ref| <= 2e-5 (1 + max |ref|), the
- * bounds of test-attend with a little room for the rotation's rounding. */
+ * bounds of test-attend with a little room for the rotation's rounding.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "fixture.h"
 #include "reference.h"
 #include "testutil.h"

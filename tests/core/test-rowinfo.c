@@ -6,7 +6,10 @@
  *
  * Streams of random frames with random runs of invalid frames (flagged
  * and NaN), in every output mode, causal / lookback / extra keys, start
- * pad / wait, pushed in random chunks, drained at the end. */
+ * pad / wait, pushed in random chunks, drained at the end.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "testutil.h"
 
 #include <math.h>

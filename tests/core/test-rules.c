@@ -8,7 +8,10 @@
  *
  * Every case states the status the header's rule gives and a phrase the
  * message must hold; the constructors are run on the same input so the
- * check and the constructor cannot drift apart. */
+ * check and the constructor cannot drift apart.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>

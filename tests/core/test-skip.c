@@ -13,7 +13,10 @@
  * frame schedule must be equal afterwards.  G ranges over 0, 1, the lead,
  * around the window, and runs of thousands of frames.  A separate case
  * checks that a skip of 10^12 frames returns at once with the count and
- * span the schedule says, and that a skip past UINT64_MAX is refused. */
+ * span the schedule says, and that a skip past UINT64_MAX is refused.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -24,7 +24,10 @@
  *   - reset: everything pending is dropped, the next frame is frame 0.
  *
  * Bounds: stream vs one-shot max |diff| <= 1e-5 * (1 + max |expected|);
- * both vs the float64 reference NMSE <= 1e-10.  Measured figures printed. */
+ * both vs the float64 reference NMSE <= 1e-10.  Measured figures printed.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,7 +21,10 @@
  *  - sattn_stream_bytes: nonzero for valid configurations, growing
  *    linearly (not quadratically) with the window without keep_weights,
  *    0 for invalid or overflowing ones.
- * The same executable runs under ThreadSanitizer in the TSan build. */
+ * The same executable runs under ThreadSanitizer in the TSan build.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

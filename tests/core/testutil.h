@@ -1,6 +1,9 @@
 /* Shared helpers of the core tests: a fixed-seed PRNG, case bookkeeping,
  * error metrics.  No framework: every executable prints one line per case
- * and a closing "N passed, M failed" line, and exits nonzero on failure. */
+ * and a closing "N passed, M failed" line, and exits nonzero on failure.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #ifndef SATTN_TESTUTIL_H
 #define SATTN_TESTUTIL_H
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Generate the PyTorch parity fixtures of libsattn's weights layer.
 
 Run from anywhere with Debian's python3-torch (torch 1.13):

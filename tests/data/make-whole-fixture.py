@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The small whole model of tests/data/whole_f8_c4.safetensors (seeded):
 sattn.nn.SignalTransformer on frames of 8 values (the demo's 8 sensors,
 frame-size 1), d_model 16, 2 heads, 2 layers, learned positions for up to

@@ -250,7 +250,7 @@ GST_START_TEST (test_property_defaults)
     guint def, min;
   } uints[] = {
     {"window", 64, 1}, {"hop", 16, 1}, {"frame-size", 1, 1},
-    {"heads", 1, 1}, {"head-dim", 0, 0}, {"lookback", 0, 0},
+    {"heads", 0, 0}, {"head-dim", 0, 0}, {"lookback", 0, 0},
   };
   static const struct
   {

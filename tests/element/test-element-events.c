@@ -578,6 +578,73 @@ GST_START_TEST (test_downstream_refuses)
 
 GST_END_TEST;
 
+/* Rows of 64 or more values never reach an audio converter (audioconvert
+ * and audioresample assert on 64 channels and crash): the pipeline fails
+ * with one error from sattn that names the limit and the ways out, at
+ * READY -> PAUSED for identity projections, at the caps event with a
+ * weights file (whose d_out is known once it is loaded).  Narrower rows,
+ * a capsfilter that asks for the width, and a downstream that takes any
+ * caps still run to EOS. */
+static const struct
+{
+  const gchar *props, *downstream;
+  gint channels;
+  gboolean works;
+} wide_rows[] = {
+  {"output=window window=64 hop=64", "audioconvert ! fakesink", 2, FALSE},
+  {"output=window window=64 hop=64", "queue ! audioresample ! fakesink", 2,
+      FALSE},
+  {"output=frames", "audioconvert ! fakesink", 64, FALSE},
+  {"weights=e16_h2_nobias.safetensors output=window window=4 hop=4",
+      "audioconvert ! fakesink", 16, FALSE},
+  {"output=window window=63 hop=1", "audioconvert ! fakesink", 1, TRUE},
+  {"output=frames", "audioconvert ! fakesink", 63, TRUE},
+  {"output=window window=64 hop=64", "audio/x-raw,channels=128 ! level ! "
+        "fakesink", 2, TRUE},
+  {"output=window window=64 hop=64", "fakesink", 2, TRUE},
+};
+
+GST_START_TEST (test_wide_rows_audioconvert)
+{
+  const gchar *root = g_getenv ("SATTN_SOURCE_ROOT");
+  gchar *props, *desc, *text = NULL, *source = NULL;
+  guint n;
+
+  fail_unless (root != NULL, "SATTN_SOURCE_ROOT is not set");
+  props = g_strdup (wide_rows[__i__].props);
+  if (g_str_has_prefix (props, "weights=")) {
+    gchar *p = g_strdup_printf ("weights=%s/tests/data/%s", root,
+        props + strlen ("weights="));
+
+    g_free (props);
+    props = p;
+  }
+  desc = g_strdup_printf ("audiotestsrc num-buffers=5 ! audio/x-raw,"
+      "format=F32LE,channels=%d,rate=16000 ! sattn name=s %s ! %s",
+      wide_rows[__i__].channels, props, wide_rows[__i__].downstream);
+  n = run_pipeline (desc, &text, &source);
+  if (wide_rows[__i__].works) {
+    fail_unless (text == NULL, "%s: %s", desc, text);
+    fail_unless_equals_int (n, 0);
+  } else {
+    fail_unless (text != NULL, "%s: no error", desc);
+    g_print ("%s\n  -> %s\n", desc, text);
+    fail_unless_equals_int (n, 1);
+    fail_unless_equals_string (source, "s");
+    fail_unless (strstr (text, "more than the 63 that GStreamer's audio "
+            "converter") != NULL, "%s", text);
+    fail_unless (strstr (text, "other/tensors") != NULL, "%s", text);
+    fail_unless (strstr (text, "capsfilter 'audio/x-raw,channels=") != NULL,
+        "%s", text);
+  }
+  g_free (text);
+  g_free (source);
+  g_free (desc);
+  g_free (props);
+}
+
+GST_END_TEST;
+
 /* ------------------------------------------------------------ messages */
 
 static gchar *
@@ -817,6 +884,8 @@ sattn_events_suite (void)
   tcase_add_test (tc, test_caps_query);
   tcase_add_test (tc, test_impossible_pipelines);
   tcase_add_test (tc, test_downstream_refuses);
+  tcase_add_loop_test (tc, test_wide_rows_audioconvert, 0,
+      G_N_ELEMENTS (wide_rows));
   tcase_add_loop_test (tc, test_weights_messages, 0, 4);
   tcase_add_test (tc, test_scale_tiny);
   tcase_add_test (tc, test_dim_picks_channels);

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Runs examples/health-plot.py on a short signal and checks what it
 claims: one printed line per health message, a saturation warning for the
 loud middle third and none for the quiet rest, and a PNG written.

@@ -7,6 +7,8 @@
  * Built by tests/fuzz/run-fuzz.sh (clang -fsanitize=fuzzer,address,
  * undefined); tests/fuzz/replay.c runs the same entry point over the seed
  * corpus in the regular test suite.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <sattn/sattn.h>
 #include <sattn/sattn-weights.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Write the seed corpus of fuzz-weights into tests/fuzz/corpus/.
 
 Small safetensors files (valid attention modules in every supported dtype,

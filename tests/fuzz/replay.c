@@ -1,6 +1,9 @@
 /* Runs the fuzz target's entry point over files and directories (the seed
  * corpus): a regression test that needs neither clang nor libFuzzer, and
- * that the sanitizer build runs under ASan/UBSan. */
+ * that the sanitizer build runs under ASan/UBSan.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <glib.h>
 
 #include <stdint.h>

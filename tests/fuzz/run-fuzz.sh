@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Build the weights reader's libFuzzer target and run it for a bounded time.
 #
 #   tests/fuzz/run-fuzz.sh [SECONDS] [WORKDIR]

@@ -10,6 +10,8 @@
  * float; the vector code adds four vectors in float, each lane at most 4
  * terms in [0, 1], then in double: at most 3 * 2^-24 = 1.8e-7 from the
  * partials on top of the elements' errors, in practice far less).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "internal.h"
 

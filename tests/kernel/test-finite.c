@@ -6,7 +6,10 @@
  * NaN, +inf or -inf at every position (the vector bodies, their unrolled
  * blocks and the tails), then with two.  Also with the FPU's flush-to-zero
  * and denormals-are-zero modes on (a subnormal is still finite), which
- * GStreamer plugins in the same process may set. */
+ * GStreamer plugins in the same process may set.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include <float.h>

@@ -11,7 +11,10 @@
  * finite.  A regression in a vector tail or a changed summation order
  * shows as a difference.  Attention-only models sum V and the output
  * projection with the same loops: with one key per query, their rows must
- * be those chains exactly on every projecting path (run_single_key). */
+ * be those chains exactly on every projecting path (run_single_key).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 
 #include "rng.h"

@@ -12,7 +12,10 @@
  *    model's streams will use (a model holds none), and then every
  *    element is at its packed place, without V's float columns when V
  *    sums in double; streams of 1 and 2 threads of one model give the
- *    same bytes. */
+ *    same bytes.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "internal.h"
 #include "rng.h"
 

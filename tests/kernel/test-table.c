@@ -7,7 +7,10 @@
  * points call through it (the same bytes as the table's own entries).
  * The row movers (copy_rows, transpose_rows, add_bias) and sattn_mul,
  * which promise the same bytes at every level, are compared with the
- * portable table's on random shapes, masks and strides. */
+ * portable table's on random shapes, masks and strides.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include "cpu/kernels.h"
 
 #include <stdio.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Where sattn's float32 error against float64 comes from, by ablation.
 
 A numpy emulation of one layer as sattn computes it (whole sequence with

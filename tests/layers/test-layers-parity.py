@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Encoder layers, positions and stacks through the element against
 PyTorch (nn.TransformerEncoderLayer / nn.MultiheadAttention; RoPE and
 ALiBi applied in PyTorch as sattn documents them), over the whole sequence

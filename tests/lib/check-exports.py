@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """What the built binaries export, from `nm -D --defined-only`.
 
   check-exports.py --nm NM --plugin libgstsattn.so

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # Feature options fail at configure time, never by skipping silently.
 #
 #   configure-check.sh MESON SOURCE_ROOT

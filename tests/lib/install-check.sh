@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
 # The installed library as a user sees it.
 #
 #   install-check.sh --readme README.md examples/use-library.c

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Shared pieces of the Python package tests: the float64 reference every
 suite shares (tests/common/reference.c, written from the formula, no code
 shared with libsattn; built as a small shared library for these tests and

@@ -6,7 +6,10 @@
  * tests/python/test_layout.py compares them with the mirrors: a field
  * added, removed, retyped or moved in sattn.h or reference.h without the
  * same change in the mirror fails there (a renamed one fails here, at
- * compile time). */
+ * compile time).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #include <sattn/sattn.h>
 #include <sattn/sattn-weights.h>
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """sattn.attend and sattn.Model (numpy weights) against the float64
 reference shared by every suite (tests/common/reference.c), over random
 models covering every weight, mask and geometry option; bounds in

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Whole models through the element against the Python package, byte for
 byte: the same weights file and the same frames (NaN frames, masked under
 invalid-frames=mask), through `filesrc ! rawaudioparse ! sattn ... !

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Error paths of the Python package: each failure raises sattn.SattnError
 with the core's status and the core's words: sattn_model_check /
 sattn_stream_config_check for a refused configuration (the weights

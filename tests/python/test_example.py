@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """examples/offline-npy.py on small generated recordings: a 1-D signal cut
 into frames (with a NaN dropout and a partial last frame) and n × d_model
 frames, in frames and mean modes.  Checks what the example promises: one

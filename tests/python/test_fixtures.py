@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The PyTorch fixtures of tests/data (fixtures.json, made by
 tests/data/make-fixtures.py) through the Python package: each
 nn.MultiheadAttention state dict loaded with Model.from_safetensors, run

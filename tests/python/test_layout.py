@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The ctypes mirrors of python/sattn/_lib.py (and of the shared float64
 reference's structs, tests/python/common.py) against the C compiler's
 layout of the same structs (tests/python/struct-layout.c, built from the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """README.md's Python snippet (the first ```python block after the
 "### Python" heading) runs as written from the source tree, with the
 build tree's package and library, and prints one row per frame pushed

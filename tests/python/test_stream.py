@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """sattn.Stream against sattn.attend, window by window, and both against
 the shared float64 reference (tests/common/reference.c).
 

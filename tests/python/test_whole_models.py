@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Whole trained models per window (issue 25) through the Python package:
 a random sattn.nn.SignalTransformer saved with save_safetensors, loaded
 with sattn.Model.from_safetensors (sattn_model_load) and run by a

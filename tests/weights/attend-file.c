@@ -10,6 +10,8 @@
  *   heads × n × n attention weights, as little-endian float64.
  * Prints one JSON object: the layout found and the resolved sizes.
  * Exit status 1 with the library's message on stderr when loading fails.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <sattn/sattn.h>
 #include <sattn/sattn-weights.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The export script's --help examples, run as written.
 
 Every example line of `export-torch-mha.py --help` is run in a scratch

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """End-to-end test of examples/export-torch-mha.py.
 
 Models built in PyTorch are saved (whole, or as a state dict with a model

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Parity of libsattn with PyTorch for every attention layout it imports.
 
 For each layout (nn.MultiheadAttention packed and separate, HF q/k/v_proj,

@@ -12,6 +12,8 @@
  * for the weights.  Every fixture's max-abs and NMSE are printed.
  *
  * Usage: test-weights-parity [MANIFEST]
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <sattn/sattn.h>
 #include <sattn/sattn-weights.h>

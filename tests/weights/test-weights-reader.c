@@ -3,6 +3,8 @@
  * its status and the words of its message checked.  Files are built here,
  * byte by byte, in a temporary directory; each case goes through both
  * sattn_tensor_file_load (the file) and sattn_tensor_file_load_bytes.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <sattn/sattn.h>
 #include <sattn/sattn-weights.h>
