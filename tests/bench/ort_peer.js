@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: LGPL-2.1-or-later
 // ONNX Runtime peer of the sattn benchmark: runs ONNX models exported by
 // peers.py on the CPU execution provider with one intra-op and one
 // inter-op thread, sequential execution, full graph optimisation, and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The peers of the sattn benchmark, side by side with sattn in one run.
 
 Three workloads, every peer on one intra-op thread:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Threads and the Python package: a Model is immutable and shared by any
 number of threads and streams (attend() and Streams of one model in
 several threads give the bytes one thread gives); a Stream is used by one
