@@ -39,12 +39,10 @@ sattn_layer_scratch (const SattnModel *m)
 
 /* --------------------------------------------------------- LayerNorm */
 
-/* y = LayerNorm (x) * w + b over d values, read from xf (floats) or, when
- * xf is NULL, from xd (doubles); mean and variance by two passes (no
- * cancellation) in double, each output rounded to float once; yd (may be
- * NULL) gets the same values as doubles.  y may be xf. */
-static void
-layer_norm (const float *xf, const double *restrict xd, float *y,
+/* See internal.h: mean and variance by two passes (no cancellation) in
+ * double, each output rounded to float once. */
+void
+sattn_layer_norm (const float *xf, const double *restrict xd, float *y,
             double *restrict yd, size_t d, const float *w, const float *b,
             double eps)
 {
@@ -77,7 +75,7 @@ sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
                    float *y, size_t ldy, size_t rows)
 {
   for (size_t i = 0; i < rows; i++)
-    layer_norm (x + i * ldx, NULL, y + i * ldy, NULL, m->cfg.d_model, m->n1w,
+    sattn_layer_norm (x + i * ldx, NULL, y + i * ldy, NULL, m->cfg.d_model, m->n1w,
                 m->n1b, m->cfg.norm_eps);
 }
 
@@ -142,7 +140,7 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
   if (!m->cfg.norm_first) {
     /* u = norm1 (res); y = norm2 (u + FF (u)). */
     for (size_t i = 0; i < rows; i++)
-      layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n1w,
+      sattn_layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n1w,
                   m->n1b, eps);
     feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
@@ -150,12 +148,12 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
       double *restrict fi = f + i * ld;
       for (size_t t = 0; t < d; t++)
         fi[t] += ui[t];
-      layer_norm (NULL, fi, y + i * ldy, NULL, d, m->n2w, m->n2b, eps);
+      sattn_layer_norm (NULL, fi, y + i * ldy, NULL, d, m->n2w, m->n2b, eps);
     }
   } else {
     /* y = res + FF (norm2 (res)). */
     for (size_t i = 0; i < rows; i++)
-      layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n2w,
+      sattn_layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n2w,
                   m->n2b, eps);
     feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
