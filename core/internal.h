@@ -222,14 +222,17 @@ size_t sattn_layer_scratch (const SattnModel *m);
  * afterwards). */
 void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
                        float *y, size_t ldy, size_t rows, float *scratch);
-/* y = LayerNorm (x) * w + b over d values (w, b NULL: 1, 0), read from
- * xf (floats) or, when xf is NULL, from xd (doubles), in double, each
- * output rounded to float once; yd (may be NULL) gets the same values as
- * doubles.  y may be xf.  The one LayerNorm of the library: the encoder
- * layer's two and a whole model's final norm. */
-void sattn_layer_norm (const float *xf, const double *restrict xd, float *y,
-                       double *restrict yd, size_t d, const float *w,
-                       const float *b, double eps);
+/* Rows of y (stride ldy) = LayerNorm (x) * w + b over d values (w, b
+ * NULL: 1, 0), read from rows of xf (floats, stride ldxf) or, when xf is
+ * NULL, of xd (doubles, stride ldxd), in double, each output rounded to
+ * float once; yd (may be NULL; stride ldyd) gets the same values as
+ * doubles.  y may be xf.  Each row's bytes do not depend on the rows
+ * around it.  The one LayerNorm of the library: the encoder layer's two
+ * and a whole model's final norm. */
+void sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
+                            size_t ldxd, float *y, size_t ldy, double *yd,
+                            size_t ldyd, size_t rows, size_t d,
+                            const float *w, const float *b, double eps);
 /* LayerNorm of rows (stride ld) of d_model floats with norm1's
  * parameters, from x into y. */
 void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,

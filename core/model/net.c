@@ -7,10 +7,11 @@
  * per-row parts of each layer (norm1 of pre-norm layers, the Q, K and V
  * projections, the output projection, the residuals, LayerNorms and
  * feed-forward, the final norm) run as products over all rows of the
- * block, the attention per window and head.  Worker threads take row
- * ranges and (window, head) pairs.  Every entry is one chain in a fixed
- * order (cpu/linear.c), so a window's bytes do not depend on the block it
- * is in, its place there, or the thread that computed it.
+ * block, the attention per window and head.  Worker threads take
+ * contiguous ranges of the block's windows, each through every layer.
+ * Every entry is one chain in a fixed order (cpu/linear.c), so a window's
+ * bytes do not depend on the block it is in, its place there, or the
+ * thread that computed it.
  *
  * Precision: the embedding, the final LayerNorm, the pooling and the head
  * sum in double; the embedded row plus its learned position is rounded to
@@ -93,9 +94,6 @@ sattn_model_pooling (const SattnModel *m)
 
 /* ------------------------------------------------------------ blocks */
 
-/* Rows per task of the per-row phases (whole row blocks of the layer's
- * loops, SATTN_LAYER_ROWS). */
-#define BLOCK_TASK_ROWS 64
 /* Multiply-adds below which a block runs on the caller's thread alone. */
 #define BLOCK_PAR_MIN 1e5
 
@@ -202,36 +200,28 @@ sattn_net_frame_reuse (const SattnModel *m)
   return m->net != NULL && m->net->pos == NULL;
 }
 
-/* One layer over the block's rows: in (rows × D) -> out. */
+/* The windows [w0, w1) of a block through every layer, on one thread
+ * (worker: its scores and row scratch). */
 typedef struct {
-  const SattnModel *ml;
-  const SattnNet *net;
+  const SattnModel *m;
   SattnNetBlock *b;
-  const float *in;
-  float *out;
-  size_t nw, rows;
-  int project, last, stats;
+  size_t nw, ranges;
+  int l0_ready, stats;
   float *weights;
   size_t wwin;
-} LayerJob;
+} BlockJob;
 
-/* Rows [task * BLOCK_TASK_ROWS, ...): norm1 (pre-norm), the Q, K and V
- * projections (RoPE at the row's window position), the frame rule. */
+/* Rows [r0, r1) of layer ml: norm1 (pre-norm), the Q, K and V projections
+ * (RoPE at the row's window position) unless kept, and the frame rule. */
 static void
-rows_in (void *ctx, size_t task, unsigned worker)
+rows_in (const SattnModel *ml, SattnNetBlock *b, const float *in, size_t r0,
+         size_t r1, int project)
 {
-  (void) worker;
-  const LayerJob *j = ctx;
-  const SattnModel *ml = j->ml;
-  SattnNetBlock *b = j->b;
   const size_t D = ml->cfg.d_model, dq = ml->dq, dv = ml->dv, n = b->n;
-  const size_t r0 = task * BLOCK_TASK_ROWS;
-  const size_t r1 = j->rows - r0 < BLOCK_TASK_ROWS ? j->rows
-      : r0 + BLOCK_TASK_ROWS;
   const size_t cnt = r1 - r0;
 
-  if (j->project) {
-    const float *xp = j->in + r0 * D;
+  if (project) {
+    const float *xp = in + r0 * D;
     if (ml->cfg.norm_first) {
       sattn_layer_norm1 (ml, xp, D, b->xn + r0 * D, D, cnt);
       xp = b->xn + r0 * D;
@@ -249,7 +239,7 @@ rows_in (void *ctx, size_t task, unsigned worker)
    * both kok): a row with bad data is neither key nor query; unusable
    * rows get zero Q / K / V so nothing can leak. */
   for (size_t r = r0; r < r1; r++) {
-    SattnFrameFault data = sattn_frame_fault (ml, 0, j->in + r * D,
+    SattnFrameFault data = sattn_frame_fault (ml, 0, in + r * D,
                                               b->q + r * dq, b->k + r * dq,
                                               b->v + r * dv);
     b->kok[r] = (uint8_t) (b->kok[r] && data == SATTN_FRAME_OK);
@@ -262,23 +252,17 @@ rows_in (void *ctx, size_t task, unsigned worker)
   }
 }
 
-/* One window's heads (all of them when statistics are kept: a window's
- * statistics are summed head after head, as for the window alone) or one
- * (window, head). */
+/* Window w of layer ml, every head in order (its statistics, when kept,
+ * summed head after head as for the window alone). */
 static void
-attend (void *ctx, size_t task, unsigned worker)
+attend (const SattnModel *ml, SattnNetBlock *b, size_t w, float *weights,
+        SattnStats *stats, unsigned worker)
 {
-  const LayerJob *j = ctx;
-  const SattnModel *ml = j->ml;
-  SattnNetBlock *b = j->b;
-  const size_t H = ml->cfg.heads, dh = ml->cfg.d_head, n = b->n;
-  const size_t dq = ml->dq, dv = ml->dv;
-  const size_t w = j->stats ? task : task / H;
-  const size_t h0 = j->stats ? 0 : task % H, h1 = j->stats ? H : h0 + 1;
+  const size_t H = ml->cfg.heads, n = b->n, dq = ml->dq, dv = ml->dv;
   const float *k = b->k + w * n * dq;
   float *kt = b->kt + w * n * dq;
 
-  for (size_t t = h0 * dh; t < h1 * dh; t++)
+  for (size_t t = 0; t < dq; t++)
     for (size_t r = 0; r < n; r++)
       kt[t * n + r] = k[r * dq + t];
   SattnAttnArgs a = {
@@ -287,34 +271,27 @@ attend (void *ctx, size_t task, unsigned worker)
     .key_ok = b->kok + w * n, .query_ok = b->kok + w * n,
     .m = n, .nk = n, .q0 = 0,
     .o = b->o + w * n * dv,
-    .weights = j->last && w == j->wwin ? j->weights : NULL,
+    .weights = weights,
     .sat_threshold = SATTN_DEFAULT_SATURATION,
   };
-  for (size_t h = h0; h < h1; h++)
-    sattn_attend_rows (ml, &a, h, 0, n, b->S + worker * b->s_stride,
-                       j->stats ? &b->stats[w] : NULL);
+  for (size_t h = 0; h < H; h++)
+    sattn_attend_rows (ml, &a, h, 0, n, b->S + worker * b->s_stride, stats);
 }
 
-/* Rows [task * BLOCK_TASK_ROWS, ...): the output projection, the layer's
- * per-row parts, the rows that are no longer usable, and after the last
- * layer the final norm. */
+/* Rows [r0, r1) of layer ml: the output projection, the layer's per-row
+ * parts, the rows that are no longer usable, and after the last layer
+ * the final norm. */
 static void
-rows_out (void *ctx, size_t task, unsigned worker)
+rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
+          const float *in, float *y, size_t r0, size_t r1, int last,
+          unsigned worker)
 {
-  const LayerJob *j = ctx;
-  const SattnModel *ml = j->ml;
-  const SattnNet *net = j->net;
-  SattnNetBlock *b = j->b;
   const size_t D = ml->cfg.d_model, dv = ml->dv;
-  const size_t r0 = task * BLOCK_TASK_ROWS;
-  const size_t r1 = j->rows - r0 < BLOCK_TASK_ROWS ? j->rows
-      : r0 + BLOCK_TASK_ROWS;
-  float *y = j->out;
 
   sattn_output_project (ml, b->o + r0 * dv, r1 - r0, y + r0 * D, D);
   for (size_t i0 = r0; ml->cfg.encoder && i0 < r1; i0 += SATTN_LAYER_ROWS) {
     size_t r = r1 - i0 < SATTN_LAYER_ROWS ? r1 - i0 : SATTN_LAYER_ROWS;
-    sattn_layer_rows (ml, j->in + i0 * D, D, y + i0 * D, D, r,
+    sattn_layer_rows (ml, in + i0 * D, D, y + i0 * D, D, r,
                       b->lscr + worker * b->l_stride);
   }
   for (size_t r = r0; r < r1; r++)
@@ -322,10 +299,42 @@ rows_out (void *ctx, size_t task, unsigned worker)
       memset (y + r * D, 0, D * sizeof (float));
   /* The rows whose output overflowed are no longer usable either. */
   sattn_zero_overflowed_rows (ml, y + r0 * D, r1 - r0, D, b->kok + r0);
-  for (size_t r = r0; j->last && net->final_norm && r < r1; r++)
-    if (b->kok[r])
-      sattn_layer_norm (y + r * D, NULL, y + r * D, NULL, D, net->norm_w,
-                        net->norm_b, net->norm_eps);
+  /* The final norm of the usable rows (the others stay zeros). */
+  if (last && net->final_norm) {
+    sattn_layer_norm_rows (y + r0 * D, D, NULL, 0, y + r0 * D, D, NULL, 0,
+                           r1 - r0, D, net->norm_w, net->norm_b,
+                           net->norm_eps);
+    for (size_t r = r0; r < r1; r++)
+      if (!b->kok[r])
+        memset (y + r * D, 0, D * sizeof (float));
+  }
+}
+
+/* Task i: the windows of range i of the block's job, every layer. */
+static void
+windows_task (void *ctx, size_t task, unsigned worker)
+{
+  const BlockJob *j = ctx;
+  const SattnNet *net = j->m->net;
+  SattnNetBlock *b = j->b;
+  const size_t n = b->n;
+  const size_t w0 = task * j->nw / j->ranges;
+  const size_t w1 = (task + 1) * j->nw / j->ranges;
+  const size_t r0 = w0 * n, r1 = w1 * n;
+  float *a = b->x, *c = b->y;
+
+  for (size_t l = 0; l < net->n_layers; l++) {
+    const SattnModel *ml = net->layer[l];
+    const int last = l + 1 == net->n_layers;
+    rows_in (ml, b, a, r0, r1, !(l == 0 && j->l0_ready));
+    for (size_t w = w0; w < w1; w++)
+      attend (ml, b, w, last && w == j->wwin ? j->weights : NULL,
+              j->stats ? &b->stats[w] : NULL, worker);
+    rows_out (ml, net, b, a, c, r0, r1, last, worker);
+    float *t = a;
+    a = c;
+    c = t;
+  }
 }
 
 void
@@ -335,12 +344,10 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
 {
   const SattnNet *net = m->net;
   const size_t D = net->d, n = b->n, R = nw * n;
-  const size_t row_tasks = (R + BLOCK_TASK_ROWS - 1) / BLOCK_TASK_ROWS;
-  float *a = b->x, *c = b->y;
-  /* A block of less work than waking the workers costs runs on the
-   * caller's thread (as a stream's small runs do; the bytes are the
-   * same). */
-  SattnPool *pool = b->pool;
+  /* The workers take contiguous ranges of windows, each through every
+   * layer (one wake-up per block).  A block of less work than waking
+   * them costs runs on the caller's thread (as a stream's small runs do;
+   * the bytes are the same). */
   double macs = 0.0;
   for (size_t l = 0; l < net->n_layers; l++) {
     const SattnModel *ml = net->layer[l];
@@ -348,23 +355,14 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
                           2.0 * (double) D * (double) ml->cfg.d_ff +
                           (double) n * (double) (ml->dq + ml->dv));
   }
-  if (macs < BLOCK_PAR_MIN)
-    pool = NULL;
-
-  for (size_t l = 0; l < net->n_layers; l++) {
-    const SattnModel *ml = net->layer[l];
-    LayerJob j = {
-      .ml = ml, .net = net, .b = b, .in = a, .out = c, .nw = nw, .rows = R,
-      .project = !(l == 0 && l0_ready), .last = l + 1 == net->n_layers,
-      .stats = stats, .weights = weights, .wwin = wwin,
-    };
-    sattn_pool_run2 (pool, row_tasks, rows_in, &j,
-                     stats ? nw : nw * ml->cfg.heads, attend, &j);
-    sattn_pool_run (pool, row_tasks, rows_out, &j);
-    float *t = a;
-    a = c;
-    c = t;
-  }
+  size_t ranges = b->pool != NULL && macs >= BLOCK_PAR_MIN ? b->threads : 1;
+  ranges = ranges < nw ? ranges : nw;
+  BlockJob j = {
+    .m = m, .b = b, .nw = nw, .ranges = ranges, .l0_ready = l0_ready,
+    .stats = stats, .weights = weights, .wwin = wwin,
+  };
+  sattn_pool_run (ranges > 1 ? b->pool : NULL, ranges, windows_task, &j);
+  float *a = net->n_layers % 2 ? b->y : b->x;
   *out = a;
 
   /* Pooling per window, over its usable rows in order. */
