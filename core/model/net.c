@@ -237,7 +237,17 @@ rows_in (const SattnModel *ml, SattnNetBlock *b, const float *in, size_t r0,
   }
   /* The frame rule (as sattn_attend_finish with key and query validity
    * both kok): a row with bad data is neither key nor query; unusable
-   * rows get zero Q / K / V so nothing can leak. */
+   * rows get zero Q / K / V so nothing can leak.  Rows whose data are all
+   * usable (the common block) need one test, not one per row. */
+  if (sattn_frames_ok (ml, cnt, NULL, in + r0 * D, b->q + r0 * dq,
+                       b->k + r0 * dq, b->v + r0 * dv)) {
+    for (size_t r = r0; r < r1; r++)
+      if (!b->kok[r]) {
+        memset (b->k + r * dq, 0, dq * sizeof (float));
+        memset (b->v + r * dv, 0, dv * sizeof (float));
+      }
+    return;
+  }
   for (size_t r = r0; r < r1; r++) {
     SattnFrameFault data = sattn_frame_fault (ml, 0, in + r * D,
                                               b->q + r * dq, b->k + r * dq,
