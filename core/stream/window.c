@@ -490,11 +490,13 @@ feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
 {
   const size_t F = s->net->d_frame, rf = sattn_pw_row_floats (s);
   while (n_frames > 0) {
-    /* Up to the end of the max_windows-th window due, or all frames. */
+    /* Up to the end of the max_windows-th window due, or all frames.
+     * The ring holds the frames of max_windows windows: frames past the
+     * last of them would overwrite the first one's. */
     uint64_t w = sattn_schedule_due (s->next_window, s->h,
                                      s->total + n_frames);
     size_t cnt = n_frames;
-    if (w > s->max_windows)
+    if (w >= s->max_windows)
       cnt = (size_t) (sattn_schedule_last (s->next_window, s->h,
                                            s->max_windows) - s->total);
     size_t done = 0;
