@@ -143,8 +143,10 @@ size_t sattn_net_block_bytes (const SattnModel *m, size_t n,
  * rows of unusable queries zeros) and kok says which rows are usable.
  * weights (may be NULL): the last layer's, heads × n × n, of window
  * wwin.  stats: each window's attention health summed into b->stats[w]
- * (the caller clears them), else none.  Then, with pool_out, b->pooled[w] the row pooled
- * as pooling says and b->usable[w] the count of usable rows. */
+ * (the caller clears them), else none.  Then each window's pooled row
+ * (b->pooled[w], as pooling says) and count of usable rows
+ * (b->usable[w]).  The pool's threads take contiguous ranges of the
+ * windows, each through every layer. */
 void sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
                           int l0_ready, float *weights, size_t wwin,
                           int stats, SattnPooling pooling, float **out);

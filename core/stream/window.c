@@ -122,9 +122,10 @@ sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
   const size_t cap = ring_slots (n, sc->hop);
   const unsigned T = sattn_resolve_threads (sc->threads);
   size_t b = sizeof (SattnPw) + cap;
+  const SattnModel *l0 = net->layer[0];
   if (sattn_net_frame_reuse (m))
-    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D + 2 * m->dq
-                                                           + m->dv),
+    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D + 2 * l0->dq
+                                                           + l0->dv),
                                            sizeof (float)));
   else
     b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D),
