@@ -41,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ab-util.h"
 #include "rng.h"
 
 typedef SattnStatus (*LoadFn) (const char *, const char *,
@@ -73,27 +74,6 @@ typedef struct {
   SattnModel *model;
   SattnStream *stream;
 } Side;
-
-static double
-now_us (void)
-{
-  struct timespec ts;
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (double) ts.tv_sec * 1e6 + (double) ts.tv_nsec * 1e-3;
-}
-
-static int
-cmp_double (const void *a, const void *b)
-{
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y;
-}
-
-static double
-quantile (const double *sorted, size_t n, double q)
-{
-  return sorted[(size_t) (q * (double) (n - 1) + 0.5)];
-}
 
 static int
 side_load (Side *sd, const char *path)
@@ -285,14 +265,14 @@ main (int argc, char **argv)
     }
     size_t pos = 0;
     half_start[half] = pairs;
-    const double t_end = now_us () + 0.5 * seconds * 1e6;
-    while (now_us () < t_end && pairs < max_pairs) {
+    const double t_end = ab_now_us () + 0.5 * seconds * 1e6;
+    while (ab_now_us () < t_end && pairs < max_pairs) {
       double d[2];
       size_t windows[2] = { 0, 0 };
       for (int k = 0; k < 2; k++) {
         const int t = k ^ (int) (pairs & 1);   /* A first, then B first */
         size_t p = pos;
-        const double t0 = now_us ();
+        const double t0 = ab_now_us ();
         for (size_t j = 0; j < slice; j++) {
           SattnStatus st = sd[t].push (sd[t].stream, pool + p * F, push,
                                        NULL, out[t] + j * max_rows * rf,
@@ -305,7 +285,7 @@ main (int argc, char **argv)
           windows[t] += rows[t][j];
           p = p + 2 * push > pool_frames ? 0 : p + push;
         }
-        d[t] = now_us () - t0;
+        d[t] = ab_now_us () - t0;
       }
       for (size_t j = 0; j < slice; j++) {
         compared++;
@@ -327,12 +307,12 @@ main (int argc, char **argv)
                0.5 * seconds);
       return 2;
     }
-    qsort (ratio + half_start[half], np, sizeof (double), cmp_double);
-    half_median[half] = quantile (ratio + half_start[half], np, 0.5);
+    qsort (ratio + half_start[half], np, sizeof (double), ab_cmp_double);
+    half_median[half] = ab_quantile (ratio + half_start[half], np, 0.5);
   }
-  qsort (ratio, pairs, sizeof (double), cmp_double);
-  qsort (wps[0], pairs, sizeof (double), cmp_double);
-  qsort (wps[1], pairs, sizeof (double), cmp_double);
+  qsort (ratio, pairs, sizeof (double), ab_cmp_double);
+  qsort (wps[0], pairs, sizeof (double), ab_cmp_double);
+  qsort (wps[1], pairs, sizeof (double), ab_cmp_double);
   printf ("sattn-ab-whole: %s: frame %zu -> d_model %zu, %zu heads, d_ff "
           "%zu, %zu layers, %zu classes, %s positions; window %zu, hop %zu, "
           "pushes of %zu frames, threads=%d; %zu pairs of %zu pushes; "
@@ -342,13 +322,14 @@ main (int argc, char **argv)
   printf ("B/A time: %.3f (median per pair: %.3f with A's stream created "
           "first, %.3f with B's); per pair p10 %.3f  p90 %.3f\n",
           sqrt (half_median[0] * half_median[1]), half_median[0],
-          half_median[1], quantile (ratio, pairs, 0.1),
-          quantile (ratio, pairs, 0.9));
+          half_median[1], ab_quantile (ratio, pairs, 0.1),
+          ab_quantile (ratio, pairs, 0.9));
   for (int t = 0; t < 2; t++) {
-    const double med = quantile (wps[t], pairs, 0.5);
+    const double med = ab_quantile (wps[t], pairs, 0.5);
     printf ("%s windows/s: median %.0f  p10 %.0f  p90 %.0f  useful GFLOP/s "
-            "%.2f  (%s)\n", t ? "B" : "A", med, quantile (wps[t], pairs, 0.1),
-            quantile (wps[t], pairs, 0.9), med * flop_window * 1e-9,
+            "%.2f  (%s)\n", t ? "B" : "A", med,
+            ab_quantile (wps[t], pairs, 0.1),
+            ab_quantile (wps[t], pairs, 0.9), med * flop_window * 1e-9,
             argv[1 + t]);
   }
   printf ("outputs: %zu of %zu pushes compared differ\n", differ, compared);
