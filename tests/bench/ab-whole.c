@@ -3,7 +3,8 @@
  * the per-window executor on a noisy machine.
  *
  *   sattn-ab-whole LIB_A LIB_B MODEL.safetensors [--window N] [--hop N]
- *                  [--push N] [--threads N] [--output classes|mean]
+ *                  [--push N] [--threads N] [--threads-b N]
+ *                  [--output classes|mean]
  *                  [--seconds S] [--slice K]
  *
  * Each library is loaded with dlopen (RTLD_LOCAL) and loads the file
@@ -14,7 +15,9 @@
  * (default 10), in two halves (the streams created A then B, then B then
  * A).  Every push's output rows of B are compared with A's byte for byte:
  * exit status 1 when they differ, 2 on a usage or load error.  Defaults:
- * the window the file records (or 16), hop = window / 2, threads=1,
+ * the window the file records (or 16), hop = window / 2, threads=1 (B:
+ * --threads-b when given: the same library on both sides then measures
+ * what threads bring, the outputs still compared),
  * output=classes.  Pin it (taskset) for single-thread figures.
  *
  * Prints windows/s of each side (the median turn, and p10 / p90), B's
@@ -144,7 +147,7 @@ static void
 usage (void)
 {
   fprintf (stderr, "usage: sattn-ab-whole LIB_A LIB_B MODEL.safetensors "
-           "[--window N] [--hop N] [--push N] [--threads N] "
+           "[--window N] [--hop N] [--push N] [--threads N] [--threads-b N] "
            "[--output classes|mean] [--seconds S] [--slice K]\n");
 }
 
@@ -152,7 +155,7 @@ int
 main (int argc, char **argv)
 {
   size_t window = 0, hop = 0, push = 0, slice = 32;
-  int threads = 1;
+  int threads = 1, threads_b = -1;
   SattnOutputMode output = SATTN_OUTPUT_CLASSES;
   double seconds = 10.0;
   if (argc < 4) {
@@ -173,6 +176,8 @@ main (int argc, char **argv)
       push = strtoul (v, NULL, 10);
     else if (strcmp (a, "--threads") == 0)
       threads = atoi (v);
+    else if (strcmp (a, "--threads-b") == 0)
+      threads_b = atoi (v);
     else if (strcmp (a, "--output") == 0 && (strcmp (v, "classes") == 0 ||
                                              strcmp (v, "mean") == 0))
       output = strcmp (v, "mean") == 0 ? SATTN_OUTPUT_MEAN
@@ -234,6 +239,10 @@ main (int argc, char **argv)
   sc.hop = hop;
   sc.output = output;
   sc.threads = threads;
+  if (threads_b < 0)
+    threads_b = threads;
+  SattnStreamConfig scs[2] = { sc, sc };
+  scs[1].threads = threads_b;
 
   TestRng rng = { 0x3a11c0deull + F };
   const size_t pool_frames = 8 * push + 4 * window + 4096;
@@ -260,7 +269,7 @@ main (int argc, char **argv)
   for (int half = 0; half < 2; half++) {
     for (int k = 0; k < 2; k++) {
       const int t = k ^ half;
-      if (side_open (&sd[t], argv[1 + t], argv[3], &sc) != 0)
+      if (side_open (&sd[t], argv[1 + t], argv[3], &scs[t]) != 0)
         return 2;
     }
     size_t pos = 0;
@@ -315,9 +324,11 @@ main (int argc, char **argv)
   qsort (wps[1], pairs, sizeof (double), ab_cmp_double);
   printf ("sattn-ab-whole: %s: frame %zu -> d_model %zu, %zu heads, d_ff "
           "%zu, %zu layers, %zu classes, %s positions; window %zu, hop %zu, "
-          "pushes of %zu frames, threads=%d; %zu pairs of %zu pushes; "
+          "pushes of %zu frames, threads=%d (B: %d); %zu pairs of %zu "
+          "pushes; "
           "%.0f useful FLOP per window\n", argv[3], F, D, heads, dff, L, C,
           learned ? "learned" : "no learned", window, hop, push, threads,
+          threads_b,
           pairs, slice, flop_window);
   printf ("B/A time: %.3f (median per pair: %.3f with A's stream created "
           "first, %.3f with B's); per pair p10 %.3f  p90 %.3f\n",
