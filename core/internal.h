@@ -145,8 +145,8 @@ size_t sattn_net_block_bytes (const SattnModel *m, size_t n,
  * wwin.  stats: each window's attention health summed into b->stats[w]
  * (the caller clears them), else none.  Then each window's pooled row
  * (b->pooled[w], as pooling says) and count of usable rows
- * (b->usable[w]).  The pool's threads take contiguous ranges of the
- * windows, each through every layer. */
+ * (b->usable[w]).  The pool's threads take groups of whole windows,
+ * each through every layer. */
 void sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
                           int l0_ready, float *weights, size_t wwin,
                           int stats, SattnPooling pooling, float **out);

@@ -7,8 +7,8 @@
  * per-row parts of each layer (norm1 of pre-norm layers, the Q, K and V
  * projections, the output projection, the residuals, LayerNorms and
  * feed-forward, the final norm) run as products over all rows of the
- * block, the attention per window and head.  Worker threads take
- * contiguous ranges of the block's windows, each through every layer.
+ * block, the attention per window and head.  Worker threads take groups
+ * of whole windows (64 rows or more), each through every layer.
  * Every entry is one chain in a fixed order (cpu/linear.c), so a window's
  * bytes do not depend on the block it is in, its place there, or the
  * thread that computed it.
@@ -94,6 +94,8 @@ sattn_model_pooling (const SattnModel *m)
 
 /* ------------------------------------------------------------ blocks */
 
+/* Rows per task at least (whole windows). */
+#define BLOCK_TASK_ROWS 64
 /* Multiply-adds below which a block runs on the caller's thread alone. */
 #define BLOCK_PAR_MIN 1e5
 
@@ -205,7 +207,7 @@ sattn_net_frame_reuse (const SattnModel *m)
 typedef struct {
   const SattnModel *m;
   SattnNetBlock *b;
-  size_t nw, ranges;
+  size_t nw, group;
   int l0_ready, stats;
   float *weights;
   size_t wwin;
@@ -320,7 +322,8 @@ rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
   }
 }
 
-/* Task i: the windows of range i of the block's job, every layer. */
+/* Task i: the windows [i group, (i + 1) group) of the block, every
+ * layer. */
 static void
 windows_task (void *ctx, size_t task, unsigned worker)
 {
@@ -328,8 +331,8 @@ windows_task (void *ctx, size_t task, unsigned worker)
   const SattnNet *net = j->m->net;
   SattnNetBlock *b = j->b;
   const size_t n = b->n;
-  const size_t w0 = task * j->nw / j->ranges;
-  const size_t w1 = (task + 1) * j->nw / j->ranges;
+  const size_t w0 = task * j->group;
+  const size_t w1 = j->nw - w0 < j->group ? j->nw : w0 + j->group;
   const size_t r0 = w0 * n, r1 = w1 * n;
   float *a = b->x, *c = b->y;
 
@@ -354,10 +357,12 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
 {
   const SattnNet *net = m->net;
   const size_t D = net->d, n = b->n, R = nw * n;
-  /* The workers take contiguous ranges of windows, each through every
-   * layer (one wake-up per block).  A block of less work than waking
-   * them costs runs on the caller's thread (as a stream's small runs do;
-   * the bytes are the same). */
+  /* Tasks of whole windows, each through every layer (one wake-up per
+   * block), enough windows for BLOCK_TASK_ROWS rows: products over that
+   * many rows, and tasks small enough that a worker that starts late
+   * (a busy machine) still takes its share.  A block of less work than
+   * waking the workers costs runs on the caller's thread (as a stream's
+   * small runs do; the bytes are the same). */
   double macs = 0.0;
   for (size_t l = 0; l < net->n_layers; l++) {
     const SattnModel *ml = net->layer[l];
@@ -365,13 +370,14 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
                           2.0 * (double) D * (double) ml->cfg.d_ff +
                           (double) n * (double) (ml->dq + ml->dv));
   }
-  size_t ranges = b->pool != NULL && macs >= BLOCK_PAR_MIN ? b->threads : 1;
-  ranges = ranges < nw ? ranges : nw;
+  const size_t group = (BLOCK_TASK_ROWS + n - 1) / n;
+  const size_t tasks = (nw + group - 1) / group;
   BlockJob j = {
-    .m = m, .b = b, .nw = nw, .ranges = ranges, .l0_ready = l0_ready,
+    .m = m, .b = b, .nw = nw, .group = group, .l0_ready = l0_ready,
     .stats = stats, .weights = weights, .wwin = wwin,
   };
-  sattn_pool_run (ranges > 1 ? b->pool : NULL, ranges, windows_task, &j);
+  sattn_pool_run (macs >= BLOCK_PAR_MIN ? b->pool : NULL, tasks,
+                  windows_task, &j);
   float *a = net->n_layers % 2 ? b->y : b->x;
   *out = a;
 
