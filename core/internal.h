@@ -66,6 +66,20 @@ struct SattnModel {
   struct SattnNet *net;
 };
 
+/* Sizes without wrapping: a * b and a + b, SIZE_MAX when they do not fit
+ * (so a sum of saturated terms stays saturated). */
+static inline size_t
+sattn_size_mul (size_t a, size_t b)
+{
+  return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b;
+}
+
+static inline size_t
+sattn_size_add (size_t a, size_t b)
+{
+  return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
 /* model/net.c: a whole model, [embed] -> layers[N] -> [final norm] ->
  * [pooling] -> [head].  Matrices transposed (in × out) in double: the
  * embedding, the head and the final norm sum in double, each result
@@ -77,7 +91,7 @@ typedef struct SattnNet {
   double *embed_wt, *embed_b; /* F × D, D (NULL: no bias) */
   double *pos;                /* max_window × D, NULL without learned */
   size_t max_window;
-  double *norm_w, *norm_b;    /* final LayerNorm (NULL: none) */
+  float *norm_w, *norm_b;     /* final LayerNorm (NULL: 1, 0) */
   double norm_eps;
   int final_norm;
   size_t hidden, classes;     /* MLP head: hidden > 0; classes 0: no head */
@@ -92,30 +106,62 @@ typedef struct SattnNet {
 
 void sattn_net_free (SattnNet *net);
 
-/* Per-window scratch of a whole model (window n), allocated once. */
-typedef struct SattnNetScratch SattnNetScratch;
-SattnNetScratch *sattn_net_scratch_new (const SattnModel *m, size_t n);
-void sattn_net_scratch_free (SattnNetScratch *w);
-size_t sattn_net_scratch_bytes (const SattnModel *m, size_t n);
+/* The windows of a whole model computed together (model/net.c): up to
+ * max_windows windows of n rows each, one block of rows (window w's rows
+ * are rows [w n, (w + 1) n)).  The per-row parts of every layer (norms,
+ * projections, output projection, feed-forward) run as products over all
+ * rows of the block, the attention per window and head; every value is
+ * summed in an order that depends on neither the number of windows in
+ * the block nor the thread that computes it (linear.c's loops: one chain
+ * per entry), so the bytes are those of each window computed alone.
+ * Allocated once; the caller fills x, kok (and, with the first layer's
+ * projections kept per frame, q, k, v) and runs sattn_net_block_run. */
+typedef struct SattnNetBlock {
+  size_t n, max_windows, rows;  /* rows = n * max_windows */
+  struct SattnPool *pool;       /* not owned; NULL: serial */
+  unsigned threads;
+  float *x, *y;                 /* rows × D: the layers' two buffers */
+  uint8_t *kok, *qok;           /* rows: key / query usable */
+  float *q, *k, *v, *o;         /* rows × dq, dq, dv, dv (widest layer) */
+  float *xn;                    /* rows × D: norm1 of pre-norm layers */
+  float *kt;                    /* max_windows × dq × n: K transposed */
+  float *S;                     /* threads × n × ncols scores */
+  float *lscr;                  /* threads × the layers' row scratch */
+  size_t s_stride, l_stride;    /* floats of S and lscr per thread */
+  SattnStats *stats;            /* max_windows: each window's health */
+  double *pooled;               /* max_windows × D */
+  double *hidden, *logits;      /* the head's */
+  size_t *usable;               /* max_windows: usable rows after it */
+} SattnNetBlock;
+SattnNetBlock *sattn_net_block_new (const SattnModel *m, size_t n,
+                                    size_t max_windows,
+                                    struct SattnPool *pool);
+void sattn_net_block_free (SattnNetBlock *b);
+size_t sattn_net_block_bytes (const SattnModel *m, size_t n,
+                              size_t max_windows, unsigned threads);
 
-/* The rows of one window through a whole model: x (n × D floats) are the
- * embedded frames with their positions, kok[i] = 0 for masked rows (their
- * x rows zeros).  Runs the layers and the final norm in place of x (rows
- * of unusable queries zeros; kok updated: rows that became unusable);
- * weights (may be NULL): the last layer's, heads × n × n; stats (may be
- * NULL): the attention's health.  Then, with pooled (may be NULL; D
- * doubles), the row pooled as pooling says (the model's own for its head;
- * the one an output mode asks for); returns the count of usable rows. */
-size_t sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
-                         uint8_t *kok, float *weights, SattnStats *stats,
-                         SattnPooling pooling, double *pooled);
+/* The windows [0, nw) of the block through the model.  x: each window's
+ * rows (the embedded frames with their positions; masked rows zeros,
+ * kok 0).  l0_ready: q, k and v already hold the first layer's
+ * projections of those rows (zeros for masked rows).  Runs the layers
+ * and the final norm; afterwards *out points at the rows (b->x or b->y;
+ * rows of unusable queries zeros) and kok says which rows are usable.
+ * weights (may be NULL): the last layer's, heads × n × n, of window
+ * wwin.  stats: each window's attention health summed into b->stats[w]
+ * (the caller clears them), else none.  Then each window's pooled row
+ * (b->pooled[w], as pooling says) and count of usable rows
+ * (b->usable[w]).  The pool's threads take groups of whole windows,
+ * each through every layer. */
+void sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
+                          int l0_ready, float *weights, size_t wwin,
+                          int stats, SattnPooling pooling, float **out);
 
 /* The head on a pooled row: probs (classes floats) = softmax (head
  * (pooled)); 0 when the logits overflow (probs then zeros). */
-int sattn_net_classify (const SattnModel *m, SattnNetScratch *w,
+int sattn_net_classify (const SattnModel *m, SattnNetBlock *b,
                         const double *pooled, float *probs);
-/* One frame's embedding: e (D doubles) = x W^T + b for rows frames of F
- * floats (row strides F and D). */
+/* The embedding of rows frames of F floats: e (rows × D doubles, row
+ * strides F and D) = x W^T + b, one product. */
 void sattn_net_embed (const SattnModel *m, const float *x, size_t rows,
                       double *e);
 /* sattn_attend for a whole model: x (n × F frames) as one window,
@@ -161,11 +207,6 @@ void sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
                           const SattnMask *mask, float *out, float *weights,
                           SattnStats *stats, int count_rows,
                           SattnAttendScratch *scr);
-/* The first layer's scratch: a caller that keeps the first layer's
- * projections per frame (sattn_net_frame_reuse) writes the window's q, k
- * and v rows there and sets *ready; the next sattn_net_window then
- * starts from them instead of projecting (and clears *ready). */
-SattnAttendScratch *sattn_net_layer0 (SattnNetScratch *w, int **ready);
 /* Whether the first layer's projections of a frame do not depend on the
  * window (no learned positions: none, RoPE, ALiBi), so that a stream may
  * project each frame once (RoPE then at the frame's absolute index: the
@@ -194,6 +235,17 @@ size_t sattn_layer_scratch (const SattnModel *m);
 void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
                        float *y, size_t ldy, size_t rows, float *scratch,
                        uint8_t *part);
+/* Rows of y (stride ldy) = LayerNorm (x) * w + b over d values (w, b
+ * NULL: 1, 0), read from rows of xf (floats, stride ldxf) or, when xf is
+ * NULL, of xd (doubles, stride ldxd), in double, each output rounded to
+ * float once; yd (may be NULL; stride ldyd) gets the same values as
+ * doubles.  y may be xf.  Each row's bytes do not depend on the rows
+ * around it.  The one LayerNorm of the library: the encoder layer's two
+ * and a whole model's final norm. */
+void sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
+                            size_t ldxd, float *y, size_t ldy, double *yd,
+                            size_t ldyd, size_t rows, size_t d,
+                            const float *w, const float *b, double eps);
 /* LayerNorm of rows (stride ld) of d_model floats with norm1's
  * parameters, from x into y. */
 void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
@@ -324,7 +376,8 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
  * inner index in order from the bias (NULL: 0), weights Wt (din × n at
  * row stride ldw) and bias as doubles.  The inputs must hold float values
  * (then every product is exact and every ISA gives the same bytes).
- * sattn_linear_d: double rows in and out (the feed-forward);
+ * sattn_linear_d: double rows in and out (the feed-forward, a whole
+ * model's head);
  * sattn_linear_f: float rows in, each entry rounded to float once. */
 void sattn_linear_d (const double *x, size_t ldx, size_t rows,
                      const double *Wt, size_t ldw, const double *b,
@@ -332,6 +385,10 @@ void sattn_linear_d (const double *x, size_t ldx, size_t rows,
 void sattn_linear_f (const float *x, size_t ldx, size_t rows,
                      const double *Wt, size_t ldw, const double *b,
                      size_t din, size_t n, float *y, size_t ldy);
+/* Float rows in, double rows out (a whole model's embedding). */
+void sattn_linear_fd (const float *x, size_t ldx, size_t rows,
+                      const double *Wt, size_t ldw, const double *b,
+                      size_t din, size_t n, double *y, size_t ldy);
 /* Columns [c0, c1) of the projection with weights Wt (one of m's wq, wk,
  * wv, wo, or NULL) and bias b: summed in double (sattn_linear_f) when m
  * keeps a double copy of Wt (see SattnModel), else sattn_project_cols. */

@@ -211,6 +211,28 @@ out:
   return st;
 }
 
+/* take for a vector of rows values kept as floats (exact: the file's
+ * values are floats). */
+static SattnStatus
+take_floats (const SattnTensorFile *f, const char *p, const char *name,
+             size_t rows, float **dst, char *err, size_t err_len)
+{
+  double *d = NULL;
+  *dst = NULL;
+  SattnStatus st = take (f, p, name, rows, 0, 0, 0, &d, err, err_len);
+  if (st != SATTN_OK || d == NULL)
+    return st;
+  *dst = malloc (rows * sizeof (float) + 1);
+  if (*dst == NULL) {
+    free (d);
+    return sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+  }
+  for (size_t i = 0; i < rows; i++)
+    (*dst)[i] = (float) d[i];
+  free (d);
+  return SATTN_OK;
+}
+
 /* The 2-D shape of tensor p + name, 0 when absent or not 2-D. */
 static int
 dims2 (const SattnTensorFile *f, const char *p, const char *name,
@@ -622,10 +644,10 @@ load_whole (const SattnTensorFile *f, const char *p,
   if (has (f, p, "encoder.norm.weight") || has (f, p, "encoder.norm.bias")) {
     net->final_norm = 1;
     net->norm_eps = lc.norm_eps == 0.0 ? 1e-5 : lc.norm_eps;
-    if ((st = take (f, p, "encoder.norm.weight", D, 0, 0, 0, &net->norm_w,
-                    err, err_len)) != SATTN_OK ||
-        (st = take (f, p, "encoder.norm.bias", D, 0, 0, 0, &net->norm_b, err,
-                    err_len)) != SATTN_OK)
+    if ((st = take_floats (f, p, "encoder.norm.weight", D, &net->norm_w,
+                           err, err_len)) != SATTN_OK ||
+        (st = take_floats (f, p, "encoder.norm.bias", D, &net->norm_b, err,
+                           err_len)) != SATTN_OK)
       goto fail;
   }
   if (dims2 (f, p, "head.weight", &r, &c)) {

@@ -137,15 +137,6 @@ free_matrix (const SattnModel *m, void *p)
 DEFINE_DUP_VECTOR (dup_floats, float)
 DEFINE_DUP_VECTOR (dup_doubles, double)
 
-/* a * b without wrapping; 0 on overflow. */
-static size_t
-mul_ok (size_t a, size_t b)
-{
-  if (a != 0 && b > SIZE_MAX / a)
-    return 0;
-  return a * b;
-}
-
 /* A weight tensor of rows × cols floats (cols 0: a vector) must be finite:
  * names the first NaN / Inf. */
 static SattnStatus
@@ -289,10 +280,11 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
   }
   if (c->d_value == 0)
     c->d_value = c->d_head;
-  size_t dq = mul_ok (c->heads, c->d_head);
-  size_t dv = mul_ok (c->heads, c->d_value);
-  if (dq == 0 || dv == 0 || mul_ok (dq, c->d_model) == 0 ||
-      mul_ok (dv, c->d_model) == 0)
+  size_t dq = sattn_size_mul (c->heads, c->d_head);
+  size_t dv = sattn_size_mul (c->heads, c->d_value);
+  if (dq == 0 || dv == 0 || dq == SIZE_MAX || dv == SIZE_MAX ||
+      sattn_size_mul (dq, c->d_model) == SIZE_MAX ||
+      sattn_size_mul (dv, c->d_model) == SIZE_MAX)
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "heads=%zu x d_head=%zu (d_value=%zu) x d_model=%zu "
                        "floats of projection weights overflow the address "
@@ -311,7 +303,7 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
                          "output rows are heads x d_value = %zu values; use "
                          "d_out=0 or %zu, or give wo", c->d_out, dv, dv);
   }
-  if (mul_ok (c->d_out, dv) == 0)
+  if (sattn_size_mul (c->d_out, dv) == SIZE_MAX)
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "d_out=%zu x %zu floats of output projection "
                        "overflow the address space", c->d_out, dv);
@@ -382,7 +374,7 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
                          "an encoder layer adds the attention's output to "
                          "its input: d_out=%zu must equal d_model=%zu",
                          c->d_out, c->d_model);
-    if (mul_ok (c->d_ff, c->d_model) == 0 ||
+    if (c->d_ff == 0 || sattn_size_mul (c->d_ff, c->d_model) == SIZE_MAX ||
         c->d_ff > SIZE_MAX / 4 / (c->d_model + SATTN_LAYER_ROWS))
       return sattn_fail (SATTN_E_NOMEM, err, err_len,
                          "d_ff=%zu x d_model=%zu floats of feed-forward "

@@ -1,15 +1,26 @@
 /* Whole models (SATTN_MODEL_WHOLE): [embed] -> layers[N] -> [final norm]
  * -> [pooling] -> [head], each window one sequence.  The model's parts
- * and the computation of one window; the loader (io/load.c) builds them
- * and the per-window executor (stream/window.c) runs them.
+ * and the computation of blocks of windows; the loader (io/load.c) builds
+ * them and the per-window executor (stream/window.c) runs them.
+ *
+ * A block is up to max_windows windows of n rows each, stacked: the
+ * per-row parts of each layer (norm1 of pre-norm layers, the Q, K and V
+ * projections, the output projection, the residuals, LayerNorms and
+ * feed-forward, the final norm) run as products over all rows of the
+ * block, the attention per window and head.  Worker threads take groups
+ * of whole windows (64 rows or more), each through every layer.
+ * Every entry is one chain in a fixed order (cpu/linear.c), so a window's
+ * bytes do not depend on the block it is in, its place there, or the
+ * thread that computed it.
  *
  * Precision: the embedding, the final LayerNorm, the pooling and the head
  * sum in double; the embedded row plus its learned position is rounded to
  * float once where it enters the first layer; each layer is an encoder
- * layer model (sattn_attend_run: its own double sums, each output rounded
- * once); the final norm's rows are rounded to float once; pooling reads
- * them and the head's logits and softmax stay in double until the
- * probabilities are rounded once.
+ * layer model (its own double sums, each output rounded once); the final
+ * norm's rows are rounded to float once; pooling reads them and the
+ * head's logits and softmax stay in double until the probabilities are
+ * rounded once.  The embedding and the head are cpu/linear.c's loops; the
+ * final norm is the encoder layer's LayerNorm (nn/layer.c).
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -95,76 +106,108 @@ sattn_model_metadata (const SattnModel *m, const char *key)
   return NULL;
 }
 
-/* ------------------------------------------------------------ scratch */
+/* ------------------------------------------------------------ blocks */
 
-struct SattnNetScratch {
-  size_t n;
-  int l0_ready;             /* scr[0] holds the first layer's q, k, v */
-  SattnAttendScratch *scr;  /* one per layer (their d_ff may differ) */
-  float *y;                 /* n × D */
-  double *hidden, *logits;  /* head */
-};
+/* Rows per task at least (whole windows). */
+#define BLOCK_TASK_ROWS 64
+/* Multiply-adds below which a block runs on the caller's thread alone. */
+#define BLOCK_PAR_MIN 1e5
 
 void
-sattn_net_scratch_free (SattnNetScratch *w)
+sattn_net_block_free (SattnNetBlock *b)
 {
-  if (w == NULL)
+  if (b == NULL)
     return;
-  for (size_t i = 0; w->scr != NULL && i < w->n; i++)
-    sattn_attend_scratch_free (&w->scr[i]);
-  free (w->scr);
-  free (w->y);
-  free (w->hidden);
-  free (w->logits);
-  free (w);
+  free (b->x); free (b->y); free (b->kok); free (b->qok);
+  free (b->q); free (b->k); free (b->v); free (b->o); free (b->xn);
+  free (b->kt); free (b->S); free (b->lscr); free (b->stats);
+  free (b->pooled); free (b->hidden); free (b->logits); free (b->usable);
+  free (b);
 }
 
-SattnNetScratch *
-sattn_net_scratch_new (const SattnModel *m, size_t n)
+/* The widest layer's dimensions: projections, extra keys, row scratch. */
+static void
+widest (const SattnNet *net, size_t *dq, size_t *dv, size_t *extra,
+        size_t *lscr)
 {
-  const SattnNet *net = m->net;
-  SattnNetScratch *w = calloc (1, sizeof (*w));
-  if (w == NULL || n == 0 || n > SIZE_MAX / sizeof (float) / net->d) {
-    free (w);
-    return NULL;
+  *dq = *dv = *extra = *lscr = 0;
+  for (size_t l = 0; l < net->n_layers; l++) {
+    const SattnModel *ml = net->layer[l];
+    *dq = ml->dq > *dq ? ml->dq : *dq;
+    *dv = ml->dv > *dv ? ml->dv : *dv;
+    *extra = ml->n_extra > *extra ? ml->n_extra : *extra;
+    size_t ls = sattn_layer_scratch (ml);
+    *lscr = ls > *lscr ? ls : *lscr;
   }
-  w->scr = calloc (net->n_layers, sizeof (*w->scr));
-  w->y = malloc (n * net->d * sizeof (float));
-  w->hidden = malloc ((net->hidden + 1) * sizeof (double));
-  w->logits = malloc ((net->classes + 1) * sizeof (double));
-  if (w->scr == NULL || w->y == NULL || w->hidden == NULL ||
-      w->logits == NULL) {
-    sattn_net_scratch_free (w);
-    return NULL;
-  }
-  for (size_t i = 0; i < net->n_layers; i++) {
-    if (sattn_attend_scratch_new (net->layer[i], n, &w->scr[i]) != SATTN_OK) {
-      sattn_net_scratch_free (w);
-      return NULL;
-    }
-    w->n = i + 1;
-  }
-  w->n = net->n_layers;
-  return w;
 }
 
 size_t
-sattn_net_scratch_bytes (const SattnModel *m, size_t n)
+sattn_net_block_bytes (const SattnModel *m, size_t n, size_t max_windows,
+                       unsigned threads)
 {
   const SattnNet *net = m->net;
-  size_t b = sizeof (SattnNetScratch) + n * net->d * sizeof (float) +
-      (net->hidden + net->classes + 2) * sizeof (double);
-  for (size_t i = 0; i < net->n_layers; i++)
-    b += sizeof (SattnAttendScratch) +
-        sattn_attend_scratch_bytes (net->layer[i], n);
-  return b;
+  const size_t D = net->d, R = sattn_size_mul (n, max_windows);
+  size_t dq, dv, extra, ls;
+  widest (net, &dq, &dv, &extra, &ls);
+  size_t f = sattn_size_mul (R, 3 * D + 3 * dq + 2 * dv);
+  f = sattn_size_add (f, sattn_size_mul (threads, sattn_size_add (
+      sattn_size_mul (n, n + extra), ls)));
+  size_t b = sattn_size_mul (f, sizeof (float));
+  b = sattn_size_add (b, sizeof (SattnNetBlock) + 2 * R);
+  b = sattn_size_add (b, sattn_size_mul (max_windows, sizeof (SattnStats) +
+                                         sizeof (size_t) +
+                                         D * sizeof (double)));
+  return sattn_size_add (b, (net->hidden + net->classes + 2) *
+                         sizeof (double));
 }
 
-SattnAttendScratch *
-sattn_net_layer0 (SattnNetScratch *w, int **ready)
+SattnNetBlock *
+sattn_net_block_new (const SattnModel *m, size_t n, size_t max_windows,
+                     SattnPool *pool)
 {
-  *ready = &w->l0_ready;
-  return &w->scr[0];
+  const SattnNet *net = m->net;
+  const size_t D = net->d;
+  const unsigned T = pool != NULL ? sattn_pool_threads (pool) : 1;
+  if (n == 0 || max_windows == 0 ||
+      sattn_net_block_bytes (m, n, max_windows, T) == SIZE_MAX)
+    return NULL;
+  SattnNetBlock *b = calloc (1, sizeof (*b));
+  if (b == NULL)
+    return NULL;
+  size_t dq, dv, extra, ls;
+  widest (net, &dq, &dv, &extra, &ls);
+  const size_t R = n * max_windows;
+  b->n = n;
+  b->max_windows = max_windows;
+  b->rows = R;
+  b->pool = pool;
+  b->threads = T;
+  b->s_stride = (n * (n + extra) + 15) / 16 * 16;
+  b->l_stride = (ls + 15) / 16 * 16;
+  b->x = malloc (R * D * sizeof (float));
+  b->y = malloc (R * D * sizeof (float));
+  b->kok = malloc (R);
+  b->qok = malloc (R);
+  b->q = malloc (R * dq * sizeof (float));
+  b->k = malloc (R * dq * sizeof (float));
+  b->v = malloc (R * dv * sizeof (float));
+  b->o = malloc (R * dv * sizeof (float));
+  b->xn = malloc (R * D * sizeof (float));
+  b->kt = malloc (R * dq * sizeof (float));
+  b->S = malloc (T * b->s_stride * sizeof (float));
+  b->lscr = malloc ((T * b->l_stride + 1) * sizeof (float));
+  b->stats = calloc (max_windows, sizeof (SattnStats));
+  b->pooled = malloc (max_windows * D * sizeof (double));
+  b->usable = calloc (max_windows, sizeof (size_t));
+  b->hidden = malloc ((net->hidden + 1) * sizeof (double));
+  b->logits = malloc ((net->classes + 1) * sizeof (double));
+  if (!b->x || !b->y || !b->kok || !b->qok || !b->q || !b->k || !b->v ||
+      !b->o || !b->xn || !b->kt || !b->S || !b->lscr || !b->stats ||
+      !b->pooled || !b->usable || !b->hidden || !b->logits) {
+    sattn_net_block_free (b);
+    return NULL;
+  }
+  return b;
 }
 
 int
@@ -173,146 +216,247 @@ sattn_net_frame_reuse (const SattnModel *m)
   return m->net != NULL && m->net->pos == NULL;
 }
 
-/* ------------------------------------------------------------ compute */
+/* The windows [w0, w1) of a block through every layer, on one thread
+ * (worker: its scores and row scratch). */
+typedef struct {
+  const SattnModel *m;
+  SattnNetBlock *b;
+  size_t nw, group;
+  int l0_ready, stats;
+  float *weights;
+  size_t wwin;
+} BlockJob;
 
-/* y (n values) = x (din values, double) W^T + b with Wt din × n, summed
- * in order from the bias. */
+/* Rows [r0, r1) of layer ml: norm1 (pre-norm), the Q, K and V projections
+ * (RoPE at the row's window position) unless kept, and the frame rule. */
 static void
-dense (const double *x, size_t din, const double *Wt, const double *b,
-       size_t n, double *y)
+rows_in (const SattnModel *ml, SattnNetBlock *b, const float *in, size_t r0,
+         size_t r1, int project)
 {
-  for (size_t j = 0; j < n; j++)
-    y[j] = b != NULL ? b[j] : 0.0;
-  for (size_t i = 0; i < din; i++) {
-    const double xi = x[i];
-    const double *restrict w = Wt + i * n;
-    for (size_t j = 0; j < n; j++)
-      y[j] += xi * w[j];
+  const size_t D = ml->cfg.d_model, dq = ml->dq, dv = ml->dv, n = b->n;
+  const size_t cnt = r1 - r0;
+
+  if (project) {
+    const float *xp = in + r0 * D;
+    if (ml->cfg.norm_first) {
+      sattn_layer_norm1 (ml, xp, D, b->xn + r0 * D, D, cnt);
+      xp = b->xn + r0 * D;
+    }
+    sattn_project_cols_prec (ml, ml->wq, ml->bq, xp, cnt, D, dq, 0, dq, D,
+                             b->q + r0 * dq, dq);
+    sattn_project_cols_prec (ml, ml->wk, ml->bk, xp, cnt, D, dq, 0, dq, D,
+                             b->k + r0 * dq, dq);
+    sattn_project_cols_prec (ml, ml->wv, ml->bv, xp, cnt, D, dv, 0, dv, D,
+                             b->v + r0 * dv, dv);
+    for (size_t r = r0; r < r1 && sattn_model_rope (ml); r++)
+      sattn_rope_qk (ml, b->q + r * dq, b->k + r * dq, r % n);
+  }
+  /* The frame rule (as sattn_attend_finish with key and query validity
+   * both kok): a row with bad data is neither key nor query; unusable
+   * rows get zero Q / K / V so nothing can leak.  Rows whose data are all
+   * usable (the common block) need one test, not one per row. */
+  if (sattn_frames_ok (ml, cnt, NULL, in + r0 * D, b->q + r0 * dq,
+                       b->k + r0 * dq, b->v + r0 * dv)) {
+    for (size_t r = r0; r < r1; r++)
+      if (!b->kok[r]) {
+        memset (b->k + r * dq, 0, dq * sizeof (float));
+        memset (b->v + r * dv, 0, dv * sizeof (float));
+      }
+    return;
+  }
+  for (size_t r = r0; r < r1; r++) {
+    SattnFrameFault data = sattn_frame_fault (ml, 0, in + r * D,
+                                              b->q + r * dq, b->k + r * dq,
+                                              b->v + r * dv);
+    b->kok[r] = (uint8_t) (b->kok[r] && data == SATTN_FRAME_OK);
+    if (data != SATTN_FRAME_OK)
+      memset (b->q + r * dq, 0, dq * sizeof (float));
+    if (!b->kok[r]) {
+      memset (b->k + r * dq, 0, dq * sizeof (float));
+      memset (b->v + r * dv, 0, dv * sizeof (float));
+    }
   }
 }
+
+/* Window w of layer ml, every head in order (its statistics, when kept,
+ * summed head after head as for the window alone). */
+static void
+attend (const SattnModel *ml, SattnNetBlock *b, size_t w, float *weights,
+        SattnStats *stats, unsigned worker)
+{
+  const size_t H = ml->cfg.heads, n = b->n, dq = ml->dq, dv = ml->dv;
+  const float *k = b->k + w * n * dq;
+  float *kt = b->kt + w * n * dq;
+
+  for (size_t t = 0; t < dq; t++)
+    for (size_t r = 0; r < n; r++)
+      kt[t * n + r] = k[r * dq + t];
+  SattnAttnArgs a = {
+    .q = b->q + w * n * dq, .ldq = dq, .kt = kt, .ldkt = n,
+    .v = b->v + w * n * dv, .ldv = dv,
+    .key_ok = b->kok + w * n, .query_ok = b->kok + w * n,
+    .m = n, .nk = n, .q0 = 0,
+    .o = b->o + w * n * dv,
+    .weights = weights,
+    .sat_threshold = SATTN_DEFAULT_SATURATION,
+  };
+  for (size_t h = 0; h < H; h++)
+    sattn_attend_rows (ml, &a, h, 0, n, b->S + worker * b->s_stride, stats);
+}
+
+/* Rows [r0, r1) of layer ml: the output projection, the layer's per-row
+ * parts, the rows that are no longer usable, and after the last layer
+ * the final norm. */
+static void
+rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
+          const float *in, float *y, size_t r0, size_t r1, int last,
+          unsigned worker)
+{
+  const size_t D = ml->cfg.d_model, dv = ml->dv;
+
+  sattn_output_project (ml, b->o + r0 * dv, r1 - r0, y + r0 * D, D);
+  for (size_t i0 = r0; ml->cfg.encoder && i0 < r1; i0 += SATTN_LAYER_ROWS) {
+    size_t r = r1 - i0 < SATTN_LAYER_ROWS ? r1 - i0 : SATTN_LAYER_ROWS;
+    sattn_layer_rows (ml, in + i0 * D, D, y + i0 * D, D, r,
+                      b->lscr + worker * b->l_stride, NULL);
+  }
+  for (size_t r = r0; r < r1; r++)
+    if (!b->kok[r])
+      memset (y + r * D, 0, D * sizeof (float));
+  /* The rows whose output overflowed are no longer usable either. */
+  sattn_zero_overflowed_rows (ml, y + r0 * D, r1 - r0, D, b->kok + r0, NULL,
+                              NULL);
+  /* The final norm of the usable rows (the others stay zeros). */
+  if (last && net->final_norm) {
+    sattn_layer_norm_rows (y + r0 * D, D, NULL, 0, y + r0 * D, D, NULL, 0,
+                           r1 - r0, D, net->norm_w, net->norm_b,
+                           net->norm_eps);
+    for (size_t r = r0; r < r1; r++)
+      if (!b->kok[r])
+        memset (y + r * D, 0, D * sizeof (float));
+  }
+}
+
+/* Task i: the windows [i group, (i + 1) group) of the block, every
+ * layer. */
+static void
+windows_task (void *ctx, size_t task, unsigned worker)
+{
+  const BlockJob *j = ctx;
+  const SattnNet *net = j->m->net;
+  SattnNetBlock *b = j->b;
+  const size_t n = b->n;
+  const size_t w0 = task * j->group;
+  const size_t w1 = j->nw - w0 < j->group ? j->nw : w0 + j->group;
+  const size_t r0 = w0 * n, r1 = w1 * n;
+  float *a = b->x, *c = b->y;
+
+  for (size_t l = 0; l < net->n_layers; l++) {
+    const SattnModel *ml = net->layer[l];
+    const int last = l + 1 == net->n_layers;
+    rows_in (ml, b, a, r0, r1, !(l == 0 && j->l0_ready));
+    for (size_t w = w0; w < w1; w++)
+      attend (ml, b, w, last && w == j->wwin ? j->weights : NULL,
+              j->stats ? &b->stats[w] : NULL, worker);
+    rows_out (ml, net, b, a, c, r0, r1, last, worker);
+    float *t = a;
+    a = c;
+    c = t;
+  }
+}
+
+void
+sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
+                     int l0_ready, float *weights, size_t wwin, int stats,
+                     SattnPooling pooling, float **out)
+{
+  const SattnNet *net = m->net;
+  const size_t D = net->d, n = b->n, R = nw * n;
+  /* Tasks of whole windows, each through every layer (one wake-up per
+   * block), enough windows for BLOCK_TASK_ROWS rows: products over that
+   * many rows, and tasks small enough that a worker that starts late
+   * (a busy machine) still takes its share.  A block of less work than
+   * waking the workers costs runs on the caller's thread (as a stream's
+   * small runs do; the bytes are the same). */
+  double macs = 0.0;
+  for (size_t l = 0; l < net->n_layers; l++) {
+    const SattnModel *ml = net->layer[l];
+    macs += (double) R * ((double) D * (2 * ml->dq + 2 * ml->dv) +
+                          2.0 * (double) D * (double) ml->cfg.d_ff +
+                          (double) n * (double) (ml->dq + ml->dv));
+  }
+  const size_t group = (BLOCK_TASK_ROWS + n - 1) / n;
+  const size_t tasks = (nw + group - 1) / group;
+  BlockJob j = {
+    .m = m, .b = b, .nw = nw, .group = group, .l0_ready = l0_ready,
+    .stats = stats, .weights = weights, .wwin = wwin,
+  };
+  sattn_pool_run (macs >= BLOCK_PAR_MIN ? b->pool : NULL, tasks,
+                  windows_task, &j);
+  float *a = net->n_layers % 2 ? b->y : b->x;
+  *out = a;
+
+  /* Pooling per window, over its usable rows in order. */
+  for (size_t w = 0; w < nw; w++) {
+    const float *x = a + w * n * D;
+    const uint8_t *kok = b->kok + w * n;
+    double *pooled = b->pooled + w * D;
+    size_t usable = 0;
+    for (size_t i = 0; i < n; i++)
+      usable += kok[i] != 0;
+    b->usable[w] = usable;
+    memset (pooled, 0, D * sizeof (double));
+    if (usable == 0)
+      continue;
+    if (pooling == SATTN_POOLING_LAST) {
+      size_t i = n;
+      while (!kok[i - 1])
+        i--;
+      for (size_t t = 0; t < D; t++)
+        pooled[t] = (double) x[(i - 1) * D + t];
+    } else {
+      for (size_t i = 0; i < n; i++)
+        if (kok[i])
+          for (size_t t = 0; t < D; t++)
+            pooled[t] += (double) x[i * D + t];
+      for (size_t t = 0; t < D; t++)
+        pooled[t] /= (double) usable;
+    }
+  }
+}
+
+/* ------------------------------------------------------------ compute */
 
 void
 sattn_net_embed (const SattnModel *m, const float *x, size_t rows, double *e)
 {
   const SattnNet *net = m->net;
-  const size_t F = net->d_frame, D = net->d;
-  double xd[256];
-  for (size_t r = 0; r < rows; r++) {
-    double *er = e + r * D;
-    for (size_t j = 0; j < D; j++)
-      er[j] = net->embed_b != NULL ? net->embed_b[j] : 0.0;
-    for (size_t i0 = 0; i0 < F; i0 += 256) {
-      size_t c = F - i0 < 256 ? F - i0 : 256;
-      for (size_t i = 0; i < c; i++)
-        xd[i] = (double) x[r * F + i0 + i];
-      for (size_t i = 0; i < c; i++) {
-        const double xi = xd[i];
-        const double *restrict w = net->embed_wt + (i0 + i) * D;
-        for (size_t j = 0; j < D; j++)
-          er[j] += xi * w[j];
-      }
-    }
-  }
-}
-
-/* LayerNorm of x (d floats) into y (floats, rounded once), in double. */
-static void
-final_norm (const SattnNet *net, float *x)
-{
-  const size_t d = net->d;
-  double sum = 0.0, var = 0.0;
-  for (size_t t = 0; t < d; t++)
-    sum += (double) x[t];
-  const double mean = sum / (double) d;
-  for (size_t t = 0; t < d; t++) {
-    double e = (double) x[t] - mean;
-    var += e * e;
-  }
-  const double inv = 1.0 / sqrt (var / (double) d + net->norm_eps);
-  for (size_t t = 0; t < d; t++) {
-    double v = ((double) x[t] - mean) * inv;
-    if (net->norm_w != NULL)
-      v *= net->norm_w[t];
-    if (net->norm_b != NULL)
-      v += net->norm_b[t];
-    x[t] = (float) v;
-  }
-}
-
-size_t
-sattn_net_window (const SattnModel *m, SattnNetScratch *w, float *x,
-                  uint8_t *kok, float *weights, SattnStats *stats,
-                  SattnPooling pooling, double *pooled)
-{
-  const SattnNet *net = m->net;
-  const size_t D = net->d, n = w->scr[0].n;
-  float *a = x, *b = w->y;
-
-  for (size_t l = 0; l < net->n_layers; l++) {
-    SattnMask mask = { kok, kok, NULL };
-    SattnAttendScratch *scr = &w->scr[l];
-    float *wl = l + 1 == net->n_layers ? weights : NULL;
-    if (l == 0 && w->l0_ready)
-      sattn_attend_finish (net->layer[l], a, n, &mask, b, wl, stats, 0, scr);
-    else
-      sattn_attend_run (net->layer[l], a, n, &mask, b, wl, stats, 0, scr);
-    memcpy (kok, scr->qok, n);
-    float *t = a;
-    a = b;
-    b = t;
-  }
-  w->l0_ready = 0;
-  if (a != x)
-    memcpy (x, a, n * D * sizeof (float));
-  size_t usable = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!kok[i])
-      continue;
-    if (net->final_norm)
-      final_norm (net, x + i * D);
-    usable++;
-  }
-  if (pooled == NULL)
-    return usable;
-  memset (pooled, 0, D * sizeof (double));
-  if (usable == 0)
-    return 0;
-  if (pooling == SATTN_POOLING_LAST) {
-    size_t i = n;
-    while (!kok[i - 1])
-      i--;
-    for (size_t t = 0; t < D; t++)
-      pooled[t] = (double) x[(i - 1) * D + t];
-  } else {
-    for (size_t i = 0; i < n; i++)
-      if (kok[i])
-        for (size_t t = 0; t < D; t++)
-          pooled[t] += (double) x[i * D + t];
-    for (size_t t = 0; t < D; t++)
-      pooled[t] /= (double) usable;
-  }
-  return usable;
+  sattn_linear_fd (x, net->d_frame, rows, net->embed_wt, net->d,
+                   net->embed_b, net->d_frame, net->d, e, net->d);
 }
 
 int
-sattn_net_classify (const SattnModel *m, SattnNetScratch *w,
+sattn_net_classify (const SattnModel *m, SattnNetBlock *b,
                     const double *pooled, float *probs)
 {
   const SattnNet *net = m->net;
-  const size_t C = net->classes;
-  double *z = w->logits;
+  const size_t C = net->classes, D = net->d;
+  double *z = b->logits;
 
   if (net->hidden > 0) {
-    double *h = w->hidden;
-    dense (pooled, net->d, net->head1_wt, net->head1_b, net->hidden, h);
+    double *h = b->hidden;
+    sattn_linear_d (pooled, D, 1, net->head1_wt, net->hidden, net->head1_b,
+                    D, net->hidden, h, net->hidden);
     for (size_t j = 0; j < net->hidden; j++) {
       double v = h[j];
       h[j] = net->head_act == SATTN_ACTIVATION_GELU
           ? 0.5 * v * (1.0 + erf (v * M_SQRT1_2)) : (v > 0.0 ? v : 0.0);
     }
-    dense (h, net->hidden, net->head2_wt, net->head2_b, C, z);
+    sattn_linear_d (h, net->hidden, 1, net->head2_wt, C, net->head2_b,
+                    net->hidden, C, z, C);
   } else {
-    dense (pooled, net->d, net->head1_wt, net->head1_b, C, z);
+    sattn_linear_d (pooled, D, 1, net->head1_wt, C, net->head1_b, D, C, z,
+                    C);
   }
   double mx = -INFINITY;
   for (size_t c = 0; c < C; c++) {
@@ -341,44 +485,56 @@ sattn_net_attend (const SattnModel *m, const float *x, size_t n,
   const size_t F = net->d_frame, D = net->d;
   if (net->pos != NULL && n > net->max_window)
     return SATTN_E_SHAPE;
-  SattnNetScratch *w = sattn_net_scratch_new (m, n);
-  double *e = malloc (D * sizeof (double));
-  uint8_t *kok = malloc (n);
-  if (w == NULL || e == NULL || kok == NULL) {
-    sattn_net_scratch_free (w);
+  SattnNetBlock *b = sattn_net_block_new (m, n, 1, NULL);
+  double *e = malloc (n * D * sizeof (double));
+  if (b == NULL || e == NULL) {
+    sattn_net_block_free (b);
     free (e);
-    free (kok);
     return SATTN_E_NOMEM;
   }
+  /* Every frame's embedding in one product (rows with non-finite samples
+   * are not read). */
+  sattn_net_embed (m, x, n, e);
   for (size_t i = 0; i < n; i++) {
     int ok = (mask == NULL || mask->key_valid == NULL || mask->key_valid[i])
         && sattn_finite (x + i * F, F);
+    float *xr = b->x + i * D;
     if (ok) {
-      sattn_net_embed (m, x + i * F, 1, e);
       for (size_t t = 0; t < D; t++) {
-        double v = e[t] + (net->pos != NULL ? net->pos[i * D + t] : 0.0);
-        out[i * D + t] = (float) v;
+        double v = e[i * D + t] + (net->pos != NULL ? net->pos[i * D + t]
+                                   : 0.0);
+        xr[t] = (float) v;
       }
-      ok = sattn_finite (out + i * D, D);
+      ok = sattn_finite (xr, D);
     }
     if (!ok)
-      memset (out + i * D, 0, D * sizeof (float));
-    kok[i] = (uint8_t) ok;
+      memset (xr, 0, D * sizeof (float));
+    b->kok[i] = (uint8_t) ok;
     if (stats) {
       stats->masked_keys += !ok;
       stats->invalid_frames += !ok;
     }
   }
-  sattn_net_window (m, w, out, kok, weights, stats, net->pooling, NULL);
-  for (size_t i = 0; i < n; i++)
-    if (!kok[i])
+  /* The attention's statistics summed into the caller's, row after row
+   * (as for any window). */
+  float *rows;
+  if (stats)
+    b->stats[0] = *stats;
+  sattn_net_block_run (m, b, 1, 0, weights, 0, stats != NULL, net->pooling,
+                       &rows);
+  if (stats)
+    *stats = b->stats[0];
+  for (size_t i = 0; i < n; i++) {
+    if (b->kok[i])
+      memcpy (out + i * D, rows + i * D, D * sizeof (float));
+    else
       memset (out + i * D, 0, D * sizeof (float));
+  }
   if (stats) {
     stats->windows++;
     stats->frames += n;
   }
-  sattn_net_scratch_free (w);
+  sattn_net_block_free (b);
   free (e);
-  free (kok);
   return SATTN_OK;
 }

@@ -43,46 +43,113 @@ sattn_layer_scratch (const SattnModel *m)
 
 /* --------------------------------------------------------- LayerNorm */
 
-/* y = LayerNorm (x) * w + b over d values, read from xf (floats) or, when
- * xf is NULL, from xd (doubles); mean and variance by two passes (no
- * cancellation) in double, each output rounded to float once; yd (may be
- * NULL) gets the same values as doubles.  y may be xf. */
-static void
-layer_norm (const float *xf, const double *restrict xd, float *y,
-            double *restrict yd, size_t d, const float *w, const float *b,
-            double eps)
+/* See internal.h: mean and variance by two passes (no cancellation) in
+ * double, each output rounded to float once.  Each row's sums are chains
+ * in index order.  Four rows are taken together, their chains side by
+ * side in registers (independent: they overlap in the pipeline instead
+ * of waiting for each other), each row computed by the same operations
+ * as alone; the rows left over one at a time.  LN_ROWS defines both
+ * versions (XT: the input's type, float or double). */
+#define LN_ROWS(name, XT)                                                    \
+static void                                                                  \
+name##_1 (const XT *x, float *y, double *restrict yd, size_t d,              \
+          const float *w, const float *b, double eps)                        \
+{                                                                            \
+  double sum = 0.0, var = 0.0;                                               \
+  for (size_t t = 0; t < d; t++)                                             \
+    sum += (double) x[t];                                                    \
+  const double mean = sum / (double) d;                                      \
+  for (size_t t = 0; t < d; t++) {                                           \
+    double e = (double) x[t] - mean;                                         \
+    var += e * e;                                                            \
+  }                                                                          \
+  const double inv = 1.0 / sqrt (var / (double) d + eps);                    \
+  for (size_t t = 0; t < d; t++) {                                           \
+    double v = ((double) x[t] - mean) * inv;                                 \
+    if (w != NULL)                                                           \
+      v *= (double) w[t];                                                    \
+    if (b != NULL)                                                           \
+      v += (double) b[t];                                                    \
+    y[t] = (float) v;                                                        \
+    if (yd != NULL)                                                          \
+      yd[t] = (double) y[t];                                                 \
+  }                                                                          \
+}                                                                            \
+                                                                             \
+static void                                                                  \
+name (const XT *x, size_t ldx, float *y, size_t ldy, double *yd,             \
+      size_t ldyd, size_t rows, size_t d, const float *w, const float *b,    \
+      double eps)                                                            \
+{                                                                            \
+  size_t i = 0;                                                              \
+  for (; i + 4 <= rows; i += 4) {                                            \
+    const XT *x0 = x + i * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx,              \
+        *x3 = x2 + ldx;                                                      \
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;                           \
+    for (size_t t = 0; t < d; t++) {                                         \
+      s0 += (double) x0[t];                                                  \
+      s1 += (double) x1[t];                                                  \
+      s2 += (double) x2[t];                                                  \
+      s3 += (double) x3[t];                                                  \
+    }                                                                        \
+    const double m0 = s0 / (double) d, m1 = s1 / (double) d;                 \
+    const double m2 = s2 / (double) d, m3 = s3 / (double) d;                 \
+    double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;                           \
+    for (size_t t = 0; t < d; t++) {                                         \
+      double e0 = (double) x0[t] - m0, e1 = (double) x1[t] - m1;             \
+      double e2 = (double) x2[t] - m2, e3 = (double) x3[t] - m3;             \
+      v0 += e0 * e0;                                                         \
+      v1 += e1 * e1;                                                         \
+      v2 += e2 * e2;                                                         \
+      v3 += e3 * e3;                                                         \
+    }                                                                        \
+    const double mean[4] = { m0, m1, m2, m3 };                               \
+    const double inv[4] = {                                                  \
+      1.0 / sqrt (v0 / (double) d + eps), 1.0 / sqrt (v1 / (double) d + eps),\
+      1.0 / sqrt (v2 / (double) d + eps), 1.0 / sqrt (v3 / (double) d + eps),\
+    };                                                                       \
+    for (size_t k = 0; k < 4; k++) {                                         \
+      const XT *xr = x + (i + k) * ldx;                                      \
+      float *yr = y + (i + k) * ldy;                                         \
+      double *restrict ydr = yd != NULL ? yd + (i + k) * ldyd : NULL;        \
+      for (size_t t = 0; t < d; t++) {                                       \
+        double v = ((double) xr[t] - mean[k]) * inv[k];                      \
+        if (w != NULL)                                                       \
+          v *= (double) w[t];                                                \
+        if (b != NULL)                                                       \
+          v += (double) b[t];                                                \
+        yr[t] = (float) v;                                                   \
+        if (ydr != NULL)                                                     \
+          ydr[t] = (double) yr[t];                                           \
+      }                                                                      \
+    }                                                                        \
+  }                                                                          \
+  for (; i < rows; i++)                                                      \
+    name##_1 (x + i * ldx, y + i * ldy, yd != NULL ? yd + i * ldyd : NULL,   \
+              d, w, b, eps);                                                 \
+}
+
+LN_ROWS (norm_rows_f, float)
+LN_ROWS (norm_rows_d, double)
+
+void
+sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
+                       size_t ldxd, float *y, size_t ldy, double *yd,
+                       size_t ldyd, size_t rows, size_t d, const float *w,
+                       const float *b, double eps)
 {
-#define X(t) (xf != NULL ? (double) xf[t] : xd[t])
-  double sum = 0.0;
-  for (size_t t = 0; t < d; t++)
-    sum += X (t);
-  const double mean = sum / (double) d;
-  double var = 0.0;
-  for (size_t t = 0; t < d; t++) {
-    double e = X (t) - mean;
-    var += e * e;
-  }
-  const double inv = 1.0 / sqrt (var / (double) d + eps);
-  for (size_t t = 0; t < d; t++) {
-    double v = (X (t) - mean) * inv;
-    if (w != NULL)
-      v *= (double) w[t];
-    if (b != NULL)
-      v += (double) b[t];
-    y[t] = (float) v;
-    if (yd != NULL)
-      yd[t] = (double) y[t];
-  }
-#undef X
+  if (xf != NULL)
+    norm_rows_f (xf, ldxf, y, ldy, yd, ldyd, rows, d, w, b, eps);
+  else
+    norm_rows_d (xd, ldxd, y, ldy, yd, ldyd, rows, d, w, b, eps);
 }
 
 void
 sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
                    float *y, size_t ldy, size_t rows)
 {
-  for (size_t i = 0; i < rows; i++)
-    layer_norm (x + i * ldx, NULL, y + i * ldy, NULL, m->cfg.d_model, m->n1w,
-                m->n1b, m->cfg.norm_eps);
+  sattn_layer_norm_rows (x, ldx, NULL, 0, y, ldy, NULL, 0, rows,
+                         m->cfg.d_model, m->n1w, m->n1b, m->cfg.norm_eps);
 }
 
 /* ------------------------------------------------------ feed-forward */
@@ -180,22 +247,21 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
   }
   if (!m->cfg.norm_first) {
     /* u = norm1 (res); y = norm2 (u + FF (u)). */
-    for (size_t i = 0; i < rows; i++)
-      layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n1w,
-                  m->n1b, eps);
+    sattn_layer_norm_rows (NULL, 0, res, ld, y, ldy, u, ld, rows, d, m->n1w,
+                           m->n1b, eps);
     feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
       const double *restrict ui = u + i * ld;
       double *restrict fi = f + i * ld;
       for (size_t t = 0; t < d; t++)
         fi[t] += ui[t];
-      layer_norm (NULL, fi, y + i * ldy, NULL, d, m->n2w, m->n2b, eps);
     }
+    sattn_layer_norm_rows (NULL, 0, f, ld, y, ldy, NULL, 0, rows, d, m->n2w,
+                           m->n2b, eps);
   } else {
     /* y = res + FF (norm2 (res)). */
-    for (size_t i = 0; i < rows; i++)
-      layer_norm (NULL, res + i * ld, y + i * ldy, u + i * ld, d, m->n2w,
-                  m->n2b, eps);
+    sattn_layer_norm_rows (NULL, 0, res, ld, y, ldy, u, ld, rows, d, m->n2w,
+                           m->n2b, eps);
     feed_forward (m, u, ld, rows, hd, f);
     for (size_t i = 0; i < rows; i++) {
       float *restrict yi = y + i * ldy;

@@ -10,6 +10,7 @@
 #define SATTN_STREAM_INCREMENTAL_H
 
 #include "internal.h"
+#include "stream/schedule.h"
 #include "stream/window.h"
 
 #define ATTN_ROWS 16

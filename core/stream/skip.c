@@ -148,11 +148,9 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
    * invalid frames, so its rows are zeros with valid = 0, its weights
    * zeros, and it counts n masked keys. */
   const uint64_t t = s->total, end = t + n_frames;
-  uint64_t w = 0, last = 0;
-  if (end >= s->next_window) {
-    w = (end - s->next_window) / s->h + 1;
-    last = s->next_window + (w - 1) * s->h;
-  }
+  const uint64_t w = sattn_schedule_due (s->next_window, s->h, end);
+  const uint64_t last = w > 0 ? sattn_schedule_last (s->next_window, s->h, w)
+      : 0;
   if (w > 0) {
     size_t rows;                /* query rows of the last window */
     if (s->sc.output == SATTN_OUTPUT_FRAMES) {
@@ -167,7 +165,7 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
     }
     skipped->end = last;
     s->last_end = last;
-    s->next_window = last + s->h;
+    s->next_window = sattn_schedule_next (last, s->h);
     s->have_window = 1;
     if (s->wkeep) {
       memset (s->wkeep, 0,

@@ -80,7 +80,7 @@ sattn_stream_reset (SattnStream *s)
   s->total = 0;
   s->next_out = 0;
   s->last_end = 0;
-  s->next_window = s->sc.start == SATTN_START_WAIT ? s->n : s->h;
+  s->next_window = sattn_schedule_first (&s->sc, 0);
   s->have_window = 0;
   s->wkeep_rows = 0;
   s->have_error = 0;
@@ -625,10 +625,8 @@ sattn_stream_max_rows (const SattnStream *s, size_t n_frames)
         : 0;
   if (s->sc.output == SATTN_OUTPUT_FRAMES)
     return sattn_stream_pending (s) + n_frames;
-  uint64_t end = s->total + n_frames;
-  if (end < s->next_window)
-    return 0;
-  return (size_t) ((end - s->next_window) / s->h + 1);
+  return (size_t) sattn_schedule_due (s->next_window, s->h,
+                                     s->total + n_frames);
 }
 
 /* The key side of the window just computed, for the rows info[0..) that
@@ -746,7 +744,7 @@ sattn_inc_emit_window (SattnStream *s, float *out, SattnRowInfo *info)
     info[0].valid = (uint8_t) any;
   }
   s->last_end = s->total;
-  s->next_window = s->total + s->h;
+  s->next_window = sattn_schedule_next (s->total, s->h);
   return produced;
 }
 
@@ -957,7 +955,7 @@ sattn_stream_reset_at (SattnStream *s, uint64_t first_frame)
   s->total = first_frame;
   s->next_out = first_frame;
   s->last_end = first_frame;
-  s->next_window += first_frame;
+  s->next_window = sattn_schedule_first (&s->sc, first_frame);
   return SATTN_OK;
 }
 

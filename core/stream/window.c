@@ -1,51 +1,72 @@
 /* The per-window executor: a stream over a whole model
  * (SATTN_MODEL_WHOLE).  Each window is one sequence through the model.
- * The schedule, the row descriptions, the invalid-frames policies, the
- * drain, reset and skip follow the incremental executor's contract in
- * sattn.h exactly; what differs is the work per window.
+ * The schedule (stream/schedule.h), the row descriptions, the
+ * invalid-frames policies, the drain, reset and skip follow the
+ * incremental executor's contract in sattn.h exactly; what differs is the
+ * work per window.
  *
- * Each frame is embedded once, when it arrives (e = x W^T + b in double,
- * kept in a ring of n rows, slot = frame index mod n): overlapping
- * windows reuse it.  Without learned positions the first layer's input
- * row and its Q, K and V projections do not depend on the window either:
- * they are computed once per frame too (RoPE at the frame's absolute
- * index, as the incremental executor rotates: the scores depend on
- * offsets only) and gathered for each window.  A due window gathers its n rows oldest first, adds
- * the learned position of each row (window index 0 = the oldest), rounds
- * to float once and runs the layers, the final norm, the pooling and the
- * head (model/net.c).  Masked frames (padding before the stream, GAPs,
- * unusable frames under SATTN_INVALID_MASK) are key padding and left out
- * of the pooling.  Nothing is allocated after sattn_pw_new.
+ * Frames are kept in a ring of `cap` slots (slot = frame index mod cap),
+ * room for the frames of max_windows windows due together.  The frames
+ * of a push are embedded as they are stored, STAGE rows in one product (e
+ * = x W^T + b in double).  With learned positions the embedded rows are
+ * kept in double (emb): a window adds its position to each row (window
+ * index 0 = the oldest) and rounds once.  Without learned positions a
+ * frame's first-layer input row does not depend on the window: it is
+ * rounded to float once (xf), its first-layer Q, K and V projections are
+ * computed then too, one product over the stored rows (RoPE at the
+ * frame's absolute index, as the incremental executor rotates: the scores
+ * depend on offsets only), and every window the frame is in reuses them.
+ *
+ * The windows due in one push run together as blocks of up to
+ * max_windows windows (model/net.c): their rows gathered oldest first,
+ * the layers, the final norm and the pooling over all of them at once,
+ * worker threads (SattnStreamConfig.threads) sharing rows and windows.
+ * Every value is summed in an order of its own, so the bytes depend
+ * neither on how frames come in pushes nor on the thread count.  Masked
+ * frames (padding before the stream, GAPs, unusable frames under
+ * SATTN_INVALID_MASK) are key padding and left out of the pooling.
+ * Nothing is allocated after sattn_pw_new.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "internal.h"
+#include "stream/schedule.h"
 #include "stream/window.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Rows of a block (windows × window) at most, and windows per block at
+ * most: enough rows for the products' row tiles, bounded memory. */
+#define BLOCK_ROWS 1024
+#define BLOCK_WINDOWS 64
+/* Frames embedded (and, without learned positions, projected) in one
+ * product. */
+#define STAGE 64
+
 struct SattnPw {
   const SattnModel *m;
   const SattnNet *net;
   SattnStreamConfig sc;
-  size_t n, h;
-  double *emb;              /* n × D: the ring of embedded frames */
-  uint8_t *ok;              /* n: slot usable */
-  float *x;                 /* n × D: the window's rows */
-  uint8_t *kok;             /* n */
-  double *pooled;           /* D */
-  float *wkeep;             /* heads × n × n (keep_weights) */
-  size_t wkeep_rows;
-  float *zero;              /* F zeros (the zero policy's frame) */
-  /* Without learned positions a frame's first-layer input is its
-   * embedding alone: its rows (xf, float), its first-layer projections
-   * (q0, k0: dq, v0: dv floats per slot) are computed once, when it
-   * arrives, and every window it is in reuses them. */
+  size_t n, h, cap, max_windows;
+  uint8_t *ok;              /* cap: slot usable */
+  double *emb;              /* cap × D: embedded frames (learned positions) */
+  /* Without learned positions (reuse): each frame's first-layer input row
+   * (xf, float) and its first-layer projections (q0, k0: dq, v0: dv
+   * floats per slot). */
   int reuse;
   float *xf, *q0, *k0, *v0, *xn;
-  SattnNetScratch *w;
+  double *stage;            /* STAGE × D: the embedding of stored frames */
+  double *ezero;            /* D: the embedding of a zero frame */
+  float *zero;              /* F zeros */
+  SattnPool *pool;
+  SattnNetBlock *blk;
+  uint64_t *ends;           /* max_windows: the ends of a block's windows */
+  uint32_t *usable_in;      /* max_windows */
+  size_t *bidx;             /* max_windows: a window's index in the block */
+  float *wkeep;             /* heads × n × n (keep_weights) */
+  size_t wkeep_rows;
   uint64_t total, last_end, next_window;
   int have_window, have_error;
   uint64_t err_frame;
@@ -79,33 +100,47 @@ sattn_pw_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
   return SATTN_OK;
 }
 
+/* Windows per block and ring slots for a window of n frames, hop h. */
 static size_t
-add_ok (size_t a, size_t b)
+block_windows (size_t n)
 {
-  return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+  size_t w = n < BLOCK_ROWS ? BLOCK_ROWS / n : 1;
+  return w < BLOCK_WINDOWS ? w : BLOCK_WINDOWS;
 }
 
 static size_t
-mul_ok (size_t a, size_t b)
+ring_slots (size_t n, size_t h)
 {
-  return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b;
+  return sattn_size_add (n, sattn_size_mul (block_windows (n) - 1, h));
 }
 
 size_t
 sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
 {
   const SattnNet *net = m->net;
-  const size_t n = sc->window, D = net->d;
-  size_t b = sizeof (SattnPw);
-  b = add_ok (b, mul_ok (mul_ok (n, D), sizeof (double) + sizeof (float)));
-  b = add_ok (b, 2 * n + D * sizeof (double) + net->d_frame * sizeof (float));
-  if (sc->keep_weights)
-    b = add_ok (b, mul_ok (mul_ok (m->cfg.heads, n), n * sizeof (float)));
-  b = add_ok (b, sattn_net_scratch_bytes (m, n));
+  const size_t n = sc->window, D = net->d, B = block_windows (n);
+  const size_t cap = ring_slots (n, sc->hop);
+  const unsigned T = sattn_resolve_threads (sc->threads);
+  size_t b = sizeof (SattnPw) + cap;
+  const SattnModel *l0 = net->layer[0];
   if (sattn_net_frame_reuse (m))
-    b = add_ok (b, mul_ok (mul_ok (n, 2 * D + 2 * m->dq + m->dv),
-                           sizeof (float)));
-  return b;
+    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D + 2 * l0->dq
+                                                           + l0->dv),
+                                           sizeof (float)));
+  else
+    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D),
+                                           sizeof (double)));
+  b = sattn_size_add (b, (STAGE + 1) * D * sizeof (double) +
+                      STAGE * D * sizeof (float) +
+                      net->d_frame * sizeof (float));
+  b = sattn_size_add (b, sattn_size_mul (B, sizeof (uint64_t) +
+                                         sizeof (uint32_t) +
+                                         sizeof (size_t)));
+  if (sc->keep_weights)
+    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (m->cfg.heads, n),
+                                           n * sizeof (float)));
+  b = sattn_size_add (b, sattn_net_block_bytes (m, n, B, T));
+  return T > 1 ? sattn_size_add (b, sattn_pool_bytes (T)) : b;
 }
 
 void
@@ -113,20 +148,23 @@ sattn_pw_free (SattnPw *s)
 {
   if (s == NULL)
     return;
-  free (s->emb); free (s->ok); free (s->x); free (s->kok); free (s->pooled);
-  free (s->wkeep); free (s->zero);
+  free (s->ok); free (s->emb);
   free (s->xf); free (s->q0); free (s->k0); free (s->v0); free (s->xn);
-  sattn_net_scratch_free (s->w);
+  free (s->stage); free (s->ezero); free (s->zero);
+  sattn_net_block_free (s->blk);
+  sattn_pool_free (s->pool);
+  free (s->ends); free (s->usable_in); free (s->bidx);
+  free (s->wkeep);
   free (s);
 }
 
 void
 sattn_pw_reset (SattnPw *s)
 {
-  memset (s->ok, 0, s->n);
+  memset (s->ok, 0, s->cap);
   s->total = 0;
   s->last_end = 0;
-  s->next_window = s->sc.start == SATTN_START_WAIT ? s->n : s->h;
+  s->next_window = sattn_schedule_first (&s->sc, 0);
   s->have_window = 0;
   s->have_error = 0;
   s->wkeep_rows = 0;
@@ -137,7 +175,7 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
 {
   const SattnNet *net = m->net;
   const size_t n = sc->window, D = net->d;
-  if (mul_ok (n, D) > SIZE_MAX / sizeof (double))
+  if (sattn_pw_bytes (m, sc) == SIZE_MAX)
     return NULL;
   SattnPw *s = calloc (1, sizeof (*s));
   if (s == NULL)
@@ -147,31 +185,44 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   s->sc = *sc;
   s->n = n;
   s->h = sc->hop;
+  s->max_windows = block_windows (n);
+  s->cap = ring_slots (n, sc->hop);
   if (s->sc.saturation_threshold == 0.0f)
     s->sc.saturation_threshold = SATTN_DEFAULT_SATURATION;
-  s->emb = malloc (n * D * sizeof (double));
-  s->ok = malloc (n);
-  s->x = malloc (n * D * sizeof (float));
-  s->kok = malloc (n);
-  s->pooled = malloc (D * sizeof (double));
+  const unsigned T = sattn_resolve_threads (sc->threads);
+  s->ok = malloc (s->cap);
+  s->stage = malloc (STAGE * D * sizeof (double));
+  s->ezero = malloc (D * sizeof (double));
   s->zero = calloc (net->d_frame, sizeof (float));
-  s->w = sattn_net_scratch_new (m, n);
+  s->ends = malloc (s->max_windows * sizeof (uint64_t));
+  s->usable_in = malloc (s->max_windows * sizeof (uint32_t));
+  s->bidx = malloc (s->max_windows * sizeof (size_t));
   if (sc->keep_weights)
     s->wkeep = calloc (m->cfg.heads * n * n, sizeof (float));
   s->reuse = sattn_net_frame_reuse (m);
   if (s->reuse) {
-    s->xf = calloc (n * D, sizeof (float));
-    s->q0 = calloc (n * m->dq, sizeof (float));
-    s->k0 = calloc (n * m->dq, sizeof (float));
-    s->v0 = calloc (n * m->dv, sizeof (float));
-    s->xn = malloc (D * sizeof (float));
+    const SattnModel *l0 = net->layer[0];
+    s->xf = calloc (s->cap * D, sizeof (float));
+    s->q0 = calloc (s->cap * l0->dq, sizeof (float));
+    s->k0 = calloc (s->cap * l0->dq, sizeof (float));
+    s->v0 = calloc (s->cap * l0->dv, sizeof (float));
+    s->xn = malloc (STAGE * D * sizeof (float));
+  } else {
+    s->emb = malloc (s->cap * D * sizeof (double));
   }
-  if (!s->emb || !s->ok || !s->x || !s->kok || !s->pooled || !s->zero ||
-      !s->w || (sc->keep_weights && !s->wkeep) ||
-      (s->reuse && (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn))) {
+  if (T > 1)
+    s->pool = sattn_pool_new (T);
+  if (T <= 1 || s->pool != NULL)
+    s->blk = sattn_net_block_new (m, n, s->max_windows, s->pool);
+  if (!s->ok || !s->stage || !s->ezero || !s->zero || !s->ends ||
+      !s->usable_in || !s->bidx || !s->blk ||
+      (sc->keep_weights && !s->wkeep) ||
+      (s->reuse && (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn)) ||
+      (!s->reuse && !s->emb)) {
     sattn_pw_free (s);
     return NULL;
   }
+  sattn_net_embed (m, s->zero, 1, s->ezero);
   sattn_stats_clear (&s->stats);
   sattn_pw_reset (s);
   return s;
@@ -212,180 +263,272 @@ sattn_pw_max_rows (const SattnPw *s, size_t n_frames)
 {
   if (n_frames == 0)
     return sattn_pw_pending (s) > 0 ? 1 : 0;
-  uint64_t end = s->total + n_frames;
-  if (end < s->next_window)
-    return 0;
-  return (size_t) ((end - s->next_window) / s->h + 1);
+  return (size_t) sattn_schedule_due (s->next_window, s->h,
+                                      s->total + n_frames);
 }
 
-/* Store one frame (index s->total): the frame rule and the policy.  0
- * when the policy is ERROR and the frame has bad data (recorded). */
-static int
-store_frame (SattnPw *s, const float *x, int flagged)
+/* The slot of frame index f (f may be before the stream's first frame:
+ * f + cap - n is taken for f - n, as windows ask). */
+static inline size_t
+slot_of (const SattnPw *s, uint64_t f)
+{
+  return (size_t) (f % s->cap);
+}
+
+/* Store cnt frames (indices s->total on, no wrap of the ring): the frame
+ * rule and the policy, frames NULL = all flagged.  Returns the count
+ * stored: fewer than cnt when the policy is ERROR and a frame has bad
+ * data (recorded). */
+static size_t
+store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
 {
   const SattnNet *net = s->net;
-  const size_t D = net->d, slot = (size_t) (s->total % s->n);
-  double *e = s->emb + slot * D;
-  SattnFrameFault f = SATTN_FRAME_FLAGGED;
+  const size_t D = net->d, F = net->d_frame, slot0 = slot_of (s, s->total);
+  double *e = s->stage;
+  size_t i;
 
-  if (!flagged) {
-    f = SATTN_FRAME_OK;
-    if (!sattn_finite (x, net->d_frame)) {
-      f = SATTN_FRAME_NONFINITE;
-    } else {
-      sattn_net_embed (s->m, x, 1, e);
-      for (size_t t = 0; t < D && f == SATTN_FRAME_OK; t++)
-        if (!isfinite (e[t]) || fabs (e[t]) > 3.4028234663852886e38)
-          f = SATTN_FRAME_OVERFLOW;
-    }
-    if (f != SATTN_FRAME_OK) {
-      if (s->sc.invalid_policy == SATTN_INVALID_ERROR) {
-        s->have_error = 1;
-        s->err_frame = s->total;
-        s->err_fault = f;
-        return 0;
+  if (x != NULL)
+    sattn_net_embed (s->m, x, cnt, e);
+  for (i = 0; i < cnt; i++) {
+    double *er = e + i * D;
+    SattnFrameFault f = SATTN_FRAME_FLAGGED;
+    if (x != NULL && (valid == NULL || valid[i])) {
+      f = SATTN_FRAME_OK;
+      if (!sattn_finite (x + i * F, F)) {
+        f = SATTN_FRAME_NONFINITE;
+      } else {
+        for (size_t t = 0; t < D && f == SATTN_FRAME_OK; t++)
+          if (!isfinite (er[t]) || fabs (er[t]) > 3.4028234663852886e38)
+            f = SATTN_FRAME_OVERFLOW;
       }
+      if (f != SATTN_FRAME_OK) {
+        if (s->sc.invalid_policy == SATTN_INVALID_ERROR) {
+          s->have_error = 1;
+          s->err_frame = s->total + i;
+          s->err_fault = f;
+          break;
+        }
+        s->stats.invalid_frames++;
+        if (f == SATTN_FRAME_OVERFLOW)
+          s->stats.overflow_frames++;
+        if (s->sc.invalid_policy == SATTN_INVALID_ZERO) {
+          memcpy (er, s->ezero, D * sizeof (double));
+          f = SATTN_FRAME_OK;
+        }
+      }
+    } else {
       s->stats.invalid_frames++;
-      if (f == SATTN_FRAME_OVERFLOW)
-        s->stats.overflow_frames++;
-      if (s->sc.invalid_policy == SATTN_INVALID_ZERO) {
-        sattn_net_embed (s->m, s->zero, 1, e);
-        f = SATTN_FRAME_OK;
-      }
     }
-  } else {
-    s->stats.invalid_frames++;
-  }
-  s->ok[slot] = f == SATTN_FRAME_OK;
-  if (!s->ok[slot])
-    memset (e, 0, D * sizeof (double));
-  if (s->reuse) {
-    /* The first layer's part of this frame, once (RoPE at its absolute
-     * index). */
-    const SattnModel *l0 = net->layer[0];
-    float *xr = s->xf + slot * D, *q = s->q0 + slot * l0->dq;
-    float *k = s->k0 + slot * l0->dq, *v = s->v0 + slot * l0->dv;
-    for (size_t t = 0; t < D; t++)
-      xr[t] = (float) e[t];
-    if (s->ok[slot]) {
-      sattn_attend_project (l0, xr, 1, s->xn, q, k, v, s->total);
+    const size_t slot = slot0 + i;
+    s->ok[slot] = f == SATTN_FRAME_OK;
+    if (s->reuse) {
+      float *xr = s->xf + slot * D;
+      for (size_t t = 0; t < D; t++)
+        xr[t] = s->ok[slot] ? (float) er[t] : 0.0f;
+    } else if (s->ok[slot]) {
+      memcpy (s->emb + slot * D, er, D * sizeof (double));
     } else {
-      memset (q, 0, l0->dq * sizeof (float));
-      memset (k, 0, l0->dq * sizeof (float));
-      memset (v, 0, l0->dv * sizeof (float));
+      memset (s->emb + slot * D, 0, D * sizeof (double));
     }
   }
-  s->total++;
+  if (s->reuse && i > 0) {
+    /* The first layer's part of these frames, one product (RoPE at their
+     * absolute indices); zeros for unusable frames. */
+    const SattnModel *l0 = net->layer[0];
+    const size_t dq = l0->dq, dv = l0->dv;
+    sattn_attend_project (l0, s->xf + slot0 * D, i, s->xn,
+                          s->q0 + slot0 * dq, s->k0 + slot0 * dq,
+                          s->v0 + slot0 * dv, s->total);
+    for (size_t r = slot0; r < slot0 + i; r++) {
+      if (s->ok[r])
+        continue;
+      memset (s->q0 + r * dq, 0, dq * sizeof (float));
+      memset (s->k0 + r * dq, 0, dq * sizeof (float));
+      memset (s->v0 + r * dv, 0, dv * sizeof (float));
+    }
+  }
+  s->total += i;
   if (s->sc.collect_stats)
-    s->stats.frames++;
-  return 1;
+    s->stats.frames += i;
+  return i;
 }
 
-/* The window ending at s->total: one output row. */
+/* The windows ending at s->ends[0, nw) (ascending, each at most
+ * s->total, the window before each ending at s->last_end or at the
+ * previous one): one output row each, computed as one block. */
 static void
-emit_window (SattnPw *s, float *out, SattnRowInfo *info)
+emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info)
 {
   const SattnNet *net = s->net;
-  const size_t n = s->n, D = net->d;
+  const size_t n = s->n, D = net->d, rf = sattn_pw_row_floats (s);
+  SattnNetBlock *b = s->blk;
   SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
-  uint32_t usable_in = 0;
+  const SattnModel *l0 = net->layer[0];
+  const size_t dq = l0->dq, dv = l0->dv;
+  size_t nb = 0;
 
-  for (size_t i = 0; i < n; i++) {
-    size_t slot = (size_t) ((s->total + i) % n);
-    const double *e = s->emb + slot * D;
-    float *xr = s->x + i * D;
-    s->kok[i] = s->ok[slot];
-    usable_in += s->kok[i];
-    if (!s->kok[i]) {
-      memset (xr, 0, D * sizeof (float));
-      continue;
-    }
-    const double *p = net->pos != NULL ? net->pos + i * D : NULL;
-    if (s->reuse)
-      memcpy (xr, s->xf + slot * D, D * sizeof (float));
-    else
-      for (size_t t = 0; t < D; t++)
-        xr[t] = (float) (p != NULL ? e[t] + p[t] : e[t]);
-    if (!sattn_finite (xr, D)) {
-      /* A position that overflows the row: the row is unusable. */
-      memset (xr, 0, D * sizeof (float));
-      s->kok[i] = 0;
-      usable_in--;
-      s->stats.overflow_frames++;
-    }
-  }
-  size_t usable = 0;
-  int valid = 0;
-  if (usable_in > 0 && s->reuse) {
-    /* The first layer's projections of the window's frames, kept. */
-    int *ready;
-    SattnAttendScratch *l0 = sattn_net_layer0 (s->w, &ready);
-    const size_t dq = net->layer[0]->dq, dv = net->layer[0]->dv;
+  /* Each window's rows, oldest first, into the block (windows without a
+   * usable row stay out of it). */
+  for (size_t w = 0; w < nw; w++) {
+    const uint64_t first = s->ends[w] + s->cap - n;
+    float *x = b->x + nb * n * D;
+    uint8_t *kok = b->kok + nb * n;
+    uint32_t usable_in = 0;
     for (size_t i = 0; i < n; i++) {
-      size_t slot = (size_t) ((s->total + i) % n);
-      memcpy (l0->q + i * dq, s->q0 + slot * dq, dq * sizeof (float));
-      memcpy (l0->k + i * dq, s->k0 + slot * dq, dq * sizeof (float));
-      memcpy (l0->v + i * dv, s->v0 + slot * dv, dv * sizeof (float));
+      const size_t slot = slot_of (s, first + i);
+      float *xr = x + i * D;
+      kok[i] = s->ok[slot];
+      if (!kok[i]) {
+        memset (xr, 0, D * sizeof (float));
+        continue;
+      }
+      if (s->reuse) {
+        memcpy (xr, s->xf + slot * D, D * sizeof (float));
+      } else {
+        const double *e = s->emb + slot * D, *p = net->pos + i * D;
+        for (size_t t = 0; t < D; t++)
+          xr[t] = (float) (e[t] + p[t]);
+        if (!sattn_finite (xr, D)) {
+          /* A position that overflows the row: the row is unusable. */
+          memset (xr, 0, D * sizeof (float));
+          kok[i] = 0;
+          s->stats.overflow_frames++;
+          continue;
+        }
+      }
+      usable_in++;
     }
-    *ready = 1;
+    s->usable_in[w] = usable_in;
+    s->bidx[w] = usable_in > 0 ? nb : SIZE_MAX;
+    if (usable_in == 0)
+      continue;
+    if (s->reuse)
+      /* The first layer's projections of the window's frames, kept. */
+      for (size_t i = 0; i < n; i++) {
+        const size_t slot = slot_of (s, first + i), r = nb * n + i;
+        memcpy (b->q + r * dq, s->q0 + slot * dq, dq * sizeof (float));
+        memcpy (b->k + r * dq, s->k0 + slot * dq, dq * sizeof (float));
+        memcpy (b->v + r * dv, s->v0 + slot * dv, dv * sizeof (float));
+      }
+    if (stats)
+      sattn_stats_clear (&b->stats[nb]);
+    nb++;
   }
-  if (usable_in > 0) {
-    SattnStats ws;
-    if (stats)
-      sattn_stats_clear (&ws);
-    /* classes: the pooling the head was trained with; mean / last: the
-     * one asked for. */
-    SattnPooling pool = s->sc.output == SATTN_OUTPUT_MEAN ? SATTN_POOLING_MEAN
-        : s->sc.output == SATTN_OUTPUT_LAST ? SATTN_POOLING_LAST
-        : net->pooling;
-    usable = sattn_net_window (s->m, s->w, s->x, s->kok, s->wkeep,
-                               stats ? &ws : NULL, pool, s->pooled);
-    if (stats)
-      sattn_stats_merge (stats, &ws);
-    if (usable < usable_in)
-      s->stats.overflow_rows += usable_in - usable;
-  } else if (s->wkeep) {
+
+  /* classes: the pooling the head was trained with; mean / last: the one
+   * asked for. */
+  const SattnPooling pool = s->sc.output == SATTN_OUTPUT_MEAN
+      ? SATTN_POOLING_MEAN : s->sc.output == SATTN_OUTPUT_LAST
+      ? SATTN_POOLING_LAST : net->pooling;
+  float *rows = NULL;
+  if (nb > 0)
+    sattn_net_block_run (s->m, b, nb, s->reuse, s->wkeep, s->bidx[nw - 1],
+                         stats != NULL, pool, &rows);
+  if (s->wkeep && s->bidx[nw - 1] == SIZE_MAX)
     memset (s->wkeep, 0, s->m->cfg.heads * n * n * sizeof (float));
-  }
-  switch (s->sc.output) {
-    case SATTN_OUTPUT_WINDOW:
-      if (usable_in > 0)
-        memcpy (out, s->x, n * D * sizeof (float));
-      else
-        memset (out, 0, n * D * sizeof (float));
-      valid = usable > 0;
-      break;
-    case SATTN_OUTPUT_CLASSES:
-      if (usable > 0)
-        valid = sattn_net_classify (s->m, s->w, s->pooled, out);
-      else
-        memset (out, 0, net->classes * sizeof (float));
-      if (usable > 0 && !valid)
-        s->stats.overflow_rows++;
-      break;
-    default:
-      for (size_t t = 0; t < D; t++)
-        out[t] = usable > 0 ? (float) s->pooled[t] : 0.0f;
-      valid = usable > 0;
-      break;
-  }
-  if (info) {
-    memset (info, 0, sizeof (*info));
-    info->first = s->last_end;
-    info->n_frames = (uint32_t) (s->total - s->last_end);
-    info->valid = (uint8_t) valid;
-    info->window_end = s->total;
-    info->valid_keys = usable_in;
-    info->masked_keys = (uint32_t) n - usable_in;
-  }
-  if (stats) {
-    stats->windows++;
-    stats->masked_keys += n - usable_in;
+
+  for (size_t w = 0; w < nw; w++) {
+    const size_t k = s->bidx[w];
+    const uint32_t usable_in = s->usable_in[w];
+    const size_t usable = k != SIZE_MAX ? b->usable[k] : 0;
+    float *o = out + w * rf;
+    int valid = 0;
+    if (k != SIZE_MAX) {
+      if (stats)
+        sattn_stats_merge (stats, &b->stats[k]);
+      if (usable < usable_in)
+        s->stats.overflow_rows += usable_in - usable;
+    }
+    switch (s->sc.output) {
+      case SATTN_OUTPUT_WINDOW:
+        if (k != SIZE_MAX)
+          memcpy (o, rows + k * n * D, n * D * sizeof (float));
+        else
+          memset (o, 0, n * D * sizeof (float));
+        valid = usable > 0;
+        break;
+      case SATTN_OUTPUT_CLASSES:
+        if (usable > 0)
+          valid = sattn_net_classify (s->m, b, b->pooled + k * D, o);
+        else
+          memset (o, 0, net->classes * sizeof (float));
+        if (usable > 0 && !valid)
+          s->stats.overflow_rows++;
+        break;
+      default:
+        for (size_t t = 0; t < D; t++)
+          o[t] = usable > 0 ? (float) b->pooled[k * D + t] : 0.0f;
+        valid = usable > 0;
+        break;
+    }
+    if (info) {
+      SattnRowInfo *r = info + w;
+      memset (r, 0, sizeof (*r));
+      r->first = s->last_end;
+      r->n_frames = (uint32_t) (s->ends[w] - s->last_end);
+      r->valid = (uint8_t) valid;
+      r->window_end = s->ends[w];
+      r->valid_keys = usable_in;
+      r->masked_keys = (uint32_t) n - usable_in;
+    }
+    if (stats) {
+      stats->windows++;
+      stats->masked_keys += n - usable_in;
+    }
+    s->last_end = s->ends[w];
+    s->next_window = sattn_schedule_next (s->ends[w], s->h);
   }
   s->wkeep_rows = n;
   s->have_window = 1;
-  s->last_end = s->total;
-  s->next_window = s->total + s->h;
+}
+
+/* Store n_frames frames (frames NULL: all flagged) and emit the windows
+ * they complete, block by block: each block's frames stored (STAGE at a
+ * time), then its windows.  *produced counts the rows written to out. */
+static SattnStatus
+feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
+      float *out, SattnRowInfo *info, size_t *produced)
+{
+  const size_t F = s->net->d_frame, rf = sattn_pw_row_floats (s);
+  while (n_frames > 0) {
+    /* Up to the end of the max_windows-th window due, or all frames.
+     * The ring holds the frames of max_windows windows: frames past the
+     * last of them would overwrite the first one's. */
+    uint64_t w = sattn_schedule_due (s->next_window, s->h,
+                                     s->total + n_frames);
+    size_t cnt = n_frames;
+    if (w >= s->max_windows)
+      cnt = (size_t) (sattn_schedule_last (s->next_window, s->h,
+                                           s->max_windows) - s->total);
+    size_t done = 0;
+    int stopped = 0;
+    while (done < cnt && !stopped) {
+      size_t room = s->cap - slot_of (s, s->total);
+      size_t k = cnt - done < STAGE ? cnt - done : STAGE;
+      k = k < room ? k : room;
+      size_t got = store_frames (s, frames ? frames + done * F : NULL,
+                                 valid ? valid + done : NULL, k);
+      done += got;
+      stopped = got < k;
+    }
+    size_t nw = (size_t) sattn_schedule_due (s->next_window, s->h,
+                                             s->total);
+    if (nw > 0) {
+      for (size_t i = 0; i < nw; i++)
+        s->ends[i] = sattn_schedule_last (s->next_window, s->h, i + 1);
+      emit_windows (s, nw, out + *produced * rf,
+                    info ? info + *produced : NULL);
+      *produced += nw;
+    }
+    if (stopped)
+      return SATTN_E_NONFINITE;
+    if (frames)
+      frames += cnt * F;
+    if (valid)
+      valid += cnt;
+    n_frames -= cnt;
+  }
+  return SATTN_OK;
 }
 
 SattnStatus
@@ -393,20 +536,10 @@ sattn_pw_push (SattnPw *s, const float *frames, size_t n_frames,
                const uint8_t *valid, float *out, SattnRowInfo *info,
                size_t *n_rows)
 {
-  const size_t F = s->net->d_frame, rf = sattn_pw_row_floats (s);
   size_t produced = 0;
-  for (size_t i = 0; i < n_frames; i++) {
-    if (!store_frame (s, frames + i * F, valid != NULL && !valid[i])) {
-      *n_rows = produced;
-      return SATTN_E_NONFINITE;
-    }
-    if (s->total == s->next_window) {
-      emit_window (s, out + produced * rf, info ? info + produced : NULL);
-      produced++;
-    }
-  }
+  SattnStatus st = feed (s, frames, valid, n_frames, out, info, &produced);
   *n_rows = produced;
-  return SATTN_OK;
+  return st;
 }
 
 SattnStatus
@@ -415,7 +548,8 @@ sattn_pw_drain (SattnPw *s, float *out, SattnRowInfo *info, size_t *n_rows)
   *n_rows = 0;
   if (sattn_pw_pending (s) == 0)
     return SATTN_OK;
-  emit_window (s, out, info);
+  s->ends[0] = s->total;
+  emit_windows (s, 1, out, info);
   *n_rows = 1;
   return SATTN_OK;
 }
@@ -426,7 +560,7 @@ sattn_pw_reset_at (SattnPw *s, uint64_t first_frame)
   sattn_pw_reset (s);
   s->total = first_frame;
   s->last_end = first_frame;
-  s->next_window += first_frame;
+  s->next_window = sattn_schedule_first (&s->sc, first_frame);
 }
 
 uint64_t
@@ -493,7 +627,7 @@ uint64_t
 sattn_pw_skip_lead (const SattnPw *s)
 {
   for (size_t i = s->n; i > 0; i--)
-    if (s->ok[(size_t) ((s->total + i - 1) % s->n)])
+    if (s->ok[slot_of (s, s->total + s->cap - s->n + i - 1)])
       return i;
   return 0;
 }
@@ -502,32 +636,26 @@ SattnStatus
 sattn_pw_skip (SattnPw *s, uint64_t n_frames, float *out, SattnRowInfo *info,
                size_t *n_rows, SattnSkipped *skipped)
 {
-  const size_t n = s->n, rf = sattn_pw_row_floats (s);
+  const size_t n = s->n;
   uint64_t lead = sattn_pw_skip_lead (s);
   uint64_t k = n_frames < lead ? n_frames : lead;
   size_t produced = 0;
 
   n_frames -= k;
-  for (; k > 0; k--) {
-    store_frame (s, NULL, 1);
-    if (s->total == s->next_window) {
-      emit_window (s, out + produced * rf, info ? info + produced : NULL);
-      produced++;
-    }
-  }
+  feed (s, NULL, NULL, (size_t) k, out, info, &produced);
   *n_rows = produced;
   if (n_frames == 0)
     return SATTN_OK;
   /* Every later window holds only masked frames: zero rows, valid 0. */
   const uint64_t end = s->total + n_frames;
-  if (end >= s->next_window) {
-    uint64_t w = (end - s->next_window) / s->h + 1;
-    uint64_t last = s->next_window + (w - 1) * s->h;
+  const uint64_t w = sattn_schedule_due (s->next_window, s->h, end);
+  if (w > 0) {
+    const uint64_t last = sattn_schedule_last (s->next_window, s->h, w);
     skipped->first = s->last_end;
     skipped->rows = w;
     skipped->end = last;
     s->last_end = last;
-    s->next_window = last + s->h;
+    s->next_window = sattn_schedule_next (last, s->h);
     s->have_window = 1;
     if (s->wkeep) {
       memset (s->wkeep, 0, s->m->cfg.heads * n * n * sizeof (float));
@@ -538,7 +666,7 @@ sattn_pw_skip (SattnPw *s, uint64_t n_frames, float *out, SattnRowInfo *info,
       s->stats.masked_keys += w * n;
     }
   }
-  memset (s->ok, 0, n);
+  memset (s->ok, 0, s->cap);
   s->total = end;
   s->stats.invalid_frames += n_frames;
   if (s->sc.collect_stats)

@@ -277,8 +277,10 @@ size_t sattn_model_extra_keys (const SattnModel *m);
  *         layer's rows after the final norm, masked rows zeros); FRAMES is
  *         refused (a window has no row per new frame: every row depends on
  *         the whole window).
- * A whole model's windows run on the caller's thread
- * (SattnStreamConfig.threads is not used by them yet).  Its statistics
+ * The windows of a whole model due in one push run together as blocks;
+ * with SattnStreamConfig.threads the workers share their rows and
+ * windows, and the output bytes are the same for every thread count and
+ * however the frames are cut into pushes.  Its statistics
  * (collect_stats) count windows, frames, masked keys and unusable frames
  * as a layer's do, and the softmax rows of every layer (rows, saturation,
  * entropy, score ranges: N layers × heads × window rows per window);

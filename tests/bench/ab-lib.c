@@ -42,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ab-util.h"
 #include "rng.h"
 
 typedef SattnModel *(*ModelNewFn) (const SattnConfig *, const SattnWeights *,
@@ -65,27 +66,6 @@ typedef struct {
   SattnModel *model;
   SattnStream *stream;
 } Side;
-
-static double
-now_us (void)
-{
-  struct timespec ts;
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (double) ts.tv_sec * 1e6 + (double) ts.tv_nsec * 1e-3;
-}
-
-static int
-cmp_double (const void *a, const void *b)
-{
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y;
-}
-
-static double
-quantile (const double *sorted, size_t n, double q)
-{
-  return sorted[(size_t) (q * (double) (n - 1) + 0.5)];
-}
 
 static int
 side_load (Side *sd, const char *path)
@@ -254,13 +234,13 @@ main (int argc, char **argv)
     }
     size_t pos = 0;
     half_start[half] = pairs;
-    const double t_end = now_us () + 0.5 * seconds * 1e6;
-    while (now_us () < t_end && pairs < max_pairs) {
+    const double t_end = ab_now_us () + 0.5 * seconds * 1e6;
+    while (ab_now_us () < t_end && pairs < max_pairs) {
       double d[2];
       for (int k = 0; k < 2; k++) {
         const int t = k ^ (int) (pairs & 1);   /* A first, then B first */
         size_t p = pos;
-        const double t0 = now_us ();
+        const double t0 = ab_now_us ();
         for (size_t j = 0; j < slice; j++) {
           size_t got = 0;
           SattnStatus st = sd[t].push (sd[t].stream, pool + p * E, push,
@@ -273,7 +253,7 @@ main (int argc, char **argv)
           }
           p = p + 2 * push > pool_frames ? 0 : p + push;
         }
-        d[t] = (now_us () - t0) / (double) slice;
+        d[t] = (ab_now_us () - t0) / (double) slice;
       }
       for (size_t j = 0; j < slice; j++) {
         compared++;
@@ -294,12 +274,12 @@ main (int argc, char **argv)
                0.5 * seconds);
       return 2;
     }
-    qsort (ratio + half_start[half], np, sizeof (double), cmp_double);
-    half_median[half] = quantile (ratio + half_start[half], np, 0.5);
+    qsort (ratio + half_start[half], np, sizeof (double), ab_cmp_double);
+    half_median[half] = ab_quantile (ratio + half_start[half], np, 0.5);
   }
-  qsort (ratio, pairs, sizeof (double), cmp_double);
-  qsort (us[0], pairs, sizeof (double), cmp_double);
-  qsort (us[1], pairs, sizeof (double), cmp_double);
+  qsort (ratio, pairs, sizeof (double), ab_cmp_double);
+  qsort (us[0], pairs, sizeof (double), ab_cmp_double);
+  qsort (us[1], pairs, sizeof (double), ab_cmp_double);
   printf ("sattn-ab: d_model %zu, %zu heads, window %zu, hop %zu, %s "
           "weights, threads=%d; %zu pairs of %zu pushes of %zu frames\n", E,
           heads, window, hop, random_weights ? "random" : "identity", threads,
@@ -308,13 +288,13 @@ main (int argc, char **argv)
           "first, %.3f with B's)\n", sqrt (half_median[0] * half_median[1]),
           half_median[0], half_median[1]);
   printf ("B/A time per pair, both halves: p10 %.3f  p25 %.3f  median %.3f  "
-          "p75 %.3f  p90 %.3f\n", quantile (ratio, pairs, 0.1),
-          quantile (ratio, pairs, 0.25), quantile (ratio, pairs, 0.5),
-          quantile (ratio, pairs, 0.75), quantile (ratio, pairs, 0.9));
+          "p75 %.3f  p90 %.3f\n", ab_quantile (ratio, pairs, 0.1),
+          ab_quantile (ratio, pairs, 0.25), ab_quantile (ratio, pairs, 0.5),
+          ab_quantile (ratio, pairs, 0.75), ab_quantile (ratio, pairs, 0.9));
   for (int t = 0; t < 2; t++)
     printf ("%s us/push: p10 %.2f  median %.2f  p90 %.2f  (%s)\n",
-            t ? "B" : "A", quantile (us[t], pairs, 0.1),
-            quantile (us[t], pairs, 0.5), quantile (us[t], pairs, 0.9),
+            t ? "B" : "A", ab_quantile (us[t], pairs, 0.1),
+            ab_quantile (us[t], pairs, 0.5), ab_quantile (us[t], pairs, 0.9),
             argv[1 + t]);
   printf ("outputs: %zu of %zu pushes compared differ\n", differ, compared);
   free (wt);
