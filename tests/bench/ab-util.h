@@ -1,5 +1,8 @@
 /* What the A/B harnesses (ab-lib.c, ab-whole.c) share: the clock and the
- * quantiles of their per-pair figures. */
+ * quantiles of their per-pair figures.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #ifndef SATTN_BENCH_AB_UTIL_H
 #define SATTN_BENCH_AB_UTIL_H
 

@@ -32,7 +32,10 @@
  *   attention  2 n^2 D per layer (Q K^T and P V)
  *   FF         2 n D d_ff per layer
  *   head       D C (a hidden layer of an MLP head is not counted)
- * with F the frame size, D the model width, C the classes. */
+ * with F the frame size, D the model width, C the classes.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
 #define _GNU_SOURCE
 #include <sattn/sattn.h>
 #include <sattn/sattn-weights.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Whole models per window: the output bytes do not depend on how the
 frames are cut into pushes, nor on the thread count.
 
