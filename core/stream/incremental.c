@@ -597,9 +597,10 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * frame only when that fails. */
   const int usable = !rope && sattn_frames_ok (m, cnt, valid, x, q, k, v);
   for (size_t i = 0; i < cnt; i++) {
-    /* Absolute frame index p0 - n + i (p0 is n ahead). */
+    /* Absolute frame index p0 - n + i (p0 is n ahead), from the
+     * position origin. */
     if (rope) {
-      sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i);
+      sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->pos0);
     }
     SattnFrameFault f = usable ? SATTN_FRAME_OK
         : sattn_frame_fault (m, valid != NULL && !valid[i], x + i * d,
@@ -630,7 +631,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ZERO) {
       zero_frame (m, q + i * dq, k + i * dq, v + i * dv);
       if (rope) {
-        sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i);
+        sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->pos0);
       }
       ok = 1;
     } else if (!ok) {

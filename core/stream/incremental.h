@@ -73,6 +73,8 @@ struct SattnStream {
   size_t wkeep_rows;
   int have_window;
   uint64_t total;                 /* frames since reset */
+  uint64_t pos0;                  /* RoPE's position origin: frame f turns
+                                     by f - pos0 (sattn_pos_rebase) */
   uint64_t next_out;              /* frames mode: first frame without row */
   uint64_t last_end;              /* frame count at the last window */
   uint64_t next_window;           /* frame count at which the next window is due */

@@ -49,4 +49,21 @@ sattn_schedule_next (uint64_t end, size_t hop)
   return end + hop;
 }
 
+
+/* RoPE's position origin after a GAP skipped in closed form, the stream
+ * now at frame count `end` with every key before it masked.  RoPE
+ * scores depend on offsets only, so any origin gives the same scores;
+ * angles are exact for positions below 2^53 (sattn_rope_qk).  While the
+ * count stays below 2^52 the origin stays (positions are the frame
+ * indices, as a push of the same frames would give); at or beyond it, the
+ * origin moves to `end`: the next frame turns as frame 0 does, and the
+ * rows after the GAP are those of the same frames at the stream start. */
+#define SATTN_POS_REBASE (UINT64_C (1) << 52)
+
+static inline uint64_t
+sattn_pos_rebase (uint64_t pos0, uint64_t end)
+{
+  return end - pos0 >= SATTN_POS_REBASE ? end : pos0;
+}
+
 #endif

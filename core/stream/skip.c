@@ -180,6 +180,7 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
   clear_frames (s, end - (n_frames < n ? n_frames : n),
                 (size_t) (n_frames < n ? n_frames : n));
   s->total = end;
+  s->pos0 = sattn_pos_rebase (s->pos0, end);
   s->stats.invalid_frames += n_frames;
   if (s->sc.collect_stats)
     s->stats.frames += n_frames;

@@ -78,6 +78,7 @@ sattn_stream_reset (SattnStream *s)
   if (s->xring)
     memset (s->xring, 0, 2 * s->n * m->cfg.d_model * sizeof (float));
   s->total = 0;
+  s->pos0 = 0;
   s->next_out = 0;
   s->last_end = 0;
   s->next_window = sattn_schedule_first (&s->sc, 0);

@@ -68,6 +68,7 @@ struct SattnPw {
   float *wkeep;             /* heads × n × n (keep_weights) */
   size_t wkeep_rows;
   uint64_t total, last_end, next_window;
+  uint64_t pos0;            /* RoPE's position origin (sattn_pos_rebase) */
   int have_window, have_error;
   uint64_t err_frame;
   SattnFrameFault err_fault;
@@ -163,6 +164,7 @@ sattn_pw_reset (SattnPw *s)
 {
   memset (s->ok, 0, s->cap);
   s->total = 0;
+  s->pos0 = 0;
   s->last_end = 0;
   s->next_window = sattn_schedule_first (&s->sc, 0);
   s->have_window = 0;
@@ -338,7 +340,7 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
     const size_t dq = l0->dq, dv = l0->dv;
     sattn_attend_project (l0, s->xf + slot0 * D, i, s->xn,
                           s->q0 + slot0 * dq, s->k0 + slot0 * dq,
-                          s->v0 + slot0 * dv, s->total);
+                          s->v0 + slot0 * dv, s->total - s->pos0);
     for (size_t r = slot0; r < slot0 + i; r++) {
       if (s->ok[r])
         continue;
@@ -668,6 +670,7 @@ sattn_pw_skip (SattnPw *s, uint64_t n_frames, float *out, SattnRowInfo *info,
   }
   memset (s->ok, 0, s->cap);
   s->total = end;
+  s->pos0 = sattn_pos_rebase (s->pos0, end);
   s->stats.invalid_frames += n_frames;
   if (s->sc.collect_stats)
     s->stats.frames += n_frames;

@@ -735,7 +735,15 @@ uint64_t sattn_stream_skip_lead (const SattnStream *s);
  * costs O(window) time whatever n_frames is: the rows of their windows
  * are zeros with valid = 0 and are described by *skipped, not written.
  * Fails with SATTN_E_INVAL, consuming nothing, when the frame count would
- * pass UINT64_MAX - window; SATTN_E_SPACE as push does. */
+ * pass UINT64_MAX - window; SATTN_E_SPACE as push does.
+ * Positions: RoPE turns a frame by its index p (angles exact while p <
+ * 2^53).  A skip that leaves the frame count at 2^52 or more past the
+ * positions' origin moves the origin to the frame after the GAP: every
+ * key before it is masked and RoPE scores depend on offsets only, so the
+ * rows after the GAP are, byte for byte, those of the same frames at the
+ * stream start, however long the GAP (frame counts, row info and
+ * metadata keep counting from the real start).  Only 2^52 frames of
+ * data without such a GAP (143 years at 1 MHz) reach the limit. */
 SattnStatus sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
                                size_t out_rows, SattnRowInfo *info,
                                size_t *n_rows, SattnSkipped *skipped);

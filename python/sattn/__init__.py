@@ -736,6 +736,30 @@ class Stream:
         return out[:k], info[:k]
 
     @_one_thread
+    def skip(self, n_frames):
+        """Advance by n_frames invalid frames (a GAP) in closed form, as
+        push of that many frames flagged invalid would (sattn_stream_skip):
+        returns (rows, info, skipped) with the rows of the windows that
+        still hold usable frames, as push returns them, and skipped a dict
+        (first, end, rows) describing the rows of the windows that held
+        none (zero rows, valid 0), which are not returned."""
+        n = _uint(n_frames, "n_frames")
+        if n >= 1 << 64:
+            raise SattnValueError(_lib.E_INVAL, "n_frames=%d: must be < 2^64"
+                                  % n)
+        lead = _lib.sattn_stream_skip_lead(self._h)
+        out, info = self._rows(min(n, lead))
+        n_rows = ctypes.c_size_t(0)
+        sk = _lib.SattnSkipped()
+        _check(_lib.sattn_stream_skip(
+            self._h, n, _fptr(out), out.shape[0],
+            info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
+            ctypes.byref(n_rows), ctypes.byref(sk)))
+        k = n_rows.value
+        return out[:k], info[:k], dict(first=sk.first, end=sk.end,
+                                       rows=sk.rows)
+
+    @_one_thread
     def drain(self):
         """Rows for every pending frame (end of stream), as push returns
         them; the stream stays usable."""

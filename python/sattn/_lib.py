@@ -297,6 +297,16 @@ sattn_stream_push = _fn("sattn_stream_push", _c.c_int, _vp, _fp, _size, _u8p,
 sattn_stream_drain = _fn("sattn_stream_drain", _c.c_int, _vp, _fp, _size,
                          _P(SattnRowInfo), _P(_size))
 sattn_stream_reset = _fn("sattn_stream_reset", None, _vp)
+
+
+class SattnSkipped(ctypes.Structure):
+    _fields_ = [("first", ctypes.c_uint64), ("end", ctypes.c_uint64),
+                ("rows", ctypes.c_uint64)]
+
+
+sattn_stream_skip_lead = _fn("sattn_stream_skip_lead", _c.c_uint64, _vp)
+sattn_stream_skip = _fn("sattn_stream_skip", _c.c_int, _vp, _c.c_uint64, _fp,
+                        _size, _P(SattnRowInfo), _P(_size), _P(SattnSkipped))
 sattn_stream_frames = _fn("sattn_stream_frames", _c.c_uint64, _vp)
 sattn_stream_set_invalid_policy = _fn("sattn_stream_set_invalid_policy",
                                       _c.c_int, _vp, _c.c_int)

@@ -341,6 +341,64 @@ huge_case (const Fixture *f, SattnOutputMode mode)
   sattn_stream_free (s);
 }
 
+/* A RoPE stream after a skip that carries the frame count past 2^52
+ * (beyond 2^53 a double no longer holds every frame index, and the
+ * angles lost all precision): its rows after the GAP must be those of a
+ * fresh stream given the same frames at index 0, bit for bit (the GAP's
+ * frames and the start padding are both masked keys, and RoPE scores
+ * depend on offsets only).  Skips of 2^52, 2^53 + 2^10 and 2^60 frames,
+ * every output mode. */
+static void
+rope_far_case (const Fixture *f, SattnOutputMode mode, uint64_t G)
+{
+  const size_t n = 16, h = 4, d = f->cfg.d_model, T = 96;
+  SattnConfig cfg = f->cfg;
+  SattnStatus st;
+  cfg.positions = SATTN_POSITIONS_ROPE;
+  SattnModel *m = sattn_model_new (&cfg, &f->w, &st);
+  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
+    .start = SATTN_START_PAD, .threads = fx_threads () };
+  SattnStream *a = sattn_stream_new (m, &sc, &st);
+  SattnStream *b = sattn_stream_new (m, &sc, &st);
+  const size_t rf = sattn_stream_row_floats (a), cap = 2 * T + 4 * n;
+  float *x = malloc (T * d * sizeof (float));
+  float *oa = calloc (cap * rf, sizeof (float));
+  float *ob = calloc (cap * rf, sizeof (float));
+  size_t ga = 0, gb = 0;
+  SattnSkipped sk;
+  TuRng r;
+
+  tu_case_begin ("RoPE after a skip of %llu frames, %s",
+                 (unsigned long long) G, mode_names[mode]);
+  tu_rng_init (&r, G ^ (uint64_t) mode);
+  for (size_t i = 0; i < T * d; i++)
+    x[i] = (float) tu_rng_normal (&r);
+  st = sattn_stream_push (a, x, T, NULL, oa, cap, NULL, &ga);
+  tu_check (st == SATTN_OK, "push A: %s", sattn_status_string (st));
+  st = sattn_stream_skip (b, G, ob, cap, NULL, &gb, &sk);
+  tu_check (st == SATTN_OK && gb == 0, "skip: %s, %zu rows",
+            sattn_status_string (st), gb);
+  st = sattn_stream_push (b, x, T, NULL, ob, cap, NULL, &gb);
+  tu_check (st == SATTN_OK, "push B: %s", sattn_status_string (st));
+  /* B's rows after the GAP: the windows ending at G + hop multiples, A's
+   * at hop multiples (G is a multiple of the hop); frames mode: one row
+   * per frame. */
+  tu_check (ga == gb, "%zu rows vs %zu", ga, gb);
+  double worst = 0.0;
+  for (size_t i = 0; i < ga * rf && ga == gb; i++)
+    worst = fmax (worst, fabs ((double) oa[i] - ob[i]));
+  tu_check (ga == gb && memcmp (oa, ob, ga * rf * sizeof (float)) == 0,
+            "rows differ from the same frames at index 0: max-abs %.3g",
+            worst);
+  tu_case_end (" ");
+  free (x);
+  free (oa);
+  free (ob);
+  sattn_stream_free (a);
+  sattn_stream_free (b);
+  sattn_model_free (m);
+}
+
 int
 main (void)
 {
@@ -351,6 +409,12 @@ main (void)
   if (fx_build (&fid, &r, 4, 2, 0, 0) != SATTN_OK ||
       fx_build (&ftr, &r, 6, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_BO |
                 FX_BIASKV | FX_ZERO | FX_CAUSAL, 0) != SATTN_OK) {
+    fprintf (stderr, "fixtures failed\n");
+    return 1;
+  }
+  Fixture ftr_rope;
+  if (fx_build (&ftr_rope, &r, 8, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 0)
+      != SATTN_OK) {
     fprintf (stderr, "fixtures failed\n");
     return 1;
   }
@@ -378,7 +442,15 @@ main (void)
       }
   for (int mode = 0; mode < 4; mode++)
     huge_case (&fid, (SattnOutputMode) mode);
+  {
+    const uint64_t far[] = { UINT64_C (1) << 52, (UINT64_C (1) << 53) + 1024,
+      UINT64_C (1) << 60 };
+    for (size_t g = 0; g < sizeof far / sizeof far[0]; g++)
+      for (int mode = 0; mode < 4; mode++)
+        rope_far_case (&ftr_rope, (SattnOutputMode) mode, far[g]);
+  }
   fx_free (&fid);
   fx_free (&ftr);
+  fx_free (&ftr_rope);
   return tu_summary ("sattn_stream_skip");
 }

@@ -560,6 +560,46 @@ class TestParity(unittest.TestCase):
             self.assertGreater(e, 100 * e32)
 
 
+class TestFarPositions(unittest.TestCase):
+    """RoPE models after a GAP that carries the frame count past 2^52
+    (skipped in closed form): the rows after it are those of the same
+    frames at the stream start, byte for byte (the GAP's frames and the
+    start padding are both masked keys; RoPE scores depend on offsets
+    only).  Before 2^53 frames a double stops holding every index."""
+
+    def test_rope_after_huge_gap(self):
+        x = np.random.default_rng(9).standard_normal(
+            (60, D_FRAME)).astype(np.float32)
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, c in enumerate((dict(layers=2, positions="rope"),
+                                   dict(layers=1, positions="rope-interleaved",
+                                        causal=True))):
+                net = make_net(500 + i, **c)
+                path = os.path.join(tmp, "r%d.safetensors" % i)
+                save_safetensors(net, path)
+                model = sattn.Model.from_safetensors(path)
+                for gap in (1 << 52, (1 << 53) + 1024, 1 << 60):
+                    for output in ("classes", "mean", "window"):
+                        a = sattn.Stream(model, window=WINDOW, hop=HOP,
+                                         output=output)
+                        b = sattn.Stream(model, window=WINDOW, hop=HOP,
+                                         output=output)
+                        ra, _ = a.push(x)
+                        rows, _, sk = b.skip(gap)
+                        self.assertEqual(len(rows), 0)
+                        self.assertEqual(sk["end"], gap)
+                        rb, info = b.push(x)
+                        self.assertEqual(int(info["window_end"][0]),
+                                         gap + HOP)
+                        self.assertEqual(ra.shape, rb.shape)
+                        self.assertTrue(
+                            np.array_equal(ra, rb),
+                            "%s gap %d %s: max-abs %.3g from the same "
+                            "frames at the start" % (c["positions"], gap,
+                                                     output,
+                                                     np.abs(ra - rb).max()))
+
+
 class TestRefusals(common.RaisesStatus, unittest.TestCase):
     """What the loader and the stream refuse for whole models, each next
     to the same file without the defect, which loads."""
