@@ -399,6 +399,28 @@ gst_sattn_model_inputs (GstSattn * self, GstSattnSettings * c,
   return gst_sattn_weights_key (*wpath, *wprefix);
 }
 
+/* output=classes: the labels of model's classes (the labels property's
+ * file, else the file's metadata) into *labels (g_strfreev them);
+ * FALSE after posting the error that says why (a count that differs from
+ * the head's classes, an unreadable file). */
+static gboolean
+gst_sattn_take_labels (GstSattn * self, const SattnModel * model,
+    gchar *** labels)
+{
+  gchar *lpath, *why = NULL;
+  gboolean ok;
+
+  GST_OBJECT_LOCK (self);
+  lpath = g_strdup (self->labels);
+  GST_OBJECT_UNLOCK (self);
+  ok = gst_sattn_classes_labels (model, lpath, labels, &why);
+  if (!ok)
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", why), (NULL));
+  g_free (why);
+  g_free (lpath);
+  return ok;
+}
+
 /* At READY -> PAUSED: reads the weights file (if any) once, checks it for
  * its own d_model (the only one it can serve) and builds its model through
  * the cache; the first caps with that d_model take the model over, later
@@ -443,20 +465,14 @@ gst_sattn_prepare_weights (GstSattn * self)
       model = NULL;
       ok = FALSE;
     } else if (c.output == GST_SATTN_OUTPUT_CLASSES) {
-      gchar **labels = NULL, *why = NULL, *lpath;
+      gchar **labels = NULL;
 
-      GST_OBJECT_LOCK (self);
-      lpath = g_strdup (self->labels);
-      GST_OBJECT_UNLOCK (self);
-      if (!gst_sattn_classes_labels (model, lpath, &labels, &why)) {
-        GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", why), (NULL));
+      if (!gst_sattn_take_labels (self, model, &labels)) {
         gst_sattn_cache_release (model);
         model = NULL;
         ok = FALSE;
       }
       g_strfreev (labels);
-      g_free (why);
-      g_free (lpath);
     }
   }
   g_free (wpath);
@@ -1247,20 +1263,10 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   }
   g_free (wpath);
   g_free (wprefix);
-  if (c.output == GST_SATTN_OUTPUT_CLASSES) {
-    gchar *lpath, *why = NULL;
-
-    GST_OBJECT_LOCK (self);
-    lpath = g_strdup (self->labels);
-    GST_OBJECT_UNLOCK (self);
-    if (!gst_sattn_classes_labels (model, lpath, &labels, &why)) {
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", why), (NULL));
-      g_free (why);
-      g_free (lpath);
-      gst_sattn_cache_release (model);
-      return FALSE;
-    }
-    g_free (lpath);
+  if (c.output == GST_SATTN_OUTPUT_CLASSES &&
+      !gst_sattn_take_labels (self, model, &labels)) {
+    gst_sattn_cache_release (model);
+    return FALSE;
   }
   gst_sattn_check_trained_for (self, model, &c, rate, channels);
   chunk = gst_sattn_chunk_frames (&c, d_model);
