@@ -253,10 +253,11 @@ cache_obtain (CacheKey * key, CacheBuildFn build, gpointer data,
     } else {
       e->users++;
     }
+    model = e->model;
     g_mutex_unlock (&cache_lock);
     if (status)
       *status = SATTN_OK;
-    return e->model;
+    return model;
   }
   if (by_key == NULL) {
     by_key = g_hash_table_new (cache_key_hash, cache_key_equal);
@@ -452,7 +453,7 @@ gst_sattn_cache_release (SattnModel * model)
 }
 
 void
-gst_sattn_cache_stats (guint * models, guint * users)
+gst_sattn_cache_stats (guint * models, guint * users, guint64 * builds)
 {
   GHashTableIter it;
   gpointer v;
@@ -468,6 +469,8 @@ gst_sattn_cache_stats (guint * models, guint * users)
       u += ((CacheEntry *) v)->users;
     }
   }
+  if (builds)
+    *builds = cache_builds;
   g_mutex_unlock (&cache_lock);
   if (models)
     *models = m;
@@ -491,10 +494,7 @@ gst_sattn_cache_handle_query (GstQuery * query)
   w = gst_query_writable_structure (query);
   if (w == NULL)
     return FALSE;
-  gst_sattn_cache_stats (&models, &users);
-  g_mutex_lock (&cache_lock);
-  builds = cache_builds;
-  g_mutex_unlock (&cache_lock);
+  gst_sattn_cache_stats (&models, &users, &builds);
   gst_structure_set (w, "models", G_TYPE_UINT, models, "users", G_TYPE_UINT,
       users, "builds", G_TYPE_UINT64, builds, NULL);
   return TRUE;

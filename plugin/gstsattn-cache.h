@@ -66,9 +66,10 @@ gboolean gst_sattn_cache_ref (SattnModel * model);
 G_GNUC_INTERNAL
 void gst_sattn_cache_release (SattnModel * model);
 
-/* Counters: models held by the cache and references on them. */
+/* Counters: models held by the cache, references on them and builds
+ * started since the process started (each may be NULL). */
 G_GNUC_INTERNAL
-void gst_sattn_cache_stats (guint * models, guint * users);
+void gst_sattn_cache_stats (guint * models, guint * users, guint64 * builds);
 
 /* Answer query if it is the custom query GST_SATTN_CACHE_QUERY_NAME;
  * FALSE for any other query. */

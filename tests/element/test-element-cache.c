@@ -142,8 +142,10 @@ write_weights (const gchar * name, guint32 seed)
 
 /* ------------------------------------------------------- cache state */
 
+/* The cache's counters as element e answers its query; builds may be
+ * NULL. */
 static void
-cache_counts (GstElement * e, guint * models, guint * users)
+cache_query (GstElement * e, guint * models, guint * users, guint64 * builds)
 {
   GstPad *src = gst_element_get_static_pad (e, "src");
   GstQuery *q = gst_query_new_custom (GST_QUERY_CUSTOM,
@@ -154,19 +156,34 @@ cache_counts (GstElement * e, guint * models, guint * users)
   s = gst_query_get_structure (q);
   fail_unless (gst_structure_get_uint (s, "models", models));
   fail_unless (gst_structure_get_uint (s, "users", users));
+  fail_unless (builds == NULL || gst_structure_get_uint64 (s, "builds",
+          builds));
   gst_query_unref (q);
   gst_object_unref (src);
 }
 
-/* Counts seen from an element that holds no model. */
 static void
-cache_counts_idle (guint * models, guint * users)
+cache_counts (GstElement * e, guint * models, guint * users)
+{
+  cache_query (e, models, users, NULL);
+}
+
+/* Counters seen from an element that holds no model (builds may be
+ * NULL). */
+static void
+cache_query_idle (guint * models, guint * users, guint64 * builds)
 {
   GstElement *e = gst_element_factory_make ("sattn", NULL);
 
   fail_unless (e != NULL);
-  cache_counts (e, models, users);
+  cache_query (e, models, users, builds);
   gst_object_unref (e);
+}
+
+static void
+cache_counts_idle (guint * models, guint * users)
+{
+  cache_query_idle (models, users, NULL);
 }
 
 #define assert_counts(e, m, u) G_STMT_START {                          \
@@ -587,6 +604,29 @@ big_harness (const gchar * path)
   return h;
 }
 
+/* A weights file at path: an nn.MultiheadAttention on BIG_E values per
+ * frame with weights drawn from seed; returns its size in bytes. */
+static gsize
+write_big (const gchar * path, guint seed)
+{
+  StWriter w;
+  GBytes *b;
+  gsize len;
+  const gchar *d;
+
+  st_init (&w);
+  st_add_mha (&w, "", BIG_E, seed);
+  b = st_finish (&w);
+  d = g_bytes_get_data (b, &len);
+  fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
+  g_bytes_unref (b);
+  return len;
+}
+
+/* The model's copies of such a file: four E x E matrices and the
+ * biases, KiB. */
+#define BIG_MODEL_KIB (((guint64) 4 * BIG_E * BIG_E + 4 * BIG_E) * 4 / 1024)
+
 /* Prints the resident memory of one element and of 16 elements on the
  * same ~50 MB weights file, and checks that the 15 extra elements add
  * less than half a model (one model each would add 15 copies). */
@@ -598,22 +638,8 @@ GST_START_TEST (test_rss_16)
   guint64 model_kib, file_bytes;
   guint i;
 
-  {
-    StWriter w;
-    GBytes *b;
-    gsize len;
-    const gchar *d;
-
-    st_init (&w);
-    st_add_mha (&w, "", BIG_E, 11);
-    b = st_finish (&w);
-    d = g_bytes_get_data (b, &len);
-    fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
-    file_bytes = len;
-    g_bytes_unref (b);
-  }
-  /* The model's copies: four E x E matrices and the biases. */
-  model_kib = ((guint64) 4 * BIG_E * BIG_E + 4 * BIG_E) * 4 / 1024;
+  file_bytes = write_big (path, 11);
+  model_kib = BIG_MODEL_KIB;
 
   rss0 = rss_kib ();
   for (i = 0; i < 16; i++) {
@@ -695,24 +721,6 @@ start_one (gpointer data)
   return NULL;
 }
 
-static guint64
-cache_builds (void)
-{
-  GstElement *e = gst_element_factory_make ("sattn", NULL);
-  GstPad *src = gst_element_get_static_pad (e, "src");
-  GstQuery *q = gst_query_new_custom (GST_QUERY_CUSTOM,
-      gst_structure_new_empty ("GstSattnModelCache"));
-  guint64 b = 0;
-
-  fail_unless (gst_pad_query (src, q));
-  fail_unless (gst_structure_get_uint64 (gst_query_get_structure (q),
-          "builds", &b));
-  gst_query_unref (q);
-  gst_object_unref (src);
-  gst_object_unref (e);
-  return b;
-}
-
 GST_START_TEST (test_concurrent_start)
 {
   enum { N = 16 };
@@ -725,23 +733,11 @@ GST_START_TEST (test_concurrent_start)
   guint64 builds0, builds1, rss0, rss_peak, rss_with, rss_after, model_kib;
   guint i, m, u;
 
-  {
-    StWriter w;
-    GBytes *b;
-    gsize len;
-    const gchar *d;
-
-    st_init (&w);
-    st_add_mha (&w, "", BIG_E, 12);
-    b = st_finish (&w);
-    d = g_bytes_get_data (b, &len);
-    fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
-    g_bytes_unref (b);
-  }
-  model_kib = ((guint64) 4 * BIG_E * BIG_E + 4 * BIG_E) * 4 / 1024;
+  write_big (path, 12);
+  model_kib = BIG_MODEL_KIB;
   g_mutex_init (&lock);
   g_cond_init (&go);
-  builds0 = cache_builds ();
+  cache_query_idle (&m, &u, &builds0);
   malloc_trim (0);
   rss0 = rss_kib ();
   /* Reset the peak (VmHWM) to the present resident size. */
@@ -757,7 +753,7 @@ GST_START_TEST (test_concurrent_start)
   g_mutex_unlock (&lock);
   for (i = 0; i < N; i++)
     g_thread_join (t[i]);
-  builds1 = cache_builds ();
+  cache_query_idle (&m, &u, &builds1);
   rss_with = rss_kib ();
   rss_peak = status_kib ("VmHWM");
   assert_counts (a[0].h->element, 1, N);
