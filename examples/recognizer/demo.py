@@ -67,9 +67,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import iqgen  # noqa: E402
 
-FRAME_SAMPLES = 16
-FRAMES = 64
-WINDOW = FRAME_SAMPLES * FRAMES          # samples per window
+FRAME_SAMPLES, FRAMES = iqgen.FRAME_SAMPLES, iqgen.FRAMES
+WINDOW = iqgen.WINDOW_SAMPLES            # samples per window
 SEGMENT = iqgen.SAMPLE_RATE              # samples per segment (1 s)
 SNRS_DB = (-5, 0, 5, 10, 15, 20)
 MESSAGE_INTERVAL_NS = 100000000          # the element's default
@@ -121,14 +120,8 @@ def run_pipeline(launch, src, model, dst, messages):
     """The pipeline, with -m (messages) or -q pinned to one CPU: (stdout,
     wall s, CPU s, the CPU or None, argv)."""
     cpu = min(os.sched_getaffinity(0))
-    argv = [launch, "-m" if messages else "-q",
-            "filesrc", "location=" + src, "!",
-            "rawaudioparse", "use-sink-caps=false", "format=pcm",
-            "pcm-format=f32le", "sample-rate=%d" % iqgen.SAMPLE_RATE,
-            "num-channels=2", "!",
-            "sattn", "weights=" + model, "frame-size=%d" % FRAME_SAMPLES,
-            "window=%d" % FRAMES, "hop=%d" % FRAMES, "threads=1",
-            "output=classes", "!", "filesink", "location=" + dst]
+    argv = iqgen.sattn_argv(launch, src, model, dst, ["threads=1"],
+                            ["-m" if messages else "-q"])
     taskset = shutil.which("taskset")
     pin = taskset is not None and not messages
     cmd = ([taskset, "-c", str(cpu)] if pin else []) + argv

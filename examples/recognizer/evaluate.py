@@ -39,21 +39,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import iqgen  # noqa: E402
 
-FRAME_SAMPLES = 16
-FRAMES = 64
+FRAME_SAMPLES, FRAMES = iqgen.FRAME_SAMPLES, iqgen.FRAMES
 
 
 def run_element(model, iq, launch):
     with tempfile.TemporaryDirectory() as d:
         src, dst = os.path.join(d, "iq.f32"), os.path.join(d, "classes.f32")
         iq.astype("<f4").tofile(src)
-        cmd = [launch, "-q", "filesrc", "location=" + src, "!",
-               "rawaudioparse", "use-sink-caps=false", "format=pcm",
-               "pcm-format=f32le", "num-channels=2",
-               "sample-rate=%d" % iqgen.SAMPLE_RATE, "!", "sattn",
-               "weights=" + model, "frame-size=%d" % FRAME_SAMPLES,
-               "window=%d" % FRAMES, "hop=%d" % FRAMES, "output=classes",
-               "!", "other/tensors", "!", "filesink", "location=" + dst]
+        cmd = iqgen.sattn_argv(launch, src, model, dst)
         t = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.monotonic() - t

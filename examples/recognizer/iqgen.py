@@ -44,6 +44,27 @@ LABELS = ["BPSK", "QPSK", "8PSK", "QAM16", "QAM64", "PAM4", "GFSK",
 SNR_RANGE = (-10, 20)
 OVER = 4                        # timing resolution: 1/OVER of a sample
 
+# How the recogniser frames the stream: windows of FRAMES frames of
+# FRAME_SAMPLES I/Q samples (frame-size on the 2-channel stream).
+FRAME_SAMPLES = 16
+FRAMES = 64
+WINDOW_SAMPLES = FRAME_SAMPLES * FRAMES
+
+
+def sattn_argv(launch, src, model, dst, options=(), flags=("-q",)):
+    """gst-launch-1.0 arguments running the raw 2-channel F32 file src
+    through sattn weights=model, one window per row (hop = window), with
+    the class probabilities written to dst: filesrc ! rawaudioparse !
+    sattn ... output=classes options ! other/tensors ! filesink."""
+    return ([launch] + list(flags) +
+            ["filesrc", "location=" + src, "!", "rawaudioparse",
+             "use-sink-caps=false", "format=pcm", "pcm-format=f32le",
+             "num-channels=2", "sample-rate=%d" % SAMPLE_RATE, "!",
+             "sattn", "weights=" + model, "frame-size=%d" % FRAME_SAMPLES,
+             "window=%d" % FRAMES, "hop=%d" % FRAMES, "output=classes"] +
+            list(options) +
+            ["!", "other/tensors", "!", "filesink", "location=" + dst])
+
 
 def rrc(beta=0.35, span=8, sps=SPS * OVER):
     """Root-raised-cosine taps (unit energy), span symbols each side."""

@@ -69,14 +69,9 @@ def run_element(build, model, iq, count):
     with tempfile.TemporaryDirectory() as d:
         src, dst = os.path.join(d, "iq.f32"), os.path.join(d, "classes.f32")
         iq.astype("<f4").tofile(src)
-        cmd = ["gst-launch-1.0", "-m", "filesrc", "location=" + src, "!",
-               "rawaudioparse", "use-sink-caps=false", "format=pcm",
-               "pcm-format=f32le", "num-channels=2",
-               "sample-rate=%d" % iqgen.SAMPLE_RATE, "!", "sattn",
-               "weights=" + model, "frame-size=%d" % train.FRAME_SAMPLES,
-               "window=%d" % train.FRAMES, "hop=%d" % train.FRAMES,
-               "output=classes", "post-messages=true", "message-interval=0",
-               "!", "other/tensors", "!", "filesink", "location=" + dst]
+        cmd = iqgen.sattn_argv("gst-launch-1.0", src, model, dst,
+                               ["post-messages=true", "message-interval=0"],
+                               ["-m"])
         t = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         wall = time.monotonic() - t

@@ -42,9 +42,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 import iqgen  # noqa: E402
 
-WINDOW_SAMPLES = 1024
-FRAME_SAMPLES = 16
-FRAMES = WINDOW_SAMPLES // FRAME_SAMPLES
+WINDOW_SAMPLES = iqgen.WINDOW_SAMPLES
+FRAME_SAMPLES = iqgen.FRAME_SAMPLES
+FRAMES = iqgen.FRAMES
 
 CONFIG = dict(d_frame=2 * FRAME_SAMPLES, d_model=64, heads=4, layers=2,
               d_ff=128, classes=len(iqgen.LABELS), positions="learned",
