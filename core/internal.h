@@ -66,6 +66,16 @@ struct SattnModel {
   struct SattnNet *net;
 };
 
+/* Blocks that outlive a call (models, weights, stream state), base/mem.c:
+ * at least `align` aligned (a power of two), blocks of SATTN_MEM_MAP_MIN
+ * bytes or more mapped from the system and returned to it by
+ * sattn_mem_free (and only by it; NULL is ignored).  NULL when out of
+ * memory or align is not a power of two. */
+#define SATTN_MEM_MAP_MIN ((size_t) 128 << 10)
+void *sattn_mem_alloc (size_t size, size_t align);
+void *sattn_mem_calloc (size_t n, size_t size, size_t align);
+void sattn_mem_free (void *p);
+
 /* Sizes without wrapping: a * b and a + b, SIZE_MAX when they do not fit
  * (so a sum of saturated terms stays saturated). */
 static inline size_t

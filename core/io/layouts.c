@@ -35,7 +35,7 @@ sattn_mha_weights_free (SattnMhaWeights *mw)
 {
   if (mw == NULL)
     return;
-  g_free (mw->block);
+  sattn_mem_free (mw->block);
   g_free (mw);
 }
 
@@ -228,7 +228,7 @@ sattn_layer_weights_free (SattnLayerWeights *lw)
 {
   if (lw == NULL)
     return;
-  g_free (lw->block);
+  sattn_mem_free (lw->block);
   g_free (lw);
 }
 
@@ -327,7 +327,7 @@ sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
 
   size_t total = 2 * dff * e + dff + 5 * e;
   lw = g_new0 (SattnLayerWeights, 1);
-  lw->block = g_try_new (float, total);
+  lw->block = sattn_mem_calloc (total, sizeof (float), 64);
   if (lw->block == NULL) {
     st = sattn_io_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
@@ -518,7 +518,7 @@ pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
   size_t off;
   float *p;
 
-  mw->block = g_try_new (float, total);
+  mw->block = sattn_mem_calloc (total, sizeof (float), 64);
   if (mw->block == NULL) {
     g_free (mw);
     return NULL;

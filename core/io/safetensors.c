@@ -137,7 +137,7 @@ sattn_tensor_file_free (SattnTensorFile *f)
     g_free (f->t[i].name);
     g_free (f->t[i].shape);
     if (f->t[i].data != empty_tensor)
-      g_free (f->t[i].data);
+      sattn_mem_free (f->t[i].data);
   }
   g_free (f->t);
   if (f->index != NULL)
@@ -594,7 +594,7 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
       t->data = (float *) empty_tensor;
       continue;
     }
-    t->data = g_try_new (float, t->numel);
+    t->data = sattn_mem_calloc (t->numel, sizeof (float), 64);
     if (t->data == NULL) {
       st = sattn_io_fail (SATTN_E_NOMEM, err, err_len,
                  "out of memory converting tensor '%s' (%zu elements)",
@@ -655,7 +655,7 @@ sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
                  sattn_io_show (&sb, path));
   }
   len = (size_t) sbuf.st_size;
-  data = g_try_malloc (len > 0 ? len : 1);
+  data = sattn_mem_alloc (len > 0 ? len : 1, 64);
   if (data == NULL) {
     close (fd);
     return sattn_io_fail (SATTN_E_NOMEM, err, err_len,
@@ -669,7 +669,7 @@ sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
     if (r < 0) {
       int e = errno;
       close (fd);
-      g_free (data);
+      sattn_mem_free (data);
       return sattn_io_fail (SATTN_E_IO, err, err_len, "cannot read '%s': %s",
                    sattn_io_show (&sb, path), g_strerror (e));
     }
@@ -679,7 +679,7 @@ sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
   }
   close (fd);
   st = sattn_tensor_file_load_bytes (data, got, out, err, err_len);
-  g_free (data);
+  sattn_mem_free (data);
   return st;
 }
 

@@ -35,15 +35,16 @@ region_bytes (size_t n, size_t sz)
   return (n * sz + 63) / 64 * 64;
 }
 
-/* A region of at least bytes, released with free (); NULL on failure. */
+/* A region of at least bytes, released with sattn_mem_free (); NULL on
+ * failure. */
 static void *
 region_alloc (size_t bytes)
 {
   if (bytes > SIZE_MAX - HUGE_PAGE)
     return NULL;
   const size_t size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-  void *p = NULL;
-  if (posix_memalign (&p, HUGE_PAGE, size) != 0)
+  void *p = sattn_mem_alloc (size, HUGE_PAGE);
+  if (p == NULL)
     return NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   (void) madvise (p, size, MADV_HUGEPAGE);
@@ -438,7 +439,7 @@ sattn_model_free (SattnModel *m)
   free_matrix (m, m->wk); free (m->bk);
   free_matrix (m, m->wv); free (m->bv);
   free_matrix (m, m->wo); free (m->bo);
-  free (m->wqkv);
+  sattn_mem_free (m->wqkv);
   free (m->k_extra); free (m->v_extra);
   free (m->theta_hi); free (m->theta_lo); free (m->alibi);
   free_matrix (m, m->w1); free (m->b1);
@@ -449,7 +450,7 @@ sattn_model_free (SattnModel *m)
   free_matrix (m, m->wkd); free (m->bkd);
   free_matrix (m, m->wvd); free (m->bvd);
   free_matrix (m, m->wod); free (m->bod);
-  free (m->region);
+  sattn_mem_free (m->region);
   free (m);
 }
 
@@ -516,7 +517,7 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w_in,
     /* V's columns only when V sums in float (m->wvd is set above). */
     const size_t dh = c.d_head, dvh = c.d_value;
     const size_t hw = sattn_wqkv_head_width (m), ld = c.heads * hw;
-    m->wqkv = malloc (c.d_model * ld * sizeof (float));
+    m->wqkv = sattn_mem_alloc (c.d_model * ld * sizeof (float), 64);
     if (m->wqkv == NULL)
       ok = 0;
     for (size_t t = 0; ok && t < c.d_model; t++)

@@ -44,16 +44,21 @@ sattn_stream_free (SattnStream *s)
     return;
   }
   if (s->vring != s->qring)
-    free (s->vring);
-  free (s->qring); free (s->ktring); free (s->kscratch); free (s->vring_ok);
-  free (s->scores); free (s->o); free (s->pool); free (s->wkeep);
-  free (s->wstats); free (s->tsums);
+    sattn_mem_free (s->vring);
+  sattn_mem_free (s->qring); sattn_mem_free (s->ktring);
+  sattn_mem_free (s->kscratch); free (s->vring_ok);
+  sattn_mem_free (s->scores); sattn_mem_free (s->o);
+  sattn_mem_free (s->pool); sattn_mem_free (s->wkeep);
+  sattn_mem_free (s->wstats); sattn_mem_free (s->tsums);
   sattn_pool_free (s->workers);
   free (s->row_ok);
   free (s->dcopy);
-  free (s->xstage); free (s->ostage); free (s->ostage_ok);
-  free (s->xring); free (s->xnorm); free (s->lscratch);
-  free (s->qstage); free (s->vstage); free (s->ohm);
+  sattn_mem_free (s->xstage); sattn_mem_free (s->ostage);
+  free (s->ostage_ok);
+  sattn_mem_free (s->xring); sattn_mem_free (s->xnorm);
+  sattn_mem_free (s->lscratch);
+  sattn_mem_free (s->qstage); sattn_mem_free (s->vstage);
+  sattn_mem_free (s->ohm);
   free (s);
 }
 
@@ -167,24 +172,19 @@ score_stride (size_t n, size_t ncols, unsigned n_threads)
   return (arows * ncols + LINE_FLOATS - 1) / LINE_FLOATS * LINE_FLOATS;
 }
 
-/* size bytes at a cache-line boundary, NULL on failure. */
+/* size bytes at a cache-line boundary, NULL on failure; released with
+ * sattn_mem_free (large ones go back to the system). */
 static void *
 alloc_lines (size_t size)
 {
-  void *p = NULL;
-  if (posix_memalign (&p, LINE, size) != 0)
-    return NULL;
-  return p;
+  return sattn_mem_alloc (size, LINE);
 }
 
-/* size bytes at a page boundary, NULL on failure. */
+/* size bytes at a page boundary, NULL on failure; the same. */
 static void *
 alloc_pages (size_t size)
 {
-  void *p = NULL;
-  if (posix_memalign (&p, PAGE, size) != 0)
-    return NULL;
-  return p;
+  return sattn_mem_alloc (size, PAGE);
 }
 
 /* Rows of a batch (xstage, ostage) of rows of row_floats floats: up to
