@@ -1,0 +1,411 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The SRT scale-out recipe on 127.0.0.1: sensor, worker and collector as
+separate processes (examples/scale-out-node.py), each bounded by a
+timeout, checked against sattn run locally on the same frames.
+
+Usage: scale-out-test.py OUT_DIR CASE...   (cases: basic refused restart
+stall many)
+
+basic    frames in = feature frames out, equal to the local run (max-abs
+         0) with the sensor's row timestamps, for a sensor starting at 0
+         and one starting at 5 s; the passphrase is in no process's
+         command line; a collector without the passphrase gets nothing.
+refused  a sensor without the passphrase, and one with a wrong one: the
+         worker is refused by both, its sattn takes 0 frames, the
+         collector gets 0 rows.
+restart  the worker is killed (SIGKILL) mid-stream and started again: the
+         sensor (not restarted) serves the new worker, the features
+         resume with DISCONT at the first frame the new worker got, equal
+         to a local run restarted there; no row twice; frames lost.
+stall    one worker, two streams; one collector stops (SIGSTOP) for 3 s:
+         the other stream is complete and exact, the worker's RSS stays
+         bounded.
+many     one worker, 8 sensors sharing one model (weights file): each
+         stream checked as in basic; CPU per stream and latency added.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NODE = os.path.join(HERE, "scale-out-node.py")
+PY = sys.executable or "/usr/bin/python3"
+LIMIT = int(os.environ.get("SATTN_SCALE_OUT_TIMEOUT", "30"))
+PASS = "scale-out-test-passphrase-42"
+D = 64                          # 4 channels x frame-size 16
+FRAMES_PER_BUFFER = 10          # 160 samples / frame-size 16
+FRAME_NS = 1_000_000            # a frame: 16 samples at 16 kHz
+ok_all = True
+
+
+def check(cond, what):
+    global ok_all
+    print(f"  {'ok' if cond else 'FAILED'}: {what}", flush=True)
+    ok_all &= bool(cond)
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return [f"127.0.0.1:{p}" for p in ports]
+
+
+def env(passphrase=PASS):
+    e = dict(os.environ)
+    e.pop("SATTN_SRT_PASSPHRASE_FILE", None)
+    e["SATTN_SRT_PASSPHRASE"] = passphrase
+    e.setdefault("SATTN_SRT_LATENCY", "60")
+    e.setdefault("SATTN_SRT_IDLE_MS", "1000")
+    return e
+
+
+def start(out, name, args, e=None):
+    log = open(os.path.join(out, name + ".log"), "w")
+    cmd = ["timeout", "-s", "KILL", str(LIMIT)] + list(args)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=e or env(), start_new_session=True)
+
+
+def node(out, name, *args, e=None):
+    return start(out, name, [PY, NODE] + list(args), e)
+
+
+def finish(p, name, seconds=LIMIT):
+    try:
+        rc = p.wait(seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
+    check(rc == 0, f"{name} exited with {rc}")
+    return rc
+
+
+def child_pid(p):
+    """The node under `timeout`."""
+    for _ in range(100):
+        try:
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                kids = f.read().split()
+            if kids:
+                return int(kids[0])
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return p.pid
+
+
+def args_of(pid):
+    return subprocess.run(["ps", "-o", "args=", "-p", str(pid)],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def read(prefix):
+    """Rows (n x D) and per-row (pts, discont-at-this-row, arrival ns)."""
+    rows = np.fromfile(prefix + ".f32", dtype=np.float32)
+    rows = rows.reshape(-1, D) if rows.size else np.zeros((0, D), np.float32)
+    ts, disc, arr = [], [], []
+    with open(prefix + ".ts") as f:
+        for line in f:
+            pts, dur, n, d, dc, mono = map(int, line.split())
+            assert d == D, d
+            ts += [pts + dur * i // n for i in range(n)]
+            disc += [dc] + [0] * (n - 1)
+            arr += [mono] * n
+    return rows, np.array(ts, np.int64), np.array(disc), np.array(arr)
+
+
+def local(out, name, buffers, start_ns, from_buffer=0, stream=0, sattn=None):
+    a = ["local", "--out", os.path.join(out, name), "--buffers", str(buffers),
+         "--start-ns", str(start_ns), "--from-buffer", str(from_buffer),
+         "--stream", str(stream)]
+    if sattn:
+        a += ["--sattn", sattn]
+    finish(node(out, name, *a), name)
+    return read(os.path.join(out, name))
+
+
+def compare(tag, remote, ref, frames_in=None):
+    r, rt, rd, _ = remote
+    l, lt, ld, _ = ref
+    if frames_in is not None:
+        check(len(r) == frames_in and len(l) == frames_in,
+              f"{tag}: frames in {frames_in}, feature frames out {len(r)} "
+              f"(local {len(l)})")
+    same_ts = len(rt) == len(lt) and bool(np.all(rt == lt))
+    check(same_ts, f"{tag}: row timestamps equal to the local run's "
+          f"(first {rt[:2].tolist()}, last {rt[-1:].tolist()})")
+    if len(r) == len(l) and len(r):
+        err = float(np.max(np.abs(r.astype(np.float64) - l)))
+        check(err == 0.0 and np.all(np.isfinite(r)),
+              f"{tag}: max-abs remote vs local {err:.3g}")
+    check(np.array_equal(rd, ld), f"{tag}: DISCONT rows {np.flatnonzero(rd).tolist()} "
+          f"as the local run's {np.flatnonzero(ld).tolist()}")
+
+
+def case_basic(out):
+    print("basic: sensor -> worker -> collector over SRT (AES-256), "
+          "two sensors starting at 0 and at 5 s", flush=True)
+    buffers = 200
+    runs = []
+    for start_ns in (0, 5_000_000_000):
+        s_addr, w_addr = free_ports(2)
+        tag = f"start-{start_ns}"
+        procs = [node(out, f"{tag}-collector", "collector", "--workers",
+                      w_addr, "--out", os.path.join(out, f"{tag}-remote")),
+                 node(out, f"{tag}-worker", "worker", "--sensors", s_addr,
+                      "--listen", w_addr),
+                 node(out, f"{tag}-sensor", "sensor", "--listen", s_addr,
+                      "--buffers", str(buffers), "--start-ns", str(start_ns))]
+        # An eavesdropper: a collector without the passphrase.
+        spy = start(out, f"{tag}-spy", [
+            "gst-launch-1.0", "-q", "srtsrc",
+            f"uri=srt://{w_addr}?mode=caller", "!", "filesink",
+            f"location={os.path.join(out, tag + '-spy.bin')}"])
+        runs.append((tag, start_ns, procs, spy))
+    time.sleep(1.0)
+    for tag, _s, procs, _spy in runs:
+        leaks = [p for p in procs if PASS in args_of(child_pid(p))]
+        check(not leaks and len(procs) == 3,
+              f"{tag}: passphrase in no command line "
+              f"(e.g. `{args_of(child_pid(procs[1]))}`)")
+    for tag, start_ns, procs, spy in runs:
+        for p, n in zip(procs, ("collector", "worker", "sensor")):
+            finish(p, f"{tag} {n}")
+        os.killpg(spy.pid, signal.SIGTERM)
+        spy.wait()
+        spied = os.path.getsize(os.path.join(out, tag + "-spy.bin"))
+        check(spied == 0, f"{tag}: collector without passphrase got {spied} bytes")
+        remote = read(os.path.join(out, f"{tag}-remote"))
+        ref = local(out, f"{tag}-local", buffers, start_ns)
+        compare(tag, remote, ref, buffers * FRAMES_PER_BUFFER)
+        check(len(ref[1]) and ref[1][0] == start_ns,
+              f"{tag}: first row at the sensor's first timestamp {start_ns}")
+
+
+def case_refused(out):
+    print("refused: senders without the passphrase or with a wrong one",
+          flush=True)
+    for tag, extra in (("no-passphrase", []),
+                       ("wrong-passphrase", ["passphrase=not-the-passphrase-9",
+                                             "pbkeylen=32"])):
+        s_addr, w_addr = free_ports(2)
+        rogue = start(out, f"{tag}-rogue", [
+            "gst-launch-1.0", "-q", "audiotestsrc", "is-live=true",
+            "samplesperbuffer=160", "num-buffers=1000", "!",
+            "audio/x-raw,format=F32LE,layout=interleaved,channels=4,rate=16000",
+            "!", "gdppay", "!", "srtsink", f"uri=srt://{s_addr}?mode=listener",
+            "wait-for-connection=false"] + extra)
+        coll = node(out, f"{tag}-collector", "collector", "--workers", w_addr,
+                    "--out", os.path.join(out, f"{tag}-remote"))
+        worker = node(out, f"{tag}-worker", "worker", "--sensors", s_addr,
+                      "--listen", w_addr)
+        time.sleep(3.0)
+        for p in (worker, coll, rogue):
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in (worker, coll, rogue):
+            p.wait()
+        wlog = open(os.path.join(out, f"{tag}-worker.log")).read()
+        refusals = [l for l in wlog.splitlines() if "authenticate" in l]
+        print(f"  worker log: {refusals[0] if refusals else '(no refusal)'} "
+              f"(x{len(refusals)})")
+        took = [l for l in wlog.splitlines() if "sattn took" in l]
+        print(f"  worker log: {took[0] if took else '(no count)'}")
+        check(refusals, f"{tag}: the worker was refused")
+        check(took and "took 0 buffers, 0 frames" in took[0],
+              f"{tag}: the worker's sattn took nothing")
+        rows = read(os.path.join(out, f"{tag}-remote"))[0]
+        check(len(rows) == 0, f"{tag}: the collector got {len(rows)} rows")
+
+
+def case_restart(out):
+    print("restart: the worker killed (SIGKILL) and started again mid-stream",
+          flush=True)
+    buffers, start_ns = 400, 0
+    s_addr, w_addr = free_ports(2)
+    coll = node(out, "restart-collector", "collector", "--workers", w_addr,
+                "--out", os.path.join(out, "restart-remote"))
+    w1 = node(out, "restart-worker-1", "worker", "--sensors", s_addr,
+              "--listen", w_addr)
+    sensor = node(out, "restart-sensor", "sensor", "--listen", s_addr,
+                  "--buffers", str(buffers), "--start-ns", str(start_ns))
+    ts_path = os.path.join(out, "restart-remote.ts")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if os.path.exists(ts_path) and sum(1 for _ in open(ts_path)) >= 100:
+            break
+        time.sleep(0.02)
+    os.killpg(w1.pid, signal.SIGKILL)
+    t_kill = time.monotonic_ns()
+    w1.wait()
+    time.sleep(0.3)
+    w2 = node(out, "restart-worker-2", "worker", "--sensors", s_addr,
+              "--listen", w_addr)
+    for p, n in ((sensor, "sensor"), (w2, "worker 2"), (coll, "collector")):
+        finish(p, n)
+    print("  sensor log: " + " | ".join(
+        open(os.path.join(out, "restart-sensor.log")).read().splitlines()))
+    r, rt, rd, arr = read(os.path.join(out, "restart-remote"))
+    frames_in = buffers * FRAMES_PER_BUFFER
+    frame = (rt - start_ns) // FRAME_NS
+    check(bool(np.all(np.diff(rt) > 0)), "no row twice, rows in time order")
+    gaps = np.flatnonzero(np.diff(frame) != 1)
+    check(len(gaps) == 1, f"one gap in the rows ({len(gaps)})")
+    if len(gaps) != 1:
+        return
+    g = gaps[0] + 1
+    a, b = int(frame[g - 1]) + 1, int(frame[g])
+    kill_frame = (t_kill - arr[0]) // FRAME_NS + int(frame[0])
+    print(f"  rows: frames 0..{a - 1} from the first worker, {b}..{frames_in - 1} "
+          f"from the second; lost {b - a} frames ({(b - a) * FRAME_NS / 1e6:.0f} ms "
+          f"of signal): frames {a}..{b - 1}; killed near frame {kill_frame} "
+          f"(collector clock)")
+    check(rd[g] == 1, f"the first row after the restart (t={rt[g]} ns) is DISCONT")
+    check(b % FRAMES_PER_BUFFER == 0, "it is the first frame of a sensor buffer")
+    check(int(frame[-1]) == frames_in - 1, "rows run to the sensor's last frame")
+    full = local(out, "restart-local", buffers, start_ns)
+    compare("before the kill", (r[:g], rt[:g], rd[:g], None),
+            (full[0][:a], full[1][:a], full[2][:a], None))
+    again = local(out, "restart-local-2", buffers, start_ns,
+                  from_buffer=b // FRAMES_PER_BUFFER)
+    compare("after the restart", (r[g:], rt[g:], rd[g:], None), again)
+
+
+def rss_kib(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def case_stall(out):
+    print("stall: one worker, two streams, collector 0 stopped (SIGSTOP) "
+          "for 3 s", flush=True)
+    buffers = 500
+    s = free_ports(4)
+    sensors, outs = s[:2], s[2:]
+    colls = [node(out, f"stall-collector-{i}", "collector", "--workers",
+                  outs[i], "--out", os.path.join(out, f"stall-remote-{i}"))
+             for i in range(2)]
+    worker = node(out, "stall-worker", "worker", "--sensors", ",".join(sensors),
+                  "--listen", ",".join(outs))
+    sens = [node(out, f"stall-sensor-{i}", "sensor", "--listen", sensors[i],
+                 "--buffers", str(buffers), "--stream", str(i))
+            for i in range(2)]
+    wpid = child_pid(worker)
+    time.sleep(1.2)
+    base = rss_kib(wpid)
+    c0 = child_pid(colls[0])
+    os.kill(c0, signal.SIGSTOP)
+    peak = base
+    t_end = time.monotonic() + 3.0
+    while time.monotonic() < t_end:
+        peak = max(peak, rss_kib(wpid))
+        time.sleep(0.05)
+    os.kill(c0, signal.SIGCONT)
+    for p, n in zip(sens + [worker] + colls,
+                    ("sensor 0", "sensor 1", "worker", "collector 0",
+                     "collector 1")):
+        finish(p, n)
+    print(f"  worker RSS before the stall {base} KiB, peak during it {peak} KiB")
+    check(peak - base < 32 * 1024, "the worker grew by less than 32 MiB")
+    ref = local(out, "stall-local-1", buffers, 0, stream=1)
+    compare("stream 1 (collector running)", read(os.path.join(out, "stall-remote-1")),
+            ref, buffers * FRAMES_PER_BUFFER)
+    r, rt, rd, _ = read(os.path.join(out, "stall-remote-0"))
+    gaps = np.flatnonzero(np.diff(rt) != FRAME_NS) + 1
+    print(f"  stream 0 (collector stopped): {len(r)} of {buffers * FRAMES_PER_BUFFER} "
+          f"rows, gaps at rows {gaps.tolist()}")
+    check(bool(np.all(np.diff(rt) > 0)), "stream 0: no row twice")
+
+
+def case_many(out, n=8):
+    print(f"many: one worker, {n} sensors, one model file shared by the cache",
+          flush=True)
+    root = os.environ.get("SATTN_SOURCE_ROOT", os.path.dirname(HERE))
+    weights = os.path.join(root, "tests", "data", "e64_h4_n16.safetensors")
+    sattn = f"frame-size=16 window=32 hop=8 weights={weights}"
+    buffers = 300
+    p = free_ports(2 * n)
+    sensors, outs = p[:n], p[n:]
+    coll = node(out, "many-collector", "collector", "--workers", ",".join(outs),
+                "--out", os.path.join(out, "many-remote"))
+    worker = node(out, "many-worker", "worker", "--sensors", ",".join(sensors),
+                  "--listen", ",".join(outs), "--sattn", sattn)
+    sens = [node(out, f"many-sensor-{i}", "sensor", "--listen", sensors[i],
+                 "--buffers", str(buffers), "--stream", str(i), "--push-log",
+                 os.path.join(out, f"many-sensor-{i}.push")) for i in range(n)]
+    wpid = child_pid(worker)
+    t_first = time.monotonic()
+    cpu = 0
+    while worker.poll() is None:
+        try:
+            st = open(f"/proc/{wpid}/stat").read().rsplit(")", 1)[1].split()
+            cpu = int(st[11]) + int(st[12])
+        except OSError:
+            break
+        time.sleep(0.05)
+    wall = time.monotonic() - t_first
+    for q, name in zip(sens + [worker, coll],
+                       [f"sensor {i}" for i in range(n)] + ["worker", "collector"]):
+        finish(q, name)
+    hz = os.sysconf("SC_CLK_TCK")
+    secs = buffers * FRAMES_PER_BUFFER * FRAME_NS / 1e9
+    print(f"  worker CPU {cpu / hz:.2f} s over {wall:.1f} s wall for {n} streams "
+          f"of {secs:.1f} s: {100 * cpu / hz / secs / n:.1f} % of a core per stream")
+    lat = []
+    for i in range(n):
+        remote = read(os.path.join(out, f"many-remote-{i}"))
+        ref = local(out, f"many-local-{i}", buffers, 0, stream=i, sattn=sattn)
+        compare(f"stream {i}", remote, ref, buffers * FRAMES_PER_BUFFER)
+        lat.append(remote)
+    print("  latency added per stream (row arrival at the collector minus the "
+          "time the sensor pushed its last frame, ms: median / p95):")
+    for i in range(n):
+        sens_log = os.path.join(out, f"many-sensor-{i}.push")
+        if not os.path.exists(sens_log):
+            break
+        push = np.loadtxt(sens_log, dtype=np.int64).reshape(-1, 2)
+        pushed_at = dict(zip(push[:, 0].tolist(), push[:, 1].tolist()))
+        r, rt, rd, arr = lat[i]
+        # a hop's rows leave when its last frame's buffer has arrived
+        d = []
+        for t, a in zip(rt, arr):
+            k = int(t // (FRAMES_PER_BUFFER * FRAME_NS))
+            if k in pushed_at:
+                d.append((a - pushed_at[k]) / 1e6)
+        if d:
+            print(f"    stream {i}: {np.median(d):.1f} / {np.percentile(d, 95):.1f}")
+
+
+def main():
+    out, cases = sys.argv[1], sys.argv[2:] or ["basic", "refused", "restart",
+                                               "stall"]
+    os.makedirs(out, exist_ok=True)
+    out = os.path.abspath(out)
+    for c in cases:
+        t = time.monotonic()
+        {"basic": case_basic, "refused": case_refused, "restart": case_restart,
+         "stall": case_stall, "many": case_many}[c](out)
+        print(f"  ({c}: {time.monotonic() - t:.1f} s)", flush=True)
+    print("scale-out-srt: OK" if ok_all else "scale-out-srt: FAILED")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
