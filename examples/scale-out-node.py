@@ -144,11 +144,13 @@ class Srt:
         self.pbkeylen = env_int("SATTN_SRT_PBKEYLEN", 32, {16, 24, 32})
         self.latency = env_int("SATTN_SRT_LATENCY", 200)
         self.idle = env_int("SATTN_SRT_IDLE_MS", 2000)
+        self.sndbuf = env_int("SATTN_SRT_SNDBUF", 0)
 
     def uri(self, addr, mode):
         host, port = split_addr(addr)
+        sndbuf = f"&sndbuf={self.sndbuf}" if self.sndbuf else ""
         return (f"srt://{host}:{port}?mode={mode}&tlpktdrop=0"
-                f"&peeridletimeo={self.idle}&conntimeo=1000")
+                f"&peeridletimeo={self.idle}&conntimeo=1000{sndbuf}")
 
     def configure(self, element, addr, mode):
         # The uri first: setting it resets the other SRT parameters.
@@ -194,12 +196,12 @@ class Node:
         return self.pipeline.get_by_name(name)
 
     def log(self, msg):
-        print(f"{self.name}: {msg}", flush=True)
+        print(f"{self.name} [{time.monotonic():.3f}]: {msg}", flush=True)
 
     def _stop(self):
         self.log("stopped by signal")
         self.loop.quit()
-        return GLib.SOURCE_REMOVE
+        return GLib.SOURCE_CONTINUE
 
     def _message(self, _bus, msg):
         t = msg.type
@@ -217,12 +219,14 @@ class Node:
             else:
                 self.loop.quit()
 
-    def run(self):
+    def run(self, before_stop=None):
         if self.pipeline.set_state(Gst.State.PLAYING) == Gst.StateChangeReturn.FAILURE:
             self.log("cannot start the pipeline")
             self.status = 1
             return
         self.loop.run()
+        if before_stop:
+            before_stop()
         self.pipeline.set_state(Gst.State.NULL)
 
     def linger_then_quit(self, sinks, seconds):
@@ -273,6 +277,33 @@ def eos_on_end_marker(gdpdepay):
         return Gst.PadProbeReturn.OK
 
     pad.add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
+
+
+def discont_after_reconnect(gdpdepay):
+    """A new connection brings the stream headers again (stream-start,
+    caps, segment): flag the first buffer after them DISCONT, so sattn
+    restarts its window there and the collector sees where rows are
+    missing (frames sent into a connection that broke are lost)."""
+    pad = gdpdepay.get_static_pad("src")
+    state = {"starts": 0, "mark": False, "pushing": False}
+
+    def probe(_pad, info):
+        if info.type & Gst.PadProbeType.EVENT_DOWNSTREAM:
+            if info.get_event().type == Gst.EventType.STREAM_START:
+                state["starts"] += 1
+                state["mark"] = state["starts"] > 1
+            return Gst.PadProbeReturn.OK
+        if not state["mark"] or state["pushing"]:
+            return Gst.PadProbeReturn.OK
+        state["mark"] = False
+        buf = info.get_buffer().copy()
+        buf.set_flags(Gst.BufferFlags.DISCONT)
+        state["pushing"] = True
+        ret = pad.push(buf)
+        state["pushing"] = False
+        return Gst.PadProbeReturn.DROP if ret == Gst.FlowReturn.OK else Gst.PadProbeReturn.OK
+
+    pad.add_probe(Gst.PadProbeType.BUFFER | Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
 
 
 def run_sensor(a):
@@ -348,6 +379,7 @@ def run_worker(a):
     for i, (s_addr, l_addr) in enumerate(zip(sensors, listens)):
         srt.configure(node.el(f"in{i}"), s_addr, "caller")
         eos_on_end_marker(node.el(f"depay{i}"))
+        discont_after_reconnect(node.el(f"depay{i}"))
         send_end_marker(node.el(f"pay{i}"))
         out = node.el(f"out{i}")
         srt.configure(out, l_addr, "listener")
@@ -369,9 +401,9 @@ def run_worker(a):
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         node.log(f"max RSS {rss} KiB")
 
+    node.log("started")
     node.on_eos = lambda: node.linger_then_quit(sinks, a.linger)
-    node.run()
-    report()
+    node.run(report)
     return node.status
 
 
@@ -385,6 +417,7 @@ def run_collector(a):
     for i, w in enumerate(workers):
         srt.configure(node.el(f"in{i}"), w, "caller")
         eos_on_end_marker(node.el(f"depay{i}"))
+        discont_after_reconnect(node.el(f"depay{i}"))
         suffix = f"-{i}" if len(workers) > 1 else ""
         attach_writer(node.el(f"sink{i}"), a.out + suffix, a.stall_after)
     node.run()

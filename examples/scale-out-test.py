@@ -214,7 +214,7 @@ def case_refused(out):
                       "--listen", w_addr)
         time.sleep(3.0)
         for p in (worker, coll, rogue):
-            os.killpg(p.pid, signal.SIGTERM)
+            os.kill(child_pid(p), signal.SIGTERM)
         for p in (worker, coll, rogue):
             p.wait()
         wlog = open(os.path.join(out, f"{tag}-worker.log")).read()
@@ -239,8 +239,10 @@ def case_restart(out):
                 "--out", os.path.join(out, "restart-remote"))
     w1 = node(out, "restart-worker-1", "worker", "--sensors", s_addr,
               "--listen", w_addr)
+    push_log = os.path.join(out, "restart-sensor.push")
     sensor = node(out, "restart-sensor", "sensor", "--listen", s_addr,
-                  "--buffers", str(buffers), "--start-ns", str(start_ns))
+                  "--buffers", str(buffers), "--start-ns", str(start_ns),
+                  "--push-log", push_log)
     ts_path = os.path.join(out, "restart-remote.ts")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -267,11 +269,12 @@ def case_restart(out):
         return
     g = gaps[0] + 1
     a, b = int(frame[g - 1]) + 1, int(frame[g])
-    kill_frame = (t_kill - arr[0]) // FRAME_NS + int(frame[0])
+    push = np.loadtxt(push_log, dtype=np.int64).reshape(-1, 2)
+    kill_frame = int(np.searchsorted(push[:, 1], t_kill)) * FRAMES_PER_BUFFER
     print(f"  rows: frames 0..{a - 1} from the first worker, {b}..{frames_in - 1} "
           f"from the second; lost {b - a} frames ({(b - a) * FRAME_NS / 1e6:.0f} ms "
-          f"of signal): frames {a}..{b - 1}; killed near frame {kill_frame} "
-          f"(collector clock)")
+          f"of signal): frames {a}..{b - 1}; the sensor was pushing frame "
+          f"{kill_frame} when the worker was killed (t={t_kill / 1e9:.3f})")
     check(rd[g] == 1, f"the first row after the restart (t={rt[g]} ns) is DISCONT")
     check(b % FRAMES_PER_BUFFER == 0, "it is the first frame of a sensor buffer")
     check(int(frame[-1]) == frames_in - 1, "rows run to the sensor's last frame")
@@ -302,13 +305,23 @@ def case_stall(out):
     colls = [node(out, f"stall-collector-{i}", "collector", "--workers",
                   outs[i], "--out", os.path.join(out, f"stall-remote-{i}"))
              for i in range(2)]
+    # A send buffer of ~1 s of features per stream, so that a 3 s stall
+    # overflows it (SRT's default holds ~12 MB, 40 s of these features).
+    e = env()
+    e["SATTN_SRT_SNDBUF"] = "400000"
     worker = node(out, "stall-worker", "worker", "--sensors", ",".join(sensors),
-                  "--listen", ",".join(outs))
+                  "--listen", ",".join(outs), e=e)
     sens = [node(out, f"stall-sensor-{i}", "sensor", "--listen", sensors[i],
                  "--buffers", str(buffers), "--stream", str(i))
             for i in range(2)]
     wpid = child_pid(worker)
-    time.sleep(1.2)
+    # Both streams flowing first.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(out, f"stall-remote-{i}.ts")) and
+            sum(1 for _ in open(os.path.join(out, f"stall-remote-{i}.ts"))) >= 50
+            for i in range(2)):
+        time.sleep(0.05)
     base = rss_kib(wpid)
     c0 = child_pid(colls[0])
     os.kill(c0, signal.SIGSTOP)
@@ -332,6 +345,8 @@ def case_stall(out):
     print(f"  stream 0 (collector stopped): {len(r)} of {buffers * FRAMES_PER_BUFFER} "
           f"rows, gaps at rows {gaps.tolist()}")
     check(bool(np.all(np.diff(rt) > 0)), "stream 0: no row twice")
+    check(len(gaps) > 0 and all(rd[g] == 1 for g in gaps),
+          "stream 0: the first row after each gap is DISCONT")
 
 
 def case_many(out, n=8):
