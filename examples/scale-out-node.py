@@ -316,6 +316,7 @@ def run_sensor(a):
     src = node.el("src")
     send_end_marker(node.el("pay"))
     pushed = [0]
+    connected = threading.Event()
 
     def added(_sink, _id, addr):
         node.log(f"worker connected from {addr.get_address().to_string()}, "
@@ -323,6 +324,7 @@ def run_sensor(a):
         # Live from here on: frames go to whoever is connected, and with
         # no worker they are dropped, never held back.
         sink.set_property("wait-for-connection", False)
+        connected.set()
 
     sink.connect("caller-added", added)
     sink.connect("caller-removed",
@@ -331,6 +333,9 @@ def run_sensor(a):
     push_log = open(a.push_log, "w") if a.push_log else None
 
     def feed():
+        # This synthetic sensor starts when its first worker connects (so
+        # nothing waits in a backlog); a real one captures regardless.
+        connected.wait()
         t0 = time.monotonic()
         period = SAMPLES_PER_BUFFER / RATE / a.speed if a.speed > 0 else 0
         for k in range(a.buffers):
@@ -398,6 +403,14 @@ def run_worker(a):
         for i, (nb, ns) in enumerate(counts):
             node.log(f"stream {i}: sattn took {nb} buffers, "
                      f"{ns // (CHANNELS * fs)} frames")
+        # sattn's model cache (elements with the same weights share one
+        # model): its counters, through the query every sattn answers.
+        q = Gst.Query.new_custom(Gst.QueryType.CUSTOM,
+                                 Gst.Structure.new_empty("GstSattnModelCache"))
+        if node.el("sattn0").query(q):
+            st = q.get_structure()
+            node.log(f"model cache: models {st.get_value('models')}, "
+                     f"users {st.get_value('users')}, builds {st.get_value('builds')}")
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         node.log(f"max RSS {rss} KiB")
 
