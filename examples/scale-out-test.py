@@ -4,13 +4,15 @@
 separate processes (examples/scale-out-node.py), each bounded by a
 timeout, checked against sattn run locally on the same frames.
 
-Usage: scale-out-test.py OUT_DIR CASE...   (cases: basic refused restart
-stall many)
+Usage: scale-out-test.py OUT_DIR CASE...   (cases: basic timing refused
+restart stall many)
 
 basic    frames in = feature frames out, equal to the local run (max-abs
          0) with the sensor's row timestamps, for a sensor starting at 0
          and one starting at 5 s; the passphrase is in no process's
          command line; a collector without the passphrase gets nothing.
+timing   the same frames over SRT without GDP: SRT's own timestamps are
+         not the sensor's (which is why the frames travel as GDP).
 refused  a sensor without the passphrase, and one with a wrong one: the
          worker is refused by both, its sattn takes 0 frames, the
          collector gets 0 rows.
@@ -195,6 +197,42 @@ def case_basic(out):
               f"{tag}: first row at the sensor's first timestamp {start_ns}")
 
 
+def case_timing(out):
+    print("timing: the sensor's frames over SRT without GDP (SRT's own "
+          "timestamps), 100 buffers of 10 ms", flush=True)
+    s_addr, = free_ports(1)
+    caps = "audio/x-raw,format=F32LE,layout=interleaved,channels=4,rate=16000"
+    sender = start(out, "timing-sensor", [
+        "gst-launch-1.0", "-q", "audiotestsrc", "is-live=true",
+        "samplesperbuffer=160", "num-buffers=100", "!", caps, "!", "srtsink",
+        f"uri=srt://{s_addr}?mode=listener", "latency=60"])
+    recv = start(out, "timing-receiver", [
+        "gst-launch-1.0", "-v", "srtsrc", f"uri=srt://{s_addr}?mode=caller",
+        "latency=60", "num-buffers=150", "!", "identity", "silent=false", "!",
+        "fakesink"])
+    time.sleep(3.0)
+    for p_ in (sender, recv):
+        os.killpg(p_.pid, signal.SIGTERM)
+        p_.wait()
+    got = []
+    for line in open(os.path.join(out, "timing-receiver.log")):
+        if "chain" in line and "identity" in line and "pts:" in line:
+            size = int(line.split("(")[2].split(" bytes")[0]) if line.count("(") > 1 else 0
+            pts = line.split("pts: ")[1].split(",")[0]
+            h, m, sec = pts.split(":")
+            w, f = sec.split(".")
+            got.append((size, ((int(h) * 60 + int(m)) * 60 + int(w)) * 10**9 + int(f)))
+    sizes = sorted({g[0] for g in got})
+    pts = [g[1] for g in got]
+    want = [k * 10_000_000 for k in range(len(pts))]
+    print(f"  {len(got)} buffers received, sizes {sizes} bytes (sent: 2560), "
+          f"first PTS {pts[:4]} (sensor: {want[:4]}), PTS non-decreasing: "
+          f"{all(b >= a for a, b in zip(pts, pts[1:]))}")
+    check(got and (sizes != [2560] or pts != want),
+          "SRT's own timing does not give the sensor's buffers and timestamps "
+          "(so frames travel as GDP, whose timestamps the basic case checks)")
+
+
 def case_refused(out):
     print("refused: senders without the passphrase or with a wrong one",
           flush=True)
@@ -257,8 +295,13 @@ def case_restart(out):
               "--listen", w_addr)
     for p, n in ((sensor, "sensor"), (w2, "worker 2"), (coll, "collector")):
         finish(p, n)
-    print("  sensor log: " + " | ".join(
-        open(os.path.join(out, "restart-sensor.log")).read().splitlines()))
+    slog = open(os.path.join(out, "restart-sensor.log")).read().splitlines()
+    print("  sensor log: " + " | ".join(slog))
+    conn = [float(l.split("[")[1].split("]")[0]) for l in slog
+            if "worker connected" in l]
+    w2log = open(os.path.join(out, "restart-worker-2.log")).read().splitlines()
+    w2start = [float(l.split("[")[1].split("]")[0]) for l in w2log
+               if l.endswith("started")]
     r, rt, rd, arr = read(os.path.join(out, "restart-remote"))
     frames_in = buffers * FRAMES_PER_BUFFER
     frame = (rt - start_ns) // FRAME_NS
@@ -275,6 +318,15 @@ def case_restart(out):
           f"from the second; lost {b - a} frames ({(b - a) * FRAME_NS / 1e6:.0f} ms "
           f"of signal): frames {a}..{b - 1}; the sensor was pushing frame "
           f"{kill_frame} when the worker was killed (t={t_kill / 1e9:.3f})")
+    if len(conn) == 2 and w2start:
+        tk = t_kill / 1e9
+        print(f"  timeline (s after the kill): new worker started {w2start[0] - tk:.3f} "
+              f"(0.300 s restart delay, then the process's start-up), connected to "
+              f"the sensor {conn[1] - tk:.3f}; frames {a}..{kill_frame - 1} "
+              f"({kill_frame - a}) were inside the killed worker (SRT's "
+              f"{env()['SATTN_SRT_LATENCY']} ms latency budget, the queue, sattn's "
+              f"hop), frames {kill_frame}..{b - 1} ({b - kill_frame}) were sent "
+              f"while no live worker was connected")
     check(rd[g] == 1, f"the first row after the restart (t={rt[g]} ns) is DISCONT")
     check(b % FRAMES_PER_BUFFER == 0, "it is the first frame of a sensor buffer")
     check(int(frame[-1]) == frames_in - 1, "rows run to the sensor's last frame")
@@ -438,7 +490,7 @@ def main():
     out = os.path.abspath(out)
     for c in cases:
         t = time.monotonic()
-        {"basic": case_basic, "refused": case_refused, "restart": case_restart,
+        {"basic": case_basic, "timing": case_timing, "refused": case_refused, "restart": case_restart,
          "stall": case_stall, "many": case_many}[c](out)
         print(f"  ({c}: {time.monotonic() - t:.1f} s)", flush=True)
     print("scale-out-srt: OK" if ok_all else "scale-out-srt: FAILED")

@@ -15,7 +15,7 @@
 #   scale-out.sh sensor LISTEN_HOST:PORT [BUFFERS [START_NS]]
 #   scale-out.sh worker SENSOR_HOST:PORT[,...] LISTEN_HOST:PORT[,...] [sattn props...]
 #   scale-out.sh collector WORKER_HOST:PORT[,...] OUT_PREFIX
-#   scale-out.sh test OUT_DIR [CASES...]   (scale-out-test.py: basic refused
+#   scale-out.sh test OUT_DIR [CASES...]   (scale-out-test.py: basic timing refused
 #                                           restart stall many)
 #
 # tcp (trusted links only: anyone who reaches a port can send frames or
