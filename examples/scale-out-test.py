@@ -28,6 +28,7 @@ many     one worker, 8 sensors sharing one model (weights file): each
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -486,7 +487,9 @@ def case_many(out, n=8):
 def main():
     out, cases = sys.argv[1], sys.argv[2:] or ["basic", "refused", "restart",
                                                "stall"]
-    os.makedirs(out, exist_ok=True)
+    # Nothing from an earlier run: the cases wait for files to grow.
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
     out = os.path.abspath(out)
     for c in cases:
         t = time.monotonic()
