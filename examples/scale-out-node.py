@@ -432,16 +432,14 @@ def run_collector(a):
         eos_on_end_marker(node.el(f"depay{i}"))
         discont_after_reconnect(node.el(f"depay{i}"))
         suffix = f"-{i}" if len(workers) > 1 else ""
-        attach_writer(node.el(f"sink{i}"), a.out + suffix, a.stall_after)
+        attach_writer(node.el(f"sink{i}"), a.out + suffix)
     node.run()
     return node.status
 
 
-def attach_writer(sink, prefix, stall_after=None):
+def attach_writer(sink, prefix):
     rows_f = open(prefix + ".f32", "wb")
     ts_f = open(prefix + ".ts", "w")
-    seen = [0]
-
     def new_sample(s):
         sample = s.emit("pull-sample")
         buf = sample.get_buffer()
@@ -456,10 +454,6 @@ def attach_writer(sink, prefix, stall_after=None):
                    f"{time.monotonic_ns()}\n")
         rows_f.flush()
         ts_f.flush()
-        seen[0] += 1
-        if stall_after is not None and seen[0] == stall_after:
-            # A collector that stops reading (the slow-collector test).
-            time.sleep(3600)
         return Gst.FlowReturn.OK
 
     sink.connect("new-sample", new_sample)
@@ -509,8 +503,6 @@ def main():
     c = sub.add_parser("collector")
     c.add_argument("--workers", required=True)
     c.add_argument("--out", required=True)
-    c.add_argument("--stall-after", type=int, default=None,
-                   help=argparse.SUPPRESS)
     loc = sub.add_parser("local")
     loc.add_argument("--out", required=True)
     loc.add_argument("--buffers", type=int, default=200)
