@@ -56,13 +56,14 @@ DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 	gstreamer1.0-tools gstreamer1.0-plugins-base python3 python3-numpy
 
 # Everything (`make deps`, the tests; CI installs both lists): the demo's,
-# plus the good and bad plugins (gdppay/gdpdepay for the scale-out test),
+# plus the good and bad plugins (gdppay/gdpdepay and srtsrc/srtsink for the
+# scale-out tests, which read command lines with ps from procps),
 # Python with GStreamer bindings, clang for the fuzzers, and
 # torch/matplotlib for the parity fixtures, the Python example and plots.
 DEB_PACKAGES := $(DEMO_PACKAGES) \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
-	clang libclang-rt-14-dev python3-torch python3-matplotlib time
+	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps
 
 comma := ,
 

@@ -2,9 +2,24 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # More streams than one machine: sattn as a worker on another host.
 #
-#   sensor host:    frames  --TCP-->  worker host: sattn  --TCP-->  collector
+#   sensor host:    frames  --SRT/TCP-->  worker host: sattn  --SRT/TCP-->  collector
 #
-# Transport: GStreamer's own elements from Debian 12's plugin packages:
+# Two transports, chosen with --transport srt|tcp before the role (or
+# SATTN_TRANSPORT):
+#
+# srt (the default): SRT with AES encryption, run by scale-out-node.py
+# (see its header): the passphrase comes from SATTN_SRT_PASSPHRASE or the
+# file named by SATTN_SRT_PASSPHRASE_FILE, never from the command line;
+# the sensor and the worker listen, the worker and the collector call
+# (so a restarted worker finds its sensor again by itself).
+#   scale-out.sh sensor LISTEN_HOST:PORT [BUFFERS [START_NS]]
+#   scale-out.sh worker SENSOR_HOST:PORT[,...] LISTEN_HOST:PORT[,...] [sattn props...]
+#   scale-out.sh collector WORKER_HOST:PORT[,...] OUT_PREFIX
+#   scale-out.sh test OUT_DIR [CASES...]   (scale-out-test.py: basic timing refused
+#                                           restart stall many)
+#
+# tcp (trusted links only: anyone who reaches a port can send frames or
+# read them): the roles below.  Transport: GStreamer's own elements from Debian 12's plugin packages:
 # tcpclientsink / tcpserversrc (gst-plugins-base) carry the GStreamer Data
 # Protocol (gdppay / gdpdepay, gst-plugins-bad), which serialises each
 # buffer with its PTS, DTS and duration plus the caps and the segment
@@ -19,7 +34,7 @@
 # features as soon as they are computed, and a non-live test sensor is not
 # held back to real time (nor by its start time: 5 s in the test).
 #
-# Usage:
+# Usage (tcp):
 #   scale-out.sh collector PORT OUT.f32         features to OUT.f32
 #   scale-out.sh worker PORT COLLECTOR_HOST COLLECTOR_PORT [sattn props...]
 #   scale-out.sh sensor WORKER_HOST WORKER_PORT [BUFFERS [START_NS]]
@@ -187,6 +202,27 @@ print("scale-out: OK" if ok else "scale-out: FAILED")
 sys.exit(0 if ok else 1)
 EOF
 }
+
+transport=${SATTN_TRANSPORT:-srt}
+if [ "${1:-}" = "--transport" ]; then transport=${2:-}; shift 2; fi
+case "$transport" in
+  srt)
+    node=("$python" "$here/scale-out-node.py")
+    case "${1:-}" in
+      sensor) shift
+        exec "${node[@]}" sensor --listen "$1" --buffers "${2:-200}" --start-ns "${3:-0}" ;;
+      worker) shift
+        s=$1 l=$2; shift 2
+        if [ $# -gt 0 ]; then exec "${node[@]}" worker --sensors "$s" --listen "$l" --sattn "$*"
+        else exec "${node[@]}" worker --sensors "$s" --listen "$l"; fi ;;
+      collector) shift; exec "${node[@]}" collector --workers "$1" --out "$2" ;;
+      test) shift; out=${1:-out/scale-out}; shift || true
+        exec "$python" "$here/scale-out-test.py" "$out" "$@" ;;
+      *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
+    esac ;;
+  tcp) ;;
+  *) echo "scale-out: unknown transport '$transport' (srt or tcp)" >&2; exit 2 ;;
+esac
 
 case "${1:-}" in
   sensor) shift; sensor "$@" ;;

@@ -1,0 +1,513 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The SRT scale-out recipe on 127.0.0.1: sensor, worker and collector as
+separate processes (examples/scale-out-node.py), each bounded by a
+timeout, checked against sattn run locally on the same frames.
+
+Usage: scale-out-test.py OUT_DIR CASE...   (cases: basic timing refused
+restart stall many)
+
+basic    frames in = feature frames out, equal to the local run (max-abs
+         0) with the sensor's row timestamps, for a sensor starting at 0
+         and one starting at 5 s; the passphrase is in no process's
+         command line; a collector without the passphrase gets nothing.
+timing   the same frames over SRT without GDP: SRT's own timestamps are
+         not the sensor's (which is why the frames travel as GDP).
+refused  a sensor without the passphrase, and one with a wrong one: the
+         worker is refused by both, its sattn takes 0 frames, the
+         collector gets 0 rows.
+restart  the worker is killed (SIGKILL) mid-stream and started again: the
+         sensor (not restarted) serves the new worker, the features
+         resume with DISCONT at the first frame the new worker got, equal
+         to a local run restarted there; no row twice; frames lost.
+stall    one worker, two streams; one collector stops (SIGSTOP) for 3 s:
+         the other stream is complete and exact, the worker's RSS stays
+         bounded.
+many     one worker, 8 sensors sharing one model (weights file): each
+         stream checked as in basic; CPU per stream and latency added.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NODE = os.path.join(HERE, "scale-out-node.py")
+PY = sys.executable or "/usr/bin/python3"
+LIMIT = int(os.environ.get("SATTN_SCALE_OUT_TIMEOUT", "30"))
+PASS = "scale-out-test-passphrase-42"
+D = 64                          # 4 channels x frame-size 16
+FRAMES_PER_BUFFER = 10          # 160 samples / frame-size 16
+FRAME_NS = 1_000_000            # a frame: 16 samples at 16 kHz
+ok_all = True
+
+
+def check(cond, what):
+    global ok_all
+    print(f"  {'ok' if cond else 'FAILED'}: {what}", flush=True)
+    ok_all &= bool(cond)
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return [f"127.0.0.1:{p}" for p in ports]
+
+
+def env(passphrase=PASS):
+    e = dict(os.environ)
+    e.pop("SATTN_SRT_PASSPHRASE_FILE", None)
+    e["SATTN_SRT_PASSPHRASE"] = passphrase
+    e.setdefault("SATTN_SRT_LATENCY", "60")
+    e.setdefault("SATTN_SRT_IDLE_MS", "1000")
+    return e
+
+
+def start(out, name, args, e=None):
+    log = open(os.path.join(out, name + ".log"), "w")
+    cmd = ["timeout", "-s", "KILL", str(LIMIT)] + list(args)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=e or env(), start_new_session=True)
+
+
+def node(out, name, *args, e=None):
+    return start(out, name, [PY, NODE] + list(args), e)
+
+
+def finish(p, name, seconds=LIMIT):
+    try:
+        rc = p.wait(seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
+    check(rc == 0, f"{name} exited with {rc}")
+    return rc
+
+
+def child_pid(p):
+    """The node under `timeout`."""
+    for _ in range(100):
+        try:
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                kids = f.read().split()
+            if kids:
+                return int(kids[0])
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return p.pid
+
+
+def args_of(pid):
+    """The command line as `ps -o args` shows it to every user, and as
+    /proc/PID/cmdline holds it."""
+    ps = subprocess.run(["ps", "-o", "args=", "-p", str(pid)],
+                        capture_output=True, text=True).stdout.strip()
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        raw = ""
+    return ps + " | " + raw
+
+
+def read(prefix):
+    """Rows (n x D) and per-row (pts, discont-at-this-row, arrival ns)."""
+    rows = np.fromfile(prefix + ".f32", dtype=np.float32)
+    rows = rows.reshape(-1, D) if rows.size else np.zeros((0, D), np.float32)
+    ts, disc, arr = [], [], []
+    with open(prefix + ".ts") as f:
+        for line in f:
+            pts, dur, n, d, dc, mono = map(int, line.split())
+            assert d == D, d
+            ts += [pts + dur * i // n for i in range(n)]
+            disc += [dc] + [0] * (n - 1)
+            arr += [mono] * n
+    return rows, np.array(ts, np.int64), np.array(disc), np.array(arr)
+
+
+def local(out, name, buffers, start_ns, from_buffer=0, stream=0, sattn=None):
+    a = ["local", "--out", os.path.join(out, name), "--buffers", str(buffers),
+         "--start-ns", str(start_ns), "--from-buffer", str(from_buffer),
+         "--stream", str(stream)]
+    if sattn:
+        a += ["--sattn", sattn]
+    finish(node(out, name, *a), name)
+    return read(os.path.join(out, name))
+
+
+def compare(tag, remote, ref, frames_in=None):
+    r, rt, rd, _ = remote
+    l, lt, ld, _ = ref
+    if frames_in is not None:
+        check(len(r) == frames_in and len(l) == frames_in,
+              f"{tag}: frames in {frames_in}, feature frames out {len(r)} "
+              f"(local {len(l)})")
+    same_ts = len(rt) == len(lt) and bool(np.all(rt == lt))
+    check(same_ts, f"{tag}: row timestamps equal to the local run's "
+          f"(first {rt[:2].tolist()}, last {rt[-1:].tolist()})")
+    if len(r) == len(l) and len(r):
+        err = float(np.max(np.abs(r.astype(np.float64) - l)))
+        check(err == 0.0 and np.all(np.isfinite(r)),
+              f"{tag}: max-abs remote vs local {err:.3g}")
+    check(np.array_equal(rd, ld), f"{tag}: DISCONT rows {np.flatnonzero(rd).tolist()} "
+          f"as the local run's {np.flatnonzero(ld).tolist()}")
+
+
+def case_basic(out):
+    print("basic: sensor -> worker -> collector over SRT (AES-256), "
+          "two sensors starting at 0 and at 5 s", flush=True)
+    buffers = 200
+    runs = []
+    for start_ns in (0, 5_000_000_000):
+        s_addr, w_addr = free_ports(2)
+        tag = f"start-{start_ns}"
+        procs = [node(out, f"{tag}-collector", "collector", "--workers",
+                      w_addr, "--out", os.path.join(out, f"{tag}-remote")),
+                 node(out, f"{tag}-worker", "worker", "--sensors", s_addr,
+                      "--listen", w_addr),
+                 node(out, f"{tag}-sensor", "sensor", "--listen", s_addr,
+                      "--buffers", str(buffers), "--start-ns", str(start_ns))]
+        # An eavesdropper: a collector without the passphrase.
+        spy = start(out, f"{tag}-spy", [
+            "gst-launch-1.0", "-q", "srtsrc",
+            f"uri=srt://{w_addr}?mode=caller", "!", "filesink",
+            f"location={os.path.join(out, tag + '-spy.bin')}"])
+        runs.append((tag, start_ns, procs, spy))
+    time.sleep(1.0)
+    for tag, _s, procs, _spy in runs:
+        seen = [args_of(child_pid(p)) for p in procs]
+        leaks = [a for a in seen if PASS in a]
+        check(not leaks and all("scale-out-node.py" in a for a in seen),
+              f"{tag}: passphrase in no command line "
+              f"(e.g. `ps -o args`: `{seen[1].split(' | ')[0]}`)")
+    for tag, start_ns, procs, spy in runs:
+        for p, n in zip(procs, ("collector", "worker", "sensor")):
+            finish(p, f"{tag} {n}")
+        os.killpg(spy.pid, signal.SIGTERM)
+        spy.wait()
+        spied = os.path.getsize(os.path.join(out, tag + "-spy.bin"))
+        check(spied == 0, f"{tag}: collector without passphrase got {spied} bytes")
+        remote = read(os.path.join(out, f"{tag}-remote"))
+        ref = local(out, f"{tag}-local", buffers, start_ns)
+        compare(tag, remote, ref, buffers * FRAMES_PER_BUFFER)
+        check(len(ref[1]) and ref[1][0] == start_ns,
+              f"{tag}: first row at the sensor's first timestamp {start_ns}")
+
+
+def case_timing(out):
+    print("timing: the sensor's frames over SRT without GDP (SRT's own "
+          "timestamps), 100 buffers of 10 ms", flush=True)
+    s_addr, = free_ports(1)
+    caps = "audio/x-raw,format=F32LE,layout=interleaved,channels=4,rate=16000"
+    sender = start(out, "timing-sensor", [
+        "gst-launch-1.0", "-q", "audiotestsrc", "is-live=true",
+        "samplesperbuffer=160", "num-buffers=100", "!", caps, "!", "srtsink",
+        f"uri=srt://{s_addr}?mode=listener", "latency=60"])
+    recv = start(out, "timing-receiver", [
+        "gst-launch-1.0", "-v", "srtsrc", f"uri=srt://{s_addr}?mode=caller",
+        "latency=60", "num-buffers=150", "!", "identity", "silent=false", "!",
+        "fakesink"])
+    time.sleep(3.0)
+    for p_ in (sender, recv):
+        os.killpg(p_.pid, signal.SIGTERM)
+        p_.wait()
+    got = []
+    for line in open(os.path.join(out, "timing-receiver.log")):
+        if "chain" in line and "identity" in line and "pts:" in line:
+            size = int(line.split("(")[2].split(" bytes")[0]) if line.count("(") > 1 else 0
+            pts = line.split("pts: ")[1].split(",")[0]
+            h, m, sec = pts.split(":")
+            w, f = sec.split(".")
+            got.append((size, ((int(h) * 60 + int(m)) * 60 + int(w)) * 10**9 + int(f)))
+    sizes = sorted({g[0] for g in got})
+    pts = [g[1] for g in got]
+    want = [k * 10_000_000 for k in range(len(pts))]
+    print(f"  {len(got)} buffers received, sizes {sizes} bytes (sent: 2560), "
+          f"first PTS {pts[:4]} (sensor: {want[:4]}), PTS non-decreasing: "
+          f"{all(b >= a for a, b in zip(pts, pts[1:]))}")
+    check(got and (sizes != [2560] or pts != want),
+          "SRT's own timing does not give the sensor's buffers and timestamps "
+          "(so frames travel as GDP, whose timestamps the basic case checks)")
+
+
+def case_refused(out):
+    print("refused: senders without the passphrase or with a wrong one",
+          flush=True)
+    for tag, extra in (("no-passphrase", []),
+                       ("wrong-passphrase", ["passphrase=not-the-passphrase-9",
+                                             "pbkeylen=32"])):
+        s_addr, w_addr = free_ports(2)
+        rogue = start(out, f"{tag}-rogue", [
+            "gst-launch-1.0", "-q", "audiotestsrc", "is-live=true",
+            "samplesperbuffer=160", "num-buffers=1000", "!",
+            "audio/x-raw,format=F32LE,layout=interleaved,channels=4,rate=16000",
+            "!", "gdppay", "!", "srtsink", f"uri=srt://{s_addr}?mode=listener",
+            "wait-for-connection=false"] + extra)
+        coll = node(out, f"{tag}-collector", "collector", "--workers", w_addr,
+                    "--out", os.path.join(out, f"{tag}-remote"))
+        worker = node(out, f"{tag}-worker", "worker", "--sensors", s_addr,
+                      "--listen", w_addr)
+        time.sleep(3.0)
+        for p in (worker, coll, rogue):
+            os.kill(child_pid(p), signal.SIGTERM)
+        for p in (worker, coll, rogue):
+            p.wait()
+        wlog = open(os.path.join(out, f"{tag}-worker.log")).read()
+        refusals = [l for l in wlog.splitlines() if "authenticate" in l]
+        print(f"  worker log: {refusals[0] if refusals else '(no refusal)'} "
+              f"(x{len(refusals)})")
+        took = [l for l in wlog.splitlines() if "sattn took" in l]
+        print(f"  worker log: {took[0] if took else '(no count)'}")
+        check(refusals, f"{tag}: the worker was refused")
+        check(took and "took 0 buffers, 0 frames" in took[0],
+              f"{tag}: the worker's sattn took nothing")
+        rows = read(os.path.join(out, f"{tag}-remote"))[0]
+        check(len(rows) == 0, f"{tag}: the collector got {len(rows)} rows")
+
+
+def case_restart(out):
+    print("restart: the worker killed (SIGKILL) and started again mid-stream",
+          flush=True)
+    buffers, start_ns = 400, 0
+    s_addr, w_addr = free_ports(2)
+    coll = node(out, "restart-collector", "collector", "--workers", w_addr,
+                "--out", os.path.join(out, "restart-remote"))
+    w1 = node(out, "restart-worker-1", "worker", "--sensors", s_addr,
+              "--listen", w_addr)
+    push_log = os.path.join(out, "restart-sensor.push")
+    sensor = node(out, "restart-sensor", "sensor", "--listen", s_addr,
+                  "--buffers", str(buffers), "--start-ns", str(start_ns),
+                  "--push-log", push_log)
+    ts_path = os.path.join(out, "restart-remote.ts")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if os.path.exists(ts_path) and sum(1 for _ in open(ts_path)) >= 100:
+            break
+        time.sleep(0.02)
+    os.killpg(w1.pid, signal.SIGKILL)
+    t_kill = time.monotonic_ns()
+    w1.wait()
+    time.sleep(0.3)
+    w2 = node(out, "restart-worker-2", "worker", "--sensors", s_addr,
+              "--listen", w_addr)
+    for p, n in ((sensor, "sensor"), (w2, "worker 2"), (coll, "collector")):
+        finish(p, n)
+    slog = open(os.path.join(out, "restart-sensor.log")).read().splitlines()
+    print("  sensor log: " + " | ".join(slog))
+    conn = [float(l.split("[")[1].split("]")[0]) for l in slog
+            if "worker connected" in l]
+    w2log = open(os.path.join(out, "restart-worker-2.log")).read().splitlines()
+    w2start = [float(l.split("[")[1].split("]")[0]) for l in w2log
+               if l.endswith("started")]
+    r, rt, rd, arr = read(os.path.join(out, "restart-remote"))
+    frames_in = buffers * FRAMES_PER_BUFFER
+    frame = (rt - start_ns) // FRAME_NS
+    check(bool(np.all(np.diff(rt) > 0)), "no row twice, rows in time order")
+    gaps = np.flatnonzero(np.diff(frame) != 1)
+    check(len(gaps) == 1, f"one gap in the rows ({len(gaps)})")
+    if len(gaps) != 1:
+        return
+    g = gaps[0] + 1
+    a, b = int(frame[g - 1]) + 1, int(frame[g])
+    push = np.loadtxt(push_log, dtype=np.int64).reshape(-1, 2)
+    kill_frame = int(np.searchsorted(push[:, 1], t_kill)) * FRAMES_PER_BUFFER
+    print(f"  rows: frames 0..{a - 1} from the first worker, {b}..{frames_in - 1} "
+          f"from the second; lost {b - a} frames ({(b - a) * FRAME_NS / 1e6:.0f} ms "
+          f"of signal): frames {a}..{b - 1}; the sensor was pushing frame "
+          f"{kill_frame} when the worker was killed (t={t_kill / 1e9:.3f})")
+    if len(conn) == 2 and w2start:
+        tk = t_kill / 1e9
+        print(f"  timeline (s after the kill): new worker started {w2start[0] - tk:.3f} "
+              f"(0.300 s restart delay, then the process's start-up), connected to "
+              f"the sensor {conn[1] - tk:.3f}; frames {a}..{kill_frame - 1} "
+              f"({kill_frame - a}) were inside the killed worker (SRT's "
+              f"{env()['SATTN_SRT_LATENCY']} ms latency budget, the queue, sattn's "
+              f"hop), frames {kill_frame}..{b - 1} ({b - kill_frame}) were sent "
+              f"while no live worker was connected")
+    check(rd[g] == 1, f"the first row after the restart (t={rt[g]} ns) is DISCONT")
+    check(b % FRAMES_PER_BUFFER == 0, "it is the first frame of a sensor buffer")
+    check(int(frame[-1]) == frames_in - 1, "rows run to the sensor's last frame")
+    full = local(out, "restart-local", buffers, start_ns)
+    compare("before the kill", (r[:g], rt[:g], rd[:g], None),
+            (full[0][:a], full[1][:a], full[2][:a], None))
+    again = local(out, "restart-local-2", buffers, start_ns,
+                  from_buffer=b // FRAMES_PER_BUFFER)
+    compare("after the restart", (r[g:], rt[g:], rd[g:], None), again)
+
+
+def rss_kib(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def case_stall(out):
+    print("stall: one worker, two streams, collector 0 stopped (SIGSTOP) "
+          "for 3 s", flush=True)
+    buffers = 500
+    s = free_ports(4)
+    sensors, outs = s[:2], s[2:]
+    colls = [node(out, f"stall-collector-{i}", "collector", "--workers",
+                  outs[i], "--out", os.path.join(out, f"stall-remote-{i}"))
+             for i in range(2)]
+    # A send buffer of ~1 s of features per stream, so that a 3 s stall
+    # overflows it (SRT's default holds ~12 MB, 40 s of these features).
+    e = env()
+    e["SATTN_SRT_SNDBUF"] = "400000"
+    worker = node(out, "stall-worker", "worker", "--sensors", ",".join(sensors),
+                  "--listen", ",".join(outs), e=e)
+    sens = [node(out, f"stall-sensor-{i}", "sensor", "--listen", sensors[i],
+                 "--buffers", str(buffers), "--stream", str(i))
+            for i in range(2)]
+    wpid = child_pid(worker)
+    # Both streams flowing first.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(out, f"stall-remote-{i}.ts")) and
+            sum(1 for _ in open(os.path.join(out, f"stall-remote-{i}.ts"))) >= 50
+            for i in range(2)):
+        time.sleep(0.05)
+    base = rss_kib(wpid)
+    c0 = child_pid(colls[0])
+    os.kill(c0, signal.SIGSTOP)
+    peak = base
+    t_end = time.monotonic() + 3.0
+    while time.monotonic() < t_end:
+        peak = max(peak, rss_kib(wpid))
+        time.sleep(0.05)
+    os.kill(c0, signal.SIGCONT)
+    for p, n in zip(sens + [worker] + colls,
+                    ("sensor 0", "sensor 1", "worker", "collector 0",
+                     "collector 1")):
+        finish(p, n)
+    print(f"  worker RSS before the stall {base} KiB, peak during it {peak} KiB")
+    check(peak - base < 32 * 1024, "the worker grew by less than 32 MiB")
+    ref = local(out, "stall-local-1", buffers, 0, stream=1)
+    compare("stream 1 (collector running)", read(os.path.join(out, "stall-remote-1")),
+            ref, buffers * FRAMES_PER_BUFFER)
+    r, rt, rd, _ = read(os.path.join(out, "stall-remote-0"))
+    gaps = np.flatnonzero(np.diff(rt) != FRAME_NS) + 1
+    print(f"  stream 0 (collector stopped): {len(r)} of {buffers * FRAMES_PER_BUFFER} "
+          f"rows, gaps at rows {gaps.tolist()}")
+    check(bool(np.all(np.diff(rt) > 0)), "stream 0: no row twice")
+    check(len(gaps) > 0 and all(rd[g] == 1 for g in gaps),
+          "stream 0: the first row after each gap is DISCONT")
+
+
+def case_many(out, n=8):
+    print(f"many: one worker, {n} sensors, one model file shared by the cache",
+          flush=True)
+    root = os.environ.get("SATTN_SOURCE_ROOT", os.path.dirname(HERE))
+    weights = os.path.join(root, "tests", "data", "e64_h4_n16.safetensors")
+    sattn = f"frame-size=16 window=32 hop=8 weights={weights}"
+    buffers = 300
+    p = free_ports(2 * n)
+    sensors, outs = p[:n], p[n:]
+    coll = node(out, "many-collector", "collector", "--workers", ",".join(outs),
+                "--out", os.path.join(out, "many-remote"))
+    worker = node(out, "many-worker", "worker", "--sensors", ",".join(sensors),
+                  "--listen", ",".join(outs), "--sattn", sattn)
+    sens = [node(out, f"many-sensor-{i}", "sensor", "--listen", sensors[i],
+                 "--buffers", str(buffers), "--stream", str(i), "--push-log",
+                 os.path.join(out, f"many-sensor-{i}.push")) for i in range(n)]
+    wpid = child_pid(worker)
+    samples = []                # (monotonic ns, worker CPU ticks)
+    while worker.poll() is None:
+        try:
+            st = open(f"/proc/{wpid}/stat").read().rsplit(")", 1)[1].split()
+            samples.append((time.monotonic_ns(), int(st[11]) + int(st[12])))
+        except OSError:
+            break
+        time.sleep(0.05)
+    for q, name in zip(sens + [worker, coll],
+                       [f"sensor {i}" for i in range(n)] + ["worker", "collector"]):
+        finish(q, name)
+    # CPU over the steady part: from the time every sensor pushed buffer
+    # 100 to the time they pushed buffer 280 (1.8 s of signal).
+    hz = os.sysconf("SC_CLK_TCK")
+    pushes = [np.loadtxt(os.path.join(out, f"many-sensor-{i}.push"),
+                         dtype=np.int64).reshape(-1, 2) for i in range(n)]
+    wlog = open(os.path.join(out, "many-worker.log")).read().splitlines()
+    cache = [l for l in wlog if "model cache" in l]
+    print(f"  worker log: {cache[0] if cache else '(no cache line)'}")
+    check(cache and cache[0].endswith(f"models 1, users {n}, builds 1"),
+          f"the {n} streams share one model, built once")
+    k0, k1 = 100, 280
+    t0 = max(int(p_[k0, 1]) for p_ in pushes)
+    t1 = min(int(p_[k1, 1]) for p_ in pushes)
+    t_s = np.array([t for t, _ in samples], np.float64)
+    c_s = np.array([c for _, c in samples], np.float64)
+    cpu = (np.interp(t1, t_s, c_s) - np.interp(t0, t_s, c_s)) / hz
+    secs = (t1 - t0) / 1e9
+    print(f"  worker CPU {cpu:.2f} s over {secs:.2f} s with {n} streams flowing: "
+          f"{100 * cpu / secs / n:.1f} % of a core per stream "
+          f"({n} x {1000 / FRAME_NS * 1e6:.0f} frames/s of {D} values; load "
+          f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    locs = [node(out, f"many-local-{i}", "local", "--out",
+                 os.path.join(out, f"many-local-{i}"), "--buffers", str(buffers),
+                 "--stream", str(i), "--sattn", sattn) for i in range(n)]
+    for i, q in enumerate(locs):
+        finish(q, f"local {i}")
+    lat = []
+    for i in range(n):
+        remote = read(os.path.join(out, f"many-remote-{i}"))
+        ref = read(os.path.join(out, f"many-local-{i}"))
+        compare(f"stream {i}", remote, ref, buffers * FRAMES_PER_BUFFER)
+        lat.append(remote)
+    lat_floor = 2 * int(env()["SATTN_SRT_LATENCY"])
+    print("  latency per stream, sensor push of a frame's buffer to its row's "
+          f"arrival at the collector, buffers {k0}..{buffers - 1} (ms, median / "
+          f"p95; SRT holds each packet its {lat_floor // 2} ms latency budget "
+          f"on each of the 2 links, and sattn a hop of 8 ms at most):")
+    for i in range(n):
+        sens_log = os.path.join(out, f"many-sensor-{i}.push")
+        if not os.path.exists(sens_log):
+            break
+        push = np.loadtxt(sens_log, dtype=np.int64).reshape(-1, 2)
+        pushed_at = dict(zip(push[:, 0].tolist(), push[:, 1].tolist()))
+        r, rt, rd, arr = lat[i]
+        # a hop's rows leave when its last frame's buffer has arrived
+        d = []
+        for t, a in zip(rt, arr):
+            k = int(t // (FRAMES_PER_BUFFER * FRAME_NS))
+            if k in pushed_at and k >= k0:
+                d.append((a - pushed_at[k]) / 1e6)
+        if d:
+            print(f"    stream {i}: {np.median(d):.1f} / {np.percentile(d, 95):.1f}")
+
+
+def main():
+    out, cases = sys.argv[1], sys.argv[2:] or ["basic", "timing", "refused",
+                                               "restart", "stall"]
+    # Nothing from an earlier run: the cases wait for files to grow.
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    out = os.path.abspath(out)
+    for c in cases:
+        t = time.monotonic()
+        {"basic": case_basic, "timing": case_timing, "refused": case_refused, "restart": case_restart,
+         "stall": case_stall, "many": case_many}[c](out)
+        print(f"  ({c}: {time.monotonic() - t:.1f} s)", flush=True)
+    print("scale-out-srt: OK" if ok_all else "scale-out-srt: FAILED")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
