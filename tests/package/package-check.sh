@@ -3,7 +3,9 @@
 # make package-check: build the Debian packages, run lintian on them,
 # install them into a clean root and use them there as a user would.
 #
-#   package-check.sh SOURCE_ROOT OUT_DIR
+#   package-check.sh [--reuse] SOURCE_ROOT OUT_DIR
+#
+# --reuse: skip steps 1 and 2, install the packages OUT_DIR already holds.
 #
 # 1. The tree as git sees it (tracked and new files, no build directories)
 #    is copied to OUT_DIR/src and built there with
@@ -32,13 +34,16 @@
 # The last line is the verdict.
 set -eu
 
+reuse=0
+if [ "${1:-}" = "--reuse" ]; then reuse=1; shift; fi
 src=$(cd "$1" && pwd -P)
 mkdir -p "$2"
 out=$(cd "$2" && pwd -P)
 fail () { echo "package-check: FAIL: $*"; exit 1; }
 
-rm -rf "$out/src" "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo \
-  "$out/root"
+rm -rf "$out/root"
+if [ "$reuse" -eq 0 ]; then
+rm -rf "$out/src" "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
 mkdir -p "$out/src"
 (cd "$src" && git ls-files -z --cached --others --exclude-standard) |
   (cd "$src" && tar --null --ignore-failed-read -T - -cf -) |
@@ -68,6 +73,10 @@ linfo=$(grep -c '^I: ' "$out/lintian.log" || true)
 lover=$(grep -c '^O: ' "$out/lintian.log" || true)
 echo "lintian: $lerr error(s), $lwarn warning(s), $linfo info, $lover overridden"
 [ "$lerr" -eq 0 ] && [ "$lwarn" -eq 0 ] || fail "lintian errors or warnings"
+verdict="4 packages built; lintian: 0 errors, 0 warnings, $linfo info, $lover overridden"
+else
+  verdict="4 packages of $(ls "$out"/sattn_*.changes) (reused, not rebuilt)"
+fi
 
 echo "== install into a clean root"
 root=$out/root
@@ -98,4 +107,4 @@ unshare -m --propagation private sh -eu -c '
 ' sh "$root" || rc=$?
 rm -rf "$root"
 [ "$rc" -eq 0 ] || fail "the installed packages (above)"
-echo "package-check: PASS: 4 packages built; lintian: 0 errors, 0 warnings, $linfo info, $lover overridden; installed with dpkg -i into a clean root, used (gst-inspect, launch line, Python snippet, two C programs built with pkg-config alone, sattn-export), purged"
+echo "package-check: PASS: $verdict; installed with dpkg -i into a clean root, used (gst-inspect, launch line, Python snippet, two C programs built with pkg-config alone, sattn-export), purged"
