@@ -13,7 +13,7 @@
 #    next to the source tree); the build log's last lines are printed.
 # 2. lintian on the .changes: errors and warnings fail (each tag that is
 #    accepted is overridden, with the reason, in debian/*.lintian-overrides);
-#    informational tags are printed.
+#    informational and experimental tags (-I -E) are printed.
 # 3. The clean root: a throwaway overlay of this machine's / (overlayfs in
 #    a private mount namespace, chrooted into), with empty /tmp, /work and
 #    /root over the source and build trees, checked to hold no file named
@@ -64,16 +64,17 @@ done
 ndebs=$(ls "$out"/*.deb | grep -vc -- '-dbgsym_' || true)
 [ "$ndebs" -eq 4 ] || fail "expected 4 packages, got $ndebs"
 
-echo "== lintian -I --show-overrides $(basename "$changes")"
-lintian -I --show-overrides "$changes" >"$out/lintian.log" 2>&1 || true
+echo "== lintian -I -E --show-overrides $(basename "$changes")"
+lintian -I -E --show-overrides "$changes" >"$out/lintian.log" 2>&1 || true
 cat "$out/lintian.log"
 lerr=$(grep -c '^E: ' "$out/lintian.log" || true)
 lwarn=$(grep -c '^W: ' "$out/lintian.log" || true)
 linfo=$(grep -c '^I: ' "$out/lintian.log" || true)
 lover=$(grep -c '^O: ' "$out/lintian.log" || true)
-echo "lintian: $lerr error(s), $lwarn warning(s), $linfo info, $lover overridden"
+lexp=$(grep -c "^X: " "$out/lintian.log" || true)
+echo "lintian: $lerr error(s), $lwarn warning(s), $linfo info, $lexp experimental, $lover overridden"
 [ "$lerr" -eq 0 ] && [ "$lwarn" -eq 0 ] || fail "lintian errors or warnings"
-verdict="4 packages built; lintian: 0 errors, 0 warnings, $linfo info, $lover overridden"
+verdict="4 packages built; lintian: 0 errors, 0 warnings, $linfo info, $lexp experimental, $lover overridden"
 else
   verdict="4 packages of $(ls "$out"/sattn_*.changes) (reused, not rebuilt)"
 fi
