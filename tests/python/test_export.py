@@ -3,7 +3,8 @@
 is pointed at, whole, and says which part it wrote when it writes a part.
 
 Run as `python3 -m sattn.export` (the module the installed command runs)
-on files written by torch.save:
+for the first file, then through its main() in this process (PyTorch is
+imported once), on files written by torch.save:
 
   1. a pickled nn.TransformerEncoderLayer (pre-norm, gelu, eps 1e-6):
      written whole without --module; the file's metadata says
@@ -29,6 +30,8 @@ on files written by torch.save:
 Exit 77 (skip) when PyTorch is not importable.
 """
 
+import contextlib
+import io
 import json
 import os
 import struct
@@ -44,6 +47,7 @@ except ImportError:
 import numpy as np
 
 import sattn
+import sattn.export
 
 BOUND = 1e-5
 
@@ -56,11 +60,38 @@ def metadata(path):
         k for k in header if k != "__metadata__")
 
 
-def export(d, *args, ok=True):
-    cmd = [sys.executable, "-m", "sattn.export"] + list(args)
-    r = subprocess.run(cmd, cwd=d, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, universal_newlines=True,
-                       timeout=120)
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def export(d, *args, ok=True, process=False):
+    """sattn-export ARGS in directory d: as a process (python3 -m
+    sattn.export, what the installed command runs) or, to save importing
+    PyTorch again, its main() in this process, stdout and stderr
+    captured (an error's sys.exit message is its stderr)."""
+    if process:
+        r = subprocess.run([sys.executable, "-m", "sattn.export"]
+                           + list(args), cwd=d, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True,
+                           timeout=120)
+    else:
+        out, err, rc = io.StringIO(), io.StringIO(), 0
+        cwd = os.getcwd()
+        os.chdir(d)
+        try:
+            with contextlib.redirect_stdout(out), \
+                    contextlib.redirect_stderr(err):
+                rc = sattn.export.main(list(args))
+        except SystemExit as e:
+            if isinstance(e.code, str):
+                err.write(e.code + "\n")
+                rc = 1
+            else:
+                rc = e.code or 0
+        finally:
+            os.chdir(cwd)
+        r = Result(rc, out.getvalue(), err.getvalue())
     print("$ sattn-export " + " ".join(args))
     print(r.stdout + r.stderr, end="")
     if ok and r.returncode != 0:
@@ -116,7 +147,7 @@ def main():
         # 1. a pickled encoder layer, written whole
         layer = random_layer(True, "gelu", 1e-6, 1)
         torch.save(layer, os.path.join(d, "layer.pt"))
-        r = export(d, "layer.pt", "layer.safetensors")
+        r = export(d, "layer.pt", "layer.safetensors", process=True)
         assert r.stderr == "", r.stderr
         assert "whole nn.TransformerEncoderLayer" in r.stdout, r.stdout
         _, names = metadata(os.path.join(d, "layer.safetensors"))
