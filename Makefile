@@ -25,6 +25,12 @@
 #   make fuzz SECONDS=60
 #                    the weights reader's libFuzzer target for that long
 #                    (tests/fuzz/run-fuzz.sh into build-fuzz/, as CI runs it)
+#   make package-check
+#                    build the Debian packages (debian/) with
+#                    dpkg-buildpackage into build-deb/, run lintian, install
+#                    them into a clean root (a throwaway overlay of /) and
+#                    use them there (tests/package/package-check.sh; not in
+#                    CI, a few minutes)
 #   make clean       remove the build directories and demo output
 #
 # MESON_ARGS is passed to `meson setup` (and to `meson configure` when the
@@ -65,6 +71,11 @@ DEB_PACKAGES := $(DEMO_PACKAGES) \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
 	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps
 
+# Debian's packaging tools, for `make package-check` only (CI builds no
+# packages, so they are not in DEB_PACKAGES).
+PACKAGE_PACKAGES := dpkg-dev debhelper dh-python lintian fakeroot
+BUILD_DEB     ?= build-deb
+
 comma := ,
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
@@ -74,7 +85,8 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 .NOTPARALLEL:
 
 .PHONY: all deps deps-demo build build-asan build-tsan build-release test test-asan \
-	test-tsan demo seed bench soak fuzz-stream fuzz clean install-check
+	test-tsan demo seed bench soak fuzz-stream fuzz clean install-check \
+	package-check
 
 all: build
 
@@ -178,6 +190,11 @@ fuzz-stream: deps build
 # The weights reader's libFuzzer target for SECONDS seconds (default 60).
 fuzz: deps
 	sh tests/fuzz/run-fuzz.sh $(if $(SECONDS),$(SECONDS),60) $(CURDIR)/build-fuzz
+
+# The packages' Build-Depends are in DEB_PACKAGES.
+package-check: deps
+	$(call install_missing,$(PACKAGE_PACKAGES))
+	sh tests/package/package-check.sh $(CURDIR) $(BUILD_DEB)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz out

@@ -30,7 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gstsattn-meta.h"
+#include <sattn/gstsattn-meta.h>
 
 typedef struct {
   guint printed, to_print;

@@ -16,7 +16,11 @@
 #       `pkg-config --cflags --libs sattn` alone, run it from the prefix
 #       (LD_LIBRARY_PATH there, and checked to be the library it loads),
 #       check its output and compare it with the in-tree build's; load the
-#       installed element with gst-inspect-1.0 when there is one.
+#       installed element with gst-inspect-1.0 when there is one; with
+#       the element: compile examples/print-window-meta.c with
+#       `pkg-config --cflags --libs gstsattn-meta` alone and run it
+#       through the installed element; with the Python package: run the
+#       installed `sattn-export --help` from the prefix.
 #
 # The example's output ("frame i: in a b  out c d", identity projections,
 # causal attention) must have: rows for frames 0, 1, ... in order; row 0
@@ -202,4 +206,46 @@ if command -v gst-inspect-1.0 >/dev/null 2>&1; then
     gst-inspect-1.0 sattn >"$tmp/inspect.out"
   grep -q 'Version' "$tmp/inspect.out"
   echo "gst-inspect-1.0 sattn: $(grep -m1 'Long-name' "$tmp/inspect.out" | sed 's/^ *//')"
+fi
+
+# The export tool as installed: bin/sattn-export finds its package in the
+# prefix (no PYTHONPATH) and prints its help.
+if [ -n "$pkgdir" ]; then
+  exporter=$root/bin/sattn-export
+  need "$exporter"
+  [ "$missing" -eq 0 ] || exit 1
+  [ -x "$exporter" ] || { echo "sattn-export is not executable"; exit 1; }
+  env -u SATTN_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH "$exporter" --help \
+    >"$tmp/export-help.out"
+  grep -q '^usage: sattn-export' "$tmp/export-help.out" || {
+    echo "sattn-export --help:"; cat "$tmp/export-help.out"; exit 1; }
+  grep -q 'nn.TransformerEncoderLayer: the whole layer' "$tmp/export-help.out" \
+    || { echo "sattn-export --help does not describe what it writes"; exit 1; }
+  echo "sattn-export --help from ${exporter#"$stage"}: $(wc -l <"$tmp/export-help.out") lines"
+fi
+
+# The window metadata's header and its pkg-config file: print-window-meta
+# built with `pkg-config --cflags --libs gstsattn-meta` alone, run through
+# the installed element (and the system's audiotestsrc).
+if [ -f "$plugin" ] && pkg-config --exists gstreamer-1.0 2>/dev/null; then
+  mpc=$(find "$stage" -name gstsattn-meta.pc -path '*/pkgconfig/*' | head -n 1)
+  need "$includedir/sattn/gstsattn-meta.h"
+  [ -n "$mpc" ] || { echo "gstsattn-meta.pc was not installed"; exit 1; }
+  [ "$missing" -eq 0 ] || exit 1
+  sed "s|^prefix=.*|prefix=$root|" "$mpc" >"$tmp/pkgconfig/gstsattn-meta.pc"
+  mflags=$(pkg-config --cflags --libs gstsattn-meta)
+  echo "cc examples/print-window-meta.c $mflags"
+  case " $mflags " in
+    *"$src"*|*"$build"*) echo "pkg-config points into the tree: $mflags"; exit 1 ;;
+  esac
+  cp "$src/examples/print-window-meta.c" "$tmp/print-window-meta.c"
+  # shellcheck disable=SC2086  # flags are words
+  (cd "$tmp" && "$cc" -std=gnu11 -Wall -Wextra -Werror print-window-meta.c \
+    $mflags -o print-window-meta)
+  if command -v gst-inspect-1.0 >/dev/null 2>&1; then
+    env -u LD_LIBRARY_PATH GST_PLUGIN_PATH_1_0="$libdir/gstreamer-1.0" \
+      GST_REGISTRY_1_0="$tmp/registry-meta.bin" \
+      "$tmp/print-window-meta" --buffers 1 >"$tmp/meta.out"
+    echo "print-window-meta (installed header, installed element): $(tail -n 1 "$tmp/meta.out")"
+  fi
 fi
