@@ -155,18 +155,14 @@ sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
 /* ------------------------------------------------------ feed-forward */
 
 /* h <- act (h) rounded to float (kept as double: linear2 reads doubles).
- * GELU's erf is the float one (a double erf per hidden unit would cost
- * more than the rest of the layer); its argument and the products around
- * it are double. */
+ * GELU's erf is a float one (the kernel table's gelu: a double erf per
+ * hidden unit would cost more than the rest of the layer); its argument
+ * and the products around it are double. */
 static void
 activate (const SattnModel *m, double *restrict h, size_t n)
 {
   if (m->cfg.activation == SATTN_ACTIVATION_GELU) {
-    for (size_t t = 0; t < n; t++) {
-      double v = h[t];
-      h[t] = (float) (0.5 * v * (1.0 + (double) erff ((float) (v *
-                                                       M_SQRT1_2))));
-    }
+    sattn_kernels ()->gelu (h, n);
   } else {
     /* Rounded, then max (v, 0) in a loop of its own: it compiles to
      * maxpd, with no branch on the (random) signs of a hidden row. */
