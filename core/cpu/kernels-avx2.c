@@ -685,6 +685,20 @@ gelu_avx2 (double *restrict h, size_t n)
     h[i] = gelu1_portable (h[i]);
 }
 
+/* relu_portable (kernels-portable.h) on 4 doubles at a time: maxpd
+ * returns its second operand (+0) for NaN and for -0. */
+AVX2 static void
+relu_avx2 (double *restrict h, size_t n)
+{
+  const __m256d zero = _mm256_setzero_pd ();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm256_storeu_pd (h + i, _mm256_max_pd (_mm256_cvtps_pd (
+        _mm256_cvtpd_ps (_mm256_loadu_pd (h + i))), zero));
+  if (i < n)
+    relu_portable (h + i, n - i);
+}
+
 /* ------------------------------------------------------------- table */
 
 static void
@@ -734,5 +748,6 @@ const SattnKernels sattn_kernels_avx2 = {
   .widen = cvt256,
   .erf = erf_avx2,
   .gelu = gelu_avx2,
+  .relu = relu_avx2,
 };
 #endif /* SATTN_HAVE_X86 */

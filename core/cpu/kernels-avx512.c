@@ -982,6 +982,18 @@ gelu_avx512 (double *restrict h, size_t n)
   }
 }
 
+/* relu_avx2 (kernels-avx2.c) on 8 doubles at a time, the tail masked. */
+AVX512 static void
+relu_avx512 (double *restrict h, size_t n)
+{
+  const __m512d zero = _mm512_setzero_pd ();
+  for (size_t i = 0; i < n; i += 8) {
+    const __mmask8 m = n - i >= 8 ? 0xff : (__mmask8) ((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_pd (h + i, m, _mm512_max_pd (_mm512_cvtps_pd (
+        _mm512_cvtpd_ps (_mm512_maskz_loadu_pd (m, h + i))), zero));
+  }
+}
+
 /* ------------------------------------------------------------- table */
 
 /* The entries over the kernels above, in the default target (as the
@@ -1049,5 +1061,6 @@ const SattnKernels sattn_kernels_avx512 = {
   .widen = cvt512,
   .erf = erf_avx512,
   .gelu = gelu_avx512,
+  .relu = relu_avx512,
 };
 #endif /* SATTN_HAVE_X86 */

@@ -151,4 +151,5 @@ const SattnKernels sattn_kernels_portable = {
   .widen = cvtp,
   .erf = erf_portable,
   .gelu = gelu_portable,
+  .relu = relu_portable,
 };

@@ -292,4 +292,16 @@ gelu_portable (double *restrict h, size_t n)
     h[i] = gelu1_portable (h[i]);
 }
 
+/* ReLU of doubles rounded to float: rounded, then max (v, 0) in a loop
+ * of its own (no branch on the signs of a hidden row); NaN and -0 give
+ * +0, as the vector max (v, 0) does. */
+SATTN_LOOP void
+relu_portable (double *restrict h, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    h[i] = (float) h[i];
+  for (size_t i = 0; i < n; i++)
+    h[i] = h[i] > 0.0 ? h[i] : 0.0;
+}
+
 #endif

@@ -133,23 +133,17 @@ sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
 
 /* ------------------------------------------------------ feed-forward */
 
-/* h <- act (h) rounded to float (kept as double: linear2 reads doubles).
- * GELU's erf is a float one (the kernel table's gelu: a double erf per
- * hidden unit would cost more than the rest of the layer); its argument
- * and the products around it are double. */
+/* h <- act (h) rounded to float (kept as double: linear2 reads doubles),
+ * by the kernel table's loops.  GELU's erf is a float one (a double erf
+ * per hidden unit would cost more than the rest of the layer); its
+ * argument and the products around it are double. */
 static void
 activate (const SattnModel *m, double *restrict h, size_t n)
 {
-  if (m->cfg.activation == SATTN_ACTIVATION_GELU) {
+  if (m->cfg.activation == SATTN_ACTIVATION_GELU)
     sattn_kernels ()->gelu (h, n);
-  } else {
-    /* Rounded, then max (v, 0) in a loop of its own: it compiles to
-     * maxpd, with no branch on the (random) signs of a hidden row. */
-    for (size_t t = 0; t < n; t++)
-      h[t] = (float) h[t];
-    for (size_t t = 0; t < n; t++)
-      h[t] = h[t] > 0.0 ? h[t] : 0.0;
-  }
+  else
+    sattn_kernels ()->relu (h, n);
 }
 
 /* f (rows × d, stride ld) = linear2 (act (linear1 (u))) for rows of u

@@ -19,7 +19,10 @@
  * (the vector loops' remainders): within ulp (r) + 2^-24 |v| of
  * r = 0.5 v (1 + erf (v / sqrt 2)) in double (the float rounding of the
  * result, of erf near +-1 and of its argument), the same bytes at every
- * level.  Prints the largest errors seen.
+ * level.  ReLU (the table's relu: rounded to float, then max (v, 0))
+ * against that formula bit for bit at every level, NaN, -0, +-inf,
+ * doubles beyond the float range and below its subnormals included, at
+ * every tail length.  Prints the largest errors seen.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -220,6 +223,46 @@ test_gelu (int native)
   return fails != 0;
 }
 
+static int
+test_relu (int native)
+{
+  enum { N = 1000 };
+  static const double special[] = { NAN, -NAN, 0.0, -0.0, INFINITY,
+    -INFINITY, 1e300, -1e300, 1e-320, -1e-320, 3.4028235677973366e38,
+    -3.4028235677973366e38, 0x1p-150, -0x1p-150, 1.0000000000000002 };
+  const size_t ns = sizeof (special) / sizeof (special[0]);
+  double v[N], h[N], want[N];
+  int fails = 0;
+  for (size_t i = 0; i < N; i++)
+    v[i] = i < ns ? special[i] : 4.0 * (test_splitmix_uniform (&rng_state)
+                                        - 0.5);
+  for (size_t i = 0; i < N; i++) {
+    double r = (double) (float) v[i];
+    want[i] = r > 0.0 ? r : 0.0;
+  }
+  for (int level = 0; level <= native; level++) {
+    sattn_simd_force (level);
+    for (size_t len = 1; len <= 40; len++) {
+      /* The specials at every position of a short run. */
+      memcpy (h, v, len * sizeof (double));
+      sattn_kernels ()->relu (h, len);
+      if (memcmp (h, want, len * sizeof (double)) != 0) {
+        printf ("FAIL relu level %d: a run of %zu differs\n", level, len);
+        fails++;
+      }
+    }
+    memcpy (h, v, sizeof (h));
+    sattn_kernels ()->relu (h, N);
+    for (size_t i = 0; i < N; i++)
+      if (memcmp (&h[i], &want[i], sizeof (double)) != 0 && fails++ < 10)
+        printf ("FAIL relu level %d (%.17g) = %.17g, want %.17g\n", level,
+                v[i], h[i], want[i]);
+  }
+  printf ("relu: %d values at levels 0 to %d; %d failures\n", (int) N, native,
+          fails);
+  return fails != 0;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -238,6 +281,7 @@ main (int argc, char **argv)
     native = 2;
   int fails = test_erf (stride, native);
   fails += test_gelu (native);
+  fails += test_relu (native);
   sattn_simd_force (native);
   printf ("%s\n", fails ? "FAIL" : "PASS");
   return fails ? 1 : 0;
