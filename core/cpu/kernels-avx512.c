@@ -348,8 +348,12 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
 {
   size_t i = 0;
   /* Eight rows × 32 keys: sixteen independent FMA chains (the latency of
-   * two FMA ports with room to spare), 10 loads per 16 FMAs. */
-  for (; i + 8 <= m && nk >= 32; i += 8) {
+   * two FMA ports with room to spare), 10 loads per 16 FMAs.  Fewer than
+   * 32 keys take these tiles too when the max is asked for (the masked
+   * tail, eight chains): the rows below have none, and a row without one
+   * takes the softmax's per-row path (a whole model's windows of 16
+   * frames).  Every score is the same chain of FMAs whatever the tile. */
+  for (; i + 8 <= m && (nk >= 32 || rmax != NULL); i += 8) {
     const float *q0 = q + i * ldq;
     float *s0 = S + i * lds;
     size_t j = 0;
