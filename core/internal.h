@@ -538,7 +538,11 @@ void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b,
  * and so on) and linear.c's loops (see sattn_linear_d): double rows into
  * double (linear_dd) or float (linear_df) rows, float rows into float
  * rows (linear_ff), each with the signature of sattn_linear_d; widen:
- * rows × din floats (row stride ldx) into rows of din doubles. */
+ * rows × din floats (row stride ldx) into rows of din doubles; erf: y[i]
+ * = erf (x[i]) in float, within 0.68 ulp (kernels-portable.h says how);
+ * gelu: h[i] = GELU (h[i]) rounded to float, by that erf (see
+ * core/nn/layer.c); relu: h[i] = max (h[i] rounded to float, 0) (NaN and
+ * -0 give +0); these three give the same bytes at every level. */
 typedef void (*SattnQkFn) (const float *q, size_t ldq, const float *kt,
                            size_t ldkt, size_t m, size_t nk, size_t dh,
                            float *S, size_t lds);
@@ -582,6 +586,8 @@ typedef void (*SattnLinearFFFn) (const float *x, size_t ldx, size_t rows,
                                  float *y, size_t ldy);
 typedef void (*SattnWidenFn) (const float *x, size_t ldx, size_t rows,
                               size_t din, double *xb);
+typedef void (*SattnErfFn) (const float *x, float *y, size_t n);
+typedef void (*SattnActFn) (double *h, size_t n);
 
 typedef struct {
   const char *name;                 /* "portable", "avx2", "avx512" */
@@ -602,6 +608,8 @@ typedef struct {
   SattnLinearDFFn linear_df;
   SattnLinearFFFn linear_ff;
   SattnWidenFn widen;
+  SattnErfFn erf;
+  SattnActFn gelu, relu;
 } SattnKernels;
 
 /* The table of the level sattn_simd_level () says (chosen at the first

@@ -620,6 +620,85 @@ cvt256 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
   }
 }
 
+/* ------------------------------------------------------ erf and GELU */
+
+/* erf1_portable (kernels-portable.h) on 8 lanes: the segment's row of
+ * each coefficient picked by a permutation (the 8 segments are one
+ * vector), the same fused operations in the same order.  NaN and |x| >= 4
+ * index some segment (the low 3 bits) and are replaced as there. */
+AVX2 static inline __attribute__ ((always_inline)) __m256
+erf256 (__m256 x)
+{
+  const __m256 sign = _mm256_set1_ps (-0.0f);
+  const __m256 ax = _mm256_andnot_ps (sign, x);
+  const __m256i i = _mm256_cvttps_epi32 (_mm256_mul_ps (ax,
+                                                         _mm256_set1_ps (2.0f)));
+#define ERF_TAB(k) _mm256_permutevar8x32_ps (_mm256_load_ps (sattn_erf_tab[k]), i)
+  const __m256 t = _mm256_sub_ps (ax, ERF_TAB (SATTN_ERF_CTR));
+  __m256 acc = ERF_TAB (SATTN_ERF_Q6);
+  for (int k = SATTN_ERF_Q5; k >= SATTN_ERF_Q0; k--)
+    acc = _mm256_fmadd_ps (acc, t, ERF_TAB (k));
+  acc = _mm256_fmadd_ps (acc, t, ERF_TAB (SATTN_ERF_C1L));
+  acc = _mm256_fmadd_ps (acc, t, _mm256_fmadd_ps (ERF_TAB (SATTN_ERF_E), t,
+                                        ERF_TAB (SATTN_ERF_C0L)));
+  acc = _mm256_fmadd_ps (ERF_TAB (SATTN_ERF_C1H), t, acc);
+  __m256 r = _mm256_add_ps (ERF_TAB (SATTN_ERF_C0H), acc);
+#undef ERF_TAB
+  r = _mm256_blendv_ps (r, _mm256_set1_ps (1.0f),
+                        _mm256_cmp_ps (ax, _mm256_set1_ps (4.0f), _CMP_GE_OQ));
+  return _mm256_or_ps (r, _mm256_and_ps (x, sign));
+}
+
+AVX2 static void
+erf_avx2 (const float *restrict x, float *restrict y, size_t n)
+{
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps (y + i, erf256 (_mm256_loadu_ps (x + i)));
+  for (; i < n; i++)
+    y[i] = erf1_portable (x[i]);
+}
+
+/* gelu1_portable on 8 doubles at a time. */
+AVX2 static void
+gelu_avx2 (double *restrict h, size_t n)
+{
+  const __m256d s = _mm256_set1_pd (M_SQRT1_2), half = _mm256_set1_pd (0.5);
+  const __m256d one = _mm256_set1_pd (1.0);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256d v0 = _mm256_loadu_pd (h + i);
+    const __m256d v1 = _mm256_loadu_pd (h + i + 4);
+    const __m256 e = erf256 (_mm256_set_m128 (
+        _mm256_cvtpd_ps (_mm256_mul_pd (v1, s)),
+        _mm256_cvtpd_ps (_mm256_mul_pd (v0, s))));
+    const __m256d e0 = _mm256_cvtps_pd (_mm256_castps256_ps128 (e));
+    const __m256d e1 = _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1));
+    const __m256d y0 = _mm256_mul_pd (_mm256_mul_pd (half, v0),
+                                      _mm256_add_pd (one, e0));
+    const __m256d y1 = _mm256_mul_pd (_mm256_mul_pd (half, v1),
+                                      _mm256_add_pd (one, e1));
+    _mm256_storeu_pd (h + i, _mm256_cvtps_pd (_mm256_cvtpd_ps (y0)));
+    _mm256_storeu_pd (h + i + 4, _mm256_cvtps_pd (_mm256_cvtpd_ps (y1)));
+  }
+  for (; i < n; i++)
+    h[i] = gelu1_portable (h[i]);
+}
+
+/* relu_portable (kernels-portable.h) on 4 doubles at a time: maxpd
+ * returns its second operand (+0) for NaN and for -0. */
+AVX2 static void
+relu_avx2 (double *restrict h, size_t n)
+{
+  const __m256d zero = _mm256_setzero_pd ();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm256_storeu_pd (h + i, _mm256_max_pd (_mm256_cvtps_pd (
+        _mm256_cvtpd_ps (_mm256_loadu_pd (h + i))), zero));
+  if (i < n)
+    relu_portable (h + i, n - i);
+}
+
 /* ------------------------------------------------------------- table */
 
 static void
@@ -667,5 +746,8 @@ const SattnKernels sattn_kernels_avx2 = {
   .linear_df = lin256_df,
   .linear_ff = lin256_ff,
   .widen = cvt256,
+  .erf = erf_avx2,
+  .gelu = gelu_avx2,
+  .relu = relu_avx2,
 };
 #endif /* SATTN_HAVE_X86 */

@@ -348,8 +348,12 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
 {
   size_t i = 0;
   /* Eight rows × 32 keys: sixteen independent FMA chains (the latency of
-   * two FMA ports with room to spare), 10 loads per 16 FMAs. */
-  for (; i + 8 <= m && nk >= 32; i += 8) {
+   * two FMA ports with room to spare), 10 loads per 16 FMAs.  Fewer than
+   * 32 keys take these tiles too when the max is asked for (the masked
+   * tail, eight chains): the rows below have none, and a row without one
+   * takes the softmax's per-row path (a whole model's windows of 16
+   * frames).  Every score is the same chain of FMAs whatever the tile. */
+  for (; i + 8 <= m && (nk >= 32 || rmax != NULL); i += 8) {
     const float *q0 = q + i * ldq;
     float *s0 = S + i * lds;
     size_t j = 0;
@@ -911,6 +915,89 @@ cvt512 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
     }
 }
 
+/* ------------------------------------------------------ erf and GELU */
+
+/* erf256 (kernels-avx2.c) on 16 lanes: the 8 segments' coefficients
+ * twice in a vector, picked by the low 4 bits of the index. */
+AVX512 static inline __attribute__ ((always_inline)) __m512
+erf512 (__m512 x)
+{
+  const __m512 ax = _mm512_abs_ps (x);
+  const __m512i i = _mm512_cvttps_epi32 (_mm512_mul_ps (ax,
+                                                         _mm512_set1_ps (2.0f)));
+#define ERF_TAB(k) _mm512_permutexvar_ps (i, _mm512_broadcast_f32x8 (      \
+      _mm256_load_ps (sattn_erf_tab[k])))
+  const __m512 t = _mm512_sub_ps (ax, ERF_TAB (SATTN_ERF_CTR));
+  __m512 acc = ERF_TAB (SATTN_ERF_Q6);
+  for (int k = SATTN_ERF_Q5; k >= SATTN_ERF_Q0; k--)
+    acc = _mm512_fmadd_ps (acc, t, ERF_TAB (k));
+  acc = _mm512_fmadd_ps (acc, t, ERF_TAB (SATTN_ERF_C1L));
+  acc = _mm512_fmadd_ps (acc, t, _mm512_fmadd_ps (ERF_TAB (SATTN_ERF_E), t,
+                                        ERF_TAB (SATTN_ERF_C0L)));
+  acc = _mm512_fmadd_ps (ERF_TAB (SATTN_ERF_C1H), t, acc);
+  __m512 r = _mm512_add_ps (ERF_TAB (SATTN_ERF_C0H), acc);
+#undef ERF_TAB
+  r = _mm512_mask_mov_ps (r, _mm512_cmp_ps_mask (ax, _mm512_set1_ps (4.0f),
+                                                  _CMP_GE_OQ),
+                          _mm512_set1_ps (1.0f));
+  /* r | (x & sign) */
+  return _mm512_castsi512_ps (_mm512_ternarylogic_epi32 (
+      _mm512_castps_si512 (r), _mm512_castps_si512 (x),
+      _mm512_set1_epi32 (INT32_MIN), 0xf8));
+}
+
+AVX512 static void
+erf_avx512 (const float *restrict x, float *restrict y, size_t n)
+{
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff
+        : (__mmask16) ((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps (y + i, m, erf512 (_mm512_maskz_loadu_ps (m,
+                                                                     x + i)));
+  }
+}
+
+/* gelu1_portable (kernels-portable.h) on 16 doubles at a time, the tail
+ * masked. */
+AVX512 static void
+gelu_avx512 (double *restrict h, size_t n)
+{
+  const __m512d s = _mm512_set1_pd (M_SQRT1_2), half = _mm512_set1_pd (0.5);
+  const __m512d one = _mm512_set1_pd (1.0);
+  for (size_t i = 0; i < n; i += 16) {
+    const size_t left = n - i;
+    const __mmask8 m0 = left >= 8 ? 0xff : (__mmask8) ((1u << left) - 1u);
+    const __mmask8 m1 = left >= 16 ? 0xff : left <= 8 ? 0
+        : (__mmask8) ((1u << (left - 8)) - 1u);
+    const __m512d v0 = _mm512_maskz_loadu_pd (m0, h + i);
+    const __m512d v1 = _mm512_maskz_loadu_pd (m1, h + i + 8);
+    const __m512 e = erf512 (_mm512_insertf32x8 (_mm512_castps256_ps512 (
+        _mm512_cvtpd_ps (_mm512_mul_pd (v0, s))),
+        _mm512_cvtpd_ps (_mm512_mul_pd (v1, s)), 1));
+    const __m512d e0 = _mm512_cvtps_pd (_mm512_castps512_ps256 (e));
+    const __m512d e1 = _mm512_cvtps_pd (_mm512_extractf32x8_ps (e, 1));
+    const __m512d y0 = _mm512_mul_pd (_mm512_mul_pd (half, v0),
+                                      _mm512_add_pd (one, e0));
+    const __m512d y1 = _mm512_mul_pd (_mm512_mul_pd (half, v1),
+                                      _mm512_add_pd (one, e1));
+    _mm512_mask_storeu_pd (h + i, m0, _mm512_cvtps_pd (_mm512_cvtpd_ps (y0)));
+    _mm512_mask_storeu_pd (h + i + 8, m1,
+                           _mm512_cvtps_pd (_mm512_cvtpd_ps (y1)));
+  }
+}
+
+/* relu_avx2 (kernels-avx2.c) on 8 doubles at a time, the tail masked. */
+AVX512 static void
+relu_avx512 (double *restrict h, size_t n)
+{
+  const __m512d zero = _mm512_setzero_pd ();
+  for (size_t i = 0; i < n; i += 8) {
+    const __mmask8 m = n - i >= 8 ? 0xff : (__mmask8) ((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_pd (h + i, m, _mm512_max_pd (_mm512_cvtps_pd (
+        _mm512_cvtpd_ps (_mm512_maskz_loadu_pd (m, h + i))), zero));
+  }
+}
+
 /* ------------------------------------------------------------- table */
 
 /* The entries over the kernels above, in the default target (as the
@@ -976,5 +1063,8 @@ const SattnKernels sattn_kernels_avx512 = {
   .linear_df = lin512_df,
   .linear_ff = lin512_ff,
   .widen = cvt512,
+  .erf = erf_avx512,
+  .gelu = gelu_avx512,
+  .relu = relu_avx512,
 };
 #endif /* SATTN_HAVE_X86 */

@@ -149,4 +149,7 @@ const SattnKernels sattn_kernels_portable = {
   .linear_df = linp_df,
   .linear_ff = linp_ff,
   .widen = cvtp,
+  .erf = erf_portable,
+  .gelu = gelu_portable,
+  .relu = relu_portable,
 };

@@ -171,4 +171,137 @@ lin_portable (const void *restrict x, int xf, size_t ldx, size_t rows,
   }
 }
 
+/* ------------------------------------------------------ erf and GELU */
+
+/* erf in float on 8 segments of [0, 4) (width 0.5, segment i = (int) 2|x|):
+ * around the segment's centre c (0 for the first), t = |x| - c (exact:
+ * Sterbenz) and
+ *
+ *   erf (c + t) ~ c0 + c1 t + t^2 Q (t),   Q of degree 6,
+ *
+ * with c0 = erf (c) and c1 = erf' (c) each as a float pair (hi + lo),
+ * evaluated as c0h + fma (c1h, t, fma (fma (Q (t), t, c1l), t, c0l)): the
+ * two leading terms keep their rounding to the last two operations.  On
+ * the first segment (c0 = 0) that would round c1 t's small correction on
+ * its own, which for subnormal t costs half an ulp more; there the same
+ * operations compute fma (fma (Q (t), t, c1 - 1), t, t) instead (c0h =
+ * c1h = 0, c1l = c1 - 1, and the addend of the middle fma is
+ * fma (e, t, c0l) with e = 1 there, 0 elsewhere: t or c0l, exactly).  The
+ * result is within 0.68 ulp of erf (0.671 measured over every float of
+ * [0, 4) by `test-erf 1`, tests/kernel/test-erf.c).  Q is a least-squares fit on 300 Chebyshev nodes of
+ * (erf (c + t) - c0 - c1 t) / t^2 (on the first segment of erf (t) / t,
+ * whose constant term is c1), coefficients rounded to float.  |x| >= 4
+ * gives 1 (erf rounds to 1 from 3.92 on), NaN stays NaN, erf (-x) =
+ * -erf (x).
+ *
+ * Every level computes exactly these operations in this order with
+ * fused multiply-adds (fmaf here, the FMA instructions in the vector
+ * loops): the same bytes everywhere. */
+enum {
+  SATTN_ERF_CTR, SATTN_ERF_E, SATTN_ERF_C0H, SATTN_ERF_C0L, SATTN_ERF_C1H,
+  SATTN_ERF_C1L,
+  SATTN_ERF_Q0, SATTN_ERF_Q1, SATTN_ERF_Q2, SATTN_ERF_Q3, SATTN_ERF_Q4,
+  SATTN_ERF_Q5, SATTN_ERF_Q6, SATTN_ERF_ROWS
+};
+
+static const float sattn_erf_tab[SATTN_ERF_ROWS][8]
+    __attribute__ ((aligned (32), unused)) = {
+  /* ctr */
+    { 0.0f, 0.75f, 1.25f, 1.75f,
+      2.25f, 2.75f, 3.25f, 3.75f },
+  /* e */
+    { 1.0f, 0.0f, 0.0f, 0.0f,
+      0.0f, 0.0f, 0.0f, 0.0f },
+  /* c0h */
+    { 0.0f, 0.711155653f, 0.92290014f, 0.986671686f,
+      0.998537302f, 0.999899387f, 0.999995708f, 0.999999881f },
+  /* c0l */
+    { 0.0f, -1.93463627e-08f, -1.20290338e-08f, -1.49533026e-08f,
+      -1.86038935e-08f, -9.28173893e-09f, -1.12450396e-08f, 5.48203305e-09f },
+  /* c1h */
+    { 0.0f, 0.642931044f, 0.236521125f, 0.0527749956f,
+      0.00714231888f, 0.000586277223f, 2.91890246e-05f, 8.81432186e-07f },
+  /* c1l */
+    { 0.128379166f, 2.50934917e-08f, -2.39249198e-09f, 3.64735936e-10f,
+      1.43695139e-10f, 2.39016376e-11f, 7.39143501e-13f, 5.32549816e-15f },
+  /* q0 */
+    { 9.87855628e-08f, -0.482198298f, -0.295651406f, -0.0923562422f,
+      -0.0160702169f, -0.00161226245f, -9.48643356e-05f, -3.30537046e-06f },
+  /* q1 */
+    { -0.376130611f, 0.0267886911f, 0.167535812f, 0.0901573077f,
+      0.0217245445f, 0.00276038679f, 0.000195810397f, 7.96978202e-06f },
+  /* q2 */
+    { 6.95017588e-05f, 0.150686979f, -0.00615935633f, -0.0481022373f,
+      -0.0190833844f, -0.00325811026f, -0.00028656947f, -1.38413998e-05f },
+  /* q3 */
+    { 0.112273179f, -0.0532293916f, -0.0471839197f, 0.00662130769f,
+      0.0106589179f, 0.00275605754f, 0.000313709723f, 1.83498123e-05f },
+  /* q4 */
+    { 0.00252250023f, -0.0268733576f, 0.0212974288f, 0.00896516815f,
+      -0.00290428824f, -0.00165759528f, -0.000263518217f, -1.925996e-05f },
+  /* q5 */
+    { -0.0332356989f, 0.0180066433f, 0.00371916173f, -0.0059610093f,
+      -0.000710285327f, 0.000638113357f, 0.000172800224f, 1.695024e-05f },
+  /* q6 */
+    { 0.00869289506f, 0.00232389406f, -0.00559907081f, 0.000675457995f,
+      0.000997814001f, -8.21494759e-05f, -8.19178167e-05f, -1.14545956e-05f },
+};
+
+/* erf (x), the scalar form of the vector loops (see above). */
+SATTN_LOOP float
+erf1_portable (float x)
+{
+  const float ax = fabsf (x);
+  /* NaN and |x| >= 4 take segment 0 (their value is replaced below). */
+  const int i = ax < 4.0f ? (int) (ax * 2.0f) : 0;
+  const float t = ax - sattn_erf_tab[SATTN_ERF_CTR][i];
+  float acc = sattn_erf_tab[SATTN_ERF_Q6][i];
+  for (int k = SATTN_ERF_Q5; k >= SATTN_ERF_Q0; k--)
+    acc = fmaf (acc, t, sattn_erf_tab[k][i]);
+  acc = fmaf (acc, t, sattn_erf_tab[SATTN_ERF_C1L][i]);
+  acc = fmaf (acc, t, fmaf (sattn_erf_tab[SATTN_ERF_E][i], t,
+                            sattn_erf_tab[SATTN_ERF_C0L][i]));
+  acc = fmaf (sattn_erf_tab[SATTN_ERF_C1H][i], t, acc);
+  float r = sattn_erf_tab[SATTN_ERF_C0H][i] + acc;
+  if (ax >= 4.0f)
+    r = 1.0f;
+  return copysignf (r, x);
+}
+
+/* GELU of a double, rounded to float: 0.5 v (1 + erf (v / sqrt 2)) with
+ * the float erf above on the argument rounded to float; the products and
+ * the sum around it in double. */
+SATTN_LOOP double
+gelu1_portable (double v)
+{
+  const double e = (double) erf1_portable ((float) (v * M_SQRT1_2));
+  return (double) (float) (0.5 * v * (1.0 + e));
+}
+
+SATTN_LOOP void
+erf_portable (const float *restrict x, float *restrict y, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    y[i] = erf1_portable (x[i]);
+}
+
+SATTN_LOOP void
+gelu_portable (double *restrict h, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    h[i] = gelu1_portable (h[i]);
+}
+
+/* ReLU of doubles rounded to float: rounded, then max (v, 0) in a loop
+ * of its own (no branch on the signs of a hidden row); NaN and -0 give
+ * +0, as the vector max (v, 0) does. */
+SATTN_LOOP void
+relu_portable (double *restrict h, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    h[i] = (float) h[i];
+  for (size_t i = 0; i < n; i++)
+    h[i] = h[i] > 0.0 ? h[i] : 0.0;
+}
+
 #endif

@@ -45,88 +45,67 @@ sattn_layer_scratch (const SattnModel *m)
 
 /* See internal.h: mean and variance by two passes (no cancellation) in
  * double, each output rounded to float once.  Each row's sums are chains
- * in index order.  Four rows are taken together, their chains side by
- * side in registers (independent: they overlap in the pipeline instead
- * of waiting for each other), each row computed by the same operations
- * as alone; the rows left over one at a time.  LN_ROWS defines both
- * versions (XT: the input's type, float or double). */
+ * in index order.  Eight rows are taken together (then four, then one),
+ * their chains side by side in registers (independent: they overlap in
+ * the pipeline instead of waiting for each other; eight keep both adders
+ * busy where four left them waiting on the adds' latency), each row
+ * computed by the same operations as alone.  LN_ROWS defines the
+ * version for an input type XT (float or double); LN_BLOCK is its block
+ * of K rows. */
+#define LN_BLOCK(XT, K)                                                      \
+  for (; i + (K) <= rows; i += (K)) {                                        \
+    const XT *xr[K];                                                         \
+    double s[K], mean[K], v[K], inv[K];                                      \
+    _Pragma ("GCC unroll 8")                                                 \
+    for (size_t k = 0; k < (K); k++) {                                       \
+      xr[k] = x + (i + k) * ldx;                                             \
+      s[k] = 0.0;                                                            \
+      v[k] = 0.0;                                                            \
+    }                                                                        \
+    for (size_t t = 0; t < d; t++) {                                         \
+      _Pragma ("GCC unroll 8")                                               \
+      for (size_t k = 0; k < (K); k++)                                       \
+        s[k] += (double) xr[k][t];                                           \
+    }                                                                        \
+    _Pragma ("GCC unroll 8")                                                 \
+    for (size_t k = 0; k < (K); k++)                                         \
+      mean[k] = s[k] / (double) d;                                           \
+    for (size_t t = 0; t < d; t++) {                                         \
+      _Pragma ("GCC unroll 8")                                               \
+      for (size_t k = 0; k < (K); k++) {                                     \
+        double e = (double) xr[k][t] - mean[k];                              \
+        v[k] += e * e;                                                       \
+      }                                                                      \
+    }                                                                        \
+    _Pragma ("GCC unroll 8")                                                 \
+    for (size_t k = 0; k < (K); k++)                                         \
+      inv[k] = 1.0 / sqrt (v[k] / (double) d + eps);                         \
+    for (size_t k = 0; k < (K); k++) {                                       \
+      float *yr = y + (i + k) * ldy;                                         \
+      double *restrict ydr = yd != NULL ? yd + (i + k) * ldyd : NULL;        \
+      for (size_t t = 0; t < d; t++) {                                       \
+        double o = ((double) xr[k][t] - mean[k]) * inv[k];                   \
+        if (w != NULL)                                                       \
+          o *= (double) w[t];                                                \
+        if (b != NULL)                                                       \
+          o += (double) b[t];                                                \
+        yr[t] = (float) o;                                                   \
+        if (ydr != NULL)                                                     \
+          ydr[t] = (double) yr[t];                                           \
+      }                                                                      \
+    }                                                                        \
+  }
+
 #define LN_ROWS(name, XT)                                                    \
-static void                                                                  \
-name##_1 (const XT *x, float *y, double *restrict yd, size_t d,              \
-          const float *w, const float *b, double eps)                        \
-{                                                                            \
-  double sum = 0.0, var = 0.0;                                               \
-  for (size_t t = 0; t < d; t++)                                             \
-    sum += (double) x[t];                                                    \
-  const double mean = sum / (double) d;                                      \
-  for (size_t t = 0; t < d; t++) {                                           \
-    double e = (double) x[t] - mean;                                         \
-    var += e * e;                                                            \
-  }                                                                          \
-  const double inv = 1.0 / sqrt (var / (double) d + eps);                    \
-  for (size_t t = 0; t < d; t++) {                                           \
-    double v = ((double) x[t] - mean) * inv;                                 \
-    if (w != NULL)                                                           \
-      v *= (double) w[t];                                                    \
-    if (b != NULL)                                                           \
-      v += (double) b[t];                                                    \
-    y[t] = (float) v;                                                        \
-    if (yd != NULL)                                                          \
-      yd[t] = (double) y[t];                                                 \
-  }                                                                          \
-}                                                                            \
-                                                                             \
 static void                                                                  \
 name (const XT *x, size_t ldx, float *y, size_t ldy, double *yd,             \
       size_t ldyd, size_t rows, size_t d, const float *w, const float *b,    \
       double eps)                                                            \
 {                                                                            \
   size_t i = 0;                                                              \
-  for (; i + 4 <= rows; i += 4) {                                            \
-    const XT *x0 = x + i * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx,              \
-        *x3 = x2 + ldx;                                                      \
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;                           \
-    for (size_t t = 0; t < d; t++) {                                         \
-      s0 += (double) x0[t];                                                  \
-      s1 += (double) x1[t];                                                  \
-      s2 += (double) x2[t];                                                  \
-      s3 += (double) x3[t];                                                  \
-    }                                                                        \
-    const double m0 = s0 / (double) d, m1 = s1 / (double) d;                 \
-    const double m2 = s2 / (double) d, m3 = s3 / (double) d;                 \
-    double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;                           \
-    for (size_t t = 0; t < d; t++) {                                         \
-      double e0 = (double) x0[t] - m0, e1 = (double) x1[t] - m1;             \
-      double e2 = (double) x2[t] - m2, e3 = (double) x3[t] - m3;             \
-      v0 += e0 * e0;                                                         \
-      v1 += e1 * e1;                                                         \
-      v2 += e2 * e2;                                                         \
-      v3 += e3 * e3;                                                         \
-    }                                                                        \
-    const double mean[4] = { m0, m1, m2, m3 };                               \
-    const double inv[4] = {                                                  \
-      1.0 / sqrt (v0 / (double) d + eps), 1.0 / sqrt (v1 / (double) d + eps),\
-      1.0 / sqrt (v2 / (double) d + eps), 1.0 / sqrt (v3 / (double) d + eps),\
-    };                                                                       \
-    for (size_t k = 0; k < 4; k++) {                                         \
-      const XT *xr = x + (i + k) * ldx;                                      \
-      float *yr = y + (i + k) * ldy;                                         \
-      double *restrict ydr = yd != NULL ? yd + (i + k) * ldyd : NULL;        \
-      for (size_t t = 0; t < d; t++) {                                       \
-        double v = ((double) xr[t] - mean[k]) * inv[k];                      \
-        if (w != NULL)                                                       \
-          v *= (double) w[t];                                                \
-        if (b != NULL)                                                       \
-          v += (double) b[t];                                                \
-        yr[t] = (float) v;                                                   \
-        if (ydr != NULL)                                                     \
-          ydr[t] = (double) yr[t];                                           \
-      }                                                                      \
-    }                                                                        \
-  }                                                                          \
-  for (; i < rows; i++)                                                      \
-    name##_1 (x + i * ldx, y + i * ldy, yd != NULL ? yd + i * ldyd : NULL,   \
-              d, w, b, eps);                                                 \
+  LN_BLOCK (XT, 8)                                                           \
+  LN_BLOCK (XT, 4)                                                           \
+  LN_BLOCK (XT, 1)                                                           \
 }
 
 LN_ROWS (norm_rows_f, float)
@@ -154,27 +133,17 @@ sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
 
 /* ------------------------------------------------------ feed-forward */
 
-/* h <- act (h) rounded to float (kept as double: linear2 reads doubles).
- * GELU's erf is the float one (a double erf per hidden unit would cost
- * more than the rest of the layer); its argument and the products around
- * it are double. */
+/* h <- act (h) rounded to float (kept as double: linear2 reads doubles),
+ * by the kernel table's loops.  GELU's erf is a float one (a double erf
+ * per hidden unit would cost more than the rest of the layer); its
+ * argument and the products around it are double. */
 static void
 activate (const SattnModel *m, double *restrict h, size_t n)
 {
-  if (m->cfg.activation == SATTN_ACTIVATION_GELU) {
-    for (size_t t = 0; t < n; t++) {
-      double v = h[t];
-      h[t] = (float) (0.5 * v * (1.0 + (double) erff ((float) (v *
-                                                       M_SQRT1_2))));
-    }
-  } else {
-    /* Rounded, then max (v, 0) in a loop of its own: it compiles to
-     * maxpd, with no branch on the (random) signs of a hidden row. */
-    for (size_t t = 0; t < n; t++)
-      h[t] = (float) h[t];
-    for (size_t t = 0; t < n; t++)
-      h[t] = h[t] > 0.0 ? h[t] : 0.0;
-  }
+  if (m->cfg.activation == SATTN_ACTIVATION_GELU)
+    sattn_kernels ()->gelu (h, n);
+  else
+    sattn_kernels ()->relu (h, n);
 }
 
 /* f (rows × d, stride ld) = linear2 (act (linear1 (u))) for rows of u

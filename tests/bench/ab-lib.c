@@ -22,7 +22,10 @@
  * same code created first).  Prints B's time over A's (below 1: B is
  * faster): the median per pair of turns of each half and their geometric
  * mean, the estimate; the quantiles over both halves and the µs per push
- * of each side.  Every push's output rows
+ * of each side, with its useful GFLOP/s (bench.c's count per frame: the
+ * new frame's Q, K, V and output projections with random weights, 2 n d
+ * for Q K^T and P V) as a share of the one-thread FMA peak measured
+ * after every pair of turns (ab_fma_peak, the median).  Every push's output rows
  * of B are compared with A's byte for byte; the exit status is 1 when they
  * differ (the change under test is not byte-identical), 2 on a usage or
  * load error.  Defaults: W1 (d_model 64, 4 heads, window 256, hop 16),
@@ -186,8 +189,10 @@ main (int argc, char **argv)
   double *ratio = malloc (max_pairs * sizeof (double));
   double *us[2] = { malloc (max_pairs * sizeof (double)),
     malloc (max_pairs * sizeof (double)) };
+  double *peak = malloc (max_pairs * sizeof (double));
+  unsigned long peak_iters = 1000;
   if (!wt || !bias || !pool || !out[0] || !out[1] || !ratio || !us[0] ||
-      !us[1]) {
+      !us[1] || !peak) {
     fprintf (stderr, "sattn-ab: out of memory\n");
     return 2;
   }
@@ -264,6 +269,16 @@ main (int argc, char **argv)
       }
       us[0][pairs] = d[0];
       us[1][pairs] = d[1];
+      /* The peak turn, towards the shorter turn's length (at most
+       * doubled or halved per pair: see sattn-ab-whole). */
+      const double p0 = ab_now_us ();
+      peak[pairs] = ab_fma_peak (peak_iters);
+      const double pt = ab_now_us () - p0;
+      if (pt > 0.0) {
+        double f = (d[0] < d[1] ? d[0] : d[1]) * (double) slice / pt;
+        f = f > 2.0 ? 2.0 : f < 0.5 ? 0.5 : f;
+        peak_iters = (unsigned long) ((double) peak_iters * f) + 1;
+      }
       ratio[pairs++] = d[1] / d[0];
     }
     for (int t = 0; t < 2; t++)
@@ -280,6 +295,11 @@ main (int argc, char **argv)
   qsort (ratio, pairs, sizeof (double), ab_cmp_double);
   qsort (us[0], pairs, sizeof (double), ab_cmp_double);
   qsort (us[1], pairs, sizeof (double), ab_cmp_double);
+  qsort (peak, pairs, sizeof (double), ab_cmp_double);
+  const double peak_med = ab_quantile (peak, pairs, 0.5);
+  const double flop_frame = 2.0 * ((random_weights ? 4.0 * (double) E *
+                                    (double) E : 0.0) +
+                                   2.0 * (double) window * (double) E);
   printf ("sattn-ab: d_model %zu, %zu heads, window %zu, hop %zu, %s "
           "weights, threads=%d; %zu pairs of %zu pushes of %zu frames\n", E,
           heads, window, hop, random_weights ? "random" : "identity", threads,
@@ -291,11 +311,19 @@ main (int argc, char **argv)
           "p75 %.3f  p90 %.3f\n", ab_quantile (ratio, pairs, 0.1),
           ab_quantile (ratio, pairs, 0.25), ab_quantile (ratio, pairs, 0.5),
           ab_quantile (ratio, pairs, 0.75), ab_quantile (ratio, pairs, 0.9));
-  for (int t = 0; t < 2; t++)
-    printf ("%s us/push: p10 %.2f  median %.2f  p90 %.2f  (%s)\n",
+  printf ("one-thread FMA peak between the turns: median %.1f GFLOP/s  "
+          "p10 %.1f  p90 %.1f; useful work %.0f FLOP per frame\n", peak_med,
+          ab_quantile (peak, pairs, 0.1), ab_quantile (peak, pairs, 0.9),
+          flop_frame);
+  for (int t = 0; t < 2; t++) {
+    const double g = (double) push * flop_frame /
+        ab_quantile (us[t], pairs, 0.5) * 1e-3;
+    printf ("%s us/push: p10 %.2f  median %.2f  p90 %.2f  useful GFLOP/s "
+            "%.2f = %.1f%% of peak  (%s)\n",
             t ? "B" : "A", ab_quantile (us[t], pairs, 0.1),
             ab_quantile (us[t], pairs, 0.5), ab_quantile (us[t], pairs, 0.9),
-            argv[1 + t]);
+            g, 100.0 * g / peak_med, argv[1 + t]);
+  }
   printf ("outputs: %zu of %zu pushes compared differ\n", differ, compared);
   free (wt);
   free (bias);
@@ -305,5 +333,6 @@ main (int argc, char **argv)
   free (ratio);
   free (us[0]);
   free (us[1]);
+  free (peak);
   return differ ? 1 : 0;
 }

@@ -22,7 +22,11 @@
  *
  * Prints windows/s of each side (the median turn, and p10 / p90), B's
  * time over A's (the median per pair of turns, geometric mean of the
- * halves) and useful GFLOP/s: the multiply-adds a window needs (x2),
+ * halves), the one-thread FMA peak measured after every pair of turns
+ * (ab_fma_peak, the median; a peak turn lasts about as long as the
+ * shorter turn of the pair)
+ * and useful GFLOP/s, also as a share of that peak: the multiply-adds a
+ * window needs (x2),
  * counting the work done once per frame where the model allows it (no
  * learned positions: the embedding and the first layer's Q, K and V of
  * the hop's new frames only) --
@@ -261,8 +265,11 @@ main (int argc, char **argv)
   double *ratio = malloc (max_pairs * sizeof (double));
   double *wps[2] = { malloc (max_pairs * sizeof (double)),
     malloc (max_pairs * sizeof (double)) };
+  double *peak = malloc (max_pairs * sizeof (double));
+  unsigned long peak_iters = 1000;
+  double peak_us = 0.0, turn_us = 0.0;
   if (!pool || !out[0] || !out[1] || !rows[0] || !rows[1] || !ratio ||
-      !wps[0] || !wps[1]) {
+      !wps[0] || !wps[1] || !peak) {
     fprintf (stderr, "sattn-ab-whole: out of memory\n");
     return 2;
   }
@@ -309,6 +316,20 @@ main (int argc, char **argv)
       }
       for (int t = 0; t < 2; t++)
         wps[t][pairs] = (double) windows[t] / d[t] * 1e6;
+      /* The peak turn, sized to last about as long as A's turn. */
+      const double p0 = ab_now_us ();
+      peak[pairs] = ab_fma_peak (peak_iters);
+      const double pt = ab_now_us () - p0;
+      peak_us += pt;
+      turn_us += d[0] + d[1];
+      /* Towards the shorter turn of the pair (a turn stretched by a
+       * preemption would stretch the peak turns after it), at most
+       * doubled or halved per pair. */
+      if (pt > 0.0) {
+        double f = (d[0] < d[1] ? d[0] : d[1]) / pt;
+        f = f > 2.0 ? 2.0 : f < 0.5 ? 0.5 : f;
+        peak_iters = (unsigned long) ((double) peak_iters * f) + 1;
+      }
       ratio[pairs++] = d[1] / d[0];
     }
     for (int t = 0; t < 2; t++)
@@ -325,6 +346,8 @@ main (int argc, char **argv)
   qsort (ratio, pairs, sizeof (double), ab_cmp_double);
   qsort (wps[0], pairs, sizeof (double), ab_cmp_double);
   qsort (wps[1], pairs, sizeof (double), ab_cmp_double);
+  qsort (peak, pairs, sizeof (double), ab_cmp_double);
+  const double peak_med = ab_quantile (peak, pairs, 0.5);
   printf ("sattn-ab-whole: %s: frame %zu -> d_model %zu, %zu heads, d_ff "
           "%zu, %zu layers, %zu classes, %s positions; window %zu, hop %zu, "
           "pushes of %zu frames, threads=%d (B: %d); %zu pairs of %zu "
@@ -338,13 +361,17 @@ main (int argc, char **argv)
           sqrt (half_median[0] * half_median[1]), half_median[0],
           half_median[1], ab_quantile (ratio, pairs, 0.1),
           ab_quantile (ratio, pairs, 0.9));
+  printf ("one-thread FMA peak between the turns: median %.1f GFLOP/s  "
+          "p10 %.1f  p90 %.1f  (%.0f%% of the run's time)\n", peak_med,
+          ab_quantile (peak, pairs, 0.1), ab_quantile (peak, pairs, 0.9),
+          100.0 * peak_us / (peak_us + turn_us));
   for (int t = 0; t < 2; t++) {
     const double med = ab_quantile (wps[t], pairs, 0.5);
     printf ("%s windows/s: median %.0f  p10 %.0f  p90 %.0f  useful GFLOP/s "
-            "%.2f  (%s)\n", t ? "B" : "A", med,
+            "%.2f = %.1f%% of peak  (%s)\n", t ? "B" : "A", med,
             ab_quantile (wps[t], pairs, 0.1),
             ab_quantile (wps[t], pairs, 0.9), med * flop_window * 1e-9,
-            argv[1 + t]);
+            100.0 * med * flop_window * 1e-9 / peak_med, argv[1 + t]);
   }
   printf ("outputs: %zu of %zu pushes compared differ\n", differ, compared);
   free (pool);
@@ -354,5 +381,6 @@ main (int argc, char **argv)
     free (wps[t]);
   }
   free (ratio);
+  free (peak);
   return differ ? 1 : 0;
 }

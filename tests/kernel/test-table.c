@@ -53,7 +53,9 @@ check_entries (int level, const SattnKernels *k)
          k->pv_norm && k->softmax_scan && k->softmax_max && k->exp_sum &&
          k->exp_sum_stats && k->mul && k->finite && k->copy_rows &&
          k->transpose_rows && k->add_bias && k->linear_dd && k->linear_df &&
-         k->linear_ff && k->widen, "level %d: an entry of %s is not set",
+         k->linear_ff && k->widen && k->erf && k->gelu &&
+         k->relu,
+         "level %d: an entry of %s is not set",
          level, k->name ? k->name : "(unnamed)");
 }
 
