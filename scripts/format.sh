@@ -2,12 +2,17 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # Formats the C sources of the tree in one of two styles:
 #  - GStreamer's (gst-indent: GNU indent with the options of GStreamer
-#    1.22's scripts/gst-indent, run twice as it does): plugin/ and the
-#    code that drives the element or follows its style, tests/element,
-#    tests/soak, tests/tsan, tests/python and examples/;
-#  - the core's GNU-like style (clang-format with .clang-format at the
-#    top): core/, include/ and the core's tests, tests/core, tests/common,
-#    tests/kernel, tests/weights, tests/bench, tests/fuzz.
+#    1.22's scripts/gst-indent, run twice as it does): the .c files of
+#    plugin/ and of the code that drives the element or follows its
+#    style, tests/element, tests/soak, tests/tsan, tests/python and
+#    examples/.  Their headers are laid out by hand, as GStreamer's own
+#    pre-commit hook indents only .c files: GNU indent takes
+#    G_BEGIN_DECLS and G_DECLARE_* for declarations and misplaces what
+#    follows them;
+#  - the core's GNU-like style (clang-format 14, Debian 12's, with
+#    .clang-format at the top): core/, include/ and the core's tests,
+#    tests/core, tests/common, tests/kernel, tests/weights, tests/bench,
+#    tests/fuzz (.c and .h).
 # Each directory takes the style its code was written in (the one whose
 # one-time reformat changed fewer lines).  Only files git tracks are
 # formatted.
@@ -58,7 +63,7 @@ style_of () {
     *) return 0 ;;
   esac
   for d in $GST_DIRS; do
-    case $1 in "$d"/*) echo gst; return 0 ;; esac
+    case $1 in "$d"/*.c) echo gst; return 0 ;; "$d"/*) return 0 ;; esac
   done
   for d in $CORE_DIRS; do
     case $1 in "$d"/*) echo core; return 0 ;; esac
