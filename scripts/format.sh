@@ -5,14 +5,16 @@
 #    1.22's scripts/gst-indent, run twice as it does): the .c files of
 #    plugin/ and of the code that drives the element or follows its
 #    style, tests/element, tests/soak, tests/tsan, tests/python and
-#    examples/.  Their headers are laid out by hand, as GStreamer's own
+#    examples/ (but the two examples of the core alone).  Their headers are laid out by hand, as GStreamer's own
 #    pre-commit hook indents only .c files: GNU indent takes
 #    G_BEGIN_DECLS and G_DECLARE_* for declarations and misplaces what
 #    follows them;
 #  - the core's GNU-like style (clang-format 14, Debian 12's, with
 #    .clang-format at the top): core/, include/ and the core's tests,
 #    tests/core, tests/common, tests/kernel, tests/weights, tests/bench,
-#    tests/fuzz (.c and .h).
+#    tests/fuzz (.c and .h), and examples/use-library.c (which README.md
+#    shows, verbatim: readme-use-library checks it) and
+#    examples/seed-experiment.c.
 # Each directory takes the style its code was written in (the one whose
 # one-time reformat changed fewer lines).  Only files git tracks are
 # formatted.
@@ -43,7 +45,7 @@ GST_INDENT_OPTS="--braces-on-if-line --case-brace-indentation0
   --indent-level2 --leave-preprocessor-space"
 GST_DIRS="plugin tests/element tests/soak tests/tsan tests/python examples"
 CORE_DIRS="core include tests/core tests/common tests/kernel tests/weights
-  tests/bench tests/fuzz"
+  tests/bench tests/fuzz examples/use-library.c examples/seed-experiment.c"
 
 for tool in indent clang-format; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -62,11 +64,11 @@ style_of () {
     *.c|*.h) ;;
     *) return 0 ;;
   esac
+  for d in $CORE_DIRS; do
+    case $1 in "$d"|"$d"/*) echo core; return 0 ;; esac
+  done
   for d in $GST_DIRS; do
     case $1 in "$d"/*.c) echo gst; return 0 ;; "$d"/*) return 0 ;; esac
-  done
-  for d in $CORE_DIRS; do
-    case $1 in "$d"/*) echo core; return 0 ;; esac
   done
 }
 
@@ -76,9 +78,12 @@ trap 'rm -rf "$tmp"' EXIT
 # format STYLE FILE OUT: the formatted FILE into OUT.
 format () {
   if [ "$1" = gst ]; then
+    # GNU indent glues C99 designators to the comma or brace before them
+    # ("{.a = 1,.b = 2 }"); the sed puts the space back.
     # shellcheck disable=SC2086  # one word per option
     indent $GST_INDENT_OPTS -st < "$2" > "$tmp/pass1" &&
-      indent $GST_INDENT_OPTS -st < "$tmp/pass1" > "$3"
+      indent $GST_INDENT_OPTS -st < "$tmp/pass1" |
+      sed -e 's/\([{,]\)\.\([A-Za-z_][A-Za-z0-9_]* =\)/\1 .\2/g' > "$3"
   else
     clang-format --style=file:"$top/.clang-format" "$2" > "$3"
   fi
