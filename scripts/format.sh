@@ -5,10 +5,10 @@
 #    1.22's scripts/gst-indent, run twice as it does): the .c files of
 #    plugin/ and of the code that drives the element or follows its
 #    style, tests/element, tests/soak, tests/tsan, tests/python and
-#    examples/ (but the two examples of the core alone).  Their headers are laid out by hand, as GStreamer's own
-#    pre-commit hook indents only .c files: GNU indent takes
-#    G_BEGIN_DECLS and G_DECLARE_* for declarations and misplaces what
-#    follows them;
+#    examples/ (but the two examples of the core alone).  Their headers
+#    are laid out by hand, as GStreamer's own pre-commit hook indents
+#    only .c files: GNU indent takes G_BEGIN_DECLS and G_DECLARE_* for
+#    declarations and misplaces what follows them;
 #  - the core's GNU-like style (clang-format 14, Debian 12's, with
 #    .clang-format at the top): core/, include/ and the core's tests,
 #    tests/core, tests/common, tests/kernel, tests/weights, tests/bench,
@@ -16,7 +16,8 @@
 #    shows, verbatim: readme-use-library checks it) and
 #    examples/seed-experiment.c.
 # Each directory takes the style its code was written in (the one whose
-# one-time reformat changed fewer lines).  Only files git tracks are
+# one-time reformat changed fewer lines; the core's examples go with the
+# core).  Only files git tracks are
 # formatted.
 #
 #   scripts/format.sh            format in place

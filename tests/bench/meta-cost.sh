@@ -50,10 +50,12 @@ run () { # name pipeline...
 }
 for _ in $(seq "$reps"); do
   for g in $geoms; do
-    src=$(src_of "$(chan_of $g)")
+    src=$(src_of "$(chan_of "$g")")
+    # shellcheck disable=SC2086,SC2046  # descriptions split on purpose
     run "$g-base" $src ! $sink
     for m in false true; do
-      run "$g-$m" $src ! $(el_of $g) meta-structure=$m ! $sink
+      # shellcheck disable=SC2086,SC2046
+      run "$g-$m" $src ! $(el_of "$g") meta-structure=$m ! $sink
     done
   done
 done
@@ -67,7 +69,7 @@ for g in $geoms; do
   b=$(median "$work/$g-base")
   f=$(median "$work/$g-false")
   t=$(median "$work/$g-true")
-  awk -v g="$g" -v r="$(rows_of $g)" -v n="$nbuf" -v b="$b" -v f="$f" -v t="$t" 'BEGIN {
+  awk -v g="$g" -v r="$(rows_of "$g")" -v n="$nbuf" -v b="$b" -v f="$f" -v t="$t" 'BEGIN {
     d = (t - f) / n * 1e6;
     printf "| %s | %d | %.3f s | %.3f s | %.2f us | %.3f us | %.3f -> %.3f s (%+.1f%%) |\n",
       g, r, f, t, d, d / r, f - b, t - b, 100 * ((t - b) / (f - b) - 1) }'
