@@ -64,12 +64,14 @@ DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 # Everything (`make deps`, the tests; CI installs both lists): the demo's,
 # plus the good and bad plugins (gdppay/gdpdepay and srtsrc/srtsink for the
 # scale-out tests, which read command lines with ps from procps),
-# Python with GStreamer bindings, clang for the fuzzers, and
-# torch/matplotlib for the parity fixtures, the Python example and plots.
+# Python with GStreamer bindings, clang for the fuzzers,
+# torch/matplotlib for the parity fixtures, the Python example and plots,
+# and clang-format and indent for scripts/format.sh.
 DEB_PACKAGES := $(DEMO_PACKAGES) \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
-	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps
+	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps \
+	clang-format indent
 
 # Debian's packaging tools, for `make package-check` only (CI builds no
 # packages, so they are not in DEB_PACKAGES).

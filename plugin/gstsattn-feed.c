@@ -138,9 +138,11 @@ static GstFlowReturn
 gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
 {
   GstBuffer *buf = out->buf;
+  GstSattnMeta *meta = out->meta;
   GstClockTime pts, end;
   gsize rows = out->rows;
   GstFlowReturn ret;
+  gboolean meta_structure;
 
   if (buf == NULL)
     return GST_FLOW_OK;
@@ -156,6 +158,12 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
     gst_buffer_unref (buf);
     return GST_FLOW_OK;
   }
+
+  GST_OBJECT_LOCK (self);
+  meta_structure = self->meta_structure;
+  GST_OBJECT_UNLOCK (self);
+  if (meta != NULL && meta_structure)
+    gst_sattn_meta_add_custom (buf, meta);
 
   if (self->tensor_out)
     return gst_sattn_out_finish_rows (self, buf, rows);

@@ -18,6 +18,11 @@ G_GNUC_INTERNAL const GstMetaInfo *gst_sattn_meta_get_info (void);
  * there is no memory for them. */
 G_GNUC_INTERNAL GstSattnMeta *gst_sattn_meta_add (GstBuffer * buffer,
     guint cap_rows);
+/* Registers the GstCustomMeta GST_SATTN_META_CUSTOM_NAME (once). */
+G_GNUC_INTERNAL const GstMetaInfo *gst_sattn_meta_custom_get_info (void);
+/* Attaches meta's rows to buffer as that custom meta (its structure). */
+G_GNUC_INTERNAL void gst_sattn_meta_add_custom (GstBuffer * buffer,
+    const GstSattnMeta * meta);
 
 G_END_DECLS
 

@@ -72,6 +72,8 @@ struct _GstSattn
   gchar *labels;                /* labels file (output=classes); NULL =
                                    the model's own */
   guint top_k;                  /* labels and probabilities per message */
+  gboolean meta_structure;      /* also attach the window metadata as a
+                                   GstCustomMeta (gstsattn-meta.h) */
   gboolean add_zero_attn;
   gboolean running;             /* PAUSED or PLAYING: geometry frozen */
   guint64 weights_d_model;      /* E of the weights file checked at

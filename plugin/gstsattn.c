@@ -314,6 +314,7 @@ enum
   PROP_DISCONT_WAIT,
   PROP_LABELS,
   PROP_TOP_K,
+  PROP_META_STRUCTURE,
   /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
 };
 
@@ -627,6 +628,15 @@ gst_sattn_class_init (GstSattnClass * klass)
           "output=classes: how many labels and probabilities, most "
           "probable first, each 'sattn-class' message carries", 1, 64,
           GST_SATTN_DEFAULT_TOP_K, rw | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (gobject_class, PROP_META_STRUCTURE,
+      g_param_spec_boolean ("meta-structure", "Meta Structure",
+          "Also attach the window metadata as a GstCustomMeta '"
+          GST_SATTN_META_CUSTOM_NAME "' carrying a GstStructure with the "
+          "fields of the C struct GstSattnMeta (which every output buffer "
+          "carries), so that Python (PyGObject) can read it.  Off by "
+          "default: its GValues cost about 0.15 us per output row (+21 to "
+          "29% of the element's CPU on 64 channels, window 256, hop 16)",
+          FALSE, rw | GST_PARAM_MUTABLE_PLAYING));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -645,6 +655,7 @@ gst_sattn_class_init (GstSattnClass * klass)
   /* Window metadata on every output buffer (gstsattn-meta.h): registered
    * with the class, before any buffer can carry it. */
   gst_sattn_meta_get_info ();
+  gst_sattn_meta_custom_get_info ();
 
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_OUTPUT, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_START, 0);
@@ -681,6 +692,7 @@ gst_sattn_init (GstSattn * self)
   gst_sattn_obs_init (&self->obs, GST_ELEMENT (self), self->sinkpad);
 
   self->top_k = GST_SATTN_DEFAULT_TOP_K;
+  self->meta_structure = FALSE;
   gst_sattn_classes_reset (&self->classes);
   self->props.window = DEFAULT_WINDOW;
   self->props.hop = DEFAULT_HOP;
@@ -844,7 +856,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
       prop_id != PROP_ALIGNMENT_THRESHOLD && prop_id != PROP_DISCONT_WAIT &&
-      prop_id != PROP_TOP_K &&
+      prop_id != PROP_TOP_K && prop_id != PROP_META_STRUCTURE &&
       prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
@@ -928,6 +940,9 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_TOP_K:
       self->top_k = g_value_get_uint (value);
+      break;
+    case PROP_META_STRUCTURE:
+      self->meta_structure = g_value_get_boolean (value);
       break;
     case PROP_ALIGNMENT_THRESHOLD:
       self->alignment_threshold = g_value_get_uint64 (value);
@@ -1025,6 +1040,9 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
       break;
     case PROP_TOP_K:
       g_value_set_uint (value, self->top_k);
+      break;
+    case PROP_META_STRUCTURE:
+      g_value_set_boolean (value, self->meta_structure);
       break;
     case PROP_ALIGNMENT_THRESHOLD:
       g_value_set_uint64 (value, self->alignment_threshold);

@@ -6,6 +6,11 @@
  * schedule (one window every hop frames, the rest at the drain) and the
  * segment (running time = base + PTS).
  *
+ * The element runs with meta-structure=true, and wherever a buffer's
+ * struct is read (get_meta), its Python-readable twin, the GstCustomMeta
+ * with a GstStructure, must be there exactly when the struct is and hold
+ * the same values, through every copy, adapter and split below.
+ *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
@@ -19,6 +24,82 @@
 #define RATE 1000
 #define CHANNELS 2
 #define BASE (5 * GST_SECOND)
+
+/* The structure's array name: one value of type t per row of m, equal
+ * to the row member at byte offset off. */
+static void
+check_array (const GstStructure * s, const gchar * name, GType t,
+    const GstSattnMeta * m, gsize off)
+{
+  const GValue *arr = gst_structure_get_value (s, name);
+  guint i;
+
+  fail_unless (arr != NULL && GST_VALUE_HOLDS_ARRAY (arr),
+      "the structure has no array '%s'", name);
+  fail_unless_equals_int (gst_value_array_get_size (arr), m->n_rows);
+  for (i = 0; i < m->n_rows; i++) {
+    const GValue *v = gst_value_array_get_value (arr, i);
+    const guint8 *p = (const guint8 *) &m->rows[i] + off;
+
+    fail_unless (G_VALUE_HOLDS (v, t), "'%s'[%u] is a %s", name, i,
+        G_VALUE_TYPE_NAME (v));
+    if (t == G_TYPE_UINT64) {
+      fail_unless_equals_uint64 (g_value_get_uint64 (v), *(guint64 *) p);
+    } else if (t == G_TYPE_UINT) {
+      fail_unless_equals_uint64 (g_value_get_uint (v), *(guint32 *) p);
+    } else {
+      fail_unless_equals_int (g_value_get_boolean (v), *(gboolean *) p);
+    }
+  }
+}
+
+/* buf's window metadata (NULL if none), after checking that its
+ * GstCustomMeta is present exactly when the struct is and holds the same
+ * values. */
+static GstSattnMeta *
+get_meta (GstBuffer * buf)
+{
+  GstSattnMeta *m = gst_buffer_get_sattn_meta (buf);
+  GstCustomMeta *cm = gst_buffer_get_custom_meta (buf,
+      GST_SATTN_META_CUSTOM_NAME);
+  const GstStructure *s;
+  guint u = 0;
+  guint64 rb = 0;
+
+  if (m == NULL) {
+    fail_unless (cm == NULL, "a custom meta where the struct was dropped");
+    return NULL;
+  }
+  fail_unless (cm != NULL, "the struct without its custom meta");
+  s = gst_custom_meta_get_structure (cm);
+  fail_unless (gst_structure_has_name (s, GST_SATTN_META_CUSTOM_NAME));
+  fail_unless (gst_structure_get_uint (s, "version", &u));
+  fail_unless_equals_int (u, m->version);
+  fail_unless (gst_structure_get_uint (s, "window", &u));
+  fail_unless_equals_int (u, m->window);
+  fail_unless (gst_structure_get_uint (s, "n-rows", &u));
+  fail_unless_equals_int (u, m->n_rows);
+  fail_unless (gst_structure_get_uint64 (s, "row-bytes", &rb));
+  fail_unless_equals_uint64 (rb, m->row_bytes);
+  fail_unless_equals_int (gst_structure_n_fields (s), 12);
+  check_array (s, "first-frame", G_TYPE_UINT64, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, first_frame));
+  check_array (s, "n-frames", G_TYPE_UINT, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, n_frames));
+  check_array (s, "valid-keys", G_TYPE_UINT, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, valid_keys));
+  check_array (s, "masked-keys", G_TYPE_UINT, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, masked_keys));
+  check_array (s, "fully-masked-rows", G_TYPE_UINT, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, fully_masked_rows));
+  check_array (s, "valid", G_TYPE_BOOLEAN, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, valid));
+  check_array (s, "window-start", G_TYPE_UINT64, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, window_start));
+  check_array (s, "window-end", G_TYPE_UINT64, m,
+      G_STRUCT_OFFSET (GstSattnMetaRow, window_end));
+  return m;
+}
 
 /* Frame f of the pushed stream is usable (inside it, not GAP, no NaN). */
 static gboolean
@@ -52,7 +133,7 @@ run_stream (gint output, guint window, guint hop, gsize T, gsize gap0,
   x[nan_at * d + 1] = NAN;
 
   h = sattn_harness_new ("window", window, "hop", hop, "output", output,
-      NULL);
+      "meta-structure", TRUE, NULL);
   sattn_set_caps (h, RATE, CHANNELS);
   gst_segment_init (&seg, GST_FORMAT_TIME);
   seg.base = BASE;
@@ -137,7 +218,7 @@ check_stream (gint output, guint window, guint hop)
   fail_unless (bufs->len > 0);
   for (b = 0; b < bufs->len; b++) {
     GstBuffer *buf = g_ptr_array_index (bufs, b);
-    GstSattnMeta *m = gst_buffer_get_sattn_meta (buf);
+    GstSattnMeta *m = get_meta (buf);
     gsize row_bytes;
 
     fail_unless (m != NULL, "buffer %u has no window metadata", b);
@@ -201,7 +282,7 @@ static gboolean
 meta_exact (GstBuffer * buf, gsize at, const GstSattnMetaRow * rows,
     gsize n, gsize row_bytes)
 {
-  GstSattnMeta *m = gst_buffer_get_sattn_meta (buf);
+  GstSattnMeta *m = get_meta (buf);
   gsize size = gst_buffer_get_size (buf);
 
   if (m == NULL)
@@ -224,7 +305,7 @@ all_rows (GPtrArray * bufs, gsize * n, gsize * row_bytes)
 
   *n = 0;
   for (b = 0; b < bufs->len; b++) {
-    GstSattnMeta *m = gst_buffer_get_sattn_meta (g_ptr_array_index (bufs,
+    GstSattnMeta *m = get_meta (g_ptr_array_index (bufs,
             b));
 
     rows = g_renew (GstSattnMetaRow, rows, *n + m->n_rows);
@@ -251,14 +332,14 @@ GST_START_TEST (test_meta_copies)
 
   for (b = 0; b < bufs->len && buf == NULL; b++) {
     GstBuffer *x = g_ptr_array_index (bufs, b);
-    if (gst_buffer_get_sattn_meta (x)->n_rows >= 4)
+    if (get_meta (x)->n_rows >= 4)
       buf = x;
   }
   fail_unless (buf != NULL, "no output buffer of 4 rows or more");
-  m = gst_buffer_get_sattn_meta (buf);
+  m = get_meta (buf);
 
   copy = gst_buffer_copy (buf);
-  c = gst_buffer_get_sattn_meta (copy);
+  c = get_meta (copy);
   fail_unless (c != NULL && c != m);
   fail_unless_equals_int (c->n_rows, m->n_rows);
   fail_unless (memcmp (c->rows, m->rows, m->n_rows *
@@ -268,14 +349,14 @@ GST_START_TEST (test_meta_copies)
   /* Rows 1 and 2; rows 1 to the end. */
   copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL, m->row_bytes,
       2 * m->row_bytes);
-  c = gst_buffer_get_sattn_meta (copy);
+  c = get_meta (copy);
   fail_unless (c != NULL);
   fail_unless_equals_int (c->n_rows, 2);
   fail_unless (memcmp (c->rows, m->rows + 1, 2 *
           sizeof (GstSattnMetaRow)) == 0);
   gst_buffer_unref (copy);
   copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL, m->row_bytes, -1);
-  c = gst_buffer_get_sattn_meta (copy);
+  c = get_meta (copy);
   fail_unless (c != NULL);
   fail_unless_equals_int (c->n_rows, m->n_rows - 1);
   fail_unless_equals_uint64 (c->rows[0].first_frame, m->rows[1].first_frame);
@@ -284,11 +365,11 @@ GST_START_TEST (test_meta_copies)
   /* Regions that cut a row: its bytes would not be the meta's rows. */
   copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL,
       m->row_bytes + m->row_bytes / 2, -1);
-  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
+  fail_unless (get_meta (copy) == NULL);
   gst_buffer_unref (copy);
   copy = gst_buffer_copy_region (buf, GST_BUFFER_COPY_ALL, 0,
       2 * m->row_bytes + 4);
-  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
+  fail_unless (get_meta (copy) == NULL);
   gst_buffer_unref (copy);
 
   /* The metadata copied into a buffer of another size (what a GstAdapter
@@ -297,17 +378,17 @@ GST_START_TEST (test_meta_copies)
   copy = gst_buffer_new_allocate (NULL, 3 * m->row_bytes, NULL);
   fail_unless (gst_buffer_copy_into (copy, buf, GST_BUFFER_COPY_METADATA, 0,
           -1));
-  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
+  fail_unless (get_meta (copy) == NULL);
   gst_buffer_unref (copy);
   copy = gst_buffer_new_allocate (NULL, gst_buffer_get_size (buf), NULL);
   fail_unless (gst_buffer_copy_into (copy, buf, GST_BUFFER_COPY_METADATA, 0,
           -1));
-  c = gst_buffer_get_sattn_meta (copy);
+  c = get_meta (copy);
   fail_unless (c != NULL && c->n_rows == m->n_rows);
   /* A second buffer's meta into the same buffer: a merge, dropped. */
   fail_unless (gst_buffer_copy_into (copy, buf, GST_BUFFER_COPY_METADATA, 0,
           -1));
-  fail_unless (gst_buffer_get_sattn_meta (copy) == NULL);
+  fail_unless (get_meta (copy) == NULL);
   gst_buffer_unref (copy);
 
   g_ptr_array_unref (bufs);
@@ -372,7 +453,8 @@ check_split (const gchar * duration, gboolean gaps)
 {
   const gsize T = 400;
   float *x = g_new (float, T * CHANNELS);
-  gchar *line = g_strdup_printf ("sattn window=8 hop=4 output=mean ! "
+  gchar *line = g_strdup_printf ("sattn window=8 hop=4 output=mean "
+      "meta-structure=true ! "
       "audiobuffersplit output-buffer-duration=%s", duration);
   GstHarness *h;
   GstElement *split = gst_element_factory_make ("audiobuffersplit", NULL);
@@ -401,7 +483,7 @@ check_split (const gchar * duration, gboolean gaps)
   }
   fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
   while ((buf = gst_harness_try_pull (h)) != NULL) {
-    GstSattnMeta *m = gst_buffer_get_sattn_meta (buf);
+    GstSattnMeta *m = get_meta (buf);
 
     if (m == NULL) {
       dropped++;
@@ -449,6 +531,41 @@ GST_START_TEST (test_meta_audiobuffersplit)
 
 GST_END_TEST;
 
+/* Off by default: the struct alone; meta-structure=true while playing
+ * adds the custom meta from the next output buffer on. */
+GST_START_TEST (test_meta_structure_property)
+{
+  float x[8 * CHANNELS];
+  GstHarness *h = sattn_harness_new ("window", 4, "hop", 2, NULL);
+  GstBuffer *buf;
+  gboolean on = TRUE;
+  gint i;
+
+  g_object_get (h->element, "meta-structure", &on, NULL);
+  fail_unless (!on, "meta-structure is on by default");
+  sattn_set_caps (h, RATE, CHANNELS);
+  sattn_fill_signal (x, 8 * CHANNELS, 3, 1.0f);
+  for (i = 0; i < 2; i++) {
+    if (i == 1)
+      g_object_set (h->element, "meta-structure", TRUE, NULL);
+    fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+                sizeof (x), gst_util_uint64_scale (8 * i, GST_SECOND, RATE),
+                0)), GST_FLOW_OK);
+    buf = gst_harness_pull (h);
+    fail_unless (gst_buffer_get_sattn_meta (buf) != NULL);
+    if (i == 0) {
+      fail_unless (gst_buffer_get_custom_meta (buf,
+              GST_SATTN_META_CUSTOM_NAME) == NULL);
+    } else {
+      fail_unless (get_meta (buf)->n_rows == 8);
+    }
+    gst_buffer_unref (buf);
+  }
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
 static Suite *
 sattn_meta_suite (void)
 {
@@ -462,6 +579,7 @@ sattn_meta_suite (void)
   tcase_add_test (tc, test_meta_copies);
   tcase_add_test (tc, test_meta_adapter);
   tcase_add_test (tc, test_meta_audiobuffersplit);
+  tcase_add_test (tc, test_meta_structure_property);
   return s;
 }
 
