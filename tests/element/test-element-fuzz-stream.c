@@ -49,6 +49,17 @@
  *  - every value is finite (finite output whatever the input);
  *  - PTS never decrease between two downstream SEGMENT/FLUSH_STOP events
  *    and PTS + DURATION never wraps;
+ *  - its GstSattnMeta (README "Window metadata") has one row per output
+ *    row, each exact: the frames it accounts for (counted from the
+ *    timeline's start), the running time (on the segment sent downstream)
+ *    of its window's first key frame and of the window's end, the
+ *    window's masked key positions (padding, GAP and invalid frames),
+ *    no fully masked softmax row, and whether its query frames (pooled:
+ *    the pooled frames) had a usable one; the window a frames-mode row
+ *    was computed in is the first on the hop schedule ending after it;
+ *  - the element runs with threads 1 to 4; one episode in four with
+ *    threads > 1 runs a second time with threads=1, and everything that
+ *    came out (values, times, flags, meta) must be byte-identical;
  * and after the episode (EOS): every timeline ended by a drain has all
  * its frames accounted for (frames in == frames out in frames mode,
  * counting frames of downstream GAP events), a timeline ended by a flush
@@ -76,6 +87,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
+#include "gstsattn-meta.h"
 
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
@@ -212,6 +224,8 @@ typedef struct
   gboolean flushed;             /* closed by a flush: held frames dropped */
   guint64 out_next;             /* frames accounted for by outputs */
   guint64 rows;                 /* rows pushed */
+  guint64 wend;                 /* frames mode: end of the window of the
+                                   last row checked (0: none yet) */
   gboolean saw_buffer, after_gap;
 } Timeline;
 
@@ -226,6 +240,11 @@ typedef struct
   gboolean discont, gap;
   gsize n_floats, f0;           /* floats at f0 in Episode.floats */
   gint channels;                /* IT_CAPS */
+  GstSegment seg;               /* IT_SEGMENT */
+  /* IT_BUFFER: its GstSattnMeta (meta_rows G_MAXUINT: none), rows at
+   * meta_r0 in Episode.meta */
+  guint meta_rows, meta_window, meta_r0;
+  gsize meta_row_bytes;
 } Item;
 
 typedef struct
@@ -240,6 +259,7 @@ typedef struct
   guint window, hop, fs, heads, lookback;
   gboolean causal, post_messages;
   gint output, start, policy;
+  gint threads;                 /* the element's threads (1..4) */
   gdouble scale;
   const WFixture *wf;
   gdouble wscale;
@@ -277,6 +297,9 @@ typedef struct
   /* output side */
   GArray *items;
   GArray *floats;
+  GArray *meta;                 /* GstSattnMetaRow of the items */
+  GstSegment oseg;              /* the last segment downstream */
+  GChecksum *digest;            /* of everything that came out */
   gint out_channels;
   gboolean scope_any;
   GstClockTime scope_last;
@@ -310,7 +333,8 @@ enum
   ST_SEGMENT, ST_SEG_NONTIME, ST_CAPS, ST_EOS, ST_PROP, ST_READY, ST_ATTN,
   ST_WEIGHTS, ST_ERROR_POLICY, ST_OUT_BUFFERS, ST_RESYNCS, ST_HUGE_GAP,
   ST_MEAN_BIG, ST_PROJ_BIG, ST_POS_SEGMENT, ST_LATE, ST_CLOCK_END,
-  ST_GAP_NOTHING, ST_ATTN_LATE, ST_REFUSED, ST_DEFERRED, N_ST
+  ST_GAP_NOTHING, ST_ATTN_LATE, ST_REFUSED, ST_DEFERRED, ST_THREADS,
+  ST_TWIN, ST_META_ROWS, N_ST
 };
 static const gchar *st_names[N_ST] = {
   "buffers", "odd-sized", "empty", "large", "with special values",
@@ -322,7 +346,9 @@ static const gchar *st_names[N_ST] = {
   "special-valued buffers with output=mean", "episodes with overflowing weights",
   "position-only segments", "late or overlapping times",
   "times near the clock's end", "no-sample GAPs on a half frame",
-  "attn requests after caps", "refused caps", "deferred geometry sets"
+  "attn requests after caps", "refused caps", "deferred geometry sets",
+  "episodes with threads > 1", "threads twins (byte-identical to threads=1)",
+  "meta rows checked"
 };
 static guint64 stats[N_ST];
 
@@ -687,9 +713,18 @@ out_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
 
   if (info->type & GST_PAD_PROBE_TYPE_BUFFER) {
     GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
+    GstSattnMeta *meta = gst_buffer_get_sattn_meta (buf);
     GstMapInfo map;
 
     it.type = IT_BUFFER;
+    it.meta_rows = G_MAXUINT;
+    if (meta) {
+      it.meta_rows = meta->n_rows;
+      it.meta_window = meta->window;
+      it.meta_row_bytes = meta->row_bytes;
+      it.meta_r0 = e->meta->len;
+      g_array_append_vals (e->meta, meta->rows, meta->n_rows);
+    }
     it.pts = GST_BUFFER_PTS (buf);
     it.dur = GST_BUFFER_DURATION (buf);
     it.discont = GST_BUFFER_IS_DISCONT (buf);
@@ -724,9 +759,14 @@ out_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
         it.type = IT_GAP;
         gst_event_parse_gap (ev, &it.pts, &it.dur);
         break;
-      case GST_EVENT_SEGMENT:
+      case GST_EVENT_SEGMENT:{
+        const GstSegment *seg;
+
         it.type = IT_SEGMENT;
+        gst_event_parse_segment (ev, &seg);
+        it.seg = *seg;
         break;
+      }
       case GST_EVENT_FLUSH_STOP:
         it.type = IT_FLUSH_STOP;
         break;
@@ -768,6 +808,87 @@ tl_index (const Timeline * t, GstClockTime ts)
   if (tl_ts (t, f + 1) == ts)
     return (gint64) f + 1;
   return -1;
+}
+
+/* Running time of ts on the segment the element sent last. */
+static GstClockTime
+out_rt (Episode * e, GstClockTime ts)
+{
+  return gst_segment_to_running_time (&e->oseg, GST_FORMAT_TIME, ts);
+}
+
+/* Masked key positions of the window [end - window, end) of timeline t
+ * (positions before the timeline's start are padding). */
+static guint
+tl_masked (const Timeline * t, gint64 end, guint window)
+{
+  gint64 p;
+  guint n = 0;
+
+  for (p = end - (gint64) window; p < end; p++)
+    n += p < 0 || tl_frame_invalid (t, (guint64) p);
+  return n;
+}
+
+/* Row r of a buffer's GstSattnMeta against the model (README "Window
+ * metadata"): the row accounts for frames [first, first + n) of timeline
+ * t and was computed in the window ending at frame wend; valid_row says
+ * whether its query frames (pooled: the frames it pools) had a usable
+ * one.  Exact: frames, key counts, the window's running-time span; with
+ * validity_unknown (overflowing projections make frames invalid) only
+ * what does not depend on which frames are usable. */
+static void
+check_meta_row (Episode * e, const Item * it, const Timeline * t, guint r,
+    guint64 first, guint64 n, guint64 wend, gboolean valid_row)
+{
+  const GstSattnMetaRow *m = &g_array_index (e->meta, GstSattnMetaRow,
+      it->meta_r0 + r);
+  guint64 ws = wend > e->window ? wend - e->window : 0;
+
+  stats[ST_META_ROWS]++;
+  ep_check (e, m->first_frame == first && m->n_frames == n, "meta row %u: "
+      "frames %" G_GUINT64_FORMAT "+%u, expected %" G_GUINT64_FORMAT "+%"
+      G_GUINT64_FORMAT " (timeline %u)", r, m->first_frame, m->n_frames,
+      first, n, t->id);
+  ep_check (e, (guint64) m->valid_keys + m->masked_keys == e->window,
+      "meta row %u: %u valid + %u masked keys in a window of %u", r,
+      m->valid_keys, m->masked_keys, e->window);
+  ep_check (e, m->window_end == out_rt (e, tl_ts (t, wend)) &&
+      m->window_start == out_rt (e, tl_ts (t, ws)), "meta row %u: window "
+      "%" GST_TIME_FORMAT " - %" GST_TIME_FORMAT ", expected frames %"
+      G_GUINT64_FORMAT "-%" G_GUINT64_FORMAT " at %" GST_TIME_FORMAT " - %"
+      GST_TIME_FORMAT, r, GST_TIME_ARGS (m->window_start),
+      GST_TIME_ARGS (m->window_end), ws, wend,
+      GST_TIME_ARGS (out_rt (e, tl_ts (t, ws))),
+      GST_TIME_ARGS (out_rt (e, tl_ts (t, wend))));
+  if (e->validity_unknown)
+    return;
+  {
+    guint masked = tl_masked (t, (gint64) wend, e->window);
+
+    ep_check (e, m->masked_keys == masked, "meta row %u: %u masked keys, "
+        "expected %u (window ending at frame %" G_GUINT64_FORMAT " of "
+        "timeline %u)", r, m->masked_keys, masked, wend, t->id);
+  }
+  ep_check (e, m->fully_masked_rows == 0, "meta row %u: %u fully masked "
+      "softmax rows", r, m->fully_masked_rows);
+  ep_check (e, m->valid == valid_row, "meta row %u: valid %d, expected %d "
+      "(frames %" G_GUINT64_FORMAT "+%" G_GUINT64_FORMAT ")", r, m->valid,
+      valid_row, first, n);
+}
+
+/* The buffer has a meta of rows rows as wide as its rows. */
+static void
+check_meta_shape (Episode * e, const Item * it, gsize rows, gsize row_floats)
+{
+  ep_check (e, it->meta_rows != G_MAXUINT, "output buffer at %"
+      GST_TIME_FORMAT " without GstSattnMeta", GST_TIME_ARGS (it->pts));
+  ep_check (e, it->meta_rows == rows && it->meta_row_bytes == row_floats *
+      sizeof (float) && it->meta_window == e->window, "meta of %u rows of %"
+      G_GSIZE_FORMAT " bytes, window %u, on a buffer of %" G_GSIZE_FORMAT
+      " rows of %" G_GSIZE_FORMAT " bytes, window %u", it->meta_rows,
+      it->meta_row_bytes, it->meta_window, rows, row_floats * sizeof (float),
+      e->window);
 }
 
 static void
@@ -820,6 +941,8 @@ check_span (Episode * e, const Item * it)
      * saturate): which timeline an output belongs to cannot be told from
      * its time, so only the count: in frames mode the buffer rows of the
      * episode never exceed the frames received. */
+    if (it->type == IT_BUFFER)
+      check_meta_shape (e, it, rows, row_floats);
     if (e->output == OUT_FRAMES && it->type == IT_BUFFER) {
       guint64 frames = 0;
       guint k;
@@ -869,6 +992,7 @@ check_span (Episode * e, const Item * it)
         it->discont ? "set" : "missing", GST_TIME_ARGS (it->pts), a, t->id);
   t->saw_buffer = TRUE;
   t->after_gap = FALSE;
+  check_meta_shape (e, it, rows, row_floats);
 
   if (e->output == OUT_FRAMES) {
     gboolean all_inv = TRUE;
@@ -880,6 +1004,17 @@ check_span (Episode * e, const Item * it)
       const float *row = &g_array_index (e->floats, float,
           it->f0 + (f - a) * row_floats);
 
+      /* the row's window: the first one (on the hop schedule of the
+       * timeline, the first at window with start=wait) ending after f,
+       * cut by a drain */
+      while (f >= t->wend) {
+        t->wend = (e->start == START_WAIT && t->wend == 0) ? e->window :
+            t->wend + e->hop;
+        if (t->closed && t->wend > t->frames)
+          t->wend = t->frames;
+      }
+      check_meta_row (e, it, t, (guint) (f - a), f, 1, t->wend,
+          !tl_frame_invalid (t, f));
       if (e->validity_unknown)
         continue;
       if (!tl_frame_invalid (t, f)) {
@@ -914,6 +1049,9 @@ check_span (Episode * e, const Item * it)
       q0 = e->output == OUT_LAST ? (gint64) end - 1 :
           (gint64) end - (gint64) e->window;
       any_valid |= !tl_all_invalid (t, q0, (gint64) end);
+      if (end <= t->frames)
+        check_meta_row (e, it, t, (guint) r, pos, end - pos, end,
+            !tl_all_invalid (t, q0, (gint64) end));
       pos = end;
     }
     ep_check (e, end == (guint64) b, "%" G_GSIZE_FORMAT " pooled rows "
@@ -939,6 +1077,23 @@ ep_consume (Episode * e)
   for (i = 0; i < e->items->len; i++) {
     const Item *it = &g_array_index (e->items, Item, i);
 
+    /* everything that came out, for the threads twin */
+    g_checksum_update (e->digest, (const guchar *) &it->type,
+        sizeof it->type);
+    if (it->type == IT_BUFFER || it->type == IT_GAP) {
+      guint64 v[4] = { it->pts, it->dur, (guint64) it->discont,
+        (guint64) it->gap
+      };
+
+      g_checksum_update (e->digest, (const guchar *) v, sizeof v);
+    }
+    if (it->type == IT_BUFFER && it->n_floats != G_MAXSIZE)
+      g_checksum_update (e->digest, (const guchar *) &g_array_index
+          (e->floats, float, it->f0), it->n_floats * sizeof (float));
+    if (it->type == IT_BUFFER && it->meta_rows != G_MAXUINT)
+      g_checksum_update (e->digest, (const guchar *) &g_array_index
+          (e->meta, GstSattnMetaRow, it->meta_r0),
+          it->meta_rows * sizeof (GstSattnMetaRow));
     switch (it->type) {
       case IT_BUFFER:
       case IT_GAP:
@@ -948,6 +1103,9 @@ ep_consume (Episode * e)
         e->out_channels = it->channels;
         break;
       case IT_SEGMENT:
+        e->oseg = it->seg;
+        e->scope_any = FALSE;
+        break;
       case IT_FLUSH_STOP:
         e->scope_any = FALSE;
         break;
@@ -958,6 +1116,7 @@ ep_consume (Episode * e)
   }
   g_array_set_size (e->items, 0);
   g_array_set_size (e->floats, 0);
+  g_array_set_size (e->meta, 0);
   while ((ev = gst_harness_try_pull_event (e->h)) != NULL)
     gst_event_unref (ev);
 
@@ -1783,7 +1942,7 @@ op_ready (Episode * e)
 /* ------------------------------------------------------------ episodes */
 
 static void
-ep_setup (Episode * e, guint64 seed)
+ep_setup (Episode * e, guint64 seed, gint threads)
 {
   static const guint hops[] = { 1, 2, 3, 4, 5, 6, 7, 8, 10, 12 };
   static const gdouble scales[] = { 0.0, 0.0, 1.0, 0.25, 4.0 };
@@ -1796,6 +1955,10 @@ ep_setup (Episode * e, guint64 seed)
   e->tl = g_ptr_array_new_with_free_func (tl_free);
   e->items = g_array_new (FALSE, FALSE, sizeof (Item));
   e->floats = g_array_new (FALSE, FALSE, sizeof (float));
+  e->meta = g_array_new (FALSE, FALSE, sizeof (GstSattnMetaRow));
+  e->digest = g_checksum_new (G_CHECKSUM_SHA256);
+  e->threads = threads;
+  gst_segment_init (&e->oseg, GST_FORMAT_TIME);
   e->t0 = GST_CLOCK_TIME_NONE;
   gst_segment_init (&e->seg, GST_FORMAT_UNDEFINED);
   gst_segment_init (&e->tseg, GST_FORMAT_TIME);
@@ -1838,9 +2001,9 @@ ep_setup (Episode * e, guint64 seed)
   }
 
   ep_log (e, "window %u hop %u fs %u heads %u causal %d lookback %u "
-      "output %d start %d scale %g policy %d messages %d", e->window, e->hop,
-      e->fs, e->heads, e->causal, e->lookback, e->output, e->start, e->scale,
-      e->policy, e->post_messages);
+      "output %d start %d scale %g policy %d messages %d threads %d",
+      e->window, e->hop, e->fs, e->heads, e->causal, e->lookback, e->output,
+      e->start, e->scale, e->policy, e->post_messages, e->threads);
   if (e->wf) {
     wpath = scaled_weights (e->wf, e->wscale);
     ep_log (e, "weights %s x %g", e->wf->file, e->wscale);
@@ -1851,7 +2014,7 @@ ep_setup (Episode * e, guint64 seed)
       "lookback", e->lookback, "output", e->output, "start", e->start,
       "scale", e->scale, "invalid-frames", e->policy, "post-messages",
       e->post_messages, "weights", wpath, "discont-wait", (guint64) 0,
-      "message-interval", (guint64) 0, NULL);
+      "message-interval", (guint64) 0, "threads", e->threads, NULL);
   g_free (wpath);
   /* Downstream takes audio/x-raw only, so that the rate rules refuse caps
    * (other/tensors output: test-element-tensor.c). */
@@ -1874,6 +2037,8 @@ ep_teardown (Episode * e)
   g_ptr_array_unref (e->tl);
   g_array_unref (e->items);
   g_array_unref (e->floats);
+  g_array_unref (e->meta);
+  g_checksum_free (e->digest);
   g_free (e->carry);
 }
 
@@ -1910,15 +2075,18 @@ ep_final_checks (Episode * e)
  * check's failure path has left the episode. */
 static Episode the_episode;
 
-static void
-run_episode (guint64 seed)
+/* One episode with the element's threads set to threads; returns the
+ * digest of everything that came out (g_free it). */
+static gchar *
+run_episode_threads (guint64 seed, gint threads)
 {
   Episode *e = &the_episode;
   guint n_ops, i;
   gboolean verbose = g_getenv ("SATTN_FUZZ_VERBOSE") != NULL;
   const gchar *tmo = g_getenv ("SATTN_FUZZ_TIMEOUT");
+  gchar *digest;
 
-  ep_setup (e, seed);
+  ep_setup (e, seed, threads);
   current = e;
   alarm (tmo ? (guint) atoi (tmo) : 60);
 
@@ -1965,7 +2133,51 @@ run_episode (guint64 seed)
     fprintf (stderr, "seed %" G_GUINT64_FORMAT ": %s\n", seed, e->log->str);
   alarm (0);
   current = NULL;
+  digest = g_strdup (g_checksum_get_string (e->digest));
   ep_teardown (e);
+  return digest;
+}
+
+/* Episode seed: the element runs with 1 thread (half the episodes) or 2
+ * to 4 (drawn from a generator of its own, so that the episode's events
+ * are the same for every count); one episode in four with threads > 1
+ * runs again with
+ * threads=1 and everything that came out (values, times, flags, meta)
+ * must be byte-identical (README "Threads"). */
+static void
+run_episode (guint64 seed)
+{
+  guint32 s2[2] = { (guint32) seed ^ 0x7468u, (guint32) (seed >> 32) };
+  GRand *tr = g_rand_new_with_seed_array (s2, 2);
+  gint threads = g_rand_int_range (tr, 0, 2) ? 1 : g_rand_int_range (tr, 2,
+      5);
+  gboolean twin = threads > 1 && g_rand_int_range (tr, 0, 4) == 0;
+  gchar *d, *d1;
+
+  g_rand_free (tr);
+  stats[ST_THREADS] += threads > 1;
+  d = run_episode_threads (seed, threads);
+  if (twin) {
+    guint64 saved[N_ST];
+
+    /* the twin's events are counted once */
+    memcpy (saved, stats, sizeof stats);
+    d1 = run_episode_threads (seed, 1);
+    memcpy (stats, saved, sizeof stats);
+    stats[ST_TWIN]++;
+    if (g_strcmp0 (d, d1) != 0) {
+      gchar *rep = reproducer (seed);
+
+      fprintf (stderr, "\nsattn-fuzz: episode with seed %" G_GUINT64_FORMAT
+          " FAILED: threads=%d and threads=1 gave different outputs "
+          "(digest %s vs %s)\nreproduce: %s\n", seed, threads, d, d1, rep);
+      g_free (rep);
+      fail ("threads=%d and threads=1 differ (seed %" G_GUINT64_FORMAT ")",
+          threads, seed);
+    }
+    g_free (d1);
+  }
+  g_free (d);
 }
 
 static guint64
