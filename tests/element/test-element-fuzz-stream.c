@@ -9,7 +9,14 @@
  * channels) and READY cycles (frame-size, window, hop), EOS followed by a
  * flush and more data, samples that are NaN, +-Inf, +-1e38 or subnormal
  * (and whatever a sample cut between two buffers makes), trained weights
- * of tests/data scaled by 1e-30 to 3e38 (overflowing projections),
+ * (tests/data, and files written at start-up by st-writer.c: attention
+ * modules with RoPE or ALiBi, encoder layers post- and pre-norm, some in
+ * a stack's geometry causal=true lookback=window-hop, whole models per
+ * window with learned, RoPE or ALiBi positions and mean or last
+ * pooling), as written with tame input (no special values, whole
+ * samples: which frames are usable is known and checked) or scaled by
+ * 1e-30 to 3e38 (overflowing projections; flags and key counts then
+ * unchecked),
  * property changes while data flows and attn pad requests and releases.
  *
  * A reference model written here from the element's documented contract
@@ -88,6 +95,7 @@
  */
 #include "sattn-check.h"
 #include "gstsattn-meta.h"
+#include "st-writer.h"
 
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
@@ -100,16 +108,40 @@
 
 /* ------------------------------------------------------------ weights */
 
-/* Fixtures of tests/data used with scaled weights. */
+/* Weights files: fixtures of tests/data and files written at start-up
+ * (st-writer.c, seeded): attention modules with RoPE / ALiBi recorded,
+ * encoder layers (post- and pre-norm, relu / gelu, with and without
+ * positions) and whole models per window (learned, RoPE, ALiBi positions,
+ * one or two layers, mean or last pooling). */
+enum
+{ K_ATTN, K_LAYER, K_WHOLE, N_KINDS };
+
 typedef struct
 {
-  const gchar *file;
-  guint d_model, heads;
+  const gchar *file;            /* in tests/data, or the written file's
+                                   name */
+  guint d_model, heads;         /* d_model: values per input frame */
+  guint d_out;                  /* values per output row (one frame) */
+  gint kind;
+  const gchar *positions;       /* recorded, for the log */
+  gboolean written;             /* by st_write_* (else tests/data) */
+  gchar *path;
 } WFixture;
 
-static const WFixture wfixtures[] = {
-  {"e8_h1_basic.safetensors", 8, 1},
-  {"e12_h3_separate_nobias_biaskv.safetensors", 12, 3},
+static WFixture wfixtures[] = {
+  {"e8_h1_basic.safetensors", 8, 1, 8, K_ATTN, "none", FALSE, NULL},
+  {"e12_h3_separate_nobias_biaskv.safetensors", 12, 3, 12, K_ATTN, "none", FALSE, NULL},
+  {"whole_f8_c4.safetensors", 8, 2, 16, K_WHOLE, "learned", FALSE, NULL},
+  {"attn-rope.safetensors", 8, 2, 8, K_ATTN, "rope", TRUE, NULL},
+  {"attn-alibi-hf.safetensors", 8, 2, 8, K_ATTN, "alibi", TRUE, NULL},
+  {"attn-rope-interleaved-llama.safetensors", 8, 2, 8, K_ATTN,
+      "rope-interleaved", TRUE, NULL},
+  {"layer-post-relu.safetensors", 8, 2, 8, K_LAYER, "none", TRUE, NULL},
+  {"layer-pre-gelu-rope.safetensors", 8, 2, 8, K_LAYER, "rope", TRUE, NULL},
+  {"layer-post-gelu-alibi.safetensors", 8, 2, 8, K_LAYER, "alibi", TRUE, NULL},
+  {"whole-learned-2l.safetensors", 8, 2, 8, K_WHOLE, "learned", TRUE, NULL},
+  {"whole-rope-last.safetensors", 8, 2, 16, K_WHOLE, "rope", TRUE, NULL},
+  {"whole-alibi-mlp.safetensors", 8, 2, 8, K_WHOLE, "alibi", TRUE, NULL},
 };
 
 /* Scales applied to every weight: harmless ones, and
@@ -139,14 +171,82 @@ remove_tmp_dir (void)
   g_clear_pointer (&tmp_dir, g_free);
 }
 
+static gchar *
+tmp_file (const gchar * name)
+{
+  GError *err = NULL;
+
+  if (tmp_dir == NULL) {
+    tmp_dir = g_dir_make_tmp ("sattn-fuzz-XXXXXX", &err);
+    fail_unless (tmp_dir != NULL, "%s", err ? err->message : "");
+  }
+  return g_build_filename (tmp_dir, name, NULL);
+}
+
+/* An encoder layer for frames of 8 values, 2 heads, feed-forward 16. */
+static void
+write_layer (const gchar * path, guint32 seed, gboolean norm_first,
+    const gchar * activation, const gchar * positions)
+{
+  StWriter w;
+
+  st_init (&w, seed);
+  st_attn (&w, "self_attn.", LAYOUT_MHA, 8, 8);
+  st_linear (&w, "", "linear1", 16, 8, TRUE);
+  st_linear (&w, "", "linear2", 8, 16, TRUE);
+  st_norm (&w, "", "norm1", 8);
+  st_norm (&w, "", "norm2", 8);
+  st_meta (&w, "self_attn.num_heads", "2");
+  st_meta (&w, "norm_first", norm_first ? "1" : "0");
+  st_meta (&w, "activation", activation);
+  st_meta (&w, "positions", positions);
+  st_write (&w, path);
+}
+
+/* Every fixture's path; the written ones written. */
+static void
+fixtures_init (void)
+{
+  guint i;
+
+  if (wfixtures[0].path != NULL)
+    return;
+  for (i = 0; i < G_N_ELEMENTS (wfixtures); i++) {
+    WFixture *f = &wfixtures[i];
+
+    f->path = f->written ? tmp_file (f->file) :
+        g_build_filename (g_getenv ("SATTN_SOURCE_ROOT"), "tests", "data",
+        f->file, NULL);
+  }
+  g_free (st_write_layer (wfixtures[3].path, 31, LAYOUT_MHA, 8, 8, 2, "rope",
+          0));
+  g_free (st_write_layer (wfixtures[4].path, 32, LAYOUT_HF, 8, 8, 2,
+          "alibi", 0));
+  g_free (st_write_layer (wfixtures[5].path, 33, LAYOUT_LLAMA, 8, 8, 2,
+          "rope-interleaved", 0));
+  write_layer (wfixtures[6].path, 34, FALSE, "relu", "none");
+  write_layer (wfixtures[7].path, 35, TRUE, "gelu", "rope");
+  write_layer (wfixtures[8].path, 36, FALSE, "gelu", "alibi");
+  {
+    WholeSpec a = { 8, 8, 2, 16, 3, 32, 2, "learned", FALSE, TRUE, FALSE,
+      FALSE
+    };
+    WholeSpec b = { 8, 16, 1, 32, 4, 0, 2, "rope", FALSE, FALSE, TRUE, TRUE };
+    WholeSpec c = { 8, 8, 1, 16, 5, 0, 2, "alibi", TRUE, TRUE, TRUE, FALSE };
+
+    g_free (st_write_whole (wfixtures[9].path, 37, &a));
+    g_free (st_write_whole (wfixtures[10].path, 38, &b));
+    g_free (st_write_whole (wfixtures[11].path, 39, &c));
+  }
+}
+
 /* The fixture with every F32 tensor multiplied by scale, written once
  * into the temporary directory (parsed here with json-glib, not with the
- * reader under test). */
+ * reader under test); scale 1: the fixture itself. */
 static gchar *
 scaled_weights (const WFixture * f, gdouble scale)
 {
-  gchar *name = g_strdup_printf ("%s-%g.safetensors", f->file, scale);
-  gchar *dst, *src, *buf = NULL;
+  gchar *name, *dst, *buf = NULL;
   gsize len = 0;
   guint64 hlen;
   JsonParser *p;
@@ -154,20 +254,16 @@ scaled_weights (const WFixture * f, gdouble scale)
   GList *members, *l;
   GError *err = NULL;
 
-  if (tmp_dir == NULL) {
-    tmp_dir = g_dir_make_tmp ("sattn-fuzz-XXXXXX", &err);
-    fail_unless (tmp_dir != NULL, "%s", err ? err->message : "");
-  }
-  dst = g_build_filename (tmp_dir, name, NULL);
+  if (scale == 1.0)
+    return g_strdup (f->path);
+  name = g_strdup_printf ("%s-%g.safetensors", f->file, scale);
+  dst = tmp_file (name);
   g_free (name);
   if (g_file_test (dst, G_FILE_TEST_EXISTS))
     return dst;
 
-  src = g_build_filename (g_getenv ("SATTN_SOURCE_ROOT"), "tests", "data",
-      f->file, NULL);
-  fail_unless (g_file_get_contents (src, &buf, &len, &err), "%s",
+  fail_unless (g_file_get_contents (f->path, &buf, &len, &err), "%s",
       err ? err->message : "");
-  g_free (src);
   fail_unless (len >= 8);
   memcpy (&hlen, buf, 8);
   hlen = GUINT64_FROM_LE (hlen);
@@ -195,7 +291,8 @@ scaled_weights (const WFixture * f, gdouble scale)
       float v;
 
       memcpy (&v, buf + 8 + hlen + i, 4);
-      v = (float) (v * scale);
+      /* finite: a file with Inf is refused (the largest float instead) */
+      v = (float) CLAMP (v * scale, -3.4e38, 3.4e38);
       memcpy (buf + 8 + hlen + i, &v, 4);
     }
   }
@@ -292,6 +389,9 @@ typedef struct
   guint64 inexact_rows;         /* rows pushed, counted once inexact */
   gboolean validity_unknown;    /* overflowing projections (item 4) make
                                    frames invalid: flags not checked */
+  gboolean tame;                /* no special values, whole samples only:
+                                   trained weights never overflow, so
+                                   which frames are usable is known */
   guint errors_expected;
 
   /* output side */
@@ -334,7 +434,8 @@ enum
   ST_WEIGHTS, ST_ERROR_POLICY, ST_OUT_BUFFERS, ST_RESYNCS, ST_HUGE_GAP,
   ST_MEAN_BIG, ST_PROJ_BIG, ST_POS_SEGMENT, ST_LATE, ST_CLOCK_END,
   ST_GAP_NOTHING, ST_ATTN_LATE, ST_REFUSED, ST_DEFERRED, ST_THREADS,
-  ST_TWIN, ST_META_ROWS, N_ST
+  ST_TWIN, ST_META_ROWS, ST_KIND_ATTN, ST_KIND_LAYER, ST_KIND_WHOLE,
+  ST_POS_ROPE, ST_POS_ALIBI, ST_STACK, ST_TAME, N_ST
 };
 static const gchar *st_names[N_ST] = {
   "buffers", "odd-sized", "empty", "large", "with special values",
@@ -348,7 +449,11 @@ static const gchar *st_names[N_ST] = {
   "times near the clock's end", "no-sample GAPs on a half frame",
   "attn requests after caps", "refused caps", "deferred geometry sets",
   "episodes with threads > 1", "threads twins (byte-identical to threads=1)",
-  "meta rows checked"
+  "meta rows checked", "episodes with attention weights",
+  "episodes with encoder layers", "episodes with whole models",
+  "episodes with RoPE", "episodes with ALiBi",
+  "encoder layers in a stack's geometry",
+  "weights episodes with exact validity"
 };
 static guint64 stats[N_ST];
 
@@ -1038,7 +1143,8 @@ check_span (Episode * e, const Item * it)
     gsize r;
 
     if (e->output == OUT_WINDOW)
-      ep_check (e, row_floats == e->window * t->d, "window row of %"
+      ep_check (e, row_floats == e->window * (e->wf ? e->wf->d_out : t->d),
+          "window row of %"
           G_GSIZE_FORMAT " floats", row_floats);
     for (r = 0; r < rows; r++) {
       gint64 q0;
@@ -1046,8 +1152,9 @@ check_span (Episode * e, const Item * it)
       end = (e->start == START_WAIT && pos == 0) ? e->window : pos + e->hop;
       if (t->closed && end > t->frames && t->frames > pos)
         end = t->frames;
-      q0 = e->output == OUT_LAST ? (gint64) end - 1 :
-          (gint64) end - (gint64) e->window;
+      /* a whole model's last pools the last usable frame */
+      q0 = e->output == OUT_LAST && !(e->wf && e->wf->kind == K_WHOLE) ?
+          (gint64) end - 1 : (gint64) end - (gint64) e->window;
       any_valid |= !tl_all_invalid (t, q0, (gint64) end);
       if (end <= t->frames)
         check_meta_row (e, it, t, (guint) r, pos, end - pos, end,
@@ -1250,7 +1357,7 @@ push_caps (Episode * e, gint rate, gint channels)
   /* Output rows of 64 or more values go out as audio/x-raw only to a
    * downstream that asks for their width (audio converters crash on
    * them; test-element-events.c): ask for it, as a capsfilter would. */
-  guint64 width = (guint64) (e->wf ? e->wf->d_model : (guint) channels *
+  guint64 width = (guint64) (e->wf ? e->wf->d_out : (guint) channels *
       e->fs) * (e->output == OUT_WINDOW ? e->window : 1);
 
   g_free (s);
@@ -1628,13 +1735,15 @@ op_buffer (Episode * e)
         (guint) e->fb);
   else
     size = rint_range (e, 20000, 40000) * e->fb;
+  if (e->tame)
+    size -= size % sizeof (float);
   /* A sample cut between two buffers is put together from the bytes of
    * two random floats: any value up to 3.4e38. */
   n_floats = (size + 3) / 4;
   data = g_new (float, MAX (n_floats, 1));
   amp = chance (e, 0.1) ? 1e-3f : chance (e, 0.1) ? 30.0f : 1.0f;
   /* which special values this episode may carry */
-  special_ok = chance (e, 0.3);
+  special_ok = chance (e, 0.3) && !e->tame;
   if (special_ok) {
     special = 7;
     stats[ST_MEAN_BIG] += e->output == OUT_MEAN;
@@ -1975,18 +2084,46 @@ ep_setup (Episode * e, guint64 seed, gint threads)
   e->policy = chance (e, 0.6) ? INV_MASK : chance (e, 0.6) ? INV_ZERO :
       INV_ERROR;
   e->post_messages = chance (e, 0.15);
-  if (chance (e, 0.12)) {
+  if (chance (e, 0.3)) {
     gboolean big = chance (e, 0.3);
 
     e->wf = &wfixtures[rint_range (e, 0, G_N_ELEMENTS (wfixtures) - 1)];
-    e->wscale = big ? wscales_big[rint_range (e, 0, 2)] :
-        wscales_ok[rint_range (e, 0, G_N_ELEMENTS (wscales_ok) - 1)];
-    /* issue 9 item 4: which frames overflow their projections (and so
-     * count as invalid) is not modelled; outputs must still be finite */
-    e->validity_unknown = TRUE;
-    if (e->policy == INV_ERROR)
-      e->policy = INV_MASK;
+    e->tame = chance (e, 0.5);
+    if (e->tame) {
+      /* no special values: the weights as written, and which frames are
+       * usable is known exactly */
+      e->wscale = 1.0;
+      big = FALSE;
+      stats[ST_TAME]++;
+    } else {
+      e->wscale = big ? wscales_big[rint_range (e, 0, 2)] :
+          wscales_ok[rint_range (e, 0, G_N_ELEMENTS (wscales_ok) - 1)];
+      /* issue 9 item 4: which frames overflow their projections (and so
+       * count as invalid) is not modelled; outputs must still be finite */
+      e->validity_unknown = TRUE;
+      if (e->policy == INV_ERROR)
+        e->policy = INV_MASK;
+    }
     stats[ST_PROJ_BIG] += big;
+    stats[ST_KIND_ATTN + e->wf->kind]++;
+    stats[ST_POS_ROPE] += g_str_has_prefix (e->wf->positions, "rope");
+    stats[ST_POS_ALIBI] += g_str_equal (e->wf->positions, "alibi");
+    if (e->wf->kind == K_WHOLE) {
+      /* every row depends on the whole window: no frames output; the
+       * model is bidirectional (its metadata records no causal) */
+      if (e->output == OUT_FRAMES)
+        e->output = (gint) rint_range (e, 1, 3);
+      e->causal = FALSE;
+      e->lookback = 0;
+      e->scale = 0.0;
+    } else if (e->wf->kind == K_LAYER && chance (e, 0.5)) {
+      /* a stack's geometry: every frame sees exactly the lookback
+       * frames before it (README "Stacks") */
+      e->causal = TRUE;
+      e->window = MAX (e->window, e->hop + 1);
+      e->lookback = e->window - e->hop;
+      stats[ST_STACK]++;
+    }
     e->heads = e->wf->heads;
     /* a frame-size dividing d_model */
     do
@@ -2006,7 +2143,8 @@ ep_setup (Episode * e, guint64 seed, gint threads)
       e->start, e->scale, e->policy, e->post_messages, e->threads);
   if (e->wf) {
     wpath = scaled_weights (e->wf, e->wscale);
-    ep_log (e, "weights %s x %g", e->wf->file, e->wscale);
+    ep_log (e, "weights %s x %g%s", e->wf->file, e->wscale,
+        e->tame ? " (tame)" : "");
     stats[ST_WEIGHTS]++;
   }
   e->h = sattn_harness_new ("window", e->window, "hop", e->hop,
@@ -2199,6 +2337,7 @@ GST_START_TEST (test_fuzz_stream)
   guint64 n;
   gint c;
 
+  fixtures_init ();
   signal (SIGSEGV, crash_handler);
   signal (SIGBUS, crash_handler);
   signal (SIGFPE, crash_handler);
