@@ -154,6 +154,8 @@ on_message (GstBus * bus, GstMessage * msg, gpointer user_data)
     }
     g_clear_error (&err);
   }
+  /* a handler that drops a message unrefs it */
+  gst_message_unref (msg);
   return GST_BUS_DROP;
 }
 
@@ -191,14 +193,15 @@ static void
 push_sticky (GstHarness * h)
 {
   GstSegment seg;
-  gchar *caps = sattn_caps_string (RATE, CHANNELS);
+  gchar *str = sattn_caps_string (RATE, CHANNELS);
+  GstCaps *caps = gst_caps_from_string (str);
 
   gst_segment_init (&seg, GST_FORMAT_TIME);
   gst_harness_push_event (h, gst_event_new_stream_start ("storm"));
-  gst_harness_push_event (h, gst_event_new_caps (gst_caps_from_string
-          (caps)));
+  gst_harness_push_event (h, gst_event_new_caps (caps));
   gst_harness_push_event (h, gst_event_new_segment (&seg));
-  g_free (caps);
+  gst_caps_unref (caps);
+  g_free (str);
 }
 
 /* The streaming thread: buffers of 1 to 40 frames, without pause; after
@@ -270,6 +273,14 @@ stormer (gpointer data)
     }
     g_atomic_int_inc (&s->sets);
     g_usleep ((gulong) g_rand_int_range (r, 0, 2000));
+    /* data between two sets (a slow build pushes less often): a few
+     * pushes, or 50 ms */
+    {
+      gint p0 = g_atomic_int_get (&s->pushes), w = 0;
+
+      while (g_atomic_int_get (&s->pushes) < p0 + 3 && w++ < 50)
+        g_usleep (1000);
+    }
   }
   g_rand_free (r);
   return NULL;
