@@ -185,7 +185,7 @@ soak: deps build-release
 	  $(VALGRIND) $(BUILD_RELEASE)/tests/element/test-element-swap-storm
 
 # Episodes of the stream fuzzer for SECONDS seconds (the test suite runs
-# a fixed 6,000); a failure prints its seed and a one-line reproducer.
+# a fixed 10,000); a failure prints its seed and a one-line reproducer.
 SECONDS_FUZZ := $(if $(SECONDS),$(SECONDS),600)
 SEED         ?= $(shell date +%s)
 

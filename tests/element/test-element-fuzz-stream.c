@@ -90,7 +90,7 @@
  *
  * Episode e uses seed SATTN_FUZZ_SEED + e (default seed 1),
  * SATTN_FUZZ_EPISODES episodes (default SATTN_FUZZ_EPISODES_DEFAULT, set
- * by tests/element/meson.build for sanitizer builds, else 6000), or as
+ * by tests/element/meson.build for sanitizer builds, else 10000), or as
  * many as fit in SATTN_FUZZ_SECONDS when that is set (make fuzz-stream
  * SECONDS=...).  A failure, a crash or a hang
  * (SATTN_FUZZ_TIMEOUT seconds per episode, default 60) prints the seed,
@@ -702,6 +702,25 @@ tl_add_frames (Timeline * t, guint64 n, gboolean invalid)
   t->frames += n;
 }
 
+/* The first invalid range [s, e) of t with e > f (the ranges are
+ * disjoint, in order and merged when they touch), as a pair index, or
+ * the number of pairs. */
+static guint
+tl_range_after (const Timeline * t, guint64 f)
+{
+  guint lo = 0, hi = t->invalid->len / 2;
+
+  while (lo < hi) {
+    guint mid = (lo + hi) / 2;
+
+    if (g_array_index (t->invalid, guint64, 2 * mid + 1) > f)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
 /* Are all frames of [a, b) invalid (frames < 0 count as invalid)? */
 static gboolean
 tl_all_invalid (const Timeline * t, gint64 a, gint64 b)
@@ -712,14 +731,10 @@ tl_all_invalid (const Timeline * t, gint64 a, gint64 b)
     a = 0;
   if (a >= b)
     return TRUE;
-  for (i = 0; i < t->invalid->len; i += 2) {
-    guint64 s = g_array_index (t->invalid, guint64, i);
-    guint64 e = g_array_index (t->invalid, guint64, i + 1);
-
-    if (s <= (guint64) a && (guint64) b <= e)
-      return TRUE;
-  }
-  return FALSE;
+  i = tl_range_after (t, (guint64) a);
+  return i < t->invalid->len / 2 &&
+      g_array_index (t->invalid, guint64, 2 * i) <= (guint64) a &&
+      (guint64) b <= g_array_index (t->invalid, guint64, 2 * i + 1);
 }
 
 static gboolean
@@ -1049,11 +1064,25 @@ out_rt (Episode * e, GstClockTime ts)
 static guint
 tl_masked (const Timeline * t, gint64 end, guint window)
 {
-  gint64 p;
-  guint n = 0;
+  gint64 p0 = end - (gint64) window;
+  guint64 a;
+  guint n = 0, i;
 
-  for (p = end - (gint64) window; p < end; p++)
-    n += p < 0 || tl_frame_invalid (t, (guint64) p);
+  if (p0 < 0) {
+    n = (guint) MIN (-p0, (gint64) window);
+    p0 = 0;
+  }
+  if (end <= p0)
+    return n;
+  a = (guint64) p0;
+  for (i = tl_range_after (t, a); i < t->invalid->len / 2; i++) {
+    guint64 s = g_array_index (t->invalid, guint64, 2 * i);
+    guint64 e = g_array_index (t->invalid, guint64, 2 * i + 1);
+
+    if (s >= (guint64) end)
+      break;
+    n += (guint) (MIN (e, (guint64) end) - MAX (s, a));
+  }
   return n;
 }
 
@@ -2786,7 +2815,7 @@ GST_START_TEST (test_fuzz_stream)
 {
   guint64 seed0 = env_u64 ("SATTN_FUZZ_SEED", 1);
   guint64 episodes = env_u64 ("SATTN_FUZZ_EPISODES",
-      env_u64 ("SATTN_FUZZ_EPISODES_DEFAULT", 6000));
+      env_u64 ("SATTN_FUZZ_EPISODES_DEFAULT", 10000));
   guint64 seconds = env_u64 ("SATTN_FUZZ_SECONDS", 0);
   gint64 t_end = seconds ? g_get_monotonic_time () +
       (gint64) seconds * G_USEC_PER_SEC : 0;
