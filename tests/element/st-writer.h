@@ -1,0 +1,72 @@
+/* Small safetensors files written by the tests (st-writer.c).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#ifndef ST_WRITER_H
+#define ST_WRITER_H
+
+#include <gst/check/gstcheck.h>
+
+G_BEGIN_DECLS
+
+typedef struct
+{
+  GString *tensors;             /* the header's tensor entries */
+  GString *meta;                /* its __metadata__ entries */
+  GByteArray *data;
+  GRand *rng;
+} StWriter;
+
+typedef enum
+{
+  LAYOUT_MHA,                   /* nn.MultiheadAttention, packed */
+  LAYOUT_HF,                    /* q_proj, k_proj, v_proj, out_proj */
+  LAYOUT_BERT,                  /* query, key, value, output.dense */
+  LAYOUT_LLAMA,                 /* wq, wk, wv, wo (no biases) */
+} Layout;
+
+void st_init (StWriter * w, guint32 seed);
+void st_meta (StWriter * w, const gchar * key, const gchar * value);
+/* An F32 tensor of rows x cols values (cols 0: a vector of rows). */
+void st_tensor (StWriter * w, const gchar * name, gsize rows, gsize cols,
+    const float *v);
+/* Uniform values in centre +- amp. */
+void st_rand (StWriter * w, const gchar * name, gsize rows, gsize cols,
+    gdouble centre, gdouble amp);
+void st_linear (StWriter * w, const gchar * p, const gchar * name,
+    gsize out_f, gsize in_f, gboolean bias);
+void st_norm (StWriter * w, const gchar * p, const gchar * name, gsize d);
+/* Writes the file and frees the writer (fails the test on an error). */
+void st_write (StWriter * w, const gchar * path);
+void st_attn (StWriter * w, const gchar * p, Layout layout, gsize e,
+    gsize d_out);
+
+/* An attention module (ff == 0) or an nn.TransformerEncoderLayer with a
+ * feed-forward of ff (its attention, packed, under "self_attn."), for
+ * frames of e values, written to path (returned, g_free it).  heads:
+ * metadata num_heads (0: not recorded); positions: metadata positions
+ * (NULL: not recorded). */
+gchar *st_write_layer (const gchar * path, guint32 seed, Layout layout,
+    gsize e, gsize d_out, guint heads, const gchar * positions, gsize ff);
+
+/* A whole model (python/sattn/nn.py's SignalTransformer): frames of f
+ * values embedded into d, n_layers encoder layers (feed-forward ff),
+ * mean pooling and a head of `classes`.  positions: "learned" (a
+ * pos_embed of max_window rows) or a metadata word; mlp: a two-layer
+ * head (head.0, ReLU, head.2) rather than a Linear one; final_norm:
+ * encoder.norm; norm_first: the layers' metadata; last: pooling "last"
+ * (else "mean").  st_write_whole writes one to path (returned, g_free it). */
+typedef struct
+{
+  gsize f, d, n_layers, ff, classes, max_window;
+  guint heads;
+  const gchar *positions;
+  gboolean mlp, final_norm, norm_first, last;
+} WholeSpec;
+
+gchar *st_write_whole (const gchar * path, guint32 seed,
+    const WholeSpec * s);
+
+G_END_DECLS
+
+#endif /* ST_WRITER_H */
