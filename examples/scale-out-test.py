@@ -260,7 +260,18 @@ def case_refused(out):
                     "--out", os.path.join(out, f"{tag}-remote"))
         worker = node(out, f"{tag}-worker", "worker", "--sensors", s_addr,
                       "--listen", w_addr)
-        time.sleep(3.0)
+        # Until the worker has been refused a few times and the collector
+        # has opened its output (Python's start-up is slow on a loaded
+        # machine), at most 30 s; then 1 s more for anything to get through.
+        wpath = os.path.join(out, f"{tag}-worker.log")
+        rpath = os.path.join(out, f"{tag}-remote.f32")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (os.path.exists(rpath) and os.path.exists(wpath) and
+                    sum("authenticate" in l for l in open(wpath)) >= 2):
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
         for p in (worker, coll, rogue):
             os.kill(child_pid(p), signal.SIGTERM)
         for p in (worker, coll, rogue):
