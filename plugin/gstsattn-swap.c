@@ -492,7 +492,7 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   /* A window boundary: every frame in has its row.  Until then the core
    * call ends at the next window, so that it ends at a boundary. */
   frames = sattn_stream_frames (self->stream);
-  p = MIN (window - hop, frames);
+  p = MIN (window - 1, frames);
   if (sattn_stream_pending (self->stream) != 0 || sw->hist_len < p)
     return (gsize) MIN ((guint64) n,
         MAX (sattn_stream_frames_to_window (self->stream), 1));
@@ -514,10 +514,13 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
     return n;
   }
 
-  /* The windows after the boundary hold at most window - hop frames from
-   * before it: the new stream skips (in closed form) to where those
+  /* The windows after the boundary hold at most window - 1 frames from
+   * before it: window - hop on the hop schedule, up to window - 1 for a
+   * window cut short by a drain (EOS, a resync) a frame after the
+   * boundary.  The new stream skips (in closed form) to where those
    * start, then takes them, so its frame count and window schedule are
-   * the running stream's. */
+   * the running stream's and every window after the boundary sees the
+   * frames the running stream's would. */
   st = sattn_stream_skip (stream, frames - p, NULL, 0, NULL, NULL, &sk);
   if (st == SATTN_OK)
     st = gst_sattn_swap_prime (sw, stream, (gsize) p, (gsize) hop);

@@ -77,10 +77,6 @@
  *    sattn-weights-swapped message naming the file, new caps or a
  *    READY), or for a refused file the old model's throughout, with one
  *    warning naming the file and `weights` naming the file in use again;
- *  - defects found and not fixed yet fail the run, unless
- *    SATTN_FUZZ_KNOWN_DEFECTS=count (the suite's setting; not in timed
- *    runs) counts them in the summary instead (each marked KNOWN DEFECT,
- *    with its seed here);
  * and after the episode (EOS): every timeline ended by a drain has all
  * its frames accounted for (frames in == frames out in frames mode,
  * counting frames of downstream GAP events), a timeline ended by a flush
@@ -483,7 +479,6 @@ typedef struct
   guint swap_at;
   gboolean swap_set;            /* the property was set (SW_RUN) */
   gboolean force_data;          /* op_buffer: at least one frame */
-  gboolean known_reported;      /* a known defect printed */
   guint rec_base;               /* recorded row of the buffer's row 0 */
   guint swap_warnings, swap_msgs;
   guint64 swap_frame;
@@ -547,7 +542,7 @@ enum
   ST_POS_ROPE, ST_POS_ALIBI, ST_STACK, ST_TAME, ST_SWAP_GOOD,
   ST_SWAP_TAKEN, ST_SWAP_READY, ST_SWAP_NEW_ROWS, ST_SWAP_BAD,
   ST_SWAP_BAD_LAST = ST_SWAP_BAD + N_BAD - 1, ST_SWAP_ROWS,
-  ST_KNOWN_SWAP_META, ST_KNOWN_SWAP_ROWS, N_ST
+  N_ST
 };
 static const gchar *st_names[N_ST] = {
   "buffers", "odd-sized", "empty", "large", "with special values",
@@ -570,14 +565,9 @@ static const gchar *st_names[N_ST] = {
   "swaps taken over by a READY", "rows of the new model after a swap",
   "swaps refused: missing file", "swaps refused: truncated file",
   "swaps refused: other geometry", "swaps refused: other kind",
-  "rows compared with old-only and new-only runs",
-  "KNOWN DEFECT: meta rows with masked_keys miscounted after a swap",
-  "KNOWN DEFECT: rows after a swap neither the old nor the new model's"
+  "rows compared with old-only and new-only runs"
 };
 static guint64 stats[N_ST];
-/* SATTN_FUZZ_KNOWN_DEFECTS=count: defects found and not fixed yet are
- * counted and printed instead of failing the run. */
-static gboolean known_defects;
 
 static Episode *current;        /* for the crash, exit and alarm reports */
 static gchar *self_exe;
@@ -1129,21 +1119,6 @@ check_meta_row (Episode * e, const Item * it, const Timeline * t, guint r,
   {
     guint masked = tl_masked (t, (gint64) wend, e->window);
 
-    /* Known defect (reproducer: test-element-swap-drain, should_fail):
-     * after a swap took over, a window cut short by a drain starts before
-     * the frames the new model's stream was primed with, and its rows
-     * count those usable key positions as masked.  Fails unless
-     * SATTN_FUZZ_KNOWN_DEFECTS=count (the suite's setting), which counts
-     * and prints it; every other field is still checked. */
-    if (e->swap_msgs > 0 && m->masked_keys != masked && known_defects) {
-      if (stats[ST_KNOWN_SWAP_META]++ == 0 || !e->known_reported)
-        fprintf (stderr, "sattn-fuzz: KNOWN DEFECT in seed %" G_GUINT64_FORMAT
-            ": meta row %u: %u masked keys, expected %u (window ending at "
-            "frame %" G_GUINT64_FORMAT " of timeline %u, after a swap)\n",
-            e->seed, r, m->masked_keys, masked, wend, t->id);
-      e->known_reported = TRUE;
-      return;
-    }
     ep_check (e, m->masked_keys == masked, "meta row %u: %u masked keys, "
         "expected %u (window ending at frame %" G_GUINT64_FORMAT " of "
         "timeline %u)", r, m->masked_keys, masked, wend, t->id);
@@ -2658,7 +2633,6 @@ run_swap_episode (guint64 seed, gint threads)
 {
   guint k, n, first_new = G_MAXUINT, last_old = G_MAXUINT, old_tl = 0;
   guint64 old_wend = G_MAXUINT64;
-  gboolean known_row_seen = FALSE;
 
   rec_reset ();
   plan.mode = SW_RUN;
@@ -2690,21 +2664,6 @@ run_swap_episode (guint64 seed, gint threads)
       swap_check (seed, a, "row %u of %u differs from the old model's "
           "after a refused swap to a %s file", k, n,
           bad_names[plan.bad_kind]);
-      continue;
-    }
-    if (!a && !b && known_defects) {
-      /* Known defect (reproducer: test-element-swap-drain; seeds 3267,
-       * 3527, 4014 of a default run, depending on when the load ends):
-       * after a swap took over, a window cut short by a drain starts
-       * before the frames the new stream was primed with, which it
-       * treats as masked, so a query that sees them gets other values.  Counted and printed with SATTN_FUZZ_KNOWN_DEFECTS=count;
-       * the order of old and new rows is still checked. */
-      if (stats[ST_KNOWN_SWAP_ROWS]++ == 0 || k == 0 || !known_row_seen)
-        fprintf (stderr, "sattn-fuzz: KNOWN DEFECT in seed %" G_GUINT64_FORMAT
-            ": row %u of %u (window ending at frame %" G_GUINT64_FORMAT
-            " of timeline %u) is neither the old nor the new model's "
-            "(swap to %s)\n", seed, k, n, r->wend, r->tl, plan.path);
-      known_row_seen = TRUE;
       continue;
     }
     if (!a && !b) {
@@ -2823,9 +2782,6 @@ GST_START_TEST (test_fuzz_stream)
   gint c;
 
   fixtures_init ();
-  /* (timed runs, make fuzz-stream, always fail on them) */
-  known_defects = g_strcmp0 (g_getenv ("SATTN_FUZZ_KNOWN_DEFECTS"),
-      "count") == 0 && seconds == 0;
   signal (SIGSEGV, crash_handler);
   signal (SIGBUS, crash_handler);
   signal (SIGFPE, crash_handler);

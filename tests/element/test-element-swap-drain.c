@@ -1,19 +1,17 @@
 /* sattn element: a drain right after a weights swap took over.
  *
- * KNOWN DEFECT REPRODUCER, registered with should_fail: true in
- * tests/element/meson.build (drop should_fail once the element is
- * fixed).  Found by the stream fuzzer (test-element-fuzz-stream.c; its
- * summary counts the cases as "KNOWN DEFECT" lines).
+ * Found by the stream fuzzer (test-element-fuzz-stream.c): the new
+ * model's stream was primed with only the frames the next full window
+ * needs (window - hop), so this test failed on that element.
  *
  * README "Swapping weights while playing": from the boundary on "the
  * output is exactly the new model's on the same frames", and README
  * "Window metadata": masked_keys counts the window's masked key
- * positions (padding, GAP, NaN/Inf frames).  The new model's stream is
- * primed with the frames the next full window needs; a window cut short
- * by a drain (EOS, a resync) right after the takeover starts earlier,
- * and the new stream counts those usable frames as masked: its meta
- * counts them and (when a query can see them) its values differ from
- * the new model's on the same frames.
+ * positions (padding, GAP, NaN/Inf frames).  A window cut short by a
+ * drain (EOS, a resync) right after the takeover starts up to window - 1
+ * frames before the boundary; the new stream must have those frames as
+ * usable ones, or its meta counts them as masked and (when a query can
+ * see them) its values differ from the new model's on the same frames.
  *
  * Here: output=mean, window 8, hop 4, a frame per buffer, every frame
  * finite; a swap between two attention files of the same geometry; one
