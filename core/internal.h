@@ -11,9 +11,9 @@
 #include <stddef.h>
 
 struct SattnModel {
-  SattnConfig cfg;        /* resolved: no 0-defaults left */
-  size_t dq;              /* heads * d_head */
-  size_t dv;              /* heads * d_value */
+  SattnConfig cfg; /* resolved: no 0-defaults left */
+  size_t dq;       /* heads * d_head */
+  size_t dv;       /* heads * d_value */
   size_t d_out;
   /* Owned copies; NULL = identity projection / zero bias.  Weight
    * matrices are stored transposed (in_features × out_features). */
@@ -95,13 +95,13 @@ sattn_size_add (size_t a, size_t b)
  * embedding, the head and the final norm sum in double, each result
  * rounded to float once where it leaves the model. */
 typedef struct SattnNet {
-  size_t d_frame, d;          /* F floats per frame, D encoder width */
+  size_t d_frame, d; /* F floats per frame, D encoder width */
   size_t n_layers;
   SattnModel **layer;         /* n_layers encoder-layer models on D */
   double *embed_wt, *embed_b; /* F × D, D (NULL: no bias) */
   double *pos;                /* max_window × D, NULL without learned */
   size_t max_window;
-  float *norm_w, *norm_b;     /* final LayerNorm (NULL: 1, 0) */
+  float *norm_w, *norm_b; /* final LayerNorm (NULL: 1, 0) */
   double norm_eps;
   int final_norm;
   size_t hidden, classes;     /* MLP head: hidden > 0; classes 0: no head */
@@ -109,8 +109,8 @@ typedef struct SattnNet {
   double *head2_wt, *head2_b; /* hidden × classes (MLP) */
   SattnActivation head_act;
   SattnPooling pooling;
-  char **labels;              /* classes strings, NULL when none */
-  char **meta;                /* the file's metadata under the prefix:
+  char **labels; /* classes strings, NULL when none */
+  char **meta;   /* the file's metadata under the prefix:
                                * key, value, ..., NULL (sorted by key) */
 } SattnNet;
 
@@ -127,28 +127,27 @@ void sattn_net_free (SattnNet *net);
  * Allocated once; the caller fills x, kok (and, with the first layer's
  * projections kept per frame, q, k, v) and runs sattn_net_block_run. */
 typedef struct SattnNetBlock {
-  size_t n, max_windows, rows;  /* rows = n * max_windows */
-  struct SattnPool *pool;       /* not owned; NULL: serial */
+  size_t n, max_windows, rows; /* rows = n * max_windows */
+  struct SattnPool *pool;      /* not owned; NULL: serial */
   unsigned threads;
-  float *x, *y;                 /* rows × D: the layers' two buffers */
-  uint8_t *kok, *qok;           /* rows: key / query usable */
-  float *q, *k, *v, *o;         /* rows × dq, dq, dv, dv (widest layer) */
-  float *xn;                    /* rows × D: norm1 of pre-norm layers */
-  float *kt;                    /* max_windows × dq × n: K transposed */
-  float *S;                     /* threads × n × ncols scores */
-  float *lscr;                  /* threads × the layers' row scratch */
-  size_t s_stride, l_stride;    /* floats of S and lscr per thread */
-  SattnStats *stats;            /* max_windows: each window's health */
-  double *pooled;               /* max_windows × D */
-  double *hidden, *logits;      /* the head's */
-  size_t *usable;               /* max_windows: usable rows after it */
+  float *x, *y;              /* rows × D: the layers' two buffers */
+  uint8_t *kok, *qok;        /* rows: key / query usable */
+  float *q, *k, *v, *o;      /* rows × dq, dq, dv, dv (widest layer) */
+  float *xn;                 /* rows × D: norm1 of pre-norm layers */
+  float *kt;                 /* max_windows × dq × n: K transposed */
+  float *S;                  /* threads × n × ncols scores */
+  float *lscr;               /* threads × the layers' row scratch */
+  size_t s_stride, l_stride; /* floats of S and lscr per thread */
+  SattnStats *stats;         /* max_windows: each window's health */
+  double *pooled;            /* max_windows × D */
+  double *hidden, *logits;   /* the head's */
+  size_t *usable;            /* max_windows: usable rows after it */
 } SattnNetBlock;
 SattnNetBlock *sattn_net_block_new (const SattnModel *m, size_t n,
-                                    size_t max_windows,
-                                    struct SattnPool *pool);
+                                    size_t max_windows, struct SattnPool *pool);
 void sattn_net_block_free (SattnNetBlock *b);
-size_t sattn_net_block_bytes (const SattnModel *m, size_t n,
-                              size_t max_windows, unsigned threads);
+size_t sattn_net_block_bytes (const SattnModel *m, size_t n, size_t max_windows,
+                              unsigned threads);
 
 /* The windows [0, nw) of the block through the model.  x: each window's
  * rows (the embedded frames with their positions; masked rows zeros,
@@ -163,8 +162,8 @@ size_t sattn_net_block_bytes (const SattnModel *m, size_t n,
  * (b->usable[w]).  The pool's threads take groups of whole windows,
  * each through every layer. */
 void sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
-                          int l0_ready, float *weights, size_t wwin,
-                          int stats, SattnPooling pooling, float **out);
+                          int l0_ready, float *weights, size_t wwin, int stats,
+                          SattnPooling pooling, float **out);
 
 /* The head on a pooled row: probs (classes floats) = softmax (head
  * (pooled)); 0 when the logits overflow (probs then zeros). */
@@ -178,8 +177,8 @@ void sattn_net_embed (const SattnModel *m, const float *x, size_t rows,
  * mask->key_valid as key padding; out: n × D rows after the final norm;
  * weights: the last layer's. */
 SattnStatus sattn_net_attend (const SattnModel *m, const float *x, size_t n,
-                              const SattnMask *mask, float *out,
-                              float *weights, SattnStats *stats);
+                              const SattnMask *mask, float *out, float *weights,
+                              SattnStats *stats);
 
 /* kernel.c: the one-shot attention (sattn_attend) over scratch allocated
  * once, for callers that run it on many windows. */
@@ -254,8 +253,8 @@ void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
  * and a whole model's final norm. */
 void sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
                             size_t ldxd, float *y, size_t ldy, double *yd,
-                            size_t ldyd, size_t rows, size_t d,
-                            const float *w, const float *b, double eps);
+                            size_t ldyd, size_t rows, size_t d, const float *w,
+                            const float *b, double eps);
 /* LayerNorm of rows (stride ld) of d_model floats with norm1's
  * parameters, from x into y. */
 void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
@@ -271,34 +270,34 @@ int sattn_model_rope (const SattnModel *m);
 /* Project n rows: y (n × d_out, row stride ldy) = x (n × d_in, stride ldx)
  * W^T + b, given Wt = W^T (d_in × d_out).  Wt NULL = identity (d_in ==
  * d_out); b NULL = no bias. */
-void sattn_project (const float *Wt, const float *b, const float *x,
-                    size_t n, size_t d_in, size_t d_out, size_t ldx,
-                    float *y, size_t ldy);
+void sattn_project (const float *Wt, const float *b, const float *x, size_t n,
+                    size_t d_in, size_t d_out, size_t ldx, float *y,
+                    size_t ldy);
 
 /* One window of attention for every head, pre output projection.
  * Positions are window indices: keys 0..nk-1, query i sits at q0 + i.
  * Keys whose key_ok is 0 must have finite (zeroed) K and V rows. */
 typedef struct {
-  const float *q;           /* m × dq, row stride ldq */
+  const float *q; /* m × dq, row stride ldq */
   size_t ldq;
-  const float *kt;          /* K transposed: dq × nk, row stride ldkt */
+  const float *kt; /* K transposed: dq × nk, row stride ldkt */
   size_t ldkt;
-  const float *v;           /* nk × dv, row stride ldv */
+  const float *v; /* nk × dv, row stride ldv */
   size_t ldv;
-  const uint8_t *key_ok;    /* nk, NULL = all */
-  const uint8_t *query_ok;  /* m, NULL = all; 0 -> zero row */
-  const uint8_t *allow;     /* m × nk (row stride ld_allow), NULL = none */
+  const uint8_t *key_ok;   /* nk, NULL = all */
+  const uint8_t *query_ok; /* m, NULL = all; 0 -> zero row */
+  const uint8_t *allow;    /* m × nk (row stride ld_allow), NULL = none */
   size_t ld_allow;
   size_t m, nk, q0;
-  float *scores;            /* scratch: m × (nk + n_extra) */
-  float *o;                 /* out: m × dv */
+  float *scores; /* scratch: m × (nk + n_extra) */
+  float *o;      /* out: m × dv */
   /* Head-major layouts (0 = the default, heads side by side in a row):
    * floats from head h's Q, V and O columns to head h + 1's, and O's row
    * stride (0 = dv).  With q_head, head h's Q rows start at q + h *
    * q_head (row stride ldq); likewise V and O. */
   size_t q_head, v_head, o_head, ldo;
-  float *weights;           /* optional out: heads × m × (nk + n_extra) */
-  SattnStats *stats;        /* optional */
+  float *weights;    /* optional out: heads × m × (nk + n_extra) */
+  SattnStats *stats; /* optional */
   float sat_threshold;
 } SattnAttnArgs;
 
@@ -366,9 +365,8 @@ void sattn_divisors (char *buf, size_t len, size_t value, size_t wanted);
  * a->weights (when set) that belong to them; statistics into stats (may be
  * NULL; a->stats is not used).  Tasks on different (head, row range) pairs
  * write disjoint memory. */
-void sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a,
-                        size_t h, size_t r0, size_t r1, float *S,
-                        SattnStats *stats);
+void sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
+                        size_t r0, size_t r1, float *S, SattnStats *stats);
 
 /* Nonzero when sattn_project would use cblas_sgemm for this shape (large
  * blocks only; the caller's thread runs those). */
@@ -381,7 +379,6 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
                          size_t n, size_t d_in, size_t d_out, size_t c0,
                          size_t c1, size_t ldx, float *y, size_t ldy);
 
-
 /* linear.c: linear layers summed in double, one chain per entry over the
  * inner index in order from the bias (NULL: 0), weights Wt (din × n at
  * row stride ldw) and bias as doubles.  The inputs must hold float values
@@ -389,29 +386,28 @@ void sattn_project_cols (const float *Wt, const float *b, const float *x,
  * sattn_linear_d: double rows in and out (the feed-forward, a whole
  * model's head);
  * sattn_linear_f: float rows in, each entry rounded to float once. */
-void sattn_linear_d (const double *x, size_t ldx, size_t rows,
-                     const double *Wt, size_t ldw, const double *b,
-                     size_t din, size_t n, double *y, size_t ldy);
-void sattn_linear_f (const float *x, size_t ldx, size_t rows,
-                     const double *Wt, size_t ldw, const double *b,
-                     size_t din, size_t n, float *y, size_t ldy);
+void sattn_linear_d (const double *x, size_t ldx, size_t rows, const double *Wt,
+                     size_t ldw, const double *b, size_t din, size_t n,
+                     double *y, size_t ldy);
+void sattn_linear_f (const float *x, size_t ldx, size_t rows, const double *Wt,
+                     size_t ldw, const double *b, size_t din, size_t n,
+                     float *y, size_t ldy);
 /* Float rows in, double rows out (a whole model's embedding). */
-void sattn_linear_fd (const float *x, size_t ldx, size_t rows,
-                      const double *Wt, size_t ldw, const double *b,
-                      size_t din, size_t n, double *y, size_t ldy);
+void sattn_linear_fd (const float *x, size_t ldx, size_t rows, const double *Wt,
+                      size_t ldw, const double *b, size_t din, size_t n,
+                      double *y, size_t ldy);
 /* Columns [c0, c1) of the projection with weights Wt (one of m's wq, wk,
  * wv, wo, or NULL) and bias b: summed in double (sattn_linear_f) when m
  * keeps a double copy of Wt (see SattnModel), else sattn_project_cols. */
 void sattn_project_cols_prec (const SattnModel *m, const float *Wt,
                               const float *b, const float *x, size_t n,
-                              size_t d_in, size_t d_out, size_t c0,
-                              size_t c1, size_t ldx, float *y, size_t ldy);
+                              size_t d_in, size_t d_out, size_t c0, size_t c1,
+                              size_t ldx, float *y, size_t ldy);
 /* The same over all columns, or sattn_project (BLAS for large blocks)
  * for the projections that sum in float. */
-void sattn_project_prec (const SattnModel *m, const float *Wt,
-                         const float *b, const float *x, size_t n,
-                         size_t d_in, size_t d_out, size_t ldx, float *y,
-                         size_t ldy);
+void sattn_project_prec (const SattnModel *m, const float *Wt, const float *b,
+                         const float *x, size_t n, size_t d_in, size_t d_out,
+                         size_t ldx, float *y, size_t ldy);
 /* Nonzero when m sums the projection with weights Wt in double. */
 int sattn_project_is_double (const SattnModel *m, const float *Wt);
 
@@ -463,8 +459,8 @@ int sattn_frames_ok (const SattnModel *m, size_t cnt, const uint8_t *valid,
  * be NULL) is cleared for them.  Each is counted in counts[part[i]]
  * (counts may be NULL; part NULL: the output projection, the only part
  * outside an encoder layer).  Returns how many there were. */
-size_t sattn_zero_overflowed_rows (const SattnModel *m, float *out,
-                                   size_t rows, size_t ldo, uint8_t *row_ok,
+size_t sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
+                                   size_t ldo, uint8_t *row_ok,
                                    const uint8_t *part, uint64_t *counts);
 
 /* core/cpu: the kernels, one table per SIMD level (kernels-portable.c,
@@ -472,7 +468,7 @@ size_t sattn_zero_overflowed_rows (const SattnModel *m, float *out,
  * functions below call through it.  Every level gives each function's
  * result to the byte that level always gave.  SATTN_SIMD=0 / 1 in the
  * environment caps the level (portable / AVX2). */
-int sattn_simd_level (void);  /* 0 portable, 1 AVX2+FMA, 2 AVX-512 */
+int sattn_simd_level (void); /* 0 portable, 1 AVX2+FMA, 2 AVX-512 */
 /* Tests only: the level (and its table) from now on, in every thread. */
 void sattn_simd_force (int level);
 void sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt,
@@ -492,8 +488,8 @@ void sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
 void sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n,
                          const float *qmax, float scale, uint8_t *rows,
                          float *norm);
-void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk,
-               const float *v, size_t ldv, size_t dv, float *O, size_t ldo);
+void sattn_pv (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
+               size_t ldv, size_t dv, float *O, size_t ldo);
 /* sattn_pv, each row i of O then multiplied by norm[i] (as sattn_mul
  * would: the same bytes); nonzero when every value of O is finite. */
 int sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk,
@@ -524,15 +520,13 @@ double sattn_exp_sum_stats (float *y, size_t n, float scale, float mx,
  * ldd) and again mir floats further (the ring's mirror), zeros where
  * ok[i] == 0 (ok NULL: every row copied); sattn_transpose_rows writes
  * them transposed: dst[t * ldd + i] and dst[t * ldd + i + mir]. */
-void sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok,
-                      size_t cnt, size_t w, float *dst, size_t ldd,
-                      size_t mir);
+void sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok, size_t cnt,
+                      size_t w, float *dst, size_t ldd, size_t mir);
 void sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
                            size_t cnt, size_t w, float *dst, size_t ldd,
                            size_t mir);
 /* y[i * ldy + j] += b[j] for rows i < n and columns j < k. */
-void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b,
-                     size_t k);
+void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k);
 
 /* The kernel table of one level: the functions above (sattn_qk is qk,
  * and so on) and linear.c's loops (see sattn_linear_d): double rows into
@@ -549,48 +543,44 @@ typedef void (*SattnQkFn) (const float *q, size_t ldq, const float *kt,
 typedef void (*SattnQkMaxFn) (const float *q, size_t ldq, const float *kt,
                               size_t ldkt, size_t m, size_t nk, size_t dh,
                               float *S, size_t lds, float *rmax);
-typedef void (*SattnSoftmaxRowsFn) (float *S, size_t lds, size_t m,
-                                    size_t n, const float *qmax, float scale,
+typedef void (*SattnSoftmaxRowsFn) (float *S, size_t lds, size_t m, size_t n,
+                                    const float *qmax, float scale,
                                     uint8_t *rows, float *norm);
 typedef void (*SattnPvFn) (const float *P, size_t ldp, size_t m, size_t nk,
                            const float *v, size_t ldv, size_t dv, float *O,
                            size_t ldo);
-typedef int (*SattnPvNormFn) (const float *P, size_t ldp, size_t m,
-                              size_t nk, const float *v, size_t ldv,
-                              size_t dv, const float *norm, float *O,
-                              size_t ldo);
+typedef int (*SattnPvNormFn) (const float *P, size_t ldp, size_t m, size_t nk,
+                              const float *v, size_t ldv, size_t dv,
+                              const float *norm, float *O, size_t ldo);
 typedef float (*SattnScanFn) (float *s, size_t n, const uint8_t *ok,
                               float scale, size_t counts[4]);
 typedef float (*SattnMaxFn) (const float *s, size_t n, int *finite);
 typedef double (*SattnExpSumFn) (float *y, size_t n, float scale, float mx);
-typedef double (*SattnExpSumStatsFn) (float *y, size_t n, float scale,
-                                      float mx, double *ex, float *xmin);
+typedef double (*SattnExpSumStatsFn) (float *y, size_t n, float scale, float mx,
+                                      double *ex, float *xmin);
 typedef void (*SattnMulFn) (float *y, size_t n, float a);
 typedef int (*SattnFiniteFn) (const float *x, size_t n);
 typedef void (*SattnRowsFn) (const float *x, size_t ldx, const uint8_t *ok,
                              size_t cnt, size_t w, float *dst, size_t ldd,
                              size_t mir);
-typedef void (*SattnAddBiasFn) (float *y, size_t ldy, size_t n,
-                                const float *b, size_t k);
+typedef void (*SattnAddBiasFn) (float *y, size_t ldy, size_t n, const float *b,
+                                size_t k);
 typedef void (*SattnLinearDDFn) (const double *x, size_t ldx, size_t rows,
-                                 const double *Wt, size_t ldw,
-                                 const double *b, size_t din, size_t n,
-                                 double *y, size_t ldy);
+                                 const double *Wt, size_t ldw, const double *b,
+                                 size_t din, size_t n, double *y, size_t ldy);
 typedef void (*SattnLinearDFFn) (const double *x, size_t ldx, size_t rows,
-                                 const double *Wt, size_t ldw,
-                                 const double *b, size_t din, size_t n,
-                                 float *y, size_t ldy);
+                                 const double *Wt, size_t ldw, const double *b,
+                                 size_t din, size_t n, float *y, size_t ldy);
 typedef void (*SattnLinearFFFn) (const float *x, size_t ldx, size_t rows,
-                                 const double *Wt, size_t ldw,
-                                 const double *b, size_t din, size_t n,
-                                 float *y, size_t ldy);
+                                 const double *Wt, size_t ldw, const double *b,
+                                 size_t din, size_t n, float *y, size_t ldy);
 typedef void (*SattnWidenFn) (const float *x, size_t ldx, size_t rows,
                               size_t din, double *xb);
 typedef void (*SattnErfFn) (const float *x, float *y, size_t n);
 typedef void (*SattnActFn) (double *h, size_t n);
 
 typedef struct {
-  const char *name;                 /* "portable", "avx2", "avx512" */
+  const char *name; /* "portable", "avx2", "avx512" */
   SattnQkFn qk;
   SattnQkMaxFn qk_max;
   SattnSoftmaxRowsFn softmax_rows;

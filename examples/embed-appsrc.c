@@ -34,7 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
+typedef struct
+{
   /* options */
   guint frames, channels, rate, window, hop;
   const gchar *output, *start;
@@ -311,12 +312,11 @@ main (int argc, char **argv)
         gfloat v = sensor_sample (&app, c, pushed + i);
         x[i * app.channels + c] = v;
         app.in_sum[c] += v;
-        app.in_sq[c] += (gdouble) v * v;
+        app.in_sq[c] += (gdouble) v *v;
       }
     }
     gst_buffer_unmap (buf, &map);
-    GST_BUFFER_PTS (buf) = gst_util_uint64_scale (pushed, GST_SECOND,
-        app.rate);
+    GST_BUFFER_PTS (buf) = gst_util_uint64_scale (pushed, GST_SECOND, app.rate);
     GST_BUFFER_DURATION (buf) = gst_util_uint64_scale (pushed + n,
         GST_SECOND, app.rate) - GST_BUFFER_PTS (buf);
     GST_BUFFER_OFFSET (buf) = pushed;
@@ -400,8 +400,7 @@ main (int argc, char **argv)
       "(%s, expected %" G_GUINT64_FORMAT "), %" G_GUINT64_FORMAT
       " buffers, %" G_GUINT64_FORMAT " non-finite values, %"
       G_GUINT64_FORMAT " timestamp errors\n", app.frames, app.out_rows,
-      app.output, expect_rows, app.out_buffers, app.nonfinite,
-      app.ts_errors);
+      app.output, expect_rows, app.out_buffers, app.nonfinite, app.ts_errors);
 
   if (app.out_rows != expect_rows) {
     g_printerr ("FAIL: %" G_GUINT64_FORMAT " rows out, expected %"

@@ -32,14 +32,15 @@
 
 #include <sattn/gstsattn-meta.h>
 
-typedef struct {
+typedef struct
+{
   guint printed, to_print;
   guint64 next_frame, buffers, missing, masked_rows;
   gboolean order_ok;
 } State;
 
 static GstPadProbeReturn
-on_buffer (GstPad *pad, GstPadProbeInfo *info, gpointer data)
+on_buffer (GstPad * pad, GstPadProbeInfo * info, gpointer data)
 {
   State *st = data;
   GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
@@ -74,7 +75,7 @@ on_buffer (GstPad *pad, GstPadProbeInfo *info, gpointer data)
 
 /* Turns the buffers between 0.5 s and 0.75 s into GAP buffers. */
 static void
-on_handoff (GstElement *identity, GstBuffer *buf, gpointer data)
+on_handoff (GstElement * identity, GstBuffer * buf, gpointer data)
 {
   GstClockTime pts = GST_BUFFER_PTS (buf);
 

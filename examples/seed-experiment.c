@@ -80,7 +80,7 @@ rng_gauss (void)
  * non-finite weight. */
 static int
 naive_softmax_row (const float *q, const float *keys, size_t d, float scale,
-    float *w)
+                   float *w)
 {
   float sum = 0.0f;
   for (size_t j = 0; j < N_KEYS; j++) {
@@ -110,7 +110,7 @@ naive_softmax_row (const float *q, const float *keys, size_t d, float scale,
  * 1e-6 covers the rounding of exp and of the normalisation. */
 static double
 reference_softmax_row (const float *q, const float *keys, size_t d,
-    double scale, double *w)
+                       double scale, double *w)
 {
   const double u = ldexp (1.0, -24);
   const double gamma = (double) d * u / (1.0 - (double) d * u);
@@ -143,26 +143,26 @@ reference_softmax_row (const float *q, const float *keys, size_t d,
 /* ------------------------------------------------------- experiment */
 
 typedef struct {
-  double max_w, min_w, entropy;  /* sums over trials */
-  unsigned saturated;            /* rows with max weight > 0.99 */
-  unsigned naive_bad;            /* naive float32 rows with inf/NaN */
-  unsigned sattn_bad;            /* sattn rows with inf/NaN */
-  double max_abs_err;            /* sattn vs float64 reference */
-  unsigned beyond_bound;         /* weights off by more than the bound */
-  double max_sum_err;            /* |sum of weights - 1| */
+  double max_w, min_w, entropy; /* sums over trials */
+  unsigned saturated;           /* rows with max weight > 0.99 */
+  unsigned naive_bad;           /* naive float32 rows with inf/NaN */
+  unsigned sattn_bad;           /* sattn rows with inf/NaN */
+  double max_abs_err;           /* sattn vs float64 reference */
+  unsigned beyond_bound;        /* weights off by more than the bound */
+  double max_sum_err;           /* |sum of weights - 1| */
 } Result;
 
 /* Runs one configuration.  Returns 0 on success, -1 on an API failure. */
 static int
 run_config (size_t d, float scale, float amplitude, unsigned trials,
-    Result *res)
+            Result *res)
 {
   SattnConfig cfg = { 0 };
   cfg.d_model = d;
   cfg.heads = 1;
-  cfg.scale = scale;          /* 1 = unscaled; 1/sqrt(d) = scaled */
+  cfg.scale = scale; /* 1 = unscaled; 1/sqrt(d) = scaled */
   SattnStatus st = SATTN_OK;
-  SattnModel *m = sattn_model_new (&cfg, NULL, &st);  /* identity */
+  SattnModel *m = sattn_model_new (&cfg, NULL, &st); /* identity */
   if (m == NULL) {
     fprintf (stderr, "sattn_model_new: %s\n", sattn_status_string (st));
     return -1;
@@ -214,7 +214,7 @@ run_config (size_t d, float scale, float amplitude, unsigned trials,
         bad = 1;
     res->sattn_bad += bad;
 
-    const float *w = weights + 1;  /* row 0, keys 1..64 */
+    const float *w = weights + 1; /* row 0, keys 1..64 */
     double bound = reference_softmax_row (x, x + d, d, (double) scale, ref);
     double mx = 0.0, mn = 1.0, h = 0.0, sum = 0.0;
     for (size_t j = 0; j < N_KEYS; j++) {
@@ -228,7 +228,7 @@ run_config (size_t d, float scale, float amplitude, unsigned trials,
         h -= wj * log (wj);
       double e = fabs (wj - ref[j]);
       if (!(e <= res->max_abs_err))
-        res->max_abs_err = e;  /* also catches NaN */
+        res->max_abs_err = e; /* also catches NaN */
       if (!(e <= bound))
         res->beyond_bound++;
     }
@@ -281,46 +281,48 @@ main (int argc, char **argv)
   Result unit[3], scaled[3], unit3[3], scaled3[3];
   for (size_t i = 0; i < n_dk; i++) {
     float s = (float) (1.0 / sqrt ((double) dks[i]));
-    if (run_config (dks[i], s, 1.0f, trials, &scaled[i]) != 0
-        || run_config (dks[i], 1.0f, 1.0f, trials, &unit[i]) != 0
-        || run_config (dks[i], s, AMPLITUDE, trials, &scaled3[i]) != 0
-        || run_config (dks[i], 1.0f, AMPLITUDE, trials, &unit3[i]) != 0)
+    if (run_config (dks[i], s, 1.0f, trials, &scaled[i]) != 0 ||
+        run_config (dks[i], 1.0f, 1.0f, trials, &unit[i]) != 0 ||
+        run_config (dks[i], s, AMPLITUDE, trials, &scaled3[i]) != 0 ||
+        run_config (dks[i], 1.0f, AMPLITUDE, trials, &unit3[i]) != 0)
       return 1;
   }
 
   printf ("sattn seed experiment: one query vs %d keys, N(0,1) inputs, "
-      "%u trials per row (seed %llu)\n\n", N_KEYS, trials, seed);
+          "%u trials per row (seed %llu)\n\n",
+          N_KEYS, trials, seed);
   printf ("%5s  %-8s  %9s  %9s  %9s  %8s  %9s\n", "d_k", "scores", "scale",
-      "max w", "min w", "entropy", "saturated");
+          "max w", "min w", "entropy", "saturated");
   for (size_t i = 0; i < n_dk; i++) {
     for (int u = 0; u < 2; u++) {
       const Result *r = u ? &unit[i] : &scaled[i];
       double s = u ? 1.0 : 1.0 / sqrt ((double) dks[i]);
       printf ("%5zu  %-8s  %9.4f  %9.4f  %9.2e  %8.3f  %5u/%u\n", dks[i],
-          u ? "unscaled" : "scaled", s, r->max_w / trials,
-          r->min_w / trials, r->entropy / trials, r->saturated, trials);
+              u ? "unscaled" : "scaled", s, r->max_w / trials,
+              r->min_w / trials, r->entropy / trials, r->saturated, trials);
     }
   }
   printf ("\nmax w / min w: mean largest / smallest weight of a row; "
-      "entropy: mean H(w)/log(%d)\n(1 = uniform, 0 = one-hot); "
-      "saturated: rows whose largest weight > 0.99.\n\n", N_KEYS);
+          "entropy: mean H(w)/log(%d)\n(1 = uniform, 0 = one-hot); "
+          "saturated: rows whose largest weight > 0.99.\n\n",
+          N_KEYS);
 
   printf ("Inputs x %.0f: rows with inf/NaN weights, naive float32 softmax "
-      "(no max subtraction) vs sattn\n\n", (double) AMPLITUDE);
+          "(no max subtraction) vs sattn\n\n",
+          (double) AMPLITUDE);
   printf ("%5s  %-8s  %12s  %12s\n", "d_k", "scores", "naive", "sattn");
   unsigned naive_total = 0, sattn_total = 0;
   for (size_t i = 0; i < n_dk; i++) {
     for (int u = 0; u < 2; u++) {
       const Result *r = u ? &unit3[i] : &scaled3[i];
       printf ("%5zu  %-8s  %6u/%-5u  %6u/%-5u\n", dks[i],
-          u ? "unscaled" : "scaled", r->naive_bad, trials, r->sattn_bad,
-          trials);
+              u ? "unscaled" : "scaled", r->naive_bad, trials, r->sattn_bad,
+              trials);
       naive_total += r->naive_bad;
       sattn_total += r->sattn_bad;
     }
   }
-  printf ("%5s  %-8s  %6u        %6u\n\n", "all", "", naive_total,
-      sattn_total);
+  printf ("%5s  %-8s  %6u        %6u\n\n", "all", "", naive_total, sattn_total);
 
   /* ---------------------------------------------------- self-checks */
   double worst_err[2] = { 0.0, 0.0 }, worst_sum = 0.0;
@@ -338,19 +340,21 @@ main (int argc, char **argv)
     }
   }
   printf ("sattn weights vs a float64 softmax: max abs error %.2e (inputs "
-      "x 1), %.2e (inputs x %.0f);\n%u weights beyond the float32 rounding "
-      "bound; |row sum - 1| <= %.2e (tolerance %.0e)\n",
-      worst_err[0], worst_err[1], (double) AMPLITUDE, beyond, worst_sum,
-      tol_sum);
+          "x 1), %.2e (inputs x %.0f);\n%u weights beyond the float32 rounding "
+          "bound; |row sum - 1| <= %.2e (tolerance %.0e)\n",
+          worst_err[0], worst_err[1], (double) AMPLITUDE, beyond, worst_sum,
+          tol_sum);
 
   if (sattn_bad != 0) {
-    fprintf (stderr, "FAIL: sattn produced %u rows with non-finite "
-        "values\n", sattn_bad);
+    fprintf (stderr,
+             "FAIL: sattn produced %u rows with non-finite "
+             "values\n",
+             sattn_bad);
     failed = 1;
   }
   if (beyond != 0 || !(worst_sum <= tol_sum)) {
     fprintf (stderr, "FAIL: sattn weights differ from the float64 "
-        "reference\n");
+                     "reference\n");
     failed = 1;
   }
   /* The claims the table is there to show.  With a fixed seed these are
@@ -360,22 +364,26 @@ main (int argc, char **argv)
    * expected values (about 0.92 / 0.05 unscaled, 0.11 / 0.88 scaled). */
   const Result *u512 = &unit[n_dk - 1], *s512 = &scaled[n_dk - 1];
   if (!(u512->max_w / trials > 0.8 && u512->entropy / trials < 0.15)) {
-    fprintf (stderr, "FAIL: unscaled scores at d_k=512 are not "
-        "saturated (max w %.3f, entropy %.3f)\n", u512->max_w / trials,
-        u512->entropy / trials);
+    fprintf (stderr,
+             "FAIL: unscaled scores at d_k=512 are not "
+             "saturated (max w %.3f, entropy %.3f)\n",
+             u512->max_w / trials, u512->entropy / trials);
     failed = 1;
   }
   if (!(s512->max_w / trials < 0.5 && s512->entropy / trials > 0.5)) {
-    fprintf (stderr, "FAIL: scaled scores at d_k=512 are saturated "
-        "(max w %.3f, entropy %.3f)\n", s512->max_w / trials,
-        s512->entropy / trials);
+    fprintf (stderr,
+             "FAIL: scaled scores at d_k=512 are saturated "
+             "(max w %.3f, entropy %.3f)\n",
+             s512->max_w / trials, s512->entropy / trials);
     failed = 1;
   }
   if (naive_total == 0) {
     fprintf (stderr, "FAIL: the naive softmax never overflowed\n");
     failed = 1;
   }
-  printf ("%s\n", failed ? "self-check FAILED" : "self-check passed: "
-      "saturation without scaling, naive overflow, sattn always finite");
+  printf ("%s\n", failed ? "self-check FAILED"
+                         : "self-check passed: "
+                           "saturation without scaling, naive overflow, sattn "
+                           "always finite");
   return failed;
 }

@@ -9,7 +9,7 @@
 int
 main (void)
 {
-  enum { N = 8, D = 2 };  /* 8 frames of 2 floats; identity projections */
+  enum { N = 8, D = 2 }; /* 8 frames of 2 floats; identity projections */
   /* struct_size left 0: this version's struct (see sattn.h). */
   SattnConfig cfg = { .d_model = D, .heads = 1, .causal = 1 };
   SattnStreamConfig sc = { .window = 4, .hop = 2, .threads = 1 };
@@ -18,10 +18,10 @@ main (void)
   SattnStatus st = SATTN_OK;
   for (int i = 0; i < N * D; i++)
     in[i] = (float) ((i * 7) % 5) - 2.0f;
-  SattnModel *m = sattn_model_new (&cfg, NULL, &st);  /* NULL: identity */
+  SattnModel *m = sattn_model_new (&cfg, NULL, &st); /* NULL: identity */
   SattnStream *s = m ? sattn_stream_new (m, &sc, &st) : NULL;
-  if (!s || (st = sattn_stream_push (s, in, N, NULL, out, N, NULL, &rows))
-      || (st = sattn_stream_drain (s, out + rows * D, N - rows, NULL, &more))) {
+  if (!s || (st = sattn_stream_push (s, in, N, NULL, out, N, NULL, &rows)) ||
+      (st = sattn_stream_drain (s, out + rows * D, N - rows, NULL, &more))) {
     fprintf (stderr, "sattn: %s\n", sattn_status_string (st));
     return 1;
   }

@@ -392,8 +392,9 @@ gst_sattn_cache_load (const gchar * path, const gchar * prefix,
    * stream's). */
   words = g_strdup_printf ("load\n%zu %zu %zu %zu %zu %a %d %zu %d %a %d "
       "%d %a %d %u", c->d_model, c->heads, c->d_head, c->d_value, c->d_out,
-      (double) c->scale, c->causal, c->lookback, (int) c->positions, c->rope_base, (int) c->activation, c->norm_first,
-      c->norm_eps, opt->add_zero_attn, opt->set);
+      (double) c->scale, c->causal, c->lookback, (int) c->positions,
+      c->rope_base, (int) c->activation, c->norm_first, c->norm_eps,
+      opt->add_zero_attn, opt->set);
   cs = g_checksum_new (G_CHECKSUM_SHA256);
   g_checksum_update (cs, (const guchar *) words, strlen (words));
   g_checksum_get_digest (cs, key.digest, &len);

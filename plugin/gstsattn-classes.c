@@ -40,8 +40,7 @@ gst_sattn_classes_labels (const SattnModel * model, const gchar * path,
     guint n;
 
     if (!g_file_get_contents (path, &text, NULL, &err)) {
-      *why = g_strdup_printf ("cannot read the labels file: %s",
-          err->message);
+      *why = g_strdup_printf ("cannot read the labels file: %s", err->message);
       g_clear_error (&err);
       return FALSE;
     }

@@ -225,10 +225,8 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
   if (self->tensor_out)
     cap = MIN (cap, self->out_info_cap);
   cap = MAX (cap, need);
-  out->buf = gst_sattn_try_buffer_new (cap * self->row_floats *
-      sizeof (float));
-  if (out->buf == NULL || !gst_buffer_map (out->buf, &out->map,
-          GST_MAP_WRITE)) {
+  out->buf = gst_sattn_try_buffer_new (cap * self->row_floats * sizeof (float));
+  if (out->buf == NULL || !gst_buffer_map (out->buf, &out->map, GST_MAP_WRITE)) {
     gst_clear_buffer (&out->buf);
     GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
         ("Could not allocate an output buffer of %" G_GSIZE_FORMAT " rows "
@@ -616,8 +614,7 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
       return ret;
   } else if (n > 0) {
     if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0) {
-      ret = gst_sattn_push_frames (self, (const float *) data, n, invalid,
-          out);
+      ret = gst_sattn_push_frames (self, (const float *) data, n, invalid, out);
       if (data)
         data += n * fb;
     } else {
@@ -825,8 +822,7 @@ gst_sattn_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
   }
 
   ret = gst_sattn_check_discont (self, GST_BUFFER_PTS (buffer),
-      GST_BUFFER_IS_DISCONT (buffer), gst_buffer_get_size (buffer) /
-      self->bpf);
+      GST_BUFFER_IS_DISCONT (buffer), gst_buffer_get_size (buffer) / self->bpf);
   if (ret != GST_FLOW_OK) {
     gst_buffer_unref (buffer);
     return ret;

@@ -65,8 +65,7 @@ gst_sattn_divisors (guint64 value, guint64 max_value, guint64 wanted)
   }
   s = g_string_new (NULL);
   for (i = 0; i < n; i++)
-    g_string_append_printf (s, "%s%" G_GUINT64_FORMAT, i ? ", " : "",
-        best[i]);
+    g_string_append_printf (s, "%s%" G_GUINT64_FORMAT, i ? ", " : "", best[i]);
   if (n == 0)
     g_string_append (s, "none");
   return g_string_free (s, FALSE);
@@ -193,7 +192,7 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
   mc.d_head = 0;
   mc.d_value = 0;
   if (weights)
-    mc.heads = 1;     /* the file's shapes settle the head split */
+    mc.heads = 1;               /* the file's shapes settle the head split */
   st = sattn_model_check (&mc, NULL, err, sizeof err);
   if (st == SATTN_E_SHAPE)
     return g_strdup_printf ("%s (d_model = %d channels x frame-size=%u)",
@@ -524,8 +523,7 @@ gst_sattn_weights_error (GstSattn * self, SattnStatus st,
     default:
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
           ("The weights file is not a usable safetensors attention "
-              "state dict: %s", err),
-          ("%s", sattn_status_string (st)));
+              "state dict: %s", err), ("%s", sattn_status_string (st)));
       break;
   }
 }
@@ -587,8 +585,7 @@ gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
     size = sc->info_cap * sizeof (SattnRowInfo);
     what = "row descriptions";
   } else if ((sc->out_info = g_try_new (SattnRowInfo, sc->out_info_cap =
-              gst_sattn_info_rows (c, chunk + GST_SATTN_OUT_FRAMES))) ==
-      NULL) {
+              gst_sattn_info_rows (c, chunk + GST_SATTN_OUT_FRAMES))) == NULL) {
     size = sc->out_info_cap * sizeof (SattnRowInfo);
     what = "row descriptions of an output buffer";
   }
@@ -824,8 +821,7 @@ gst_sattn_explain_width (const GstSattnSettings * c, gsize row_floats,
       "downstream accepts %s", gst_sattn_output_nick (c->output), row_floats,
       row_floats, GST_SATTN_AUDIO_SAFE_CHANNELS, row_floats, row_floats,
       GST_SATTN_AUDIO_SAFE_CHANNELS,
-      c->output == GST_SATTN_OUTPUT_WINDOW ? ", a smaller window" : "",
-      takes);
+      c->output == GST_SATTN_OUTPUT_WINDOW ? ", a smaller window" : "", takes);
 }
 
 /* The source caps for the input caps and the settings c (stream built for
@@ -1130,8 +1126,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   SattnWeights weights = { 0, };
   SattnModel *prepared;
   SattnConfig pcfg;
-  g_autofree gchar *key = NULL;       /* freed on every return */
-  g_autofree gchar *in_use = NULL;    /* the model in use's key */
+  g_autofree gchar *key = NULL; /* freed on every return */
+  g_autofree gchar *in_use = NULL;      /* the model in use's key */
   gchar *wpath, *wprefix;
   gboolean zero_attn, tensors = FALSE, changed, reverted = FALSE;
   GstCaps *srccaps;
@@ -1169,9 +1165,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
     prepared = NULL;
   GST_OBJECT_UNLOCK (self);
 
-  d_model = (guint64) channels * c.frame_size;
-  if (!gst_sattn_validate (self, &c, rate, channels, d_model,
-          wpath != NULL)) {
+  d_model = (guint64) channels *c.frame_size;
+  if (!gst_sattn_validate (self, &c, rate, channels, d_model, wpath != NULL)) {
     if (prepared != NULL) {
       GST_OBJECT_LOCK (self);
       self->wmodel = prepared;
@@ -1250,8 +1245,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
      * size is asked for: there is none. */
     gchar err[512] = "";
 
-    if (sattn_stream_config_check (model, &sc, err, sizeof err) !=
-        SATTN_OK) {
+    if (sattn_stream_config_check (model, &sc, err, sizeof err) != SATTN_OK) {
       GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
           ("The weights file %s cannot run with these properties: %s",
               wpath ? wpath : "(none: identity projections)", err), (NULL));
@@ -1350,9 +1344,9 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->sink_caps = gst_caps_ref (caps);
   self->rate = rate;
   self->channels = channels;
-  self->bpf = (gsize) channels * sizeof (float);
+  self->bpf = (gsize) channels *sizeof (float);
   self->d_model = (gsize) d_model;
-  self->frame_bytes = (gsize) d_model * sizeof (float);
+  self->frame_bytes = (gsize) d_model *sizeof (float);
   self->row_floats = row_floats;
   self->chunk = chunk;
   self->carry = scratch.carry;
@@ -1480,7 +1474,7 @@ gst_sattn_allowed_caps (GstSattn * self)
     ch_step = d / c.frame_size;
     max_ch = ch_step;
   } else if (weights) {
-    ch_step = 1;      /* the file's d_model is not known yet */
+    ch_step = 1;                /* the file's d_model is not known yet */
   } else {
     /* channels × frame-size must be a multiple of heads. */
     ch_step = c.heads / gst_util_greatest_common_divisor (c.heads,
@@ -1574,7 +1568,7 @@ gst_sattn_check_caps (GstSattn * self, GstCaps * caps, gboolean post)
   if (!gst_sattn_parse_caps (caps, &rate, &channels)) {
     why = g_strdup (GST_SATTN_UNSUPPORTED_CAPS);
   } else {
-    d_model = (guint64) channels * c.frame_size;
+    d_model = (guint64) channels *c.frame_size;
     why = gst_sattn_explain (&c, rate, channels, d_model, weights);
     if (why == NULL) {
       gboolean audio, tensors;

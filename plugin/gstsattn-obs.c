@@ -60,8 +60,7 @@ static GstPad *
 obs_request_new_pad (GstElement * element, GstPadTemplate * templ,
     const gchar * name, const GstCaps * caps)
 {
-  return gst_sattn_map_request_pad (element, &OBS (element)->map, templ,
-      name);
+  return gst_sattn_map_request_pad (element, &OBS (element)->map, templ, name);
 }
 
 static void
@@ -110,8 +109,7 @@ gst_sattn_obs_class_init (GObjectClass * gobject_class,
   g_object_class_install_property (gobject_class, PROP_MAP_HEAD,
       g_param_spec_int ("map-head", "Map head",
           "Head shown on the attn pad (-1 = the average of all heads)",
-          -1, MAX_MAP_HEAD, DEFAULT_MAP_HEAD,
-          rw | GST_PARAM_MUTABLE_PLAYING));
+          -1, MAX_MAP_HEAD, DEFAULT_MAP_HEAD, rw | GST_PARAM_MUTABLE_PLAYING));
 
   gst_element_class_add_static_pad_template (element_class, &attn_template);
   element_class->request_new_pad = GST_DEBUG_FUNCPTR (obs_request_new_pad);
@@ -137,8 +135,7 @@ obs_sink_internal_links (GstPad * pad, GstObject * parent)
 }
 
 void
-gst_sattn_obs_init (GstSattnObs * obs, GstElement * element,
-    GstPad * sinkpad)
+gst_sattn_obs_init (GstSattnObs * obs, GstElement * element, GstPad * sinkpad)
 {
   obs->post_messages = DEFAULT_POST_MESSAGES;
   obs->interval = DEFAULT_MESSAGE_INTERVAL;
@@ -317,7 +314,7 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
   height = (guint) sattn_stream_config_window_rows (sc);
   /* One map per window: (rate / frame-size) / hop per second. */
   fps_n = (guint64) rate;
-  fps_d = (guint64) frame_size * sc->hop;
+  fps_d = (guint64) frame_size *sc->hop;
   for (a = fps_n, b = fps_d; b != 0;) {
     guint64 t = a % b;
 
@@ -354,8 +351,7 @@ gst_sattn_obs_split (GstSattnObs * obs, const SattnStream * s, gsize n)
 /* The weights (rows × cols) as an array of rows, each an array of
  * doubles. */
 static void
-take_weights_value (GstStructure * st, const float *w, gsize rows,
-    gsize cols)
+take_weights_value (GstStructure * st, const float *w, gsize rows, gsize cols)
 {
   GValue outer = G_VALUE_INIT;
   gsize i, j;
@@ -416,8 +412,7 @@ obs_queue_message (GstSattnObs * obs, GstElement * element, SattnStream * s,
   if (with_weights && obs->wbuf) {
     gsize rows = 0, cols = 0;
 
-    if (sattn_stream_last_weights (s, -1, obs->wbuf, &rows, &cols) ==
-        SATTN_OK)
+    if (sattn_stream_last_weights (s, -1, obs->wbuf, &rows, &cols) == SATTN_OK)
       take_weights_value (st, obs->wbuf, rows, cols);
   }
   g_queue_push_tail (&obs->pending,
@@ -615,8 +610,7 @@ obs_check_warnings (GstSattnObs * obs, GstElement * element,
         "most one such warning per %u s of stream time",
         obs->windows_total, w->lse_min, w->lse_max,
         sattn_stats_mean_max_weight (w), sattn_stats_mean_entropy (w),
-        obs->sat_windows,
-        (guint) (WARNING_INTERVAL / GST_SECOND));
+        obs->sat_windows, (guint) (WARNING_INTERVAL / GST_SECOND));
     queue_warning (obs, element, text, debug);
     g_free (cause);
     obs->sat_warned_at = ts;

@@ -28,14 +28,12 @@ typedef struct
 gchar *
 gst_sattn_weights_key (const gchar * path, const gchar * prefix)
 {
-  return path ? g_strdup_printf ("%s\n%s", path, prefix ? prefix : "") :
-      NULL;
+  return path ? g_strdup_printf ("%s\n%s", path, prefix ? prefix : "") : NULL;
 }
 
 /* The file and prefix of key (NULL, NULL for identity projections). */
 static void
-gst_sattn_weights_key_split (const gchar * key, gchar ** path,
-    gchar ** prefix)
+gst_sattn_weights_key_split (const gchar * key, gchar ** path, gchar ** prefix)
 {
   const gchar *nl = key ? strchr (key, '\n') : NULL;
 
@@ -53,8 +51,7 @@ gst_sattn_model_shape (const SattnModel * m, GstSattnModelShape * shape)
 }
 
 gchar *
-gst_sattn_swap_misfit (const GstSattnModelShape * running,
-    const SattnModel * m)
+gst_sattn_swap_misfit (const GstSattnModelShape * running, const SattnModel * m)
 {
   GstSattnModelShape s;
 
@@ -559,8 +556,7 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
       gst_structure_new ("sattn-weights-swapped",
           "weights", G_TYPE_STRING, path,
           "frame", G_TYPE_UINT64, frames,
-          "timestamp", G_TYPE_UINT64, gst_sattn_frame_ts (self, frames),
-          NULL));
+          "timestamp", G_TYPE_UINT64, gst_sattn_frame_ts (self, frames), NULL));
   g_free (path);
   gst_element_post_message (GST_ELEMENT (self), msg);
   return n;

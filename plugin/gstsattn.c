@@ -353,7 +353,7 @@ gst_sattn_output_get_type (void)
     {GST_SATTN_OUTPUT_MEAN, "Mean of the valid rows of each window", "mean"},
     {GST_SATTN_OUTPUT_LAST, "Row of the last frame of each window", "last"},
     {GST_SATTN_OUTPUT_CLASSES,
-        "Class probabilities of each window (a whole model with a head)",
+          "Class probabilities of each window (a whole model with a head)",
         "classes"},
     {0, NULL, NULL}
   };
@@ -374,7 +374,7 @@ gst_sattn_positions_get_type (void)
     {GST_SATTN_POSITIONS_ROPE,
         "Rotary, half-split pairs (GPT-NeoX, LLaMA rotate_half)", "rope"},
     {GST_SATTN_POSITIONS_ROPE_INTERLEAVED,
-        "Rotary, interleaved pairs 2k, 2k+1 (RoFormer, GPT-J)",
+          "Rotary, interleaved pairs 2k, 2k+1 (RoFormer, GPT-J)",
         "rope-interleaved"},
     {GST_SATTN_POSITIONS_ALIBI, "Linear biases (ALiBi, Press et al.)",
         "alibi"},
@@ -570,8 +570,7 @@ gst_sattn_class_init (GstSattnClass * klass)
   g_object_class_install_property (gobject_class, PROP_ADD_ZERO_ATTN,
       g_param_spec_boolean ("add-zero-attn", "Add zero attention",
           "Append an all-zero key and value to every window, as "
-          "torch.nn.MultiheadAttention(add_zero_attn=True) does", FALSE,
-          geom));
+          "torch.nn.MultiheadAttention(add_zero_attn=True) does", FALSE, geom));
   g_object_class_install_property (gobject_class, PROP_POSITIONS,
       g_param_spec_enum ("positions", "Positions",
           "Positional encoding at the absolute frame index (frames since "
@@ -647,8 +646,7 @@ gst_sattn_class_init (GstSattnClass * klass)
       "multi-head self-attention on each window (identity projections, a "
       "trained attention module or encoder layer, or a whole trained "
       "model), pushing feature rows (audio/x-raw or other/tensors) or "
-      "class probabilities",
-      "sattn project");
+      "class probabilities", "sattn project");
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_sattn_change_state);
 
@@ -1096,7 +1094,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       self->running = TRUE;
       GST_OBJECT_UNLOCK (self);
       gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
-  gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
+      gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
       self->caps_refused = FALSE;
       gst_clear_caps (&self->refused_caps);
       gst_sattn_flush (self);

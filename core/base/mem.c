@@ -22,12 +22,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define MEM_MAGIC UINT64_C (0x5341544e4d454d31)  /* "SATNMEM1" */
+#define MEM_MAGIC UINT64_C (0x5341544e4d454d31) /* "SATNMEM1" */
 
 typedef struct {
   uint64_t magic;
-  void *base;       /* what to give back */
-  size_t mapped;    /* bytes mapped at base; 0: from posix_memalign */
+  void *base;    /* what to give back */
+  size_t mapped; /* bytes mapped at base; 0: from posix_memalign */
   size_t pad;
 } MemHeader;
 
@@ -52,8 +52,8 @@ sattn_mem_alloc (size_t size, size_t align)
   if (size < SATTN_MEM_MAP_MIN) {
     /* The header fills the first `align` bytes; the block follows. */
     void *base = NULL;
-    if (size > SIZE_MAX - align
-        || posix_memalign (&base, align, align + size) != 0)
+    if (size > SIZE_MAX - align ||
+        posix_memalign (&base, align, align + size) != 0)
       return NULL;
     p = (char *) base + align;
     h.base = base;
@@ -69,7 +69,8 @@ sattn_mem_alloc (size_t size, size_t align)
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
       return NULL;
-    uintptr_t at = ((uintptr_t) base + hdr + align - 1) & ~(uintptr_t) (align - 1);
+    uintptr_t at = ((uintptr_t) base + hdr + align - 1) &
+                   ~(uintptr_t) (align - 1);
     p = (char *) at;
     h.base = base;
     h.mapped = len;
@@ -99,7 +100,7 @@ sattn_mem_free (void *p)
   MemHeader h;
   memcpy (&h, (char *) p - sizeof h, sizeof h);
   if (h.magic != MEM_MAGIC)
-    abort ();   /* not ours: freeing it would corrupt the heap */
+    abort (); /* not ours: freeing it would corrupt the heap */
   if (h.mapped != 0)
     munmap (h.base, h.mapped);
   else

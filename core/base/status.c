@@ -13,16 +13,26 @@ const char *
 sattn_status_string (SattnStatus st)
 {
   switch (st) {
-    case SATTN_OK: return "success";
-    case SATTN_E_INVAL: return "invalid argument (NULL pointer or value out of range)";
-    case SATTN_E_SHAPE: return "dimensions do not fit together";
-    case SATTN_E_NOMEM: return "out of memory";
-    case SATTN_E_NONFINITE: return "NaN or Inf where a finite value is required";
-    case SATTN_E_SPACE: return "output buffer too small";
-    case SATTN_E_IO: return "file cannot be opened or read";
-    case SATTN_E_FORMAT: return "malformed weights file";
-    case SATTN_E_MISSING: return "required tensor missing from weights file";
-    case SATTN_E_DTYPE: return "unsupported tensor dtype";
+    case SATTN_OK:
+      return "success";
+    case SATTN_E_INVAL:
+      return "invalid argument (NULL pointer or value out of range)";
+    case SATTN_E_SHAPE:
+      return "dimensions do not fit together";
+    case SATTN_E_NOMEM:
+      return "out of memory";
+    case SATTN_E_NONFINITE:
+      return "NaN or Inf where a finite value is required";
+    case SATTN_E_SPACE:
+      return "output buffer too small";
+    case SATTN_E_IO:
+      return "file cannot be opened or read";
+    case SATTN_E_FORMAT:
+      return "malformed weights file";
+    case SATTN_E_MISSING:
+      return "required tensor missing from weights file";
+    case SATTN_E_DTYPE:
+      return "unsupported tensor dtype";
   }
   return "unknown status";
 }
@@ -31,12 +41,15 @@ const char *
 sattn_frame_fault_string (SattnFrameFault f)
 {
   switch (f) {
-    case SATTN_FRAME_OK: return "is usable";
-    case SATTN_FRAME_FLAGGED: return "is flagged invalid (a gap)";
-    case SATTN_FRAME_NONFINITE: return "has NaN or Inf samples";
+    case SATTN_FRAME_OK:
+      return "is usable";
+    case SATTN_FRAME_FLAGGED:
+      return "is flagged invalid (a gap)";
+    case SATTN_FRAME_NONFINITE:
+      return "has NaN or Inf samples";
     case SATTN_FRAME_OVERFLOW:
       return "has finite samples but its query/key/value projection "
-          "overflows float32";
+             "overflows float32";
   }
   return "has an unknown fault";
 }
@@ -45,14 +58,22 @@ const char *
 sattn_part_string (SattnPart p)
 {
   switch (p) {
-    case SATTN_PART_UNKNOWN: return "a layer of the model";
-    case SATTN_PART_OUT_PROJ: return "the output projection";
-    case SATTN_PART_NORM1: return "LayerNorm norm1";
-    case SATTN_PART_LINEAR1: return "the feed-forward's linear1";
-    case SATTN_PART_LINEAR2: return "the feed-forward's linear2";
-    case SATTN_PART_NORM2: return "LayerNorm norm2";
-    case SATTN_PART_RESIDUAL: return "the residual sum";
-    case SATTN_PART_COUNT: break;
+    case SATTN_PART_UNKNOWN:
+      return "a layer of the model";
+    case SATTN_PART_OUT_PROJ:
+      return "the output projection";
+    case SATTN_PART_NORM1:
+      return "LayerNorm norm1";
+    case SATTN_PART_LINEAR1:
+      return "the feed-forward's linear1";
+    case SATTN_PART_LINEAR2:
+      return "the feed-forward's linear2";
+    case SATTN_PART_NORM2:
+      return "LayerNorm norm2";
+    case SATTN_PART_RESIDUAL:
+      return "the residual sum";
+    case SATTN_PART_COUNT:
+      break;
   }
   return "an unknown part";
 }
@@ -62,7 +83,7 @@ sattn_stats_clear (SattnStats *st)
 {
   if (st == NULL)
     return;
-  *st = (SattnStats) { 0 };
+  *st = (SattnStats){ 0 };
   st->score_min = INFINITY;
   st->score_max = -INFINITY;
   st->lse_min = INFINITY;
@@ -93,9 +114,9 @@ sattn_fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
 }
 
 SattnStatus
-sattn_struct_in (const char *what, const char *type, const void *src,
-                 void *dst, size_t size, size_t min_size, size_t max_size,
-                 char *err, size_t err_len)
+sattn_struct_in (const char *what, const char *type, const void *src, void *dst,
+                 size_t size, size_t min_size, size_t max_size, char *err,
+                 size_t err_len)
 {
   size_t sz;
   memcpy (&sz, src, sizeof sz);
@@ -105,20 +126,20 @@ sattn_struct_in (const char *what, const char *type, const void *src,
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "%s.struct_size=%zu is smaller than any %s of "
                        "libsattn.so.%d (%zu bytes); set it to sizeof (%s), "
-                       "or 0", what, sz, type, SATTN_VERSION_MAJOR,
-                       min_size, type);
+                       "or 0",
+                       what, sz, type, SATTN_VERSION_MAJOR, min_size, type);
   if (sz > max_size)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "%s.struct_size=%zu is larger than the %zu bytes it "
-                       "has here; set it to sizeof (%s), or 0", what, sz,
-                       max_size, type);
+                       "has here; set it to sizeof (%s), or 0",
+                       what, sz, max_size, type);
   for (size_t i = size; i < sz; i++)
     if (((const unsigned char *) src)[i] != 0)
       return sattn_fail (SATTN_E_INVAL, err, err_len,
                          "%s.struct_size=%zu: the struct sets fields past "
                          "the %zu bytes this libsattn (%s) knows; they "
-                         "need a later libsattn", what, sz, size,
-                         SATTN_VERSION_STRING);
+                         "need a later libsattn",
+                         what, sz, size, SATTN_VERSION_STRING);
   memset (dst, 0, size);
   memcpy (dst, src, sz < size ? sz : size);
   memcpy (dst, &size, sizeof size);
@@ -167,7 +188,7 @@ sattn_divisors (char *buf, size_t len, size_t value, size_t wanted)
     if (value / d != d)
       divisor_offer (best, &n, value / d, wanted);
   }
-  for (size_t i = 1; i < n; i++)          /* ascending */
+  for (size_t i = 1; i < n; i++) /* ascending */
     for (size_t j = i; j > 0 && best[j - 1] > best[j]; j--) {
       size_t t = best[j];
       best[j] = best[j - 1];
@@ -196,10 +217,14 @@ sattn_stats_merge (SattnStats *d, const SattnStats *s)
   d->fully_masked_rows += s->fully_masked_rows;
   d->nonfinite_scores += s->nonfinite_scores;
   d->saturated_rows += s->saturated_rows;
-  if (s->score_min < d->score_min) d->score_min = s->score_min;
-  if (s->score_max > d->score_max) d->score_max = s->score_max;
-  if (s->lse_min < d->lse_min) d->lse_min = s->lse_min;
-  if (s->lse_max > d->lse_max) d->lse_max = s->lse_max;
+  if (s->score_min < d->score_min)
+    d->score_min = s->score_min;
+  if (s->score_max > d->score_max)
+    d->score_max = s->score_max;
+  if (s->lse_min < d->lse_min)
+    d->lse_min = s->lse_min;
+  if (s->lse_max > d->lse_max)
+    d->lse_max = s->lse_max;
   d->max_weight_sum += s->max_weight_sum;
   d->entropy_sum += s->entropy_sum;
 }
@@ -207,13 +232,12 @@ sattn_stats_merge (SattnStats *d, const SattnStats *s)
 double
 sattn_stats_mean_max_weight (const SattnStats *st)
 {
-  return st != NULL && st->rows > 0
-      ? st->max_weight_sum / (double) st->rows : 0.0;
+  return st != NULL && st->rows > 0 ? st->max_weight_sum / (double) st->rows
+                                    : 0.0;
 }
 
 double
 sattn_stats_mean_entropy (const SattnStats *st)
 {
-  return st != NULL && st->rows > 0
-      ? st->entropy_sum / (double) st->rows : 0.0;
+  return st != NULL && st->rows > 0 ? st->entropy_sum / (double) st->rows : 0.0;
 }

@@ -10,8 +10,8 @@
 
 #include <stdlib.h>
 
-static int g_isa = -1;   /* -1 unknown, 0 portable, 1 AVX2+FMA, 2 AVX-512 */
-static const SattnKernels *g_kernels;   /* NULL until chosen */
+static int g_isa = -1; /* -1 unknown, 0 portable, 1 AVX2+FMA, 2 AVX-512 */
+static const SattnKernels *g_kernels; /* NULL until chosen */
 
 int
 sattn_simd_level (void)
@@ -92,16 +92,14 @@ sattn_qk (const float *q, size_t ldq, const float *kt, size_t ldkt, size_t m,
 
 void
 sattn_qk_max (const float *q, size_t ldq, const float *kt, size_t ldkt,
-              size_t m, size_t nk, size_t dh, float *S, size_t lds,
-              float *rmax)
+              size_t m, size_t nk, size_t dh, float *S, size_t lds, float *rmax)
 {
   kernels ()->qk_max (q, ldq, kt, ldkt, m, nk, dh, S, lds, rmax);
 }
 
 void
-sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n,
-                    const float *qmax, float scale, uint8_t *rows,
-                    float *norm)
+sattn_softmax_rows (float *S, size_t lds, size_t m, size_t n, const float *qmax,
+                    float scale, uint8_t *rows, float *norm)
 {
   kernels ()->softmax_rows (S, lds, m, n, qmax, scale, rows, norm);
 }
@@ -114,9 +112,8 @@ sattn_pv (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
 }
 
 int
-sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk,
-               const float *v, size_t ldv, size_t dv, const float *norm,
-               float *O, size_t ldo)
+sattn_pv_norm (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
+               size_t ldv, size_t dv, const float *norm, float *O, size_t ldo)
 {
   return kernels ()->pv_norm (P, ldp, m, nk, v, ldv, dv, norm, O, ldo);
 }
@@ -167,8 +164,8 @@ sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok, size_t cnt,
 }
 
 void
-sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
-                      size_t cnt, size_t w, float *dst, size_t ldd, size_t mir)
+sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok, size_t cnt,
+                      size_t w, float *dst, size_t ldd, size_t mir)
 {
   kernels ()->transpose_rows (x, ldx, ok, cnt, w, dst, ldd, mir);
 }

@@ -41,8 +41,7 @@ exp256_k (__m256 *x, int k)
     x[j] = _mm256_max_ps (lo, x[j]);
 #pragma GCC unroll 4
   for (int j = 0; j < k; j++)
-    t[j] = _mm256_fmadd_ps (x[j], _mm256_set1_ps (1.44269504088896341f),
-                            magic);
+    t[j] = _mm256_fmadd_ps (x[j], _mm256_set1_ps (1.44269504088896341f), magic);
 #pragma GCC unroll 4
   for (int j = 0; j < k; j++)
     n[j] = _mm256_sub_ps (t[j], magic);
@@ -52,7 +51,7 @@ exp256_k (__m256 *x, int k)
 #pragma GCC unroll 4
   for (int j = 0; j < k; j++)
     x[j] = _mm256_fnmadd_ps (n[j], _mm256_set1_ps (-2.12194440e-4f), x[j]);
-  /* e^r ~ 1 + r (1 + r P(r)), P of degree 4 minimax over |r| <= ln2/2
+    /* e^r ~ 1 + r (1 + r P(r)), P of degree 4 minimax over |r| <= ln2/2
    * (relative error 3e-9, 0.05 ulp, before rounding), by Horner. */
 #pragma GCC unroll 4
   for (int j = 0; j < k; j++)
@@ -81,10 +80,10 @@ exp256_k (__m256 *x, int k)
                                    _mm256_set1_epi32 (0x4b400000));
     __m256i n1 = _mm256_srai_epi32 (ni, 1);
     __m256i n2 = _mm256_sub_epi32 (ni, n1);
-    __m256 f1 = _mm256_castsi256_ps (_mm256_slli_epi32 (
-        _mm256_add_epi32 (n1, bias), 23));
-    __m256 f2 = _mm256_castsi256_ps (_mm256_slli_epi32 (
-        _mm256_add_epi32 (n2, bias), 23));
+    __m256 f1 = _mm256_castsi256_ps (
+        _mm256_slli_epi32 (_mm256_add_epi32 (n1, bias), 23));
+    __m256 f2 = _mm256_castsi256_ps (
+        _mm256_slli_epi32 (_mm256_add_epi32 (n2, bias), 23));
     x[j] = _mm256_mul_ps (_mm256_mul_ps (p[j], f1), f2);
   }
 }
@@ -111,59 +110,60 @@ exp_sum_body_avx2 (float *y, size_t n, float scale, float mx, double *ex,
   float tmp[8];
   /* The sum: float partials of four vectors (see exp_part_avx512). */
   for (size_t i0 = 0; i0 < n; i0 += 32) {
-   size_t i1 = n - i0 < 32 ? n : i0 + 32;
-   __m256 fs = _mm256_setzero_ps ();
-   if (i1 - i0 == 32) {
-    /* A whole chunk: the four vectors interleaved (see exp512_k), the
+    size_t i1 = n - i0 < 32 ? n : i0 + 32;
+    __m256 fs = _mm256_setzero_ps ();
+    if (i1 - i0 == 32) {
+      /* A whole chunk: the four vectors interleaved (see exp512_k), the
      * same operations per element and the same sum, 0 + e0 + ... + e3. */
-    __m256 x[4], e[4];
+      __m256 x[4], e[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-      __m256 xs = _mm256_mul_ps (_mm256_loadu_ps (y + i0 + 8 * j), vsc);
-      __asm__ ("" : "+x" (xs));
-      x[j] = _mm256_sub_ps (xs, vmx);
-      e[j] = x[j];
-    }
-    exp256_k (e, 4);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-      _mm256_storeu_ps (y + i0 + 8 * j, e[j]);
-      fs = _mm256_add_ps (fs, e[j]);
-      if (ex != NULL) {
-        __m256 live = _mm256_cmp_ps (x[j], ninf, _CMP_GT_OQ);
-        exa = _mm256_add_ps (exa, _mm256_and_ps (live,
-                                                 _mm256_mul_ps (x[j], e[j])));
-        mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x[j], live));
+      for (int j = 0; j < 4; j++) {
+        __m256 xs = _mm256_mul_ps (_mm256_loadu_ps (y + i0 + 8 * j), vsc);
+        __asm__("" : "+x"(xs));
+        x[j] = _mm256_sub_ps (xs, vmx);
+        e[j] = x[j];
       }
+      exp256_k (e, 4);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        _mm256_storeu_ps (y + i0 + 8 * j, e[j]);
+        fs = _mm256_add_ps (fs, e[j]);
+        if (ex != NULL) {
+          __m256 live = _mm256_cmp_ps (x[j], ninf, _CMP_GT_OQ);
+          exa = _mm256_add_ps (exa, _mm256_and_ps (live,
+                                                   _mm256_mul_ps (x[j], e[j])));
+          mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x[j], live));
+        }
+      }
+      i1 = i0; /* nothing left for the loop below */
     }
-    i1 = i0;                    /* nothing left for the loop below */
-   }
-   for (size_t i = i0; i < i1; i += 8) {
-    size_t r = n - i < 8 ? n - i : 8;
-    float *src = y + i;
-    if (r < 8) {
-      for (size_t l = 0; l < 8; l++)
-        tmp[l] = l < r ? y[i + l] : -INFINITY;
-      src = tmp;
-    }
-    /* Rounded before the subtraction (the compiler must not fuse them:
+    for (size_t i = i0; i < i1; i += 8) {
+      size_t r = n - i < 8 ? n - i : 8;
+      float *src = y + i;
+      if (r < 8) {
+        for (size_t l = 0; l < 8; l++)
+          tmp[l] = l < r ? y[i + l] : -INFINITY;
+        src = tmp;
+      }
+      /* Rounded before the subtraction (the compiler must not fuse them:
      * the max entry gives exactly 0). */
-    __m256 xs = _mm256_mul_ps (_mm256_loadu_ps (src), vsc);
-    __asm__ ("" : "+x" (xs));
-    __m256 x = _mm256_sub_ps (xs, vmx);
-    __m256 e = exp256 (x);
-    _mm256_storeu_ps (src, e);
-    fs = _mm256_add_ps (fs, e);
-    if (ex != NULL) {
-      __m256 live = _mm256_cmp_ps (x, ninf, _CMP_GT_OQ);
-      exa = _mm256_add_ps (exa, _mm256_and_ps (live, _mm256_mul_ps (x, e)));
-      mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x, live));
+      __m256 xs = _mm256_mul_ps (_mm256_loadu_ps (src), vsc);
+      __asm__("" : "+x"(xs));
+      __m256 x = _mm256_sub_ps (xs, vmx);
+      __m256 e = exp256 (x);
+      _mm256_storeu_ps (src, e);
+      fs = _mm256_add_ps (fs, e);
+      if (ex != NULL) {
+        __m256 live = _mm256_cmp_ps (x, ninf, _CMP_GT_OQ);
+        exa = _mm256_add_ps (exa, _mm256_and_ps (live, _mm256_mul_ps (x, e)));
+        mn = _mm256_min_ps (mn, _mm256_blendv_ps (pinf, x, live));
+      }
+      if (r < 8)
+        memcpy (y + i, tmp, r * sizeof (float));
     }
-    if (r < 8)
-      memcpy (y + i, tmp, r * sizeof (float));
-   }
-   acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (fs)));
-   acc1 = _mm256_add_pd (acc1, _mm256_cvtps_pd (_mm256_extractf128_ps (fs, 1)));
+    acc0 = _mm256_add_pd (acc0, _mm256_cvtps_pd (_mm256_castps256_ps128 (fs)));
+    acc1 = _mm256_add_pd (acc1,
+                          _mm256_cvtps_pd (_mm256_extractf128_ps (fs, 1)));
   }
   double l1[4];
   _mm256_storeu_pd (l1, _mm256_add_pd (acc0, acc1));
@@ -195,7 +195,6 @@ exp_sum_stats_avx2 (float *y, size_t n, float scale, float mx, double *ex,
 {
   return exp_sum_body_avx2 (y, n, scale, mx, ex, xmin);
 }
-
 
 /* max_avx2's tail: whole vectors; the floats after them are left to
  * max_avx2_finish. */
@@ -251,7 +250,7 @@ qk_avx2 (const float *restrict q, size_t ldq, const float *restrict kt,
   size_t i = 0;
   for (; i + 4 <= m && nk >= 16; i += 4) {
     const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
-        *q3 = q2 + ldq;
+                *q3 = q2 + ldq;
     float *s0 = S + i * lds;
     size_t j = 0;
     for (; j + 16 <= nk; j += 16) {
@@ -373,7 +372,7 @@ pv_avx2 (const float *restrict P, size_t ldp, size_t m, size_t nk,
   if (dv % 16 == 0)
     for (; i + 4 <= m; i += 4) {
       const float *p0 = P + i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp,
-          *p3 = p2 + ldp;
+                  *p3 = p2 + ldp;
       for (size_t t = 0; t < dv; t += 16) {
         __m256 a00 = _mm256_setzero_ps (), a01 = _mm256_setzero_ps ();
         __m256 a10 = _mm256_setzero_ps (), a11 = _mm256_setzero_ps ();
@@ -451,8 +450,8 @@ pv_avx2 (const float *restrict P, size_t ldp, size_t m, size_t nk,
 
 /* Pass 1 of the masked softmax over s[0, n) (see sattn_softmax_scan). */
 AVX2 static float
-scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
-           float scale, size_t counts[4])
+scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok, float scale,
+           size_t counts[4])
 {
   const __m256 vs = _mm256_set1_ps (scale);
   const __m256 ninf = _mm256_set1_ps (-INFINITY);
@@ -487,12 +486,12 @@ scan_avx2 (float *restrict s, size_t n, const uint8_t *restrict ok,
                                 pinf, _CMP_EQ_OQ);
     if (__builtin_expect (_mm256_movemask_ps (_mm256_or_ps (nanm, inf)) != 0,
                           0)) {
-      n_nan += (size_t) __builtin_popcount (_mm256_movemask_ps (
-              _mm256_and_ps (okm, nanm)));
+      n_nan += (size_t) __builtin_popcount (
+          _mm256_movemask_ps (_mm256_and_ps (okm, nanm)));
       n_pinf += (size_t) __builtin_popcount (_mm256_movemask_ps (
-              _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
+          _mm256_and_ps (valid, _mm256_cmp_ps (v, pinf, _CMP_EQ_OQ))));
       n_ninf += (size_t) __builtin_popcount (_mm256_movemask_ps (
-              _mm256_and_ps (valid, _mm256_cmp_ps (v, ninf, _CMP_EQ_OQ))));
+          _mm256_and_ps (valid, _mm256_cmp_ps (v, ninf, _CMP_EQ_OQ))));
     }
   }
   counts[0] += n_valid;
@@ -530,7 +529,7 @@ finite_avx2 (const float *restrict x, size_t n)
     a0 = _mm256_fmadd_ps (_mm256_loadu_ps (x + i), zero, a0);
   __m256 a = _mm256_add_ps (_mm256_add_ps (a0, a1), _mm256_add_ps (a2, a3));
   return _mm256_movemask_ps (_mm256_cmp_ps (a, a, _CMP_UNORD_Q)) == 0 &&
-      finite_portable (x + i, n - i);
+         finite_portable (x + i, n - i);
 }
 
 AVX2 static void
@@ -559,7 +558,7 @@ tile256 (const void *restrict x, const int xf, size_t ldx,
   __m256d a[4][3];
   for (int v = 0; v < 3; v++) {
     __m256d bv = b != NULL ? _mm256_loadu_pd (b + j + 4 * v)
-        : _mm256_setzero_pd ();
+                           : _mm256_setzero_pd ();
     for (int r = 0; r < R; r++)
       a[r][v] = bv;
   }
@@ -584,24 +583,24 @@ tile256 (const void *restrict x, const int xf, size_t ldx,
     }
 }
 
-#define LIN256(name, xf, yf, XT, YT)                                          \
-AVX2 static void                                                            \
-name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
-      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
-{                                                                           \
-  const size_t jv = n / 12 * 12;                                            \
-  size_t i = 0;                                                             \
-  for (; i + 4 <= rows; i += 4)                                             \
-    for (size_t j = 0; j < jv; j += 12)                                     \
-      tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf,   \
-               ldy, 4);                                                     \
-  for (; i < rows; i++)                                                     \
-    for (size_t j = 0; j < jv; j += 12)                                     \
-      tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf,   \
-               ldy, 1);                                                     \
-  if (jv < n)                                                               \
-    lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, jv, n, y, yf, ldy);    \
-}
+#define LIN256(name, xf, yf, XT, YT)                                        \
+  AVX2 static void name (const XT *x, size_t ldx, size_t rows,              \
+                         const double *Wt, size_t ldw, const double *b,     \
+                         size_t din, size_t n, YT *y, size_t ldy)           \
+  {                                                                         \
+    const size_t jv = n / 12 * 12;                                          \
+    size_t i = 0;                                                           \
+    for (; i + 4 <= rows; i += 4)                                           \
+      for (size_t j = 0; j < jv; j += 12)                                   \
+        tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf, \
+                 ldy, 4);                                                   \
+    for (; i < rows; i++)                                                   \
+      for (size_t j = 0; j < jv; j += 12)                                   \
+        tile256 (x + i * ldx, xf, ldx, Wt, ldw, b, din, j, y + i * ldy, yf, \
+                 ldy, 1);                                                   \
+    if (jv < n)                                                             \
+      lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, jv, n, y, yf, ldy);  \
+  }
 
 LIN256 (lin256_dd, 0, 0, double, double)
 LIN256 (lin256_df, 0, 1, double, float)
@@ -631,16 +630,18 @@ erf256 (__m256 x)
 {
   const __m256 sign = _mm256_set1_ps (-0.0f);
   const __m256 ax = _mm256_andnot_ps (sign, x);
-  const __m256i i = _mm256_cvttps_epi32 (_mm256_mul_ps (ax,
-                                                         _mm256_set1_ps (2.0f)));
-#define ERF_TAB(k) _mm256_permutevar8x32_ps (_mm256_load_ps (sattn_erf_tab[k]), i)
+  const __m256i i = _mm256_cvttps_epi32 (
+      _mm256_mul_ps (ax, _mm256_set1_ps (2.0f)));
+#define ERF_TAB(k) \
+  _mm256_permutevar8x32_ps (_mm256_load_ps (sattn_erf_tab[k]), i)
   const __m256 t = _mm256_sub_ps (ax, ERF_TAB (SATTN_ERF_CTR));
   __m256 acc = ERF_TAB (SATTN_ERF_Q6);
   for (int k = SATTN_ERF_Q5; k >= SATTN_ERF_Q0; k--)
     acc = _mm256_fmadd_ps (acc, t, ERF_TAB (k));
   acc = _mm256_fmadd_ps (acc, t, ERF_TAB (SATTN_ERF_C1L));
-  acc = _mm256_fmadd_ps (acc, t, _mm256_fmadd_ps (ERF_TAB (SATTN_ERF_E), t,
-                                        ERF_TAB (SATTN_ERF_C0L)));
+  acc = _mm256_fmadd_ps (acc, t,
+                         _mm256_fmadd_ps (ERF_TAB (SATTN_ERF_E), t,
+                                          ERF_TAB (SATTN_ERF_C0L)));
   acc = _mm256_fmadd_ps (ERF_TAB (SATTN_ERF_C1H), t, acc);
   __m256 r = _mm256_add_ps (ERF_TAB (SATTN_ERF_C0H), acc);
 #undef ERF_TAB
@@ -669,9 +670,9 @@ gelu_avx2 (double *restrict h, size_t n)
   for (; i + 8 <= n; i += 8) {
     const __m256d v0 = _mm256_loadu_pd (h + i);
     const __m256d v1 = _mm256_loadu_pd (h + i + 4);
-    const __m256 e = erf256 (_mm256_set_m128 (
-        _mm256_cvtpd_ps (_mm256_mul_pd (v1, s)),
-        _mm256_cvtpd_ps (_mm256_mul_pd (v0, s))));
+    const __m256 e = erf256 (
+        _mm256_set_m128 (_mm256_cvtpd_ps (_mm256_mul_pd (v1, s)),
+                         _mm256_cvtpd_ps (_mm256_mul_pd (v0, s))));
     const __m256d e0 = _mm256_cvtps_pd (_mm256_castps256_ps128 (e));
     const __m256d e1 = _mm256_cvtps_pd (_mm256_extractf128_ps (e, 1));
     const __m256d y0 = _mm256_mul_pd (_mm256_mul_pd (half, v0),
@@ -693,8 +694,9 @@ relu_avx2 (double *restrict h, size_t n)
   const __m256d zero = _mm256_setzero_pd ();
   size_t i = 0;
   for (; i + 4 <= n; i += 4)
-    _mm256_storeu_pd (h + i, _mm256_max_pd (_mm256_cvtps_pd (
-        _mm256_cvtpd_ps (_mm256_loadu_pd (h + i))), zero));
+    _mm256_storeu_pd (h + i, _mm256_max_pd (_mm256_cvtps_pd (_mm256_cvtpd_ps (
+                                                _mm256_loadu_pd (h + i))),
+                                            zero));
   if (i < n)
     relu_portable (h + i, n - i);
 }
@@ -702,28 +704,25 @@ relu_avx2 (double *restrict h, size_t n)
 /* ------------------------------------------------------------- table */
 
 static void
-qk_max_avx2 (const float *q, size_t ldq, const float *kt, size_t ldkt,
-             size_t m, size_t nk, size_t dh, float *S, size_t lds,
-             float *rmax)
+qk_max_avx2 (const float *q, size_t ldq, const float *kt, size_t ldkt, size_t m,
+             size_t nk, size_t dh, float *S, size_t lds, float *rmax)
 {
   sattn_qk_max_from (qk_avx2, q, ldq, kt, ldkt, m, nk, dh, S, lds, rmax);
 }
 
 static int
-pv_norm_avx2 (const float *P, size_t ldp, size_t m, size_t nk,
-              const float *v, size_t ldv, size_t dv, const float *norm,
-              float *O, size_t ldo)
+pv_norm_avx2 (const float *P, size_t ldp, size_t m, size_t nk, const float *v,
+              size_t ldv, size_t dv, const float *norm, float *O, size_t ldo)
 {
-  return sattn_pv_norm_from (pv_avx2, mul_avx2, finite_avx2, P, ldp, m, nk,
-                             v, ldv, dv, norm, O, ldo);
+  return sattn_pv_norm_from (pv_avx2, mul_avx2, finite_avx2, P, ldp, m, nk, v,
+                             ldv, dv, norm, O, ldo);
 }
 
 static void
-softmax_rows_avx2 (float *S, size_t lds, size_t m, size_t n,
-                   const float *qmax, float scale, uint8_t *rows, float *norm)
+softmax_rows_avx2 (float *S, size_t lds, size_t m, size_t n, const float *qmax,
+                   float scale, uint8_t *rows, float *norm)
 {
-  sattn_softmax_rows_from (exp_sum_avx2, S, lds, m, n, qmax, scale, rows,
-                           norm);
+  sattn_softmax_rows_from (exp_sum_avx2, S, lds, m, n, qmax, scale, rows, norm);
 }
 
 const SattnKernels sattn_kernels_avx2 = {

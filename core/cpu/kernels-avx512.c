@@ -9,7 +9,8 @@
 #ifdef SATTN_HAVE_X86
 #include <immintrin.h>
 
-#define AVX512 __attribute__ ((target ("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define AVX512 \
+  __attribute__ ((target ("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 
 /* Same reduction and polynomial as exp256; 2^n by scalef, which rounds
  * subnormal results once.  exp512_k: the exponentials of the k vectors
@@ -131,7 +132,9 @@ exp_steps_avx512 (float *y, int k, __mmask16 m, __m512 vsc, __m512 vmx,
       /* Rounded before the subtraction (an explicit rounding mode: never
        * fused into a multiply-add, so the max entry gives exactly 0). */
       x[j] = _mm512_sub_ps (_mm512_mul_round_ps (yv, vsc,
-              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vmx);
+                                                 _MM_FROUND_TO_NEAREST_INT |
+                                                     _MM_FROUND_NO_EXC),
+                            vmx);
     e[j] = x[j];
   }
   exp512_k (e, k);
@@ -141,8 +144,7 @@ exp_steps_avx512 (float *y, int k, __mmask16 m, __m512 vsc, __m512 vmx,
     fs[j / 4] = j % 4 ? _mm512_add_ps (fs[j / 4], e[j]) : e[j];
     if (stats) {
       __mmask16 live = _mm512_cmp_ps_mask (x[j], ninf, _CMP_GT_OQ);
-      *exa = _mm512_mask_add_ps (*exa, live, *exa,
-                                 _mm512_mul_ps (x[j], e[j]));
+      *exa = _mm512_mask_add_ps (*exa, live, *exa, _mm512_mul_ps (x[j], e[j]));
       *mn = _mm512_mask_min_ps (*mn, live, *mn, x[j]);
     }
   }
@@ -176,22 +178,22 @@ exp_part_avx512 (float *y, size_t n, float scale, float mx, int fused,
                         fs);
     else if (r > 32) {
       if (r > 48)
-        exp_steps_avx512 (y + i0, 4, tail_mask (r - 48), vsc, vmx, fused,
-                          stats, &exa, &mn, fs);
+        exp_steps_avx512 (y + i0, 4, tail_mask (r - 48), vsc, vmx, fused, stats,
+                          &exa, &mn, fs);
       else
-        exp_steps_avx512 (y + i0, 3, tail_mask (r - 32), vsc, vmx, fused,
-                          stats, &exa, &mn, fs);
+        exp_steps_avx512 (y + i0, 3, tail_mask (r - 32), vsc, vmx, fused, stats,
+                          &exa, &mn, fs);
     } else if (r > 16)
       exp_steps_avx512 (y + i0, 2, tail_mask (r - 16), vsc, vmx, fused, stats,
                         &exa, &mn, fs);
     else
-      exp_steps_avx512 (y + i0, 1, tail_mask (r), vsc, vmx, fused, stats,
-                        &exa, &mn, fs);
+      exp_steps_avx512 (y + i0, 1, tail_mask (r), vsc, vmx, fused, stats, &exa,
+                        &mn, fs);
     for (int k = 0; k < g; k++) {
       acc0 = _mm512_add_pd (acc0,
-          _mm512_cvtps_pd (_mm512_castps512_ps256 (fs[k])));
-      acc1 = _mm512_add_pd (acc1,
-          _mm512_cvtps_pd (_mm512_extractf32x8_ps (fs[k], 1)));
+                            _mm512_cvtps_pd (_mm512_castps512_ps256 (fs[k])));
+      acc1 = _mm512_add_pd (acc1, _mm512_cvtps_pd (
+                                      _mm512_extractf32x8_ps (fs[k], 1)));
     }
     i0 += 64 * (g - 1);
   }
@@ -206,8 +208,8 @@ AVX512 static inline __attribute__ ((always_inline)) double
 exp_sum_body_avx512 (float *y, size_t n, float scale, float mx, int fused,
                      double *ex, float *xmin)
 {
-  return _mm512_reduce_add_pd (exp_part_avx512 (y, n, scale, mx, fused, ex,
-                                                xmin));
+  return _mm512_reduce_add_pd (
+      exp_part_avx512 (y, n, scale, mx, fused, ex, xmin));
 }
 
 /* A scale that is a power of two (1 included) makes every product y *
@@ -285,7 +287,7 @@ scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
     __mmask16 okm = tm;
     if (ok != NULL)
       okm &= _mm_test_epi8_mask (_mm_maskz_loadu_epi8 (tm, ok + j),
-          _mm_set1_epi8 ((char) 0xff));
+                                 _mm_set1_epi8 ((char) 0xff));
     __mmask16 nanm = _mm512_cmp_ps_mask (v, v, _CMP_UNORD_Q);
     __mmask16 valid = okm & (__mmask16) ~nanm;
     __m512 out = _mm512_mask_blend_ps (valid, ninf, v);
@@ -298,10 +300,10 @@ scan_avx512 (float *restrict s, size_t n, const uint8_t *restrict ok,
     __mmask16 inf = valid & _mm512_fpclass_ps_mask (v, 0x18);
     if (__builtin_expect ((okm & nanm) != 0 || inf != 0, 0)) {
       n_nan += (size_t) __builtin_popcount (okm & nanm);
-      n_pinf += (size_t) __builtin_popcount (inf &
-          _mm512_cmp_ps_mask (v, pinf, _CMP_EQ_OQ));
-      n_ninf += (size_t) __builtin_popcount (inf &
-          _mm512_cmp_ps_mask (v, ninf, _CMP_EQ_OQ));
+      n_pinf += (size_t) __builtin_popcount (
+          inf & _mm512_cmp_ps_mask (v, pinf, _CMP_EQ_OQ));
+      n_ninf += (size_t) __builtin_popcount (
+          inf & _mm512_cmp_ps_mask (v, ninf, _CMP_EQ_OQ));
     }
   }
   /* Counted in registers, added once: adding into counts[] inside the
@@ -320,7 +322,8 @@ mul_avx512 (float *restrict y, size_t n, float a)
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 m = tail_mask (n - i);
     _mm512_mask_storeu_ps (y + i, m,
-        _mm512_mul_ps (_mm512_maskz_loadu_ps (m, y + i), va));
+                           _mm512_mul_ps (_mm512_maskz_loadu_ps (m, y + i),
+                                          va));
   }
 }
 
@@ -342,9 +345,8 @@ mul_avx512 (float *restrict y, size_t n, float a)
 #define QK_PF_FLOATS (64u << 10)
 AVX512 static inline __attribute__ ((always_inline)) void
 qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
-                size_t ldkt, size_t m, size_t nk, size_t dh,
-                float *restrict S, size_t lds, int acc, float *rmax,
-                const int pf)
+                size_t ldkt, size_t m, size_t nk, size_t dh, float *restrict S,
+                size_t lds, int acc, float *rmax, const int pf)
 {
   size_t i = 0;
   /* Eight rows × 32 keys: sixteen independent FMA chains (the latency of
@@ -416,7 +418,7 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
     rmax[r] = NAN;
   for (; i + 4 <= m; i += 4) {
     const float *q0 = q + i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq,
-        *q3 = q2 + ldq;
+                *q3 = q2 + ldq;
     float *s0 = S + i * lds;
     size_t j = 0;
     for (; j + 32 <= nk; j += 32) {
@@ -492,7 +494,8 @@ qk_avx512_body (const float *restrict q, size_t ldq, const float *restrict kt,
       __m512 a0 = INIT_M (tm, s0 + j);
       for (size_t t = 0; t < dh; t++)
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (q0[t]),
-            _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j), a0);
+                              _mm512_maskz_loadu_ps (tm, kt + t * ldkt + j),
+                              a0);
       _mm512_mask_storeu_ps (s0 + j, tm, a0);
     }
   }
@@ -559,9 +562,9 @@ qk_max_avx512 (const float *restrict q, size_t ldq, const float *restrict kt,
  * FMAs over j whatever the tile, so the bytes do not depend on it. */
 AVX512 static inline __attribute__ ((always_inline)) void
 pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
-                const float *restrict v, size_t ldv, __mmask16 c0,
-                __mmask16 c1, int rows, float *restrict o, size_t ldo,
-                const float *nrm, __mmask16 *bad)
+                const float *restrict v, size_t ldv, __mmask16 c0, __mmask16 c1,
+                int rows, float *restrict o, size_t ldo, const float *nrm,
+                __mmask16 *bad)
 {
   __m512 a[16];
   for (int r = 0; r < 16; r++)
@@ -578,13 +581,12 @@ pv_tile_avx512 (const float *restrict p0, size_t ldp, size_t nk,
 #pragma GCC unroll 4
     for (size_t j = 0; j < nk; j++) {
       size_t j8 = j + 8 * ldp;
-      __asm__ ("" : "+r" (j8));
+      __asm__("" : "+r"(j8));
       __m512 vj = _mm512_maskz_loadu_ps (c0, v + j * ldv);
       for (int r = 0; r < 8; r++)
         a[r] = _mm512_fmadd_ps (_mm512_set1_ps (pr[r][j]), vj, a[r]);
       for (int r = 0; r < 8; r++)
-        a[8 + r] = _mm512_fmadd_ps (_mm512_set1_ps (pr[r][j8]), vj,
-                                    a[8 + r]);
+        a[8 + r] = _mm512_fmadd_ps (_mm512_set1_ps (pr[r][j8]), vj, a[8 + r]);
     }
     for (int r = 0; r < 16; r++)
       pv_store_avx512 (o + r * ldo, c0, a[r], nrm, r, bad);
@@ -642,8 +644,8 @@ pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
         const float *p1 = p0 + 8 * ldp;
         for (; t2 + 16 < dv; t2 += 32)
           pv_tile_avx512 (p1, ldp, nk, v + t2, ldv, 0xffff,
-                          tail_mask (dv - t2 - 16), 8,
-                          O + (i + 8) * ldo + t2, ldo, NRM (i + 8), &bad);
+                          tail_mask (dv - t2 - 16), 8, O + (i + 8) * ldo + t2,
+                          ldo, NRM (i + 8), &bad);
         i += 8;
       } else {
         pv_tile_avx512 (p0, ldp, nk, v + t, ldv, tail_mask (dv - t), 0, 8,
@@ -659,15 +661,16 @@ pv_avx512 (const float *restrict P, size_t ldp, size_t m, size_t nk,
       size_t j = 0;
       for (; j + 2 <= nk; j += 2) {
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j]),
-            _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
+                              _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
         a1 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j + 1]),
-            _mm512_maskz_loadu_ps (tm, v + (j + 1) * ldv + t), a1);
+                              _mm512_maskz_loadu_ps (tm, v + (j + 1) * ldv + t),
+                              a1);
       }
       if (j < nk)
         a0 = _mm512_fmadd_ps (_mm512_set1_ps (pi[j]),
-            _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
-      pv_store_avx512 (O + i * ldo + t, tm, _mm512_add_ps (a0, a1), NRM (i),
-                       0, &bad);
+                              _mm512_maskz_loadu_ps (tm, v + j * ldv + t), a0);
+      pv_store_avx512 (O + i * ldo + t, tm, _mm512_add_ps (a0, a1), NRM (i), 0,
+                       &bad);
     }
   }
 #undef NRM
@@ -730,7 +733,7 @@ add_bias_avx512 (float *restrict y, size_t ldy, size_t n,
     for (size_t i = 0; i < n; i++) {
       float *r = y + i * ldy + j;
       _mm512_mask_storeu_ps (r, tm,
-          _mm512_add_ps (_mm512_maskz_loadu_ps (tm, r), bv));
+                             _mm512_add_ps (_mm512_maskz_loadu_ps (tm, r), bv));
     }
   }
 }
@@ -752,15 +755,18 @@ transpose_rows_avx512 (const float *restrict x, size_t ldx,
       __mmask16 tm = tail_mask (w - t0);
       __m512 r[16];
       /* Sixteen usable rows (the common case): no test per row. */
-      if (cnt - i0 >= 16 && (ok == NULL || _mm_cmpeq_epi8_mask (
-                  _mm_loadu_si128 ((const __m128i *) (ok + i0)),
-                  _mm_setzero_si128 ()) == 0))
+      if (cnt - i0 >= 16 &&
+          (ok == NULL ||
+           _mm_cmpeq_epi8_mask (_mm_loadu_si128 ((const __m128i *) (ok + i0)),
+                                _mm_setzero_si128 ()) == 0))
         for (size_t i = 0; i < 16; i++)
           r[i] = _mm512_maskz_loadu_ps (tm, x + (i0 + i) * ldx + t0);
       else
         for (size_t i = 0; i < 16; i++)
           r[i] = _mm512_maskz_loadu_ps (i0 + i < cnt &&
-                                        (ok == NULL || ok[i0 + i]) ? tm : 0,
+                                                (ok == NULL || ok[i0 + i])
+                                            ? tm
+                                            : 0,
                                         x + (i0 + i) * ldx + t0);
       transpose16_avx512 (r);
       for (size_t t = 0; t < 16 && t0 + t < w; t++) {
@@ -781,31 +787,32 @@ transpose_rows_avx512 (const float *restrict x, size_t ldx,
  * the sum is NaN. */
 AVX512 static void
 softmax_rows_avx512 (float *S, size_t lds, size_t m, size_t n,
-                     const float *qmax, float scale, uint8_t *rows,
-                     float *norm)
+                     const float *qmax, float scale, uint8_t *rows, float *norm)
 {
   const int fused = pow2_scale (scale);
   double part[64][8], sums[64];
   for (size_t i = 0; i < m; i++)
     if (rows[i] == 1)
-      _mm512_storeu_pd (part[i], fused
-          ? exp_part_avx512 (S + i * lds, n, scale, qmax[i] * scale, 1, NULL,
-                             NULL)
-          : exp_part_avx512 (S + i * lds, n, scale, qmax[i] * scale, 0, NULL,
-                             NULL));
+      _mm512_storeu_pd (part[i],
+                        fused
+                            ? exp_part_avx512 (S + i * lds, n, scale,
+                                               qmax[i] * scale, 1, NULL, NULL)
+                            : exp_part_avx512 (S + i * lds, n, scale,
+                                               qmax[i] * scale, 0, NULL, NULL));
   for (size_t i = 0; i < m; i++)
     sums[i] = rows[i] == 1 ? _mm512_reduce_add_pd (_mm512_loadu_pd (part[i]))
-        : 1.0;
+                           : 1.0;
   for (size_t i = 0; i < m; i += 8) {
     __mmask8 in = m - i >= 8 ? (__mmask8) 0xff
-        : (__mmask8) ((1u << (m - i)) - 1u);
-    __mmask8 live = _mm_mask_cmpeq_epi8_mask (in, _mm_maskz_loadu_epi8 (in,
-            rows + i), _mm_set1_epi8 (1));
+                             : (__mmask8) ((1u << (m - i)) - 1u);
+    __mmask8 live =
+        _mm_mask_cmpeq_epi8_mask (in, _mm_maskz_loadu_epi8 (in, rows + i),
+                                  _mm_set1_epi8 (1));
     __m512d sum = _mm512_maskz_loadu_pd (in, sums + i);
     __mmask8 nan = _mm512_mask_cmp_pd_mask (live, sum, sum, _CMP_UNORD_Q);
     __mmask8 ok = live & (__mmask8) ~nan;
-    __m256 nr = _mm512_cvtpd_ps (_mm512_maskz_div_pd (ok, _mm512_set1_pd (1.0),
-                                                      sum));
+    __m256 nr = _mm512_cvtpd_ps (
+        _mm512_maskz_div_pd (ok, _mm512_set1_pd (1.0), sum));
     _mm256_mask_storeu_ps (norm + i, ok, nr);
     _mm_mask_storeu_epi8 (rows + i, nan, _mm_set1_epi8 (2));
   }
@@ -840,7 +847,7 @@ tile512 (const void *restrict x, const int xf, size_t ldx,
   if (b != NULL) {
     b0 = full ? _mm512_loadu_pd (b + j) : _mm512_maskz_loadu_pd (m0, b + j);
     b1 = full ? _mm512_loadu_pd (b + j + 8)
-        : _mm512_maskz_loadu_pd (m1, b + j + 8);
+              : _mm512_maskz_loadu_pd (m1, b + j + 8);
   }
   for (int r = 0; r < R; r++) {
     a0[r] = b0;
@@ -852,7 +859,7 @@ tile512 (const void *restrict x, const int xf, size_t ldx,
     _mm_prefetch ((const char *) (wr + LIN_PF * ldw + 8), _MM_HINT_T0);
     __m512d w0 = full ? _mm512_loadu_pd (wr) : _mm512_maskz_loadu_pd (m0, wr);
     __m512d w1 = full ? _mm512_loadu_pd (wr + 8)
-        : _mm512_maskz_loadu_pd (m1, wr + 8);
+                      : _mm512_maskz_loadu_pd (m1, wr + 8);
     for (int r = 0; r < R; r++) {
       __m512d xv = _mm512_set1_pd (XAT (x, xf, r * ldx + t));
       a0[r] = _mm512_fmadd_pd (xv, w0, a0[r]);
@@ -874,29 +881,29 @@ tile512 (const void *restrict x, const int xf, size_t ldx,
 
 /* Rows [i, i + R) of every column while cond holds: whole tiles, then
  * the masked tail. */
-#define LIN512_ROWS(R, cond, xf, yf)                                          \
-  for (; i + (R) <= rows && (cond); i += (R)) {                             \
-    size_t j = 0;                                                           \
-    for (; j + 16 <= n; j += 16)                                            \
-      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy,    \
-               yf, ldy, (R), 1);                                            \
-    if (j < n)                                                              \
-      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy,    \
-               yf, ldy, (R), 0);                                            \
+#define LIN512_ROWS(R, cond, xf, yf)                                         \
+  for (; i + (R) <= rows && (cond); i += (R)) {                              \
+    size_t j = 0;                                                            \
+    for (; j + 16 <= n; j += 16)                                             \
+      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy, yf, \
+               ldy, (R), 1);                                                 \
+    if (j < n)                                                               \
+      tile512 (x + i * ldx, xf, ldx, Wt, ldw, b, din, n, j, y + i * ldy, yf, \
+               ldy, (R), 0);                                                 \
   }
 
 /* Blocks of 12 rows, but 16 rows left go as 8 + 8 (not 12 + 4). */
-#define LIN512(name, xf, yf, XT, YT)                                          \
-AVX512 static void                                                          \
-name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
-      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
-{                                                                           \
-  size_t i = 0;                                                             \
-  LIN512_ROWS (12, rows - i != 16, xf, yf)                                  \
-  LIN512_ROWS (8, 1, xf, yf)                                                \
-  LIN512_ROWS (4, 1, xf, yf)                                                \
-  LIN512_ROWS (1, 1, xf, yf)                                                \
-}
+#define LIN512(name, xf, yf, XT, YT)                                      \
+  AVX512 static void name (const XT *x, size_t ldx, size_t rows,          \
+                           const double *Wt, size_t ldw, const double *b, \
+                           size_t din, size_t n, YT *y, size_t ldy)       \
+  {                                                                       \
+    size_t i = 0;                                                         \
+    LIN512_ROWS (12, rows - i != 16, xf, yf)                              \
+    LIN512_ROWS (8, 1, xf, yf)                                            \
+    LIN512_ROWS (4, 1, xf, yf)                                            \
+    LIN512_ROWS (1, 1, xf, yf)                                            \
+  }
 
 LIN512 (lin512_dd, 0, 0, double, double)
 LIN512 (lin512_df, 0, 1, double, float)
@@ -909,9 +916,10 @@ cvt512 (const float *x, size_t ldx, size_t rows, size_t din, double *xb)
   for (size_t i = 0; i < rows; i++)
     for (size_t t = 0; t < din; t += 8) {
       const __mmask8 m = din - t >= 8 ? 0xff
-          : (__mmask8) ((1u << (din - t)) - 1u);
-      _mm512_mask_storeu_pd (xb + i * din + t, m, _mm512_cvtps_pd (
-          _mm256_maskz_loadu_ps (m, x + i * ldx + t)));
+                                      : (__mmask8) ((1u << (din - t)) - 1u);
+      _mm512_mask_storeu_pd (xb + i * din + t, m,
+                             _mm512_cvtps_pd (
+                                 _mm256_maskz_loadu_ps (m, x + i * ldx + t)));
     }
 }
 
@@ -923,27 +931,31 @@ AVX512 static inline __attribute__ ((always_inline)) __m512
 erf512 (__m512 x)
 {
   const __m512 ax = _mm512_abs_ps (x);
-  const __m512i i = _mm512_cvttps_epi32 (_mm512_mul_ps (ax,
-                                                         _mm512_set1_ps (2.0f)));
-#define ERF_TAB(k) _mm512_permutexvar_ps (i, _mm512_broadcast_f32x8 (      \
-      _mm256_load_ps (sattn_erf_tab[k])))
+  const __m512i i = _mm512_cvttps_epi32 (
+      _mm512_mul_ps (ax, _mm512_set1_ps (2.0f)));
+#define ERF_TAB(k)                                   \
+  _mm512_permutexvar_ps (i, _mm512_broadcast_f32x8 ( \
+                                _mm256_load_ps (sattn_erf_tab[k])))
   const __m512 t = _mm512_sub_ps (ax, ERF_TAB (SATTN_ERF_CTR));
   __m512 acc = ERF_TAB (SATTN_ERF_Q6);
   for (int k = SATTN_ERF_Q5; k >= SATTN_ERF_Q0; k--)
     acc = _mm512_fmadd_ps (acc, t, ERF_TAB (k));
   acc = _mm512_fmadd_ps (acc, t, ERF_TAB (SATTN_ERF_C1L));
-  acc = _mm512_fmadd_ps (acc, t, _mm512_fmadd_ps (ERF_TAB (SATTN_ERF_E), t,
-                                        ERF_TAB (SATTN_ERF_C0L)));
+  acc = _mm512_fmadd_ps (acc, t,
+                         _mm512_fmadd_ps (ERF_TAB (SATTN_ERF_E), t,
+                                          ERF_TAB (SATTN_ERF_C0L)));
   acc = _mm512_fmadd_ps (ERF_TAB (SATTN_ERF_C1H), t, acc);
   __m512 r = _mm512_add_ps (ERF_TAB (SATTN_ERF_C0H), acc);
 #undef ERF_TAB
-  r = _mm512_mask_mov_ps (r, _mm512_cmp_ps_mask (ax, _mm512_set1_ps (4.0f),
-                                                  _CMP_GE_OQ),
+  r = _mm512_mask_mov_ps (r,
+                          _mm512_cmp_ps_mask (ax, _mm512_set1_ps (4.0f),
+                                              _CMP_GE_OQ),
                           _mm512_set1_ps (1.0f));
   /* r | (x & sign) */
-  return _mm512_castsi512_ps (_mm512_ternarylogic_epi32 (
-      _mm512_castps_si512 (r), _mm512_castps_si512 (x),
-      _mm512_set1_epi32 (INT32_MIN), 0xf8));
+  return _mm512_castsi512_ps (
+      _mm512_ternarylogic_epi32 (_mm512_castps_si512 (r),
+                                 _mm512_castps_si512 (x),
+                                 _mm512_set1_epi32 (INT32_MIN), 0xf8));
 }
 
 AVX512 static void
@@ -951,9 +963,8 @@ erf_avx512 (const float *restrict x, float *restrict y, size_t n)
 {
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? 0xffff
-        : (__mmask16) ((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps (y + i, m, erf512 (_mm512_maskz_loadu_ps (m,
-                                                                     x + i)));
+                                    : (__mmask16) ((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps (y + i, m, erf512 (_mm512_maskz_loadu_ps (m, x + i)));
   }
 }
 
@@ -967,13 +978,15 @@ gelu_avx512 (double *restrict h, size_t n)
   for (size_t i = 0; i < n; i += 16) {
     const size_t left = n - i;
     const __mmask8 m0 = left >= 8 ? 0xff : (__mmask8) ((1u << left) - 1u);
-    const __mmask8 m1 = left >= 16 ? 0xff : left <= 8 ? 0
-        : (__mmask8) ((1u << (left - 8)) - 1u);
+    const __mmask8 m1 = left >= 16  ? 0xff
+                        : left <= 8 ? 0
+                                    : (__mmask8) ((1u << (left - 8)) - 1u);
     const __m512d v0 = _mm512_maskz_loadu_pd (m0, h + i);
     const __m512d v1 = _mm512_maskz_loadu_pd (m1, h + i + 8);
-    const __m512 e = erf512 (_mm512_insertf32x8 (_mm512_castps256_ps512 (
-        _mm512_cvtpd_ps (_mm512_mul_pd (v0, s))),
-        _mm512_cvtpd_ps (_mm512_mul_pd (v1, s)), 1));
+    const __m512 e = erf512 (
+        _mm512_insertf32x8 (_mm512_castps256_ps512 (
+                                _mm512_cvtpd_ps (_mm512_mul_pd (v0, s))),
+                            _mm512_cvtpd_ps (_mm512_mul_pd (v1, s)), 1));
     const __m512d e0 = _mm512_cvtps_pd (_mm512_castps512_ps256 (e));
     const __m512d e1 = _mm512_cvtps_pd (_mm512_extractf32x8_ps (e, 1));
     const __m512d y0 = _mm512_mul_pd (_mm512_mul_pd (half, v0),
@@ -993,8 +1006,11 @@ relu_avx512 (double *restrict h, size_t n)
   const __m512d zero = _mm512_setzero_pd ();
   for (size_t i = 0; i < n; i += 8) {
     const __mmask8 m = n - i >= 8 ? 0xff : (__mmask8) ((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_pd (h + i, m, _mm512_max_pd (_mm512_cvtps_pd (
-        _mm512_cvtpd_ps (_mm512_maskz_loadu_pd (m, h + i))), zero));
+    _mm512_mask_storeu_pd (h + i, m,
+                           _mm512_max_pd (_mm512_cvtps_pd (_mm512_cvtpd_ps (
+                                              _mm512_maskz_loadu_pd (m,
+                                                                     h + i))),
+                                          zero));
   }
 }
 
@@ -1004,9 +1020,9 @@ relu_avx512 (double *restrict h, size_t n)
  * run-time dispatch that called them was: none of the kernels is inlined
  * into them). */
 static void
-qk_max_entry_avx512 (const float *q, size_t ldq, const float *kt,
-                     size_t ldkt, size_t m, size_t nk, size_t dh, float *S,
-                     size_t lds, float *rmax)
+qk_max_entry_avx512 (const float *q, size_t ldq, const float *kt, size_t ldkt,
+                     size_t m, size_t nk, size_t dh, float *S, size_t lds,
+                     float *rmax)
 {
   if (dh <= QK_KBLOCK) {
     qk_max_avx512 (q, ldq, kt, ldkt, m, nk, dh, S, lds, rmax);
@@ -1024,8 +1040,8 @@ pv_entry_avx512 (const float *P, size_t ldp, size_t m, size_t nk,
 
 static int
 pv_norm_entry_avx512 (const float *P, size_t ldp, size_t m, size_t nk,
-                      const float *v, size_t ldv, size_t dv,
-                      const float *norm, float *O, size_t ldo)
+                      const float *v, size_t ldv, size_t dv, const float *norm,
+                      float *O, size_t ldo)
 {
   return pv_avx512 (P, ldp, m, nk, v, ldv, dv, O, ldo, norm);
 }

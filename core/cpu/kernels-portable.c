@@ -69,8 +69,8 @@ exp_sum_portable (float *y, size_t n, float scale, float mx)
 }
 
 static double
-exp_sum_stats_portable (float *y, size_t n, float scale, float mx,
-                        double *ex, float *xmin)
+exp_sum_stats_portable (float *y, size_t n, float scale, float mx, double *ex,
+                        float *xmin)
 {
   return exp_sum_body_portable (y, n, scale, mx, ex, xmin);
 }
@@ -95,8 +95,8 @@ pv_norm_portable (const float *P, size_t ldp, size_t m, size_t nk,
                   const float *v, size_t ldv, size_t dv, const float *norm,
                   float *O, size_t ldo)
 {
-  return sattn_pv_norm_from (pv_portable, mul_portable, finite_portable, P,
-                             ldp, m, nk, v, ldv, dv, norm, O, ldo);
+  return sattn_pv_norm_from (pv_portable, mul_portable, finite_portable, P, ldp,
+                             m, nk, v, ldv, dv, norm, O, ldo);
 }
 
 static void
@@ -110,12 +110,12 @@ softmax_rows_portable (float *S, size_t lds, size_t m, size_t n,
 
 /* The portable loops under the signatures of the vector ones. */
 #define LINP(name, xf, yf, XT, YT)                                            \
-static void                                                                 \
-name (const XT *x, size_t ldx, size_t rows, const double *Wt, size_t ldw,   \
-      const double *b, size_t din, size_t n, YT *y, size_t ldy)             \
-{                                                                           \
-  lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, 0, n, y, yf, ldy);       \
-}
+  static void name (const XT *x, size_t ldx, size_t rows, const double *Wt,   \
+                    size_t ldw, const double *b, size_t din, size_t n, YT *y, \
+                    size_t ldy)                                               \
+  {                                                                           \
+    lin_portable (x, xf, ldx, rows, Wt, ldw, b, din, 0, n, y, yf, ldy);       \
+  }
 
 LINP (linp_dd, 0, 0, double, double)
 LINP (linp_df, 0, 1, double, float)

@@ -21,8 +21,8 @@
 
 SATTN_LOOP void
 pv_portable (const float *restrict P, size_t ldp, size_t m, size_t nk,
-             const float *restrict v, size_t ldv, size_t dv,
-             float *restrict O, size_t ldo)
+             const float *restrict v, size_t ldv, size_t dv, float *restrict O,
+             size_t ldo)
 {
   for (size_t i = 0; i < m; i++) {
     float *restrict oi = O + i * ldo;
@@ -133,9 +133,8 @@ finite_portable (const float *restrict x, size_t n)
 }
 
 /* The input row entry (r, t) as a double: from float or double rows. */
-#define XAT(x, xf, i) ((xf) ? (double) ((const float *) (x))[i] \
-                       : ((const double *) (x))[i])
-
+#define XAT(x, xf, i) \
+  ((xf) ? (double) ((const float *) (x))[i] : ((const double *) (x))[i])
 
 /* Columns [j0, n) of rows of y = b + x Wt (Wt: din × n at row stride
  * ldw), one double row of 64 columns at a time; xf / yf: x / y are float
@@ -198,54 +197,62 @@ lin_portable (const void *restrict x, int xf, size_t ldx, size_t rows,
  * fused multiply-adds (fmaf here, the FMA instructions in the vector
  * loops): the same bytes everywhere. */
 enum {
-  SATTN_ERF_CTR, SATTN_ERF_E, SATTN_ERF_C0H, SATTN_ERF_C0L, SATTN_ERF_C1H,
+  SATTN_ERF_CTR,
+  SATTN_ERF_E,
+  SATTN_ERF_C0H,
+  SATTN_ERF_C0L,
+  SATTN_ERF_C1H,
   SATTN_ERF_C1L,
-  SATTN_ERF_Q0, SATTN_ERF_Q1, SATTN_ERF_Q2, SATTN_ERF_Q3, SATTN_ERF_Q4,
-  SATTN_ERF_Q5, SATTN_ERF_Q6, SATTN_ERF_ROWS
+  SATTN_ERF_Q0,
+  SATTN_ERF_Q1,
+  SATTN_ERF_Q2,
+  SATTN_ERF_Q3,
+  SATTN_ERF_Q4,
+  SATTN_ERF_Q5,
+  SATTN_ERF_Q6,
+  SATTN_ERF_ROWS
 };
 
 static const float sattn_erf_tab[SATTN_ERF_ROWS][8]
     __attribute__ ((aligned (32), unused)) = {
-  /* ctr */
-    { 0.0f, 0.75f, 1.25f, 1.75f,
-      2.25f, 2.75f, 3.25f, 3.75f },
-  /* e */
-    { 1.0f, 0.0f, 0.0f, 0.0f,
-      0.0f, 0.0f, 0.0f, 0.0f },
-  /* c0h */
-    { 0.0f, 0.711155653f, 0.92290014f, 0.986671686f,
-      0.998537302f, 0.999899387f, 0.999995708f, 0.999999881f },
-  /* c0l */
-    { 0.0f, -1.93463627e-08f, -1.20290338e-08f, -1.49533026e-08f,
-      -1.86038935e-08f, -9.28173893e-09f, -1.12450396e-08f, 5.48203305e-09f },
-  /* c1h */
-    { 0.0f, 0.642931044f, 0.236521125f, 0.0527749956f,
-      0.00714231888f, 0.000586277223f, 2.91890246e-05f, 8.81432186e-07f },
-  /* c1l */
-    { 0.128379166f, 2.50934917e-08f, -2.39249198e-09f, 3.64735936e-10f,
-      1.43695139e-10f, 2.39016376e-11f, 7.39143501e-13f, 5.32549816e-15f },
-  /* q0 */
-    { 9.87855628e-08f, -0.482198298f, -0.295651406f, -0.0923562422f,
-      -0.0160702169f, -0.00161226245f, -9.48643356e-05f, -3.30537046e-06f },
-  /* q1 */
-    { -0.376130611f, 0.0267886911f, 0.167535812f, 0.0901573077f,
-      0.0217245445f, 0.00276038679f, 0.000195810397f, 7.96978202e-06f },
-  /* q2 */
-    { 6.95017588e-05f, 0.150686979f, -0.00615935633f, -0.0481022373f,
-      -0.0190833844f, -0.00325811026f, -0.00028656947f, -1.38413998e-05f },
-  /* q3 */
-    { 0.112273179f, -0.0532293916f, -0.0471839197f, 0.00662130769f,
-      0.0106589179f, 0.00275605754f, 0.000313709723f, 1.83498123e-05f },
-  /* q4 */
-    { 0.00252250023f, -0.0268733576f, 0.0212974288f, 0.00896516815f,
-      -0.00290428824f, -0.00165759528f, -0.000263518217f, -1.925996e-05f },
-  /* q5 */
-    { -0.0332356989f, 0.0180066433f, 0.00371916173f, -0.0059610093f,
-      -0.000710285327f, 0.000638113357f, 0.000172800224f, 1.695024e-05f },
-  /* q6 */
-    { 0.00869289506f, 0.00232389406f, -0.00559907081f, 0.000675457995f,
-      0.000997814001f, -8.21494759e-05f, -8.19178167e-05f, -1.14545956e-05f },
-};
+      /* ctr */
+      { 0.0f, 0.75f, 1.25f, 1.75f, 2.25f, 2.75f, 3.25f, 3.75f },
+      /* e */
+      { 1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f },
+      /* c0h */
+      { 0.0f, 0.711155653f, 0.92290014f, 0.986671686f, 0.998537302f,
+        0.999899387f, 0.999995708f, 0.999999881f },
+      /* c0l */
+      { 0.0f, -1.93463627e-08f, -1.20290338e-08f, -1.49533026e-08f,
+        -1.86038935e-08f, -9.28173893e-09f, -1.12450396e-08f, 5.48203305e-09f },
+      /* c1h */
+      { 0.0f, 0.642931044f, 0.236521125f, 0.0527749956f, 0.00714231888f,
+        0.000586277223f, 2.91890246e-05f, 8.81432186e-07f },
+      /* c1l */
+      { 0.128379166f, 2.50934917e-08f, -2.39249198e-09f, 3.64735936e-10f,
+        1.43695139e-10f, 2.39016376e-11f, 7.39143501e-13f, 5.32549816e-15f },
+      /* q0 */
+      { 9.87855628e-08f, -0.482198298f, -0.295651406f, -0.0923562422f,
+        -0.0160702169f, -0.00161226245f, -9.48643356e-05f, -3.30537046e-06f },
+      /* q1 */
+      { -0.376130611f, 0.0267886911f, 0.167535812f, 0.0901573077f,
+        0.0217245445f, 0.00276038679f, 0.000195810397f, 7.96978202e-06f },
+      /* q2 */
+      { 6.95017588e-05f, 0.150686979f, -0.00615935633f, -0.0481022373f,
+        -0.0190833844f, -0.00325811026f, -0.00028656947f, -1.38413998e-05f },
+      /* q3 */
+      { 0.112273179f, -0.0532293916f, -0.0471839197f, 0.00662130769f,
+        0.0106589179f, 0.00275605754f, 0.000313709723f, 1.83498123e-05f },
+      /* q4 */
+      { 0.00252250023f, -0.0268733576f, 0.0212974288f, 0.00896516815f,
+        -0.00290428824f, -0.00165759528f, -0.000263518217f, -1.925996e-05f },
+      /* q5 */
+      { -0.0332356989f, 0.0180066433f, 0.00371916173f, -0.0059610093f,
+        -0.000710285327f, 0.000638113357f, 0.000172800224f, 1.695024e-05f },
+      /* q6 */
+      { 0.00869289506f, 0.00232389406f, -0.00559907081f, 0.000675457995f,
+        0.000997814001f, -8.21494759e-05f, -8.19178167e-05f, -1.14545956e-05f },
+    };
 
 /* erf (x), the scalar form of the vector loops (see above). */
 SATTN_LOOP float
@@ -259,8 +266,9 @@ erf1_portable (float x)
   for (int k = SATTN_ERF_Q5; k >= SATTN_ERF_Q0; k--)
     acc = fmaf (acc, t, sattn_erf_tab[k][i]);
   acc = fmaf (acc, t, sattn_erf_tab[SATTN_ERF_C1L][i]);
-  acc = fmaf (acc, t, fmaf (sattn_erf_tab[SATTN_ERF_E][i], t,
-                            sattn_erf_tab[SATTN_ERF_C0L][i]));
+  acc = fmaf (acc, t,
+              fmaf (sattn_erf_tab[SATTN_ERF_E][i], t,
+                    sattn_erf_tab[SATTN_ERF_C0L][i]));
   acc = fmaf (sattn_erf_tab[SATTN_ERF_C1H][i], t, acc);
   float r = sattn_erf_tab[SATTN_ERF_C0H][i] + acc;
   if (ax >= 4.0f)

@@ -68,8 +68,8 @@ sattn_pv_norm_from (SattnPvFn pv, SattnMulFn mul, SattnFiniteFn finite,
 
 /* sattn_softmax_rows by sattn_exp_sum per row, 64 rows at a time. */
 SATTN_FROM void
-sattn_softmax_rows_from (SattnExpSumFn exp_sum, float *S, size_t lds,
-                         size_t m, size_t n, const float *qmax, float scale,
+sattn_softmax_rows_from (SattnExpSumFn exp_sum, float *S, size_t lds, size_t m,
+                         size_t n, const float *qmax, float scale,
                          uint8_t *rows, float *norm)
 {
   double sums[64];
@@ -96,31 +96,30 @@ sattn_softmax_rows_from (SattnExpSumFn exp_sum, float *S, size_t lds,
  * vector instructions), then tail (the vectors left, one at a time;
  * returns the first entry not read), the chains combined, and finish
  * (the horizontal max and the detector's test, and what is left). */
-#define MAX_CHAINS(name, attr, T, W, set1, loadu, vmax, fmadd, add, tail,  \
-                   finish)                                                 \
-  attr static float                                                        \
-  name (const float *restrict s, size_t n, int *finite)                    \
-  {                                                                        \
-    const T zero = set1 (0.0f);                                            \
-    T m0 = set1 (-INFINITY), m1 = m0, m2 = m0, m3 = m0;                    \
-    T d0 = zero, d1 = zero, d2 = zero, d3 = zero;                          \
-    size_t j = 0;                                                          \
-    for (; j + 4 * (W) <= n; j += 4 * (W)) {                               \
-      T v0 = loadu (s + j), v1 = loadu (s + j + (W));                      \
-      T v2 = loadu (s + j + 2 * (W)), v3 = loadu (s + j + 3 * (W));        \
-      m0 = vmax (m0, v0);                                                  \
-      m1 = vmax (m1, v1);                                                  \
-      m2 = vmax (m2, v2);                                                  \
-      m3 = vmax (m3, v3);                                                  \
-      d0 = fmadd (v0, zero, d0);                                           \
-      d1 = fmadd (v1, zero, d1);                                           \
-      d2 = fmadd (v2, zero, d2);                                           \
-      d3 = fmadd (v3, zero, d3);                                           \
-    }                                                                      \
-    j = tail (s, n, j, &m0, &d0);                                          \
-    m0 = vmax (vmax (m0, m1), vmax (m2, m3));                              \
-    d0 = add (add (d0, d1), add (d2, d3));                                 \
-    return finish (s, n, j, m0, d0, finite);                               \
+#define MAX_CHAINS(name, attr, T, W, set1, loadu, vmax, fmadd, add, tail, \
+                   finish)                                                \
+  attr static float name (const float *restrict s, size_t n, int *finite) \
+  {                                                                       \
+    const T zero = set1 (0.0f);                                           \
+    T m0 = set1 (-INFINITY), m1 = m0, m2 = m0, m3 = m0;                   \
+    T d0 = zero, d1 = zero, d2 = zero, d3 = zero;                         \
+    size_t j = 0;                                                         \
+    for (; j + 4 * (W) <= n; j += 4 * (W)) {                              \
+      T v0 = loadu (s + j), v1 = loadu (s + j + (W));                     \
+      T v2 = loadu (s + j + 2 * (W)), v3 = loadu (s + j + 3 * (W));       \
+      m0 = vmax (m0, v0);                                                 \
+      m1 = vmax (m1, v1);                                                 \
+      m2 = vmax (m2, v2);                                                 \
+      m3 = vmax (m3, v3);                                                 \
+      d0 = fmadd (v0, zero, d0);                                          \
+      d1 = fmadd (v1, zero, d1);                                          \
+      d2 = fmadd (v2, zero, d2);                                          \
+      d3 = fmadd (v3, zero, d3);                                          \
+    }                                                                     \
+    j = tail (s, n, j, &m0, &d0);                                         \
+    m0 = vmax (vmax (m0, m1), vmax (m2, m3));                             \
+    d0 = add (add (d0, d1), add (d2, d3));                                \
+    return finish (s, n, j, m0, d0, finite);                              \
   }
 
 #endif

@@ -118,8 +118,7 @@ sattn_linear_fd (const float *x, size_t ldx, size_t rows, const double *Wt,
       int cur = 0;
       for (size_t t0 = 0; t0 < din; t0 += LIN_XBUF) {
         const size_t dc = din - t0 < LIN_XBUF ? din - t0 : LIN_XBUF;
-        const double *bias = t0 == 0 ? (b != NULL ? b + c0 : NULL)
-            : acc[cur];
+        const double *bias = t0 == 0 ? (b != NULL ? b + c0 : NULL) : acc[cur];
         k->widen (x + i * ldx + t0, ldx, 1, dc, xb);
         k->linear_dd (xb, dc, 1, Wt + t0 * ldw + c0, ldw, bias, dc, nc,
                       acc[1 - cur], nc);
@@ -158,8 +157,8 @@ double_weights (const SattnModel *m, const float *Wt, const double **bd)
 
 void
 sattn_project_cols_prec (const SattnModel *m, const float *Wt, const float *b,
-                      const float *x, size_t n, size_t d_in, size_t d_out,
-                      size_t c0, size_t c1, size_t ldx, float *y, size_t ldy)
+                         const float *x, size_t n, size_t d_in, size_t d_out,
+                         size_t c0, size_t c1, size_t ldx, float *y, size_t ldy)
 {
   const double *bd = NULL, *wd = double_weights (m, Wt, &bd);
   if (wd == NULL) {
@@ -168,19 +167,19 @@ sattn_project_cols_prec (const SattnModel *m, const float *Wt, const float *b,
   }
   if (n == 0 || c1 <= c0)
     return;
-  sattn_linear_f (x, ldx, n, wd + c0, d_out, bd != NULL ? bd + c0 : NULL,
-                  d_in, c1 - c0, y + c0, ldy);
+  sattn_linear_f (x, ldx, n, wd + c0, d_out, bd != NULL ? bd + c0 : NULL, d_in,
+                  c1 - c0, y + c0, ldy);
 }
 
 void
 sattn_project_prec (const SattnModel *m, const float *Wt, const float *b,
-                 const float *x, size_t n, size_t d_in, size_t d_out,
-                 size_t ldx, float *y, size_t ldy)
+                    const float *x, size_t n, size_t d_in, size_t d_out,
+                    size_t ldx, float *y, size_t ldy)
 {
   const double *bd = NULL;
   if (double_weights (m, Wt, &bd) != NULL)
     sattn_project_cols_prec (m, Wt, b, x, n, d_in, d_out, 0, d_out, ldx, y,
-                          ldy);
+                             ldy);
   else
     sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
 }

@@ -72,7 +72,7 @@
 /* A run's two phases (see sattn_pool_run2): phase 1 only once every task
  * of phase 0 is done. */
 typedef struct {
-  SattnTaskFn fn[2];    /* accessed with __atomic: see the header comment */
+  SattnTaskFn fn[2]; /* accessed with __atomic: see the header comment */
   void *ctx[2];
   size_t n[2];
 } Job;
@@ -86,23 +86,23 @@ typedef struct {
  * (atomic), and the tasks of that phase the thread finished in this run,
  * whichever range they came from (atomic). */
 typedef struct {
-  _Alignas (LINE) uint64_t word[2];
+  _Alignas(LINE) uint64_t word[2];
   size_t done[2];
 } Range;
 
 struct SattnPool {
   /* Read by every thread, written by the caller once per run. */
-  unsigned n_threads;           /* caller included */
-  unsigned n_started;           /* workers created */
+  unsigned n_threads; /* caller included */
+  unsigned n_started; /* workers created */
   pthread_t *tid;
   Worker *wk;
-  Range *range;                 /* n_threads */
+  Range *range; /* n_threads */
   /* The line a waiting worker polls: the generation and the jobs it
    * needs next come with one miss. */
-  _Alignas (LINE) uint32_t gen; /* current generation (atomic) */
+  _Alignas(LINE) uint32_t gen; /* current generation (atomic) */
   Job job[2];
-  _Alignas (LINE) int stop;     /* atomic */
-  int sleeping;                 /* atomic: workers in cond_wait */
+  _Alignas(LINE) int stop; /* atomic */
+  int sleeping;            /* atomic: workers in cond_wait */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
@@ -140,7 +140,7 @@ sattn_pool_bytes (unsigned n_threads)
     return 0;
   size_t w = n_threads - 1;
   return sizeof (SattnPool) + n_threads * sizeof (Range) +
-      w * (sizeof (pthread_t) + sizeof (Worker) + WORKER_STACK);
+         w * (sizeof (pthread_t) + sizeof (Worker) + WORKER_STACK);
 }
 
 /* First task of thread t's range (t = n_threads: n). */
@@ -164,15 +164,15 @@ run_phase (SattnPool *p, uint32_t gen, unsigned id, int ph)
     uint64_t st = __atomic_load_n (w, __ATOMIC_ACQUIRE);
     for (;;) {
       if ((uint32_t) (st >> 32) != gen)
-        return 0;             /* a later run has started: nothing is ours */
+        return 0; /* a later run has started: nothing is ours */
       size_t n = __atomic_load_n (&j->n[ph], __ATOMIC_RELAXED);
       size_t i = (size_t) (uint32_t) st;
       if (i >= range_start (p, r + 1, n))
         break;
       SattnTaskFn fn = __atomic_load_n (&j->fn[ph], __ATOMIC_RELAXED);
       void *ctx = __atomic_load_n (&j->ctx[ph], __ATOMIC_RELAXED);
-      if (__atomic_compare_exchange_n (w, &st, st + 1, 0,
-              __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      if (__atomic_compare_exchange_n (w, &st, st + 1, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE)) {
         /* The swap succeeded: gen was current and task i unclaimed, so
          * fn, ctx and n were gen's (see the header comment). */
         fn (ctx, i, id);
@@ -259,7 +259,7 @@ worker_main (void *arg)
       pthread_mutex_lock (&p->mu);
       __atomic_fetch_add (&p->sleeping, 1, __ATOMIC_SEQ_CST);
       while (!__atomic_load_n (&p->stop, __ATOMIC_SEQ_CST) &&
-          (gen = __atomic_load_n (&p->gen, __ATOMIC_SEQ_CST)) == seen)
+             (gen = __atomic_load_n (&p->gen, __ATOMIC_SEQ_CST)) == seen)
         pthread_cond_wait (&p->cv, &p->mu);
       __atomic_fetch_sub (&p->sleeping, 1, __ATOMIC_SEQ_CST);
       pthread_mutex_unlock (&p->mu);
@@ -334,7 +334,7 @@ sattn_pool_new (unsigned n_threads)
     p->wk[i].p = p;
     p->wk[i].id = i + 1;
     if (pthread_create (&p->tid[i], have_attr ? &attr : NULL, worker_main,
-            &p->wk[i]) != 0)
+                        &p->wk[i]) != 0)
       break;
     p->n_started++;
   }
@@ -372,8 +372,8 @@ wait_phase (SattnPool *p, int ph, size_t n)
 }
 
 void
-sattn_pool_run2 (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx,
-                 size_t n2, SattnTaskFn fn2, void *ctx2)
+sattn_pool_run2 (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx, size_t n2,
+                 SattnTaskFn fn2, void *ctx2)
 {
   if (n == 0 && n2 == 0)
     return;
@@ -395,8 +395,9 @@ sattn_pool_run2 (SattnPool *p, size_t n, SattnTaskFn fn, void *ctx,
   for (unsigned t = 0; t < p->n_threads; t++)
     for (int ph = 0; ph < 2; ph++) {
       __atomic_store_n (&p->range[t].done[ph], 0, __ATOMIC_RELAXED);
-      __atomic_store_n (&p->range[t].word[ph], (uint64_t) gen << 32 |
-                        range_start (p, t, ph ? n2 : n), __ATOMIC_RELEASE);
+      __atomic_store_n (&p->range[t].word[ph],
+                        (uint64_t) gen << 32 | range_start (p, t, ph ? n2 : n),
+                        __ATOMIC_RELEASE);
     }
   __atomic_store_n (&p->gen, gen, __ATOMIC_SEQ_CST);
   if (__atomic_load_n (&p->sleeping, __ATOMIC_SEQ_CST) > 0) {

@@ -10,16 +10,15 @@
 
 /* --------------------------------------------------------------- dtypes */
 
-
 /* The dtypes of the safetensors specification. */
 static const Dtype dtypes[] = {
-  { "F32", 4, KIND_F32 },   { "F16", 2, KIND_F16 },
-  { "BF16", 2, KIND_BF16 }, { "F64", 8, KIND_F64 },
-  { "BOOL", 1, KIND_OTHER }, { "U8", 1, KIND_OTHER },
-  { "I8", 1, KIND_OTHER },  { "F8_E4M3", 1, KIND_OTHER },
+  { "F32", 4, KIND_F32 },       { "F16", 2, KIND_F16 },
+  { "BF16", 2, KIND_BF16 },     { "F64", 8, KIND_F64 },
+  { "BOOL", 1, KIND_OTHER },    { "U8", 1, KIND_OTHER },
+  { "I8", 1, KIND_OTHER },      { "F8_E4M3", 1, KIND_OTHER },
   { "F8_E5M2", 1, KIND_OTHER }, { "I16", 2, KIND_OTHER },
-  { "U16", 2, KIND_OTHER }, { "I32", 4, KIND_OTHER },
-  { "U32", 4, KIND_OTHER }, { "I64", 8, KIND_OTHER },
+  { "U16", 2, KIND_OTHER },     { "I32", 4, KIND_OTHER },
+  { "U32", 4, KIND_OTHER },     { "I64", 8, KIND_OTHER },
   { "U64", 8, KIND_OTHER },
 };
 
@@ -39,7 +38,7 @@ f16_to_f32 (uint16_t h)
   float v;
 
   if (e == 0)
-    v = ldexpf ((float) mant, -24);                 /* zero, subnormal */
+    v = ldexpf ((float) mant, -24); /* zero, subnormal */
   else if (e == 31)
     v = mant ? NAN : INFINITY;
   else

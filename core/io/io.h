@@ -16,7 +16,7 @@
 /* ------------------------------------------------------------- dtypes */
 
 typedef enum {
-  KIND_OTHER = 0,  /* valid safetensors dtype, not converted */
+  KIND_OTHER = 0, /* valid safetensors dtype, not converted */
   KIND_F32,
   KIND_F16,
   KIND_BF16,
@@ -42,17 +42,17 @@ typedef struct {
   char *name;
   const Dtype *dtype;
   size_t ndim;
-  size_t *shape;      /* ndim sizes (NULL when ndim == 0) */
+  size_t *shape; /* ndim sizes (NULL when ndim == 0) */
   size_t numel;
   uint64_t begin, end;
-  float *data;        /* float kinds: numel floats; NULL otherwise */
+  float *data; /* float kinds: numel floats; NULL otherwise */
 } Tensor;
 
 struct SattnTensorFile {
   size_t n;
-  Tensor *t;          /* sorted by data offsets */
-  GHashTable *index;  /* name -> Tensor * (borrowed) */
-  GHashTable *meta;   /* key -> value (owned strings) */
+  Tensor *t;         /* sorted by data offsets */
+  GHashTable *index; /* name -> Tensor * (borrowed) */
+  GHashTable *meta;  /* key -> value (owned strings) */
 };
 
 /* The tensor called name, or NULL (io/safetensors.c). */
@@ -62,7 +62,7 @@ const Tensor *sattn_io_lookup (const SattnTensorFile *f, const char *name);
 
 /* The message (printf format) into err (err_len bytes, may be NULL / 0). */
 void sattn_io_set_err (char *err, size_t err_len, const char *fmt, ...)
-  G_GNUC_PRINTF (3, 4);
+    G_GNUC_PRINTF (3, 4);
 /* The same, returning st. */
 SattnStatus sattn_io_fail (SattnStatus st, char *err, size_t err_len,
                            const char *fmt, ...) G_GNUC_PRINTF (4, 5);

@@ -27,7 +27,7 @@
 /* ------------------------------------------ nn.MultiheadAttention mapping */
 
 struct SattnMhaWeights {
-  float *block;   /* every array below lives in this one allocation */
+  float *block; /* every array below lives in this one allocation */
 };
 
 void
@@ -68,8 +68,8 @@ typedef void (*PrefixLabel) (GString *s, const char *shown, const char *p,
  * module: the first 8 as label gives them, separated by ", ", then
  * " (N in all)" when there are more; "none" when there is none. */
 static void
-list_prefixes (const SattnTensorFile *f, const char *const *keys,
-               size_t n_keys, PrefixLabel label, GString *s)
+list_prefixes (const SattnTensorFile *f, const char *const *keys, size_t n_keys,
+               PrefixLabel label, GString *s)
 {
   size_t found = 0;
 
@@ -123,9 +123,10 @@ missing (const Mapper *m, const char *what)
 
   list_modules (m->f, s);
   st = sattn_io_fail (SATTN_E_MISSING, m->err, m->err_len,
-             "no tensor %s under prefix '%s'; prefixes in the file with "
-             "MultiheadAttention weights: %s", what, sattn_io_show (&sb, m->prefix),
-             s->str);
+                      "no tensor %s under prefix '%s'; prefixes in the file "
+                      "with "
+                      "MultiheadAttention weights: %s",
+                      what, sattn_io_show (&sb, m->prefix), s->str);
   g_string_free (s, TRUE);
   return st;
 }
@@ -135,8 +136,8 @@ missing (const Mapper *m, const char *what)
  * cols == 0: a vector of `rows`, given either as (rows) or with leading
  * dimensions of 1 when lead1 is set.  sym is the symbolic expected shape. */
 static SattnStatus
-check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
-       int lead1, const char *sym)
+check (const Mapper *m, const Tensor *t, size_t rows, size_t cols, int lead1,
+       const char *sym)
 {
   ShowBuf sb;
   char got[96], want[96];
@@ -145,8 +146,9 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
 
   if (t->data == NULL)
     return sattn_io_fail (SATTN_E_DTYPE, m->err, m->err_len,
-                 "tensor '%s' has dtype %s; supported: F32, F16, BF16, F64",
-                 sattn_io_show (&sb, t->name), t->dtype->name);
+                          "tensor '%s' has dtype %s; supported: F32, F16, "
+                          "BF16, F64",
+                          sattn_io_show (&sb, t->name), t->dtype->name);
   if (cols > 0) {
     ok = t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols;
   } else {
@@ -163,21 +165,25 @@ check (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
       sattn_io_shape_str (want, sizeof want, want_shape, cols > 0 ? 2 : 1);
     }
     return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "tensor '%s' has shape %s; expected %s, i.e. %s (E = "
-                 "d_model = %zu)", sattn_io_show (&sb, t->name),
-                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), want, sym,
-                 m->e);
+                          "tensor '%s' has shape %s; expected %s, i.e. %s (E = "
+                          "d_model = %zu)",
+                          sattn_io_show (&sb, t->name),
+                          sattn_io_shape_str (got, sizeof got, t->shape,
+                                              t->ndim),
+                          want, sym, m->e);
   }
   size_t i = sattn_first_nonfinite (t->data, t->numel);
   if (i < t->numel) {
     if (t->ndim == 2 && t->shape[1] > 0)
       return sattn_io_fail (SATTN_E_NONFINITE, m->err, m->err_len,
-                   "tensor '%s' holds %s at [%zu, %zu]", sattn_io_show (&sb, t->name),
-                   isnan (t->data[i]) ? "NaN" : "Inf", i / t->shape[1],
-                   i % t->shape[1]);
+                            "tensor '%s' holds %s at [%zu, %zu]",
+                            sattn_io_show (&sb, t->name),
+                            isnan (t->data[i]) ? "NaN" : "Inf", i / t->shape[1],
+                            i % t->shape[1]);
     return sattn_io_fail (SATTN_E_NONFINITE, m->err, m->err_len,
-                 "tensor '%s' holds %s at element %zu", sattn_io_show (&sb, t->name),
-                 isnan (t->data[i]) ? "NaN" : "Inf", i);
+                          "tensor '%s' holds %s at element %zu",
+                          sattn_io_show (&sb, t->name),
+                          isnan (t->data[i]) ? "NaN" : "Inf", i);
   }
   return SATTN_OK;
 }
@@ -200,8 +206,7 @@ meta_uint (const Mapper *m, const char *key)
   const char *v = meta_str (m, key);
   guint64 u;
 
-  if (v == NULL || !g_ascii_string_to_unsigned (v, 10, 0, G_MAXINT64, &u,
-                                                NULL))
+  if (v == NULL || !g_ascii_string_to_unsigned (v, 10, 0, G_MAXINT64, &u, NULL))
     return -1;
   return (gint64) u;
 }
@@ -220,7 +225,7 @@ meta_size (const Mapper *m, const char *key)
 /* ------------------------------------- nn.TransformerEncoderLayer mapping */
 
 struct SattnLayerWeights {
-  float *block;   /* every array below lives in this one allocation */
+  float *block; /* every array below lives in this one allocation */
 };
 
 void
@@ -238,8 +243,9 @@ dotted (const char *prefix)
 {
   if (prefix == NULL)
     prefix = "";
-  return (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.') ?
-      g_strconcat (prefix, ".", NULL) : g_strdup (prefix);
+  return (prefix[0] != '\0' && prefix[strlen (prefix) - 1] != '.')
+             ? g_strconcat (prefix, ".", NULL)
+             : g_strdup (prefix);
 }
 
 int
@@ -250,7 +256,7 @@ sattn_encoder_layer_present (const SattnTensorFile *f, const char *prefix)
   char *pfx = dotted (prefix);
   Mapper m = { .f = f, .prefix = pfx };
   int yes = find (&m, "linear1.weight") != NULL &&
-      find (&m, "linear2.weight") != NULL;
+            find (&m, "linear2.weight") != NULL;
   g_free (pfx);
   return yes;
 }
@@ -273,14 +279,14 @@ sattn_attn_prefix (const SattnTensorFile *f, const char *prefix)
 
 SattnStatus
 sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
-                                 SattnConfig *cfg_inout,
-                                 SattnWeights *w_inout,
+                                 SattnConfig *cfg_inout, SattnWeights *w_inout,
                                  SattnLayerWeights **owner, char *err,
                                  size_t err_len)
 {
   static const char *const names[] = { "linear1.weight", "linear1.bias",
-    "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
-    "norm2.weight", "norm2.bias" };
+                                       "linear2.weight", "linear2.bias",
+                                       "norm1.weight",   "norm1.bias",
+                                       "norm2.weight",   "norm2.bias" };
   const Tensor *t[8];
   SattnLayerWeights *lw = NULL;
   SattnStatus st = SATTN_OK;
@@ -294,26 +300,32 @@ sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
       cfg_inout->d_model == 0)
     return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
   pfx = dotted (prefix);
-  Mapper m = { .f = f, .prefix = pfx, .e = cfg_inout->d_model, .err = err,
-    .err_len = err_len };
+  Mapper m = { .f = f,
+               .prefix = pfx,
+               .e = cfg_inout->d_model,
+               .err = err,
+               .err_len = err_len };
   const size_t e = m.e;
   for (size_t i = 0; i < 8; i++)
     t[i] = find (&m, names[i]);
   if (t[0] == NULL || t[2] == NULL) {
     st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
-               "no tensor '%s%s' under prefix '%s': not an "
-               "nn.TransformerEncoderLayer", sattn_io_show (&sb, pfx),
-               names[t[0] == NULL ? 0 : 2], pfx);
+                        "no tensor '%s%s' under prefix '%s': not an "
+                        "nn.TransformerEncoderLayer",
+                        sattn_io_show (&sb, pfx), names[t[0] == NULL ? 0 : 2],
+                        pfx);
     goto out;
   }
   /* The feed-forward width: the rows of linear1. */
   size_t dff = t[0]->ndim == 2 ? t[0]->shape[0] : 0;
   if (dff == 0 || dff > SIZE_MAX / 8 / e) {
     char got[96];
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-               "tensor '%s' has shape %s; expected (F, E) with F > 0 (E = "
-               "d_model = %zu)", sattn_io_show (&sb, t[0]->name),
-               sattn_io_shape_str (got, sizeof got, t[0]->shape, t[0]->ndim), e);
+    st = sattn_io_fail (
+        SATTN_E_SHAPE, err, err_len,
+        "tensor '%s' has shape %s; expected (F, E) with F > 0 (E = "
+        "d_model = %zu)",
+        sattn_io_show (&sb, t[0]->name),
+        sattn_io_shape_str (got, sizeof got, t[0]->shape, t[0]->ndim), e);
     goto out;
   }
   if ((st = check (&m, t[0], dff, e, 0, "(F, E)")) != SATTN_OK ||
@@ -333,9 +345,10 @@ sattn_encoder_weights_from_file (const SattnTensorFile *f, const char *prefix,
     goto out;
   }
   const size_t sizes[8] = { dff * e, dff, e * dff, e, e, e, e, e };
-  const float **dst[8] = { &w_inout->w1, &w_inout->b1, &w_inout->w2,
-    &w_inout->b2, &w_inout->norm1_w, &w_inout->norm1_b, &w_inout->norm2_w,
-    &w_inout->norm2_b };
+  const float **dst[8] = { &w_inout->w1,      &w_inout->b1,
+                           &w_inout->w2,      &w_inout->b2,
+                           &w_inout->norm1_w, &w_inout->norm1_b,
+                           &w_inout->norm2_w, &w_inout->norm2_b };
   size_t off = 0;
   for (size_t i = 0; i < 8; i++) {
     *dst[i] = NULL;
@@ -358,7 +371,7 @@ out:
 }
 
 static const char *const positions_names[] = { "none", "rope",
-  "rope-interleaved", "alibi" };
+                                               "rope-interleaved", "alibi" };
 static const char *const activation_names[] = { "relu", "gelu" };
 
 SattnStatus
@@ -384,17 +397,23 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
            g_ascii_strcasecmp (v, activation_names[k]) != 0)
       k++;
     if (k == G_N_ELEMENTS (activation_names)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "the layer was exported with "
-                 "activation '%s' (metadata '%sactivation'); sattn runs relu "
-                 "and gelu", sattn_io_show (&sb, v), pfx);
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "the layer was exported with "
+                          "activation '%s' (metadata '%sactivation'); sattn "
+                          "runs relu "
+                          "and gelu",
+                          sattn_io_show (&sb, v), pfx);
       goto out;
     }
     if ((set & SATTN_SET_ACTIVATION) && (size_t) c.activation != k) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "activation=%s but the layer "
-                 "was exported with activation=%s (metadata '%sactivation')",
-                 c.activation <= SATTN_ACTIVATION_GELU ?
-                 activation_names[c.activation] : "?", activation_names[k],
-                 pfx);
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "activation=%s but the layer "
+                          "was exported with activation=%s (metadata "
+                          "'%sactivation')",
+                          c.activation <= SATTN_ACTIVATION_GELU
+                              ? activation_names[c.activation]
+                              : "?",
+                          activation_names[k], pfx);
       goto out;
     }
     c.activation = (SattnActivation) k;
@@ -402,14 +421,19 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
   if ((v = meta_str (&m, "norm_first")) != NULL) {
     int nf = strcmp (v, "1") == 0 || g_ascii_strcasecmp (v, "true") == 0;
     if (!nf && strcmp (v, "0") != 0 && g_ascii_strcasecmp (v, "false") != 0) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_first' is "
-                 "'%s'; expected 0 or 1", pfx, sattn_io_show (&sb, v));
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "metadata '%snorm_first' is "
+                          "'%s'; expected 0 or 1",
+                          pfx, sattn_io_show (&sb, v));
       goto out;
     }
     if ((set & SATTN_SET_NORM_FIRST) && (c.norm_first != 0) != nf) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "norm-first=%s but the layer "
-                 "was exported with norm_first=%s (metadata '%snorm_first')",
-                 c.norm_first ? "true" : "false", nf ? "true" : "false", pfx);
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "norm-first=%s but the layer "
+                          "was exported with norm_first=%s (metadata "
+                          "'%snorm_first')",
+                          c.norm_first ? "true" : "false",
+                          nf ? "true" : "false", pfx);
       goto out;
     }
     c.norm_first = nf;
@@ -418,16 +442,19 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
     char *end = NULL;
     double eps = g_ascii_strtod (v, &end);
     if (end == v || *end != '\0' || !(eps >= 0.0) || isinf (eps)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%snorm_eps' is "
-                 "'%s'; expected a finite number >= 0", pfx, sattn_io_show (&sb, v));
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "metadata '%snorm_eps' is "
+                          "'%s'; expected a finite number >= 0",
+                          pfx, sattn_io_show (&sb, v));
       goto out;
     }
     double mine = c.norm_eps == 0.0 ? 1e-5 : c.norm_eps;
     if ((set & SATTN_SET_NORM_EPS) &&
         fabs (mine - eps) > 1e-9 * fmax (fabs (mine), fabs (eps))) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "norm-eps=%g but the layer was "
-                 "exported with norm_eps=%g (metadata '%snorm_eps')", mine,
-                 eps, pfx);
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "norm-eps=%g but the layer was "
+                          "exported with norm_eps=%g (metadata '%snorm_eps')",
+                          mine, eps, pfx);
       goto out;
     }
     c.norm_eps = eps;
@@ -438,16 +465,22 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
            g_ascii_strcasecmp (v, positions_names[k]) != 0)
       k++;
     if (k == G_N_ELEMENTS (positions_names)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%spositions' is "
-                 "'%s'; sattn knows none, rope, rope-interleaved, alibi", pfx,
-                 sattn_io_show (&sb, v));
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "metadata '%spositions' is "
+                          "'%s'; sattn knows none, rope, rope-interleaved, "
+                          "alibi",
+                          pfx, sattn_io_show (&sb, v));
       goto out;
     }
     if ((set & SATTN_SET_POSITIONS) && (size_t) c.positions != k) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "positions=%s but the model "
-                 "was exported with positions=%s (metadata '%spositions')",
-                 c.positions <= SATTN_POSITIONS_ALIBI ?
-                 positions_names[c.positions] : "?", positions_names[k], pfx);
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "positions=%s but the model "
+                          "was exported with positions=%s (metadata "
+                          "'%spositions')",
+                          c.positions <= SATTN_POSITIONS_ALIBI
+                              ? positions_names[c.positions]
+                              : "?",
+                          positions_names[k], pfx);
       goto out;
     }
     c.positions = (SattnPositions) k;
@@ -456,15 +489,19 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
     char *end = NULL;
     double b = g_ascii_strtod (v, &end);
     if (end == v || *end != '\0' || !(b > 1.0) || isinf (b)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "metadata '%srope_base' is "
-                 "'%s'; expected a number > 1", pfx, sattn_io_show (&sb, v));
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "metadata '%srope_base' is "
+                          "'%s'; expected a number > 1",
+                          pfx, sattn_io_show (&sb, v));
       goto out;
     }
     double mine = c.rope_base == 0.0 ? 10000.0 : c.rope_base;
     if ((set & SATTN_SET_ROPE_BASE) && mine != b) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len, "rope-base=%g but the model "
-                 "was exported with rope_base=%g (metadata '%srope_base')",
-                 mine, b, pfx);
+      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "rope-base=%g but the model "
+                          "was exported with rope_base=%g (metadata "
+                          "'%srope_base')",
+                          mine, b, pfx);
       goto out;
     }
     c.rope_base = b;
@@ -491,9 +528,10 @@ check_zero_attn (const Mapper *m, int add_zero_attn)
 
   if (meta >= 0 && (meta != 0) != (add_zero_attn != 0))
     return sattn_io_fail (SATTN_E_INVAL, m->err, m->err_len,
-                 "add_zero_attn = %d but the module was exported with "
-                 "add_zero_attn = %d (metadata '%sadd_zero_attn')",
-                 add_zero_attn != 0, meta != 0, sattn_io_show (&sb, m->prefix));
+                          "add_zero_attn = %d but the module was exported with "
+                          "add_zero_attn = %d (metadata '%sadd_zero_attn')",
+                          add_zero_attn != 0, meta != 0,
+                          sattn_io_show (&sb, m->prefix));
   return SATTN_OK;
 }
 
@@ -513,7 +551,7 @@ pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
              size_t d_out, int add_zero_attn, SattnWeights *w_out)
 {
   size_t total = (2 * dq + dv) * e + (t->ow ? d_out * dv : 0) + 2 * dq + dv +
-      (t->ob ? d_out : 0) + (t->bk ? dq + dv : 0);
+                 (t->ob ? d_out : 0) + (t->bk ? dq + dv : 0);
   SattnMhaWeights *mw = g_new0 (SattnMhaWeights, 1);
   size_t off;
   float *p;
@@ -524,7 +562,7 @@ pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
     return NULL;
   }
   p = mw->block;
-  *w_out = (SattnWeights) { .struct_size = sizeof (SattnWeights) };
+  *w_out = (SattnWeights){ .struct_size = sizeof (SattnWeights) };
   if (t->fw != NULL) {
     memcpy (p, t->fw->data, (2 * dq + dv) * e * sizeof (float));
   } else {
@@ -583,8 +621,7 @@ SattnStatus
 sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              size_t d_model, size_t heads, int add_zero_attn,
                              SattnConfig *cfg_inout, SattnWeights *w_out,
-                             SattnMhaWeights **owner, char *err,
-                             size_t err_len)
+                             SattnMhaWeights **owner, char *err, size_t err_len)
 {
   Mapper m = { 0 };
   const Tensor *in_w, *q_w, *k_w, *v_w, *in_b, *o_w, *o_b, *bk, *bv;
@@ -600,7 +637,8 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
     return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
   if (heads == 0)
-    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "heads must be at least 1");
+    return sattn_io_fail (SATTN_E_INVAL, err, err_len,
+                          "heads must be at least 1");
 
   pfx = dotted (prefix);
   m.f = f;
@@ -620,8 +658,10 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
 
   if (in_w != NULL && (q_w != NULL || k_w != NULL || v_w != NULL)) {
     st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-               "both in_proj_weight and separate q/k/v_proj_weight under "
-               "prefix '%s': ambiguous", sattn_io_show (&sb, pfx));
+                        "both in_proj_weight and separate q/k/v_proj_weight "
+                        "under "
+                        "prefix '%s': ambiguous",
+                        sattn_io_show (&sb, pfx));
     goto out;
   }
   if (in_w == NULL && q_w == NULL && k_w == NULL && v_w == NULL) {
@@ -629,8 +669,9 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     goto out;
   }
   if (in_w == NULL && (q_w == NULL || k_w == NULL || v_w == NULL)) {
-    st = missing (&m, q_w == NULL ? "'q_proj_weight'" :
-                  k_w == NULL ? "'k_proj_weight'" : "'v_proj_weight'");
+    st = missing (&m, q_w == NULL   ? "'q_proj_weight'"
+                      : k_w == NULL ? "'k_proj_weight'"
+                                    : "'v_proj_weight'");
     goto out;
   }
   if (o_w == NULL) {
@@ -638,8 +679,8 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     goto out;
   }
   if ((bk == NULL) != (bv == NULL)) {
-    st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)" :
-                  "'bias_v' (bias_k is present)");
+    st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)"
+                                 : "'bias_v' (bias_k is present)");
     goto out;
   }
 
@@ -651,18 +692,20 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
       e = t->shape[1];
     if (e == 0) {
       char got[96];
-      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                 "tensor '%s' has shape %s; expected a 2-D tensor %s with "
-                 "E > 0", sattn_io_show (&sb, t->name),
-                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim),
-                 in_w != NULL ? "(3E, E)" : "(E, E)");
+      st = sattn_io_fail (
+          SATTN_E_SHAPE, err, err_len,
+          "tensor '%s' has shape %s; expected a 2-D tensor %s with "
+          "E > 0",
+          sattn_io_show (&sb, t->name),
+          sattn_io_shape_str (got, sizeof got, t->shape, t->ndim),
+          in_w != NULL ? "(3E, E)" : "(E, E)");
       goto out;
     }
   }
   m.e = e;
   if (e > SIZE_MAX / 8 / e) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len, "embedding size %zu too large",
-               e);
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
+                        "embedding size %zu too large", e);
     goto out;
   }
 
@@ -672,11 +715,9 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     /* kdim / vdim other than E cannot be fed from the same frame. */
     if ((st = check (&m, q_w, e, e, 0, "(E, E)")) != SATTN_OK ||
         (st = check (&m, k_w, e, e, 0,
-                     "(E, kdim) with kdim = E for self-attention"))
-        != SATTN_OK)
+                     "(E, kdim) with kdim = E for self-attention")) != SATTN_OK)
       goto out;
-    st = check (&m, v_w, e, e, 0,
-                "(E, vdim) with vdim = E for self-attention");
+    st = check (&m, v_w, e, e, 0, "(E, vdim) with vdim = E for self-attention");
   }
   if (st != SATTN_OK)
     goto out;
@@ -686,22 +727,24 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     goto out;
   if (o_b != NULL && (st = check (&m, o_b, e, 0, 0, "(E)")) != SATTN_OK)
     goto out;
-  if (bk != NULL &&
-      ((st = check (&m, bk, e, 0, 1, "(1, 1, E)")) != SATTN_OK ||
-       (st = check (&m, bv, e, 0, 1, "(1, 1, E)")) != SATTN_OK))
+  if (bk != NULL && ((st = check (&m, bk, e, 0, 1, "(1, 1, E)")) != SATTN_OK ||
+                     (st = check (&m, bv, e, 0, 1, "(1, 1, E)")) != SATTN_OK))
     goto out;
 
   if (e % heads != 0) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-               "heads = %zu does not divide the embedding size E = %zu",
-               heads, e);
+    st =
+        sattn_io_fail (SATTN_E_SHAPE, err, err_len,
+                       "heads = %zu does not divide the embedding size E = %zu",
+                       heads, e);
     goto out;
   }
   meta = meta_size (&m, "num_heads");
   if (meta != 0 && meta != heads) {
     st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-               "heads = %zu but the module was exported with num_heads = "
-               "%zu (metadata '%snum_heads')", heads, meta, sattn_io_show (&sb, pfx));
+                        "heads = %zu but the module was exported with "
+                        "num_heads = "
+                        "%zu (metadata '%snum_heads')",
+                        heads, meta, sattn_io_show (&sb, pfx));
     goto out;
   }
   if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
@@ -709,8 +752,8 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
 
   /* Copy what is used into one block owned by the handle. */
   {
-    const ModuleTensors t = { in_w, in_b, q_w, NULL, k_w, NULL, v_w, NULL,
-      o_w, o_b, bk, bv };
+    const ModuleTensors t = { in_w, in_b, q_w, NULL, k_w, NULL,
+                              v_w,  NULL, o_w, o_b,  bk,  bv };
     mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
   }
   if (mw == NULL) {
@@ -751,9 +794,9 @@ load_message (SattnStatus st, const char *path, const char *msg, char *err,
 
 SattnStatus
 sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
-                        size_t heads, int add_zero_attn,
-                        SattnConfig *cfg_inout, SattnWeights *w_out,
-                        SattnMhaWeights **owner, char *err, size_t err_len)
+                        size_t heads, int add_zero_attn, SattnConfig *cfg_inout,
+                        SattnWeights *w_out, SattnMhaWeights **owner, char *err,
+                        size_t err_len)
 {
   SattnTensorFile *f = NULL;
   SattnStatus st;
@@ -763,9 +806,8 @@ sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
     *owner = NULL;
   st = sattn_tensor_file_load (path, &f, msg, sizeof msg);
   if (st == SATTN_OK) {
-    st = sattn_mha_weights_from_file (f, prefix, d_model, heads,
-                                      add_zero_attn, cfg_inout, w_out, owner,
-                                      msg, sizeof msg);
+    st = sattn_mha_weights_from_file (f, prefix, d_model, heads, add_zero_attn,
+                                      cfg_inout, w_out, owner, msg, sizeof msg);
     sattn_tensor_file_free (f);
   }
   load_message (st, path, msg, err, err_len);
@@ -779,62 +821,155 @@ sattn_mha_weights_load (const char *path, const char *prefix, size_t d_model,
  * nn.MultiheadAttention layouts name their tensors directly. */
 typedef struct {
   SattnLayout layout;
-  const char *fused_w, *fused_b;          /* [Wq; Wk; Wv] and its bias */
+  const char *fused_w, *fused_b; /* [Wq; Wk; Wv] and its bias */
   const char *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;
-  const char *o_w[2], *o_b[2];            /* output projection names */
-  int out_required;                       /* nn.MultiheadAttention */
-  int bias_kv;                            /* bias_k / bias_v allowed */
+  const char *o_w[2], *o_b[2]; /* output projection names */
+  int out_required;            /* nn.MultiheadAttention */
+  int bias_kv;                 /* bias_k / bias_v allowed */
 } LayoutDef;
 
 static const LayoutDef layouts[] = {
-  { SATTN_LAYOUT_MHA, "in_proj_weight", "in_proj_bias",
-    NULL, NULL, NULL, NULL, NULL, NULL,
-    { "out_proj.weight" }, { "out_proj.bias" }, 1, 1 },
-  { SATTN_LAYOUT_MHA_SEPARATE, NULL, "in_proj_bias",
-    "q_proj_weight", NULL, "k_proj_weight", NULL, "v_proj_weight", NULL,
-    { "out_proj.weight" }, { "out_proj.bias" }, 1, 1 },
-  { SATTN_LAYOUT_HF, NULL, NULL,
-    "q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
-    "v_proj.weight", "v_proj.bias",
-    { "out_proj.weight", "o_proj.weight" }, { "out_proj.bias", "o_proj.bias" },
-    0, 0 },
-  { SATTN_LAYOUT_BERT, NULL, NULL,
-    "query.weight", "query.bias", "key.weight", "key.bias",
-    "value.weight", "value.bias",
-    { "output.dense.weight" }, { "output.dense.bias" }, 0, 0 },
-  { SATTN_LAYOUT_BERT, NULL, NULL,
-    "self.query.weight", "self.query.bias", "self.key.weight",
-    "self.key.bias", "self.value.weight", "self.value.bias",
-    { "output.dense.weight" }, { "output.dense.bias" }, 0, 0 },
-  { SATTN_LAYOUT_DIFFUSERS, NULL, NULL,
-    "to_q.weight", "to_q.bias", "to_k.weight", "to_k.bias",
-    "to_v.weight", "to_v.bias",
-    { "to_out.0.weight" }, { "to_out.0.bias" }, 0, 0 },
-  { SATTN_LAYOUT_LLAMA, NULL, NULL,
-    "wq.weight", "wq.bias", "wk.weight", "wk.bias", "wv.weight", "wv.bias",
-    { "wo.weight" }, { "wo.bias" }, 0, 0 },
-  { SATTN_LAYOUT_SEEDS, NULL, NULL,
-    "W_q.weight", "W_q.bias", "W_k.weight", "W_k.bias",
-    "W_v.weight", "W_v.bias",
-    { "W_o.weight" }, { "W_o.bias" }, 0, 0 },
-  { SATTN_LAYOUT_FUSED, "qkv.weight", "qkv.bias",
-    NULL, NULL, NULL, NULL, NULL, NULL,
-    { "proj.weight" }, { "proj.bias" }, 0, 0 },
+  { SATTN_LAYOUT_MHA,
+    "in_proj_weight",
+    "in_proj_bias",
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    { "out_proj.weight" },
+    { "out_proj.bias" },
+    1,
+    1 },
+  { SATTN_LAYOUT_MHA_SEPARATE,
+    NULL,
+    "in_proj_bias",
+    "q_proj_weight",
+    NULL,
+    "k_proj_weight",
+    NULL,
+    "v_proj_weight",
+    NULL,
+    { "out_proj.weight" },
+    { "out_proj.bias" },
+    1,
+    1 },
+  { SATTN_LAYOUT_HF,
+    NULL,
+    NULL,
+    "q_proj.weight",
+    "q_proj.bias",
+    "k_proj.weight",
+    "k_proj.bias",
+    "v_proj.weight",
+    "v_proj.bias",
+    { "out_proj.weight", "o_proj.weight" },
+    { "out_proj.bias", "o_proj.bias" },
+    0,
+    0 },
+  { SATTN_LAYOUT_BERT,
+    NULL,
+    NULL,
+    "query.weight",
+    "query.bias",
+    "key.weight",
+    "key.bias",
+    "value.weight",
+    "value.bias",
+    { "output.dense.weight" },
+    { "output.dense.bias" },
+    0,
+    0 },
+  { SATTN_LAYOUT_BERT,
+    NULL,
+    NULL,
+    "self.query.weight",
+    "self.query.bias",
+    "self.key.weight",
+    "self.key.bias",
+    "self.value.weight",
+    "self.value.bias",
+    { "output.dense.weight" },
+    { "output.dense.bias" },
+    0,
+    0 },
+  { SATTN_LAYOUT_DIFFUSERS,
+    NULL,
+    NULL,
+    "to_q.weight",
+    "to_q.bias",
+    "to_k.weight",
+    "to_k.bias",
+    "to_v.weight",
+    "to_v.bias",
+    { "to_out.0.weight" },
+    { "to_out.0.bias" },
+    0,
+    0 },
+  { SATTN_LAYOUT_LLAMA,
+    NULL,
+    NULL,
+    "wq.weight",
+    "wq.bias",
+    "wk.weight",
+    "wk.bias",
+    "wv.weight",
+    "wv.bias",
+    { "wo.weight" },
+    { "wo.bias" },
+    0,
+    0 },
+  { SATTN_LAYOUT_SEEDS,
+    NULL,
+    NULL,
+    "W_q.weight",
+    "W_q.bias",
+    "W_k.weight",
+    "W_k.bias",
+    "W_v.weight",
+    "W_v.bias",
+    { "W_o.weight" },
+    { "W_o.bias" },
+    0,
+    0 },
+  { SATTN_LAYOUT_FUSED,
+    "qkv.weight",
+    "qkv.bias",
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    { "proj.weight" },
+    { "proj.bias" },
+    0,
+    0 },
 };
 
 const char *
 sattn_layout_name (SattnLayout layout)
 {
   switch (layout) {
-    case SATTN_LAYOUT_MHA: return "mha";
-    case SATTN_LAYOUT_MHA_SEPARATE: return "mha-separate";
-    case SATTN_LAYOUT_HF: return "hf";
-    case SATTN_LAYOUT_BERT: return "bert";
-    case SATTN_LAYOUT_DIFFUSERS: return "diffusers";
-    case SATTN_LAYOUT_LLAMA: return "llama";
-    case SATTN_LAYOUT_SEEDS: return "seeds";
-    case SATTN_LAYOUT_FUSED: return "fused";
-    case SATTN_LAYOUT_NONE: break;
+    case SATTN_LAYOUT_MHA:
+      return "mha";
+    case SATTN_LAYOUT_MHA_SEPARATE:
+      return "mha-separate";
+    case SATTN_LAYOUT_HF:
+      return "hf";
+    case SATTN_LAYOUT_BERT:
+      return "bert";
+    case SATTN_LAYOUT_DIFFUSERS:
+      return "diffusers";
+    case SATTN_LAYOUT_LLAMA:
+      return "llama";
+    case SATTN_LAYOUT_SEEDS:
+      return "seeds";
+    case SATTN_LAYOUT_FUSED:
+      return "fused";
+    case SATTN_LAYOUT_NONE:
+      break;
   }
   return "none";
 }
@@ -874,27 +1009,31 @@ check_linear (const Mapper *m, const Tensor *t, size_t rows, size_t cols,
 {
   ShowBuf sb;
   char got[96];
-  int ok = cols > 0 ? (t->ndim == 2 && t->shape[0] == rows &&
-                       t->shape[1] == cols)
-                    : (t->ndim == 1 && t->shape[0] == rows);
+  int ok = cols > 0
+               ? (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols)
+               : (t->ndim == 1 && t->shape[0] == rows);
 
   if (t->data == NULL)
     return sattn_io_fail (SATTN_E_DTYPE, m->err, m->err_len,
-                 "tensor '%s' has dtype %s; supported: F32, F16, BF16, F64",
-                 sattn_io_show (&sb, t->name), t->dtype->name);
+                          "tensor '%s' has dtype %s; supported: F32, F16, "
+                          "BF16, F64",
+                          sattn_io_show (&sb, t->name), t->dtype->name);
   if (!ok) {
     if (cols > 0)
-      return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
-                   "tensor '%s' has shape %s; expected [%zu, %zu], i.e. %s",
-                   sattn_io_show (&sb, t->name),
-                   sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), rows, cols,
-                   sym);
+      return sattn_io_fail (
+          SATTN_E_SHAPE, m->err, m->err_len,
+          "tensor '%s' has shape %s; expected [%zu, %zu], i.e. %s",
+          sattn_io_show (&sb, t->name),
+          sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), rows, cols,
+          sym);
     return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "tensor '%s' has shape %s; expected [%zu], i.e. %s",
-                 sattn_io_show (&sb, t->name),
-                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), rows, sym);
+                          "tensor '%s' has shape %s; expected [%zu], i.e. %s",
+                          sattn_io_show (&sb, t->name),
+                          sattn_io_shape_str (got, sizeof got, t->shape,
+                                              t->ndim),
+                          rows, sym);
   }
-  return check (m, t, rows, cols, 0, sym);   /* dtype, finiteness */
+  return check (m, t, rows, cols, 0, sym); /* dtype, finiteness */
 }
 
 /* A 2-D float tensor's rows and columns; an error when it is not one. */
@@ -906,9 +1045,11 @@ matrix_dims (const Mapper *m, const Tensor *t, size_t *rows, size_t *cols)
 
   if (t->ndim != 2 || t->shape[0] == 0 || t->shape[1] == 0)
     return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "tensor '%s' has shape %s; expected a 2-D (out, in) "
-                 "weight with both sizes > 0", sattn_io_show (&sb, t->name),
-                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim));
+                          "tensor '%s' has shape %s; expected a 2-D (out, in) "
+                          "weight with both sizes > 0",
+                          sattn_io_show (&sb, t->name),
+                          sattn_io_shape_str (got, sizeof got, t->shape,
+                                              t->ndim));
   *rows = t->shape[0];
   *cols = t->shape[1];
   return SATTN_OK;
@@ -916,9 +1057,8 @@ matrix_dims (const Mapper *m, const Tensor *t, size_t *rows, size_t *cols)
 
 /* A requested size (caller or metadata) against the one the shapes give. */
 static SattnStatus
-resolve_dim (const Mapper *m, const char *what, const char *noun,
-             size_t caller, size_t total, size_t heads, size_t *out,
-             SattnSource *from)
+resolve_dim (const Mapper *m, const char *what, const char *noun, size_t caller,
+             size_t total, size_t heads, size_t *out, SattnSource *from)
 {
   ShowBuf sb;
   const char *key = what;
@@ -926,9 +1066,10 @@ resolve_dim (const Mapper *m, const char *what, const char *noun,
 
   if (caller != 0 && meta != 0 && meta != caller)
     return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "%s = %zu but the module was exported with %s = %zu "
-                 "(metadata '%s%s')", what, caller, key, meta,
-                 sattn_io_show (&sb, m->prefix), key);
+                          "%s = %zu but the module was exported with %s = %zu "
+                          "(metadata '%s%s')",
+                          what, caller, key, meta,
+                          sattn_io_show (&sb, m->prefix), key);
   if (caller != 0) {
     *out = caller;
     *from = SATTN_FROM_CALLER;
@@ -938,20 +1079,25 @@ resolve_dim (const Mapper *m, const char *what, const char *noun,
   } else {
     if (total % heads != 0)
       return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
-                   "heads = %zu does not divide the %zu %s values of the "
-                   "projections under prefix '%s'", heads, total, noun,
-                   sattn_io_show (&sb, m->prefix));
+                            "heads = %zu does not divide the %zu %s values of "
+                            "the "
+                            "projections under prefix '%s'",
+                            heads, total, noun, sattn_io_show (&sb, m->prefix));
     *out = total / heads;
     *from = SATTN_FROM_SHAPES;
     return SATTN_OK;
   }
   if (*out > total || total % *out != 0 || total / *out != heads)
-    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
-                 "heads = %zu x %s = %zu %s values, but the projections "
-                 "under prefix '%s' have %zu%s (%s = 0 takes it from the "
-                 "file)", heads, what, *out, noun, sattn_io_show (&sb, m->prefix),
-                 total, total % heads == 0 ? "" : ", which heads does not "
-                 "divide", what);
+    return sattn_io_fail (
+        SATTN_E_SHAPE, m->err, m->err_len,
+        "heads = %zu x %s = %zu %s values, but the projections "
+        "under prefix '%s' have %zu%s (%s = 0 takes it from the "
+        "file)",
+        heads, what, *out, noun, sattn_io_show (&sb, m->prefix), total,
+        total % heads == 0 ? ""
+                           : ", which heads does not "
+                             "divide",
+        what);
   return SATTN_OK;
 }
 
@@ -1008,20 +1154,22 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (found == 0) {
     GString *s = g_string_new (NULL);
     list_layouts (f, s);
-    st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
-               "no attention weights under prefix '%s' (looked for "
-               "in_proj_weight, q_proj_weight, q_proj.weight, query.weight, "
-               "self.query.weight, to_q.weight, wq.weight, W_q.weight, "
-               "qkv.weight); prefixes in the file holding a known layout: %s",
-               sattn_io_show (&sb, pfx), s->str);
+    st = sattn_io_fail (
+        SATTN_E_MISSING, err, err_len,
+        "no attention weights under prefix '%s' (looked for "
+        "in_proj_weight, q_proj_weight, q_proj.weight, query.weight, "
+        "self.query.weight, to_q.weight, wq.weight, W_q.weight, "
+        "qkv.weight); prefixes in the file holding a known layout: %s",
+        sattn_io_show (&sb, pfx), s->str);
     g_string_free (s, TRUE);
     goto out;
   }
   if (found > 1) {
-    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-               "%zu attention layouts under prefix '%s': %s; ambiguous "
-               "(choose a longer weights prefix or remove one)", found,
-               sattn_io_show (&sb, pfx), names->str);
+    st =
+        sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                       "%zu attention layouts under prefix '%s': %s; ambiguous "
+                       "(choose a longer weights prefix or remove one)",
+                       found, sattn_io_show (&sb, pfx), names->str);
     goto out;
   }
   rep.layout = l->layout;
@@ -1034,13 +1182,17 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     qw = find (&m, l->q_w);
     kw = find (&m, l->k_w);
     vw = find (&m, l->v_w);
-    miss = qw == NULL ? l->q_w : kw == NULL ? l->k_w : vw == NULL ? l->v_w
-        : NULL;
+    miss = qw == NULL   ? l->q_w
+           : kw == NULL ? l->k_w
+           : vw == NULL ? l->v_w
+                        : NULL;
     if (miss != NULL) {
       st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
-                 "attention layout %s under prefix '%s' is incomplete: no "
-                 "tensor '%s%s'", sattn_layout_name (l->layout),
-                 sattn_io_show (&sb, pfx), pfx, miss);
+                          "attention layout %s under prefix '%s' is "
+                          "incomplete: no "
+                          "tensor '%s%s'",
+                          sattn_layout_name (l->layout),
+                          sattn_io_show (&sb, pfx), pfx, miss);
       goto out;
     }
     qb = l->q_b ? find (&m, l->q_b) : NULL;
@@ -1053,9 +1205,12 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     if (t != NULL && ow != NULL) {
       ShowBuf s1, s2;
       st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "two output projections under prefix '%s': '%s' and '%s'; "
-                 "ambiguous", sattn_io_show (&sb, pfx), sattn_io_show (&s1, ow->name),
-                 sattn_io_show (&s2, t->name));
+                          "two output projections under prefix '%s': '%s' and "
+                          "'%s'; "
+                          "ambiguous",
+                          sattn_io_show (&sb, pfx),
+                          sattn_io_show (&s1, ow->name),
+                          sattn_io_show (&s2, t->name));
       goto out;
     }
     if (t != NULL) {
@@ -1071,8 +1226,9 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     for (size_t j = 0; j < 2 && l->o_b[j] != NULL; j++)
       if (find (&m, l->o_b[j]) != NULL) {
         st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
-                   "tensor '%s%s' without '%s%s' under prefix '%s'", pfx,
-                   l->o_b[j], pfx, l->o_w[j], sattn_io_show (&sb, pfx));
+                            "tensor '%s%s' without '%s%s' under prefix '%s'",
+                            pfx, l->o_b[j], pfx, l->o_w[j],
+                            sattn_io_show (&sb, pfx));
         goto out;
       }
   }
@@ -1080,8 +1236,8 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     bk = find (&m, "bias_k");
     bv = find (&m, "bias_v");
     if ((bk == NULL) != (bv == NULL)) {
-      st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)" :
-                    "'bias_v' (bias_k is present)");
+      st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)"
+                                   : "'bias_v' (bias_k is present)");
       goto out;
     }
   }
@@ -1103,20 +1259,23 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
       const Tensor *t = ck != e ? kw : vw;
       ShowBuf s2;
       char got[96];
-      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                 "tensor '%s' has shape %s; expected [%zu, %zu]: "
-                 "self-attention on frames needs the input size of '%s' "
-                 "(kdim = vdim = d_model = %zu)", sattn_io_show (&sb, t->name),
-                 sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), t->shape[0],
-                 e, sattn_io_show (&s2, qw->name), e);
+      st = sattn_io_fail (
+          SATTN_E_SHAPE, err, err_len,
+          "tensor '%s' has shape %s; expected [%zu, %zu]: "
+          "self-attention on frames needs the input size of '%s' "
+          "(kdim = vdim = d_model = %zu)",
+          sattn_io_show (&sb, t->name),
+          sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), t->shape[0],
+          e, sattn_io_show (&s2, qw->name), e);
       goto out;
     }
     if (dk != dq) {
       st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                 "tensor '%s' has %zu rows but '%s' has %zu: queries and "
-                 "keys of different sizes (fewer key heads, as in "
-                 "grouped-query attention) are not supported",
-                 sattn_io_show (&sb, qw->name), dq, kw->name, dk);
+                          "tensor '%s' has %zu rows but '%s' has %zu: queries "
+                          "and "
+                          "keys of different sizes (fewer key heads, as in "
+                          "grouped-query attention) are not supported",
+                          sattn_io_show (&sb, qw->name), dq, kw->name, dk);
       goto out;
     }
     total = dq;
@@ -1127,14 +1286,16 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     char got[96];
     /* nn.MultiheadAttention's projections are E wide whatever E is. */
     if ((l->layout == SATTN_LAYOUT_MHA ||
-         l->layout == SATTN_LAYOUT_MHA_SEPARATE) && rows % e == 0 &&
-        rows / e <= SIZE_MAX / d)
+         l->layout == SATTN_LAYOUT_MHA_SEPARATE) &&
+        rows % e == 0 && rows / e <= SIZE_MAX / d)
       rows = rows / e * d;
     st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-               "tensor '%s' has shape %s; expected [%zu, %zu]: the attention "
-               "weights take frames of %zu values, not d_model = %zu",
-               sattn_io_show (&sb, t->name),
-               sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), rows, d, e, d);
+                        "tensor '%s' has shape %s; expected [%zu, %zu]: the "
+                        "attention "
+                        "weights take frames of %zu values, not d_model = %zu",
+                        sattn_io_show (&sb, t->name),
+                        sattn_io_shape_str (got, sizeof got, t->shape, t->ndim),
+                        rows, d, e, d);
     goto out;
   }
   m.e = e;
@@ -1143,9 +1304,10 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   meta = meta_size (&m, "num_heads");
   if (cfg_inout->heads != 0 && meta != 0 && meta != cfg_inout->heads) {
     st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-               "heads = %zu but the module was exported with num_heads = "
-               "%zu (metadata '%snum_heads')", cfg_inout->heads, meta,
-               sattn_io_show (&sb, pfx));
+                        "heads = %zu but the module was exported with "
+                        "num_heads = "
+                        "%zu (metadata '%snum_heads')",
+                        cfg_inout->heads, meta, sattn_io_show (&sb, pfx));
     goto out;
   }
   if (cfg_inout->heads != 0) {
@@ -1167,15 +1329,16 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     /* [Wq; Wk; Wv] with 2 Dq + Dv rows: thirds unless told otherwise
      * (nn.MultiheadAttention's in_proj_weight: always thirds). */
     size_t dh = cfg_inout->d_head != 0 ? cfg_inout->d_head
-        : meta_size (&m, "head_dim");
+                                       : meta_size (&m, "head_dim");
     if (l->layout == SATTN_LAYOUT_MHA)
       dh = 0;
     if (dh != 0) {
       if (dh > total / 2 / heads || 2 * heads * dh >= total) {
         st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                   "tensor '%s' has %zu rows: too few for 2 x heads (%zu) x "
-                   "head_dim (%zu) plus values", sattn_io_show (&sb, fw->name), total,
-                   heads, dh);
+                            "tensor '%s' has %zu rows: too few for 2 x heads "
+                            "(%zu) x "
+                            "head_dim (%zu) plus values",
+                            sattn_io_show (&sb, fw->name), total, heads, dh);
         goto out;
       }
       dq = heads * dh;
@@ -1183,29 +1346,31 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     } else {
       if (total % 3 != 0) {
         st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                   "tensor '%s' has %zu rows, not a multiple of 3: give "
-                   "the head size (head-dim) to split it", sattn_io_show (&sb,
-                   fw->name), total);
+                            "tensor '%s' has %zu rows, not a multiple of 3: "
+                            "give "
+                            "the head size (head-dim) to split it",
+                            sattn_io_show (&sb, fw->name), total);
         goto out;
       }
       dq = dv = total / 3;
     }
   }
-  if ((st = resolve_dim (&m, "head_dim", "query/key", cfg_inout->d_head,
-                         dq, heads, &d_head, &rep.d_head_from)) != SATTN_OK ||
-      (st = resolve_dim (&m, "value_dim", "value", cfg_inout->d_value,
-                         dv, heads, &d_value, &rep.d_value_from)) != SATTN_OK)
+  if ((st = resolve_dim (&m, "head_dim", "query/key", cfg_inout->d_head, dq,
+                         heads, &d_head, &rep.d_head_from)) != SATTN_OK ||
+      (st = resolve_dim (&m, "value_dim", "value", cfg_inout->d_value, dv,
+                         heads, &d_value, &rep.d_value_from)) != SATTN_OK)
     goto out;
 
   if (dq > SIZE_MAX / 4 / e || dv > SIZE_MAX / 4 / e) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
+    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
+                        "projection sizes too large");
     goto out;
   }
 
   /* Every tensor's exact shape, dtype and finiteness. */
   if (fw != NULL) {
-    if ((st = check_linear (&m, fw, 2 * dq + dv, e, "(2 Dq + Dv, E)"))
-        != SATTN_OK)
+    if ((st = check_linear (&m, fw, 2 * dq + dv, e, "(2 Dq + Dv, E)")) !=
+        SATTN_OK)
       goto out;
   } else if ((st = check_linear (&m, qw, dq, e, "(Dq, E)")) != SATTN_OK ||
              (st = check_linear (&m, kw, dq, e, "(Dq, E)")) != SATTN_OK ||
@@ -1215,10 +1380,9 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (fb != NULL &&
       (st = check_linear (&m, fb, 2 * dq + dv, 0, "(2 Dq + Dv)")) != SATTN_OK)
     goto out;
-  if ((qb != NULL && (st = check_linear (&m, qb, dq, 0, "(Dq)")) != SATTN_OK)
-      || (kb != NULL && (st = check_linear (&m, kb, dq, 0, "(Dq)")) != SATTN_OK)
-      || (vb != NULL && (st = check_linear (&m, vb, dv, 0, "(Dv)"))
-          != SATTN_OK))
+  if ((qb != NULL && (st = check_linear (&m, qb, dq, 0, "(Dq)")) != SATTN_OK) ||
+      (kb != NULL && (st = check_linear (&m, kb, dq, 0, "(Dq)")) != SATTN_OK) ||
+      (vb != NULL && (st = check_linear (&m, vb, dv, 0, "(Dv)")) != SATTN_OK))
     goto out;
   d_out = dv;
   if (ow != NULL) {
@@ -1226,7 +1390,8 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
         (st = check_linear (&m, ow, d_out, dv, "(d_out, Dv)")) != SATTN_OK)
       goto out;
     if (d_out > SIZE_MAX / 4 / dv) {
-      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len, "projection sizes too large");
+      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
+                          "projection sizes too large");
       goto out;
     }
     if (ob != NULL &&

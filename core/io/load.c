@@ -41,9 +41,17 @@ static const char *const activation_words[] = { "relu", "gelu" };
 /* The tensor names directly under a prefix that mark an attention module
  * or an encoder layer (one per layout of io/layouts.c, and linear1). */
 static const char *const module_marks[] = {
-  "in_proj_weight", "q_proj_weight", "q_proj.weight", "query.weight",
-  "self.query.weight", "to_q.weight", "wq.weight", "W_q.weight",
-  "qkv.weight", "linear1.weight", "self_attn.in_proj_weight",
+  "in_proj_weight",
+  "q_proj_weight",
+  "q_proj.weight",
+  "query.weight",
+  "self.query.weight",
+  "to_q.weight",
+  "wq.weight",
+  "W_q.weight",
+  "qkv.weight",
+  "linear1.weight",
+  "self_attn.in_proj_weight",
 };
 
 static char *
@@ -77,7 +85,8 @@ give_report (SattnLoadReport *out, const SattnLoadReport *r)
   if (out == NULL)
     return;
   size_t sz = out->struct_size == 0 || out->struct_size > sizeof (*r)
-      ? sizeof (*r) : out->struct_size;
+                  ? sizeof (*r)
+                  : out->struct_size;
   SattnLoadReport t = *r;
   t.struct_size = sz;
   memcpy (out, &t, sz);
@@ -95,7 +104,8 @@ heads_refused (const char *p, size_t dq, char *err, size_t err_len)
                      "has (no metadata '%snum_heads'), and a state dict "
                      "does not say how its %zu projection rows are split: "
                      "set heads to the module's num_heads (values that "
-                     "divide %zu: %s), or head-dim", p, dq, dq, ok);
+                     "divide %zu: %s), or head-dim",
+                     p, dq, dq, ok);
 }
 
 static SattnStatus
@@ -153,9 +163,9 @@ load_layer (const SattnTensorFile *f, const char *prefix,
  * checked and copied into doubles (transposed when tr: cols × rows).
  * Absent: NULL with SATTN_OK unless required. */
 static SattnStatus
-take (const SattnTensorFile *f, const char *p, const char *name,
-      size_t rows, size_t cols, int tr, int required, double **dst,
-      char *err, size_t err_len)
+take (const SattnTensorFile *f, const char *p, const char *name, size_t rows,
+      size_t cols, int tr, int required, double **dst, char *err,
+      size_t err_len)
 {
   char *k = join (p, name);
   size_t ndim = 0;
@@ -165,32 +175,38 @@ take (const SattnTensorFile *f, const char *p, const char *name,
   const float *x = sattn_tensor_file_get (f, k, &ndim, &shape);
   if (x == NULL) {
     if (sattn_tensor_file_dtype (f, k) != NULL)
-      st = sattn_fail (SATTN_E_DTYPE, err, err_len, "tensor '%s' has dtype "
-                       "%s; a model needs float tensors", k,
-                       sattn_tensor_file_dtype (f, k));
+      st = sattn_fail (SATTN_E_DTYPE, err, err_len,
+                       "tensor '%s' has dtype "
+                       "%s; a model needs float tensors",
+                       k, sattn_tensor_file_dtype (f, k));
     else if (required)
       st = sattn_fail (SATTN_E_MISSING, err, err_len, "no tensor '%s'", k);
     goto out;
   }
   size_t n = sattn_tensor_file_numel (f, k);
   int shape_ok = cols == 0 ? n == rows
-      : ndim == 2 && shape[0] == rows && shape[1] == cols;
+                           : ndim == 2 && shape[0] == rows && shape[1] == cols;
   if (!shape_ok) {
     if (cols == 0)
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len, "tensor '%s' has %zu "
-                       "values where %zu are expected", k, n, rows);
+      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "tensor '%s' has %zu "
+                       "values where %zu are expected",
+                       k, n, rows);
     else
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len, "tensor '%s' has shape "
-                       "%s%zu x %zu where %zu x %zu is expected", k,
-                       ndim == 2 ? "" : "(not 2-D) ",
-                       ndim >= 1 ? shape[0] : 0, ndim >= 2 ? shape[1] : 0,
-                       rows, cols);
+      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "tensor '%s' has shape "
+                       "%s%zu x %zu where %zu x %zu is expected",
+                       k, ndim == 2 ? "" : "(not 2-D) ",
+                       ndim >= 1 ? shape[0] : 0, ndim >= 2 ? shape[1] : 0, rows,
+                       cols);
     goto out;
   }
   size_t bad = sattn_first_nonfinite (x, n);
   if (bad < n) {
-    st = sattn_fail (SATTN_E_NONFINITE, err, err_len, "tensor '%s' has a "
-                     "non-finite value at index %zu", k, bad);
+    st = sattn_fail (SATTN_E_NONFINITE, err, err_len,
+                     "tensor '%s' has a "
+                     "non-finite value at index %zu",
+                     k, bad);
     goto out;
   }
   *dst = malloc ((n ? n : 1) * sizeof (double));
@@ -235,8 +251,8 @@ take_floats (const SattnTensorFile *f, const char *p, const char *name,
 
 /* The 2-D shape of tensor p + name, 0 when absent or not 2-D. */
 static int
-dims2 (const SattnTensorFile *f, const char *p, const char *name,
-       size_t *rows, size_t *cols)
+dims2 (const SattnTensorFile *f, const char *p, const char *name, size_t *rows,
+       size_t *cols)
 {
   char *k = join (p, name);
   size_t ndim = 0;
@@ -274,9 +290,10 @@ meta_word (const SattnTensorFile *f, const char *p, const char *key,
     return st;
   }
   if (caller_set && *idx != (int) k && *idx >= 0 && (size_t) *idx < nw)
-    return sattn_fail (SATTN_E_INVAL, err, err_len, "%s=%s but the model was "
-                       "exported with %s=%s (metadata '%s%s')", prop,
-                       words[*idx], key, words[k], p, key);
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "%s=%s but the model was "
+                       "exported with %s=%s (metadata '%s%s')",
+                       prop, words[*idx], key, words[k], p, key);
   *idx = (int) k;
   return SATTN_OK;
 }
@@ -292,14 +309,16 @@ meta_double (const SattnTensorFile *f, const char *p, const char *key,
   char *end = NULL;
   double d = g_ascii_strtod (v, &end);
   if (end == v || *end != '\0' || !(d > lo_excl) || isinf (d))
-    return sattn_fail (SATTN_E_INVAL, err, err_len, "metadata '%s%s' is "
-                       "'%.64s'; expected a finite number > %g", p, key, v,
-                       lo_excl);
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "metadata '%s%s' is "
+                       "'%.64s'; expected a finite number > %g",
+                       p, key, v, lo_excl);
   double mine = *val == 0.0 ? dflt : *val;
   if (caller_set && fabs (mine - d) > 1e-9 * fmax (fabs (mine), fabs (d)))
-    return sattn_fail (SATTN_E_INVAL, err, err_len, "%s=%g but the model was "
-                       "exported with %s=%g (metadata '%s%s')", prop, mine,
-                       key, d, p, key);
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "%s=%g but the model was "
+                       "exported with %s=%g (metadata '%s%s')",
+                       prop, mine, key, d, p, key);
   *val = d;
   return SATTN_OK;
 }
@@ -313,8 +332,8 @@ cmp_key (const void *a, const void *b)
 }
 
 static SattnStatus
-take_meta (const SattnTensorFile *f, const char *p, SattnNet *net,
-           char *err, size_t err_len)
+take_meta (const SattnTensorFile *f, const char *p, SattnNet *net, char *err,
+           size_t err_len)
 {
   GHashTableIter it;
   gpointer k, v;
@@ -346,8 +365,8 @@ take_meta (const SattnTensorFile *f, const char *p, SattnNet *net,
 
 /* The labels (a JSON array of strings) into net->labels. */
 static SattnStatus
-take_labels (const SattnTensorFile *f, const char *p, SattnNet *net,
-             char *err, size_t err_len)
+take_labels (const SattnTensorFile *f, const char *p, SattnNet *net, char *err,
+             size_t err_len)
 {
   const char *v = meta (f, p, "labels");
   if (v == NULL)
@@ -356,29 +375,35 @@ take_labels (const SattnTensorFile *f, const char *p, SattnNet *net,
   SattnStatus st = SATTN_OK;
   GError *ge = NULL;
   if (!json_parser_load_from_data (jp, v, -1, &ge)) {
-    st = sattn_fail (SATTN_E_FORMAT, err, err_len, "metadata '%slabels' is "
-                     "not JSON: %s", p, ge ? ge->message : "?");
+    st = sattn_fail (SATTN_E_FORMAT, err, err_len,
+                     "metadata '%slabels' is "
+                     "not JSON: %s",
+                     p, ge ? ge->message : "?");
     g_clear_error (&ge);
     goto out;
   }
   JsonNode *root = json_parser_get_root (jp);
   if (root == NULL || !JSON_NODE_HOLDS_ARRAY (root)) {
-    st = sattn_fail (SATTN_E_FORMAT, err, err_len, "metadata '%slabels' is "
-                     "not a JSON array of strings", p);
+    st = sattn_fail (SATTN_E_FORMAT, err, err_len,
+                     "metadata '%slabels' is "
+                     "not a JSON array of strings",
+                     p);
     goto out;
   }
   JsonArray *a = json_node_get_array (root);
   size_t n = json_array_get_length (a);
   if (net->classes == 0) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len, "metadata '%slabels' has "
-                     "%zu labels but the model has no head (no classes)", p,
-                     n);
+    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                     "metadata '%slabels' has "
+                     "%zu labels but the model has no head (no classes)",
+                     p, n);
     goto out;
   }
   if (n != net->classes) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len, "metadata '%slabels' has "
-                     "%zu labels but the head has %zu classes", p, n,
-                     net->classes);
+    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                     "metadata '%slabels' has "
+                     "%zu labels but the head has %zu classes",
+                     p, n, net->classes);
     goto out;
   }
   net->labels = calloc (n, sizeof (char *));
@@ -390,8 +415,10 @@ take_labels (const SattnTensorFile *f, const char *p, SattnNet *net,
     JsonNode *e = json_array_get_element (a, (guint) i);
     if (e == NULL || !JSON_NODE_HOLDS_VALUE (e) ||
         json_node_get_value_type (e) != G_TYPE_STRING) {
-      st = sattn_fail (SATTN_E_FORMAT, err, err_len, "metadata '%slabels': "
-                       "entry %zu is not a string", p, i);
+      st = sattn_fail (SATTN_E_FORMAT, err, err_len,
+                       "metadata '%slabels': "
+                       "entry %zu is not a string",
+                       p, i);
       goto out;
     }
     if ((net->labels[i] = strdup (json_node_get_string (e))) == NULL) {
@@ -405,9 +432,8 @@ out:
 }
 
 static SattnStatus
-load_whole (const SattnTensorFile *f, const char *p,
-            const SattnLoadOptions *o, SattnModel **out, SattnLoadReport *rep,
-            char *err, size_t err_len)
+load_whole (const SattnTensorFile *f, const char *p, const SattnLoadOptions *o,
+            SattnModel **out, SattnLoadReport *rep, char *err, size_t err_len)
 {
   SattnStatus st = SATTN_OK;
   SattnNet *net = calloc (1, sizeof (*net));
@@ -422,7 +448,8 @@ load_whole (const SattnTensorFile *f, const char *p,
   /* The prefix holds a whole model and nothing else. */
   for (size_t i = 0; i < G_N_ELEMENTS (module_marks); i++)
     if (has (f, p, module_marks[i])) {
-      st = sattn_fail (SATTN_E_FORMAT, err, err_len, "prefix '%s' holds a "
+      st = sattn_fail (SATTN_E_FORMAT, err, err_len,
+                       "prefix '%s' holds a "
                        "whole model (%sembed.weight, %sencoder.layers.*) and "
                        "also '%s%s', another module's tensor; a prefix must "
                        "name one module (pass the prefix of the one to run)",
@@ -430,15 +457,19 @@ load_whole (const SattnTensorFile *f, const char *p,
       goto fail;
     }
   if (!dims2 (f, p, "embed.weight", &D, &F) || D == 0 || F == 0) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len, "tensor '%sembed.weight' "
-                     "must be a 2-D float matrix (d_model x frame values)", p);
+    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                     "tensor '%sembed.weight' "
+                     "must be a 2-D float matrix (d_model x frame values)",
+                     p);
     goto fail;
   }
   if (o->cfg.d_model != 0 && o->cfg.d_model != F) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len, "the frames have %zu "
+    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                     "the frames have %zu "
                      "values but the model's embedding '%sembed.weight' "
                      "takes frames of %zu (channels x frame-size must be "
-                     "%zu)", o->cfg.d_model, p, F, F);
+                     "%zu)",
+                     o->cfg.d_model, p, F, F);
     goto fail;
   }
   net->d_frame = F;
@@ -451,10 +482,12 @@ load_whole (const SattnTensorFile *f, const char *p,
     net->n_layers++;
   }
   if (net->n_layers == 0) {
-    st = sattn_fail (SATTN_E_MISSING, err, err_len, "'%sembed.weight' names "
+    st = sattn_fail (SATTN_E_MISSING, err, err_len,
+                     "'%sembed.weight' names "
                      "a whole model but it has 0 encoder layers (no "
                      "'%sencoder.layers.0.linear1.weight'); a model needs at "
-                     "least one", p, p);
+                     "least one",
+                     p, p);
     goto fail;
   }
 
@@ -465,14 +498,18 @@ load_whole (const SattnTensorFile *f, const char *p,
     char *end = NULL;
     guint64 h = g_ascii_strtoull (v, &end, 10);
     if (end == v || *end != '\0' || h == 0 || h > 65536) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len, "metadata '%snum_heads' "
-                       "is '%.64s'; expected a whole number >= 1", p, v);
+      st = sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "metadata '%snum_heads' "
+                       "is '%.64s'; expected a whole number >= 1",
+                       p, v);
       goto fail;
     }
     if (lc.heads != 0 && lc.heads != h) {
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len, "heads=%zu but the model "
+      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "heads=%zu but the model "
                        "was exported with num_heads=%" G_GUINT64_FORMAT
-                       " (metadata '%snum_heads')", lc.heads, h, p);
+                       " (metadata '%snum_heads')",
+                       lc.heads, h, p);
       goto fail;
     }
     lc.heads = (size_t) h;
@@ -489,16 +526,19 @@ load_whole (const SattnTensorFile *f, const char *p,
     char *end = NULL;
     guint64 d = g_ascii_strtoull (v, &end, 10);
     if (end == v || *end != '\0' || d == 0 || d > 65536) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len, "metadata '%s%s' is "
-                       "'%.64s'; expected a whole number >= 1", p,
-                       dim_keys[i], v);
+      st = sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "metadata '%s%s' is "
+                       "'%.64s'; expected a whole number >= 1",
+                       p, dim_keys[i], v);
       goto fail;
     }
     if (*dim_vals[i] != 0 && *dim_vals[i] != d) {
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len, "%s=%zu but the model "
+      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "%s=%zu but the model "
                        "was exported with %s=%" G_GUINT64_FORMAT
-                       " (metadata '%s%s')", dim_props[i], *dim_vals[i],
-                       dim_keys[i], d, p, dim_keys[i]);
+                       " (metadata '%s%s')",
+                       dim_props[i], *dim_vals[i], dim_keys[i], d, p,
+                       dim_keys[i]);
       goto fail;
     }
     *dim_vals[i] = (size_t) d;
@@ -509,15 +549,18 @@ load_whole (const SattnTensorFile *f, const char *p,
     char *end = NULL;
     double d = g_ascii_strtod (v, &end);
     if (end == v || *end != '\0' || !(d >= FLT_MIN) || d > FLT_MAX) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len, "metadata '%sscale' is "
-                       "'%.64s'; expected a finite number > 0", p, v);
+      st = sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "metadata '%sscale' is "
+                       "'%.64s'; expected a finite number > 0",
+                       p, v);
       goto fail;
     }
     if (lc.scale != 0.0f && lc.scale != (float) d) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len, "scale=%g but the model "
+      st = sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "scale=%g but the model "
                        "was trained with scale=%g (metadata '%sscale'); "
-                       "use scale=0 to take the model's", (double) lc.scale,
-                       d, p);
+                       "use scale=0 to take the model's",
+                       (double) lc.scale, d, p);
       goto fail;
     }
     lc.scale = (float) d;
@@ -528,8 +571,8 @@ load_whole (const SattnTensorFile *f, const char *p,
   }
   int pos = lc.positions, act = lc.activation, nf = lc.norm_first != 0;
   int causal = lc.causal != 0;
-  static const char *const pos_words[] = { "none", "rope",
-    "rope-interleaved", "alibi", "learned" };
+  static const char *const pos_words[] = { "none", "rope", "rope-interleaved",
+                                           "alibi", "learned" };
   static const char *const bool_words[] = { "0", "1" };
   static const char *const pool_words[] = { "mean", "last" };
   int pool = SATTN_POOLING_MEAN, head_act = SATTN_ACTIVATION_RELU;
@@ -537,19 +580,18 @@ load_whole (const SattnTensorFile *f, const char *p,
                        (o->set & SATTN_SET_POSITIONS) != 0, "positions", err,
                        err_len)) != SATTN_OK ||
       (st = meta_word (f, p, "activation", activation_words, 2, &act,
-                       (o->set & SATTN_SET_ACTIVATION) != 0, "activation",
-                       err, err_len)) != SATTN_OK ||
+                       (o->set & SATTN_SET_ACTIVATION) != 0, "activation", err,
+                       err_len)) != SATTN_OK ||
       (st = meta_word (f, p, "norm_first", bool_words, 2, &nf,
-                       (o->set & SATTN_SET_NORM_FIRST) != 0, "norm-first",
-                       err, err_len)) != SATTN_OK ||
+                       (o->set & SATTN_SET_NORM_FIRST) != 0, "norm-first", err,
+                       err_len)) != SATTN_OK ||
       (st = meta_word (f, p, "causal", bool_words, 2, &causal,
                        (o->set & SATTN_SET_CAUSAL) != 0, "causal", err,
                        err_len)) != SATTN_OK ||
-      (st = meta_word (f, p, "pooling", pool_words, 2, &pool, 0, "pooling",
-                       err, err_len)) != SATTN_OK ||
-      (st = meta_word (f, p, "head_activation", activation_words, 2,
-                       &head_act, 0, "head-activation", err,
+      (st = meta_word (f, p, "pooling", pool_words, 2, &pool, 0, "pooling", err,
                        err_len)) != SATTN_OK ||
+      (st = meta_word (f, p, "head_activation", activation_words, 2, &head_act,
+                       0, "head-activation", err, err_len)) != SATTN_OK ||
       (st = meta_double (f, p, "norm_eps", &lc.norm_eps, 1e-5, -1.0,
                          (o->set & SATTN_SET_NORM_EPS) != 0, "norm-eps", err,
                          err_len)) != SATTN_OK ||
@@ -561,15 +603,18 @@ load_whole (const SattnTensorFile *f, const char *p,
   if (meta (f, p, "positions") == NULL && have_pos)
     pos = 4;
   if (pos == 4 && !have_pos) {
-    st = sattn_fail (SATTN_E_MISSING, err, err_len, "the model was exported "
+    st = sattn_fail (SATTN_E_MISSING, err, err_len,
+                     "the model was exported "
                      "with learned positions (metadata '%spositions') but "
-                     "has no tensor '%spos_embed'", p, p);
+                     "has no tensor '%spos_embed'",
+                     p, p);
     goto fail;
   }
   if (pos != 4 && have_pos) {
-    st = sattn_fail (SATTN_E_FORMAT, err, err_len, "the model has learned "
-                     "positions ('%spos_embed') but positions=%s", p,
-                     pos_words[pos]);
+    st = sattn_fail (SATTN_E_FORMAT, err, err_len,
+                     "the model has learned "
+                     "positions ('%spos_embed') but positions=%s",
+                     p, pos_words[pos]);
     goto fail;
   }
   lc.activation = (SattnActivation) act;
@@ -590,14 +635,16 @@ load_whole (const SattnTensorFile *f, const char *p,
     size_t n = sattn_tensor_file_numel (f, k);
     g_free (k);
     if (n == 0 || n % D != 0) {
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len, "tensor '%spos_embed' "
+      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "tensor '%spos_embed' "
                        "has %zu values, not a whole number of rows of "
-                       "d_model=%zu", p, n, D);
+                       "d_model=%zu",
+                       p, n, D);
       goto fail;
     }
     net->max_window = n / D;
-    if ((st = take (f, p, "pos_embed", n, 0, 0, 1, &net->pos, err,
-                    err_len)) != SATTN_OK)
+    if ((st = take (f, p, "pos_embed", n, 0, 0, 1, &net->pos, err, err_len)) !=
+        SATTN_OK)
       goto fail;
   }
 
@@ -623,8 +670,7 @@ load_whole (const SattnTensorFile *f, const char *p,
     st = sattn_attn_weights_from_file (f, ap, 0, &mc, &w, &mw, &ar, err,
                                        err_len);
     if (st == SATTN_OK)
-      st = sattn_encoder_weights_from_file (f, lp, &mc, &w, &lw, err,
-                                            err_len);
+      st = sattn_encoder_weights_from_file (f, lp, &mc, &w, &lw, err, err_len);
     if (st == SATTN_OK)
       st = sattn_model_check (&mc, &w, err, err_len);
     if (st == SATTN_OK &&
@@ -644,8 +690,8 @@ load_whole (const SattnTensorFile *f, const char *p,
   if (has (f, p, "encoder.norm.weight") || has (f, p, "encoder.norm.bias")) {
     net->final_norm = 1;
     net->norm_eps = lc.norm_eps == 0.0 ? 1e-5 : lc.norm_eps;
-    if ((st = take_floats (f, p, "encoder.norm.weight", D, &net->norm_w,
-                           err, err_len)) != SATTN_OK ||
+    if ((st = take_floats (f, p, "encoder.norm.weight", D, &net->norm_w, err,
+                           err_len)) != SATTN_OK ||
         (st = take_floats (f, p, "encoder.norm.bias", D, &net->norm_b, err,
                            err_len)) != SATTN_OK)
       goto fail;
@@ -661,9 +707,10 @@ load_whole (const SattnTensorFile *f, const char *p,
     size_t r2, c2;
     net->hidden = r;
     if (!dims2 (f, p, "head.2.weight", &r2, &c2)) {
-      st = sattn_fail (SATTN_E_MISSING, err, err_len, "the model's MLP head "
-                       "has '%shead.0.weight' but no '%shead.2.weight'", p,
-                       p);
+      st = sattn_fail (SATTN_E_MISSING, err, err_len,
+                       "the model's MLP head "
+                       "has '%shead.0.weight' but no '%shead.2.weight'",
+                       p, p);
       goto fail;
     }
     net->classes = r2;
@@ -677,12 +724,15 @@ load_whole (const SattnTensorFile *f, const char *p,
                     err_len)) != SATTN_OK)
       goto fail;
   } else if (has (f, p, "head.weight") || has (f, p, "head.0.weight")) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len, "the model's head "
-                     "('%shead.*') must be 2-D float matrices", p);
+    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                     "the model's head "
+                     "('%shead.*') must be 2-D float matrices",
+                     p);
     goto fail;
   }
   if (net->classes == 0 && (net->head1_wt != NULL)) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len, "the model's head has 0 "
+    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
+                     "the model's head has 0 "
                      "classes");
     goto fail;
   }
@@ -707,7 +757,8 @@ load_whole (const SattnTensorFile *f, const char *p,
   rep->kind = SATTN_MODEL_WHOLE;
   rep->layout = ar0.layout;
   rep->heads_from = meta (f, p, "num_heads") != NULL && o->cfg.heads == 0
-      ? SATTN_FROM_METADATA : ar0.heads_from;
+                        ? SATTN_FROM_METADATA
+                        : ar0.heads_from;
   rep->layers = net->n_layers;
   rep->encoder = 1;
   rep->out_proj = ar0.out_proj;
@@ -738,21 +789,23 @@ sattn_model_load_tensors (const SattnTensorFile *f, const char *prefix,
   if (out != NULL)
     *out = NULL;
   if (f == NULL || out == NULL)
-    return sattn_fail (SATTN_E_INVAL, err, err_len, "invalid argument (no "
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "invalid argument (no "
                        "file or no place for the model)");
   sattn_load_options_init (&o);
   if (opt != NULL) {
     if (opt->struct_size < MIN_OPTIONS_SIZE)
-      return sattn_fail (SATTN_E_INVAL, err, err_len, "SattnLoadOptions."
+      return sattn_fail (SATTN_E_INVAL, err, err_len,
+                         "SattnLoadOptions."
                          "struct_size is %zu; initialise the options with "
-                         "sattn_load_options_init", opt->struct_size);
-    memcpy (&o, opt, opt->struct_size < sizeof o ? opt->struct_size
-            : sizeof o);
+                         "sattn_load_options_init",
+                         opt->struct_size);
+    memcpy (&o, opt, opt->struct_size < sizeof o ? opt->struct_size : sizeof o);
     /* The configuration within, as sattn_model_new reads one. */
     SattnConfig c;
-    if ((st = sattn_struct_in ("SattnLoadOptions.cfg", "SattnConfig",
-                               &o.cfg, &c, sizeof c, SATTN_CONFIG_MIN_SIZE,
-                               sizeof c, err, err_len)) != SATTN_OK)
+    if ((st = sattn_struct_in ("SattnLoadOptions.cfg", "SattnConfig", &o.cfg,
+                               &c, sizeof c, SATTN_CONFIG_MIN_SIZE, sizeof c,
+                               err, err_len)) != SATTN_OK)
       return st;
     o.cfg = c;
   }

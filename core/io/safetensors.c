@@ -47,7 +47,7 @@
 /* ------------------------------------------------------------- messages */
 
 void sattn_io_set_err (char *err, size_t err_len, const char *fmt, ...)
-  G_GNUC_PRINTF (3, 4);
+    G_GNUC_PRINTF (3, 4);
 
 void
 sattn_io_set_err (char *err, size_t err_len, const char *fmt, ...)
@@ -62,7 +62,7 @@ sattn_io_set_err (char *err, size_t err_len, const char *fmt, ...)
 }
 
 SattnStatus sattn_io_fail (SattnStatus st, char *err, size_t err_len,
-                         const char *fmt, ...) G_GNUC_PRINTF (4, 5);
+                           const char *fmt, ...) G_GNUC_PRINTF (4, 5);
 
 SattnStatus
 sattn_io_fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
@@ -77,13 +77,12 @@ sattn_io_fail (SattnStatus st, char *err, size_t err_len, const char *fmt, ...)
   return st;
 }
 
-
 const char *
 sattn_io_show (ShowBuf *b, const char *name)
 {
   static const char hex[] = "0123456789abcdef";
   size_t o = 0;
-  const size_t cap = sizeof b->s - 4;  /* room for "..." and NUL */
+  const size_t cap = sizeof b->s - 4; /* room for "..." and NUL */
 
   for (const unsigned char *p = (const unsigned char *) name; *p; p++) {
     if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
@@ -123,7 +122,6 @@ sattn_io_shape_str (char *buf, size_t len, const size_t *shape, size_t ndim)
 }
 
 /* ------------------------------------------------------ the file handle */
-
 
 /* What get() returns for a tensor without elements. */
 static const float empty_tensor[1];
@@ -171,7 +169,7 @@ key_hash (const char *raw, size_t len, gboolean escaped)
 }
 
 typedef struct {
-  guint32 object;   /* ordinal of the object holding the key */
+  guint32 object; /* ordinal of the object holding the key */
   guint32 hash;
 } KeyHash;
 
@@ -215,17 +213,19 @@ check_json_shape (const char *h, size_t n, char *err, size_t err_len)
         j++;
       }
       if (j >= n)
-        break;            /* unterminated: json-glib reports it */
-      for (k = j + 1; k < n && (h[k] == ' ' || h[k] == '\t' ||
-                                h[k] == '\n' || h[k] == '\r'); k++)
+        break; /* unterminated: json-glib reports it */
+      for (k = j + 1; k < n && (h[k] == ' ' || h[k] == '\t' || h[k] == '\n' ||
+                                h[k] == '\r');
+           k++)
         ;
       if (k < n && h[k] == ':' && depth > 0 && open[depth - 1] == '{') {
-        KeyHash kh = { object[depth - 1], key_hash (h + i, j + 1 - i,
-                                                    escaped) };
+        KeyHash kh = { object[depth - 1],
+                       key_hash (h + i, j + 1 - i, escaped) };
         if (++members[depth - 1] > MAX_OBJECT_MEMBERS)
           st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: an object with more than %d members",
-                     MAX_OBJECT_MEMBERS);
+                              "invalid header: an object with more than %d "
+                              "members",
+                              MAX_OBJECT_MEMBERS);
         g_array_append_val (keys, kh);
       }
       i = j;
@@ -236,8 +236,9 @@ check_json_shape (const char *h, size_t n, char *err, size_t err_len)
       case '{':
         if (depth == MAX_JSON_DEPTH) {
           st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: JSON nested deeper than %d levels",
-                     MAX_JSON_DEPTH);
+                              "invalid header: JSON nested deeper than %d "
+                              "levels",
+                              MAX_JSON_DEPTH);
           break;
         }
         open[depth] = c;
@@ -254,8 +255,8 @@ check_json_shape (const char *h, size_t n, char *err, size_t err_len)
       case ':':
         if (++values > MAX_JSON_VALUES)
           st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: more than %d JSON values",
-                     MAX_JSON_VALUES);
+                              "invalid header: more than %d JSON values",
+                              MAX_JSON_VALUES);
         break;
       default:
         break;
@@ -269,8 +270,10 @@ check_json_shape (const char *h, size_t n, char *err, size_t err_len)
       run = cmp_key_hash (&kh[k - 1], &kh[k]) == 0 ? run + 1 : 0;
       if (run + 1 > MAX_SAME_HASH) {
         st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                   "invalid header: more than %d keys of one object share "
-                   "a hash value (a crafted file?)", MAX_SAME_HASH);
+                            "invalid header: more than %d keys of one object "
+                            "share "
+                            "a hash value (a crafted file?)",
+                            MAX_SAME_HASH);
         break;
       }
     }
@@ -285,8 +288,8 @@ check_json_shape (const char *h, size_t n, char *err, size_t err_len)
  * members are counted as they are parsed: a member that does not grow its
  * object is a duplicate. */
 typedef struct {
-  GHashTable *counts;  /* JsonObject * -> members seen */
-  char *dup;           /* first duplicate key */
+  GHashTable *counts; /* JsonObject * -> members seen */
+  char *dup;          /* first duplicate key */
 } DupCheck;
 
 static void
@@ -332,33 +335,41 @@ parse_tensor (Tensor *t, const char *name, JsonNode *node, uint64_t data_len,
 
   if (!JSON_NODE_HOLDS_OBJECT (node))
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: entry '%s' is not an object", sattn_io_show (&sb, name));
+                          "invalid header: entry '%s' is not an object",
+                          sattn_io_show (&sb, name));
   o = json_node_get_object (node);
   dn = json_object_get_member (o, "dtype");
   sn = json_object_get_member (o, "shape");
   on = json_object_get_member (o, "data_offsets");
   if (dn == NULL || sn == NULL || on == NULL)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: tensor '%s' lacks \"%s\"", sattn_io_show (&sb, name),
-                 dn == NULL ? "dtype" : sn == NULL ? "shape" : "data_offsets");
+                          "invalid header: tensor '%s' lacks \"%s\"",
+                          sattn_io_show (&sb, name),
+                          dn == NULL   ? "dtype"
+                          : sn == NULL ? "shape"
+                                       : "data_offsets");
   if (!JSON_NODE_HOLDS_VALUE (dn) ||
       json_node_get_value_type (dn) != G_TYPE_STRING)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: dtype of tensor '%s' is not a string",
-                 sattn_io_show (&sb, name));
+                          "invalid header: dtype of tensor '%s' is not a "
+                          "string",
+                          sattn_io_show (&sb, name));
   dt = json_node_get_string (dn);
   t->dtype = sattn_io_find_dtype (dt);
   if (t->dtype == NULL) {
     ShowBuf sd;
     return sattn_io_fail (SATTN_E_DTYPE, err, err_len,
-                 "tensor '%s' has unknown dtype '%s' (supported: F32, F16, "
-                 "BF16, F64)", sattn_io_show (&sb, name), sattn_io_show (&sd, dt));
+                          "tensor '%s' has unknown dtype '%s' (supported: F32, "
+                          "F16, "
+                          "BF16, F64)",
+                          sattn_io_show (&sb, name), sattn_io_show (&sd, dt));
   }
 
   if (!JSON_NODE_HOLDS_ARRAY (sn))
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: shape of tensor '%s' is not an array",
-                 sattn_io_show (&sb, name));
+                          "invalid header: shape of tensor '%s' is not an "
+                          "array",
+                          sattn_io_show (&sb, name));
   sa = json_node_get_array (sn);
   t->ndim = json_array_get_length (sa);
   if (t->ndim > 0)
@@ -366,11 +377,12 @@ parse_tensor (Tensor *t, const char *name, JsonNode *node, uint64_t data_len,
   t->numel = 1;
   for (size_t i = 0; i < t->ndim; i++) {
     uint64_t d;
-    if (!json_uint (json_array_get_element (sa, (guint) i), &d) ||
-        d > SIZE_MAX)
+    if (!json_uint (json_array_get_element (sa, (guint) i), &d) || d > SIZE_MAX)
       return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                   "invalid header: shape of tensor '%s' has an entry that "
-                   "is not a non-negative integer", sattn_io_show (&sb, name));
+                            "invalid header: shape of tensor '%s' has an entry "
+                            "that "
+                            "is not a non-negative integer",
+                            sattn_io_show (&sb, name));
     t->shape[i] = (size_t) d;
     if (d == 0)
       has_zero = 1;
@@ -383,8 +395,8 @@ parse_tensor (Tensor *t, const char *name, JsonNode *node, uint64_t data_len,
     t->numel = 0;
   else if (overflow || t->numel > UINT64_MAX / t->dtype->size)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': element count of its shape overflows",
-                 sattn_io_show (&sb, name));
+                          "tensor '%s': element count of its shape overflows",
+                          sattn_io_show (&sb, name));
   nbytes = (uint64_t) t->numel * t->dtype->size;
 
   if (!JSON_NODE_HOLDS_ARRAY (on) ||
@@ -392,27 +404,33 @@ parse_tensor (Tensor *t, const char *name, JsonNode *node, uint64_t data_len,
       !json_uint (json_array_get_element (oa, 0), &t->begin) ||
       !json_uint (json_array_get_element (oa, 1), &t->end))
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: data_offsets of tensor '%s' is not a pair "
-                 "of non-negative integers", sattn_io_show (&sb, name));
+                          "invalid header: data_offsets of tensor '%s' is not "
+                          "a pair "
+                          "of non-negative integers",
+                          sattn_io_show (&sb, name));
   if (t->begin > t->end)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': data_offsets [%" G_GUINT64_FORMAT ", %"
-                 G_GUINT64_FORMAT "] end before they begin", sattn_io_show (&sb, name),
-                 t->begin, t->end);
+                          "tensor '%s': data_offsets [%" G_GUINT64_FORMAT
+                          ", %" G_GUINT64_FORMAT "] end before they begin",
+                          sattn_io_show (&sb, name), t->begin, t->end);
   if (t->end > data_len)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': data_offsets [%" G_GUINT64_FORMAT ", %"
-                 G_GUINT64_FORMAT "] run past the end of the data (%"
-                 G_GUINT64_FORMAT " bytes): the file is truncated or corrupt",
-                 sattn_io_show (&sb, name), t->begin, t->end, data_len);
+                          "tensor '%s': data_offsets [%" G_GUINT64_FORMAT
+                          ", %" G_GUINT64_FORMAT
+                          "] run past the end of the data (%" G_GUINT64_FORMAT
+                          " bytes): the file is truncated or corrupt",
+                          sattn_io_show (&sb, name), t->begin, t->end,
+                          data_len);
   if (t->end - t->begin != nbytes) {
     char s[96];
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "tensor '%s': shape %s of %s needs %" G_GUINT64_FORMAT
-                 " bytes but data_offsets [%" G_GUINT64_FORMAT ", %"
-                 G_GUINT64_FORMAT "] hold %" G_GUINT64_FORMAT,
-                 sattn_io_show (&sb, name), sattn_io_shape_str (s, sizeof s, t->shape, t->ndim),
-                 t->dtype->name, nbytes, t->begin, t->end, t->end - t->begin);
+                          "tensor '%s': shape %s of %s needs %" G_GUINT64_FORMAT
+                          " bytes but data_offsets [%" G_GUINT64_FORMAT
+                          ", %" G_GUINT64_FORMAT "] hold %" G_GUINT64_FORMAT,
+                          sattn_io_show (&sb, name),
+                          sattn_io_shape_str (s, sizeof s, t->shape, t->ndim),
+                          t->dtype->name, nbytes, t->begin, t->end,
+                          t->end - t->begin);
   }
   t->name = g_strdup (name);
   return SATTN_OK;
@@ -456,23 +474,28 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
 
   if (len < 8)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "file too short (%zu bytes) for the 8-byte header length: "
-                 "not a safetensors file", len);
+                          "file too short (%zu bytes) for the 8-byte header "
+                          "length: "
+                          "not a safetensors file",
+                          len);
   hlen = sattn_io_read_le64 (data);
   if (hlen > SATTN_TENSOR_MAX_HEADER)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "header length %" G_GUINT64_FORMAT " exceeds the limit of %"
-                 G_GUINT64_FORMAT " bytes: not a safetensors file", hlen,
-                 SATTN_TENSOR_MAX_HEADER);
+                          "header length %" G_GUINT64_FORMAT
+                          " exceeds the limit of %" G_GUINT64_FORMAT
+                          " bytes: not a safetensors file",
+                          hlen, SATTN_TENSOR_MAX_HEADER);
   if (hlen > len - 8)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "header length %" G_GUINT64_FORMAT " runs past the end of "
-                 "the file (%zu bytes): truncated or not a safetensors file",
-                 hlen, len);
+                          "header length %" G_GUINT64_FORMAT
+                          " runs past the end of "
+                          "the file (%zu bytes): truncated or not a "
+                          "safetensors file",
+                          hlen, len);
   header = (const char *) data + 8;
   if (hlen < 2 || header[0] != '{')
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: does not start with a JSON object");
+                          "invalid header: does not start with a JSON object");
   st = check_json_shape (header, (size_t) hlen, err, err_len);
   if (st != SATTN_OK)
     return st;
@@ -483,19 +506,20 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
                     &dc);
   if (!json_parser_load_from_data (parser, header, (gssize) hlen, &gerr)) {
     st = sattn_io_fail (SATTN_E_FORMAT, err, err_len, "invalid JSON header: %s",
-               gerr != NULL ? gerr->message : "parse error");
+                        gerr != NULL ? gerr->message : "parse error");
     g_clear_error (&gerr);
     goto out;
   }
   if (dc.dup != NULL) {
     st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-               "invalid header: key '%s' appears twice", sattn_io_show (&sb, dc.dup));
+                        "invalid header: key '%s' appears twice",
+                        sattn_io_show (&sb, dc.dup));
     goto out;
   }
   node = json_parser_get_root (parser);
   if (node == NULL || !JSON_NODE_HOLDS_OBJECT (node)) {
     st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-               "invalid header: the JSON is not an object");
+                        "invalid header: the JSON is not an object");
     goto out;
   }
   root = json_node_get_object (node);
@@ -516,7 +540,7 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
       JsonNode *val;
       if (!JSON_NODE_HOLDS_OBJECT (node)) {
         st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                   "invalid header: __metadata__ is not an object");
+                            "invalid header: __metadata__ is not an object");
         goto out;
       }
       json_object_iter_init (&mi, json_node_get_object (node));
@@ -524,8 +548,10 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
         if (!JSON_NODE_HOLDS_VALUE (val) ||
             json_node_get_value_type (val) != G_TYPE_STRING) {
           st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                     "invalid header: __metadata__ value of '%s' is not a "
-                     "string", sattn_io_show (&sb, key));
+                              "invalid header: __metadata__ value of '%s' is "
+                              "not a "
+                              "string",
+                              sattn_io_show (&sb, key));
           goto out;
         }
         g_hash_table_replace (f->meta, g_strdup (key),
@@ -542,8 +568,8 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
     /* Already excluded by DupCheck; kept as the index's own guard. */
     if (g_hash_table_contains (f->index, f->t[f->n].name)) {
       st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "invalid header: tensor name '%s' appears twice",
-                 sattn_io_show (&sb, f->t[f->n].name));
+                          "invalid header: tensor name '%s' appears twice",
+                          sattn_io_show (&sb, f->t[f->n].name));
       f->n++;
       goto out;
     }
@@ -560,25 +586,31 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
     if (t->begin < pos) {
       ShowBuf sa2;
       st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "tensors '%s' [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
-                 "] and '%s' [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
-                 "] overlap", sattn_io_show (&sb, f->t[k - 1].name), f->t[k - 1].begin,
-                 f->t[k - 1].end, sattn_io_show (&sa2, t->name), t->begin, t->end);
+                          "tensors '%s' [%" G_GUINT64_FORMAT
+                          ", %" G_GUINT64_FORMAT
+                          "] and '%s' [%" G_GUINT64_FORMAT
+                          ", %" G_GUINT64_FORMAT "] overlap",
+                          sattn_io_show (&sb, f->t[k - 1].name),
+                          f->t[k - 1].begin, f->t[k - 1].end,
+                          sattn_io_show (&sa2, t->name), t->begin, t->end);
       goto out;
     }
     if (t->begin > pos) {
       st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                 "data bytes [%" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT
-                 ") belong to no tensor (before '%s')", pos, t->begin,
-                 sattn_io_show (&sb, t->name));
+                          "data bytes [%" G_GUINT64_FORMAT
+                          ", %" G_GUINT64_FORMAT
+                          ") belong to no tensor (before '%s')",
+                          pos, t->begin, sattn_io_show (&sb, t->name));
       goto out;
     }
     pos = t->end;
   }
   if (pos != data_len) {
     st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-               "%" G_GUINT64_FORMAT " bytes after the last tensor belong to "
-               "no tensor", data_len - pos);
+                        "%" G_GUINT64_FORMAT
+                        " bytes after the last tensor belong to "
+                        "no tensor",
+                        data_len - pos);
     goto out;
   }
 
@@ -597,8 +629,8 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
     t->data = sattn_mem_calloc (t->numel, sizeof (float), 64);
     if (t->data == NULL) {
       st = sattn_io_fail (SATTN_E_NOMEM, err, err_len,
-                 "out of memory converting tensor '%s' (%zu elements)",
-                 sattn_io_show (&sb, t->name), t->numel);
+                          "out of memory converting tensor '%s' (%zu elements)",
+                          sattn_io_show (&sb, t->name), t->numel);
       goto out;
     }
     sattn_io_convert (t->dtype->kind, buf + t->begin, t->numel, t->data);
@@ -641,26 +673,27 @@ sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
   if (fd < 0) {
     int e = errno;
     return sattn_io_fail (SATTN_E_IO, err, err_len, "cannot open '%s': %s",
-                 sattn_io_show (&sb, path), g_strerror (e));
+                          sattn_io_show (&sb, path), g_strerror (e));
   }
   /* Only regular files: a FIFO or a device could block or never end. */
   if (fstat (fd, &sbuf) != 0 || !S_ISREG (sbuf.st_mode)) {
     close (fd);
-    return sattn_io_fail (SATTN_E_IO, err, err_len, "'%s' is not a regular file",
-                 sattn_io_show (&sb, path));
+    return sattn_io_fail (SATTN_E_IO, err, err_len,
+                          "'%s' is not a regular file",
+                          sattn_io_show (&sb, path));
   }
   if ((uint64_t) sbuf.st_size > SIZE_MAX) {
     close (fd);
     return sattn_io_fail (SATTN_E_IO, err, err_len, "'%s' is too large",
-                 sattn_io_show (&sb, path));
+                          sattn_io_show (&sb, path));
   }
   len = (size_t) sbuf.st_size;
   data = sattn_mem_alloc (len > 0 ? len : 1, 64);
   if (data == NULL) {
     close (fd);
     return sattn_io_fail (SATTN_E_NOMEM, err, err_len,
-                 "out of memory reading '%s' (%zu bytes)", sattn_io_show (&sb, path),
-                 len);
+                          "out of memory reading '%s' (%zu bytes)",
+                          sattn_io_show (&sb, path), len);
   }
   while (got < len) {
     ssize_t r = read (fd, data + got, len - got);
@@ -671,10 +704,10 @@ sattn_tensor_file_load (const char *path, SattnTensorFile **out, char *err,
       close (fd);
       sattn_mem_free (data);
       return sattn_io_fail (SATTN_E_IO, err, err_len, "cannot read '%s': %s",
-                   sattn_io_show (&sb, path), g_strerror (e));
+                            sattn_io_show (&sb, path), g_strerror (e));
     }
     if (r == 0)
-      break;       /* shrank while reading: parse what is there */
+      break; /* shrank while reading: parse what is there */
     got += (size_t) r;
   }
   close (fd);
@@ -718,8 +751,8 @@ sattn_tensor_file_numel (const SattnTensorFile *f, const char *name)
 }
 
 const float *
-sattn_tensor_file_get (const SattnTensorFile *f, const char *name,
-                       size_t *ndim, const size_t **shape)
+sattn_tensor_file_get (const SattnTensorFile *f, const char *name, size_t *ndim,
+                       const size_t **shape)
 {
   const Tensor *t = sattn_io_lookup (f, name);
 

@@ -119,20 +119,19 @@ free_matrix (const SattnModel *m, void *p)
  * parameters) as floats or, for the sums in double, as doubles.  NULL
  * for src NULL; *ok = 0 when out of memory.  The weight matrices are
  * copied by copy_matrices. */
-#define DEFINE_DUP_VECTOR(name, T)                                      \
-  static T *                                                            \
-  name (const float *src, size_t n, int *ok)                            \
-  {                                                                     \
-    if (src == NULL)                                                    \
-      return NULL;                                                      \
-    T *d = malloc (n * sizeof (T));                                     \
-    if (d == NULL) {                                                    \
-      *ok = 0;                                                          \
-      return NULL;                                                      \
-    }                                                                   \
-    for (size_t i = 0; i < n; i++)                                      \
-      d[i] = src[i];                                                    \
-    return d;                                                           \
+#define DEFINE_DUP_VECTOR(name, T)                     \
+  static T *name (const float *src, size_t n, int *ok) \
+  {                                                    \
+    if (src == NULL)                                   \
+      return NULL;                                     \
+    T *d = malloc (n * sizeof (T));                    \
+    if (d == NULL) {                                   \
+      *ok = 0;                                         \
+      return NULL;                                     \
+    }                                                  \
+    for (size_t i = 0; i < n; i++)                     \
+      d[i] = src[i];                                   \
+    return d;                                          \
   }
 
 DEFINE_DUP_VECTOR (dup_floats, float)
@@ -151,11 +150,12 @@ check_finite (const char *name, const float *x, size_t rows, size_t cols,
   if (cols)
     return sattn_fail (SATTN_E_NONFINITE, err, err_len,
                        "weight %s holds %s at [%zu, %zu]; every weight "
-                       "must be finite", name, isnan (x[i]) ? "NaN" : "Inf",
-                       i / cols, i % cols);
+                       "must be finite",
+                       name, isnan (x[i]) ? "NaN" : "Inf", i / cols, i % cols);
   return sattn_fail (SATTN_E_NONFINITE, err, err_len,
                      "weight %s holds %s at element %zu; every weight must "
-                     "be finite", name, isnan (x[i]) ? "NaN" : "Inf", i);
+                     "be finite",
+                     name, isnan (x[i]) ? "NaN" : "Inf", i);
 }
 
 /* Press et al.: for H a power of two, slope_h = 2^(-8(h+1)/H); else the
@@ -217,9 +217,9 @@ sattn_rope_qk (const SattnModel *m, float *q, float *k, uint64_t pos)
  * and the projected sizes, or says in err what is wrong and what would
  * work. */
 static SattnStatus
-model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
-               SattnConfig *c, SattnWeights *wl, size_t *dq_out,
-               size_t *dv_out, char *err, size_t err_len)
+model_resolve (const SattnConfig *cfg, const SattnWeights *w_in, SattnConfig *c,
+               SattnWeights *wl, size_t *dq_out, size_t *dv_out, char *err,
+               size_t err_len)
 {
   const SattnWeights *w = wl;
   char ok[160];
@@ -227,18 +227,18 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
 
   if (err != NULL && err_len > 0)
     err[0] = '\0';
-  *wl = (SattnWeights) { .struct_size = sizeof (SattnWeights) };
+  *wl = (SattnWeights){ .struct_size = sizeof (SattnWeights) };
   if (cfg == NULL)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "no model configuration (cfg is NULL)");
-  if ((st = sattn_struct_in ("SattnConfig", "SattnConfig", cfg, c,
-                             sizeof *c, SATTN_CONFIG_MIN_SIZE, SIZE_MAX,
-                             err, err_len)) != SATTN_OK)
+  if ((st = sattn_struct_in ("SattnConfig", "SattnConfig", cfg, c, sizeof *c,
+                             SATTN_CONFIG_MIN_SIZE, SIZE_MAX, err, err_len)) !=
+      SATTN_OK)
     return st;
   if (w_in != NULL &&
       (st = sattn_struct_in ("SattnWeights", "SattnWeights", w_in, wl,
-                             sizeof *wl, SATTN_WEIGHTS_MIN_SIZE, SIZE_MAX,
-                             err, err_len)) != SATTN_OK)
+                             sizeof *wl, SATTN_WEIGHTS_MIN_SIZE, SIZE_MAX, err,
+                             err_len)) != SATTN_OK)
     return st;
 
   if (c->d_model == 0)
@@ -256,7 +256,8 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
   memcpy (&sb, &c->scale, sizeof sb);
   const int sub = (sb & 0x7f800000u) == 0 && (sb & 0x007fffffu) != 0;
   const double sval = sub ? ldexp ((double) (sb & 0x007fffffu), -149) *
-      (sb >> 31 ? -1.0 : 1.0) : (double) c->scale;
+                                (sb >> 31 ? -1.0 : 1.0)
+                          : (double) c->scale;
   if ((sb >> 31 && (sb & 0x7fffffffu) != 0) || isnan (c->scale) ||
       isinf (c->scale))
     return sattn_fail (SATTN_E_INVAL, err, err_len,
@@ -268,14 +269,15 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
                        "scale=%g is below the smallest normal float (%g), "
                        "the precision the scores are computed in; use "
                        "scale=0 for the default 1/sqrt(d_head) or a value "
-                       "of at least %g", sval, (double) FLT_MIN,
-                       (double) FLT_MIN);
+                       "of at least %g",
+                       sval, (double) FLT_MIN, (double) FLT_MIN);
   if (c->d_head == 0) {
     if (c->d_model % c->heads != 0) {
       sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
       return sattn_fail (SATTN_E_SHAPE, err, err_len,
                          "heads=%zu does not divide d_model=%zu; heads "
-                         "values that work: %s", c->heads, c->d_model, ok);
+                         "values that work: %s",
+                         c->heads, c->d_model, ok);
     }
     c->d_head = c->d_model / c->heads;
   }
@@ -289,9 +291,10 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "heads=%zu x d_head=%zu (d_value=%zu) x d_model=%zu "
                        "floats of projection weights overflow the address "
-                       "space", c->heads, c->d_head, c->d_value, c->d_model);
+                       "space",
+                       c->heads, c->d_head, c->d_value, c->d_model);
   if (w->wo != NULL) {
-    if (c->d_out == 0)   /* rows of wo cannot be guessed */
+    if (c->d_out == 0) /* rows of wo cannot be guessed */
       return sattn_fail (SATTN_E_SHAPE, err, err_len,
                          "an output projection wo needs d_out, its number "
                          "of rows (d_out=0 means \"no wo\")");
@@ -302,19 +305,21 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
       return sattn_fail (SATTN_E_SHAPE, err, err_len,
                          "d_out=%zu without an output projection: the "
                          "output rows are heads x d_value = %zu values; use "
-                         "d_out=0 or %zu, or give wo", c->d_out, dv, dv);
+                         "d_out=0 or %zu, or give wo",
+                         c->d_out, dv, dv);
   }
   if (sattn_size_mul (c->d_out, dv) == SIZE_MAX)
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "d_out=%zu x %zu floats of output projection "
-                       "overflow the address space", c->d_out, dv);
+                       "overflow the address space",
+                       c->d_out, dv);
   if ((w->wq == NULL || w->wk == NULL) && dq != c->d_model) {
     sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
     return sattn_fail (SATTN_E_SHAPE, err, err_len,
                        "heads=%zu x d_head=%zu = %zu is not d_model=%zu, "
                        "which the identity %s projection (no %s given) "
-                       "needs; use d_head=0 with heads one of: %s", c->heads,
-                       c->d_head, dq, c->d_model,
+                       "needs; use d_head=0 with heads one of: %s",
+                       c->heads, c->d_head, dq, c->d_model,
                        w->wq == NULL ? "query" : "key",
                        w->wq == NULL ? "wq" : "wk", ok);
   }
@@ -324,7 +329,8 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
                        "heads=%zu x d_value=%zu = %zu is not d_model=%zu, "
                        "which the identity value projection (no wv given) "
                        "needs; use d_value=0 and d_head=0 with heads one "
-                       "of: %s", c->heads, c->d_value, dv, c->d_model, ok);
+                       "of: %s",
+                       c->heads, c->d_value, dv, c->d_model, ok);
   }
   if ((w->bias_k == NULL) != (w->bias_v == NULL))
     return sattn_fail (SATTN_E_INVAL, err, err_len,
@@ -333,7 +339,8 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
   if (c->positions > SATTN_POSITIONS_ALIBI)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "positions=%d is not a positional encoding (none, "
-                       "rope, rope-interleaved, alibi)", (int) c->positions);
+                       "rope, rope-interleaved, alibi)",
+                       (int) c->positions);
   if (c->positions != SATTN_POSITIONS_NONE &&
       (w->bias_k != NULL || w->add_zero_attn))
     return sattn_fail (SATTN_E_INVAL, err, err_len,
@@ -345,19 +352,21 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
     if (c->d_head % 2 != 0)
       return sattn_fail (SATTN_E_SHAPE, err, err_len,
                          "RoPE rotates pairs of values: d_head=%zu must be "
-                         "even", c->d_head);
-    if (!(c->rope_base == 0.0 || (c->rope_base > 1.0 &&
-                                  isfinite (c->rope_base))))
+                         "even",
+                         c->d_head);
+    if (!(c->rope_base == 0.0 ||
+          (c->rope_base > 1.0 && isfinite (c->rope_base))))
       return sattn_fail (SATTN_E_INVAL, err, err_len,
                          "rope_base=%g must be a finite number > 1 (or 0 "
-                         "for 10000)", c->rope_base);
+                         "for 10000)",
+                         c->rope_base);
   }
   if (c->encoder) {
     if (w->w1 == NULL || w->w2 == NULL)
       return sattn_fail (SATTN_E_MISSING, err, err_len,
                          "an encoder layer needs its feed-forward weights: "
-                         "%s is missing", w->w1 == NULL ? "w1 (linear1)" :
-                         "w2 (linear2)");
+                         "%s is missing",
+                         w->w1 == NULL ? "w1 (linear1)" : "w2 (linear2)");
     if (c->d_ff == 0)
       return sattn_fail (SATTN_E_INVAL, err, err_len,
                          "d_ff=0: an encoder layer needs the feed-forward "
@@ -379,13 +388,11 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in,
         c->d_ff > SIZE_MAX / 4 / (c->d_model + SATTN_LAYER_ROWS))
       return sattn_fail (SATTN_E_NOMEM, err, err_len,
                          "d_ff=%zu x d_model=%zu floats of feed-forward "
-                         "weights overflow the address space", c->d_ff,
-                         c->d_model);
-    if ((st = check_finite ("w1", w->w1, c->d_ff, c->d_model, err,
-                            err_len)) ||
+                         "weights overflow the address space",
+                         c->d_ff, c->d_model);
+    if ((st = check_finite ("w1", w->w1, c->d_ff, c->d_model, err, err_len)) ||
         (st = check_finite ("b1", w->b1, c->d_ff, 0, err, err_len)) ||
-        (st = check_finite ("w2", w->w2, c->d_model, c->d_ff, err,
-                            err_len)) ||
+        (st = check_finite ("w2", w->w2, c->d_model, c->d_ff, err, err_len)) ||
         (st = check_finite ("b2", w->b2, c->d_model, 0, err, err_len)) ||
         (st = check_finite ("norm1_w", w->norm1_w, c->d_model, 0, err,
                             err_len)) ||
@@ -435,21 +442,39 @@ sattn_model_free (SattnModel *m)
   if (m == NULL)
     return;
   sattn_net_free (m->net);
-  free_matrix (m, m->wq); free (m->bq);
-  free_matrix (m, m->wk); free (m->bk);
-  free_matrix (m, m->wv); free (m->bv);
-  free_matrix (m, m->wo); free (m->bo);
+  free_matrix (m, m->wq);
+  free (m->bq);
+  free_matrix (m, m->wk);
+  free (m->bk);
+  free_matrix (m, m->wv);
+  free (m->bv);
+  free_matrix (m, m->wo);
+  free (m->bo);
   sattn_mem_free (m->wqkv);
-  free (m->k_extra); free (m->v_extra);
-  free (m->theta_hi); free (m->theta_lo); free (m->alibi);
-  free_matrix (m, m->w1); free (m->b1);
-  free_matrix (m, m->w2); free (m->b2);
-  free (m->n1w); free (m->n1b); free (m->n2w); free (m->n2b);
-  free (m->zq); free (m->zk); free (m->zv);
-  free_matrix (m, m->wqd); free (m->bqd);
-  free_matrix (m, m->wkd); free (m->bkd);
-  free_matrix (m, m->wvd); free (m->bvd);
-  free_matrix (m, m->wod); free (m->bod);
+  free (m->k_extra);
+  free (m->v_extra);
+  free (m->theta_hi);
+  free (m->theta_lo);
+  free (m->alibi);
+  free_matrix (m, m->w1);
+  free (m->b1);
+  free_matrix (m, m->w2);
+  free (m->b2);
+  free (m->n1w);
+  free (m->n1b);
+  free (m->n2w);
+  free (m->n2b);
+  free (m->zq);
+  free (m->zk);
+  free (m->zv);
+  free_matrix (m, m->wqd);
+  free (m->bqd);
+  free_matrix (m, m->wkd);
+  free (m->bkd);
+  free_matrix (m, m->wvd);
+  free (m->bvd);
+  free_matrix (m, m->wod);
+  free (m->bod);
   sattn_mem_free (m->region);
   free (m);
 }
@@ -483,7 +508,7 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w_in,
   /* The projections summed in double (see SattnModel): V and the output
    * projection always, Q and K in encoder layers and with RoPE. */
   const int qk_double = c.encoder || c.positions == SATTN_POSITIONS_ROPE ||
-      c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
+                        c.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
   const MatCopy plan[] = {
     { &m->wq, NULL, w->wq, dq, c.d_model },
     { &m->wk, NULL, w->wk, dq, c.d_model },
@@ -526,8 +551,7 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w_in,
         memcpy (r, m->wq + t * dq + h * dh, dh * sizeof (float));
         memcpy (r + dh, m->wk + t * dq + h * dh, dh * sizeof (float));
         if (hw > 2 * dh)
-          memcpy (r + 2 * dh, m->wv + t * dv + h * dvh,
-                  dvh * sizeof (float));
+          memcpy (r + 2 * dh, m->wv + t * dv + h * dvh, dvh * sizeof (float));
       }
   }
   m->n_extra = (w->bias_k != NULL ? 1 : 0) + (w->add_zero_attn ? 1 : 0);

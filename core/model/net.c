@@ -38,10 +38,15 @@ sattn_net_free (SattnNet *net)
   for (size_t i = 0; net->layer != NULL && i < net->n_layers; i++)
     sattn_model_free (net->layer[i]);
   free (net->layer);
-  free (net->embed_wt); free (net->embed_b); free (net->pos);
-  free (net->norm_w); free (net->norm_b);
-  free (net->head1_wt); free (net->head1_b);
-  free (net->head2_wt); free (net->head2_b);
+  free (net->embed_wt);
+  free (net->embed_b);
+  free (net->pos);
+  free (net->norm_w);
+  free (net->norm_b);
+  free (net->head1_wt);
+  free (net->head1_b);
+  free (net->head2_wt);
+  free (net->head2_b);
   for (size_t i = 0; net->labels != NULL && i < net->classes; i++)
     free (net->labels[i]);
   free (net->labels);
@@ -85,8 +90,8 @@ sattn_model_label (const SattnModel *m, size_t i)
 size_t
 sattn_model_max_window (const SattnModel *m)
 {
-  return m != NULL && m->net != NULL && m->net->pos != NULL
-      ? m->net->max_window : 0;
+  return m != NULL && m->net != NULL && m->net->pos != NULL ? m->net->max_window
+                                                            : 0;
 }
 
 SattnPooling
@@ -118,10 +123,23 @@ sattn_net_block_free (SattnNetBlock *b)
 {
   if (b == NULL)
     return;
-  free (b->x); free (b->y); free (b->kok); free (b->qok);
-  free (b->q); free (b->k); free (b->v); free (b->o); free (b->xn);
-  free (b->kt); free (b->S); free (b->lscr); free (b->stats);
-  free (b->pooled); free (b->hidden); free (b->logits); free (b->usable);
+  free (b->x);
+  free (b->y);
+  free (b->kok);
+  free (b->qok);
+  free (b->q);
+  free (b->k);
+  free (b->v);
+  free (b->o);
+  free (b->xn);
+  free (b->kt);
+  free (b->S);
+  free (b->lscr);
+  free (b->stats);
+  free (b->pooled);
+  free (b->hidden);
+  free (b->logits);
+  free (b->usable);
   free (b);
 }
 
@@ -150,15 +168,15 @@ sattn_net_block_bytes (const SattnModel *m, size_t n, size_t max_windows,
   size_t dq, dv, extra, ls;
   widest (net, &dq, &dv, &extra, &ls);
   size_t f = sattn_size_mul (R, 3 * D + 3 * dq + 2 * dv);
-  f = sattn_size_add (f, sattn_size_mul (threads, sattn_size_add (
-      sattn_size_mul (n, n + extra), ls)));
+  f = sattn_size_add (
+      f, sattn_size_mul (threads,
+                         sattn_size_add (sattn_size_mul (n, n + extra), ls)));
   size_t b = sattn_size_mul (f, sizeof (float));
   b = sattn_size_add (b, sizeof (SattnNetBlock) + 2 * R);
   b = sattn_size_add (b, sattn_size_mul (max_windows, sizeof (SattnStats) +
-                                         sizeof (size_t) +
-                                         D * sizeof (double)));
-  return sattn_size_add (b, (net->hidden + net->classes + 2) *
-                         sizeof (double));
+                                                          sizeof (size_t) +
+                                                          D * sizeof (double)));
+  return sattn_size_add (b, (net->hidden + net->classes + 2) * sizeof (double));
 }
 
 SattnNetBlock *
@@ -265,9 +283,8 @@ rows_in (const SattnModel *ml, SattnNetBlock *b, const float *in, size_t r0,
     return;
   }
   for (size_t r = r0; r < r1; r++) {
-    SattnFrameFault data = sattn_frame_fault (ml, 0, in + r * D,
-                                              b->q + r * dq, b->k + r * dq,
-                                              b->v + r * dv);
+    SattnFrameFault data = sattn_frame_fault (ml, 0, in + r * D, b->q + r * dq,
+                                              b->k + r * dq, b->v + r * dv);
     b->kok[r] = (uint8_t) (b->kok[r] && data == SATTN_FRAME_OK);
     if (data != SATTN_FRAME_OK)
       memset (b->q + r * dq, 0, dq * sizeof (float));
@@ -292,10 +309,17 @@ attend (const SattnModel *ml, SattnNetBlock *b, size_t w, float *weights,
     for (size_t r = 0; r < n; r++)
       kt[t * n + r] = k[r * dq + t];
   SattnAttnArgs a = {
-    .q = b->q + w * n * dq, .ldq = dq, .kt = kt, .ldkt = n,
-    .v = b->v + w * n * dv, .ldv = dv,
-    .key_ok = b->kok + w * n, .query_ok = b->kok + w * n,
-    .m = n, .nk = n, .q0 = 0,
+    .q = b->q + w * n * dq,
+    .ldq = dq,
+    .kt = kt,
+    .ldkt = n,
+    .v = b->v + w * n * dv,
+    .ldv = dv,
+    .key_ok = b->kok + w * n,
+    .query_ok = b->kok + w * n,
+    .m = n,
+    .nk = n,
+    .q0 = 0,
     .o = b->o + w * n * dv,
     .weights = weights,
     .sat_threshold = SATTN_DEFAULT_SATURATION,
@@ -329,8 +353,7 @@ rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
   /* The final norm of the usable rows (the others stay zeros). */
   if (last && net->final_norm) {
     sattn_layer_norm_rows (y + r0 * D, D, NULL, 0, y + r0 * D, D, NULL, 0,
-                           r1 - r0, D, net->norm_w, net->norm_b,
-                           net->norm_eps);
+                           r1 - r0, D, net->norm_w, net->norm_b, net->norm_eps);
     for (size_t r = r0; r < r1; r++)
       if (!b->kok[r])
         memset (y + r * D, 0, D * sizeof (float));
@@ -388,11 +411,17 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
   const size_t group = (BLOCK_TASK_ROWS + n - 1) / n;
   const size_t tasks = (nw + group - 1) / group;
   BlockJob j = {
-    .m = m, .b = b, .nw = nw, .group = group, .l0_ready = l0_ready,
-    .stats = stats, .weights = weights, .wwin = wwin,
+    .m = m,
+    .b = b,
+    .nw = nw,
+    .group = group,
+    .l0_ready = l0_ready,
+    .stats = stats,
+    .weights = weights,
+    .wwin = wwin,
   };
-  sattn_pool_run (macs >= BLOCK_PAR_MIN ? b->pool : NULL, tasks,
-                  windows_task, &j);
+  sattn_pool_run (macs >= BLOCK_PAR_MIN ? b->pool : NULL, tasks, windows_task,
+                  &j);
   float *a = net->n_layers % 2 ? b->y : b->x;
   *out = a;
 
@@ -431,13 +460,13 @@ void
 sattn_net_embed (const SattnModel *m, const float *x, size_t rows, double *e)
 {
   const SattnNet *net = m->net;
-  sattn_linear_fd (x, net->d_frame, rows, net->embed_wt, net->d,
-                   net->embed_b, net->d_frame, net->d, e, net->d);
+  sattn_linear_fd (x, net->d_frame, rows, net->embed_wt, net->d, net->embed_b,
+                   net->d_frame, net->d, e, net->d);
 }
 
 int
-sattn_net_classify (const SattnModel *m, SattnNetBlock *b,
-                    const double *pooled, float *probs)
+sattn_net_classify (const SattnModel *m, SattnNetBlock *b, const double *pooled,
+                    float *probs)
 {
   const SattnNet *net = m->net;
   const size_t C = net->classes, D = net->d;
@@ -445,18 +474,18 @@ sattn_net_classify (const SattnModel *m, SattnNetBlock *b,
 
   if (net->hidden > 0) {
     double *h = b->hidden;
-    sattn_linear_d (pooled, D, 1, net->head1_wt, net->hidden, net->head1_b,
-                    D, net->hidden, h, net->hidden);
+    sattn_linear_d (pooled, D, 1, net->head1_wt, net->hidden, net->head1_b, D,
+                    net->hidden, h, net->hidden);
     for (size_t j = 0; j < net->hidden; j++) {
       double v = h[j];
       h[j] = net->head_act == SATTN_ACTIVATION_GELU
-          ? 0.5 * v * (1.0 + erf (v * M_SQRT1_2)) : (v > 0.0 ? v : 0.0);
+                 ? 0.5 * v * (1.0 + erf (v * M_SQRT1_2))
+                 : (v > 0.0 ? v : 0.0);
     }
     sattn_linear_d (h, net->hidden, 1, net->head2_wt, C, net->head2_b,
                     net->hidden, C, z, C);
   } else {
-    sattn_linear_d (pooled, D, 1, net->head1_wt, C, net->head1_b, D, C, z,
-                    C);
+    sattn_linear_d (pooled, D, 1, net->head1_wt, C, net->head1_b, D, C, z, C);
   }
   double mx = -INFINITY;
   for (size_t c = 0; c < C; c++) {
@@ -496,13 +525,13 @@ sattn_net_attend (const SattnModel *m, const float *x, size_t n,
    * are not read). */
   sattn_net_embed (m, x, n, e);
   for (size_t i = 0; i < n; i++) {
-    int ok = (mask == NULL || mask->key_valid == NULL || mask->key_valid[i])
-        && sattn_finite (x + i * F, F);
+    int ok = (mask == NULL || mask->key_valid == NULL || mask->key_valid[i]) &&
+             sattn_finite (x + i * F, F);
     float *xr = b->x + i * D;
     if (ok) {
       for (size_t t = 0; t < D; t++) {
-        double v = e[i * D + t] + (net->pos != NULL ? net->pos[i * D + t]
-                                   : 0.0);
+        double v = e[i * D + t] +
+                   (net->pos != NULL ? net->pos[i * D + t] : 0.0);
         xr[t] = (float) v;
       }
       ok = sattn_finite (xr, D);

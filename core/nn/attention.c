@@ -13,16 +13,15 @@
 #include <cblas.h>
 
 int
-sattn_project_uses_blas (const float *Wt, size_t n, size_t d_in,
-                         size_t d_out)
+sattn_project_uses_blas (const float *Wt, size_t n, size_t d_in, size_t d_out)
 {
   return Wt != NULL && n >= 256 && d_in >= 256 && d_out >= 256;
 }
 
 void
-sattn_project_cols (const float *Wt, const float *b, const float *x,
-                    size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1,
-                    size_t ldx, float *y, size_t ldy)
+sattn_project_cols (const float *Wt, const float *b, const float *x, size_t n,
+                    size_t d_in, size_t d_out, size_t c0, size_t c1, size_t ldx,
+                    float *y, size_t ldy)
 {
   if (n == 0 || c1 <= c0)
     return;
@@ -70,8 +69,7 @@ sattn_project (const float *Wt, const float *b, const float *x, size_t n,
 static size_t
 softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
              const uint8_t *restrict key_ok, const uint8_t *restrict allow,
-             float scale, SattnStats *stats, float sat_threshold,
-             float *norm)
+             float scale, SattnStats *stats, float sat_threshold, float *norm)
 {
   size_t n_valid = 0, n_pinf = 0, n_nan = 0, n_ninf = 0;
   float mx = -INFINITY;
@@ -98,7 +96,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
     int fin1, fin2 = 1;
     float m1 = sattn_softmax_max (s + lo, hi - lo, &fin1);
     float m2 = ncols > nk ? sattn_softmax_max (s + nk, ncols - nk, &fin2)
-        : -INFINITY;
+                          : -INFINITY;
     if (fin1 && fin2) {
       fast = 1;
       mx = (m1 > m2 ? m1 : m2) * scale;
@@ -160,8 +158,9 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
     } else {
       /* Recompute visibility: every visible score is -inf here. */
       for (size_t j = 0; j < ncols; j++) {
-        int vis = j >= nk || (j >= lo && j < hi &&
-            (key_ok == NULL || key_ok[j]) && (allow == NULL || allow[j]));
+        int vis = j >= nk ||
+                  (j >= lo && j < hi && (key_ok == NULL || key_ok[j]) &&
+                   (allow == NULL || allow[j]));
         s[j] = vis && !isnan (s[j]) ? w : 0.0f;
       }
     }
@@ -207,11 +206,15 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
     if (n_valid == 0) {
       stats->fully_masked_rows++;
     } else {
-      if (smin < stats->score_min) stats->score_min = smin;
-      if (smax > stats->score_max) stats->score_max = smax;
+      if (smin < stats->score_min)
+        stats->score_min = smin;
+      if (smax > stats->score_max)
+        stats->score_max = smax;
       if (isfinite (lse)) {
-        if (lse < stats->lse_min) stats->lse_min = lse;
-        if (lse > stats->lse_max) stats->lse_max = lse;
+        if (lse < stats->lse_min)
+          stats->lse_min = lse;
+        if (lse > stats->lse_max)
+          stats->lse_max = lse;
       }
       stats->max_weight_sum += wmax;
       if (n_valid > 1)
@@ -227,13 +230,13 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
 /* O rows [0, M) of one head = P V_h over the window keys plus the extra
  * values (P: M rows of S, stride ncols). */
 static void
-pv_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
-         const float *P, size_t M, float *Oh)
+pv_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h, const float *P,
+         size_t M, float *Oh)
 {
   const size_t dvh = m->cfg.d_value, nk = a->nk, ncols = nk + m->n_extra;
   const size_t ldo = a->ldo ? a->ldo : m->dv;
-  sattn_pv (P, ncols, M, nk, a->v + h * (a->v_head ? a->v_head : dvh),
-            a->ldv, dvh, Oh, ldo);
+  sattn_pv (P, ncols, M, nk, a->v + h * (a->v_head ? a->v_head : dvh), a->ldv,
+            dvh, Oh, ldo);
   for (size_t e = 0; e < m->n_extra; e++) {
     const float *ve = m->v_extra + e * m->dv + h * dvh;
     for (size_t i = 0; i < M; i++) {
@@ -256,8 +259,8 @@ pv_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
  * overflow where P V does not: such a row is first computed again from
  * the normalised weights. */
 static void
-clamp_context (const SattnModel *m, const SattnAttnArgs *a, size_t h,
-               float *S, const float *norm, float *o, size_t rows)
+clamp_context (const SattnModel *m, const SattnAttnArgs *a, size_t h, float *S,
+               const float *norm, float *o, size_t rows)
 {
   const size_t ld = a->ldo ? a->ldo : m->dv, dv = m->cfg.d_value;
   const size_t ncols = a->nk + m->n_extra;
@@ -277,7 +280,7 @@ clamp_context (const SattnModel *m, const SattnAttnArgs *a, size_t h,
       else if (r[t] < -FLT_MAX)
         r[t] = -FLT_MAX;
       else if (r[t] != r[t])
-        r[t] = 0.0f;            /* cannot happen: no Inf - Inf above */
+        r[t] = 0.0f; /* cannot happen: no Inf - Inf above */
     }
   }
 }
@@ -287,8 +290,8 @@ clamp_context (const SattnModel *m, const SattnAttnArgs *a, size_t h,
 #define ROWS_BLOCK 64
 
 static void
-attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
-              size_t r0, size_t r1, float *S, SattnStats *stats)
+attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h, size_t r0,
+              size_t r1, float *S, SattnStats *stats)
 {
   const SattnConfig *c = &m->cfg;
   const size_t dh = c->d_head, dvh = c->d_value;
@@ -303,9 +306,8 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
   /* Raw scores for the window keys, then the extra keys by hand.  Rows
    * that may take softmax_row_qmax get their max from Q·Kᵀ. */
   float qmax[ROWS_BLOCK];
-  const int use_qmax = stats == NULL && a->allow == NULL &&
-      m->alibi == NULL && m->n_extra == 0 && c->scale > 0.0f &&
-      c->scale <= 1.0f;
+  const int use_qmax = stats == NULL && a->allow == NULL && m->alibi == NULL &&
+                       m->n_extra == 0 && c->scale > 0.0f && c->scale <= 1.0f;
   if (use_qmax)
     sattn_qk_max (Qh, a->ldq, Kth, a->ldkt, M, nk, dh, S, ncols, qmax);
   else
@@ -323,7 +325,8 @@ attend_block (const SattnModel *m, const SattnAttnArgs *a, size_t h,
 
   /* Every key usable (the common window): the softmax need not look. */
   const uint8_t *key_ok = a->key_ok != NULL && memchr (a->key_ok, 0, nk)
-      ? a->key_ok : NULL;
+                              ? a->key_ok
+                              : NULL;
   /* The common rows without statistics when Q·Kᵀ took their max (qmax,
    * NaN scores skipped; see sattn_qk_max): every key visible, nothing
    * masked, 0 < scale <= 1, no extra keys, qmax finite.  Their values
@@ -457,8 +460,7 @@ sattn_frame_fault (const SattnModel *m, int flagged, const float *x,
 
 int
 sattn_frames_ok (const SattnModel *m, size_t cnt, const uint8_t *valid,
-                 const float *x, const float *q, const float *k,
-                 const float *v)
+                 const float *x, const float *q, const float *k, const float *v)
 {
   const int flagged = valid != NULL && memchr (valid, 0, cnt) != NULL;
   return frames_fault (m, cnt, flagged, x, q, k, v) == SATTN_FRAME_OK;
@@ -526,12 +528,13 @@ sattn_attend_scratch_new (const SattnModel *m, size_t n,
   scr->part = calloc (n, 1);
   /* Encoder layer: norm1 (x) for pre-norm, the layer's scratch. */
   scr->xn = c->encoder && c->norm_first
-      ? malloc (n * c->d_model * sizeof (float)) : NULL;
-  scr->lscr = c->encoder
-      ? malloc (sattn_layer_scratch (m) * sizeof (float)) : NULL;
+                ? malloc (n * c->d_model * sizeof (float))
+                : NULL;
+  scr->lscr = c->encoder ? malloc (sattn_layer_scratch (m) * sizeof (float))
+                         : NULL;
   if (!scr->q || !scr->k || !scr->kt || !scr->v || !scr->o || !scr->S ||
-      !scr->kok || !scr->qok || !scr->part || (c->encoder && c->norm_first && !scr->xn) ||
-      (c->encoder && !scr->lscr)) {
+      !scr->kok || !scr->qok || !scr->part ||
+      (c->encoder && c->norm_first && !scr->xn) || (c->encoder && !scr->lscr)) {
     sattn_attend_scratch_free (scr);
     return SATTN_E_NOMEM;
   }
@@ -541,8 +544,15 @@ sattn_attend_scratch_new (const SattnModel *m, size_t n,
 void
 sattn_attend_scratch_free (SattnAttendScratch *scr)
 {
-  free (scr->q); free (scr->k); free (scr->kt); free (scr->v); free (scr->o);
-  free (scr->S); free (scr->kok); free (scr->qok); free (scr->part);
+  free (scr->q);
+  free (scr->k);
+  free (scr->kt);
+  free (scr->v);
+  free (scr->o);
+  free (scr->S);
+  free (scr->kok);
+  free (scr->qok);
+  free (scr->part);
   free (scr->xn);
   free (scr->lscr);
   memset (scr, 0, sizeof (*scr));
@@ -561,8 +571,8 @@ sattn_attend_scratch_bytes (const SattnModel *m, size_t n)
 }
 
 void
-sattn_attend_project (const SattnModel *m, const float *x, size_t n,
-                      float *xn, float *q, float *k, float *v, uint64_t pos0)
+sattn_attend_project (const SattnModel *m, const float *x, size_t n, float *xn,
+                      float *q, float *k, float *v, uint64_t pos0)
 {
   const SattnConfig *c = &m->cfg;
   const float *xp = x;
@@ -570,12 +580,12 @@ sattn_attend_project (const SattnModel *m, const float *x, size_t n,
     sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
     xp = xn;
   }
-  sattn_project_prec (m, m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model,
-                      q, m->dq);
-  sattn_project_prec (m, m->wk, m->bk, xp, n, c->d_model, m->dq, c->d_model,
-                      k, m->dq);
-  sattn_project_prec (m, m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model,
-                      v, m->dv);
+  sattn_project_prec (m, m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model, q,
+                      m->dq);
+  sattn_project_prec (m, m->wk, m->bk, xp, n, c->d_model, m->dq, c->d_model, k,
+                      m->dq);
+  sattn_project_prec (m, m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model, v,
+                      m->dv);
   for (size_t j = 0; j < n && sattn_model_rope (m); j++)
     sattn_rope_qk (m, q + j * m->dq, k + j * m->dq, pos0 + j);
 }
@@ -592,8 +602,7 @@ sattn_attend_run (const SattnModel *m, const float *x, size_t n,
 void
 sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
                      const SattnMask *mask, float *out, float *weights,
-                     SattnStats *stats, int count_rows,
-                     SattnAttendScratch *scr)
+                     SattnStats *stats, int count_rows, SattnAttendScratch *scr)
 {
   const SattnConfig *c = &m->cfg;
   float *q = scr->q, *k = scr->k, *kt = scr->kt, *v = scr->v, *o = scr->o;
@@ -605,7 +614,7 @@ sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
    * nothing can leak. */
   for (size_t j = 0; j < n; j++) {
     int flagged = mask != NULL && mask->key_valid != NULL &&
-        !mask->key_valid[j];
+                  !mask->key_valid[j];
     SattnFrameFault data = sattn_frame_fault (m, 0, x + j * c->d_model,
                                               q + j * m->dq, k + j * m->dq,
                                               v + j * m->dv);
@@ -631,21 +640,31 @@ sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
       kt[t * n + j] = k[j * m->dq + t];
 
   SattnAttnArgs a = {
-    .q = q, .ldq = m->dq, .kt = kt, .ldkt = n, .v = v, .ldv = m->dv,
+    .q = q,
+    .ldq = m->dq,
+    .kt = kt,
+    .ldkt = n,
+    .v = v,
+    .ldv = m->dv,
     .key_ok = kok,
     .query_ok = qok,
-    .allow = mask ? mask->allow : NULL, .ld_allow = n,
-    .m = n, .nk = n, .q0 = 0,
-    .scores = scr->S, .o = o, .weights = weights, .stats = stats,
+    .allow = mask ? mask->allow : NULL,
+    .ld_allow = n,
+    .m = n,
+    .nk = n,
+    .q0 = 0,
+    .scores = scr->S,
+    .o = o,
+    .weights = weights,
+    .stats = stats,
     .sat_threshold = SATTN_DEFAULT_SATURATION,
   };
   sattn_attend_window (m, &a);
   sattn_output_project (m, o, n, out, m->d_out);
   for (size_t i0 = 0; c->encoder && i0 < n; i0 += SATTN_LAYER_ROWS) {
     size_t r = n - i0 < SATTN_LAYER_ROWS ? n - i0 : SATTN_LAYER_ROWS;
-    sattn_layer_rows (m, x + i0 * c->d_model, c->d_model,
-                      out + i0 * m->d_out, m->d_out, r, scr->lscr,
-                      scr->part + i0);
+    sattn_layer_rows (m, x + i0 * c->d_model, c->d_model, out + i0 * m->d_out,
+                      m->d_out, r, scr->lscr, scr->part + i0);
   }
   for (size_t i = 0; i < n; i++)
     if (!qok[i])

@@ -52,61 +52,57 @@ sattn_layer_scratch (const SattnModel *m)
  * computed by the same operations as alone.  LN_ROWS defines the
  * version for an input type XT (float or double); LN_BLOCK is its block
  * of K rows. */
-#define LN_BLOCK(XT, K)                                                      \
-  for (; i + (K) <= rows; i += (K)) {                                        \
-    const XT *xr[K];                                                         \
-    double s[K], mean[K], v[K], inv[K];                                      \
-    _Pragma ("GCC unroll 8")                                                 \
-    for (size_t k = 0; k < (K); k++) {                                       \
-      xr[k] = x + (i + k) * ldx;                                             \
-      s[k] = 0.0;                                                            \
-      v[k] = 0.0;                                                            \
-    }                                                                        \
-    for (size_t t = 0; t < d; t++) {                                         \
-      _Pragma ("GCC unroll 8")                                               \
-      for (size_t k = 0; k < (K); k++)                                       \
-        s[k] += (double) xr[k][t];                                           \
-    }                                                                        \
-    _Pragma ("GCC unroll 8")                                                 \
-    for (size_t k = 0; k < (K); k++)                                         \
-      mean[k] = s[k] / (double) d;                                           \
-    for (size_t t = 0; t < d; t++) {                                         \
-      _Pragma ("GCC unroll 8")                                               \
-      for (size_t k = 0; k < (K); k++) {                                     \
-        double e = (double) xr[k][t] - mean[k];                              \
-        v[k] += e * e;                                                       \
-      }                                                                      \
-    }                                                                        \
-    _Pragma ("GCC unroll 8")                                                 \
-    for (size_t k = 0; k < (K); k++)                                         \
-      inv[k] = 1.0 / sqrt (v[k] / (double) d + eps);                         \
-    for (size_t k = 0; k < (K); k++) {                                       \
-      float *yr = y + (i + k) * ldy;                                         \
-      double *restrict ydr = yd != NULL ? yd + (i + k) * ldyd : NULL;        \
-      for (size_t t = 0; t < d; t++) {                                       \
-        double o = ((double) xr[k][t] - mean[k]) * inv[k];                   \
-        if (w != NULL)                                                       \
-          o *= (double) w[t];                                                \
-        if (b != NULL)                                                       \
-          o += (double) b[t];                                                \
-        yr[t] = (float) o;                                                   \
-        if (ydr != NULL)                                                     \
-          ydr[t] = (double) yr[t];                                           \
-      }                                                                      \
-    }                                                                        \
+#define LN_BLOCK(XT, K)                                               \
+  for (; i + (K) <= rows; i += (K)) {                                 \
+    const XT *xr[K];                                                  \
+    double s[K], mean[K], v[K], inv[K];                               \
+    _Pragma ("GCC unroll 8") for (size_t k = 0; k < (K); k++)         \
+    {                                                                 \
+      xr[k] = x + (i + k) * ldx;                                      \
+      s[k] = 0.0;                                                     \
+      v[k] = 0.0;                                                     \
+    }                                                                 \
+    for (size_t t = 0; t < d; t++) {                                  \
+      _Pragma ("GCC unroll 8") for (size_t k = 0; k < (K); k++)       \
+          s[k] += (double) xr[k][t];                                  \
+    }                                                                 \
+    _Pragma ("GCC unroll 8") for (size_t k = 0; k < (K); k++)         \
+        mean[k] = s[k] / (double) d;                                  \
+    for (size_t t = 0; t < d; t++) {                                  \
+      _Pragma ("GCC unroll 8") for (size_t k = 0; k < (K); k++)       \
+      {                                                               \
+        double e = (double) xr[k][t] - mean[k];                       \
+        v[k] += e * e;                                                \
+      }                                                               \
+    }                                                                 \
+    _Pragma ("GCC unroll 8") for (size_t k = 0; k < (K); k++)         \
+        inv[k] = 1.0 / sqrt (v[k] / (double) d + eps);                \
+    for (size_t k = 0; k < (K); k++) {                                \
+      float *yr = y + (i + k) * ldy;                                  \
+      double *restrict ydr = yd != NULL ? yd + (i + k) * ldyd : NULL; \
+      for (size_t t = 0; t < d; t++) {                                \
+        double o = ((double) xr[k][t] - mean[k]) * inv[k];            \
+        if (w != NULL)                                                \
+          o *= (double) w[t];                                         \
+        if (b != NULL)                                                \
+          o += (double) b[t];                                         \
+        yr[t] = (float) o;                                            \
+        if (ydr != NULL)                                              \
+          ydr[t] = (double) yr[t];                                    \
+      }                                                               \
+    }                                                                 \
   }
 
-#define LN_ROWS(name, XT)                                                    \
-static void                                                                  \
-name (const XT *x, size_t ldx, float *y, size_t ldy, double *yd,             \
-      size_t ldyd, size_t rows, size_t d, const float *w, const float *b,    \
-      double eps)                                                            \
-{                                                                            \
-  size_t i = 0;                                                              \
-  LN_BLOCK (XT, 8)                                                           \
-  LN_BLOCK (XT, 4)                                                           \
-  LN_BLOCK (XT, 1)                                                           \
-}
+#define LN_ROWS(name, XT)                                                      \
+  static void name (const XT *x, size_t ldx, float *y, size_t ldy, double *yd, \
+                    size_t ldyd, size_t rows, size_t d, const float *w,        \
+                    const float *b, double eps)                                \
+  {                                                                            \
+    size_t i = 0;                                                              \
+    LN_BLOCK (XT, 8)                                                           \
+    LN_BLOCK (XT, 4)                                                           \
+    LN_BLOCK (XT, 1)                                                           \
+  }
 
 LN_ROWS (norm_rows_f, float)
 LN_ROWS (norm_rows_d, double)
@@ -124,11 +120,11 @@ sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
 }
 
 void
-sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
-                   float *y, size_t ldy, size_t rows)
+sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx, float *y,
+                   size_t ldy, size_t rows)
 {
-  sattn_layer_norm_rows (x, ldx, NULL, 0, y, ldy, NULL, 0, rows,
-                         m->cfg.d_model, m->n1w, m->n1b, m->cfg.norm_eps);
+  sattn_layer_norm_rows (x, ldx, NULL, 0, y, ldy, NULL, 0, rows, m->cfg.d_model,
+                         m->n1w, m->n1b, m->cfg.norm_eps);
 }
 
 /* ------------------------------------------------------ feed-forward */
@@ -240,7 +236,8 @@ sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
     }
   }
   for (size_t i = 0; part != NULL && i < rows; i++)
-    part[i] = sattn_finite (y + i * ldy, d) ? SATTN_PART_UNKNOWN
-        : (uint8_t) overflow_part (m, res + i * ld, u + i * ld,
-                                   hd + i * dff, f + i * ld);
+    part[i] = sattn_finite (y + i * ldy, d)
+                  ? SATTN_PART_UNKNOWN
+                  : (uint8_t) overflow_part (m, res + i * ld, u + i * ld,
+                                             hd + i * dff, f + i * ld);
 }

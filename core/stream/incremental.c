@@ -23,10 +23,10 @@ typedef struct {
   size_t n, d_in, d_out, ldx;
   float *y;
   size_t ldy;
-  size_t col_blocks, first;      /* first: index of its first task */
-  size_t mirror;                 /* 0, or floats from a row of y to its copy */
-  float *kt;                     /* NULL, or y transposed: row c, column i */
-  size_t ldkt, kt_mirror;        /* kt's row stride; floats to its copy */
+  size_t col_blocks, first; /* first: index of its first task */
+  size_t mirror;            /* 0, or floats from a row of y to its copy */
+  float *kt;                /* NULL, or y transposed: row c, column i */
+  size_t ldkt, kt_mirror;   /* kt's row stride; floats to its copy */
   /* NULL, or y's rows scattered into a head-major ring (see SattnStream):
    * column c of row i goes to hm + (c / hw) * hs + (slot + i) * hw + c % hw
    * and to its copy hn rows further. */
@@ -43,10 +43,10 @@ typedef struct {
 typedef struct {
   ProjJob job[3];
   size_t n_jobs, n_tasks;
-  double fma;                    /* multiply-adds of the tasks */
-  int copies;                    /* large identity copies among the tasks:
+  double fma;          /* multiply-adds of the tasks */
+  int copies;          /* large identity copies among the tasks:
                                   * worth the workers whatever fma */
-  const SattnModel *m;           /* whose projections may sum in double */
+  const SattnModel *m; /* whose projections may sum in double */
 } ProjCtx;
 
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
@@ -82,8 +82,8 @@ proj_copies (const ProjJob *p, size_t r0, size_t r1, size_t c0, size_t c1)
  * Every entry is one chain over the inner index whatever the block, so
  * the bytes do not depend on the blocks. */
 static void
-proj_block (const ProjCtx *c, const ProjJob *p, size_t r0, size_t r1,
-            size_t c0, size_t c1)
+proj_block (const ProjCtx *c, const ProjJob *p, size_t r0, size_t r1, size_t c0,
+            size_t c1)
 {
   sattn_project_cols_prec (c->m, p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0,
                            p->d_in, p->d_out, c0, c1, p->ldx,
@@ -119,10 +119,26 @@ proj_add_copies (ProjCtx *c, const float *Wt, const float *b, const float *x,
 {
   if (n == 0)
     return;
-  ProjJob pj = { Wt, b, x, n, d_in, d_out, ldx, y, ldy,
-    (d_out + PROJ_COLS - 1) / PROJ_COLS, c->n_tasks, mirror, kt, ldkt,
-    kt_mirror, hm ? hm->ring : NULL, hm ? hm->w : 0, hm ? hm->hs : 0,
-    hm ? hm->slot : 0, hm ? hm->n : 0 };
+  ProjJob pj = { Wt,
+                 b,
+                 x,
+                 n,
+                 d_in,
+                 d_out,
+                 ldx,
+                 y,
+                 ldy,
+                 (d_out + PROJ_COLS - 1) / PROJ_COLS,
+                 c->n_tasks,
+                 mirror,
+                 kt,
+                 ldkt,
+                 kt_mirror,
+                 hm ? hm->ring : NULL,
+                 hm ? hm->w : 0,
+                 hm ? hm->hs : 0,
+                 hm ? hm->slot : 0,
+                 hm ? hm->n : 0 };
   if ((Wt == NULL && !copy_tasks) ||
       (sattn_project_uses_blas (Wt, n, d_in, d_out) &&
        !sattn_project_is_double (c->m, Wt))) {
@@ -137,9 +153,8 @@ proj_add_copies (ProjCtx *c, const float *Wt, const float *b, const float *x,
 }
 
 static void
-proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x,
-          size_t n, size_t d_in, size_t d_out, size_t ldx, float *y,
-          size_t ldy)
+proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x, size_t n,
+          size_t d_in, size_t d_out, size_t ldx, float *y, size_t ldy)
 {
   proj_add_copies (c, Wt, b, x, n, d_in, d_out, ldx, y, ldy, 0, NULL, 0, 0,
                    NULL, 0);
@@ -178,8 +193,8 @@ proj_run (SattnStream *s, ProjCtx *pc)
 /* Rows [0, cnt) of Q (q, row stride ldq) and V (v, stride ldv) into the
  * head-major rings at slot and at their copies n rows further. */
 static void
-ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q,
-          size_t ldq, const float *v, size_t ldv)
+ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q, size_t ldq,
+          const float *v, size_t ldv)
 {
   const SattnModel *m = s->m;
   const size_t n = s->n, dh = m->cfg.d_head, dvh = m->cfg.d_value;
@@ -190,10 +205,9 @@ ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q,
       memcpy (qr + i * dh, q + i * ldq + h * dh, dh * sizeof (float));
       memcpy (qr + (i + n) * dh, q + i * ldq + h * dh, dh * sizeof (float));
       if (s->vring == s->qring)
-        continue;               /* V's rows are Q's */
+        continue; /* V's rows are Q's */
       memcpy (vr + i * dvh, v + i * ldv + h * dvh, dvh * sizeof (float));
-      memcpy (vr + (i + n) * dvh, v + i * ldv + h * dvh,
-              dvh * sizeof (float));
+      memcpy (vr + (i + n) * dvh, v + i * ldv + h * dvh, dvh * sizeof (float));
     }
   }
 }
@@ -205,8 +219,7 @@ ring_get (const SattnStream *s, size_t slot, float *q, float *v)
   const SattnModel *m = s->m;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
   for (size_t h = 0; h < m->cfg.heads; h++) {
-    memcpy (q + h * dh, s->qring + h * s->qhs + slot * dh,
-            dh * sizeof (float));
+    memcpy (q + h * dh, s->qring + h * s->qhs + slot * dh, dh * sizeof (float));
     memcpy (v + h * dvh, s->vring + h * s->vhs + slot * dvh,
             dvh * sizeof (float));
   }
@@ -269,8 +282,8 @@ project_head (SattnStream *s, size_t h, float *P)
       head_cols (m->wv, dv, x, cnt, d, e0, dvh, P + 2 * dh, w);
   }
   if (vd)
-    sattn_linear_f (x, d, cnt, m->wvd + e0, dv, m->bvd ? m->bvd + e0 : NULL,
-                    d, dvh, P + 2 * dh, w);
+    sattn_linear_f (x, d, cnt, m->wvd + e0, dv, m->bvd ? m->bvd + e0 : NULL, d,
+                    dvh, P + 2 * dh, w);
   add_bias (m->bq ? m->bq + c0 : NULL, cnt, dh, P, w);
   add_bias (m->bk ? m->bk + c0 : NULL, cnt, dh, P + dh, w);
   add_bias (m->bv && !vd ? m->bv + e0 : NULL, cnt, dvh, P + 2 * dh, w);
@@ -328,8 +341,8 @@ copy_deferred (SattnStream *s, size_t h, float *P)
   const size_t ldq = s->qhs ? dh : dq, ldv = s->qhs ? dvh : dv;
   float *qh = s->qhs ? s->qring + h * s->qhs : s->qring + h * dh;
   float *vh = s->qhs ? s->vring + h * s->vhs : s->vring + h * dvh;
-  sattn_copy_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh,
-                   qh + slot * ldq, ldq, n * ldq);
+  sattn_copy_rows (s->dx + h * dh, d, s->dcopy, s->dcnt, dh, qh + slot * ldq,
+                   ldq, n * ldq);
   if (s->vring != s->qring)
     sattn_copy_rows (s->dx + h * dvh, d, s->dcopy, s->dcnt, dvh,
                      vh + slot * ldv, ldv, n * ldv);
@@ -449,7 +462,7 @@ sattn_inc_due_rows (const SattnStream *s, uint64_t end)
  * index of the first frame with bad data (recorded in s->err_*). */
 size_t
 sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
-              size_t cnt, uint64_t p0, size_t pre)
+                        size_t cnt, uint64_t p0, size_t pre)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
@@ -480,9 +493,10 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * zeros instead (the frame rule) has dcopy 0. */
   const size_t copies = cnt * (3 * dq + 2 * dv);
   int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
-  const int defer = direct && !copy_tasks && !m->cfg.encoder &&
-      m->wq == NULL && m->bq == NULL && m->wk == NULL && m->bk == NULL &&
-      m->wv == NULL && m->bv == NULL && s->total + cnt == s->next_window;
+  const int defer = direct && !copy_tasks && !m->cfg.encoder && m->wq == NULL &&
+                    m->bq == NULL && m->wk == NULL && m->bk == NULL &&
+                    m->wv == NULL && m->bv == NULL &&
+                    s->total + cnt == s->next_window;
   if (defer) {
     /* The frames tested as one block first (the common push: all
      * usable); the rule per frame only when that fails. */
@@ -498,8 +512,8 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
                                              x + i * d);
       /* Zero policy: the projections of a zero frame are zeros here. */
       int ok = f == SATTN_FRAME_OK ||
-          (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
-           (f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW));
+               (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
+                (f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW));
       if (f != SATTN_FRAME_OK) {
         s->stats.invalid_frames++;
         if (f == SATTN_FRAME_OVERFLOW)
@@ -534,11 +548,11 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     const int test_x = m->wq == NULL || m->wk == NULL || m->wv == NULL;
     for (size_t i = 0; i < cnt; i++) {
       SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                             test_x ? x + i * d : NULL,
-                                             NULL, NULL, NULL);
+                                             test_x ? x + i * d : NULL, NULL,
+                                             NULL, NULL);
       /* Zero policy: a frame with bad samples becomes a zero frame. */
       int zero = s->sc.invalid_policy == SATTN_INVALID_ZERO &&
-          f == SATTN_FRAME_NONFINITE;
+                 f == SATTN_FRAME_NONFINITE;
       if (f != SATTN_FRAME_OK)
         s->stats.invalid_frames++;
       s->dcopy[i] = f == SATTN_FRAME_OK ? 1 : zero ? 2 : 0;
@@ -560,14 +574,14 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     sattn_layer_norm1 (m, x, d, s->xnorm, d, cnt);
     xp = s->xnorm;
   }
-  ProjSrc ps[3] = {
-    { m->wq, m->bq, xp, d, d }, { m->wk, m->bk, xp, d, d },
-    { m->wv, m->bv, xp, d, d } };
+  ProjSrc ps[3] = { { m->wq, m->bq, xp, d, d },
+                    { m->wk, m->bk, xp, d, d },
+                    { m->wv, m->bv, xp, d, d } };
   if (pre != SIZE_MAX)
     for (int j = 0; j < 3; j++)
       if (ps[j].Wt != NULL) {
         size_t w = j < 2 ? dq : dv;
-        ps[j] = (ProjSrc) { NULL, NULL, stage_at (s, j) + pre * w, w, w };
+        ps[j] = (ProjSrc){ NULL, NULL, stage_at (s, j) + pre * w, w, w };
       }
   ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
   if (direct) {
@@ -581,13 +595,13 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
                        ps[2].ldx, v, dv, hm ? 0 : n * dv, NULL, 0, 0,
                        hm ? &vdst : NULL, copy_tasks);
   } else {
-    proj_add (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
-              ps[0].ldx, q, dq);
-    proj_add (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
-              ps[1].ldx, k, dq);
+    proj_add (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq, ps[0].ldx,
+              q, dq);
+    proj_add (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq, ps[1].ldx,
+              k, dq);
     if (!qv)
-      proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
-                ps[2].ldx, v, dv);
+      proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv, ps[2].ldx,
+                v, dv);
   }
   pc.copies = copy_tasks;
   proj_run (s, &pc);
@@ -602,9 +616,11 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     if (rope) {
       sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->pos0);
     }
-    SattnFrameFault f = usable ? SATTN_FRAME_OK
-        : sattn_frame_fault (m, valid != NULL && !valid[i], x + i * d,
-                             q + i * dq, k + i * dq, v + i * dv);
+    SattnFrameFault f = usable
+                            ? SATTN_FRAME_OK
+                            : sattn_frame_fault (m, valid != NULL && !valid[i],
+                                                 x + i * d, q + i * dq,
+                                                 k + i * dq, v + i * dv);
     int ok = f == SATTN_FRAME_OK;
     int bad_data = f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW;
     if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ERROR) {
@@ -668,8 +684,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
       memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
       memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
     }
-    sattn_transpose_rows (k, dq, NULL, cnt, dq, s->ktring + slot, s->ldkt,
-                          n);
+    sattn_transpose_rows (k, dq, NULL, cnt, dq, s->ktring + slot, s->ldkt, n);
   }
   return cnt;
 }
@@ -716,8 +731,7 @@ fix_projected (SattnStream *s)
       memcpy (q + n * dq, q, dq * sizeof (float));
       memcpy (v + n * dv, v, dv * sizeof (float));
     }
-    sattn_transpose_rows (k, dq, NULL, 1, dq, s->ktring + slot + i, s->ldkt,
-                          n);
+    sattn_transpose_rows (k, dq, NULL, 1, dq, s->ktring + slot + i, s->ldkt, n);
     s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
   }
 }
@@ -746,10 +760,10 @@ finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
  * SATTN_LAYER_ROWS rows, with the worker's scratch. */
 typedef struct {
   SattnStream *s;
-  const float *x;                /* the rows' query frames, d_model apart */
+  const float *x; /* the rows' query frames, d_model apart */
   float *out;
   size_t ldo, rows;
-  uint8_t *part;                 /* rows: the part each row overflowed in */
+  uint8_t *part; /* rows: the part each row overflowed in */
 } LayerCtx;
 
 static void
@@ -758,14 +772,12 @@ layer_task (void *ctx, size_t task, unsigned worker)
   const LayerCtx *c = ctx;
   const SattnModel *m = c->s->m;
   size_t r0 = task * SATTN_LAYER_ROWS;
-  size_t r = c->rows - r0 < SATTN_LAYER_ROWS ? c->rows - r0
-      : SATTN_LAYER_ROWS;
+  size_t r = c->rows - r0 < SATTN_LAYER_ROWS ? c->rows - r0 : SATTN_LAYER_ROWS;
   sattn_layer_rows (m, c->x + r0 * m->cfg.d_model, m->cfg.d_model,
                     c->out + r0 * c->ldo, c->ldo, r,
                     c->s->lscratch + (size_t) worker * c->s->lstride,
                     c->part + r0);
 }
-
 
 /* The output projection of the staged O rows (see sattn_stream_push) as
  * one block product, then what finish_rows does for each window's rows. */
@@ -783,9 +795,9 @@ sattn_inc_flush_rows (SattnStream *s)
   for (size_t i = 0; i < cnt; i++)
     if (!s->ostage_ok[i])
       memset (s->oout + i * d_out, 0, d_out * sizeof (float));
-  s->stats.overflow_rows +=
-      sattn_zero_overflowed_rows (m, s->oout, cnt, d_out, s->ostage_ok, NULL,
-                                  s->overflow_parts);
+  s->stats.overflow_rows += sattn_zero_overflowed_rows (m, s->oout, cnt, d_out,
+                                                        s->ostage_ok, NULL,
+                                                        s->overflow_parts);
   if (s->oinfo)
     for (size_t i = 0; i < cnt; i++)
       s->oinfo[i].valid = s->ostage_ok[i];
@@ -822,8 +834,8 @@ oproj_task (void *ctx, size_t task, unsigned worker)
     sattn_copy_rows (s->ohm + h * s->ohs + r0 * dvh, dvh, NULL, r, dvh,
                      X + h * dvh, m->dv, 0);
   /* Every column in one call: rows summed in double are widened once. */
-  sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, 0,
-                           m->d_out, m->dv, c->out + r0 * c->ldo, c->ldo);
+  sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, 0, m->d_out,
+                           m->dv, c->out + r0 * c->ldo, c->ldo);
 }
 
 /* Compute the window ending after frame count F = s->total, for the last
@@ -833,11 +845,11 @@ oproj_task (void *ctx, size_t task, unsigned worker)
  * return value is 1 (0 when out is final). */
 int
 sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
-                SattnRowInfo *info)
+                          SattnRowInfo *info)
 {
   const SattnModel *m = s->m;
   const size_t n = s->n;
-  size_t base = (size_t) (s->total % n);     /* first key slot */
+  size_t base = (size_t) (s->total % n); /* first key slot */
   size_t q0 = n - rows;
   SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
   /* Without an output projection the tasks write their rows of O straight
@@ -845,8 +857,8 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   float *o = m->wo == NULL && m->bo == NULL && ldo == m->dv ? out : s->o;
   int staged = 0;
   if (s->odefer) {
-    if (s->ocnt + rows > s->ocap || (s->ocnt > 0 &&
-            out != s->oout + s->ocnt * ldo))
+    if (s->ocnt + rows > s->ocap ||
+        (s->ocnt > 0 && out != s->oout + s->ocnt * ldo))
       sattn_inc_flush_rows (s);
     if (rows <= s->ocap) {
       if (s->ocnt == 0) {
@@ -864,18 +876,27 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
   const int ohm = hm && rows <= ATTN_ROWS;
   SattnAttnArgs a = {
-    .q = s->qring + (base + q0) * (hm ? dh : m->dq), .ldq = hm ? dh : m->dq,
+    .q = s->qring + (base + q0) * (hm ? dh : m->dq),
+    .ldq = hm ? dh : m->dq,
     .q_head = s->qhs,
-    .kt = s->ktring + base, .ldkt = s->ldkt,
-    .v = s->vring + base * (hm ? dvh : m->dv), .ldv = hm ? dvh : m->dv,
+    .kt = s->ktring + base,
+    .ldkt = s->ldkt,
+    .v = s->vring + base * (hm ? dvh : m->dv),
+    .ldv = hm ? dvh : m->dv,
     .v_head = s->vhs,
     .key_ok = s->vring_ok + base,
     .query_ok = s->vring_ok + base + q0,
-    .allow = NULL, .ld_allow = 0,
-    .m = rows, .nk = n, .q0 = q0,
-    .scores = NULL, .o = ohm ? s->ohm : o,
-    .o_head = ohm ? s->ohs : 0, .ldo = ohm ? dvh : 0,
-    .weights = s->wkeep, .stats = NULL,
+    .allow = NULL,
+    .ld_allow = 0,
+    .m = rows,
+    .nk = n,
+    .q0 = q0,
+    .scores = NULL,
+    .o = ohm ? s->ohm : o,
+    .o_head = ohm ? s->ohs : 0,
+    .ldo = ohm ? dvh : 0,
+    .weights = s->wkeep,
+    .stats = NULL,
     .sat_threshold = s->sc.saturation_threshold,
   };
   AttnCtx ac = { s, &a, (rows + ATTN_ROWS - 1) / ATTN_ROWS };
@@ -888,15 +909,16 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
    * blocks run as the second phase of the attention's run (see
    * oproj_task): no serial tail, no second wake-up. */
   OProjCtx oc = { s, rows, out, ldo };
-  const size_t n_op = !staged && ohm && m->wo != NULL &&
-      OPROJ_ROWS * m->dv <= s->sstride &&
-      !(sattn_project_uses_blas (m->wo, rows, m->dv, m->d_out) &&
-        !sattn_project_is_double (m, m->wo))
-      ? (rows + OPROJ_ROWS - 1) / OPROJ_ROWS : 0;
+  const size_t n_op =
+      !staged && ohm && m->wo != NULL && OPROJ_ROWS * m->dv <= s->sstride &&
+              !(sattn_project_uses_blas (m->wo, rows, m->dv, m->d_out) &&
+                !sattn_project_is_double (m, m->wo))
+          ? (rows + OPROJ_ROWS - 1) / OPROJ_ROWS
+          : 0;
   /* A window too small to share: the tasks on this thread (the same
    * tasks, the same bytes). */
   double work = (double) m->cfg.heads * rows * n * (dh + dvh) +
-      (double) n_op * OPROJ_ROWS * m->dv * m->d_out;
+                (double) n_op * OPROJ_ROWS * m->dv * m->d_out;
   if (s->dcnt > 0 && s->dproj)
     work += (double) s->dcnt * m->cfg.d_model * (m->dq * 2 + m->dv);
   SattnPool *pool = workers_for (s, work);
@@ -914,8 +936,8 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   s->dproj = 0;
   if (ohm && n_op == 0)
     for (size_t h = 0; h < m->cfg.heads; h++)
-      sattn_copy_rows (s->ohm + h * s->ohs, dvh, NULL, rows, dvh,
-                       o + h * dvh, m->dv, 0);
+      sattn_copy_rows (s->ohm + h * s->ohs, dvh, NULL, rows, dvh, o + h * dvh,
+                       m->dv, 0);
   if (stats) {
     for (unsigned w = 0; w < s->n_threads; w++) {
       sattn_stats_merge (stats, wstats_at (s, w));
@@ -938,8 +960,9 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     proj_run (s, &pc);
   }
   if (m->cfg.encoder) {
-    LayerCtx lc = { s, s->xring + (base + q0) * m->cfg.d_model, out, ldo,
-      rows, s->row_part + q0 };
+    LayerCtx lc = { s,    s->xring + (base + q0) * m->cfg.d_model,
+                    out,  ldo,
+                    rows, s->row_part + q0 };
     size_t n_lt = (rows + SATTN_LAYER_ROWS - 1) / SATTN_LAYER_ROWS;
     double fma = 2.0 * (double) rows * m->cfg.d_ff * m->cfg.d_model;
     sattn_pool_run (workers_for (s, fma), n_lt, layer_task, &lc);
@@ -959,4 +982,3 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
   }
   return staged;
 }
-

@@ -41,47 +41,47 @@
 #define LINE 64
 #define LINE_FLOATS (LINE / sizeof (float))
 #define WSTATS_STRIDE ((sizeof (SattnStats) + LINE - 1) / LINE * LINE)
-#define TSUMS_STRIDE (LINE / sizeof (double))   /* doubles per task */
+#define TSUMS_STRIDE (LINE / sizeof (double)) /* doubles per task */
 
 struct SattnStream {
-  SattnPw *pw;                    /* a whole model: the per-window
+  SattnPw *pw; /* a whole model: the per-window
                                      executor (stream/window.c); the
                                      fields below are then unused */
   const SattnModel *m;
   SattnStreamConfig sc;
   size_t n, h, ncols;
-  float *qring, *vring;           /* 2n × dq, 2n × dv (see qhs); one ring
+  float *qring, *vring; /* 2n × dq, 2n × dv (see qhs); one ring
                                      when Q = V (see qv_shared) */
-  float *ktring;                  /* K transposed: dq rows of 2n keys,
+  float *ktring;        /* K transposed: dq rows of 2n keys,
                                      ldkt floats apart (see kt_stride) */
   size_t ldkt;
-  float *kscratch;                /* n × dq: K rows before transposing */
-  uint8_t *vring_ok;              /* 2n: frame usable as key / query */
-  float *scores;                  /* threads × min (ATTN_ROWS, n) × ncols */
-  float *o;                       /* n × dv */
-  unsigned n_threads;             /* caller included */
-  SattnPool *workers;             /* NULL with one thread */
-  double par_min;                 /* see PAR_MIN */
-  SattnStats *wstats;             /* threads: per-worker statistics parts,
+  float *kscratch;    /* n × dq: K rows before transposing */
+  uint8_t *vring_ok;  /* 2n: frame usable as key / query */
+  float *scores;      /* threads × min (ATTN_ROWS, n) × ncols */
+  float *o;           /* n × dv */
+  unsigned n_threads; /* caller included */
+  SattnPool *workers; /* NULL with one thread */
+  double par_min;     /* see PAR_MIN */
+  SattnStats *wstats; /* threads: per-worker statistics parts,
                                      WSTATS_STRIDE bytes apart */
-  double *tsums;                  /* 2 per attention task (TSUMS_STRIDE
+  double *tsums;      /* 2 per attention task (TSUMS_STRIDE
                                      apart): the weight and entropy sums,
                                      merged in task order */
-  size_t sstride;                 /* floats between threads' score scratch */
-  float *pool;                    /* n × d_out (mean mode) */
-  float *wkeep;                   /* heads × n × ncols (keep_weights) */
+  size_t sstride;     /* floats between threads' score scratch */
+  float *pool;        /* n × d_out (mean mode) */
+  float *wkeep;       /* heads × n × ncols (keep_weights) */
   size_t wkeep_rows;
   int have_window;
-  uint64_t total;                 /* frames since reset */
-  uint64_t pos0;                  /* RoPE's position origin: frame f turns
+  uint64_t total;       /* frames since reset */
+  uint64_t pos0;        /* RoPE's position origin: frame f turns
                                      by f - pos0 (sattn_pos_rebase) */
-  uint64_t next_out;              /* frames mode: first frame without row */
-  uint64_t last_end;              /* frame count at the last window */
-  uint64_t next_window;           /* frame count at which the next window is due */
+  uint64_t next_out;    /* frames mode: first frame without row */
+  uint64_t last_end;    /* frame count at the last window */
+  uint64_t next_window; /* frame count at which the next window is due */
   SattnStats stats;
-  uint8_t *row_ok;                /* n: the last window's output rows that
+  uint8_t *row_ok;   /* n: the last window's output rows that
                                      are valid (query usable, finite) */
-  uint8_t *row_part;              /* n (after row_ok's n, in its block): the
+  uint8_t *row_part; /* n (after row_ok's n, in its block): the
                                      SattnPart each encoder row overflowed
                                      in (see sattn_layer_rows) */
   uint64_t overflow_parts[SATTN_PART_COUNT]; /* stats.overflow_rows by
@@ -91,7 +91,7 @@ struct SattnStream {
    * the frame, 0 writes zeros. */
   const float *dx;
   size_t dcnt, dslot;
-  uint8_t *dcopy;                 /* n */
+  uint8_t *dcopy; /* n */
   /* dproj: the deferred frames are projected by the window's tasks, one
    * head's columns each (see project_head); dcopy[i] is then 1 to project
    * the frame, 0 to write zeros, 2 to write the projections of a zero
@@ -110,7 +110,7 @@ struct SattnStream {
   float *ostage;
   uint8_t *ostage_ok;
   size_t ocap, ocnt;
-  int odefer;                     /* this push stages its O rows */
+  int odefer; /* this push stages its O rows */
   float *oout;
   SattnRowInfo *oinfo;
   /* Encoder layer: the frames (mirrored ring, 2n × d_model) for the
@@ -130,7 +130,7 @@ struct SattnStream {
    * qhs = 0: rows of all heads side by side (dq, dv floats), no stages. */
   size_t qhs, vhs, ohs;
   float *qstage, *vstage, *ohm;
-  int have_error;                 /* a push stopped at err_frame */
+  int have_error; /* a push stopped at err_frame */
   uint64_t err_frame;
   SattnFrameFault err_fault;
 };
@@ -148,13 +148,14 @@ attn_tasks (size_t heads, size_t rows)
 }
 
 /* incremental.c */
-int sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
-                SattnRowInfo *info);
+int sattn_inc_compute_window (SattnStream *s, size_t rows, float *out,
+                              size_t ldo, SattnRowInfo *info);
 size_t sattn_inc_due_rows (const SattnStream *s, uint64_t end);
 void sattn_inc_flush_rows (SattnStream *s);
 void sattn_inc_stage_projections (SattnStream *s, const float *x, size_t cnt);
-size_t sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
-              size_t cnt, uint64_t p0, size_t pre);
+size_t sattn_inc_store_frames (SattnStream *s, const float *x,
+                               const uint8_t *valid, size_t cnt, uint64_t p0,
+                               size_t pre);
 size_t sattn_inc_emit_window (SattnStream *s, float *out, SattnRowInfo *info);
 size_t sattn_inc_next_chunk (const SattnStream *s, uint64_t left);
 

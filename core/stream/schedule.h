@@ -49,7 +49,6 @@ sattn_schedule_next (uint64_t end, size_t hop)
   return end + hop;
 }
 
-
 /* RoPE's position origin after a GAP skipped in closed form, the stream
  * now at frame count `end` with every key before it masked.  RoPE
  * scores depend on offsets only, so any origin gives the same scores;

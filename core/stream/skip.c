@@ -101,14 +101,12 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
     if (out_rows < need)
       return SATTN_E_SPACE;
     size_t got = 0;
-    SattnStatus pst = sattn_pw_skip (s->pw, n_frames, out, info, &got,
-                                     skipped);
+    SattnStatus pst = sattn_pw_skip (s->pw, n_frames, out, info, &got, skipped);
     if (n_rows)
       *n_rows = got;
     return pst;
   }
-  if (s->total > UINT64_MAX - s->n ||
-      n_frames > UINT64_MAX - s->n - s->total)
+  if (s->total > UINT64_MAX - s->n || n_frames > UINT64_MAX - s->n - s->total)
     return SATTN_E_INVAL;
 
   uint64_t lead = sattn_stream_skip_lead (s);
@@ -137,7 +135,7 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
     k -= cnt;
     if (s->total == s->next_window)
       produced += sattn_inc_emit_window (s, out + produced * rf,
-                               info ? info + produced : NULL);
+                                         info ? info + produced : NULL);
   }
   if (n_rows)
     *n_rows = produced;
@@ -150,9 +148,9 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
   const uint64_t t = s->total, end = t + n_frames;
   const uint64_t w = sattn_schedule_due (s->next_window, s->h, end);
   const uint64_t last = w > 0 ? sattn_schedule_last (s->next_window, s->h, w)
-      : 0;
+                              : 0;
   if (w > 0) {
-    size_t rows;                /* query rows of the last window */
+    size_t rows; /* query rows of the last window */
     if (s->sc.output == SATTN_OUTPUT_FRAMES) {
       rows = (size_t) (w > 1 ? s->h : last - s->next_out);
       skipped->first = s->next_out;
@@ -168,8 +166,7 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
     s->next_window = sattn_schedule_next (last, s->h);
     s->have_window = 1;
     if (s->wkeep) {
-      memset (s->wkeep, 0,
-              s->m->cfg.heads * rows * s->ncols * sizeof (float));
+      memset (s->wkeep, 0, s->m->cfg.heads * rows * s->ncols * sizeof (float));
       s->wkeep_rows = rows;
     }
     if (s->sc.collect_stats) {
@@ -186,4 +183,3 @@ sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
     s->stats.frames += n_frames;
   return SATTN_OK;
 }
-

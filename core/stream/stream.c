@@ -45,19 +45,27 @@ sattn_stream_free (SattnStream *s)
   }
   if (s->vring != s->qring)
     sattn_mem_free (s->vring);
-  sattn_mem_free (s->qring); sattn_mem_free (s->ktring);
-  sattn_mem_free (s->kscratch); free (s->vring_ok);
-  sattn_mem_free (s->scores); sattn_mem_free (s->o);
-  sattn_mem_free (s->pool); sattn_mem_free (s->wkeep);
-  sattn_mem_free (s->wstats); sattn_mem_free (s->tsums);
+  sattn_mem_free (s->qring);
+  sattn_mem_free (s->ktring);
+  sattn_mem_free (s->kscratch);
+  free (s->vring_ok);
+  sattn_mem_free (s->scores);
+  sattn_mem_free (s->o);
+  sattn_mem_free (s->pool);
+  sattn_mem_free (s->wkeep);
+  sattn_mem_free (s->wstats);
+  sattn_mem_free (s->tsums);
   sattn_pool_free (s->workers);
   free (s->row_ok);
   free (s->dcopy);
-  sattn_mem_free (s->xstage); sattn_mem_free (s->ostage);
+  sattn_mem_free (s->xstage);
+  sattn_mem_free (s->ostage);
   free (s->ostage_ok);
-  sattn_mem_free (s->xring); sattn_mem_free (s->xnorm);
+  sattn_mem_free (s->xring);
+  sattn_mem_free (s->xnorm);
   sattn_mem_free (s->lscratch);
-  sattn_mem_free (s->qstage); sattn_mem_free (s->vstage);
+  sattn_mem_free (s->qstage);
+  sattn_mem_free (s->vstage);
   sattn_mem_free (s->ohm);
   free (s);
 }
@@ -73,12 +81,12 @@ sattn_stream_reset (SattnStream *s)
   }
   const SattnModel *m = s->m;
   const size_t H = m->cfg.heads;
-  memset (s->qring, 0, (s->qhs ? H * s->qhs : 2 * s->n * m->dq) *
-          sizeof (float));
+  memset (s->qring, 0,
+          (s->qhs ? H * s->qhs : 2 * s->n * m->dq) * sizeof (float));
   memset (s->ktring, 0, s->ldkt * m->dq * sizeof (float));
   if (s->vring != s->qring)
-    memset (s->vring, 0, (s->qhs ? H * s->vhs : 2 * s->n * m->dv) *
-            sizeof (float));
+    memset (s->vring, 0,
+            (s->qhs ? H * s->vhs : 2 * s->n * m->dv) * sizeof (float));
   memset (s->vring_ok, 0, 2 * s->n);
   if (s->xring)
     memset (s->xring, 0, 2 * s->n * m->cfg.d_model * sizeof (float));
@@ -100,10 +108,9 @@ sattn_stream_reset (SattnStream *s)
  * allocates from and sattn_stream_bytes adds up. */
 typedef struct {
   size_t qring, ktring, kscratch, vring, vring_ok, row_ok, dcopy, scores, o,
-      xstage, ostage, ostage_ok, xcap, ocap, pool,
-      qhs, vhs, ohs, qstage, vstage, ohm,
-      wkeep,
-      wstats, tsums, threads_bytes, xring, xnorm, lscratch, total;
+      xstage, ostage, ostage_ok, xcap, ocap, pool, qhs, vhs, ohs, qstage,
+      vstage, ohm, wkeep, wstats, tsums, threads_bytes, xring, xnorm, lscratch,
+      total;
   unsigned n_threads;
   int qv_shared;
 } StreamSizes;
@@ -118,8 +125,8 @@ static int
 qv_shared (const SattnModel *m)
 {
   return m->wq == NULL && m->wv == NULL && m->bq == NULL && m->bv == NULL &&
-      !sattn_model_rope (m) && !m->cfg.encoder && m->dq == m->dv &&
-      m->cfg.d_head == m->cfg.d_value;
+         !sattn_model_rope (m) && !m->cfg.encoder && m->dq == m->dv &&
+         m->cfg.d_head == m->cfg.d_value;
 }
 
 /* a * b * c without wrapping; 0 on overflow (no factor is 0 here). */
@@ -202,8 +209,6 @@ batch_rows (size_t row_floats)
   return r < BATCH_MIN ? BATCH_MIN : r;
 }
 
-
-
 /* Floats of one thread's layer scratch, in whole cache lines. */
 static size_t
 layer_stride (const SattnModel *m)
@@ -217,13 +222,12 @@ layer_stride (const SattnModel *m)
 /* Fills z; returns 0 when a size overflows (or the geometry is too large
  * for 32-bit frame counts). */
 static int
-stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
-              StreamSizes *z)
+stream_sizes (const SattnModel *m, const SattnStreamConfig *sc, StreamSizes *z)
 {
   const size_t n = sc->window, ncols = n + m->n_extra, H = m->cfg.heads;
   const size_t fs = sizeof (float);
 
-  *z = (StreamSizes) { 0 };
+  *z = (StreamSizes){ 0 };
   if (n > (size_t) INT32_MAX / 2)
     return 0;
   z->n_threads = sattn_resolve_threads (sc->threads);
@@ -242,17 +246,17 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
         (z->vstage = mul3 (n, m->dv, fs)) == 0)
       return 0;
   } else if ((z->qring = mul3 (2 * n, m->dq, fs)) == 0 ||
-      (!z->qv_shared && (z->vring = mul3 (2 * n, m->dv, fs)) == 0)) {
+             (!z->qv_shared && (z->vring = mul3 (2 * n, m->dv, fs)) == 0)) {
     return 0;
   }
   if ((z->ktring = mul3 (kt_stride (n), m->dq, fs)) == 0 ||
       (z->kscratch = mul3 (n, m->dq, fs)) == 0 ||
       (z->scores = mul3 (z->n_threads, score_stride (n, ncols, z->n_threads),
-              fs)) == 0 ||
+                         fs)) == 0 ||
       (z->o = mul3 (n, m->dv, fs)) == 0)
     return 0;
   z->vring_ok = 2 * n;
-  z->row_ok = 2 * n;               /* row_ok, then row_part */
+  z->row_ok = 2 * n; /* row_ok, then row_part */
   z->dcopy = n;
   /* Batched projections: not for an encoder layer (pre-norm projects
    * norm1 of the frames; the layer runs on each window's projected rows). */
@@ -261,24 +265,24 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
     if ((z->xstage = mul3 (z->xcap, 2 * m->dq + m->dv, fs)) == 0)
       return 0;
   }
-  if (!m->cfg.encoder && m->wo != NULL &&
-      sc->output == SATTN_OUTPUT_FRAMES) {
+  if (!m->cfg.encoder && m->wo != NULL && sc->output == SATTN_OUTPUT_FRAMES) {
     z->ocap = batch_rows (m->dv);
     if ((z->ostage = mul3 (z->ocap, m->dv, fs)) == 0)
       return 0;
     z->ostage_ok = z->ocap;
   }
-  if (sc->output == SATTN_OUTPUT_MEAN && (z->pool = mul3 (n, m->d_out, fs)) == 0)
+  if (sc->output == SATTN_OUTPUT_MEAN &&
+      (z->pool = mul3 (n, m->d_out, fs)) == 0)
     return 0;
   if (sc->output == SATTN_OUTPUT_WINDOW && mul3 (n, m->d_out, fs) == 0)
     return 0;
-  if (sc->keep_weights && (mul3 (H, n, 1) == 0 ||
-          (z->wkeep = mul3 (H * n, ncols, fs)) == 0))
+  if (sc->keep_weights &&
+      (mul3 (H, n, 1) == 0 || (z->wkeep = mul3 (H * n, ncols, fs)) == 0))
     return 0;
   if (sc->collect_stats) {
     z->wstats = z->n_threads * WSTATS_STRIDE;
-    if ((z->tsums = mul3 (attn_tasks (H, n), TSUMS_STRIDE,
-                sizeof (double))) == 0)
+    if ((z->tsums = mul3 (attn_tasks (H, n), TSUMS_STRIDE, sizeof (double))) ==
+        0)
       return 0;
   }
   if (m->cfg.encoder) {
@@ -290,11 +294,30 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc,
       return 0;
   }
   z->threads_bytes = sattn_pool_bytes (z->n_threads);
-  size_t parts[] = { sizeof (SattnStream), z->qring, z->ktring, z->kscratch,
-    z->vring, z->vring_ok, z->row_ok, z->dcopy, z->xstage, z->ostage,
-    z->ostage_ok, z->scores, z->o, z->pool, z->wkeep, z->wstats,
-    z->tsums, z->threads_bytes, z->xring, z->xnorm, z->lscratch, z->qstage,
-    z->vstage, z->ohm };
+  size_t parts[] = { sizeof (SattnStream),
+                     z->qring,
+                     z->ktring,
+                     z->kscratch,
+                     z->vring,
+                     z->vring_ok,
+                     z->row_ok,
+                     z->dcopy,
+                     z->xstage,
+                     z->ostage,
+                     z->ostage_ok,
+                     z->scores,
+                     z->o,
+                     z->pool,
+                     z->wkeep,
+                     z->wstats,
+                     z->tsums,
+                     z->threads_bytes,
+                     z->xring,
+                     z->xnorm,
+                     z->lscratch,
+                     z->qstage,
+                     z->vstage,
+                     z->ohm };
   size_t total = 0;
   for (size_t k = 0; k < sizeof (parts) / sizeof (parts[0]); k++) {
     if (parts[k] > SIZE_MAX - total)
@@ -320,10 +343,9 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
   if (sc_in == NULL)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "no stream configuration (sc is NULL)");
-  if ((st = sattn_struct_in ("SattnStreamConfig", "SattnStreamConfig",
-                             sc_in, sc, sizeof *sc,
-                             SATTN_STREAM_CONFIG_MIN_SIZE, SIZE_MAX, err,
-                             err_len)) != SATTN_OK)
+  if ((st = sattn_struct_in ("SattnStreamConfig", "SattnStreamConfig", sc_in,
+                             sc, sizeof *sc, SATTN_STREAM_CONFIG_MIN_SIZE,
+                             SIZE_MAX, err, err_len)) != SATTN_OK)
     return st;
   if (sc->window == 0)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
@@ -336,11 +358,13 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "hop=%zu is larger than window=%zu; hop must be "
                        "between 1 and the window (or the window at least "
-                       "%zu)", sc->hop, sc->window, sc->hop);
+                       "%zu)",
+                       sc->hop, sc->window, sc->hop);
   if ((unsigned) sc->output > SATTN_OUTPUT_CLASSES)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "output=%d is not an output mode (0 frames, 1 window, "
-                       "2 mean, 3 last, 4 classes)", (int) sc->output);
+                       "2 mean, 3 last, 4 classes)",
+                       (int) sc->output);
   if ((unsigned) sc->start > SATTN_START_WAIT)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "start=%d is not a start policy (0 pad, 1 wait)",
@@ -348,7 +372,8 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
   if ((unsigned) sc->invalid_policy > SATTN_INVALID_ERROR)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "invalid_policy=%d is not an invalid-frames policy "
-                       "(0 mask, 1 zero, 2 error)", (int) sc->invalid_policy);
+                       "(0 mask, 1 zero, 2 error)",
+                       (int) sc->invalid_policy);
   if (!(sc->saturation_threshold >= 0.0f && sc->saturation_threshold <= 1.0f))
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "saturation_threshold=%g is not within [0, 1] (0 "
@@ -389,9 +414,13 @@ sattn_stream_config_check (const SattnModel *m, const SattnStreamConfig *sc_in,
     return st;
   if (m->net != NULL)
     return sattn_pw_bytes (m, sc) == SIZE_MAX
-        ? sattn_fail (SATTN_E_NOMEM, err, err_len, "window=%zu needs more "
-                      "memory than the address space holds; use a smaller "
-                      "window", sc->window) : SATTN_OK;
+               ? sattn_fail (SATTN_E_NOMEM, err, err_len,
+                             "window=%zu needs more "
+                             "memory than the address space holds; use a "
+                             "smaller "
+                             "window",
+                             sc->window)
+               : SATTN_OK;
   if (!stream_sizes (m, sc, &z))
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "window=%zu of %zu-value frames (heads=%zu, %zu "
@@ -508,7 +537,8 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc_in,
   s->lstride = m->cfg.encoder ? layer_stride (m) : 0;
   if (!s->qring || !s->ktring || !s->kscratch || !s->vring || !s->vring_ok ||
       !s->row_ok || !s->dcopy || (z.xstage && !s->xstage) ||
-      (z.ostage && (!s->ostage || !s->ostage_ok)) || !s->scores || !s->o || (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
+      (z.ostage && (!s->ostage || !s->ostage_ok)) || !s->scores || !s->o ||
+      (z.pool && !s->pool) || (z.wkeep && !s->wkeep) ||
       (z.wstats && !s->wstats) || (z.tsums && !s->tsums) ||
       (z.xring && !s->xring) || (z.xnorm && !s->xnorm) ||
       (z.lscratch && !s->lscratch) ||
@@ -516,8 +546,9 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc_in,
     st = SATTN_E_NOMEM;
     goto fail;
   }
-  if (s->n_threads > 1 && (s->workers = sattn_pool_new (s->n_threads)) == NULL) {
-    st = SATTN_E_NOMEM;         /* a thread could not be created */
+  if (s->n_threads > 1 &&
+      (s->workers = sattn_pool_new (s->n_threads)) == NULL) {
+    st = SATTN_E_NOMEM; /* a thread could not be created */
     goto fail;
   }
   s->par_min = PAR_MIN;
@@ -551,8 +582,7 @@ sattn_stream_row_floats (const SattnStream *s)
     return 0;
   if (s->pw != NULL)
     return sattn_pw_row_floats (s->pw);
-  return s->sc.output == SATTN_OUTPUT_WINDOW ? s->n * s->m->d_out
-      : s->m->d_out;
+  return s->sc.output == SATTN_OUTPUT_WINDOW ? s->n * s->m->d_out : s->m->d_out;
 }
 
 size_t
@@ -585,9 +615,12 @@ sattn_stream_config_window_rows (const SattnStreamConfig *sc_in)
   if (stream_check (NULL, sc_in, &scl, NULL, 0) != SATTN_OK)
     return 0;
   switch (sc->output) {
-    case SATTN_OUTPUT_FRAMES: return sc->hop;
-    case SATTN_OUTPUT_LAST: return 1;
-    default: return sc->window;
+    case SATTN_OUTPUT_FRAMES:
+      return sc->hop;
+    case SATTN_OUTPUT_LAST:
+      return 1;
+    default:
+      return sc->window;
   }
 }
 
@@ -608,8 +641,10 @@ sattn_stream_window_rows (const SattnStream *s, int drain)
       uint64_t rows = drain ? pending : s->next_window - s->next_out;
       return (size_t) (rows < s->n ? rows : s->n);
     }
-    case SATTN_OUTPUT_LAST: return 1;
-    default: return s->n;
+    case SATTN_OUTPUT_LAST:
+      return 1;
+    default:
+      return s->n;
   }
 }
 
@@ -622,12 +657,13 @@ sattn_stream_max_rows (const SattnStream *s, size_t n_frames)
     return sattn_pw_max_rows (s->pw, n_frames);
   if (n_frames == 0)
     return sattn_stream_pending (s) > 0
-        ? (s->sc.output == SATTN_OUTPUT_FRAMES ? sattn_stream_pending (s) : 1)
-        : 0;
+               ? (s->sc.output == SATTN_OUTPUT_FRAMES ? sattn_stream_pending (s)
+                                                      : 1)
+               : 0;
   if (s->sc.output == SATTN_OUTPUT_FRAMES)
     return sattn_stream_pending (s) + n_frames;
   return (size_t) sattn_schedule_due (s->next_window, s->h,
-                                     s->total + n_frames);
+                                      s->total + n_frames);
 }
 
 /* The key side of the window just computed, for the rows info[0..) that
@@ -641,7 +677,7 @@ describe_window (const SattnStream *s, SattnRowInfo *info, size_t q0)
   const uint8_t *key_ok = s->vring_ok + (size_t) (s->total % n);
   const int per_row = s->sc.output == SATTN_OUTPUT_FRAMES;
   uint32_t masked = 0, fm_sum = 0;
-  size_t scan = 0, last1 = 0;   /* last1: 1 + last usable key < scan */
+  size_t scan = 0, last1 = 0; /* last1: 1 + last usable key < scan */
 
   for (size_t j = 0; j < n; j++)
     masked += !key_ok[j];
@@ -653,8 +689,9 @@ describe_window (const SattnStream *s, SattnRowInfo *info, size_t q0)
       if (key_ok[scan])
         last1 = scan + 1;
     /* As the kernel counts: usable queries only; extra keys always seen. */
-    uint32_t fm = key_ok[q] && m->n_extra == 0 && last1 <= lo ?
-        (uint32_t) m->cfg.heads : 0;
+    uint32_t fm = key_ok[q] && m->n_extra == 0 && last1 <= lo
+                      ? (uint32_t) m->cfg.heads
+                      : 0;
     if (per_row)
       info[q - q0].fully_masked = fm;
     else
@@ -777,8 +814,8 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
     return SATTN_E_SPACE;
   if (s->pw != NULL) {
     size_t k = 0;
-    SattnStatus pst = sattn_pw_push (s->pw, frames, n_frames, valid, out,
-                                     info, &k);
+    SattnStatus pst = sattn_pw_push (s->pw, frames, n_frames, valid, out, info,
+                                     &k);
     if (n_rows)
       *n_rows = k;
     return pst;
@@ -811,7 +848,8 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
         cnt = xcnt - xoff;
       pre = xoff;
     }
-    size_t stored = sattn_inc_store_frames (s, frames, valid, cnt, s->total + n, pre);
+    size_t stored = sattn_inc_store_frames (s, frames, valid, cnt, s->total + n,
+                                            pre);
     xoff += stored;
     s->total += stored;
     if (s->sc.collect_stats)
@@ -830,7 +868,7 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
     n_frames -= cnt;
     if (s->total == s->next_window)
       produced += sattn_inc_emit_window (s, out + produced * rf,
-                               info ? info + produced : NULL);
+                                         info ? info + produced : NULL);
   }
   sattn_inc_flush_rows (s);
   s->odefer = 0;
@@ -914,8 +952,8 @@ sattn_stream_last_weights (const SattnStream *s, int head, float *out,
 {
   if (s != NULL && s->pw != NULL)
     return sattn_pw_last_weights (s->pw, head, out, rows, cols);
-  if (s == NULL || s->wkeep == NULL || !s->have_window ||
-      head < -1 || (head >= 0 && (size_t) head >= s->m->cfg.heads))
+  if (s == NULL || s->wkeep == NULL || !s->have_window || head < -1 ||
+      (head >= 0 && (size_t) head >= s->m->cfg.heads))
     return SATTN_E_INVAL;
   const size_t r = s->wkeep_rows, c = s->ncols, H = s->m->cfg.heads;
   if (rows)
@@ -993,4 +1031,3 @@ sattn_stream_error_frame (const SattnStream *s, uint64_t *index,
     *fault = s->err_fault;
   return SATTN_OK;
 }
-

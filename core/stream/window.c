@@ -50,25 +50,25 @@ struct SattnPw {
   const SattnNet *net;
   SattnStreamConfig sc;
   size_t n, h, cap, max_windows;
-  uint8_t *ok;              /* cap: slot usable */
-  double *emb;              /* cap × D: embedded frames (learned positions) */
+  uint8_t *ok; /* cap: slot usable */
+  double *emb; /* cap × D: embedded frames (learned positions) */
   /* Without learned positions (reuse): each frame's first-layer input row
    * (xf, float) and its first-layer projections (q0, k0: dq, v0: dv
    * floats per slot). */
   int reuse;
   float *xf, *q0, *k0, *v0, *xn;
-  double *stage;            /* STAGE × D: the embedding of stored frames */
-  double *ezero;            /* D: the embedding of a zero frame */
-  float *zero;              /* F zeros */
+  double *stage; /* STAGE × D: the embedding of stored frames */
+  double *ezero; /* D: the embedding of a zero frame */
+  float *zero;   /* F zeros */
   SattnPool *pool;
   SattnNetBlock *blk;
-  uint64_t *ends;           /* max_windows: the ends of a block's windows */
-  uint32_t *usable_in;      /* max_windows */
-  size_t *bidx;             /* max_windows: a window's index in the block */
-  float *wkeep;             /* heads × n × n (keep_weights) */
+  uint64_t *ends;      /* max_windows: the ends of a block's windows */
+  uint32_t *usable_in; /* max_windows */
+  size_t *bidx;        /* max_windows: a window's index in the block */
+  float *wkeep;        /* heads × n × n (keep_weights) */
   size_t wkeep_rows;
   uint64_t total, last_end, next_window;
-  uint64_t pos0;            /* RoPE's position origin (sattn_pos_rebase) */
+  uint64_t pos0; /* RoPE's position origin (sattn_pos_rebase) */
   int have_window, have_error;
   uint64_t err_frame;
   SattnFrameFault err_fault;
@@ -81,20 +81,24 @@ sattn_pw_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
 {
   const SattnNet *net = m->net;
   if (sc->output == SATTN_OUTPUT_FRAMES)
-    return sattn_fail (SATTN_E_INVAL, err, err_len, "output=frames needs "
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "output=frames needs "
                        "one output row per input frame, but this is a whole "
                        "model (%zu layers) that computes each window as one "
                        "sequence: every row depends on the whole window; "
                        "use output=classes%s, mean, last or window",
                        net->n_layers, net->classes ? "" : " (with a head)");
   if (sc->output == SATTN_OUTPUT_CLASSES && net->classes == 0)
-    return sattn_fail (SATTN_E_INVAL, err, err_len, "output=classes needs a "
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "output=classes needs a "
                        "classification head, and this whole model has none "
                        "(no 'head.weight' or 'head.0.weight' in the file; "
                        "it ends with the pooled %zu-value row): use "
-                       "output=mean, last or window", net->d);
+                       "output=mean, last or window",
+                       net->d);
   if (net->pos != NULL && sc->window > net->max_window)
-    return sattn_fail (SATTN_E_SHAPE, err, err_len, "window=%zu is longer "
+    return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "window=%zu is longer "
                        "than the model's learned positions (pos_embed has "
                        "%zu rows): use a window of at most %zu frames",
                        sc->window, net->max_window, net->max_window);
@@ -125,18 +129,18 @@ sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
   size_t b = sizeof (SattnPw) + cap;
   const SattnModel *l0 = net->layer[0];
   if (sattn_net_frame_reuse (m))
-    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D + 2 * l0->dq
-                                                           + l0->dv),
+    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D + 2 * l0->dq +
+                                                                    l0->dv),
                                            sizeof (float)));
   else
     b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D),
                                            sizeof (double)));
   b = sattn_size_add (b, (STAGE + 1) * D * sizeof (double) +
-                      STAGE * D * sizeof (float) +
-                      net->d_frame * sizeof (float));
-  b = sattn_size_add (b, sattn_size_mul (B, sizeof (uint64_t) +
-                                         sizeof (uint32_t) +
-                                         sizeof (size_t)));
+                             STAGE * D * sizeof (float) +
+                             net->d_frame * sizeof (float));
+  b = sattn_size_add (b,
+                      sattn_size_mul (B, sizeof (uint64_t) + sizeof (uint32_t) +
+                                             sizeof (size_t)));
   if (sc->keep_weights)
     b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (m->cfg.heads, n),
                                            n * sizeof (float)));
@@ -149,12 +153,21 @@ sattn_pw_free (SattnPw *s)
 {
   if (s == NULL)
     return;
-  free (s->ok); free (s->emb);
-  free (s->xf); free (s->q0); free (s->k0); free (s->v0); free (s->xn);
-  free (s->stage); free (s->ezero); free (s->zero);
+  free (s->ok);
+  free (s->emb);
+  free (s->xf);
+  free (s->q0);
+  free (s->k0);
+  free (s->v0);
+  free (s->xn);
+  free (s->stage);
+  free (s->ezero);
+  free (s->zero);
   sattn_net_block_free (s->blk);
   sattn_pool_free (s->pool);
-  free (s->ends); free (s->usable_in); free (s->bidx);
+  free (s->ends);
+  free (s->usable_in);
+  free (s->bidx);
   free (s->wkeep);
   free (s);
 }
@@ -217,8 +230,7 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   if (T <= 1 || s->pool != NULL)
     s->blk = sattn_net_block_new (m, n, s->max_windows, s->pool);
   if (!s->ok || !s->stage || !s->ezero || !s->zero || !s->ends ||
-      !s->usable_in || !s->bidx || !s->blk ||
-      (sc->keep_weights && !s->wkeep) ||
+      !s->usable_in || !s->bidx || !s->blk || (sc->keep_weights && !s->wkeep) ||
       (s->reuse && (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn)) ||
       (!s->reuse && !s->emb)) {
     sattn_pw_free (s);
@@ -234,9 +246,12 @@ size_t
 sattn_pw_row_floats (const SattnPw *s)
 {
   switch (s->sc.output) {
-    case SATTN_OUTPUT_WINDOW: return s->n * s->net->d;
-    case SATTN_OUTPUT_CLASSES: return s->net->classes;
-    default: return s->net->d;
+    case SATTN_OUTPUT_WINDOW:
+      return s->n * s->net->d;
+    case SATTN_OUTPUT_CLASSES:
+      return s->net->classes;
+    default:
+      return s->net->d;
   }
 }
 
@@ -338,9 +353,9 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
      * absolute indices); zeros for unusable frames. */
     const SattnModel *l0 = net->layer[0];
     const size_t dq = l0->dq, dv = l0->dv;
-    sattn_attend_project (l0, s->xf + slot0 * D, i, s->xn,
-                          s->q0 + slot0 * dq, s->k0 + slot0 * dq,
-                          s->v0 + slot0 * dv, s->total - s->pos0);
+    sattn_attend_project (l0, s->xf + slot0 * D, i, s->xn, s->q0 + slot0 * dq,
+                          s->k0 + slot0 * dq, s->v0 + slot0 * dv,
+                          s->total - s->pos0);
     for (size_t r = slot0; r < slot0 + i; r++) {
       if (s->ok[r])
         continue;
@@ -420,8 +435,10 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info)
   /* classes: the pooling the head was trained with; mean / last: the one
    * asked for. */
   const SattnPooling pool = s->sc.output == SATTN_OUTPUT_MEAN
-      ? SATTN_POOLING_MEAN : s->sc.output == SATTN_OUTPUT_LAST
-      ? SATTN_POOLING_LAST : net->pooling;
+                                ? SATTN_POOLING_MEAN
+                            : s->sc.output == SATTN_OUTPUT_LAST
+                                ? SATTN_POOLING_LAST
+                                : net->pooling;
   float *rows = NULL;
   if (nb > 0)
     sattn_net_block_run (s->m, b, nb, s->reuse, s->wkeep, s->bidx[nw - 1],
@@ -496,12 +513,12 @@ feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
     /* Up to the end of the max_windows-th window due, or all frames.
      * The ring holds the frames of max_windows windows: frames past the
      * last of them would overwrite the first one's. */
-    uint64_t w = sattn_schedule_due (s->next_window, s->h,
-                                     s->total + n_frames);
+    uint64_t w = sattn_schedule_due (s->next_window, s->h, s->total + n_frames);
     size_t cnt = n_frames;
     if (w >= s->max_windows)
       cnt = (size_t) (sattn_schedule_last (s->next_window, s->h,
-                                           s->max_windows) - s->total);
+                                           s->max_windows) -
+                      s->total);
     size_t done = 0;
     int stopped = 0;
     while (done < cnt && !stopped) {
@@ -513,8 +530,7 @@ feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
       done += got;
       stopped = got < k;
     }
-    size_t nw = (size_t) sattn_schedule_due (s->next_window, s->h,
-                                             s->total);
+    size_t nw = (size_t) sattn_schedule_due (s->next_window, s->h, s->total);
     if (nw > 0) {
       for (size_t i = 0; i < nw; i++)
         s->ends[i] = sattn_schedule_last (s->next_window, s->h, i + 1);
@@ -578,8 +594,7 @@ sattn_pw_set_invalid_policy (SattnPw *s, SattnInvalidPolicy policy)
 }
 
 SattnStatus
-sattn_pw_error_frame (const SattnPw *s, uint64_t *index,
-                      SattnFrameFault *fault)
+sattn_pw_error_frame (const SattnPw *s, uint64_t *index, SattnFrameFault *fault)
 {
   if (!s->have_error)
     return SATTN_E_INVAL;

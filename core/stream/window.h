@@ -26,8 +26,8 @@ size_t sattn_pw_window_rows (const SattnPw *s, int drain);
 size_t sattn_pw_max_rows (const SattnPw *s, size_t n_frames);
 /* out / info have room (checked by the caller). */
 SattnStatus sattn_pw_push (SattnPw *s, const float *frames, size_t n_frames,
-                           const uint8_t *valid, float *out,
-                           SattnRowInfo *info, size_t *n_rows);
+                           const uint8_t *valid, float *out, SattnRowInfo *info,
+                           size_t *n_rows);
 SattnStatus sattn_pw_drain (SattnPw *s, float *out, SattnRowInfo *info,
                             size_t *n_rows);
 uint64_t sattn_pw_frames (const SattnPw *s);

@@ -81,8 +81,8 @@ SattnStatus sattn_tensor_file_load (const char *path, SattnTensorFile **out,
 /* The same from a memory image of a file (len bytes at data; data may be
  * NULL when len is 0).  data is not referenced after the call returns. */
 SattnStatus sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
-                                          SattnTensorFile **out,
-                                          char *err, size_t err_len);
+                                          SattnTensorFile **out, char *err,
+                                          size_t err_len);
 
 void sattn_tensor_file_free (SattnTensorFile *f);
 
@@ -170,24 +170,20 @@ typedef struct SattnMhaWeights SattnMhaWeights;
  * owner: receives the handle to free with sattn_mha_weights_free once the
  *   weights have been used (sattn_model_new copies them); NULL on failure.
  */
-SattnStatus sattn_mha_weights_from_file (const SattnTensorFile *f,
-                                         const char *prefix, size_t d_model,
-                                         size_t heads, int add_zero_attn,
-                                         SattnConfig *cfg_inout,
-                                         SattnWeights *w_out,
-                                         SattnMhaWeights **owner,
-                                         char *err, size_t err_len);
+SattnStatus sattn_mha_weights_from_file (
+    const SattnTensorFile *f, const char *prefix, size_t d_model, size_t heads,
+    int add_zero_attn, SattnConfig *cfg_inout, SattnWeights *w_out,
+    SattnMhaWeights **owner, char *err, size_t err_len);
 
 /* sattn_tensor_file_load followed by sattn_mha_weights_from_file; the file
  * is released before returning.  Messages from the loader are prefixed
  * with the path. */
 SattnStatus sattn_mha_weights_load (const char *path, const char *prefix,
                                     size_t d_model, size_t heads,
-                                    int add_zero_attn,
-                                    SattnConfig *cfg_inout,
+                                    int add_zero_attn, SattnConfig *cfg_inout,
                                     SattnWeights *w_out,
-                                    SattnMhaWeights **owner,
-                                    char *err, size_t err_len);
+                                    SattnMhaWeights **owner, char *err,
+                                    size_t err_len);
 
 void sattn_mha_weights_free (SattnMhaWeights *mw);
 
@@ -196,8 +192,7 @@ void sattn_mha_weights_free (SattnMhaWeights *mw);
 /* Nonzero when the file holds prefix + "linear1.weight" and prefix +
  * "linear2.weight": an encoder layer whose attention is under prefix +
  * "self_attn.". */
-int sattn_encoder_layer_present (const SattnTensorFile *f,
-                                 const char *prefix);
+int sattn_encoder_layer_present (const SattnTensorFile *f, const char *prefix);
 
 /* The prefix of the attention module that prefix names: prefix +
  * "self_attn." when prefix holds an encoder layer
@@ -309,10 +304,10 @@ const char *sattn_layout_name (SattnLayout layout);
 
 /* Where a value of the mapping came from. */
 typedef enum {
-  SATTN_FROM_CALLER = 0,  /* the caller's configuration */
-  SATTN_FROM_METADATA,    /* the file's __metadata__ */
-  SATTN_FROM_SHAPES,      /* the tensors' shapes */
-  SATTN_FROM_DEFAULT,     /* nothing said it: the default (heads = 1) */
+  SATTN_FROM_CALLER = 0, /* the caller's configuration */
+  SATTN_FROM_METADATA,   /* the file's __metadata__ */
+  SATTN_FROM_SHAPES,     /* the tensors' shapes */
+  SATTN_FROM_DEFAULT,    /* nothing said it: the default (heads = 1) */
 } SattnSource;
 
 /* What sattn_attn_weights_from_file found.  Fixed for soname 1: this
@@ -320,13 +315,13 @@ typedef enum {
  * more). */
 typedef struct {
   SattnLayout layout;
-  SattnSource heads_from;       /* heads: caller, metadata, derived from
+  SattnSource heads_from;  /* heads: caller, metadata, derived from
                                    the caller's d_head (SHAPES), default */
-  SattnSource d_head_from;      /* caller, metadata or shapes */
+  SattnSource d_head_from; /* caller, metadata or shapes */
   SattnSource d_value_from;
-  int q_bias, k_bias, v_bias;   /* nonzero when present */
-  int out_proj, out_bias;       /* output projection present, its bias */
-  int bias_kv;                  /* MultiheadAttention add_bias_kv */
+  int q_bias, k_bias, v_bias; /* nonzero when present */
+  int out_proj, out_bias;     /* output projection present, its bias */
+  int bias_kv;                /* MultiheadAttention add_bias_kv */
 } SattnAttnReport;
 
 /* Map the attention module found under prefix, in any layout above, onto
@@ -359,23 +354,18 @@ typedef struct {
  * are found under one prefix, listing them; SATTN_E_SHAPE, SATTN_E_DTYPE,
  * SATTN_E_NONFINITE, SATTN_E_INVAL, SATTN_E_NOMEM as for
  * sattn_mha_weights_from_file.  *owner as there. */
-SattnStatus sattn_attn_weights_from_file (const SattnTensorFile *f,
-                                          const char *prefix,
-                                          int add_zero_attn,
-                                          SattnConfig *cfg_inout,
-                                          SattnWeights *w_out,
-                                          SattnMhaWeights **owner,
-                                          SattnAttnReport *report,
-                                          char *err, size_t err_len);
+SattnStatus sattn_attn_weights_from_file (
+    const SattnTensorFile *f, const char *prefix, int add_zero_attn,
+    SattnConfig *cfg_inout, SattnWeights *w_out, SattnMhaWeights **owner,
+    SattnAttnReport *report, char *err, size_t err_len);
 
 /* sattn_tensor_file_load followed by sattn_attn_weights_from_file. */
 SattnStatus sattn_attn_weights_load (const char *path, const char *prefix,
-                                     int add_zero_attn,
-                                     SattnConfig *cfg_inout,
+                                     int add_zero_attn, SattnConfig *cfg_inout,
                                      SattnWeights *w_out,
                                      SattnMhaWeights **owner,
-                                     SattnAttnReport *report,
-                                     char *err, size_t err_len);
+                                     SattnAttnReport *report, char *err,
+                                     size_t err_len);
 
 /* ------------------------------------------------------------ the loader */
 
@@ -420,12 +410,12 @@ void sattn_load_options_init (SattnLoadOptions *opt);
 typedef struct {
   size_t struct_size;
   SattnModelKind kind;
-  SattnLayout layout;       /* the (first) attention's layout */
-  SattnSource heads_from;   /* where the head count came from */
-  size_t layers;            /* 1 for a layer, N for a whole model */
-  int encoder;              /* the layers are encoder layers */
-  int out_proj;             /* the attention has an output projection */
-  size_t classes;           /* whole models: the head's classes, 0 none */
+  SattnLayout layout;     /* the (first) attention's layout */
+  SattnSource heads_from; /* where the head count came from */
+  size_t layers;          /* 1 for a layer, N for a whole model */
+  int encoder;            /* the layers are encoder layers */
+  int out_proj;           /* the attention has an output projection */
+  size_t classes;         /* whole models: the head's classes, 0 none */
 } SattnLoadReport;
 
 /* THE loader: the one function that turns a safetensors file into a model.
@@ -479,9 +469,8 @@ SattnStatus sattn_model_load (const char *path, const char *prefix,
 SattnStatus sattn_model_load_tensors (const SattnTensorFile *f,
                                       const char *prefix,
                                       const SattnLoadOptions *opt,
-                                      SattnModel **out,
-                                      SattnLoadReport *report, char *err,
-                                      size_t err_len);
+                                      SattnModel **out, SattnLoadReport *report,
+                                      char *err, size_t err_len);
 
 SATTN_API_END
 #ifdef __cplusplus

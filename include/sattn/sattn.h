@@ -68,16 +68,16 @@ SATTN_API_BEGIN
 
 typedef enum {
   SATTN_OK = 0,
-  SATTN_E_INVAL,      /* NULL pointer or a value out of range */
-  SATTN_E_SHAPE,      /* dimensions that do not fit together */
-  SATTN_E_NOMEM,      /* allocation failed or size overflows */
-  SATTN_E_NONFINITE,  /* NaN/Inf where it is not allowed (weights; a
+  SATTN_E_INVAL,     /* NULL pointer or a value out of range */
+  SATTN_E_SHAPE,     /* dimensions that do not fit together */
+  SATTN_E_NOMEM,     /* allocation failed or size overflows */
+  SATTN_E_NONFINITE, /* NaN/Inf where it is not allowed (weights; a
                          frame under SATTN_INVALID_ERROR) */
-  SATTN_E_SPACE,      /* caller's output buffer is too small */
-  SATTN_E_IO,         /* a file cannot be opened or read */
-  SATTN_E_FORMAT,     /* a malformed weights file */
-  SATTN_E_MISSING,    /* a required tensor is absent from a weights file */
-  SATTN_E_DTYPE,      /* a tensor dtype that is not supported */
+  SATTN_E_SPACE,     /* caller's output buffer is too small */
+  SATTN_E_IO,        /* a file cannot be opened or read */
+  SATTN_E_FORMAT,    /* a malformed weights file */
+  SATTN_E_MISSING,   /* a required tensor is absent from a weights file */
+  SATTN_E_DTYPE,     /* a tensor dtype that is not supported */
 } SattnStatus;
 
 /* A static, human-readable English description; never NULL. */
@@ -125,7 +125,7 @@ const char *sattn_status_string (SattnStatus st);
 /* Feed-forward activation of an encoder layer (SattnConfig.activation). */
 typedef enum {
   SATTN_ACTIVATION_RELU = 0,
-  SATTN_ACTIVATION_GELU,     /* exact: x/2 (1 + erf (x / sqrt 2)) */
+  SATTN_ACTIVATION_GELU, /* exact: x/2 (1 + erf (x / sqrt 2)) */
 } SattnActivation;
 
 typedef enum {
@@ -137,17 +137,17 @@ typedef enum {
 
 typedef struct {
   size_t struct_size; /* sizeof (SattnConfig) or 0; see above */
-  size_t d_model;   /* E: floats per input frame, >= 1 */
-  size_t heads;     /* H >= 1 */
-  size_t d_head;    /* per-head Q/K size; 0 = d_model / heads (must divide) */
-  size_t d_value;   /* per-head V size; 0 = d_head */
-  size_t d_out;     /* output row size: the rows of wo, required when
+  size_t d_model;     /* E: floats per input frame, >= 1 */
+  size_t heads;       /* H >= 1 */
+  size_t d_head;      /* per-head Q/K size; 0 = d_model / heads (must divide) */
+  size_t d_value;     /* per-head V size; 0 = d_head */
+  size_t d_out;       /* output row size: the rows of wo, required when
                        wo is given; 0 without wo = heads * d_value */
-  float scale;      /* score scale; 0 = 1/sqrt(d_head).  1 = "unscaled".
+  float scale;        /* score scale; 0 = 1/sqrt(d_head).  1 = "unscaled".
                        Must be finite and >= 0. */
-  int causal;       /* nonzero: a query sees keys at or before its frame
+  int causal;         /* nonzero: a query sees keys at or before its frame
                        (bottom-right aligned in the one-shot path) */
-  size_t lookback;  /* > 0: a query at frame i sees keys j with i - j <=
+  size_t lookback;    /* > 0: a query at frame i sees keys j with i - j <=
                        lookback (keys after i are limited by causal only);
                        0 = the whole window */
   /* Positional encoding at the absolute frame index (frames since the
@@ -173,10 +173,10 @@ typedef struct {
    * Q and K otherwise in float.  The model holds the weights it sums in
    * double as doubles too (8 more bytes per weight). */
   int encoder;
-  size_t d_ff;      /* rows of linear1 (the feed-forward width), >= 1 */
+  size_t d_ff; /* rows of linear1 (the feed-forward width), >= 1 */
   SattnActivation activation;
   int norm_first;
-  double norm_eps;  /* LayerNorm eps; 0 = 1e-5.  Must be finite, >= 0. */
+  double norm_eps; /* LayerNorm eps; 0 = 1e-5.  Must be finite, >= 0. */
 } SattnConfig;
 
 /* Weights in PyTorch layout.  Every pointer may be NULL:
@@ -199,7 +199,7 @@ typedef struct {
  * sattn_model_new copies everything it needs; the caller keeps ownership.
  */
 typedef struct {
-  size_t struct_size;   /* sizeof (SattnWeights) or 0; see SattnConfig */
+  size_t struct_size; /* sizeof (SattnWeights) or 0; see SattnConfig */
   const float *wq, *bq;
   const float *wk, *bk;
   const float *wv, *bv;
@@ -296,8 +296,8 @@ typedef enum {
 
 /* Pooling of a whole model's rows into one (masked rows left out). */
 typedef enum {
-  SATTN_POOLING_MEAN = 0,   /* mean of the window's usable rows */
-  SATTN_POOLING_LAST,       /* the row of the window's last usable frame */
+  SATTN_POOLING_MEAN = 0, /* mean of the window's usable rows */
+  SATTN_POOLING_LAST,     /* the row of the window's last usable frame */
 } SattnPooling;
 
 SattnModelKind sattn_model_kind (const SattnModel *m);
@@ -385,20 +385,20 @@ double sattn_stats_mean_entropy (const SattnStats *st);
  * a part overflows when a value it gives exceeds the float range there.
  * More parts may come in later versions (SATTN_PART_COUNT grows). */
 typedef enum {
-  SATTN_PART_UNKNOWN = 0,  /* not told apart (the layers of a whole model
+  SATTN_PART_UNKNOWN = 0, /* not told apart (the layers of a whole model
                               per window) */
-  SATTN_PART_OUT_PROJ,     /* the attention's output projection */
-  SATTN_PART_NORM1,        /* post-norm: LayerNorm norm1 after the attention
+  SATTN_PART_OUT_PROJ,    /* the attention's output projection */
+  SATTN_PART_NORM1,       /* post-norm: LayerNorm norm1 after the attention
                               (pre-norm's norm1 feeds the Q/K/V projections:
                               a frame fault, SATTN_FRAME_OVERFLOW) */
-  SATTN_PART_LINEAR1,      /* the feed-forward's first Linear (linear1):
+  SATTN_PART_LINEAR1,     /* the feed-forward's first Linear (linear1):
                               its hidden row */
-  SATTN_PART_LINEAR2,      /* the feed-forward's second Linear (linear2) */
-  SATTN_PART_NORM2,        /* LayerNorm norm2 (pre-norm: its output enters
+  SATTN_PART_LINEAR2,     /* the feed-forward's second Linear (linear2) */
+  SATTN_PART_NORM2,       /* LayerNorm norm2 (pre-norm: its output enters
                               linear1; post-norm: the layer's output) */
-  SATTN_PART_RESIDUAL,     /* pre-norm: the residual sum (input + attention
+  SATTN_PART_RESIDUAL,    /* pre-norm: the residual sum (input + attention
                               + feed-forward) while each term fits */
-  SATTN_PART_COUNT         /* parts this version tells apart */
+  SATTN_PART_COUNT        /* parts this version tells apart */
 } SattnPart;
 
 /* A static English name of a part ("the output projection", "the
@@ -468,8 +468,8 @@ typedef enum {
 } SattnOutputMode;
 
 typedef enum {
-  SATTN_START_PAD = 0,  /* compute from the first hop, padding masked */
-  SATTN_START_WAIT,     /* first window when n frames are in */
+  SATTN_START_PAD = 0, /* compute from the first hop, padding masked */
+  SATTN_START_WAIT,    /* first window when n frames are in */
 } SattnStartPolicy;
 
 /* What a stream does with a frame that is unusable because of its data
@@ -500,20 +500,20 @@ typedef enum {
 #define SATTN_SATURATION_EVERY_ROW 1.17549435082228750797e-38f
 
 typedef struct {
-  size_t struct_size;           /* sizeof (SattnStreamConfig) or 0; see
+  size_t struct_size; /* sizeof (SattnStreamConfig) or 0; see
                                    SattnConfig */
-  size_t window;                /* n >= 1 */
-  size_t hop;                   /* 1 <= h <= n */
+  size_t window;      /* n >= 1 */
+  size_t hop;         /* 1 <= h <= n */
   SattnOutputMode output;
   SattnStartPolicy start;
-  int collect_stats;            /* accumulate SattnStats */
-  float saturation_threshold;   /* in [0, 1]; 0 = SATTN_DEFAULT_SATURATION
+  int collect_stats;                 /* accumulate SattnStats */
+  float saturation_threshold;        /* in [0, 1]; 0 = SATTN_DEFAULT_SATURATION
                                    (kept for compatibility); a threshold
                                    of zero is SATTN_SATURATION_EVERY_ROW */
-  int keep_weights;             /* keep the last window's weights for
+  int keep_weights;                  /* keep the last window's weights for
                                    sattn_stream_last_weights */
   SattnInvalidPolicy invalid_policy; /* unusable frames; default MASK */
-  int threads;                  /* threads computing this stream's windows
+  int threads;                       /* threads computing this stream's windows
                                    (see "Threads" above): 1 = none besides
                                    the caller, N > 1 = the caller plus
                                    N - 1 workers, 0 = one per CPU available
@@ -529,9 +529,9 @@ typedef struct {
  * struct never grows (new figures come through new functions), so arrays
  * of it keep their stride. */
 typedef struct {
-  uint64_t first;     /* first input frame this row accounts for */
-  uint32_t n_frames;  /* how many (frames mode: 1) */
-  uint8_t valid;      /* 0: the row's query frame(s) were all unusable
+  uint64_t first;    /* first input frame this row accounts for */
+  uint32_t n_frames; /* how many (frames mode: 1) */
+  uint8_t valid;     /* 0: the row's query frame(s) were all unusable
                          (or their output projection overflowed) and the
                          row is zeros (window mode: those sub-rows) */
   /* The window the row was computed in: the n key positions ending
@@ -552,8 +552,7 @@ typedef struct {
 typedef struct SattnStream SattnStream;
 
 /* The stream keeps a reference-free pointer to m: m must outlive it. */
-SattnStream *sattn_stream_new (const SattnModel *m,
-                               const SattnStreamConfig *sc,
+SattnStream *sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc,
                                SattnStatus *status);
 void sattn_stream_free (SattnStream *s);
 
@@ -569,8 +568,8 @@ void sattn_stream_free (SattnStream *s);
  * err may be NULL), e.g. "hop=20 is larger than window=8; hop must be
  * between 1 and the window (or the window at least 20)". */
 SattnStatus sattn_stream_config_check (const SattnModel *m,
-                                       const SattnStreamConfig *sc,
-                                       char *err, size_t err_len);
+                                       const SattnStreamConfig *sc, char *err,
+                                       size_t err_len);
 
 /* The bytes sattn_stream_new (m, sc) would allocate: buffers, statistics
  * parts and the worker threads' stacks (with threads resolved as the
@@ -647,8 +646,8 @@ size_t sattn_stream_config_window_rows (const SattnStreamConfig *sc);
  * in double, so the mean of finite rows is finite. */
 SattnStatus sattn_stream_push (SattnStream *s, const float *frames,
                                size_t n_frames, const uint8_t *valid,
-                               float *out, size_t out_rows,
-                               SattnRowInfo *info, size_t *n_rows);
+                               float *out, size_t out_rows, SattnRowInfo *info,
+                               size_t *n_rows);
 
 /* Emit rows for every pending frame (end of stream): in frames mode each
  * pending frame gets its row; in pooled modes one more window is computed
@@ -695,17 +694,15 @@ void sattn_stream_get_stats (SattnStream *s, SattnStats *out, int clear);
  * the stream was created or sattn_stream_get_stats last cleared them);
  * their sum is overflow_rows.  Rows of a whole model per window count as
  * SATTN_PART_UNKNOWN.  SATTN_E_INVAL when s or counts is NULL. */
-SattnStatus sattn_stream_overflow_parts (const SattnStream *s,
-                                         uint64_t *counts, size_t n_counts);
+SattnStatus sattn_stream_overflow_parts (const SattnStream *s, uint64_t *counts,
+                                         size_t n_counts);
 
 /* The last computed window's weights (needs keep_weights): rows × cols with
  * rows = query rows computed in that window, cols = window + extra keys.
  * head = -1 averages the heads.  out may be NULL to query the size.
  * Returns SATTN_E_INVAL when there is no window yet or keep_weights is off. */
 SattnStatus sattn_stream_last_weights (const SattnStream *s, int head,
-                                       float *out, size_t *rows,
-                                       size_t *cols);
-
+                                       float *out, size_t *rows, size_t *cols);
 
 /* Rows that sattn_stream_skip accounted for without writing them: rows
  * [first, end) in frame terms (the input frames they account for, counted

@@ -51,11 +51,10 @@
 typedef SattnModel *(*ModelNewFn) (const SattnConfig *, const SattnWeights *,
                                    SattnStatus *);
 typedef SattnStream *(*StreamNewFn) (const SattnModel *,
-                                     const SattnStreamConfig *,
-                                     SattnStatus *);
+                                     const SattnStreamConfig *, SattnStatus *);
 typedef SattnStatus (*PushFn) (SattnStream *, const float *, size_t,
-                               const uint8_t *, float *, size_t,
-                               SattnRowInfo *, size_t *);
+                               const uint8_t *, float *, size_t, SattnRowInfo *,
+                               size_t *);
 typedef void (*StreamFreeFn) (SattnStream *);
 typedef void (*ModelFreeFn) (SattnModel *);
 
@@ -120,7 +119,8 @@ side_close (Side *sd)
 static void
 usage (void)
 {
-  fprintf (stderr, "usage: sattn-ab LIB_A LIB_B [--weights random|identity] "
+  fprintf (stderr,
+           "usage: sattn-ab LIB_A LIB_B [--weights random|identity] "
            "[--d-model N] [--heads N] [--window N] [--hop N] [--threads N] "
            "[--seconds S] [--slice K] [--push N]\n");
 }
@@ -141,8 +141,8 @@ main (int argc, char **argv)
       usage ();
       return 2;
     }
-    if (strcmp (a, "--weights") == 0 && (strcmp (v, "random") == 0 ||
-            strcmp (v, "identity") == 0))
+    if (strcmp (a, "--weights") == 0 &&
+        (strcmp (v, "random") == 0 || strcmp (v, "identity") == 0))
       random_weights = strcmp (v, "random") == 0;
     else if (strcmp (a, "--d-model") == 0)
       E = strtoul (v, NULL, 10);
@@ -188,7 +188,7 @@ main (int argc, char **argv)
   const size_t max_pairs = (size_t) (seconds * 1e5) + 16;
   double *ratio = malloc (max_pairs * sizeof (double));
   double *us[2] = { malloc (max_pairs * sizeof (double)),
-    malloc (max_pairs * sizeof (double)) };
+                    malloc (max_pairs * sizeof (double)) };
   double *peak = malloc (max_pairs * sizeof (double));
   unsigned long peak_iters = 1000;
   if (!wt || !bias || !pool || !out[0] || !out[1] || !ratio || !us[0] ||
@@ -243,17 +243,18 @@ main (int argc, char **argv)
     while (ab_now_us () < t_end && pairs < max_pairs) {
       double d[2];
       for (int k = 0; k < 2; k++) {
-        const int t = k ^ (int) (pairs & 1);   /* A first, then B first */
+        const int t = k ^ (int) (pairs & 1); /* A first, then B first */
         size_t p = pos;
         const double t0 = ab_now_us ();
         for (size_t j = 0; j < slice; j++) {
           size_t got = 0;
-          SattnStatus st = sd[t].push (sd[t].stream, pool + p * E, push,
-                                       NULL, out[t] + j * push * E, push,
-                                       NULL, &got);
+          SattnStatus st = sd[t].push (sd[t].stream, pool + p * E, push, NULL,
+                                       out[t] + j * push * E, push, NULL, &got);
           if (st != SATTN_OK || got != push) {
-            fprintf (stderr, "sattn-ab: %s: push failed (status %d, %zu "
-                     "rows)\n", argv[1 + t], (int) st, got);
+            fprintf (stderr,
+                     "sattn-ab: %s: push failed (status %d, %zu "
+                     "rows)\n",
+                     argv[1 + t], (int) st, got);
             return 2;
           }
           p = p + 2 * push > pool_frames ? 0 : p + push;
@@ -285,8 +286,7 @@ main (int argc, char **argv)
       side_close (&sd[t]);
     const size_t np = pairs - half_start[half];
     if (np == 0) {
-      fprintf (stderr, "sattn-ab: no pair of turns in %g s\n",
-               0.5 * seconds);
+      fprintf (stderr, "sattn-ab: no pair of turns in %g s\n", 0.5 * seconds);
       return 2;
     }
     qsort (ratio + half_start[half], np, sizeof (double), ab_cmp_double);
@@ -297,32 +297,34 @@ main (int argc, char **argv)
   qsort (us[1], pairs, sizeof (double), ab_cmp_double);
   qsort (peak, pairs, sizeof (double), ab_cmp_double);
   const double peak_med = ab_quantile (peak, pairs, 0.5);
-  const double flop_frame = 2.0 * ((random_weights ? 4.0 * (double) E *
-                                    (double) E : 0.0) +
-                                   2.0 * (double) window * (double) E);
+  const double flop_frame =
+      2.0 * ((random_weights ? 4.0 * (double) E * (double) E : 0.0) +
+             2.0 * (double) window * (double) E);
   printf ("sattn-ab: d_model %zu, %zu heads, window %zu, hop %zu, %s "
-          "weights, threads=%d; %zu pairs of %zu pushes of %zu frames\n", E,
-          heads, window, hop, random_weights ? "random" : "identity", threads,
-          pairs, slice, push);
+          "weights, threads=%d; %zu pairs of %zu pushes of %zu frames\n",
+          E, heads, window, hop, random_weights ? "random" : "identity",
+          threads, pairs, slice, push);
   printf ("B/A time: %.3f (median per pair: %.3f with A's stream created "
-          "first, %.3f with B's)\n", sqrt (half_median[0] * half_median[1]),
-          half_median[0], half_median[1]);
+          "first, %.3f with B's)\n",
+          sqrt (half_median[0] * half_median[1]), half_median[0],
+          half_median[1]);
   printf ("B/A time per pair, both halves: p10 %.3f  p25 %.3f  median %.3f  "
-          "p75 %.3f  p90 %.3f\n", ab_quantile (ratio, pairs, 0.1),
-          ab_quantile (ratio, pairs, 0.25), ab_quantile (ratio, pairs, 0.5),
-          ab_quantile (ratio, pairs, 0.75), ab_quantile (ratio, pairs, 0.9));
+          "p75 %.3f  p90 %.3f\n",
+          ab_quantile (ratio, pairs, 0.1), ab_quantile (ratio, pairs, 0.25),
+          ab_quantile (ratio, pairs, 0.5), ab_quantile (ratio, pairs, 0.75),
+          ab_quantile (ratio, pairs, 0.9));
   printf ("one-thread FMA peak between the turns: median %.1f GFLOP/s  "
-          "p10 %.1f  p90 %.1f; useful work %.0f FLOP per frame\n", peak_med,
-          ab_quantile (peak, pairs, 0.1), ab_quantile (peak, pairs, 0.9),
-          flop_frame);
+          "p10 %.1f  p90 %.1f; useful work %.0f FLOP per frame\n",
+          peak_med, ab_quantile (peak, pairs, 0.1),
+          ab_quantile (peak, pairs, 0.9), flop_frame);
   for (int t = 0; t < 2; t++) {
     const double g = (double) push * flop_frame /
-        ab_quantile (us[t], pairs, 0.5) * 1e-3;
+                     ab_quantile (us[t], pairs, 0.5) * 1e-3;
     printf ("%s us/push: p10 %.2f  median %.2f  p90 %.2f  useful GFLOP/s "
             "%.2f = %.1f%% of peak  (%s)\n",
             t ? "B" : "A", ab_quantile (us[t], pairs, 0.1),
-            ab_quantile (us[t], pairs, 0.5), ab_quantile (us[t], pairs, 0.9),
-            g, 100.0 * g / peak_med, argv[1 + t]);
+            ab_quantile (us[t], pairs, 0.5), ab_quantile (us[t], pairs, 0.9), g,
+            100.0 * g / peak_med, argv[1 + t]);
   }
   printf ("outputs: %zu of %zu pushes compared differ\n", differ, compared);
   free (wt);

@@ -43,38 +43,45 @@ ab_quantile (const double *sorted, size_t n, double q)
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#define AB_FMA12(fma)                                                      \
-  a0 = fma (a0, x, y); a1 = fma (a1, x, y); a2 = fma (a2, x, y);           \
-  a3 = fma (a3, x, y); a4 = fma (a4, x, y); a5 = fma (a5, x, y);           \
-  a6 = fma (a6, x, y); a7 = fma (a7, x, y); a8 = fma (a8, x, y);           \
-  a9 = fma (a9, x, y); a10 = fma (a10, x, y); a11 = fma (a11, x, y)
+#define AB_FMA12(fma)    \
+  a0 = fma (a0, x, y);   \
+  a1 = fma (a1, x, y);   \
+  a2 = fma (a2, x, y);   \
+  a3 = fma (a3, x, y);   \
+  a4 = fma (a4, x, y);   \
+  a5 = fma (a5, x, y);   \
+  a6 = fma (a6, x, y);   \
+  a7 = fma (a7, x, y);   \
+  a8 = fma (a8, x, y);   \
+  a9 = fma (a9, x, y);   \
+  a10 = fma (a10, x, y); \
+  a11 = fma (a11, x, y)
 
-#define AB_PEAK_LOOP(name, isa, T, set1, fma, add, store, W)              \
-  __attribute__ ((target (isa), noinline, unused)) static float                  \
-  name (unsigned long iters)                                              \
-  {                                                                       \
-    const T x = set1 (0.999f), y = set1 (1e-7f);                          \
-    T a0 = set1 (0.f), a1 = set1 (1.f), a2 = set1 (2.f), a3 = set1 (3.f), \
-        a4 = set1 (4.f), a5 = set1 (5.f), a6 = set1 (6.f),                \
-        a7 = set1 (7.f), a8 = set1 (8.f), a9 = set1 (9.f),                \
-        a10 = set1 (10.f), a11 = set1 (11.f);                             \
-    for (unsigned long k = 0; k < iters; k++) {                           \
-      AB_FMA12 (fma);                                                     \
-    }                                                                     \
-    T s = add (add (add (a0, a1), add (a2, a3)),                          \
-               add (add (a4, a5), add (a6, a7)));                         \
-    s = add (s, add (add (a8, a9), add (a10, a11)));                      \
-    float l[W], sum = 0.0f;                                               \
-    store (l, s);                                                         \
-    for (int i = 0; i < (W); i++)                                         \
-      sum += l[i];                                                        \
-    return sum;                                                           \
+#define AB_PEAK_LOOP(name, isa, T, set1, fma, add, store, W)                  \
+  __attribute__ ((target (isa), noinline, unused)) static float name (        \
+      unsigned long iters)                                                    \
+  {                                                                           \
+    const T x = set1 (0.999f), y = set1 (1e-7f);                              \
+    T a0 = set1 (0.f), a1 = set1 (1.f), a2 = set1 (2.f), a3 = set1 (3.f),     \
+      a4 = set1 (4.f), a5 = set1 (5.f), a6 = set1 (6.f), a7 = set1 (7.f),     \
+      a8 = set1 (8.f), a9 = set1 (9.f), a10 = set1 (10.f), a11 = set1 (11.f); \
+    for (unsigned long k = 0; k < iters; k++) {                               \
+      AB_FMA12 (fma);                                                         \
+    }                                                                         \
+    T s = add (add (add (a0, a1), add (a2, a3)),                              \
+               add (add (a4, a5), add (a6, a7)));                             \
+    s = add (s, add (add (a8, a9), add (a10, a11)));                          \
+    float l[W], sum = 0.0f;                                                   \
+    store (l, s);                                                             \
+    for (int i = 0; i < (W); i++)                                             \
+      sum += l[i];                                                            \
+    return sum;                                                               \
   }
 
 AB_PEAK_LOOP (ab_peak_avx512, "avx512f", __m512, _mm512_set1_ps,
               _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps, 16)
-AB_PEAK_LOOP (ab_peak_avx2, "avx2,fma", __m256, _mm256_set1_ps,
-              _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps, 8)
+AB_PEAK_LOOP (ab_peak_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps,
+              _mm256_add_ps, _mm256_storeu_ps, 8)
 
 static volatile float ab_peak_sink __attribute__ ((unused));
 
@@ -82,8 +89,10 @@ static inline double
 ab_fma_peak (unsigned long iters)
 {
   const int w = __builtin_cpu_supports ("avx512f") ? 16
-      : __builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma")
-      ? 8 : 0;
+                : __builtin_cpu_supports ("avx2") &&
+                        __builtin_cpu_supports ("fma")
+                    ? 8
+                    : 0;
   if (w == 0 || iters == 0)
     return NAN;
   const double t0 = ab_now_us ();

@@ -59,11 +59,10 @@ typedef SattnStatus (*LoadFn) (const char *, const char *,
                                SattnLoadReport *, char *, size_t);
 typedef void (*OptInitFn) (SattnLoadOptions *);
 typedef SattnStream *(*StreamNewFn) (const SattnModel *,
-                                     const SattnStreamConfig *,
-                                     SattnStatus *);
+                                     const SattnStreamConfig *, SattnStatus *);
 typedef SattnStatus (*PushFn) (SattnStream *, const float *, size_t,
-                               const uint8_t *, float *, size_t,
-                               SattnRowInfo *, size_t *);
+                               const uint8_t *, float *, size_t, SattnRowInfo *,
+                               size_t *);
 typedef size_t (*RowFloatsFn) (const SattnStream *);
 typedef void (*StreamFreeFn) (SattnStream *);
 typedef void (*ModelFreeFn) (SattnModel *);
@@ -109,11 +108,12 @@ side_load (Side *sd, const char *path)
   SYM (d_out, ModelSizeFn, "sattn_model_d_out");
 #undef SYM
   if (!sd->load || !sd->opt_init || !sd->stream_new || !sd->push ||
-      !sd->row_floats || !sd->stream_free || !sd->model_free ||
-      !sd->config || !sd->layers || !sd->classes || !sd->max_window ||
-      !sd->d_out) {
-    fprintf (stderr, "sattn-ab-whole: %s is not a libsattn with the "
-             "loader\n", path);
+      !sd->row_floats || !sd->stream_free || !sd->model_free || !sd->config ||
+      !sd->layers || !sd->classes || !sd->max_window || !sd->d_out) {
+    fprintf (stderr,
+             "sattn-ab-whole: %s is not a libsattn with the "
+             "loader\n",
+             path);
     return -1;
   }
   return 0;
@@ -153,7 +153,8 @@ side_close (Side *sd)
 static void
 usage (void)
 {
-  fprintf (stderr, "usage: sattn-ab-whole LIB_A LIB_B MODEL.safetensors "
+  fprintf (stderr,
+           "usage: sattn-ab-whole LIB_A LIB_B MODEL.safetensors "
            "[--window N] [--hop N] [--push N] [--threads N] [--threads-b N] "
            "[--output classes|mean] [--seconds S] [--slice K]\n");
 }
@@ -185,10 +186,10 @@ main (int argc, char **argv)
       threads = atoi (v);
     else if (strcmp (a, "--threads-b") == 0)
       threads_b = atoi (v);
-    else if (strcmp (a, "--output") == 0 && (strcmp (v, "classes") == 0 ||
-                                             strcmp (v, "mean") == 0))
+    else if (strcmp (a, "--output") == 0 &&
+             (strcmp (v, "classes") == 0 || strcmp (v, "mean") == 0))
       output = strcmp (v, "mean") == 0 ? SATTN_OUTPUT_MEAN
-          : SATTN_OUTPUT_CLASSES;
+                                       : SATTN_OUTPUT_CLASSES;
     else if (strcmp (a, "--seconds") == 0)
       seconds = atof (v);
     else if (strcmp (a, "--slice") == 0)
@@ -232,10 +233,10 @@ main (int argc, char **argv)
   }
 
   const double n = (double) window, r = learned ? n : (double) hop;
-  const double macs = r * (double) F * (double) D +
+  const double macs =
+      r * (double) F * (double) D +
       (3.0 * r + 3.0 * n * (double) (L - 1)) * (double) D * (double) D +
-      (double) L * (n * (double) D * (double) D +
-                    2.0 * n * n * (double) D +
+      (double) L * (n * (double) D * (double) D + 2.0 * n * n * (double) D +
                     2.0 * n * (double) D * (double) dff) +
       (double) D * (double) C;
   const double flop_window = 2.0 * macs;
@@ -258,13 +259,13 @@ main (int argc, char **argv)
   const size_t max_rows = push / hop + 1;
   const size_t rf = output == SATTN_OUTPUT_CLASSES ? C : D;
   float *out[2] = { malloc (slice * max_rows * rf * sizeof (float)),
-    malloc (slice * max_rows * rf * sizeof (float)) };
+                    malloc (slice * max_rows * rf * sizeof (float)) };
   size_t *rows[2] = { malloc (slice * sizeof (size_t)),
-    malloc (slice * sizeof (size_t)) };
+                      malloc (slice * sizeof (size_t)) };
   const size_t max_pairs = (size_t) (seconds * 1e5) + 16;
   double *ratio = malloc (max_pairs * sizeof (double));
   double *wps[2] = { malloc (max_pairs * sizeof (double)),
-    malloc (max_pairs * sizeof (double)) };
+                     malloc (max_pairs * sizeof (double)) };
   double *peak = malloc (max_pairs * sizeof (double));
   unsigned long peak_iters = 1000;
   double peak_us = 0.0, turn_us = 0.0;
@@ -289,16 +290,18 @@ main (int argc, char **argv)
       double d[2];
       size_t windows[2] = { 0, 0 };
       for (int k = 0; k < 2; k++) {
-        const int t = k ^ (int) (pairs & 1);   /* A first, then B first */
+        const int t = k ^ (int) (pairs & 1); /* A first, then B first */
         size_t p = pos;
         const double t0 = ab_now_us ();
         for (size_t j = 0; j < slice; j++) {
-          SattnStatus st = sd[t].push (sd[t].stream, pool + p * F, push,
-                                       NULL, out[t] + j * max_rows * rf,
-                                       max_rows, NULL, &rows[t][j]);
+          SattnStatus st = sd[t].push (sd[t].stream, pool + p * F, push, NULL,
+                                       out[t] + j * max_rows * rf, max_rows,
+                                       NULL, &rows[t][j]);
           if (st != SATTN_OK) {
-            fprintf (stderr, "sattn-ab-whole: %s: push failed (status "
-                     "%d)\n", argv[1 + t], (int) st);
+            fprintf (stderr,
+                     "sattn-ab-whole: %s: push failed (status "
+                     "%d)\n",
+                     argv[1 + t], (int) st);
             return 2;
           }
           windows[t] += rows[t][j];
@@ -352,24 +355,24 @@ main (int argc, char **argv)
           "%zu, %zu layers, %zu classes, %s positions; window %zu, hop %zu, "
           "pushes of %zu frames, threads=%d (B: %d); %zu pairs of %zu "
           "pushes; "
-          "%.0f useful FLOP per window\n", argv[3], F, D, heads, dff, L, C,
-          learned ? "learned" : "no learned", window, hop, push, threads,
-          threads_b,
-          pairs, slice, flop_window);
+          "%.0f useful FLOP per window\n",
+          argv[3], F, D, heads, dff, L, C, learned ? "learned" : "no learned",
+          window, hop, push, threads, threads_b, pairs, slice, flop_window);
   printf ("B/A time: %.3f (median per pair: %.3f with A's stream created "
           "first, %.3f with B's); per pair p10 %.3f  p90 %.3f\n",
           sqrt (half_median[0] * half_median[1]), half_median[0],
           half_median[1], ab_quantile (ratio, pairs, 0.1),
           ab_quantile (ratio, pairs, 0.9));
   printf ("one-thread FMA peak between the turns: median %.1f GFLOP/s  "
-          "p10 %.1f  p90 %.1f  (%.0f%% of the run's time)\n", peak_med,
-          ab_quantile (peak, pairs, 0.1), ab_quantile (peak, pairs, 0.9),
+          "p10 %.1f  p90 %.1f  (%.0f%% of the run's time)\n",
+          peak_med, ab_quantile (peak, pairs, 0.1),
+          ab_quantile (peak, pairs, 0.9),
           100.0 * peak_us / (peak_us + turn_us));
   for (int t = 0; t < 2; t++) {
     const double med = ab_quantile (wps[t], pairs, 0.5);
     printf ("%s windows/s: median %.0f  p10 %.0f  p90 %.0f  useful GFLOP/s "
-            "%.2f = %.1f%% of peak  (%s)\n", t ? "B" : "A", med,
-            ab_quantile (wps[t], pairs, 0.1),
+            "%.2f = %.1f%% of peak  (%s)\n",
+            t ? "B" : "A", med, ab_quantile (wps[t], pairs, 0.1),
             ab_quantile (wps[t], pairs, 0.9), med * flop_window * 1e-9,
             100.0 * med * flop_window * 1e-9 / peak_med, argv[1 + t]);
   }

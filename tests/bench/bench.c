@@ -257,7 +257,7 @@ peak_rss_mib (void)
   struct rusage ru;
   if (getrusage (RUSAGE_SELF, &ru) != 0)
     return NAN;
-  return (double) ru.ru_maxrss / 1024.0;      /* ru_maxrss is in KiB */
+  return (double) ru.ru_maxrss / 1024.0; /* ru_maxrss is in KiB */
 }
 
 /* Latency histogram: logarithmic buckets 1% wide from 1 ns, enough for any
@@ -371,16 +371,16 @@ flops_per_frame (const Workload *w, int random_weights)
 /* ------------------------------------------------------------ options */
 
 typedef struct {
-  double core_time;      /* seconds of streaming measurement per config */
-  double recomp_time;    /* seconds of recomputation measurement */
-  double pipe_time;      /* seconds of pipeline measurement per config */
+  double core_time;   /* seconds of streaming measurement per config */
+  double recomp_time; /* seconds of recomputation measurement */
+  double pipe_time;   /* seconds of pipeline measurement per config */
   int repeats;
   int pipe_repeats;
   int quick;
   int do_pipeline;
   int do_fork;
-  int throughput_only;   /* core and pipeline frames/s only */
-  int weights_filter;    /* -1 both, 0 identity, 1 random */
+  int throughput_only; /* core and pipeline frames/s only */
+  int weights_filter;  /* -1 both, 0 identity, 1 random */
   const char *json;
   const char *dump;
   const char *only;
@@ -399,8 +399,8 @@ enum {
 };
 
 typedef struct {
-  int done;                     /* the child finished */
-  int failed;                   /* a result is wrong (see message) */
+  int done;   /* the child finished */
+  int failed; /* a result is wrong (see message) */
   char message[1024];
 
   /* agreement of streaming rows with the one-shot path */
@@ -411,8 +411,8 @@ typedef struct {
    * computing thread (lo/hi: range over repeats), and per wall second */
   double core_fps, core_fps_lo, core_fps_hi, core_fps_wall;
   double gflops;
-  double p50_us, p99_us, max_us;         /* wall clock per push */
-  double cpu_p50_us, cpu_p99_us;         /* thread CPU time per push */
+  double p50_us, p99_us, max_us; /* wall clock per push */
+  double cpu_p50_us, cpu_p99_us; /* thread CPU time per push */
   double peak_rss_mib;
   uint64_t allocs, pushes;
 
@@ -423,16 +423,16 @@ typedef struct {
   /* pipeline */
   int pipe_state;
   size_t buffer_frames;
-  double pipe_fps, chunk_fps;   /* frames per CPU second */
-  double pipe_fps_wall;         /* frames per wall-clock second */
-  double overhead;              /* pipeline / core, wall clock */
-  double elem_overhead;         /* (pipeline - appsrc!fakesink) / core */
-  double cpu_overhead, cpu_elem_overhead;   /* the same in CPU time */
+  double pipe_fps, chunk_fps; /* frames per CPU second */
+  double pipe_fps_wall;       /* frames per wall-clock second */
+  double overhead;            /* pipeline / core, wall clock */
+  double elem_overhead;       /* (pipeline - appsrc!fakesink) / core */
+  double cpu_overhead, cpu_elem_overhead; /* the same in CPU time */
   uint64_t pipe_frames_in, pipe_frames_out;
-  int msg_state;                /* PIPE_* for post-messages=true */
-  double msg_fps, msg_cost;     /* a message per window */
-  double msg100_fps, msg100_cost;   /* message-interval 100 ms */
-  double stats_cost;            /* core with collect_stats vs without */
+  int msg_state;                  /* PIPE_* for post-messages=true */
+  double msg_fps, msg_cost;       /* a message per window */
+  double msg100_fps, msg100_cost; /* message-interval 100 ms */
+  double stats_cost;              /* core with collect_stats vs without */
 
   char dump_dir[512];
 } Result;
@@ -479,8 +479,8 @@ sgemm_run (Sgemm *g, double *cpu_gflops)
   double flop = 2.0 * (double) n * (double) n * (double) n;
   openblas_set_num_threads (1);
   double t0 = now_s (), c0 = clock_s (CLOCK_THREAD_CPUTIME_ID);
-  cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
-               g->a, n, g->b, n, 0.0f, g->c, n);
+  cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, g->a,
+               n, g->b, n, 0.0f, g->c, n);
   double c = clock_s (CLOCK_THREAD_CPUTIME_ID) - c0, t = now_s () - t0;
   *cpu_gflops = flop / c * 1e-9;
   return flop / t * 1e-9;
@@ -490,7 +490,7 @@ sgemm_run (Sgemm *g, double *cpu_gflops)
 
 typedef struct {
   SattnModel *model;
-  float *inproj_w, *inproj_b, *out_w, *out_b;   /* random weights or NULL */
+  float *inproj_w, *inproj_b, *out_w, *out_b; /* random weights or NULL */
 } Model;
 
 static void
@@ -586,14 +586,14 @@ stream_new (const Model *m, const Workload *w, char *err, size_t err_len)
 /* The models and streams of w with threads = 1 (m[0], s[0]) and 2 (m[1],
  * s[1]), for the side-by-side sections; -1 with err set when one fails. */
 static int
-pair_init (Model m[2], SattnStream *s[2], const Workload *w, int rw,
-           char *err, size_t err_len)
+pair_init (Model m[2], SattnStream *s[2], const Workload *w, int rw, char *err,
+           size_t err_len)
 {
   int ok = 1;
   for (int t = 0; t < 2 && ok; t++) {
     bench_threads = t + 1;
     ok = model_init (&m[t], w, rw, err, err_len) == 0 &&
-        (s[t] = stream_new (&m[t], w, err, err_len)) != NULL;
+         (s[t] = stream_new (&m[t], w, err, err_len)) != NULL;
   }
   bench_threads = 1;
   return ok ? 0 : -1;
@@ -630,24 +630,27 @@ static int
 write_safetensors (const char *path, const Model *m, size_t E)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-  (void) path; (void) m; (void) E;
+  (void) path;
+  (void) m;
+  (void) E;
   return -1;
 #else
   const float *data[4] = { m->inproj_w, m->inproj_b, m->out_w, m->out_b };
   const size_t count[4] = { 3 * E * E, 3 * E, E * E, E };
   char hdr[1024];
   size_t o1 = count[0] * 4, o2 = o1 + count[1] * 4, o3 = o2 + count[2] * 4,
-      o4 = o3 + count[3] * 4;
-  int len = snprintf (hdr, sizeof hdr,
-      "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
-      "\"data_offsets\":[0,%zu]},"
-      "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
-      "\"data_offsets\":[%zu,%zu]},"
-      "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
-      "\"data_offsets\":[%zu,%zu]},"
-      "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
-      "\"data_offsets\":[%zu,%zu]}}",
-      3 * E, E, o1, 3 * E, o1, o2, E, E, o2, o3, E, o3, o4);
+         o4 = o3 + count[3] * 4;
+  int len =
+      snprintf (hdr, sizeof hdr,
+                "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
+                "\"data_offsets\":[0,%zu]},"
+                "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
+                "\"data_offsets\":[%zu,%zu]},"
+                "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
+                "\"data_offsets\":[%zu,%zu]},"
+                "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
+                "\"data_offsets\":[%zu,%zu]}}",
+                3 * E, E, o1, 3 * E, o1, o2, E, E, o2, o3, E, o3, o4);
   if (len < 0 || (size_t) len + 8 > sizeof hdr)
     return -1;
   while (len % 8 != 0)
@@ -656,8 +659,8 @@ write_safetensors (const char *path, const Model *m, size_t E)
   if (f == NULL)
     return -1;
   uint64_t hl = (uint64_t) len;
-  int ok = fwrite (&hl, 8, 1, f) == 1 && fwrite (hdr, 1, (size_t) len, f) ==
-      (size_t) len;
+  int ok = fwrite (&hl, 8, 1, f) == 1 &&
+           fwrite (hdr, 1, (size_t) len, f) == (size_t) len;
   for (int i = 0; i < 4 && ok; i++)
     ok = fwrite (data[i], sizeof (float), count[i], f) == count[i];
   if (fclose (f) != 0)
@@ -713,8 +716,8 @@ check_and_dump (const Workload *w, const Model *m, const float *pool,
     if (!isfinite (out[i]))
       r->check_finite = 0;
   for (size_t end = n; end <= F; end += h) {
-    SattnStatus st = sattn_attend (m->model, pool + (end - n) * E, n, NULL,
-                                   ref, NULL, NULL);
+    SattnStatus st = sattn_attend (m->model, pool + (end - n) * E, n, NULL, ref,
+                                   NULL, NULL);
     if (st != SATTN_OK) {
       snprintf (r->message, sizeof r->message, "check: attend: %s",
                 sattn_status_string (st));
@@ -741,11 +744,11 @@ check_and_dump (const Workload *w, const Model *m, const float *pool,
     }
     char meta[512];
     int len = snprintf (meta, sizeof meta,
-        "{\"frames\": %zu, \"d_model\": %zu, \"heads\": %zu, "
-        "\"window\": %zu, \"hop\": %zu, \"causal\": %s, "
-        "\"weights\": %s}\n", F, E, w->heads, n, h,
-        w->causal ? "true" : "false",
-        random_weights ? "\"weights.safetensors\"" : "null");
+                        "{\"frames\": %zu, \"d_model\": %zu, \"heads\": %zu, "
+                        "\"window\": %zu, \"hop\": %zu, \"causal\": %s, "
+                        "\"weights\": %s}\n",
+                        F, E, w->heads, n, h, w->causal ? "true" : "false",
+                        random_weights ? "\"weights.safetensors\"" : "null");
     char wpath[600];
     snprintf (wpath, sizeof wpath, "%s/weights.safetensors", dir);
     if (write_file (dir, "input.f32", pool, F * E * sizeof (float)) != 0 ||
@@ -845,8 +848,8 @@ measure_recompute (const Model *m, const float *pool, size_t pool_frames,
   do {
     if (*pos + n > pool_frames)
       *pos = 0;
-    if (sattn_attend (m->model, pool + *pos * E, n, NULL, out, NULL, NULL)
-        != SATTN_OK)
+    if (sattn_attend (m->model, pool + *pos * E, n, NULL, out, NULL, NULL) !=
+        SATTN_OK)
       *fail = 1;
     *pos += h;
     calls++;
@@ -860,9 +863,9 @@ measure_recompute (const Model *m, const float *pool, size_t pool_frames,
  * chunks that are not timed.  Returns seconds (wall clock) for the timed
  * chunks, and in *cpu the thread CPU time they took. */
 static double
-measure_chunks (SattnStream *s, const float *pool, size_t pool_frames,
-                size_t E, size_t bf, uint64_t warm, uint64_t nbuf,
-                float *out, size_t out_rows, double *cpu, int *fail)
+measure_chunks (SattnStream *s, const float *pool, size_t pool_frames, size_t E,
+                size_t bf, uint64_t warm, uint64_t nbuf, float *out,
+                size_t out_rows, double *cpu, int *fail)
 {
   size_t pos = 0;
   double t0 = 0.0, c0 = 0.0;
@@ -892,7 +895,7 @@ typedef struct {
   size_t pool_frames, bf, E, frame_size, rate;
   uint64_t nbuf, warm, next;
   double t_start, t_end;
-  double cpu_start, cpu_end;    /* streaming thread CPU time */
+  double cpu_start, cpu_end; /* streaming thread CPU time */
   uint64_t out_bytes;
   int eos_sent;
 } PipeCtx;
@@ -916,7 +919,9 @@ pipe_need_data (GstAppSrc *src, guint length, gpointer user)
   size_t pos = (size_t) ((c->next * c->bf) % c->pool_frames);
   gsize bytes = c->bf * c->E * sizeof (float);
   GstBuffer *buf = gst_buffer_new_wrapped_full (GST_MEMORY_FLAG_READONLY,
-      (gpointer) (c->pool + pos * c->E), bytes, 0, bytes, NULL, NULL);
+                                                (gpointer) (c->pool +
+                                                            pos * c->E),
+                                                bytes, 0, bytes, NULL, NULL);
   guint64 s0 = c->next * c->bf * c->frame_size;
   guint64 s1 = s0 + c->bf * c->frame_size;
   GstClockTime t0 = gst_util_uint64_scale (s0, GST_SECOND, c->rate);
@@ -986,18 +991,18 @@ run_pipeline (const Workload *w, const float *pool, size_t pool_frames,
   int rc = -1;
   if (with_element)
     snprintf (elem, sizeof elem,
-        "sattn name=attn window=%zu hop=%zu heads=%zu frame-size=%zu "
-        "causal=%s output=frames threads=1 %s ! ",
-        w->window, w->hop, w->heads, w->frame_size,
-        w->causal ? "true" : "false", extra ? extra : "");
+              "sattn name=attn window=%zu hop=%zu heads=%zu frame-size=%zu "
+              "causal=%s output=frames threads=1 %s ! ",
+              w->window, w->hop, w->heads, w->frame_size,
+              w->causal ? "true" : "false", extra ? extra : "");
   snprintf (desc, sizeof desc,
-      "appsrc name=src format=time stream-type=stream "
-      "caps=\"audio/x-raw,format=F32LE,layout=interleaved,rate=%zu,"
-      "channels=%zu\" ! %s"
-      "fakesink name=sink sync=false async=false",
-      w->rate, w->channels, elem);
+            "appsrc name=src format=time stream-type=stream "
+            "caps=\"audio/x-raw,format=F32LE,layout=interleaved,rate=%zu,"
+            "channels=%zu\" ! %s"
+            "fakesink name=sink sync=false async=false",
+            w->rate, w->channels, elem);
   GstElement *pipe = gst_parse_launch_full (desc, NULL,
-      GST_PARSE_FLAG_FATAL_ERRORS, &gerr);
+                                            GST_PARSE_FLAG_FATAL_ERRORS, &gerr);
   if (pipe == NULL || gerr != NULL) {
     snprintf (err, err_len, "gst_parse_launch: %s",
               gerr ? gerr->message : "failed");
@@ -1023,9 +1028,11 @@ run_pipeline (const Workload *w, const float *pool, size_t pool_frames,
   memset (&cb, 0, sizeof (cb));
   cb.need_data = pipe_need_data;
   gst_app_src_set_callbacks (GST_APP_SRC (src), &cb, &c, NULL);
-  gst_pad_add_probe (sinkpad, GST_PAD_PROBE_TYPE_BUFFER |
-      GST_PAD_PROBE_TYPE_BUFFER_LIST | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM,
-      pipe_sink_probe, &c, NULL);
+  gst_pad_add_probe (sinkpad,
+                     GST_PAD_PROBE_TYPE_BUFFER |
+                         GST_PAD_PROBE_TYPE_BUFFER_LIST |
+                         GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM,
+                     pipe_sink_probe, &c, NULL);
 
   GstBus *bus = gst_element_get_bus (pipe);
   if (gst_element_set_state (pipe, GST_STATE_PLAYING) ==
@@ -1033,7 +1040,8 @@ run_pipeline (const Workload *w, const float *pool, size_t pool_frames,
     snprintf (err, err_len, "cannot set the pipeline to PLAYING");
   }
   GstMessage *msg = gst_bus_timed_pop_filtered (bus, 120 * GST_SECOND,
-      GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
+                                                GST_MESSAGE_EOS |
+                                                    GST_MESSAGE_ERROR);
   if (msg == NULL) {
     snprintf (err, err_len, "no EOS within 120 s");
   } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
@@ -1065,8 +1073,7 @@ run_pipeline (const Workload *w, const float *pool, size_t pool_frames,
 /* --------------------------------------------------- one configuration */
 
 static void
-run_config (const Workload *w, int random_weights, const Opts *o,
-            Result *r)
+run_config (const Workload *w, int random_weights, const Opts *o, Result *r)
 {
   const size_t E = wl_d_model (w), n = w->window, h = w->hop;
   const size_t bf = wl_buffer_frames (w);
@@ -1074,7 +1081,7 @@ run_config (const Workload *w, int random_weights, const Opts *o,
   Model m;
   SattnStream *s = NULL;
   float *pool = NULL, *out = NULL, *rout = NULL;
-  SattnStream *ss = NULL;       /* with collect_stats (W1) */
+  SattnStream *ss = NULL; /* with collect_stats (W1) */
   size_t spos = 0;
   double *scost = NULL;
   Sgemm g;
@@ -1116,11 +1123,11 @@ run_config (const Workload *w, int random_weights, const Opts *o,
     goto done;
   }
   double tol = 1e-4 * (1.0 + r->check_refmax);
-  if (!o->throughput_only &&
-      (!r->check_finite || !(r->check_maxabs <= tol))) {
+  if (!o->throughput_only && (!r->check_finite || !(r->check_maxabs <= tol))) {
     snprintf (r->message, sizeof r->message,
               "streaming rows disagree with sattn_attend: max-abs %.3g > "
-              "%.3g%s", r->check_maxabs, tol,
+              "%.3g%s",
+              r->check_maxabs, tol,
               r->check_finite ? "" : " (non-finite output)");
     r->failed = 1;
   }
@@ -1149,7 +1156,7 @@ run_config (const Workload *w, int random_weights, const Opts *o,
    * latency, then the recomputation path and sgemm right after. */
   const int R = o->repeats;
   const double tr = o->throughput_only ? o->core_time / R
-      : 0.55 * o->core_time / R;
+                                       : 0.55 * o->core_time / R;
   double *fps = calloc ((size_t) R, sizeof (double));
   double *cfps = calloc ((size_t) R, sizeof (double));
   double *rfps = calloc ((size_t) R, sizeof (double));
@@ -1171,8 +1178,8 @@ run_config (const Workload *w, int random_weights, const Opts *o,
   const double fpf = flops_per_frame (w, random_weights);
   for (int k = 0; k < R; k++) {
     alloc_count_start ();
-    fps[k] = measure_throughput (s, pool, pool_frames, &pos, E, h, out,
-                                 n + bf, tr, &cfps[k], &r->pushes, &fail);
+    fps[k] = measure_throughput (s, pool, pool_frames, &pos, E, h, out, n + bf,
+                                 tr, &cfps[k], &r->pushes, &fail);
     if (!o->throughput_only) {
       measure_latency (s, pool, pool_frames, &pos, E, h, out, n + bf,
                        0.3 * o->core_time / R, CLOCK_MONOTONIC, hist,
@@ -1248,8 +1255,7 @@ run_config (const Workload *w, int random_weights, const Opts *o,
       if (random_weights) {
         char tmpl[] = "/tmp/sattn-bench-XXXXXX";
         if (o->dump && r->dump_dir[0]) {
-          snprintf (wfile, sizeof wfile, "%s/weights.safetensors",
-                    r->dump_dir);
+          snprintf (wfile, sizeof wfile, "%s/weights.safetensors", r->dump_dir);
         } else if (mkdtemp (tmpl) != NULL) {
           snprintf (wfile, sizeof wfile, "%s/weights.safetensors", tmpl);
           if (write_safetensors (wfile, &m, E) != 0)
@@ -1265,7 +1271,7 @@ run_config (const Workload *w, int random_weights, const Opts *o,
       if (nbuf < 20)
         nbuf = 20;
       int do_msg = strcmp (w->name, "W1") == 0 && !random_weights &&
-          element_has_property ("post-messages");
+                   element_has_property ("post-messages");
       double *pf = calloc ((size_t) PR, sizeof (double));
       double *cf = calloc ((size_t) PR, sizeof (double));
       double *pw = calloc ((size_t) PR, sizeof (double));
@@ -1280,9 +1286,10 @@ run_config (const Workload *w, int random_weights, const Opts *o,
       r->pipe_state = PIPE_OK;
       r->msg_state = do_msg ? PIPE_OK : PIPE_NOT_RUN;
       for (int k = 0; k < PR && pf && pw && cf && ov && mf && mc && mf100 &&
-           mc100 && eo && co && ceo; k++) {
+                      mc100 && eo && co && ceo;
+           k++) {
         double tp = 0.0, tm = 0.0, te = 0.0, cc = 0.0, cp = 0.0, ce = 0.0,
-            cm = 0.0;
+               cm = 0.0;
         uint64_t fout = 0, mout = 0, eout = 0;
         double tc = 0.0;
         /* Alternate which side runs first, so that a drift of the machine's
@@ -1291,16 +1298,16 @@ run_config (const Workload *w, int random_weights, const Opts *o,
           tc = measure_chunks (s, pool, pool_frames, E, bf, warm, nbuf, out,
                                n + bf, &cc, &fail);
         if (!o->throughput_only &&
-            run_pipeline (w, pool, pool_frames, bf, warm, warm + nbuf, 0,
-                          NULL, &te, &ce, &eout, err, sizeof err) != 0) {
+            run_pipeline (w, pool, pool_frames, bf, warm, warm + nbuf, 0, NULL,
+                          &te, &ce, &eout, err, sizeof err) != 0) {
           r->pipe_state = PIPE_ERROR;
           snprintf (r->message, sizeof r->message, "appsrc ! fakesink: %s",
                     err);
           r->failed = 1;
           break;
         }
-        if (run_pipeline (w, pool, pool_frames, bf, warm, warm + nbuf, 1,
-                          extra, &tp, &cp, &fout, err, sizeof err) != 0) {
+        if (run_pipeline (w, pool, pool_frames, bf, warm, warm + nbuf, 1, extra,
+                          &tp, &cp, &fout, err, sizeof err) != 0) {
           r->pipe_state = PIPE_ERROR;
           snprintf (r->message, sizeof r->message, "pipeline: %s", err);
           r->failed = 1;
@@ -1313,8 +1320,8 @@ run_config (const Workload *w, int random_weights, const Opts *o,
         r->pipe_frames_out = fout;
         if (fout != r->pipe_frames_in) {
           snprintf (r->message, sizeof r->message,
-                    "pipeline: %" PRIu64 " frames out for %" PRIu64 " in",
-                    fout, r->pipe_frames_in);
+                    "pipeline: %" PRIu64 " frames out for %" PRIu64 " in", fout,
+                    r->pipe_frames_in);
           r->failed = 1;
         }
         double frames = (double) (nbuf * bf);
@@ -1327,8 +1334,8 @@ run_config (const Workload *w, int random_weights, const Opts *o,
         ceo[k] = o->throughput_only ? NAN : (cp - ce) / cc;
         if (do_msg && !o->throughput_only) {
           if (run_pipeline (w, pool, pool_frames, bf, warm, warm + nbuf, 1,
-                            "post-messages=true message-interval=0", &tm,
-                            &cm, &mout, err, sizeof err) != 0) {
+                            "post-messages=true message-interval=0", &tm, &cm,
+                            &mout, err, sizeof err) != 0) {
             r->msg_state = PIPE_ERROR;
             do_msg = 0;
           } else {
@@ -1411,8 +1418,7 @@ done:
 /* Run one configuration in a child process (its own peak RSS); the result
  * comes back through a pipe. */
 static void
-run_isolated (const Workload *w, int random_weights, const Opts *o,
-              Result *r)
+run_isolated (const Workload *w, int random_weights, const Opts *o, Result *r)
 {
   if (!o->do_fork) {
     run_config (w, random_weights, o, r);
@@ -1517,9 +1523,9 @@ run_threads_section (const Opts *o)
       float *out = malloc (h * E * sizeof (float));
       double *ratio = calloc ((size_t) o->repeats, sizeof (double));
       double *fps[2] = { calloc ((size_t) o->repeats, sizeof (double)),
-        calloc ((size_t) o->repeats, sizeof (double)) };
+                         calloc ((size_t) o->repeats, sizeof (double)) };
       double *pfps[2] = { calloc ((size_t) o->repeats, sizeof (double)),
-        calloc ((size_t) o->repeats, sizeof (double)) };
+                          calloc ((size_t) o->repeats, sizeof (double)) };
       double *pratio = calloc ((size_t) o->repeats, sizeof (double));
       int fail = 0, npipe = 0;
       memset (m, 0, sizeof m);
@@ -1536,12 +1542,12 @@ run_threads_section (const Opts *o)
       double cpu_fps;
       for (int rep = 0; rep < o->repeats && !fail; rep++) {
         for (int t = 0; t < 2; t++) {
-          if (rep == 0)         /* warm-up */
-            measure_throughput (s[t], pool, pool_frames, &pos[t], E, h, out,
-                                h, 0.2 * o->core_time, &cpu_fps, &pushes,
-                                &fail);
-          fps[t][rep] = measure_throughput (s[t], pool, pool_frames, &pos[t],
-              E, h, out, h, 0.5 * o->core_time, &cpu_fps, &pushes, &fail);
+          if (rep == 0) /* warm-up */
+            measure_throughput (s[t], pool, pool_frames, &pos[t], E, h, out, h,
+                                0.2 * o->core_time, &cpu_fps, &pushes, &fail);
+          fps[t][rep] = measure_throughput (s[t], pool, pool_frames, &pos[t], E,
+                                            h, out, h, 0.5 * o->core_time,
+                                            &cpu_fps, &pushes, &fail);
           measure_latency (s[t], pool, pool_frames, &pos[t], E, h, out, h,
                            0.5 * o->core_time, CLOCK_MONOTONIC, hist[t],
                            &pushes, &fail);
@@ -1598,13 +1604,14 @@ run_threads_section (const Opts *o)
           pmin[t] = hist_quantile (hist[t], 0.0) * 1e6;
         }
         printf ("| %s | %s | %.0f | %.0f | %.2fx | %.1f | %.1f | %.1f | %.1f "
-                "| %.1f |", w->name, rw ? "random" : "identity",
+                "| %.1f |",
+                w->name, rw ? "random" : "identity",
                 median (fps[0], (size_t) o->repeats),
                 median (fps[1], (size_t) o->repeats),
                 median (ratio, (size_t) o->repeats), p50[0], p50[1], p99[0],
                 p99[1], p50[1] - 0.5 * p50[0]);
-        printf (" %.1f | %.1f | %.1f | %.1f | %.2fx |", p10[0], p10[1],
-                pmin[0], pmin[1], pmin[0] / pmin[1]);
+        printf (" %.1f | %.1f | %.1f | %.1f | %.2fx |", p10[0], p10[1], pmin[0],
+                pmin[1], pmin[0] / pmin[1]);
         if (npipe > 0)
           printf (" %.0f | %.0f | %.2fx |\n", median (pfps[0], npipe),
                   median (pfps[1], npipe), median (pratio, npipe));
@@ -1646,31 +1653,37 @@ run_threads_section (const Opts *o)
 #include <pthread.h>
 #define BENCH_HAVE_X86 1
 
-#define FMA12(T, fma)                                                      \
-  a0 = fma (a0, x, y); a1 = fma (a1, x, y); a2 = fma (a2, x, y);           \
-  a3 = fma (a3, x, y); a4 = fma (a4, x, y); a5 = fma (a5, x, y);           \
-  a6 = fma (a6, x, y); a7 = fma (a7, x, y); a8 = fma (a8, x, y);           \
-  a9 = fma (a9, x, y); a10 = fma (a10, x, y); a11 = fma (a11, x, y)
+#define FMA12(T, fma)    \
+  a0 = fma (a0, x, y);   \
+  a1 = fma (a1, x, y);   \
+  a2 = fma (a2, x, y);   \
+  a3 = fma (a3, x, y);   \
+  a4 = fma (a4, x, y);   \
+  a5 = fma (a5, x, y);   \
+  a6 = fma (a6, x, y);   \
+  a7 = fma (a7, x, y);   \
+  a8 = fma (a8, x, y);   \
+  a9 = fma (a9, x, y);   \
+  a10 = fma (a10, x, y); \
+  a11 = fma (a11, x, y)
 
 /* The loop of one ISA level: vector type T with its set1, fma and add
  * intrinsics, `hsum` summing the lanes of a T; the sum of the accumulators
  * is returned so that the loop cannot be dropped. */
-#define PEAK_LOOP(name, isa, T, set1, fma, add, hsum)                     \
-  __attribute__ ((target (isa), noinline)) static float                  \
-  name (uint64_t iters)                                                   \
-  {                                                                       \
-    const T x = set1 (0.999f), y = set1 (1e-7f);                          \
-    T a0 = set1 (0.f), a1 = set1 (1.f), a2 = set1 (2.f), a3 = set1 (3.f), \
-        a4 = set1 (4.f), a5 = set1 (5.f), a6 = set1 (6.f),                \
-        a7 = set1 (7.f), a8 = set1 (8.f), a9 = set1 (9.f),                \
-        a10 = set1 (10.f), a11 = set1 (11.f);                             \
-    for (uint64_t k = 0; k < iters; k++) {                                \
-      FMA12 (T, fma);                                                     \
-    }                                                                     \
-    T s = add (add (add (a0, a1), add (a2, a3)),                          \
-               add (add (a4, a5), add (a6, a7)));                         \
-    s = add (s, add (add (a8, a9), add (a10, a11)));                      \
-    return hsum (s);                                                      \
+#define PEAK_LOOP(name, isa, T, set1, fma, add, hsum)                         \
+  __attribute__ ((target (isa), noinline)) static float name (uint64_t iters) \
+  {                                                                           \
+    const T x = set1 (0.999f), y = set1 (1e-7f);                              \
+    T a0 = set1 (0.f), a1 = set1 (1.f), a2 = set1 (2.f), a3 = set1 (3.f),     \
+      a4 = set1 (4.f), a5 = set1 (5.f), a6 = set1 (6.f), a7 = set1 (7.f),     \
+      a8 = set1 (8.f), a9 = set1 (9.f), a10 = set1 (10.f), a11 = set1 (11.f); \
+    for (uint64_t k = 0; k < iters; k++) {                                    \
+      FMA12 (T, fma);                                                         \
+    }                                                                         \
+    T s = add (add (add (a0, a1), add (a2, a3)),                              \
+               add (add (a4, a5), add (a6, a7)));                             \
+    s = add (s, add (add (a8, a9), add (a10, a11)));                          \
+    return hsum (s);                                                          \
   }
 
 __attribute__ ((target ("avx2,fma"))) static inline float
@@ -1681,10 +1694,10 @@ hsum_avx2 (__m256 s)
   return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
 }
 
-PEAK_LOOP (peak_loop_avx512, "avx512f", __m512, _mm512_set1_ps,
-           _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps)
-PEAK_LOOP (peak_loop_avx2, "avx2,fma", __m256, _mm256_set1_ps,
-           _mm256_fmadd_ps, _mm256_add_ps, hsum_avx2)
+PEAK_LOOP (peak_loop_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps,
+           _mm512_add_ps, _mm512_reduce_add_ps)
+PEAK_LOOP (peak_loop_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps,
+           _mm256_add_ps, hsum_avx2)
 #endif
 
 /* ISA levels of the peak table: 2 = AVX-512 (the core's default on such
@@ -1695,11 +1708,11 @@ peak_isa_supported (int isa)
 #ifdef BENCH_HAVE_X86
   if (isa == 2)
     return __builtin_cpu_supports ("avx512f") &&
-        __builtin_cpu_supports ("avx512dq") &&
-        __builtin_cpu_supports ("avx512bw") &&
-        __builtin_cpu_supports ("avx512vl");
+           __builtin_cpu_supports ("avx512dq") &&
+           __builtin_cpu_supports ("avx512bw") &&
+           __builtin_cpu_supports ("avx512vl");
   return isa == 1 && __builtin_cpu_supports ("avx2") &&
-      __builtin_cpu_supports ("fma");
+         __builtin_cpu_supports ("fma");
 #else
   (void) isa;
   return 0;
@@ -1793,14 +1806,14 @@ peak_measure (int isa, int threads, uint64_t iters)
 typedef struct {
   int done, failed;
   char message[256];
-  double peak[2];               /* GFLOP/s: 1 thread, 2 threads at once */
-  double gflops[2];             /* useful GFLOP/s, threads=1 / threads=2 */
-  double frac[2];               /* gflops / peak of the same repeat */
-  double ratio;                 /* threads=2 / threads=1 frames/s */
-  double p99_us[2];             /* wall time per push */
-  double cpu_gflops1, cpu_frac1;   /* threads=1 per CPU second */
-  double quiet_frac1;           /* threads=1 at the p10 push time */
-  double quiet_ratio;           /* p10 push time threads=1 / threads=2 */
+  double peak[2];                /* GFLOP/s: 1 thread, 2 threads at once */
+  double gflops[2];              /* useful GFLOP/s, threads=1 / threads=2 */
+  double frac[2];                /* gflops / peak of the same repeat */
+  double ratio;                  /* threads=2 / threads=1 frames/s */
+  double p99_us[2];              /* wall time per push */
+  double cpu_gflops1, cpu_frac1; /* threads=1 per CPU second */
+  double quiet_frac1;            /* threads=1 at the p10 push time */
+  double quiet_ratio;            /* p10 push time threads=1 / threads=2 */
 } PeakRow;
 
 static void
@@ -1885,7 +1898,7 @@ peak_row_measure (const Workload *w, int rw, size_t push, int isa,
   }
   {
     const double p10[2] = { hist_quantile (hist[0], 0.10),
-      hist_quantile (hist[1], 0.10) };
+                            hist_quantile (hist[1], 0.10) };
     r->quiet_frac1 = fpf * (double) push / p10[0] * 1e-9 / r->peak[0];
     r->quiet_ratio = p10[0] / p10[1];
   }
@@ -1960,8 +1973,8 @@ run_peak_section (const Opts *o)
   int failures = 0;
   printf ("sattn-bench --peak: useful GFLOP/s (flops_per_frame) as a "
           "fraction of the measured FMA peak; medians of %d interleaved "
-          "repeats; %ld CPU(s) online\n\n", o->repeats < 3 ? o->repeats : 3,
-          sysconf (_SC_NPROCESSORS_ONLN));
+          "repeats; %ld CPU(s) online\n\n",
+          o->repeats < 3 ? o->repeats : 3, sysconf (_SC_NPROCESSORS_ONLN));
   printf ("| workload | weights | frames/push | ISA | peak 1 core GFLOP/s "
           "| peak 2 cores GFLOP/s | t=1 GFLOP/s | t=1 %% of peak "
           "| t=1 %% of peak (CPU s) | t=1 p99 µs/push | t=2 GFLOP/s "
@@ -1996,10 +2009,10 @@ run_peak_section (const Opts *o)
             printf ("| %s | %s | %zu | %s | %.1f | %.1f | %.2f | %.1f%% "
                     "| %.1f%% | %.1f | %.2f | %.1f%% | %.1f | %.2fx "
                     "| %.1f%% | %.2fx |\n",
-                    w->name, rw ? "random" : "identity", pushes[pk],
-                    isa_name, r.peak[0], r.peak[1], r.gflops[0],
-                    100.0 * r.frac[0], 100.0 * r.cpu_frac1, r.p99_us[0],
-                    r.gflops[1], 100.0 * r.frac[1], r.p99_us[1], r.ratio,
+                    w->name, rw ? "random" : "identity", pushes[pk], isa_name,
+                    r.peak[0], r.peak[1], r.gflops[0], 100.0 * r.frac[0],
+                    100.0 * r.cpu_frac1, r.p99_us[0], r.gflops[1],
+                    100.0 * r.frac[1], r.p99_us[1], r.ratio,
                     100.0 * r.quiet_frac1, r.quiet_ratio);
           }
           fflush (stdout);
@@ -2037,7 +2050,7 @@ run_peak_section (const Opts *o)
 
 typedef struct {
   const char *name;
-  size_t rows, cols;            /* cols 0: a vector */
+  size_t rows, cols; /* cols 0: a vector */
   double sigma, mean;
 } EncTensor;
 
@@ -2062,21 +2075,29 @@ write_encoder_file (const char *path, size_t E, size_t F, Rng *r)
   const size_t nt = sizeof t / sizeof t[0];
   char hdr[4096];
   size_t off = 0, len = 0;
-  len += (size_t) snprintf (hdr + len, sizeof hdr - len, "{\"__metadata__\": "
+  len += (size_t) snprintf (
+      hdr + len, sizeof hdr - len,
+      "{\"__metadata__\": "
       "{\"format\": \"pt\", \"self_attn.num_heads\": \"4\", \"positions\": "
       "\"rope\", \"activation\": \"relu\", \"norm_first\": \"0\", "
       "\"norm_eps\": \"1e-05\"}");
   for (size_t i = 0; i < nt; i++) {
     size_t n = t[i].cols ? t[i].rows * t[i].cols : t[i].rows;
     if (t[i].cols)
-      len += (size_t) snprintf (hdr + len, sizeof hdr - len, ", \"%s\": "
-          "{\"dtype\": \"F32\", \"shape\": [%zu, %zu], \"data_offsets\": "
-          "[%zu, %zu]}", t[i].name, t[i].rows, t[i].cols, off,
-          off + 4 * n);
+      len += (size_t) snprintf (hdr + len, sizeof hdr - len,
+                                ", \"%s\": "
+                                "{\"dtype\": \"F32\", \"shape\": [%zu, %zu], "
+                                "\"data_offsets\": "
+                                "[%zu, %zu]}",
+                                t[i].name, t[i].rows, t[i].cols, off,
+                                off + 4 * n);
     else
-      len += (size_t) snprintf (hdr + len, sizeof hdr - len, ", \"%s\": "
-          "{\"dtype\": \"F32\", \"shape\": [%zu], \"data_offsets\": "
-          "[%zu, %zu]}", t[i].name, t[i].rows, off, off + 4 * n);
+      len += (size_t)
+          snprintf (hdr + len, sizeof hdr - len,
+                    ", \"%s\": "
+                    "{\"dtype\": \"F32\", \"shape\": [%zu], \"data_offsets\": "
+                    "[%zu, %zu]}",
+                    t[i].name, t[i].rows, off, off + 4 * n);
     off += 4 * n;
   }
   len += (size_t) snprintf (hdr + len, sizeof hdr - len, "}");
@@ -2085,7 +2106,7 @@ write_encoder_file (const char *path, size_t E, size_t F, Rng *r)
   FILE *f = fopen (path, "wb");
   if (f == NULL)
     return -1;
-  uint64_t hl = len;     /* little-endian hosts only, like the rest */
+  uint64_t hl = len; /* little-endian hosts only, like the rest */
   int ok = fwrite (&hl, 8, 1, f) == 1 && fwrite (hdr, 1, len, f) == len;
   for (size_t i = 0; ok && i < nt; i++) {
     size_t n = t[i].cols ? t[i].rows * t[i].cols : t[i].rows;
@@ -2121,12 +2142,12 @@ encoder_model (const char *path, char *err, size_t err_len)
 static int
 run_encoder (const Opts *o, FILE *json)
 {
-  const Workload *w = &workloads[0];          /* W1 */
+  const Workload *w = &workloads[0]; /* W1 */
   const size_t E = wl_d_model (w), F = 4 * E, n = w->window, h = w->hop;
   char path[4096], err[1024] = "";
   snprintf (path, sizeof path, "%s/encoder-w1.safetensors",
-            o->dump ? o->dump : (getenv ("TMPDIR") ? getenv ("TMPDIR")
-                                 : "/tmp"));
+            o->dump ? o->dump
+                    : (getenv ("TMPDIR") ? getenv ("TMPDIR") : "/tmp"));
   Rng r = { 0x5eed };
   if (write_encoder_file (path, E, F, &r) != 0) {
     fprintf (stderr, "cannot write %s\n", path);
@@ -2143,7 +2164,8 @@ run_encoder (const Opts *o, FILE *json)
   /* Whole pipeline buffers (the source does not wrap inside one), and
    * several windows. */
   const size_t pool_frames = wl_buffer_frames (w) *
-      ((8 * n + wl_buffer_frames (w) - 1) / wl_buffer_frames (w));
+                             ((8 * n + wl_buffer_frames (w) - 1) /
+                              wl_buffer_frames (w));
   float *pool = malloc (pool_frames * E * sizeof (float));
   float *out = malloc (2 * n * E * sizeof (float));
   if (s == NULL || pool == NULL || out == NULL) {
@@ -2172,11 +2194,12 @@ run_encoder (const Opts *o, FILE *json)
       double secs = 0.0, cpu = 0.0;
       uint64_t frames_out = 0;
       size_t bf = wl_buffer_frames (w);
-      uint64_t warm = 4, nbuf = warm + (uint64_t) fmax (20.0,
-          cpu_fps * o->pipe_time / (double) bf);
+      uint64_t warm = 4,
+               nbuf = warm + (uint64_t) fmax (20.0, cpu_fps * o->pipe_time /
+                                                        (double) bf);
       snprintf (extra, sizeof extra, "weights=%s", path);
-      if (run_pipeline (w, pool, pool_frames, bf, warm, nbuf, 1, extra,
-                        &secs, &cpu, &frames_out, err, sizeof err) == 0)
+      if (run_pipeline (w, pool, pool_frames, bf, warm, nbuf, 1, extra, &secs,
+                        &cpu, &frames_out, err, sizeof err) == 0)
         pipe[rep] = (double) ((nbuf - warm) * bf) / cpu;
       else {
         fprintf (stderr, "encoder pipeline: %s\n", err);
@@ -2191,17 +2214,19 @@ run_encoder (const Opts *o, FILE *json)
    * the feed-forward 2 x (2 E F). */
   double fl = flops_per_frame (w, 1) + 4.0 * E * F;
   printf ("| | frames/s | x real time (%.0f frames/s) | GFLOP/s |\n"
-          "|---|---:|---:|---:|\n", wl_frame_rate (w));
-  printf ("| sattn core | %.0f | %.1f | %.2f |\n", cm,
-          cm / wl_frame_rate (w), cm * fl * 1e-9);
+          "|---|---:|---:|---:|\n",
+          wl_frame_rate (w));
+  printf ("| sattn core | %.0f | %.1f | %.2f |\n", cm, cm / wl_frame_rate (w),
+          cm * fl * 1e-9);
   printf ("| sattn pipeline | %.0f | %.1f | %.2f |\n", pm,
           pm / wl_frame_rate (w), pm * fl * 1e-9);
   if (json)
-    fprintf (json, "{\"encoder\": 1, \"workload\": \"W1\", \"weights\": "
+    fprintf (json,
+             "{\"encoder\": 1, \"workload\": \"W1\", \"weights\": "
              "\"%s\", \"d_model\": %zu, \"heads\": 4, \"d_ff\": %zu, "
              "\"window\": %zu, \"hop\": %zu, \"positions\": \"rope\", "
-             "\"core_fps\": %.6g, \"pipeline_fps\": %.6g}\n", path, E, F, n,
-             h, cm, isnan (pm) ? 0.0 : pm);
+             "\"core_fps\": %.6g, \"pipeline_fps\": %.6g}\n",
+             path, E, F, n, h, cm, isnan (pm) ? 0.0 : pm);
   free (core);
   free (pipe);
   free (pool);
@@ -2218,12 +2243,18 @@ static const char *
 pipe_state_text (int st)
 {
   switch (st) {
-    case PIPE_NOT_RUN: return "not run";
-    case PIPE_NO_GST: return "built without GStreamer";
-    case PIPE_NO_ELEMENT: return "element not built";
-    case PIPE_NO_WEIGHTS: return "element has no weights property";
-    case PIPE_ERROR: return "error";
-    default: return "ok";
+    case PIPE_NOT_RUN:
+      return "not run";
+    case PIPE_NO_GST:
+      return "built without GStreamer";
+    case PIPE_NO_ELEMENT:
+      return "element not built";
+    case PIPE_NO_WEIGHTS:
+      return "element has no weights property";
+    case PIPE_ERROR:
+      return "error";
+    default:
+      return "ok";
   }
 }
 
@@ -2257,11 +2288,12 @@ write_json (FILE *f, const Workload *w, int random_weights, const Result *r)
 {
   fprintf (f, "{\"workload\": \"%s\", \"weights\": \"%s\"", w->name,
            random_weights ? "random" : "identity");
-  fprintf (f, ", \"channels\": %zu, \"rate\": %zu, \"frame_size\": %zu"
+  fprintf (f,
+           ", \"channels\": %zu, \"rate\": %zu, \"frame_size\": %zu"
            ", \"d_model\": %zu, \"heads\": %zu, \"window\": %zu"
-           ", \"hop\": %zu, \"causal\": %s", w->channels, w->rate,
-           w->frame_size, wl_d_model (w), w->heads, w->window, w->hop,
-           w->causal ? "true" : "false");
+           ", \"hop\": %zu, \"causal\": %s",
+           w->channels, w->rate, w->frame_size, wl_d_model (w), w->heads,
+           w->window, w->hop, w->causal ? "true" : "false");
   json_num (f, "frame_rate", wl_frame_rate (w));
   json_num (f, "flops_per_frame", flops_per_frame (w, random_weights));
   fprintf (f, ", \"failed\": %s, \"message\": ", r->failed ? "true" : "false");
@@ -2349,9 +2381,9 @@ whole_flops_per_window (size_t F, size_t D, size_t Df, size_t n, size_t h,
 {
   double fD = (double) D, fn = (double) n;
   double layer = 2.0 * fn * fD * 3.0 * fD + 4.0 * fn * fn * fD +
-      2.0 * fn * fD * fD + 4.0 * fn * fD * (double) Df;
+                 2.0 * fn * fD * fD + 4.0 * fn * fD * (double) Df;
   return 2.0 * (double) h * (double) F * fD + (double) layers * layer +
-      2.0 * fD * (double) C;
+         2.0 * fD * (double) C;
 }
 
 /* Push `push` frames at a time (a multiple of the hop) for `budget`
@@ -2366,8 +2398,8 @@ whole_measure (SattnStream *s, const float *pool, size_t pool_frames,
   do {
     for (int rep = 0; rep < 16; rep++) {
       size_t got = 0;
-      SattnStatus st = sattn_stream_push (s, pool + *pos * F, push, NULL,
-                                          out, out_rows, NULL, &got);
+      SattnStatus st = sattn_stream_push (s, pool + *pos * F, push, NULL, out,
+                                          out_rows, NULL, &got);
       if (st != SATTN_OK || got != push / hop)
         *fail = 1;
       windows += got;
@@ -2404,13 +2436,15 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
   const size_t C = rep.classes, L = rep.layers;
   /* The pipeline's stream: F channels of one value per frame at the W1
    * rate; buffers of 10 ms (a whole number of hops). */
-  const Workload w = { "whole", "whole model", F, 16000, 1, cfg->heads, n,
-                       h, 0 };
+  const Workload w = {
+    "whole", "whole model", F, 16000, 1, cfg->heads, n, h, 0
+  };
   const size_t bf = wl_buffer_frames (&w);
   const size_t pool_frames = bf * ((64 * n + bf - 1) / bf);
   const double fpw = whole_flops_per_window (F, D, cfg->d_ff, n, h, L, C);
-  SattnStreamConfig sc = { .window = n, .hop = h,
-                           .output = SATTN_OUTPUT_CLASSES, .threads = 1 };
+  SattnStreamConfig sc = {
+    .window = n, .hop = h, .output = SATTN_OUTPUT_CLASSES, .threads = 1
+  };
   SattnStatus st;
   SattnStream *s[2] = { sattn_stream_new (m, &sc, &st), NULL };
   if (s[0])
@@ -2439,8 +2473,8 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
   fflush (stdout);
   for (int k = 0; k < o->repeats && !fail; k++) {
     if (k == 0) {
-      whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out,
-                     bf / h + 1, 0.2 * o->core_time, &fail);
+      whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out, bf / h + 1,
+                     0.2 * o->core_time, &fail);
       whole_measure (s[1], pool, pool_frames, &pos[1], F, bf, h, out,
                      bf / h + 1, 0.2 * o->core_time, &fail);
     }
@@ -2456,11 +2490,13 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
       char extra[4200];
       double secs = 0.0, cpu = 0.0;
       uint64_t frames_out = 0;
-      uint64_t warm = 4, nbuf = warm + (uint64_t) fmax (20.0,
-          v[1][k] * (double) h * o->pipe_time / (double) bf);
+      uint64_t warm = 4,
+               nbuf = warm +
+                      (uint64_t) fmax (20.0, v[1][k] * (double) h *
+                                                 o->pipe_time / (double) bf);
       snprintf (extra, sizeof extra, "weights=\"%s\" output=classes", path);
-      if (run_pipeline (&w, pool, pool_frames, bf, warm, nbuf, 1, extra,
-                        &secs, &cpu, &frames_out, err, sizeof err) == 0 &&
+      if (run_pipeline (&w, pool, pool_frames, bf, warm, nbuf, 1, extra, &secs,
+                        &cpu, &frames_out, err, sizeof err) == 0 &&
           frames_out > 0)
         v[2][k] = (double) ((nbuf - warm) * (bf / h)) / cpu;
       else {
@@ -2480,25 +2516,27 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
     double peak = median (v[3], (size_t) o->repeats);
     const char *isa_name = isa == 2 ? "AVX-512" : "AVX2";
     printf ("| | windows/s | GFLOP/s | %% of FMA peak (%s, %.1f GFLOP/s) |\n"
-            "|---|---:|---:|---:|\n", isa_name, peak);
+            "|---|---:|---:|---:|\n",
+            isa_name, peak);
     printf ("| sattn core, one hop (%zu frames) per push | %.0f | %.2f "
-            "| %.1f%% |\n", h, core, core * fpw * 1e-9,
-            100.0 * core * fpw * 1e-9 / peak);
-    printf ("| sattn core, %zu frames per push | %.0f | %.2f | %.1f%% |\n",
-            bf, core_buf, core_buf * fpw * 1e-9,
+            "| %.1f%% |\n",
+            h, core, core * fpw * 1e-9, 100.0 * core * fpw * 1e-9 / peak);
+    printf ("| sattn core, %zu frames per push | %.0f | %.2f | %.1f%% |\n", bf,
+            core_buf, core_buf * fpw * 1e-9,
             100.0 * core_buf * fpw * 1e-9 / peak);
     if (isfinite (pipe))
       printf ("| sattn pipeline, %zu frames per buffer | %.0f | %.2f "
-              "| %.1f%% |\n", bf, pipe, pipe * fpw * 1e-9,
-              100.0 * pipe * fpw * 1e-9 / peak);
+              "| %.1f%% |\n",
+              bf, pipe, pipe * fpw * 1e-9, 100.0 * pipe * fpw * 1e-9 / peak);
     if (json) {
       fprintf (json, "{\"whole\": 1, \"weights\": ");
       json_string (json, path);
-      fprintf (json, ", \"d_frame\": %zu, \"d_model\": %zu, \"heads\": %zu, "
+      fprintf (json,
+               ", \"d_frame\": %zu, \"d_model\": %zu, \"heads\": %zu, "
                "\"d_ff\": %zu, \"layers\": %zu, \"classes\": %zu, "
                "\"window\": %zu, \"hop\": %zu, \"buffer_frames\": %zu, "
-               "\"peak_isa\": \"%s\"", F, D, cfg->heads, cfg->d_ff, L, C, n,
-               h, bf, isa_name);
+               "\"peak_isa\": \"%s\"",
+               F, D, cfg->heads, cfg->d_ff, L, C, n, h, bf, isa_name);
       json_num (json, "flops_per_window", fpw);
       json_num (json, "peak_gflops", peak);
       json_num (json, "core_wps", core);
@@ -2525,7 +2563,8 @@ done:
 static void
 usage (FILE *f)
 {
-  fprintf (f,
+  fprintf (
+      f,
       "usage: sattn-bench [options]\n"
       "  --quick         a few seconds in all (smoke run)\n"
       "  --time S        seconds of core streaming per configuration (1.5)\n"
@@ -2591,7 +2630,8 @@ main (int argc, char **argv)
     } else if (strcmp (a, "--weights") == 0 && i + 1 < argc) {
       const char *v = argv[++i];
       o.weights_filter = strcmp (v, "identity") == 0 ? 0
-          : strcmp (v, "random") == 0 ? 1 : -2;
+                         : strcmp (v, "random") == 0 ? 1
+                                                     : -2;
       if (o.weights_filter == -2) {
         usage (stderr);
         return 2;
@@ -2673,8 +2713,8 @@ main (int argc, char **argv)
       peak_measure (isa, 1, it);
       v[k] = peak_cpu_last;
     }
-    printf ("{\"peak_gflops\": %.6g, \"peak_isa\": \"%s\"}\n",
-            median (v, 3), isa == 2 ? "AVX-512" : "AVX2");
+    printf ("{\"peak_gflops\": %.6g, \"peak_isa\": \"%s\"}\n", median (v, 3),
+            isa == 2 ? "AVX-512" : "AVX2");
     return 0;
   }
   if (encoder) {
@@ -2716,21 +2756,23 @@ main (int argc, char **argv)
   }
   printf ("sattn-bench: single thread (threads=1), output=frames, "
           "start=pad; medians of %d interleaved repeats, %.2g s of core "
-          "streaming per configuration\n", o.repeats, o.core_time);
+          "streaming per configuration\n",
+          o.repeats, o.core_time);
   printf ("OpenBLAS: %s\n", openblas_get_config ());
   if (strcmp (openblas_get_corename (), "Prescott") == 0 &&
       __builtin_cpu_supports ("avx2"))
     printf ("note: OpenBLAS uses its generic Prescott kernels on this AVX2 "
             "CPU; OPENBLAS_CORETYPE=%s selects the right ones (run-bench.sh "
-            "does)\n", __builtin_cpu_supports ("avx512f") ? "SkylakeX"
-            : "Haswell");
+            "does)\n",
+            __builtin_cpu_supports ("avx512f") ? "SkylakeX" : "Haswell");
   if (BENCH_COUNT_ALLOCS && !alloc_count_works ()) {
     fprintf (stderr, "allocation counting does not see libc's allocations\n");
     return 1;
   }
-  printf ("allocation counting: %s\n", BENCH_COUNT_ALLOCS
-          ? "on (malloc/calloc/realloc/memalign interposed, self-checked)"
-          : "off (sanitizer build)");
+  printf ("allocation counting: %s\n",
+          BENCH_COUNT_ALLOCS
+              ? "on (malloc/calloc/realloc/memalign interposed, self-checked)"
+              : "off (sanitizer build)");
   fflush (stdout);
 
   Result res[N_WORKLOADS][2];
@@ -2783,19 +2825,19 @@ main (int argc, char **argv)
       else
         snprintf (allocs, sizeof allocs, "n/a");
       printf ("| %s | %s | %.4g | %.4g | %.1f | %.2f | %.0f | %.1f | %.1f | "
-              "%.1f | %.1f%% | %.1f | %s | %.1fx | %.1f%% |\n", w->name,
-              rw ? "random" : "identity", r->core_fps, r->core_fps_wall,
-              r->core_fps / wl_frame_rate (w), r->gflops, hop_us, r->p50_us,
-              r->p99_us, r->cpu_p99_us, 100.0 * r->cpu_p99_us / hop_us,
-              r->peak_rss_mib, allocs, r->recomp_ratio,
-              100.0 * r->sgemm_ratio);
+              "%.1f | %.1f%% | %.1f | %s | %.1fx | %.1f%% |\n",
+              w->name, rw ? "random" : "identity", r->core_fps,
+              r->core_fps_wall, r->core_fps / wl_frame_rate (w), r->gflops,
+              hop_us, r->p50_us, r->p99_us, r->cpu_p99_us,
+              100.0 * r->cpu_p99_us / hop_us, r->peak_rss_mib, allocs,
+              r->recomp_ratio, 100.0 * r->sgemm_ratio);
       if (isfinite (r->sgemm_gflops) && r->sgemm_gflops > 0)
         sg[nsg++] = r->sgemm_gflops;
     }
   printf ("\nsingle-thread cblas_sgemm %d^3: %.1f GFLOP/s (median over all "
           "configurations' medians); \"vs sgemm\" = achieved useful GFLOP/s "
-          "/ sgemm GFLOP/s measured in the same repeat\n", o.sgemm_size,
-          median (sg, nsg));
+          "/ sgemm GFLOP/s measured in the same repeat\n",
+          o.sgemm_size, median (sg, nsg));
   printf ("frames/s = frames per second of CPU time of the computing "
           "thread (what the code does when it runs; immune to preemption "
           "on a shared machine), \"wall\" = per wall-clock second; x real "
@@ -2823,8 +2865,9 @@ main (int argc, char **argv)
         tot_pushes += res[i][rw].pushes;
       }
   if (BENCH_COUNT_ALLOCS)
-    printf ("allocations per push: %.3g (%" PRIu64 " heap allocations in %"
-            PRIu64 " measured pushes, all workloads)\n",
+    printf ("allocations per push: %.3g (%" PRIu64
+            " heap allocations in %" PRIu64
+            " measured pushes, all workloads)\n",
             tot_pushes ? (double) tot_allocs / (double) tot_pushes : 0.0,
             tot_allocs, tot_pushes);
   else
@@ -2850,10 +2893,10 @@ main (int argc, char **argv)
           continue;
         }
         printf ("| %s | %s | %zu | %.4g | %.4g | %.1f | %.4g | %+.1f%% | "
-                "%+.1f%% | %.1f%% |\n", w->name, rw ? "random" : "identity",
-                r->buffer_frames, r->pipe_fps, r->pipe_fps_wall,
-                r->pipe_fps / wl_frame_rate (w), r->chunk_fps,
-                100.0 * (r->cpu_overhead - 1.0),
+                "%+.1f%% | %.1f%% |\n",
+                w->name, rw ? "random" : "identity", r->buffer_frames,
+                r->pipe_fps, r->pipe_fps_wall, r->pipe_fps / wl_frame_rate (w),
+                r->chunk_fps, 100.0 * (r->cpu_overhead - 1.0),
                 100.0 * (r->overhead - 1.0),
                 100.0 * (r->cpu_overhead - r->cpu_elem_overhead));
       }
@@ -2886,26 +2929,27 @@ main (int argc, char **argv)
       const char *wt = rw ? "random" : "identity";
       double hop_us = 1e6 * (double) w->hop / wl_frame_rate (w);
       printf ("target W1 %s: %.1fx the per-window recomputation (>= 10x: "
-              "%s)\n", wt, r->recomp_ratio,
-              r->recomp_ratio >= 10.0 ? "met" : "NOT met");
+              "%s)\n",
+              wt, r->recomp_ratio, r->recomp_ratio >= 10.0 ? "met" : "NOT met");
       printf ("target W1 %s: p99 per-hop compute %.1f µs CPU = %.1f%% of "
               "the %.0f µs hop (<= 10%%: %s); wall clock p99 %.1f µs = "
-              "%.1f%% (%s)\n", wt, r->cpu_p99_us,
-              100.0 * r->cpu_p99_us / hop_us, hop_us,
+              "%.1f%% (%s)\n",
+              wt, r->cpu_p99_us, 100.0 * r->cpu_p99_us / hop_us, hop_us,
               r->cpu_p99_us <= 0.1 * hop_us ? "met" : "NOT met", r->p99_us,
               100.0 * r->p99_us / hop_us,
               r->p99_us <= 0.1 * hop_us ? "met" : "NOT met");
       if (r->pipe_state == PIPE_OK) {
         double fr = wl_frame_rate (w);
         printf ("target W1 %s: %.1fx real time through the pipeline (>= 10x: "
-                "%s); %.1fx per wall-clock second (%s)\n", wt,
-                r->pipe_fps / fr, r->pipe_fps >= 10.0 * fr ? "met" : "NOT met",
+                "%s); %.1fx per wall-clock second (%s)\n",
+                wt, r->pipe_fps / fr,
+                r->pipe_fps >= 10.0 * fr ? "met" : "NOT met",
                 r->pipe_fps_wall / fr,
                 r->pipe_fps_wall >= 10.0 * fr ? "met" : "NOT met");
         printf ("target W1 %s: element overhead %+.1f%% over the core "
                 "(<= 10%%: %s; %+.1f%% without the appsrc and fakesink "
-                "cost); %+.1f%% in wall-clock time (%s)\n", wt,
-                100.0 * (r->cpu_overhead - 1.0),
+                "cost); %+.1f%% in wall-clock time (%s)\n",
+                wt, 100.0 * (r->cpu_overhead - 1.0),
                 r->cpu_overhead <= 1.10 ? "met" : "NOT met",
                 100.0 * (r->cpu_elem_overhead - 1.0),
                 100.0 * (r->overhead - 1.0),
@@ -2924,9 +2968,10 @@ main (int argc, char **argv)
   for (size_t i = 0; i < N_WORKLOADS; i++) {
     const Workload *w = &workloads[i];
     printf ("%s%s %s: %zu ch @ %zu Hz, frame-size %zu (d_model %zu), "
-            "heads %zu, window %zu, hop %zu%s", i ? "; " : "", w->name,
-            w->what, w->channels, w->rate, w->frame_size, wl_d_model (w),
-            w->heads, w->window, w->hop, w->causal ? ", causal" : "");
+            "heads %zu, window %zu, hop %zu%s",
+            i ? "; " : "", w->name, w->what, w->channels, w->rate,
+            w->frame_size, wl_d_model (w), w->heads, w->window, w->hop,
+            w->causal ? ", causal" : "");
   }
   printf ("\nagreement of streaming rows with sattn_attend (max-abs): ");
   for (size_t i = 0; i < N_WORKLOADS; i++)

@@ -169,17 +169,17 @@ xmalloc (size_t n)
 /* ---------------------------------------------------------- workloads */
 
 enum {
-  WT_IDENTITY,     /* no weights: identity projections */
-  WT_FULL,         /* wq, wk, wv, wo and all four biases */
-  WT_BARE,         /* wq, wk, wv only: no biases, no output projection */
-  WT_MIXED,        /* wq and wv, K identity, wo with d_out != d_model */
+  WT_IDENTITY, /* no weights: identity projections */
+  WT_FULL,     /* wq, wk, wv, wo and all four biases */
+  WT_BARE,     /* wq, wk, wv only: no biases, no output projection */
+  WT_MIXED,    /* wq and wv, K identity, wo with d_out != d_model */
 };
 
 enum {
-  PUSH_HOP,        /* one hop per push */
-  PUSH_ONE,        /* one frame per push */
-  PUSH_MANY,       /* several hops and a remainder per push */
-  PUSH_MIXED,      /* a cycle of sizes: 1, hop, 3 hops + 1, 2, window */
+  PUSH_HOP,   /* one hop per push */
+  PUSH_ONE,   /* one frame per push */
+  PUSH_MANY,  /* several hops and a remainder per push */
+  PUSH_MIXED, /* a cycle of sizes: 1, hop, 3 hops + 1, 2, window */
 };
 
 enum {
@@ -198,12 +198,12 @@ typedef struct {
   int causal;
   size_t lookback;
   SattnPositions pos;
-  int weights;     /* WT_* */
+  int weights; /* WT_* */
   int bias_kv, zero_attn;
-  int encoder;     /* ENC_* */
+  int encoder; /* ENC_* */
   size_t d_ff;
   int threads;
-  int par0;        /* SATTN_PAR_MIN=0 for the stream */
+  int par0; /* SATTN_PAR_MIN=0 for the stream */
   /* stream */
   size_t window, hop;
   SattnOutputMode out;
@@ -212,13 +212,13 @@ typedef struct {
   float sat;
   int keep_weights;
   /* feed */
-  size_t frames;   /* frames of each of the two segments */
-  int push;        /* PUSH_* */
-  int faults;      /* NaN / Inf / huge samples and GAPs in segment 2 */
-  float amp;       /* frame amplitude */
-  int skip;        /* a long GAP skipped between the segments */
-  int reset_at;    /* reset_at (a large index) and a third segment */
-  int attend;      /* sattn_attend on one window of the model */
+  size_t frames; /* frames of each of the two segments */
+  int push;      /* PUSH_* */
+  int faults;    /* NaN / Inf / huge samples and GAPs in segment 2 */
+  float amp;     /* frame amplitude */
+  int skip;      /* a long GAP skipped between the segments */
+  int reset_at;  /* reset_at (a large index) and a third segment */
+  int attend;    /* sattn_attend on one window of the model */
 } Case;
 
 #define MAX_CASES 1024
@@ -229,8 +229,8 @@ static const char *out_names[] = { "frames", "window", "mean", "last" };
 static const char *wt_names[] = { "identity", "full", "bare", "mixed" };
 static const char *push_names[] = { "hop", "one", "many", "mixed" };
 static const char *pos_names[] = { "none", "rope", "rope-il", "alibi" };
-static const char *enc_names[] = { "none", "post-relu", "pre-gelu",
-  "post-gelu", "pre-relu" };
+static const char *enc_names[] = { "none", "post-relu", "pre-gelu", "post-gelu",
+                                   "pre-relu" };
 static const char *inv_names[] = { "mask", "zero", "error" };
 
 static Case
@@ -259,12 +259,11 @@ add_case (Case c, const char *group)
     exit (2);
   }
   snprintf (c.name, sizeof c.name,
-            "%s/E%zu-H%zu-n%zu-h%zu%s/%s/%s/%s/%s/%s/t%d%s/%s%s%s%s",
-            group, c.E, c.H, c.window, c.hop, c.causal ? "-causal" : "",
+            "%s/E%zu-H%zu-n%zu-h%zu%s/%s/%s/%s/%s/%s/t%d%s/%s%s%s%s", group,
+            c.E, c.H, c.window, c.hop, c.causal ? "-causal" : "",
             wt_names[c.weights], pos_names[c.pos], enc_names[c.encoder],
-            out_names[c.out], inv_names[c.inv], c.threads,
-            c.par0 ? "p0" : "", push_names[c.push],
-            c.start == SATTN_START_WAIT ? "/wait" : "",
+            out_names[c.out], inv_names[c.inv], c.threads, c.par0 ? "p0" : "",
+            push_names[c.push], c.start == SATTN_START_WAIT ? "/wait" : "",
             c.skip ? "/skip" : "", c.reset_at ? "/reset" : "");
   cases[n_cases++] = c;
 }
@@ -275,7 +274,7 @@ typedef struct {
   const char *name;
   size_t E, H, window, hop;
   int causal;
-  int short_pooled;   /* window and mean output: fewer streams and frames
+  int short_pooled; /* window and mean output: fewer streams and frames
                          (every window computes every row: seconds each
                          with the portable kernels) */
 } Geometry;
@@ -307,9 +306,9 @@ build_cases (void)
           c.keep_weights = G->window <= 256;
           c.push = G->hop == 1 ? PUSH_ONE : th == 3 ? PUSH_MANY : PUSH_HOP;
           c.frames = G->hop == 1 ? G->window / 2 + 8
-              : G->window / 2 + 2 * G->hop;
-          if (G->short_pooled && (out == SATTN_OUTPUT_WINDOW ||
-                                  out == SATTN_OUTPUT_MEAN)) {
+                                 : G->window / 2 + 2 * G->hop;
+          if (G->short_pooled &&
+              (out == SATTN_OUTPUT_WINDOW || out == SATTN_OUTPUT_MEAN)) {
             /* every query row of a large window per window: one thread
              * count, window output with identity weights and mean output
              * with random ones, the first window when it is full */
@@ -333,7 +332,7 @@ build_cases (void)
         c.causal = cl != 0;
         c.lookback = cl == 2 ? 10 : 0;
         if (cl == 2 && wt == WT_IDENTITY)
-          c.causal = 0;          /* lookback alone */
+          c.causal = 0; /* lookback alone */
         c.out = (SattnOutputMode) ((pos + wt + cl) % 4);
         c.threads = 1 + (pos + cl) % 3;
         c.par0 = c.threads > 1;
@@ -533,9 +532,15 @@ weights_free (WeightArrays *a)
 static uint64_t
 model_seed (const Case *c)
 {
-  const uint64_t v[] = { c->E, c->H, c->dh, c->dv, c->d_out,
-    (uint64_t) c->weights, (uint64_t) c->bias_kv, (uint64_t) c->encoder,
-    c->d_ff };
+  const uint64_t v[] = { c->E,
+                         c->H,
+                         c->dh,
+                         c->dv,
+                         c->d_out,
+                         (uint64_t) c->weights,
+                         (uint64_t) c->bias_kv,
+                         (uint64_t) c->encoder,
+                         c->d_ff };
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
     h = (h ^ v[i]) * 0x100000001b3ull;
@@ -556,7 +561,7 @@ make_model (const Case *c, WeightArrays *a, uint64_t seed)
   cfg.causal = c->causal;
   cfg.lookback = c->lookback;
 #if SATTN_VERSION_MAJOR < 1
-  cfg.threads = c->threads;      /* the model's in soname 0 */
+  cfg.threads = c->threads; /* the model's in soname 0 */
 #endif
   cfg.positions = c->pos;
   const size_t dh = c->dh ? c->dh : c->E / c->H;
@@ -591,18 +596,16 @@ make_model (const Case *c, WeightArrays *a, uint64_t seed)
   if (c->encoder != ENC_NONE) {
     cfg.encoder = 1;
     cfg.d_ff = c->d_ff;
-    cfg.activation = c->encoder == ENC_PRE_GELU ||
-        c->encoder == ENC_POST_GELU ? SATTN_ACTIVATION_GELU
-        : SATTN_ACTIVATION_RELU;
-    cfg.norm_first = c->encoder == ENC_PRE_GELU ||
-        c->encoder == ENC_PRE_RELU;
+    cfg.activation = c->encoder == ENC_PRE_GELU || c->encoder == ENC_POST_GELU
+                         ? SATTN_ACTIVATION_GELU
+                         : SATTN_ACTIVATION_RELU;
+    cfg.norm_first = c->encoder == ENC_PRE_GELU || c->encoder == ENC_PRE_RELU;
     cfg.norm_eps = c->encoder == ENC_POST_GELU ? 1e-6 : 0.0;
     a->w1 = rnd (&r, c->d_ff * c->E, ws);
     a->b1 = rnd (&r, c->d_ff, 0.1f);
-    a->w2 = rnd (&r, c->E * c->d_ff,
-                 (float) sqrt (3.0 / (double) c->d_ff));
+    a->w2 = rnd (&r, c->E * c->d_ff, (float) sqrt (3.0 / (double) c->d_ff));
     a->b2 = rnd (&r, c->E, 0.1f);
-    if (c->encoder != ENC_PRE_RELU) {   /* pre-relu: default norms */
+    if (c->encoder != ENC_PRE_RELU) { /* pre-relu: default norms */
       a->n1w = rnd_around_one (&r, c->E);
       a->n1b = rnd (&r, c->E, 0.1f);
       a->n2w = rnd_around_one (&r, c->E);
@@ -629,14 +632,14 @@ make_model (const Case *c, WeightArrays *a, uint64_t seed)
   w.norm2_w = a->n2w;
   w.norm2_b = a->n2b;
   const int any = c->weights != WT_IDENTITY || c->bias_kv || c->zero_attn ||
-      c->encoder != ENC_NONE;
+                  c->encoder != ENC_NONE;
   SattnStatus st = SATTN_OK;
   SattnModel *m = sattn_model_new (&cfg, any ? &w : NULL, &st);
   if (m == NULL) {
     char err[256];
     sattn_model_check (&cfg, any ? &w : NULL, err, sizeof err);
-    fprintf (stderr, "sattn-dump-outputs: %s: model refused: %s\n",
-             c->name, err);
+    fprintf (stderr, "sattn-dump-outputs: %s: model refused: %s\n", c->name,
+             err);
     g_failed = 1;
   }
   return m;
@@ -657,25 +660,25 @@ make_frames (TestRng *r, size_t count, size_t E, float amp, int faults,
     if (!faults)
       continue;
     if (f % 23 == 5 || (f >= 40 && f < 40 + 13))
-      valid[f] = 0;                          /* a GAP, a run of them */
+      valid[f] = 0; /* a GAP, a run of them */
     if (f % 29 == 11)
       x[f * E + (f % E)] = NAN;
     if (f % 31 == 17)
       x[f * E + (f * 7 % E)] = f % 2 ? INFINITY : -INFINITY;
     if (f % 37 == 20)
       for (size_t t = 0; t < E; t++)
-        x[f * E + t] *= 4e37f;               /* overflowing projections */
+        x[f * E + t] *= 4e37f; /* overflowing projections */
   }
 }
 
 typedef struct {
   const Case *c;
   SattnStream *s;
-  size_t rf;               /* floats per row */
+  size_t rf; /* floats per row */
   size_t E;
   float *out;
   SattnRowInfo *info;
-  size_t cap;              /* rows of out / info */
+  size_t cap; /* rows of out / info */
 } Run;
 
 static void
@@ -764,8 +767,10 @@ run_push (Run *R, const float *x, const uint8_t *valid, size_t cnt)
     put_u64 (idx);
     put_u32 ((uint32_t) fault);
     if (st != SATTN_OK || idx < base || idx - base >= cnt) {
-      fprintf (stderr, "sattn-dump-outputs: %s: no error frame after a "
-               "stopped push\n", R->c->name);
+      fprintf (stderr,
+               "sattn-dump-outputs: %s: no error frame after a "
+               "stopped push\n",
+               R->c->name);
       g_failed = 1;
       return;
     }
@@ -914,7 +919,7 @@ run_case (const Case *c)
   sc.keep_weights = c->keep_weights;
   sc.invalid_policy = c->inv;
 #if SATTN_VERSION_MAJOR >= 1
-  sc.threads = c->threads;       /* the stream's from soname 1 */
+  sc.threads = c->threads; /* the stream's from soname 1 */
 #endif
   if (c->par0)
     setenv ("SATTN_PAR_MIN", "0", 1);
@@ -1027,7 +1032,7 @@ main (int argc, char **argv)
   }
   if (path == NULL) {
     fprintf (stderr, "usage: sattn-dump-outputs OUT [--index FILE] "
-             "[--only SUBSTRING] [--list] [--verbose]\n");
+                     "[--only SUBSTRING] [--list] [--verbose]\n");
     return 2;
   }
   g_out = fopen (path, "wb");
@@ -1048,8 +1053,10 @@ main (int argc, char **argv)
     run_case (&cases[i]);
     clock_gettime (CLOCK_MONOTONIC, &t1);
     if (verbose)
-      fprintf (stderr, "%8.3f s  %s\n", (double) (t1.tv_sec - t0.tv_sec) +
-               1e-9 * (double) (t1.tv_nsec - t0.tv_nsec), cases[i].name);
+      fprintf (stderr, "%8.3f s  %s\n",
+               (double) (t1.tv_sec - t0.tv_sec) +
+                   1e-9 * (double) (t1.tv_nsec - t0.tv_nsec),
+               cases[i].name);
     ran++;
   }
   if (fclose (g_out) != 0 || (g_index != NULL && fclose (g_index) != 0)) {
@@ -1058,7 +1065,7 @@ main (int argc, char **argv)
   }
   const char *lvl = getenv ("SATTN_SIMD");
   printf ("sattn-dump-outputs: %zu workloads, %llu bytes written to %s "
-          "(SATTN_SIMD=%s)\n", ran, (unsigned long long) g_bytes, path,
-          lvl != NULL ? lvl : "unset");
+          "(SATTN_SIMD=%s)\n",
+          ran, (unsigned long long) g_bytes, path, lvl != NULL ? lvl : "unset");
   return g_failed ? 1 : 0;
 }

@@ -55,7 +55,8 @@ main (int argc, char **argv)
   uint64_t seed = 88172645463325252ull;
 
   printf ("sattn_softmax_rows, %d rows x %d scores, scale %g, SIMD level "
-          "%d\n", ROWS, COLS, scale, sattn_simd_level ());
+          "%d\n",
+          ROWS, COLS, scale, sattn_simd_level ());
   for (size_t k = 0; k < sizeof spreads / sizeof spreads[0]; k++) {
     /* Normal scores (Box-Muller) of standard deviation spreads[k]. */
     for (size_t i = 0; i < ROWS; i++) {
@@ -63,8 +64,8 @@ main (int argc, char **argv)
       for (size_t j = 0; j < COLS; j++) {
         double u = test_splitmix_uniform (&seed);
         double v = test_splitmix_uniform (&seed);
-        float y = (float) (sqrt (-2.0 * log (u)) * cos (6.283185307179586 * v)
-                           * spreads[k]);
+        float y = (float) (sqrt (-2.0 * log (u)) * cos (6.283185307179586 * v) *
+                           spreads[k]);
         src[i * COLS + j] = y;
         mx = y > mx ? y : mx;
       }
@@ -75,7 +76,7 @@ main (int argc, char **argv)
       double t0 = cpu_seconds ();
       for (long c = 0; c < calls; c++) {
         memcpy (S, src, sizeof S);
-        __asm__ volatile ("" : : "r" (S) : "memory");
+        __asm__ volatile("" : : "r"(S) : "memory");
       }
       double t1 = cpu_seconds ();
       for (long c = 0; c < calls; c++) {
@@ -89,8 +90,8 @@ main (int argc, char **argv)
     }
     double ns = (best - best_copy) * 1e9;
     printf ("spread %5g: %8.1f ns per call, %6.2f ns per score vector "
-            "(copy %.1f ns subtracted)\n", spreads[k], ns,
-            ns / (ROWS * COLS / 16), best_copy * 1e9);
+            "(copy %.1f ns subtracted)\n",
+            spreads[k], ns, ns / (ROWS * COLS / 16), best_copy * 1e9);
     for (size_t i = 0; i < ROWS; i++) {
       double sum = 0.0;
       for (size_t j = 0; j < COLS; j++)
@@ -98,8 +99,8 @@ main (int argc, char **argv)
                     (double) (qmax[i] * scale));
       double want = 1.0 / sum;
       if (rows[i] != 1 || !(fabs (norm[i] - want) <= 1e-6 * want)) {
-        printf ("FAIL spread %g row %zu: norm %.9g, want %.9g\n", spreads[k],
-                i, norm[i], want);
+        printf ("FAIL spread %g row %zu: norm %.9g, want %.9g\n", spreads[k], i,
+                norm[i], want);
         failed = 1;
       }
     }

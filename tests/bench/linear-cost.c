@@ -80,7 +80,7 @@ float_tiles (const float *x, size_t rows, const float *W, const float *b,
 
 typedef struct {
   size_t din, n;
-  int dbl_in;            /* 1: double rows in and out (feed-forward) */
+  int dbl_in; /* 1: double rows in and out (feed-forward) */
   float *W, *b, *xf, *yf;
   double *Wd, *bd, *xd, *yd;
   long double *ref;
@@ -120,31 +120,32 @@ shape_init (Shape *s, TestRng *rng, size_t rows, size_t din, size_t n,
 
 enum { WAY_DOUBLE, WAY_SGEMM, WAY_FLOAT, WAYS };
 static const char *const way_name[WAYS] = { "double (the library)",
-  "cblas_sgemm (float)", "float tiles (AVX-512)" };
+                                            "cblas_sgemm (float)",
+                                            "float tiles (AVX-512)" };
 
 static void
 run_way (int way, Shape *s, size_t rows)
 {
   const size_t din = s->din, n = s->n;
   switch (way) {
-  case WAY_DOUBLE:
-    if (s->dbl_in)
-      sattn_linear_d (s->xd, din, rows, s->Wd, n, s->bd, din, n, s->yd, n);
-    else
-      sattn_linear_f (s->xf, din, rows, s->Wd, n, s->bd, din, n, s->yf, n);
-    break;
-  case WAY_SGEMM:
-    for (size_t i = 0; i < rows; i++)
-      memcpy (s->yf + i * n, s->b, n * sizeof (float));
-    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) rows,
-                 (int) n, (int) din, 1.0f, s->xf, (int) din, s->W, (int) n,
-                 1.0f, s->yf, (int) n);
-    break;
-  default:
+    case WAY_DOUBLE:
+      if (s->dbl_in)
+        sattn_linear_d (s->xd, din, rows, s->Wd, n, s->bd, din, n, s->yd, n);
+      else
+        sattn_linear_f (s->xf, din, rows, s->Wd, n, s->bd, din, n, s->yf, n);
+      break;
+    case WAY_SGEMM:
+      for (size_t i = 0; i < rows; i++)
+        memcpy (s->yf + i * n, s->b, n * sizeof (float));
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) rows,
+                   (int) n, (int) din, 1.0f, s->xf, (int) din, s->W, (int) n,
+                   1.0f, s->yf, (int) n);
+      break;
+    default:
 #ifdef HAVE_FLOAT_TILES
-    float_tiles (s->xf, rows, s->W, s->b, din, n, s->yf);
+      float_tiles (s->xf, rows, s->W, s->b, din, n, s->yf);
 #endif
-    break;
+      break;
   }
 }
 
@@ -156,7 +157,7 @@ way_error (int way, const Shape *s, size_t rows)
   double err = 0.0, mx = 0.0;
   for (size_t k = 0; k < rows * s->n; k++) {
     const double got = way == WAY_DOUBLE && s->dbl_in ? s->yd[k]
-        : (double) s->yf[k];
+                                                      : (double) s->yf[k];
     const double e = fabs (got - (double) s->ref[k]);
     err = e > err ? e : err;
     mx = fabs ((double) s->ref[k]) > mx ? fabs ((double) s->ref[k]) : mx;
@@ -179,14 +180,14 @@ main (int argc, char **argv)
       blocks = strtoul (argv[i + 1], NULL, 10);
     else {
       fprintf (stderr, "usage: sattn-linear-cost [--rows N] [--d-model D] "
-               "[--d-ff F] [--blocks B]\n");
+                       "[--d-ff F] [--blocks B]\n");
       return 2;
     }
   }
   if (rows == 0 || D == 0 || F == 0 || D % 16 || F % 16 || blocks == 0 ||
       rows > 4096 || D > 4096 || F > 4096) {
     fprintf (stderr, "sattn-linear-cost: rows 1-4096, d_model and d_ff "
-             "multiples of 16 up to 4096, blocks > 0\n");
+                     "multiples of 16 up to 4096, blocks > 0\n");
     return 2;
   }
 #ifndef HAVE_FLOAT_TILES
@@ -200,13 +201,13 @@ main (int argc, char **argv)
   TestRng rng = { 0x1234567887654321ull };
   /* One layer's products (the per-window model has two such layers). */
   Shape sh[4];
-  shape_init (&sh[0], &rng, rows, D, 3 * D, 0);        /* Q | K | V */
-  shape_init (&sh[1], &rng, rows, D, D, 0);            /* out */
-  shape_init (&sh[2], &rng, rows, D, F, 1);            /* linear1 */
-  shape_init (&sh[3], &rng, rows, F, D, 1);            /* linear2 */
+  shape_init (&sh[0], &rng, rows, D, 3 * D, 0); /* Q | K | V */
+  shape_init (&sh[1], &rng, rows, D, D, 0);     /* out */
+  shape_init (&sh[2], &rng, rows, D, F, 1);     /* linear1 */
+  shape_init (&sh[3], &rng, rows, F, D, 1);     /* linear2 */
   const double flop = 2.0 * 2.0 * (double) rows *
-      (3.0 * D * D + D * D + 2.0 * D * F);             /* two layers */
-  const size_t reps = 64;         /* windows per timed block */
+                      (3.0 * D * D + D * D + 2.0 * D * F); /* two layers */
+  const size_t reps = 64; /* windows per timed block */
   double *t[WAYS], *peak = malloc (blocks * sizeof (double));
   for (int w = 0; w < WAYS; w++)
     t[w] = malloc (blocks * sizeof (double));
@@ -251,8 +252,8 @@ main (int argc, char **argv)
   printf ("sattn-linear-cost: one window's linear layers, %zu rows, "
           "d_model %zu, d_ff %zu, two layers (Q|K|V, out, linear1, linear2): "
           "%.0f FLOP; %zu blocks of %zu windows; one-thread FMA peak "
-          "between the blocks %.1f GFLOP/s (median)\n", rows, D, F, flop,
-          blocks, reps, pk);
+          "between the blocks %.1f GFLOP/s (median)\n",
+          rows, D, F, flop, blocks, reps, pk);
   for (int w = 0; w < WAYS; w++) {
     const double med = ab_quantile (t[w], blocks, 0.5);
     printf ("%-22s %7.3f us per window  time / double %.3f  %6.1f "
@@ -261,8 +262,14 @@ main (int argc, char **argv)
             100.0 * flop / med * 1e-3 / pk, err[w]);
   }
   for (int k = 0; k < 4; k++) {
-    free (sh[k].W); free (sh[k].b); free (sh[k].xf); free (sh[k].yf);
-    free (sh[k].Wd); free (sh[k].bd); free (sh[k].xd); free (sh[k].yd);
+    free (sh[k].W);
+    free (sh[k].b);
+    free (sh[k].xf);
+    free (sh[k].yf);
+    free (sh[k].Wd);
+    free (sh[k].bd);
+    free (sh[k].xd);
+    free (sh[k].yd);
     free (sh[k].ref);
   }
   for (int w = 0; w < WAYS; w++)

@@ -71,8 +71,14 @@ main (int argc, char **argv)
   float *bv = test_rng_floats (&rng, d, 0.1f);
   float *bo = test_rng_floats (&rng, d, 0.1f);
   float *x = test_rng_floats (&rng, nx * hop * d, 1.0f);
-  SattnWeights w = { .wq = wq, .bq = bq, .wk = wk, .bk = bk, .wv = wv,
-    .bv = bv, .wo = wo, .bo = bo };
+  SattnWeights w = { .wq = wq,
+                     .bq = bq,
+                     .wk = wk,
+                     .bk = bk,
+                     .wv = wv,
+                     .bv = bv,
+                     .wo = wo,
+                     .bo = bo };
   SattnConfig c = { .d_model = d, .heads = heads, .d_out = d };
   SattnStreamConfig sc = { .window = window, .hop = hop, .threads = 1 };
   SattnModel *m[VARIANTS] = { NULL };
@@ -80,7 +86,7 @@ main (int argc, char **argv)
   float *out[VARIANTS] = { NULL };
   double *t[VARIANTS] = { NULL };
   static const char *names[VARIANTS] = { "float", "out double",
-    "V+out double" };
+                                         "V+out double" };
   int fail = 0;
 
   for (int v = 0; v < VARIANTS; v++) {
@@ -113,8 +119,8 @@ main (int argc, char **argv)
   for (size_t i = 0; i < 2 * window / hop; i++)
     for (int v = 0; v < VARIANTS; v++) {
       size_t rows = 0;
-      if (sattn_stream_push (ss[v], x + (i % nx) * hop * d, hop, NULL,
-                             out[v], hop, NULL, &rows) != SATTN_OK ||
+      if (sattn_stream_push (ss[v], x + (i % nx) * hop * d, hop, NULL, out[v],
+                             hop, NULL, &rows) != SATTN_OK ||
           rows != hop)
         return 1;
       for (size_t j = 0; v > 0 && j < hop * d; j++) {
@@ -136,7 +142,8 @@ main (int argc, char **argv)
     }
 
   printf ("W1 attention-only, random weights, threads=1: CPU µs per hop "
-          "over %d blocks of %d hops, interleaved\n\n", blocks, per);
+          "over %d blocks of %d hops, interleaved\n\n",
+          blocks, per);
   printf ("| projections | median | vs float | p10 | vs float | min | "
           "vs float |\n|---|---:|---:|---:|---:|---:|---:|\n");
   for (int v = 0; v < VARIANTS; v++)
@@ -150,7 +157,8 @@ main (int argc, char **argv)
             100.0 * (mn / t[0][0] - 1.0));
   }
   printf ("\nrows of the variants against float: max-abs %.3g (%s: <= "
-          "1e-5)\n", diff, diff <= 1e-5 ? "ok" : "FAIL");
+          "1e-5)\n",
+          diff, diff <= 1e-5 ? "ok" : "FAIL");
   fail = !(diff <= 1e-5);
 
   for (int v = 0; v < VARIANTS; v++) {
@@ -159,8 +167,14 @@ main (int argc, char **argv)
     free (out[v]);
     free (t[v]);
   }
-  free (wq); free (wk); free (wv); free (wo);
-  free (bq); free (bk); free (bv); free (bo);
+  free (wq);
+  free (wk);
+  free (wv);
+  free (wo);
+  free (bq);
+  free (bk);
+  free (bv);
+  free (bo);
   free (x);
   return fail;
 }

@@ -23,8 +23,8 @@ xcalloc (size_t n, size_t sz)
 
 /* y (n × d_out) = x (n × d_in) W^T + b, in double; W NULL = identity. */
 static void
-project (const float *W, const float *b, const double *x, size_t n,
-         size_t d_in, size_t d_out, double *y)
+project (const float *W, const float *b, const double *x, size_t n, size_t d_in,
+         size_t d_out, double *y)
 {
   for (size_t i = 0; i < n; i++) {
     const double *xi = x + i * d_in;
@@ -121,10 +121,10 @@ row_finite (const double *x, size_t d)
   return 1;
 }
 
-static void
-attend_d (const RefModel *m, const double *x, size_t n,
-          const uint8_t *key_valid, const uint8_t *query_valid,
-          const uint8_t *allow, double *out, double *weights, RefStats *st);
+static void attend_d (const RefModel *m, const double *x, size_t n,
+                      const uint8_t *key_valid, const uint8_t *query_valid,
+                      const uint8_t *allow, double *out, double *weights,
+                      RefStats *st);
 
 static double *
 to_double (const float *x, size_t n)
@@ -138,8 +138,7 @@ to_double (const float *x, size_t n)
 void
 ref_attend (const RefModel *m, const float *x, size_t n,
             const uint8_t *key_valid, const uint8_t *query_valid,
-            const uint8_t *allow, double *out, double *weights,
-            RefStats *st)
+            const uint8_t *allow, double *out, double *weights, RefStats *st)
 {
   double *xd = to_double (x, n * m->d_model);
   attend_d (m, xd, n, key_valid, query_valid, allow, out, weights, st);
@@ -159,7 +158,7 @@ layer_norm (double *y, size_t d, const float *w, const float *b, double eps)
   var /= (double) d;
   for (size_t t = 0; t < d; t++)
     y[t] = (y[t] - mean) / sqrt (var + eps) * (w ? w[t] : 1.0) +
-        (b ? b[t] : 0.0);
+           (b ? b[t] : 0.0);
 }
 
 /* out (d) = linear2 (act (linear1 (u))). */
@@ -170,7 +169,7 @@ feed_forward (const RefLayer *l, size_t d, const double *u, double *out)
   project_d (l->w1, l->b1, u, d, l->d_ff, h);
   for (size_t t = 0; t < l->d_ff; t++)
     h[t] = l->gelu ? 0.5 * h[t] * (1.0 + erf (h[t] / sqrt (2.0)))
-        : (h[t] > 0.0 ? h[t] : 0.0);
+                   : (h[t] > 0.0 ? h[t] : 0.0);
   project_d (l->w2, l->b2, h, l->d_ff, d, out);
   free (h);
 }
@@ -295,8 +294,8 @@ attend_d (const RefModel *m, const double *x, size_t n,
         double acc = 0.0;
         for (size_t c = 0; c < dh; c++)
           acc += q[c] * k[c];
-        if (m->f32_scores
-            && (fabs (acc) > FLT_MAX || fabs (acc * m->scale) > FLT_MAX))
+        if (m->f32_scores &&
+            (fabs (acc) > FLT_MAX || fabs (acc * m->scale) > FLT_MAX))
           acc = acc > 0 ? INFINITY : -INFINITY;
         else
           acc *= m->scale;
@@ -426,7 +425,7 @@ void
 ref_diff_add (RefDiff *d, double got, double want)
 {
   double e = fabs (got - want);
-  if (!(e <= d->max_abs))   /* NaN counts as the worst */
+  if (!(e <= d->max_abs)) /* NaN counts as the worst */
     d->max_abs = isnan (e) ? INFINITY : e;
   if (fabs (want) > d->max_ref)
     d->max_ref = fabs (want);

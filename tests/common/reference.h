@@ -34,7 +34,7 @@ typedef struct {
   const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
   const float *bias_k, *bias_v;
   int add_zero_attn;
-  int f32_scores;       /* scores overflow as float32 scores do (above) */
+  int f32_scores; /* scores overflow as float32 scores do (above) */
   /* Positions (0 none, 1 rope, 2 rope-interleaved, 3 alibi: the values of
    * SattnPositions), from the formula in long double:
    *   rope: theta_k = base^(-2k/d_head), angle = (pos0 + i) theta_k,
@@ -43,8 +43,8 @@ typedef struct {
    *   alibi: s_ij += -slope_h |i - j|, slope_h of Press et al. written
    *         from their recursive rule. */
   int positions;
-  double rope_base;     /* resolved (10000 for the default) */
-  uint64_t pos0;        /* absolute index of row 0 */
+  double rope_base; /* resolved (10000 for the default) */
+  uint64_t pos0;    /* absolute index of row 0 */
 } RefModel;
 
 /* Encoder layer (nn.TransformerEncoderLayer) around the model's attention:
@@ -54,8 +54,8 @@ typedef struct {
  *   LN (u) = (u - mean) / sqrt (var + eps) * w + b (biased variance). */
 typedef struct {
   size_t d_ff;
-  const float *w1, *b1, *w2, *b2;          /* PyTorch layout */
-  const float *n1w, *n1b, *n2w, *n2b;      /* NULL = 1 / 0 */
+  const float *w1, *b1, *w2, *b2;     /* PyTorch layout */
+  const float *n1w, *n1b, *n2w, *n2b; /* NULL = 1 / 0 */
   int gelu, norm_first;
   double eps;
 } RefLayer;
@@ -68,13 +68,13 @@ void ref_encoder (const RefModel *m, const RefLayer *l, const double *x,
 void ref_alibi_slopes (size_t heads, double *slopes);
 
 typedef struct {
-  size_t rows;          /* (head, valid query) rows */
-  size_t fully_masked;  /* of those, rows without a visible key */
-  size_t nonfinite;     /* NaN / inf scores among not-otherwise-hidden keys */
+  size_t rows;         /* (head, valid query) rows */
+  size_t fully_masked; /* of those, rows without a visible key */
+  size_t nonfinite;    /* NaN / inf scores among not-otherwise-hidden keys */
   double score_min, score_max; /* finite visible scaled scores */
   double lse_min, lse_max;     /* rows whose log-sum-exp is finite */
   double max_weight_sum;
-  double entropy_sum;   /* entropy / log(visible keys); 1 key: 0 */
+  double entropy_sum; /* entropy / log(visible keys); 1 key: 0 */
   /* Saturation: rows with >= 2 visible keys whose max weight exceeds the
    * threshold (`saturated`), or exceeds it by the margin 1e-6 (sat_lo) or
    * comes within 1e-6 of it (sat_hi): a float32 implementation lies in
@@ -82,7 +82,7 @@ typedef struct {
    * |max weight - threshold| (how close a row came to the line). */
   size_t saturated, sat_lo, sat_hi;
   double sat_margin;
-  double sat_threshold;  /* set by the caller before the call (0 = 0.99) */
+  double sat_threshold; /* set by the caller before the call (0 = 0.99) */
 } RefStats;
 
 size_t ref_extra_keys (const RefModel *m);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 typedef struct {
-  uint64_t s;           /* nonzero */
+  uint64_t s; /* nonzero */
 } TestRng;
 
 /* Uniform in [-1, 1) from the top 53 bits of the next state. */

@@ -53,7 +53,8 @@ fx_build (Fixture *f, TuRng *r, size_t d_model, size_t heads, unsigned flags,
     f->cfg.d_value = dv;
   }
   if (flags & FX_OUT) {
-    d_out = (flags & (FX_DIMS | FX_DK_WIDE | FX_DK_NARROW)) ? d_model + 3 : heads * dv;
+    d_out = (flags & (FX_DIMS | FX_DK_WIDE | FX_DK_NARROW)) ? d_model + 3
+                                                            : heads * dv;
     f->cfg.d_out = d_out;
   } else {
     d_out = heads * dv;
@@ -139,9 +140,10 @@ fx_free (Fixture *f)
 const char *
 fx_flags_string (unsigned flags, char *buf, size_t len)
 {
-  static const char *names[] = { "proj", "bias", "out", "bo", "unit",
-    "causal", "lookback", "pad", "allow", "biaskv", "zeroattn", "dims",
-    "dk-wide", "dk-narrow" };
+  static const char *names[] = { "proj",    "bias",     "out",      "bo",
+                                 "unit",    "causal",   "lookback", "pad",
+                                 "allow",   "biaskv",   "zeroattn", "dims",
+                                 "dk-wide", "dk-narrow" };
   size_t pos = 0;
   buf[0] = '\0';
   if (!(flags & FX_PROJ))
@@ -150,8 +152,8 @@ fx_flags_string (unsigned flags, char *buf, size_t len)
     if (!(flags & (1u << i)))
       continue;
     if (pos < len)
-      pos += (size_t) snprintf (buf + pos, len - pos, "%s%s",
-                                pos ? "+" : "", names[i]);
+      pos += (size_t) snprintf (buf + pos, len - pos, "%s%s", pos ? "+" : "",
+                                names[i]);
   }
   return buf;
 }

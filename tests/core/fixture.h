@@ -10,19 +10,19 @@
 #include "testutil.h"
 
 enum {
-  FX_PROJ = 1 << 0,     /* wq, wk, wv given (else identity) */
-  FX_BIAS = 1 << 1,     /* bq, bk, bv */
-  FX_OUT = 1 << 2,      /* wo */
-  FX_BO = 1 << 3,       /* bo */
-  FX_UNIT = 1 << 4,     /* scale = 1 (else default 1/sqrt(d_head)) */
+  FX_PROJ = 1 << 0, /* wq, wk, wv given (else identity) */
+  FX_BIAS = 1 << 1, /* bq, bk, bv */
+  FX_OUT = 1 << 2,  /* wo */
+  FX_BO = 1 << 3,   /* bo */
+  FX_UNIT = 1 << 4, /* scale = 1 (else default 1/sqrt(d_head)) */
   FX_CAUSAL = 1 << 5,
   FX_LOOKBACK = 1 << 6,
-  FX_PAD = 1 << 7,      /* key_valid / query_valid masks (one-shot) */
-  FX_ALLOW = 1 << 8,    /* arbitrary n × n mask (one-shot) */
-  FX_BIASKV = 1 << 9,   /* bias_k / bias_v */
-  FX_ZERO = 1 << 10,    /* add_zero_attn */
-  FX_DIMS = 1 << 11,    /* d_head, d_value, d_out not the defaults */
-  FX_DK_WIDE = 1 << 12, /* d_head = 2 d_model / heads (heads x d_head =
+  FX_PAD = 1 << 7,        /* key_valid / query_valid masks (one-shot) */
+  FX_ALLOW = 1 << 8,      /* arbitrary n × n mask (one-shot) */
+  FX_BIASKV = 1 << 9,     /* bias_k / bias_v */
+  FX_ZERO = 1 << 10,      /* add_zero_attn */
+  FX_DIMS = 1 << 11,      /* d_head, d_value, d_out not the defaults */
+  FX_DK_WIDE = 1 << 12,   /* d_head = 2 d_model / heads (heads x d_head =
                            2 d_model, as the seeds' d_model 8 -> d_k 16) */
   FX_DK_NARROW = 1 << 13, /* d_head = d_model / (2 heads), d_value =
                              3 d_model / heads */

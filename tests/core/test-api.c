@@ -67,9 +67,10 @@ static void
 test_status_strings (void)
 {
   tu_case_begin ("sattn_status_string for every value");
-  const SattnStatus all[] = { SATTN_OK, SATTN_E_INVAL, SATTN_E_SHAPE,
-    SATTN_E_NOMEM, SATTN_E_NONFINITE, SATTN_E_SPACE, SATTN_E_IO,
-    SATTN_E_FORMAT, SATTN_E_MISSING, SATTN_E_DTYPE };
+  const SattnStatus all[] = { SATTN_OK,      SATTN_E_INVAL,     SATTN_E_SHAPE,
+                              SATTN_E_NOMEM, SATTN_E_NONFINITE, SATTN_E_SPACE,
+                              SATTN_E_IO,    SATTN_E_FORMAT,    SATTN_E_MISSING,
+                              SATTN_E_DTYPE };
   const size_t n = sizeof all / sizeof all[0];
   for (size_t i = 0; i < n; i++) {
     const char *s = sattn_status_string (all[i]);
@@ -84,8 +85,10 @@ test_status_strings (void)
   const int odd[] = { -1, (int) SATTN_E_DTYPE + 1, 1000 };
   for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
     const char *s = sattn_status_string ((SattnStatus) odd[i]);
-    tu_check (s != NULL && s[0] != '\0', "out-of-range status %d: NULL or "
-              "empty", odd[i]);
+    tu_check (s != NULL && s[0] != '\0',
+              "out-of-range status %d: NULL or "
+              "empty",
+              odd[i]);
   }
   tu_case_end (NULL);
 }
@@ -99,14 +102,16 @@ test_free_null (void)
   SattnStats st;
   memset (&st, 0xab, sizeof st);
   sattn_stats_clear (&st);
-  tu_check (st.windows == 0 && st.frames == 0 && st.rows == 0
-            && st.masked_keys == 0 && st.invalid_frames == 0
-            && st.fully_masked_rows == 0 && st.nonfinite_scores == 0
-            && st.saturated_rows == 0 && st.max_weight_sum == 0.0
-            && st.entropy_sum == 0.0, "sattn_stats_clear left a counter set");
+  tu_check (st.windows == 0 && st.frames == 0 && st.rows == 0 &&
+                st.masked_keys == 0 && st.invalid_frames == 0 &&
+                st.fully_masked_rows == 0 && st.nonfinite_scores == 0 &&
+                st.saturated_rows == 0 && st.max_weight_sum == 0.0 &&
+                st.entropy_sum == 0.0,
+            "sattn_stats_clear left a counter set");
   tu_check (st.score_min == INFINITY && st.score_max == -INFINITY,
             "sattn_stats_clear: score range [%g, %g], want [+inf, -inf] "
-            "(none seen)", st.score_min, st.score_max);
+            "(none seen)",
+            st.score_min, st.score_max);
   tu_case_end (NULL);
 }
 
@@ -153,13 +158,13 @@ test_model_args (void)
   w.wk = wk;
   c = fx_config (8, 2);
   c.d_head = 3;
-  expect_model_fail ("wv NULL (identity) with d_value 3 (heads*3 != 8)", &c,
-                     &w, SATTN_E_SHAPE);
+  expect_model_fail ("wv NULL (identity) with d_value 3 (heads*3 != 8)", &c, &w,
+                     SATTN_E_SHAPE);
   memset (&w, 0, sizeof w);
   w.wk = wk;
   w.wv = wv;
-  expect_model_fail ("wq NULL (identity) with d_head 3 (heads*3 != 8)", &c,
-                     &w, SATTN_E_SHAPE);
+  expect_model_fail ("wq NULL (identity) with d_head 3 (heads*3 != 8)", &c, &w,
+                     SATTN_E_SHAPE);
   /* no wo: d_out must equal heads * d_value */
   c = fx_config (8, 2);
   c.d_out = 5;
@@ -171,21 +176,25 @@ test_model_args (void)
   TuRng rng;
   tu_rng_init (&rng, 7);
   const unsigned all = FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_BIASKV;
-  const char *names[] = { "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",
-                          "bias_k", "bias_v" };
+  const char *names[] = { "wq", "bq", "wk", "bk",     "wv",
+                          "bv", "wo", "bo", "bias_k", "bias_v" };
   for (int which = 0; which < 10; which++) {
     for (int kind = 0; kind < 3; kind++) {
       fx_build (&f, &rng, 8, 2, all, 0);
       sattn_model_free (f.model);
       f.model = NULL;
-      const float *ptrs[10] = { f.w.wq, f.w.bq, f.w.wk, f.w.bk, f.w.wv,
-        f.w.bv, f.w.wo, f.w.bo, f.w.bias_k, f.w.bias_v };
+      const float *ptrs[10] = {
+        f.w.wq, f.w.bq, f.w.wk, f.w.bk,     f.w.wv,
+        f.w.bv, f.w.wo, f.w.bo, f.w.bias_k, f.w.bias_v
+      };
       float *p = (float *) ptrs[which];
       const float bad = kind == 0 ? NAN : kind == 1 ? INFINITY : -INFINITY;
       p[which % 3] = bad;
       char what[64];
       snprintf (what, sizeof what, "%s contains %s", names[which],
-                kind == 0 ? "NaN" : kind == 1 ? "+Inf" : "-Inf");
+                kind == 0   ? "NaN"
+                : kind == 1 ? "+Inf"
+                            : "-Inf");
       expect_model_fail (what, &f.cfg, &f.w, SATTN_E_NONFINITE);
       fx_free (&f);
     }
@@ -219,15 +228,14 @@ test_model_resolved (void)
   SattnModel *m = sattn_model_new (&c, NULL, &st);
   if (TU_CHECK_STATUS (st, SATTN_OK, "identity 12/3") && m) {
     const SattnConfig *r = sattn_model_config (m);
-    tu_check (r->d_model == 12 && r->heads == 3 && r->d_head == 4
-              && r->d_value == 4 && r->d_out == 12,
+    tu_check (r->d_model == 12 && r->heads == 3 && r->d_head == 4 &&
+                  r->d_value == 4 && r->d_out == 12,
               "resolved d_model %zu heads %zu d_head %zu d_value %zu d_out "
-              "%zu, want 12 3 4 4 12", r->d_model, r->heads, r->d_head,
-              r->d_value, r->d_out);
+              "%zu, want 12 3 4 4 12",
+              r->d_model, r->heads, r->d_head, r->d_value, r->d_out);
     tu_check (fabs (r->scale - 0.5) <= 1e-7, "resolved scale %.9g, want 0.5",
               r->scale);
-    tu_check (sattn_model_d_out (m) == 12, "d_out %zu",
-              sattn_model_d_out (m));
+    tu_check (sattn_model_d_out (m) == 12, "d_out %zu", sattn_model_d_out (m));
     tu_check (sattn_model_extra_keys (m) == 0, "extra keys %zu",
               sattn_model_extra_keys (m));
   }
@@ -247,8 +255,9 @@ test_model_resolved (void)
                 "extra keys %zu, want %zu", sattn_model_extra_keys (f.model),
                 want_extra[i]);
       const SattnConfig *r = sattn_model_config (f.model);
-      tu_check (r->d_head == f.ref.d_head && r->d_value == f.ref.d_value
-                && r->d_out == f.ref.d_out, "resolved dims");
+      tu_check (r->d_head == f.ref.d_head && r->d_value == f.ref.d_value &&
+                    r->d_out == f.ref.d_out,
+                "resolved dims");
       tu_check (fabs (r->scale - f.ref.scale) <= 1e-7 * f.ref.scale,
                 "resolved scale %.9g, want %.9g", r->scale, f.ref.scale);
     }
@@ -275,10 +284,11 @@ test_weights_copied (void)
         f.bufs[i][0] = NAN, f.bufs[i][1] = 1e30f;
     SattnStatus s2 = sattn_attend (f.model, x, 5, NULL, b, NULL, NULL);
     TU_CHECK_STATUS (s1, SATTN_OK, "attend before");
-    TU_CHECK_STATUS (s2, SATTN_OK, "attend after changing the caller's "
+    TU_CHECK_STATUS (s2, SATTN_OK,
+                     "attend after changing the caller's "
                      "weights");
     tu_check (memcmp (a, b, sizeof a) == 0, "output changed with the "
-              "caller's weights");
+                                            "caller's weights");
   }
   fx_free (&f);
   tu_case_end (NULL);
@@ -312,7 +322,8 @@ test_stream_args (void)
 {
   SattnConfig c = fx_config (4, 2);
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
-  SattnStreamConfig sc = { .window = 4, .hop = 2,
+  SattnStreamConfig sc = { .window = 4,
+                           .hop = 2,
                            .output = SATTN_OUTPUT_FRAMES,
                            .start = SATTN_START_PAD,
                            .invalid_policy = SATTN_INVALID_MASK,
@@ -413,9 +424,11 @@ test_overflow (void)
   SattnModel *m = sattn_model_new (&c, NULL, &st);
   tu_check (m != NULL || st == SATTN_E_NOMEM,
             "identity, d_model SIZE_MAX/2+2: %s, want a model (no storage "
-            "needed) or SATTN_E_NOMEM", sattn_status_string (st));
+            "needed) or SATTN_E_NOMEM",
+            sattn_status_string (st));
   if (m) {
-    SattnStreamConfig sc = { .window = 2, .hop = 1,
+    SattnStreamConfig sc = { .window = 2,
+                             .hop = 1,
                              .output = SATTN_OUTPUT_FRAMES,
                              .start = SATTN_START_PAD,
                              .invalid_policy = SATTN_INVALID_MASK,
@@ -430,7 +443,8 @@ test_overflow (void)
   c = fx_config (8, 2);
   m = sattn_model_new (&c, NULL, &st);
   if (m) {
-    SattnStreamConfig sc = { .window = SIZE_MAX / 4, .hop = 1,
+    SattnStreamConfig sc = { .window = SIZE_MAX / 4,
+                             .hop = 1,
                              .output = SATTN_OUTPUT_WINDOW,
                              .start = SATTN_START_PAD,
                              .invalid_policy = SATTN_INVALID_MASK,
@@ -473,8 +487,8 @@ test_struct_size (void)
     sattn_model_free (m);
   }
   c.struct_size = 8;
-  TU_CHECK_STATUS (sattn_model_check (&c, NULL, err, sizeof err),
-                   SATTN_E_INVAL, "struct_size 8");
+  TU_CHECK_STATUS (sattn_model_check (&c, NULL, err, sizeof err), SATTN_E_INVAL,
+                   "struct_size 8");
   tu_check (strstr (err, "SattnConfig.struct_size=8") != NULL,
             "words for struct_size 8: \"%s\"", err);
   m = sattn_model_new (&c, NULL, &st);
@@ -503,8 +517,8 @@ test_struct_size (void)
   SattnWeights w = { .add_zero_attn = 1 };
   c = fx_config (8, 2);
   m = sattn_model_new (&c, &w, &st);
-  tu_check (m != NULL && sattn_model_extra_keys (m) == 1,
-            "struct_size 0: %s", sattn_status_string (st));
+  tu_check (m != NULL && sattn_model_extra_keys (m) == 1, "struct_size 0: %s",
+            sattn_status_string (st));
   sattn_model_free (m);
   w.struct_size = sizeof w;
   m = sattn_model_new (&c, &w, &st);
@@ -512,10 +526,10 @@ test_struct_size (void)
             "struct_size sizeof: %s", sattn_status_string (st));
   sattn_model_free (m);
   w.struct_size = sizeof (void *);
-  TU_CHECK_STATUS (sattn_model_check (&c, &w, err, sizeof err),
-                   SATTN_E_INVAL, "SattnWeights.struct_size too small");
-  tu_check (strstr (err, "SattnWeights.struct_size") != NULL,
-            "words: \"%s\"", err);
+  TU_CHECK_STATUS (sattn_model_check (&c, &w, err, sizeof err), SATTN_E_INVAL,
+                   "SattnWeights.struct_size too small");
+  tu_check (strstr (err, "SattnWeights.struct_size") != NULL, "words: \"%s\"",
+            err);
   memset (&bigw, 0, sizeof bigw);
   bigw.w.struct_size = sizeof bigw;
   bigw.w.add_zero_attn = 1;
@@ -563,13 +577,16 @@ test_struct_size (void)
   bigs.sc.hop = 2;
   bigs.sc.threads = 1;
   s = sattn_stream_new (m, &bigs.sc, &st);
-  tu_check (s != NULL, "a larger SattnStreamConfig with zero extra bytes: "
-            "%s", sattn_status_string (st));
+  tu_check (s != NULL,
+            "a larger SattnStreamConfig with zero extra bytes: "
+            "%s",
+            sattn_status_string (st));
   sattn_stream_free (s);
   bigs.b[sizeof bigs - 1] = 1;
   s = sattn_stream_new (m, &bigs.sc, &st);
   tu_check (s == NULL, "a stream of a larger struct with a field set");
-  TU_CHECK_STATUS (st, SATTN_E_INVAL, "a larger SattnStreamConfig with a "
+  TU_CHECK_STATUS (st, SATTN_E_INVAL,
+                   "a larger SattnStreamConfig with a "
                    "field set");
   sattn_stream_free (s);
   sattn_model_free (m);

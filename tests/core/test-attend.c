@@ -37,8 +37,8 @@ static const unsigned variants[] = {
   FX_UNIT | FX_ALLOW | FX_LOOKBACK,
   FX_PROJ | FX_BIAS | FX_BIASKV | FX_ZERO | FX_CAUSAL | FX_PAD,
   FX_PROJ | FX_OUT | FX_DIMS | FX_ALLOW | FX_UNIT,
-  FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_UNIT | FX_CAUSAL | FX_LOOKBACK
-      | FX_PAD | FX_ALLOW | FX_BIASKV | FX_ZERO,
+  FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_UNIT | FX_CAUSAL | FX_LOOKBACK |
+      FX_PAD | FX_ALLOW | FX_BIASKV | FX_ZERO,
   FX_BIAS | FX_BO | FX_BIASKV | FX_PAD | FX_CAUSAL | FX_LOOKBACK,
   /* heads x d_head != d_model: wider and narrower than the frame */
   FX_PROJ | FX_BIAS | FX_DK_WIDE | FX_CAUSAL | FX_BIASKV | FX_ZERO,
@@ -60,8 +60,8 @@ static double worst_frac_out, worst_frac_w, worst_k = 1.0;
  * weight / entropy figures are compared only when every row sees every key
  * (no masks, no extra keys) so that "valid keys" has one meaning. */
 static void
-check_stats (const SattnStats *s, const RefStats *r, const Fixture *f,
-             size_t n, const uint8_t *kv, const uint8_t *qv, unsigned flags)
+check_stats (const SattnStats *s, const RefStats *r, const Fixture *f, size_t n,
+             const uint8_t *kv, const uint8_t *qv, unsigned flags)
 {
   size_t H = f->ref.heads, masked = 0, nq = 0;
   for (size_t j = 0; j < n; j++) {
@@ -85,8 +85,8 @@ check_stats (const SattnStats *s, const RefStats *r, const Fixture *f,
             "stats.rows %llu, want within [%zu, %zu]",
             (unsigned long long) s->rows, H * nq, H * n);
 
-  if (flags & (FX_PAD | FX_ALLOW | FX_CAUSAL | FX_LOOKBACK | FX_BIASKV
-               | FX_ZERO))
+  if (flags &
+      (FX_PAD | FX_ALLOW | FX_CAUSAL | FX_LOOKBACK | FX_BIASKV | FX_ZERO))
     return;
   tu_check (s->rows == H * n, "stats.rows %llu, want %zu",
             (unsigned long long) s->rows, H * n);
@@ -121,8 +121,8 @@ run_case (TuRng *rng, size_t di, size_t heads, size_t n, size_t vi)
   size_t lookback = tu_rng_range (rng, 1, n / 3 > 1 ? n / 3 : 1);
 
   clock_t t0 = clock ();
-  tu_case_begin ("attend d_model=%zu heads=%zu n=%zu v%zu[%s]", d, heads, n,
-                 vi, fx_flags_string (flags, fs, sizeof fs));
+  tu_case_begin ("attend d_model=%zu heads=%zu n=%zu v%zu[%s]", d, heads, n, vi,
+                 fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
   SattnStatus st = fx_build (&f, rng, d, heads, flags, lookback);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "sattn_model_new")) {
@@ -132,8 +132,9 @@ run_case (TuRng *rng, size_t di, size_t heads, size_t n, size_t vi)
   }
   const size_t ne = ref_extra_keys (&f.ref), nk = n + ne;
   const size_t d_out = f.ref.d_out;
-  tu_check (sattn_model_d_out (f.model) == d_out, "sattn_model_d_out %zu, want %zu",
-            sattn_model_d_out (f.model), d_out);
+  tu_check (sattn_model_d_out (f.model) == d_out,
+            "sattn_model_d_out %zu, want %zu", sattn_model_d_out (f.model),
+            d_out);
   tu_check (sattn_model_extra_keys (f.model) == ne,
             "sattn_model_extra_keys %zu, want %zu",
             sattn_model_extra_keys (f.model), ne);
@@ -171,8 +172,8 @@ run_case (TuRng *rng, size_t di, size_t heads, size_t n, size_t vi)
   SattnMask mask = { kv, qv, allow };
   SattnStats stats;
   sattn_stats_clear (&stats);
-  st = sattn_attend (f.model, x, n, (kv || qv || allow) ? &mask : NULL, out,
-                     w, &stats);
+  st = sattn_attend (f.model, x, n, (kv || qv || allow) ? &mask : NULL, out, w,
+                     &stats);
   TU_CHECK_STATUS (st, SATTN_OK, "sattn_attend");
 
   RefStats rs;
@@ -192,11 +193,10 @@ run_case (TuRng *rng, size_t di, size_t heads, size_t n, size_t vi)
   double wbound = k * WEIGHT_BOUND;
   tu_check (e.nonfinite == 0, "%zu non-finite outputs", e.nonfinite);
   tu_check (nmse <= NMSE_BOUND, "output NMSE %.3e > %.0e", nmse, NMSE_BOUND);
-  tu_check (e.max_abs <= bound, "output max-abs %.3e > %.3e", e.max_abs,
-            bound);
+  tu_check (e.max_abs <= bound, "output max-abs %.3e > %.3e", e.max_abs, bound);
   tu_check (ew.nonfinite == 0, "%zu non-finite weights", ew.nonfinite);
-  tu_check (ew.max_abs <= wbound, "weights max-abs %.3e > %.2e",
-            ew.max_abs, wbound);
+  tu_check (ew.max_abs <= wbound, "weights max-abs %.3e > %.2e", ew.max_abs,
+            wbound);
   if (st == SATTN_OK)
     check_stats (&stats, &rs, &f, n, kv, qv, flags);
 
@@ -205,8 +205,8 @@ run_case (TuRng *rng, size_t di, size_t heads, size_t n, size_t vi)
     float *out2 = malloc (n * d_out * sizeof *out2);
     if (!out2)
       abort ();
-    st = sattn_attend (f.model, x, n, (kv || qv || allow) ? &mask : NULL,
-                       out2, NULL, NULL);
+    st = sattn_attend (f.model, x, n, (kv || qv || allow) ? &mask : NULL, out2,
+                       NULL, NULL);
     TU_CHECK_STATUS (st, SATTN_OK, "sattn_attend without weights/stats");
     tu_check (memcmp (out, out2, n * d_out * sizeof *out) == 0,
               "output differs when weights/stats are not requested");
@@ -220,7 +220,8 @@ run_case (TuRng *rng, size_t di, size_t heads, size_t n, size_t vi)
   tu_worst_add (&worst_all, &e);
   tu_worst_add (&worst_w, &ew);
   tu_case_end ("nmse=%.2e maxabs=%.2e (bound %.1e) w_maxabs=%.2e (bound "
-               "%.1e) cpu=%.2fs", nmse, e.max_abs, bound, ew.max_abs, wbound,
+               "%.1e) cpu=%.2fs",
+               nmse, e.max_abs, bound, ew.max_abs, wbound,
                (double) (clock () - t0) / CLOCKS_PER_SEC);
 
   free (x);
@@ -252,8 +253,8 @@ main (void)
         /* Reference cost ~ projections + scores + P.V + the per-entry
          * softmax work (exp, masks, weights); run every variant on cheap
          * shapes and a rotating sample on the costly ones. */
-        double cost = (double) n * d * 4.0 * d + 2.0 * n * n * d
-            + 40.0 * n * n * h;
+        double cost = (double) n * d * 4.0 * d + 2.0 * n * n * d +
+                      40.0 * n * n * h;
         size_t k = cost <= 4e7 ? N_VARIANTS : cost <= 2.5e8 ? 3 : 1;
         size_t start = (combo * 5) % N_VARIANTS;
         for (size_t t = 0; t < k; t++)
@@ -279,6 +280,7 @@ main (void)
           "weights max-abs <= %.0e * k, k = max(1, max|score|/10)\n",
           NMSE_BOUND, MAXABS_REL_BOUND, WEIGHT_BOUND);
   printf ("largest k=%.2f; worst max-abs / bound: output %.2f, weights "
-          "%.2f\n", worst_k, worst_frac_out, worst_frac_w);
+          "%.2f\n",
+          worst_k, worst_frac_out, worst_frac_w);
   return tu_summary ("test-attend");
 }

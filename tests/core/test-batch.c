@@ -48,10 +48,8 @@ static const Geo geos[] = {
     SATTN_POSITIONS_NONE },
   { "causal-odd", 40, 2, 9, 3, FX_PROJ | FX_OUT | FX_CAUSAL | FX_DIMS, 500,
     SATTN_POSITIONS_NONE },
-  { "qkv-only", 48, 3, 12, 1, FX_PROJ | FX_BIAS, 500,
-    SATTN_POSITIONS_NONE },
-  { "out-only", 48, 3, 12, 2, FX_OUT | FX_BO, 500,
-    SATTN_POSITIONS_NONE },
+  { "qkv-only", 48, 3, 12, 1, FX_PROJ | FX_BIAS, 500, SATTN_POSITIONS_NONE },
+  { "out-only", 48, 3, 12, 2, FX_OUT | FX_BO, 500, SATTN_POSITIONS_NONE },
   /* RoPE rotates Q and K after the projection (a staged row too). */
   { "rope-hop1", 64, 4, 16, 1, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 500,
     SATTN_POSITIONS_ROPE },
@@ -102,8 +100,9 @@ run_stream (SattnModel *model, int threads, const Geo *g,
       k = total - pos;
     size_t got = 0;
     st = sattn_stream_push (s, x + pos * d, k, valid + pos,
-                            r->rows + r->n_rows * d_out, total + g->n -
-                            r->n_rows, r->info + r->n_rows, &got);
+                            r->rows + r->n_rows * d_out,
+                            total + g->n - r->n_rows, r->info + r->n_rows,
+                            &got);
     r->n_rows += got;
     if (st != SATTN_OK) {
       r->last = st;
@@ -123,8 +122,7 @@ same_runs (const Run *a, const Run *b, size_t d_out, const char *what)
   int ok = tu_check (a->n_rows == b->n_rows, "%s: %zu vs %zu rows", what,
                      a->n_rows, b->n_rows);
   ok &= tu_check (a->last == b->last, "%s: status %s vs %s", what,
-                  sattn_status_string (a->last),
-                  sattn_status_string (b->last));
+                  sattn_status_string (a->last), sattn_status_string (b->last));
   if (!ok)
     return 0;
   ok &= tu_check (memcmp (a->rows, b->rows,
@@ -152,7 +150,8 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
   Fixture f;
   tu_rng_init (&rng, seed);
   tu_case_begin ("batched = per-hop bytes: %s (d %zu, n %zu, hop %zu, %s), "
-                 "invalid %s", g->name, g->d, g->n, g->h,
+                 "invalid %s",
+                 g->name, g->d, g->n, g->h,
                  fx_flags_string (g->flags, fl, sizeof fl), pol_names[pol]);
   if (fx_build (&f, &rng, g->d, g->heads, g->flags, 0) != SATTN_OK) {
     tu_check (0, "fixture");
@@ -176,7 +175,7 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
     valid[i] = tu_rng_range (&rng, 0, 30) != 0;
     if (pol == SATTN_INVALID_ERROR) {
       if (i == total - total / 5)
-        x[i * d + d / 2] = NAN;        /* the one bad frame */
+        x[i * d + d / 2] = NAN; /* the one bad frame */
       continue;
     }
     size_t k = tu_rng_range (&rng, 0, 40);
@@ -186,9 +185,9 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
       x[i * d] = INFINITY;
     else if (k == 2)
       for (size_t t = 0; t < d; t++)
-        x[i * d + t] *= 1e19f;         /* scores overflow */
+        x[i * d + t] *= 1e19f; /* scores overflow */
     else if (k == 3)
-      for (size_t t = 0; t < d; t++)   /* projections overflow */
+      for (size_t t = 0; t < d; t++) /* projections overflow */
         x[i * d + t] = x[i * d + t] < 0.0f ? -3e38f : 3e38f;
   }
   Run a, b, c, e;
@@ -211,10 +210,14 @@ run_geo (const Geo *g, SattnInvalidPolicy pol, uint64_t seed)
     same_runs (&a, &c, rf, "per hop vs batched, threads=2");
     same_runs (&a, &e, rf, "per hop, threads=1 vs 2");
   }
-  free (e.rows); free (e.info);
-  free (a.rows); free (a.info);
-  free (b.rows); free (b.info);
-  free (c.rows); free (c.info);
+  free (e.rows);
+  free (e.info);
+  free (a.rows);
+  free (a.info);
+  free (b.rows);
+  free (b.info);
+  free (c.rows);
+  free (c.info);
 done:
   free (x);
   free (valid);

@@ -28,7 +28,7 @@
 #define MAXABS_REL 2e-5
 
 static const char *pos_names[] = { "none", "rope", "rope-interleaved",
-  "alibi" };
+                                   "alibi" };
 
 typedef struct {
   Fixture f;
@@ -77,8 +77,9 @@ enc_build (Enc *e, TuRng *r, size_t d, size_t heads, unsigned flags,
   e->f.cfg.positions = pos;
   e->f.ref.positions = (int) pos;
   e->f.ref.rope_base = 10000.0;
-  e->l = (RefLayer) { dff, w->w1, w->b1, w->w2, w->b2, w->norm1_w,
-    w->norm1_b, w->norm2_w, w->norm2_b, gelu, norm_first, 1e-5 };
+  e->l = (RefLayer){ dff,        w->w1,      w->b1,      w->w2,
+                     w->b2,      w->norm1_w, w->norm1_b, w->norm2_w,
+                     w->norm2_b, gelu,       norm_first, 1e-5 };
   e->f.model = sattn_model_new (&e->f.cfg, w, &st);
   return e->f.model ? SATTN_OK : st;
 }
@@ -118,46 +119,47 @@ static void
 test_attend (TuRng *r)
 {
   for (int g = 0; g < 2; g++)
-  for (int pos = 0; pos <= 3; pos += 1)
-    for (int v = 0; v < (g == 0 ? 16 : 4); v++) {
-      const size_t H = g == 0 ? 4 : 2, d = g == 0 ? 32 : 20, n = 29;
-      int gelu = v & 1, nf = (v >> 1) & 1, mask = (v >> 2) & 3;
-      int affine = v % 5 != 4;
-      unsigned flags = FX_PROJ | FX_BIAS | FX_OUT | FX_BO;
-      if (mask & 1)
-        flags |= FX_CAUSAL;
-      if (mask & 2)
-        flags |= FX_LOOKBACK;
-      Enc e;
-      char fl[128];
-      tu_case_begin ("attend%s %s %s %s %s%s", g == 0 ? "" : " d_model 20",
-                     pos_names[pos],
-                     nf ? "pre-norm" : "post-norm", gelu ? "gelu" : "relu",
-                     fx_flags_string (flags, fl, sizeof fl),
-                     affine ? "" : " no-affine");
-      SattnStatus st = enc_build (&e, r, d, H, flags, 6, (SattnPositions) pos,
-                                  gelu, nf, affine);
-      TuErr err;
-      tu_err_clear (&err);
-      if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
-        float *x = malloc (n * d * sizeof (float));
-        float *out = malloc (n * d * sizeof (float));
-        double *ref = malloc (n * d * sizeof (double));
-        tu_fill_normal (r, x, n * d, 1.0);
-        TU_CHECK_STATUS (sattn_attend (e.f.model, x, n, NULL, out, NULL,
-                                       NULL), SATTN_OK, "attend");
-        double *xd = to_double (x, n * d);
-        ref_encoder (&e.f.ref, &e.l, xd, n, ref);
-        tu_err_add_f (&err, out, ref, n * d);
-        check_err (&err, "out");
-        free (x);
-        free (out);
-        free (ref);
-        free (xd);
+    for (int pos = 0; pos <= 3; pos += 1)
+      for (int v = 0; v < (g == 0 ? 16 : 4); v++) {
+        const size_t H = g == 0 ? 4 : 2, d = g == 0 ? 32 : 20, n = 29;
+        int gelu = v & 1, nf = (v >> 1) & 1, mask = (v >> 2) & 3;
+        int affine = v % 5 != 4;
+        unsigned flags = FX_PROJ | FX_BIAS | FX_OUT | FX_BO;
+        if (mask & 1)
+          flags |= FX_CAUSAL;
+        if (mask & 2)
+          flags |= FX_LOOKBACK;
+        Enc e;
+        char fl[128];
+        tu_case_begin ("attend%s %s %s %s %s%s", g == 0 ? "" : " d_model 20",
+                       pos_names[pos], nf ? "pre-norm" : "post-norm",
+                       gelu ? "gelu" : "relu",
+                       fx_flags_string (flags, fl, sizeof fl),
+                       affine ? "" : " no-affine");
+        SattnStatus st = enc_build (&e, r, d, H, flags, 6, (SattnPositions) pos,
+                                    gelu, nf, affine);
+        TuErr err;
+        tu_err_clear (&err);
+        if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
+          float *x = malloc (n * d * sizeof (float));
+          float *out = malloc (n * d * sizeof (float));
+          double *ref = malloc (n * d * sizeof (double));
+          tu_fill_normal (r, x, n * d, 1.0);
+          TU_CHECK_STATUS (sattn_attend (e.f.model, x, n, NULL, out, NULL,
+                                         NULL),
+                           SATTN_OK, "attend");
+          double *xd = to_double (x, n * d);
+          ref_encoder (&e.f.ref, &e.l, xd, n, ref);
+          tu_err_add_f (&err, out, ref, n * d);
+          check_err (&err, "out");
+          free (x);
+          free (out);
+          free (ref);
+          free (xd);
+        }
+        tu_case_end ("max-abs %.3g nmse %.3g", err.max_abs, tu_err_nmse (&err));
+        enc_free (&e);
       }
-      tu_case_end ("max-abs %.3g nmse %.3g", err.max_abs, tu_err_nmse (&err));
-      enc_free (&e);
-    }
 }
 
 /* Frames-mode stream from frame p0 (pushes of varying size), T rows. */
@@ -166,8 +168,9 @@ run_stream (SattnModel *m, int threads, size_t n, size_t h,
             SattnOutputMode mode, uint64_t p0, const float *x, size_t T,
             size_t d, TuRng *r, float *rows, size_t *n_rows)
 {
-  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
-                           .threads = threads };
+  SattnStreamConfig sc = {
+    .window = n, .hop = h, .output = mode, .threads = threads
+  };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "stream_new"))
@@ -181,8 +184,8 @@ run_stream (SattnModel *m, int threads, size_t n, size_t h,
     if (k > T - i)
       k = T - i;
     size_t nr = 0;
-    st = sattn_stream_push (s, x + i * d, k, NULL, rows + got * rf,
-                            cap - got, NULL, &nr);
+    st = sattn_stream_push (s, x + i * d, k, NULL, rows + got * rf, cap - got,
+                            NULL, &nr);
     ok &= TU_CHECK_STATUS (st, SATTN_OK, "push");
     got += nr;
     i += k;
@@ -212,9 +215,10 @@ test_stream (TuRng *r)
       tu_case_begin ("stream %s %s %s causal lookback=%zu hop=%zu from 1e9",
                      pos_names[pos], nf ? "pre-norm" : "post-norm",
                      gelu ? "gelu" : "relu", L, hop);
-      SattnStatus st = enc_build (&e, r, d, H, FX_PROJ | FX_BIAS | FX_OUT |
-                                  FX_BO | FX_CAUSAL | FX_LOOKBACK, L,
-                                  (SattnPositions) pos, gelu, nf, 1);
+      SattnStatus st = enc_build (&e, r, d, H,
+                                  FX_PROJ | FX_BIAS | FX_OUT | FX_BO |
+                                      FX_CAUSAL | FX_LOOKBACK,
+                                  L, (SattnPositions) pos, gelu, nf, 1);
       TuErr err;
       tu_err_clear (&err);
       if (TU_CHECK_STATUS (st, SATTN_OK, "model")) {
@@ -259,7 +263,8 @@ test_mean (TuRng *r)
     tu_fill_normal (r, x, T * d, 1.0);
     size_t got = 0;
     if (run_stream (e.f.model, 1, n, n, SATTN_OUTPUT_MEAN, 0, x, T, d, NULL,
-                    rows, &got) && tu_check (got == T / n, "rows %zu", got)) {
+                    rows, &got) &&
+        tu_check (got == T / n, "rows %zu", got)) {
       for (size_t b = 0; b < T / n; b++) {
         double *xd = to_double (x + b * n * d, n * d);
         e.f.ref.pos0 = b * n;
@@ -295,16 +300,17 @@ test_threads (TuRng *r)
     Enc e;
     TuRng wr;
     tu_rng_init (&wr, 99);
-    SattnStatus st = enc_build (&e, &wr, d, H, FX_PROJ | FX_BIAS | FX_OUT |
-                                FX_CAUSAL | FX_LOOKBACK, L,
-                                SATTN_POSITIONS_ROPE, 1, nf, 1);
+    SattnStatus st = enc_build (&e, &wr, d, H,
+                                FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL |
+                                    FX_LOOKBACK,
+                                L, SATTN_POSITIONS_ROPE, 1, nf, 1);
     TU_CHECK_STATUS (st, SATTN_OK, "model");
     for (int t = 0; t < 3; t++) {
       size_t got = 0;
       rows[t] = calloc ((T + L + h) * d, sizeof (float));
       if (st == SATTN_OK)
-        run_stream (e.f.model, t + 1, L + h, h, SATTN_OUTPUT_FRAMES, 0, x, T,
-                    d, NULL, rows[t], &got);
+        run_stream (e.f.model, t + 1, L + h, h, SATTN_OUTPUT_FRAMES, 0, x, T, d,
+                    NULL, rows[t], &got);
     }
     enc_free (&e);
     tu_check_threads_identical (rows, 3, T * d);
@@ -401,14 +407,25 @@ test_overflow_parts (void)
     if (cases[c].part == SATTN_PART_RESIDUAL)
       for (size_t i = 0; i < T * D; i++)
         x[i] = i % 2 ? -2e38f : 2e38f;
-    SattnConfig cfg = { .d_model = D, .heads = 1, .d_out = D, .encoder = 1,
-      .d_ff = FF,
-      .norm_first = cases[c].norm_first };
-    SattnWeights w = { .wo = wo, .w1 = w1, .b1 = b1, .w2 = w2, .b2 = b2,
-      .norm1_w = n1, .norm1_b = n1, .norm2_w = n2, .norm2_b = n2 };
+    SattnConfig cfg = { .d_model = D,
+                        .heads = 1,
+                        .d_out = D,
+                        .encoder = 1,
+                        .d_ff = FF,
+                        .norm_first = cases[c].norm_first };
+    SattnWeights w = { .wo = wo,
+                       .w1 = w1,
+                       .b1 = b1,
+                       .w2 = w2,
+                       .b2 = b2,
+                       .norm1_w = n1,
+                       .norm1_b = n1,
+                       .norm2_w = n2,
+                       .norm2_b = n2 };
     /* threads 1 and 2 in turn: the layer runs on the workers too */
-    SattnStreamConfig sc = { .window = 4, .hop = 4,
-      .threads = 1 + (int) (c % 2) };
+    SattnStreamConfig sc = { .window = 4,
+                             .hop = 4,
+                             .threads = 1 + (int) (c % 2) };
     SattnStatus st;
     SattnModel *m = sattn_model_new (&cfg, &w, &st);
     SattnStream *s = m ? sattn_stream_new (m, &sc, &st) : NULL;
@@ -441,8 +458,9 @@ test_overflow_parts (void)
               "frames counted as invalid");
     for (size_t p = 0; p < SATTN_PART_COUNT + 2; p++)
       tu_check (parts[p] == (p == (size_t) cases[c].part ? T : 0),
-                "%s: %llu rows, expected them in %s", sattn_part_string (
-                  (SattnPart) p), (unsigned long long) parts[p],
+                "%s: %llu rows, expected them in %s",
+                sattn_part_string ((SattnPart) p),
+                (unsigned long long) parts[p],
                 sattn_part_string (cases[c].part));
     /* cleared with the statistics */
     st = sattn_stream_overflow_parts (s, parts, SATTN_PART_COUNT);

@@ -85,8 +85,7 @@ run_attend (const Fixture *f, const ExCase *c, ExResult *r)
     r->w[i] = NAN;
   SattnMask mask = { c->kv, c->qv, c->allow };
   sattn_stats_clear (&r->stats);
-  r->status = sattn_attend (f->model, c->x, n, &mask, r->out, r->w,
-                            &r->stats);
+  r->status = sattn_attend (f->model, c->x, n, &mask, r->out, r->w, &r->stats);
   TU_CHECK_STATUS (r->status, SATTN_OK, "sattn_attend");
   /* Without statistics (and weights) the rows take the other softmax
    * entry where they can (the max from Q·Kᵀ, NaN scores found in the
@@ -156,33 +155,40 @@ check_props (const Fixture *f, const ExCase *c, const ExResult *r)
         sum += wr[j];
       }
       if (row_bad && bad_w++ < 5)
-        tu_check (0, "head %zu row %zu: weight not finite, out of [0,1] or "
-                  "nonzero on a hidden key", h, i);
+        tu_check (0,
+                  "head %zu row %zu: weight not finite, out of [0,1] or "
+                  "nonzero on a hidden key",
+                  h, i);
       if (!qvalid) {
-        tu_check (sum == 0.0, "head %zu row %zu: invalid query, weights "
-                  "sum %.9g, want 0", h, i, sum);
+        tu_check (sum == 0.0,
+                  "head %zu row %zu: invalid query, weights "
+                  "sum %.9g, want 0",
+                  h, i, sum);
         continue;
       }
-      int zero_ok = !qfinite || nvis == 0
-          || c->nan_scores_possible == 2
-          || (c->nan_scores_possible == 1 && !self_visible);
+      int zero_ok = !qfinite || nvis == 0 || c->nan_scores_possible == 2 ||
+                    (c->nan_scores_possible == 1 && !self_visible);
       if (sum == 0.0) {
         zero_rows_hi++;
         if (qfinite)
           zero_rows_lo++;
-        tu_check (zero_ok, "head %zu row %zu: all-zero weights but the row "
-                  "has %zu visible keys", h, i, nvis);
+        tu_check (zero_ok,
+                  "head %zu row %zu: all-zero weights but the row "
+                  "has %zu visible keys",
+                  h, i, nvis);
       } else {
         tu_check (fabs (sum - 1.0) <= SUM_TOL,
                   "head %zu row %zu: weights sum to %.9g", h, i, sum);
       }
       if (nvis == 0)
-        tu_check (sum == 0.0, "head %zu row %zu: no visible key, weights "
-                  "sum %.9g, want 0", h, i, sum);
+        tu_check (sum == 0.0,
+                  "head %zu row %zu: no visible key, weights "
+                  "sum %.9g, want 0",
+                  h, i, sum);
     }
   }
-  tu_check (r->stats.fully_masked_rows >= zero_rows_lo
-            && r->stats.fully_masked_rows <= zero_rows_hi,
+  tu_check (r->stats.fully_masked_rows >= zero_rows_lo &&
+                r->stats.fully_masked_rows <= zero_rows_hi,
             "stats.fully_masked_rows %llu, want within [%zu, %zu] (the "
             "zero weight rows)",
             (unsigned long long) r->stats.fully_masked_rows, zero_rows_lo,
@@ -241,8 +247,8 @@ check_ref (const Fixture *f, const ExCase *c, const ExResult *r,
               ew.max_abs, wbound);
   tu_worst_add (&worst_ref, &e);
   printf ("     vs float64 reference: NMSE=%.2e max-abs=%.2e (bound %.1e) "
-          "weights max-abs=%.2e (bound %.1e)\n", nmse, e.max_abs, bound,
-          ew.max_abs, wbound);
+          "weights max-abs=%.2e (bound %.1e)\n",
+          nmse, e.max_abs, bound, ew.max_abs, wbound);
   free (ro);
   free (rw);
 }
@@ -273,11 +279,11 @@ random_mask (TuRng *rng, size_t n, double p_valid, size_t lead)
 /* A case's model (fx_build): 0, with the case ended as failed, when it
  * cannot be built. */
 static int
-case_fixture (Fixture *f, TuRng *rng, size_t d, size_t heads,
-              unsigned flags, size_t lookback)
+case_fixture (Fixture *f, TuRng *rng, size_t d, size_t heads, unsigned flags,
+              size_t lookback)
 {
-  if (TU_CHECK_STATUS (fx_build (f, rng, d, heads, flags, lookback),
-                       SATTN_OK, "sattn_model_new"))
+  if (TU_CHECK_STATUS (fx_build (f, rng, d, heads, flags, lookback), SATTN_OK,
+                       "sattn_model_new"))
     return 1;
   tu_case_end (NULL);
   return 0;
@@ -299,8 +305,8 @@ case_big (TuRng *rng, double amp, size_t d, size_t heads, unsigned flags,
           size_t n, int expect_nonfinite_scores)
 {
   char fs[160];
-  tu_case_begin ("big inputs |x|~%.0e d_model=%zu heads=%zu n=%zu [%s]", amp,
-                 d, heads, n, fx_flags_string (flags, fs, sizeof fs));
+  tu_case_begin ("big inputs |x|~%.0e d_model=%zu heads=%zu n=%zu [%s]", amp, d,
+                 heads, n, fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
   if (!case_fixture (&f, rng, d, heads, flags, 3))
     return;
@@ -316,7 +322,8 @@ case_big (TuRng *rng, double amp, size_t d, size_t heads, unsigned flags,
   ExResult r;
   run_case (&f, &c, &r);
   if (expect_nonfinite_scores)
-    tu_check (r.stats.nonfinite_scores > 0, "stats.nonfinite_scores is 0, "
+    tu_check (r.stats.nonfinite_scores > 0,
+              "stats.nonfinite_scores is 0, "
               "but products of two 1e30 floats overflow single precision");
   tu_case_end ("nonfinite_scores=%llu fully_masked_rows=%llu",
                (unsigned long long) r.stats.nonfinite_scores,
@@ -363,8 +370,8 @@ case_near_flt_max (TuRng *rng, size_t d, size_t heads, unsigned flags)
 {
   char fs[160];
   const size_t n = 33;
-  tu_case_begin ("identity |x| up to 1e38 d_model=%zu heads=%zu [%s]", d,
-                 heads, fx_flags_string (flags, fs, sizeof fs));
+  tu_case_begin ("identity |x| up to 1e38 d_model=%zu heads=%zu [%s]", d, heads,
+                 fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
   if (!case_fixture (&f, rng, d, heads, flags, 4))
     return;
@@ -396,8 +403,8 @@ case_huge_values_equal_scores (TuRng *rng, size_t d, size_t heads,
 {
   char fs[160];
   const size_t n = 40;
-  tu_case_begin ("V near 1e38 under equal scores d_model=%zu heads=%zu [%s]",
-                 d, heads, fx_flags_string (flags | FX_PROJ, fs, sizeof fs));
+  tu_case_begin ("V near 1e38 under equal scores d_model=%zu heads=%zu [%s]", d,
+                 heads, fx_flags_string (flags | FX_PROJ, fs, sizeof fs));
   Fixture f;
   SattnStatus st = fx_build (&f, rng, d, heads, flags | FX_PROJ, 0);
   if (st == SATTN_OK) {
@@ -460,10 +467,12 @@ case_unit_dhead512 (TuRng *rng, size_t d, size_t heads, unsigned flags,
   ExResult r;
   run_case (&f, &c, &r);
   check_ref (&f, &c, &r, 1, 1);
-  tu_check (r.stats.nonfinite_scores == 0, "stats.nonfinite_scores %llu, "
-            "want 0", (unsigned long long) r.stats.nonfinite_scores);
+  tu_check (r.stats.nonfinite_scores == 0,
+            "stats.nonfinite_scores %llu, "
+            "want 0",
+            (unsigned long long) r.stats.nonfinite_scores);
   tu_check (r.stats.saturated_rows > 0, "stats.saturated_rows is 0 but unit "
-            "scale at d_head 512 saturates");
+                                        "scale at d_head 512 saturates");
   tu_case_end ("saturated_rows=%llu of %llu, score range [%.1f, %.1f]",
                (unsigned long long) r.stats.saturated_rows,
                (unsigned long long) r.stats.rows, r.stats.score_min,
@@ -528,20 +537,19 @@ case_fully_masked (TuRng *rng, const char *how, size_t d, size_t heads,
 /* All keys equal: the weights are uniform over the visible keys, in closed
  * form 1 / visible(i); the output is the common row. */
 static void
-case_all_equal (TuRng *rng, double amp, size_t d, size_t heads,
-                unsigned flags, size_t lookback)
+case_all_equal (TuRng *rng, double amp, size_t d, size_t heads, unsigned flags,
+                size_t lookback)
 {
   char fs[160];
   const size_t n = 20;
-  tu_case_begin ("all-equal scores rows=%.0e*v d_model=%zu heads=%zu [%s]",
-                 amp, d, heads, fx_flags_string (flags, fs, sizeof fs));
+  tu_case_begin ("all-equal scores rows=%.0e*v d_model=%zu heads=%zu [%s]", amp,
+                 d, heads, fx_flags_string (flags, fs, sizeof fs));
   Fixture f;
   if (!case_fixture (&f, rng, d, heads, flags, lookback))
     return;
   float *row = normal_block (rng, 1, d, 1.0);
   for (size_t k = 0; k < d; k++)
-    row[k] = (float) (amp * (row[k] >= 0 ? 1.0 : -1.0)
-                      * (0.5 + fabs (row[k])));
+    row[k] = (float) (amp * (row[k] >= 0 ? 1.0 : -1.0) * (0.5 + fabs (row[k])));
   if (amp == 0.0)
     for (size_t k = 0; k < d; k++)
       row[k] = 0.0f;
@@ -577,13 +585,13 @@ case_all_equal (TuRng *rng, double amp, size_t d, size_t heads,
             max_o = e;
         }
     }
-    tu_check (max_w <= SUM_TOL, "weights differ from 1/visible by %.3e",
-              max_w);
+    tu_check (max_w <= SUM_TOL, "weights differ from 1/visible by %.3e", max_w);
     /* n equal float terms v/n summed: relative error <= n * FLT_EPSILON */
-    tu_check (max_o <= n * FLT_EPSILON, "output differs from the common row "
-              "by %.3e (relative), bound %.2e", max_o, n * FLT_EPSILON);
-    tu_case_end ("max |w - 1/visible|=%.2e, output rel err=%.2e", max_w,
-                 max_o);
+    tu_check (max_o <= n * FLT_EPSILON,
+              "output differs from the common row "
+              "by %.3e (relative), bound %.2e",
+              max_o, n * FLT_EPSILON);
+    tu_case_end ("max |w - 1/visible|=%.2e, output rel err=%.2e", max_w, max_o);
   } else {
     tu_case_end (NULL);
   }
@@ -615,7 +623,8 @@ case_inf_scores (void)
     tu_check (fabs (r.w[0] - 0.5) <= SUM_TOL && fabs (r.w[1] - 0.5) <= SUM_TOL,
               "row 0 weights %.9g %.9g, want 0.5 0.5", r.w[0], r.w[1]);
     tu_check (r.out[0] == 1e30f, "row 0 output %.9g, want 1e30", r.out[0]);
-    tu_check (r.stats.nonfinite_scores >= 4, "stats.nonfinite_scores %llu, "
+    tu_check (r.stats.nonfinite_scores >= 4,
+              "stats.nonfinite_scores %llu, "
               "want >= 4 (+inf scores of rows 0 and 1)",
               (unsigned long long) r.stats.nonfinite_scores);
   }
@@ -635,8 +644,7 @@ case_inf_scores (void)
   run_case (&f, &c2, &r);
   if (r.status == SATTN_OK)
     tu_check (isfinite (r.out[0]) && fabs (r.out[0]) <= 3e30f,
-              "row 0 output %.9g, want a finite convex combination",
-              r.out[0]);
+              "row 0 output %.9g, want a finite convex combination", r.out[0]);
   tu_case_end ("row 0 weights %.3g %.3g %.3g %.3g", r.w[0], r.w[1], r.w[2],
                r.w[3]);
   free_result (&r);
@@ -665,14 +673,14 @@ case_nonfinite_keys (TuRng *rng, size_t d, size_t heads, unsigned flags,
   for (size_t j = 0; j < n; j++)
     kv[j] = qv[j] = 1;
   for (size_t k = 0; k < d; k++) {
-    x[3 * d + k] = NAN;       /* masked NaN row */
-    x[7 * d + k] = NAN;       /* unmasked NaN row */
-    x[0 * d + k] = INFINITY;  /* unmasked +Inf row, first key */
+    x[3 * d + k] = NAN;      /* masked NaN row */
+    x[7 * d + k] = NAN;      /* unmasked NaN row */
+    x[0 * d + k] = INFINITY; /* unmasked +Inf row, first key */
   }
-  x[11 * d + d / 2] = NAN;        /* unmasked, one NaN */
-  x[13 * d + 0] = INFINITY;       /* masked, one +Inf */
-  x[17 * d + d - 1] = -INFINITY;  /* unmasked, one -Inf */
-  x[19 * d + 0] = NAN;            /* unmasked, mixed */
+  x[11 * d + d / 2] = NAN;       /* unmasked, one NaN */
+  x[13 * d + 0] = INFINITY;      /* masked, one +Inf */
+  x[17 * d + d - 1] = -INFINITY; /* unmasked, one -Inf */
+  x[19 * d + 0] = NAN;           /* unmasked, mixed */
   x[19 * d + d - 1] = INFINITY;
   kv[3] = kv[13] = 0;
   if (invalidate_queries)
@@ -704,7 +712,8 @@ case_inf_scores_tiles (TuRng *rng)
 {
   const size_t n = 64, d = 16;
   tu_case_begin ("+-inf scores in 8-row tiles (d_model=%zu identity, "
-                 "window %zu)", d, n);
+                 "window %zu)",
+                 d, n);
   Fixture f;
   if (!case_fixture (&f, rng, d, 1, 0, 0))
     return;
@@ -719,7 +728,8 @@ case_inf_scores_tiles (TuRng *rng)
   ExCase c = { x, n, NULL, NULL, NULL, 0 };
   ExResult r;
   run_case (&f, &c, &r);
-  tu_check (r.stats.nonfinite_scores >= 3, "stats.nonfinite_scores %llu, "
+  tu_check (r.stats.nonfinite_scores >= 3,
+            "stats.nonfinite_scores %llu, "
             "want >= 3 (5-40, 40-5, 40-40)",
             (unsigned long long) r.stats.nonfinite_scores);
   tu_case_end ("nonfinite_scores=%llu",
@@ -743,8 +753,8 @@ main (void)
   case_big (&rng, 1e30, 8, 2, FX_UNIT | FX_CAUSAL | FX_LOOKBACK | FX_PAD, 64,
             0);
   case_big (&rng, 1e30, 64, 4, P, 64, 0);
-  case_big (&rng, 1e30, 64, 4, P | FX_UNIT | FX_BIASKV | FX_ZERO | FX_CAUSAL
-            | FX_PAD, 64, 0);
+  case_big (&rng, 1e30, 64, 4,
+            P | FX_UNIT | FX_BIASKV | FX_ZERO | FX_CAUSAL | FX_PAD, 64, 0);
   case_big (&rng, 1e20, 64, 8, P | FX_DIMS, 40, 0);
   case_big (&rng, 1e15, 16, 2, FX_UNIT, 40, 0);
   case_mixed_magnitudes (&rng, 8, 2, 0);

@@ -75,7 +75,7 @@ typedef struct {
   SattnRowInfo *info;
   size_t n_rows, cap;
   size_t overflow_rows;
-  size_t naive_overflows;  /* mean windows whose float32 row sum overflows */
+  size_t naive_overflows; /* mean windows whose float32 row sum overflows */
   /* scratch */
   float *blk;
   double *rout;
@@ -114,18 +114,18 @@ exp_window (Exp *e, size_t first, size_t end)
       if (c == CL_OK) {
         memcpy (e->blk + p * d, e->x + idx * d, d * sizeof (float));
         ok = 1;
-      } else if ((c == CL_NONFINITE || c == CL_OVERFLOW)
-                 && e->policy == SATTN_INVALID_ZERO) {
-        ok = 1;                 /* an all-zero frame */
+      } else if ((c == CL_NONFINITE || c == CL_OVERFLOW) &&
+                 e->policy == SATTN_INVALID_ZERO) {
+        ok = 1; /* an all-zero frame */
       }
     }
     e->ok[p] = (uint8_t) ok;
   }
-  ref_attend (&e->f->ref, e->blk, n, e->ok, e->ok, NULL, e->rout, NULL,
-              NULL);
+  ref_attend (&e->f->ref, e->blk, n, e->ok, e->ok, NULL, e->rout, NULL, NULL);
   /* The rows this mode computes; those beyond float32 are zeros. */
   size_t q0 = e->mode == SATTN_OUTPUT_FRAMES ? n - (end - first)
-      : e->mode == SATTN_OUTPUT_LAST ? n - 1 : 0;
+              : e->mode == SATTN_OUTPUT_LAST ? n - 1
+                                             : 0;
   for (size_t p = 0; p < n; p++) {
     e->row_ok[p] = e->ok[p];
     if (p < q0 || !e->ok[p])
@@ -143,47 +143,47 @@ exp_window (Exp *e, size_t first, size_t end)
   for (size_t p = q0; p < n; p++)
     any |= e->row_ok[p];
   switch (e->mode) {
-  case SATTN_OUTPUT_CLASSES:
-    /* Whole models only: not simulated here (tests/python). */
-    break;
-  case SATTN_OUTPUT_FRAMES:
-    for (size_t i = first; i < end; i++) {
-      size_t p = i + n - end;
-      double *r = exp_new_row (e, i, 1, e->row_ok[p]);
-      memcpy (r, e->rout + p * d_out, d_out * sizeof (double));
+    case SATTN_OUTPUT_CLASSES:
+      /* Whole models only: not simulated here (tests/python). */
+      break;
+    case SATTN_OUTPUT_FRAMES:
+      for (size_t i = first; i < end; i++) {
+        size_t p = i + n - end;
+        double *r = exp_new_row (e, i, 1, e->row_ok[p]);
+        memcpy (r, e->rout + p * d_out, d_out * sizeof (double));
+      }
+      break;
+    case SATTN_OUTPUT_WINDOW: {
+      double *r = exp_new_row (e, first, (uint32_t) (end - first), any);
+      memcpy (r, e->rout, n * d_out * sizeof (double));
+      break;
     }
-    break;
-  case SATTN_OUTPUT_WINDOW: {
-    double *r = exp_new_row (e, first, (uint32_t) (end - first), any);
-    memcpy (r, e->rout, n * d_out * sizeof (double));
-    break;
-  }
-  case SATTN_OUTPUT_MEAN: {
-    double *r = exp_new_row (e, first, (uint32_t) (end - first), any);
-    size_t cnt = 0;
-    int naive_over = 0;
-    for (size_t p = 0; p < n; p++)
-      cnt += e->row_ok[p];
-    for (size_t o = 0; o < d_out; o++) {
-      double acc = 0.0;
-      float naive = 0.0f;
+    case SATTN_OUTPUT_MEAN: {
+      double *r = exp_new_row (e, first, (uint32_t) (end - first), any);
+      size_t cnt = 0;
+      int naive_over = 0;
       for (size_t p = 0; p < n; p++)
-        if (e->row_ok[p]) {
-          acc += e->rout[p * d_out + o];
-          naive += (float) e->rout[p * d_out + o];
-        }
-      naive_over |= !isfinite (naive);
-      r[o] = cnt ? acc / (double) cnt : 0.0;
+        cnt += e->row_ok[p];
+      for (size_t o = 0; o < d_out; o++) {
+        double acc = 0.0;
+        float naive = 0.0f;
+        for (size_t p = 0; p < n; p++)
+          if (e->row_ok[p]) {
+            acc += e->rout[p * d_out + o];
+            naive += (float) e->rout[p * d_out + o];
+          }
+        naive_over |= !isfinite (naive);
+        r[o] = cnt ? acc / (double) cnt : 0.0;
+      }
+      e->naive_overflows += (size_t) naive_over;
+      break;
     }
-    e->naive_overflows += (size_t) naive_over;
-    break;
-  }
-  case SATTN_OUTPUT_LAST: {
-    double *r = exp_new_row (e, first, (uint32_t) (end - first),
-                             e->row_ok[n - 1]);
-    memcpy (r, e->rout + (n - 1) * d_out, d_out * sizeof (double));
-    break;
-  }
+    case SATTN_OUTPUT_LAST: {
+      double *r = exp_new_row (e, first, (uint32_t) (end - first),
+                               e->row_ok[n - 1]);
+      memcpy (r, e->rout + (n - 1) * d_out, d_out * sizeof (double));
+      break;
+    }
   }
 }
 
@@ -208,8 +208,8 @@ typedef struct {
   const float *x;
   const uint8_t *valid;
   size_t T, n, h;
-  int want_naive_overflow;  /* the case must overflow a float32 mean */
-  int want_overflow_rows;   /* the case must overflow the output proj. */
+  int want_naive_overflow; /* the case must overflow a float32 mean */
+  int want_overflow_rows;  /* the case must overflow the output proj. */
 } Case;
 
 static void
@@ -227,8 +227,8 @@ run_case (TuRng *rng, const Case *c, SattnOutputMode mode,
   size_t stop = T, n_invalid = 0, n_overflow = 0;
   for (size_t i = 0; i < T; i++) {
     cls[i] = frame_class (f, c->x, c->valid, i);
-    if (stop == T && policy == SATTN_INVALID_ERROR
-        && (cls[i] == CL_NONFINITE || cls[i] == CL_OVERFLOW))
+    if (stop == T && policy == SATTN_INVALID_ERROR &&
+        (cls[i] == CL_NONFINITE || cls[i] == CL_OVERFLOW))
       stop = i;
   }
   for (size_t i = 0; i < stop; i++) {
@@ -271,7 +271,7 @@ run_case (TuRng *rng, const Case *c, SattnOutputMode mode,
     return;
   }
   const size_t rf = sattn_stream_row_floats (s);
-  size_t cap = T + 2;           /* more rows than any push can give */
+  size_t cap = T + 2; /* more rows than any push can give */
   float *got = malloc (cap * rf * sizeof (float));
   SattnRowInfo *ginfo = malloc (cap * sizeof *ginfo);
   if (!got || !ginfo)
@@ -283,27 +283,30 @@ run_case (TuRng *rng, const Case *c, SattnOutputMode mode,
     if (k > T - pos)
       k = T - pos;
     size_t nr = 0;
-    st = sattn_stream_push (s, c->x + pos * d, k, c->valid ? c->valid + pos
-                            : NULL, got + n_got * rf, cap - n_got,
-                            ginfo + n_got, &nr);
+    st = sattn_stream_push (s, c->x + pos * d, k,
+                            c->valid ? c->valid + pos : NULL, got + n_got * rf,
+                            cap - n_got, ginfo + n_got, &nr);
     n_got += nr;
     if (st == SATTN_E_NONFINITE) {
       stopped = 1;
-      tu_check (policy == SATTN_INVALID_ERROR, "push returned "
-                "SATTN_E_NONFINITE under invalid=%s", policy_names[policy]);
+      tu_check (policy == SATTN_INVALID_ERROR,
+                "push returned "
+                "SATTN_E_NONFINITE under invalid=%s",
+                policy_names[policy]);
       uint64_t idx = 0;
       SattnFrameFault fault = SATTN_FRAME_OK;
       TU_CHECK_STATUS (sattn_stream_error_frame (s, &idx, &fault), SATTN_OK,
                        "sattn_stream_error_frame");
       tu_check (idx == stop, "error frame %llu, want %zu",
                 (unsigned long long) idx, stop);
-      tu_check (sattn_stream_frames (s) == stop, "stream holds %llu frames "
+      tu_check (sattn_stream_frames (s) == stop,
+                "stream holds %llu frames "
                 "after the stop, want %zu",
                 (unsigned long long) sattn_stream_frames (s), stop);
       if (stop < T)
         tu_check ((int) fault == (cls[stop] == CL_NONFINITE
-                                  ? SATTN_FRAME_NONFINITE
-                                  : SATTN_FRAME_OVERFLOW),
+                                      ? SATTN_FRAME_NONFINITE
+                                      : SATTN_FRAME_OVERFLOW),
                   "error cause %d for a frame of class %d", (int) fault,
                   cls[stop]);
     } else if (!TU_CHECK_STATUS (st, SATTN_OK, "sattn_stream_push")) {
@@ -311,8 +314,8 @@ run_case (TuRng *rng, const Case *c, SattnOutputMode mode,
     }
     pos += k;
   }
-  tu_check (stopped == (stop < T), "push %s, want %s", stopped ? "stopped"
-            : "did not stop", stop < T ? "a stop" : "none");
+  tu_check (stopped == (stop < T), "push %s, want %s",
+            stopped ? "stopped" : "did not stop", stop < T ? "a stop" : "none");
   if (!stopped)
     tu_check (sattn_stream_error_frame (s, NULL, NULL) == SATTN_E_INVAL,
               "sattn_stream_error_frame reports an error without a stop");
@@ -332,8 +335,8 @@ run_case (TuRng *rng, const Case *c, SattnOutputMode mode,
   size_t bad_rows = 0;
   for (size_t r = 0; r < n_got && r < e.n_rows; r++) {
     const SattnRowInfo *a = &ginfo[r], *b = &e.info[r];
-    if (a->first != b->first || a->n_frames != b->n_frames
-        || a->valid != b->valid) {
+    if (a->first != b->first || a->n_frames != b->n_frames ||
+        a->valid != b->valid) {
       if (bad_rows++ < 5)
         tu_check (0, "row %zu: info {%llu, %u, %u}, want {%llu, %u, %u}", r,
                   (unsigned long long) a->first, a->n_frames, a->valid,
@@ -351,31 +354,37 @@ run_case (TuRng *rng, const Case *c, SattnOutputMode mode,
       double rel = err / (1.0 + mx);
       worst = fmax (worst, rel);
       if (rel > REL_BOUND && bad_rows++ < 5)
-        tu_check (0, "row %zu.%zu: max-abs %.3e, relative %.3e > %.0e", r,
-                  sub, err, rel, REL_BOUND);
+        tu_check (0, "row %zu.%zu: max-abs %.3e, relative %.3e > %.0e", r, sub,
+                  err, rel, REL_BOUND);
     }
   }
 
   SattnStats stats;
   sattn_stream_get_stats (s, &stats, 0);
-  tu_check (stats.invalid_frames == n_invalid, "stats.invalid_frames %llu, "
-            "want %zu", (unsigned long long) stats.invalid_frames, n_invalid);
-  tu_check (stats.overflow_frames == n_overflow, "stats.overflow_frames "
-            "%llu, want %zu", (unsigned long long) stats.overflow_frames,
-            n_overflow);
-  tu_check (stats.overflow_rows == e.overflow_rows, "stats.overflow_rows "
-            "%llu, want %zu", (unsigned long long) stats.overflow_rows,
-            e.overflow_rows);
+  tu_check (stats.invalid_frames == n_invalid,
+            "stats.invalid_frames %llu, "
+            "want %zu",
+            (unsigned long long) stats.invalid_frames, n_invalid);
+  tu_check (stats.overflow_frames == n_overflow,
+            "stats.overflow_frames "
+            "%llu, want %zu",
+            (unsigned long long) stats.overflow_frames, n_overflow);
+  tu_check (stats.overflow_rows == e.overflow_rows,
+            "stats.overflow_rows "
+            "%llu, want %zu",
+            (unsigned long long) stats.overflow_rows, e.overflow_rows);
   if (c->want_naive_overflow && mode == SATTN_OUTPUT_MEAN)
-    tu_check (e.naive_overflows > 0, "no window whose float32 sum of rows "
+    tu_check (e.naive_overflows > 0,
+              "no window whose float32 sum of rows "
               "overflows: the case does not test what it should");
   if (c->want_overflow_rows)
     tu_check (e.overflow_rows > 0, "no output projection overflows: the "
-              "case does not test what it should");
+                                   "case does not test what it should");
   tu_case_end ("%zu rows, worst relative error %.2e, invalid %zu "
                "(overflow %zu), overflowed rows %zu, float32 mean sums "
-               "overflowing %zu", n_got, worst, n_invalid, n_overflow,
-               e.overflow_rows, e.naive_overflows);
+               "overflowing %zu",
+               n_got, worst, n_invalid, n_overflow, e.overflow_rows,
+               e.naive_overflows);
 
   sattn_stream_free (s);
   free (got);
@@ -447,19 +456,22 @@ run_attend (const Case *c)
     worst = fmax (worst, err / (1.0 + mx));
   }
   tu_check (nonfinite == 0, "%zu non-finite outputs", nonfinite);
-  tu_check (worst <= REL_BOUND, "relative error %.3e > %.0e", worst,
-            REL_BOUND);
-  tu_check (stats.invalid_frames == n_invalid, "stats.invalid_frames %llu, "
-            "want %zu", (unsigned long long) stats.invalid_frames, n_invalid);
-  tu_check (stats.overflow_frames == n_overflow, "stats.overflow_frames "
-            "%llu, want %zu", (unsigned long long) stats.overflow_frames,
-            n_overflow);
-  tu_check (stats.overflow_rows == n_rows_over, "stats.overflow_rows %llu, "
-            "want %zu", (unsigned long long) stats.overflow_rows,
-            n_rows_over);
+  tu_check (worst <= REL_BOUND, "relative error %.3e > %.0e", worst, REL_BOUND);
+  tu_check (stats.invalid_frames == n_invalid,
+            "stats.invalid_frames %llu, "
+            "want %zu",
+            (unsigned long long) stats.invalid_frames, n_invalid);
+  tu_check (stats.overflow_frames == n_overflow,
+            "stats.overflow_frames "
+            "%llu, want %zu",
+            (unsigned long long) stats.overflow_frames, n_overflow);
+  tu_check (stats.overflow_rows == n_rows_over,
+            "stats.overflow_rows %llu, "
+            "want %zu",
+            (unsigned long long) stats.overflow_rows, n_rows_over);
   tu_case_end ("worst relative error %.2e, invalid %zu (overflow %zu), "
-               "overflowed rows %zu", worst, n_invalid, n_overflow,
-               n_rows_over);
+               "overflowed rows %zu",
+               worst, n_invalid, n_overflow, n_rows_over);
   free (out);
   free (blk);
   free (ro);
@@ -482,7 +494,7 @@ run_all (TuRng *rng, const Case *c)
 static float *
 wbuf (const float *p)
 {
-  return (float *) p;           /* the fixture's own buffers */
+  return (float *) p; /* the fixture's own buffers */
 }
 
 static void
@@ -506,8 +518,8 @@ set_diag (TuRng *rng, float *w, size_t d, double c, double noise)
       w[r * d + k] = (float) ((r == k ? c : 0.0) + noise * tu_rng_normal (rng));
 }
 
-static const float edge_values[] = { 1e38f, -1e38f, 3e38f, -3e38f, FLT_MAX,
-  -FLT_MAX };
+static const float edge_values[] = { 1e38f,  -1e38f,  3e38f,
+                                     -3e38f, FLT_MAX, -FLT_MAX };
 
 /* Frames at the edge of the float range (V = x), Q and K scaled down by
  * the weights so that the scores stay finite and the reference is exact:
@@ -530,7 +542,7 @@ case_edge (TuRng *rng)
   for (size_t i = 0; i < T * d; i++) {
     double u = tu_rng_uniform (rng);
     x[i] = u < 0.4 ? edge_values[tu_rng_range (rng, 0, 5)]
-        : (float) tu_rng_normal (rng);
+                   : (float) tu_rng_normal (rng);
   }
   /* Stretches of one sign in column 0: FLT_MAX, then 3e38, then 1e38. */
   for (size_t i = 8; i < 24; i++)
@@ -545,8 +557,7 @@ case_edge (TuRng *rng)
   x[50 * d + 5] = INFINITY;
   Case c = { "edge of the float range", &f, x, valid, T, 8, 4, 1, 0 };
   run_all (rng, &c);
-  Case c2 = { "edge of the float range, window 5", &f, x, NULL, T, 5, 5, 1,
-    0 };
+  Case c2 = { "edge of the float range, window 5", &f, x, NULL, T, 5, 5, 1, 0 };
   run_case (rng, &c2, SATTN_OUTPUT_MEAN, SATTN_INVALID_MASK);
   run_case (rng, &c2, SATTN_OUTPUT_FRAMES, SATTN_INVALID_ZERO);
   free (x);
@@ -602,7 +613,7 @@ case_qkv_overflow (TuRng *rng)
     x[hot[k] * d + (k % d)] = (k & 1) ? -3e38f : 3e38f;
   x[26 * d + 2] = NAN;
   valid[15] = valid[40] = 0;
-  x[40 * d] = 3e38f;             /* flagged: masked whatever its data */
+  x[40 * d] = 3e38f; /* flagged: masked whatever its data */
   Case c = { "Q/K/V projections overflow", &f, x, valid, T, 8, 4, 0, 0 };
   run_all (rng, &c);
   free (x);
@@ -656,12 +667,12 @@ case_policy_switch (TuRng *rng)
   size_t nr = 9;
   TU_CHECK_STATUS (sattn_stream_set_invalid_policy (s, SATTN_INVALID_ERROR),
                    SATTN_OK, "set ERROR");
-  TU_CHECK_STATUS (sattn_stream_set_invalid_policy (s, (SattnInvalidPolicy)
-                                                    7), SATTN_E_INVAL,
-                   "set policy 7");
+  TU_CHECK_STATUS (sattn_stream_set_invalid_policy (s, (SattnInvalidPolicy) 7),
+                   SATTN_E_INVAL, "set policy 7");
   st = sattn_stream_push (s, x, 2, NULL, out, 4, NULL, &nr);
   TU_CHECK_STATUS (st, SATTN_E_NONFINITE, "push under ERROR");
-  tu_check (nr == 0 && sattn_stream_frames (s) == 1, "consumed %llu frames, "
+  tu_check (nr == 0 && sattn_stream_frames (s) == 1,
+            "consumed %llu frames, "
             "%zu rows; want 1, 0",
             (unsigned long long) sattn_stream_frames (s), nr);
   TU_CHECK_STATUS (sattn_stream_set_invalid_policy (s, SATTN_INVALID_ZERO),
@@ -669,9 +680,10 @@ case_policy_switch (TuRng *rng)
   SattnRowInfo info[4];
   st = sattn_stream_push (s, x + d, 1, NULL, out, 4, info, &nr);
   TU_CHECK_STATUS (st, SATTN_OK, "push under ZERO");
-  tu_check (nr == 2 && info[1].valid == 1, "%zu rows, second valid %d; "
-            "want 2 rows, the zeroed frame valid", nr, nr == 2 ? info[1].valid
-            : -1);
+  tu_check (nr == 2 && info[1].valid == 1,
+            "%zu rows, second valid %d; "
+            "want 2 rows, the zeroed frame valid",
+            nr, nr == 2 ? info[1].valid : -1);
   /* Flagged frames are masked under every policy, even holding NaN. */
   float y[2 * 4] = { 1, 2, 3, 4, NAN, NAN, 0, 0 };
   uint8_t flags[2] = { 1, 0 };
@@ -679,10 +691,11 @@ case_policy_switch (TuRng *rng)
                    SATTN_OK, "set ERROR again");
   st = sattn_stream_push (s, y, 2, flags, out, 4, info, &nr);
   TU_CHECK_STATUS (st, SATTN_OK, "push of a flagged NaN frame under ERROR");
-  tu_check (nr == 2 && info[0].valid == 1 && info[1].valid == 0
-            && tu_all_finite (out, 2 * d), "%zu rows, valid %d %d; want 2 "
-            "finite rows, the flagged one not valid", nr, info[0].valid,
-            info[1].valid);
+  tu_check (nr == 2 && info[0].valid == 1 && info[1].valid == 0 &&
+                tu_all_finite (out, 2 * d),
+            "%zu rows, valid %d %d; want 2 "
+            "finite rows, the flagged one not valid",
+            nr, info[0].valid, info[1].valid);
   sc.invalid_policy = (SattnInvalidPolicy) 3;
   SattnStream *s2 = sattn_stream_new (f.model, &sc, &st);
   tu_check (s2 == NULL && st == SATTN_E_INVAL, "stream with policy 3: %s",

@@ -27,7 +27,7 @@
 #define MAXABS_REL 2e-5
 
 static const char *pos_names[] = { "none", "rope", "rope-interleaved",
-  "alibi" };
+                                   "alibi" };
 
 /* fx_build, then the model rebuilt with positions. */
 static SattnStatus
@@ -52,10 +52,10 @@ check_err (const TuErr *e, const char *what)
   double rel = e->max_abs / (1.0 + e->max_ref);
   int ok = tu_check (e->nonfinite == 0, "%s: %zu non-finite", what,
                      e->nonfinite);
-  ok &= tu_check (tu_err_nmse (e) <= NMSE_BOUND, "%s: NMSE %.3g > %.3g",
-                  what, tu_err_nmse (e), NMSE_BOUND);
-  ok &= tu_check (rel <= MAXABS_REL, "%s: max-abs %.3g (rel %.3g) > %.3g",
-                  what, e->max_abs, rel, MAXABS_REL);
+  ok &= tu_check (tu_err_nmse (e) <= NMSE_BOUND, "%s: NMSE %.3g > %.3g", what,
+                  tu_err_nmse (e), NMSE_BOUND);
+  ok &= tu_check (rel <= MAXABS_REL, "%s: max-abs %.3g (rel %.3g) > %.3g", what,
+                  e->max_abs, rel, MAXABS_REL);
   return ok;
 }
 
@@ -72,7 +72,7 @@ test_attend (TuRng *r)
         if (v & 2)
           flags |= FX_LOOKBACK;
         if (v == 3 && hi == 0)
-          flags &= ~(FX_PROJ | FX_BIAS | FX_OUT);    /* identity too */
+          flags &= ~(FX_PROJ | FX_BIAS | FX_OUT); /* identity too */
         size_t H = heads[hi], d = H * 8, n = 37;
         Fixture f;
         char fl[128];
@@ -153,11 +153,11 @@ stream_case (TuRng *r, SattnPositions pos, size_t H, size_t L, size_t h,
 {
   Fixture f;
   TuRng wr;
-  tu_rng_init (&wr, seed);      /* same weights for both origins */
+  tu_rng_init (&wr, seed); /* same weights for both origins */
   double rel = INFINITY;
   SattnStatus st = build (&f, &wr, H * 8, H,
-                          FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL |
-                          FX_LOOKBACK, L, pos);
+                          FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL | FX_LOOKBACK,
+                          L, pos);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "model"))
     return rel;
   const size_t dout = f.ref.d_out;
@@ -225,8 +225,8 @@ test_blocks (TuRng *r)
     if (run_stream (&f, 1, n, n, p0, x, T, NULL, rows)) {
       for (size_t b = 0; b < T / n; b++) {
         f.ref.pos0 = p0 + b * n;
-        ref_attend (&f.ref, x + b * n * d, n, NULL, NULL, NULL,
-                    ref + b * n * d, NULL, NULL);
+        ref_attend (&f.ref, x + b * n * d, n, NULL, NULL, NULL, ref + b * n * d,
+                    NULL, NULL);
       }
       tu_err_add_f (&e, rows, ref, T * d);
       check_err (&e, "blocks");
@@ -252,8 +252,10 @@ test_threads (TuRng *r)
     Fixture f;
     TuRng wr;
     tu_rng_init (&wr, 77);
-    SattnStatus st = build (&f, &wr, d, H, FX_PROJ | FX_BIAS | FX_OUT |
-                            FX_CAUSAL | FX_LOOKBACK, L, (SattnPositions) pos);
+    SattnStatus st = build (&f, &wr, d, H,
+                            FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL |
+                                FX_LOOKBACK,
+                            L, (SattnPositions) pos);
     TU_CHECK_STATUS (st, SATTN_OK, "model");
     for (int t = 0; t < 3; t++) {
       rows[t] = calloc (T * d, sizeof (float));
@@ -287,8 +289,9 @@ test_refusals (void)
 {
   tu_case_begin ("refusals");
   float bk[8] = { 0 }, bv[8] = { 0 };
-  SattnConfig c = { .d_model = 8, .heads = 2,
-    .positions = SATTN_POSITIONS_ROPE };
+  SattnConfig c = { .d_model = 8,
+                    .heads = 2,
+                    .positions = SATTN_POSITIONS_ROPE };
   SattnWeights w = { .bias_k = bk, .bias_v = bv };
   SattnStatus st;
   SattnModel *m = sattn_model_new (&c, &w, &st);
@@ -308,8 +311,8 @@ test_refusals (void)
   m = sattn_model_new (&c, NULL, &st);
   tu_check (m == NULL, "odd head size accepted");
   TU_CHECK_STATUS (st, SATTN_E_SHAPE, "odd head size");
-  TU_CHECK_STATUS (sattn_model_check (&c, NULL, why, sizeof why),
-                   SATTN_E_SHAPE, "check odd head size");
+  TU_CHECK_STATUS (sattn_model_check (&c, NULL, why, sizeof why), SATTN_E_SHAPE,
+                   "check odd head size");
   tu_check (strstr (why, "d_head=3") != NULL, "no reason for odd: %s", why);
   c.d_model = 8;
   c.rope_base = 0.5;
@@ -324,8 +327,8 @@ test_refusals (void)
   tu_check (m != NULL, "rope refused");
   SattnStreamConfig sc = { .window = 4, .hop = 1, .threads = 1 };
   SattnStream *s = sattn_stream_new (m, &sc, &st);
-  TU_CHECK_STATUS (sattn_stream_reset_at (s, UINT64_C (1) << 53),
-                   SATTN_E_INVAL, "reset_at 2^53");
+  TU_CHECK_STATUS (sattn_stream_reset_at (s, UINT64_C (1) << 53), SATTN_E_INVAL,
+                   "reset_at 2^53");
   TU_CHECK_STATUS (sattn_stream_reset_at (s, (UINT64_C (1) << 53) - 1),
                    SATTN_OK, "reset_at 2^53 - 1");
   tu_check (sattn_stream_frames (s) == (UINT64_C (1) << 53) - 1, "frames");

@@ -38,8 +38,9 @@ run_case (const Case *c, uint64_t seed)
   TuRng rng;
   tu_rng_init (&rng, seed);
   tu_case_begin ("row info: n=%zu h=%zu mode=%d causal=%d lookback=%zu "
-                 "zero-attn=%d start=%d", c->n, c->h, (int) c->mode,
-                 c->causal, c->lookback, c->zero_attn, (int) c->start);
+                 "zero-attn=%d start=%d",
+                 c->n, c->h, (int) c->mode, c->causal, c->lookback,
+                 c->zero_attn, (int) c->start);
 
   SattnConfig cfg = { 0 };
   cfg.d_model = d;
@@ -50,9 +51,13 @@ run_case (const Case *c, uint64_t seed)
   w.add_zero_attn = c->zero_attn;
   SattnStatus st;
   SattnModel *m = sattn_model_new (&cfg, c->zero_attn ? &w : NULL, &st);
-  SattnStreamConfig sc = { .window = c->n, .hop = c->h, .output = c->mode,
-    .start = c->start, .collect_stats = 1,
-    .invalid_policy = SATTN_INVALID_MASK, .threads = 1 };
+  SattnStreamConfig sc = { .window = c->n,
+                           .hop = c->h,
+                           .output = c->mode,
+                           .start = c->start,
+                           .collect_stats = 1,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = 1 };
   SattnStream *s = m ? sattn_stream_new (m, &sc, &st) : NULL;
   if (!tu_check (s != NULL, "stream: %s", sattn_status_string (st))) {
     sattn_model_free (m);
@@ -105,9 +110,10 @@ run_case (const Case *c, uint64_t seed)
       masked += !usable (ok, p);
     /* The queries this row accounts for: its own frame (frames mode), the
      * last window position (last), every position (window, mean). */
-    size_t q0 = c->mode == SATTN_OUTPUT_FRAMES ?
-        (size_t) ((int64_t) in->first - w0) :
-        c->mode == SATTN_OUTPUT_LAST ? c->n - 1 : 0;
+    size_t q0 = c->mode == SATTN_OUTPUT_FRAMES
+                    ? (size_t) ((int64_t) in->first - w0)
+                : c->mode == SATTN_OUTPUT_LAST ? c->n - 1
+                                               : 0;
     size_t q1 = c->mode == SATTN_OUTPUT_FRAMES ? q0 + 1 : c->n;
     for (size_t q = q0; q < q1; q++) {
       int seen = c->zero_attn;
@@ -126,7 +132,7 @@ run_case (const Case *c, uint64_t seed)
               (unsigned long long) in->window_end,
               (unsigned long long) prev_end, total);
     tu_check (in->first >= (uint64_t) (w0 > 0 ? w0 : 0) &&
-              in->first + in->n_frames <= in->window_end,
+                  in->first + in->n_frames <= in->window_end,
               "row %zu: frames [%llu, +%u) outside its window ending at %llu",
               r, (unsigned long long) in->first, in->n_frames,
               (unsigned long long) in->window_end);
@@ -144,15 +150,18 @@ run_case (const Case *c, uint64_t seed)
   }
   SattnStats stats;
   sattn_stream_get_stats (s, &stats, 0);
-  tu_check (sum_masked == stats.masked_keys, "masked keys: rows %llu, "
-            "stats %llu", (unsigned long long) sum_masked,
+  tu_check (sum_masked == stats.masked_keys,
+            "masked keys: rows %llu, "
+            "stats %llu",
+            (unsigned long long) sum_masked,
             (unsigned long long) stats.masked_keys);
-  tu_check (sum_fm == stats.fully_masked_rows, "fully masked: rows %llu, "
-            "stats %llu", (unsigned long long) sum_fm,
+  tu_check (sum_fm == stats.fully_masked_rows,
+            "fully masked: rows %llu, "
+            "stats %llu",
+            (unsigned long long) sum_fm,
             (unsigned long long) stats.fully_masked_rows);
   tu_case_end ("%zu rows, %llu masked keys, %llu fully masked", rows,
-               (unsigned long long) sum_masked,
-               (unsigned long long) sum_fm);
+               (unsigned long long) sum_masked, (unsigned long long) sum_fm);
   free (x);
   free (flag);
   free (ok);

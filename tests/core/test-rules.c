@@ -89,7 +89,8 @@ test_model_rules (void)
   expect_model ("scale=Inf", &c, NULL, SATTN_E_INVAL, "scale=inf", NULL);
   c.scale = FLT_MIN / 4;
   expect_model ("scale subnormal", &c, NULL, SATTN_E_INVAL,
-                "below the smallest normal float", "use scale=0 for the "
+                "below the smallest normal float",
+                "use scale=0 for the "
                 "default");
   c.scale = FLT_MIN;
   expect_model ("scale=FLT_MIN", &c, NULL, SATTN_OK, NULL, NULL);
@@ -102,12 +103,10 @@ test_model_rules (void)
     _mm_setcsr (csr | 0x8040);
     c.scale = FLT_MIN / 4;
     expect_model ("scale subnormal under DAZ", &c, NULL, SATTN_E_INVAL,
-                  "scale=2.93874e-39 is below the smallest normal float",
-                  NULL);
+                  "scale=2.93874e-39 is below the smallest normal float", NULL);
     c.scale = -FLT_MIN / 4;
-    expect_model ("scale negative subnormal under DAZ", &c, NULL,
-                  SATTN_E_INVAL, "scale=-2.93874e-39 is not a finite number",
-                  NULL);
+    expect_model ("scale negative subnormal under DAZ", &c, NULL, SATTN_E_INVAL,
+                  "scale=-2.93874e-39 is not a finite number", NULL);
     _mm_setcsr (csr);
   }
 #endif
@@ -122,13 +121,13 @@ test_model_rules (void)
                 "heads values that work: ", "7920");
   c = fx_config (8, 2);
   c.d_head = 3;
-  expect_model ("identity, heads x d_head != d_model", &c, NULL,
-                SATTN_E_SHAPE, "heads=2 x d_head=3 = 6 is not d_model=8",
+  expect_model ("identity, heads x d_head != d_model", &c, NULL, SATTN_E_SHAPE,
+                "heads=2 x d_head=3 = 6 is not d_model=8",
                 "use d_head=0 with heads one of: 1, 2, 4, 8");
   c = fx_config (8, 2);
   c.d_value = 3;
-  expect_model ("identity, heads x d_value != d_model", &c, NULL,
-                SATTN_E_SHAPE, "heads=2 x d_value=3", "no wv given");
+  expect_model ("identity, heads x d_value != d_model", &c, NULL, SATTN_E_SHAPE,
+                "heads=2 x d_value=3", "no wv given");
   c = fx_config (8, 2);
   c.d_out = 5;
   expect_model ("d_out without wo", &c, NULL, SATTN_E_SHAPE, "d_out=5",
@@ -145,8 +144,8 @@ test_model_rules (void)
   memset (&w, 0, sizeof w);
   w.wo = wq;
   c = fx_config (8, 2);
-  expect_model ("wo without d_out", &c, &w, SATTN_E_SHAPE,
-                "wo needs d_out", NULL);
+  expect_model ("wo without d_out", &c, &w, SATTN_E_SHAPE, "wo needs d_out",
+                NULL);
   memset (&w, 0, sizeof w);
   w.bias_k = b;
   expect_model ("bias_k without bias_v", &c, &w, SATTN_E_INVAL,
@@ -275,15 +274,18 @@ test_default_saturation (void)
     sc.hop = n;
     sc.output = SATTN_OUTPUT_WINDOW;
     sc.collect_stats = 1;
-    sc.saturation_threshold = k == 0 ? 0.0f : k == 1 ?
-        SATTN_DEFAULT_SATURATION : SATTN_SATURATION_EVERY_ROW;
+    sc.saturation_threshold = k == 0   ? 0.0f
+                              : k == 1 ? SATTN_DEFAULT_SATURATION
+                                       : SATTN_SATURATION_EVERY_ROW;
     SattnStream *s = sattn_stream_new (m, &sc, NULL);
     float *out = malloc (sattn_stream_max_rows (s, n) *
                          sattn_stream_row_floats (s) * sizeof (float));
     size_t rows;
     tu_check (sattn_stream_push (s, x, n, NULL, out,
-                                 sattn_stream_max_rows (s, n), NULL, &rows)
-              == SATTN_OK && rows == 1, "push");
+                                 sattn_stream_max_rows (s, n), NULL,
+                                 &rows) == SATTN_OK &&
+                  rows == 1,
+              "push");
     sattn_stream_get_stats (s, &st[k], 0);
     counts[k] = st[k].saturated_rows;
     free (out);
@@ -299,9 +301,10 @@ test_default_saturation (void)
   double *ro = malloc (n * d * sizeof *ro);
   ref_attend (&rm, x, n, NULL, NULL, NULL, ro, NULL, &rs);
   free (ro);
-  tu_check (counts[0] == counts[1], "threshold 0 counts %llu, the named "
-            "default %llu", (unsigned long long) counts[0],
-            (unsigned long long) counts[1]);
+  tu_check (counts[0] == counts[1],
+            "threshold 0 counts %llu, the named "
+            "default %llu",
+            (unsigned long long) counts[0], (unsigned long long) counts[1]);
   tu_check (counts[0] >= rs.sat_lo && counts[0] <= rs.sat_hi,
             "saturated_rows %llu, reference [%zu, %zu]",
             (unsigned long long) counts[0], rs.sat_lo, rs.sat_hi);
@@ -325,7 +328,6 @@ test_default_saturation (void)
                (unsigned long long) counts[0], n, rs.saturated);
 }
 
-
 /* ------------------------------------------------------------ schedule */
 
 /* The schedule, written here from the header's words (independent of the
@@ -338,7 +340,7 @@ typedef struct {
   size_t window, hop;
   SattnOutputMode output;
   SattnStartPolicy start;
-  uint64_t total, next, last;   /* frames pushed, next window, last end */
+  uint64_t total, next, last; /* frames pushed, next window, last end */
 } Sched;
 
 static size_t
@@ -376,8 +378,9 @@ test_schedule (void)
     Sched k = { sc.window, sc.hop, sc.output, sc.start, 0, 0, 0 };
     k.next = sc.start == SATTN_START_WAIT ? sc.window : sc.hop;
     tu_check (sattn_stream_config_window_rows (&sc) ==
-              (sc.output == SATTN_OUTPUT_FRAMES ? sc.hop :
-               sc.output == SATTN_OUTPUT_LAST ? 1 : sc.window),
+                  (sc.output == SATTN_OUTPUT_FRAMES ? sc.hop
+                   : sc.output == SATTN_OUTPUT_LAST ? 1
+                                                    : sc.window),
               "config_window_rows %zu (window %zu hop %zu output %d)",
               sattn_stream_config_window_rows (&sc), sc.window, sc.hop,
               (int) sc.output);
@@ -385,8 +388,10 @@ test_schedule (void)
     float *out = malloc (64 * sattn_stream_row_floats (s) * sizeof (float));
     for (int step = 0; step < 40 && !tu_case_failed (); step++) {
       uint64_t due = sattn_stream_frames_to_window (s);
-      tu_check (due == k.next - k.total, "cfg %d step %d: frames_to_window "
-                "%llu, want %llu", cfg, step, (unsigned long long) due,
+      tu_check (due == k.next - k.total,
+                "cfg %d step %d: frames_to_window "
+                "%llu, want %llu",
+                cfg, step, (unsigned long long) due,
                 (unsigned long long) (k.next - k.total));
       size_t want_rows = sched_rows (&k, k.next);
       tu_check (sattn_stream_window_rows (s, 0) == want_rows,
@@ -395,8 +400,8 @@ test_schedule (void)
       uint64_t pend = k.total - k.last;
       size_t want_drain = pend == 0 ? 0 : sched_rows (&k, k.total);
       tu_check (sattn_stream_window_rows (s, 1) == want_drain,
-                "cfg %d step %d: drain window_rows %zu, want %zu", cfg,
-                step, sattn_stream_window_rows (s, 1), want_drain);
+                "cfg %d step %d: drain window_rows %zu, want %zu", cfg, step,
+                sattn_stream_window_rows (s, 1), want_drain);
       SattnStats before, after;
       sattn_stream_get_stats (s, &before, 0);
       size_t rows = 0, wr = 0, wc = 0;
@@ -407,9 +412,11 @@ test_schedule (void)
                   "drain");
         if (pend > 0) {
           tu_check (sattn_stream_last_weights (s, 0, NULL, &wr, &wc) ==
-                    SATTN_OK && wr == want_drain, "cfg %d step %d: the "
-                    "drain's window has %zu rows, want %zu", cfg, step, wr,
-                    want_drain);
+                            SATTN_OK &&
+                        wr == want_drain,
+                    "cfg %d step %d: the "
+                    "drain's window has %zu rows, want %zu",
+                    cfg, step, wr, want_drain);
           k.last = k.total;
           k.next = k.total + k.hop;
           windows_checked++;
@@ -417,25 +424,32 @@ test_schedule (void)
       } else if (act == 1 && due > 1) {
         /* fewer frames than due: no window */
         size_t cnt = tu_rng_range (&r, 1, (size_t) due - 1);
-        tu_check (sattn_stream_push (s, x, cnt, NULL, out, 64, NULL, &rows)
-                  == SATTN_OK, "push");
+        tu_check (sattn_stream_push (s, x, cnt, NULL, out, 64, NULL, &rows) ==
+                      SATTN_OK,
+                  "push");
         sattn_stream_get_stats (s, &after, 0);
-        tu_check (after.windows == before.windows, "cfg %d step %d: %zu of "
-                  "%llu frames computed a window", cfg, step, cnt,
-                  (unsigned long long) due);
+        tu_check (after.windows == before.windows,
+                  "cfg %d step %d: %zu of "
+                  "%llu frames computed a window",
+                  cfg, step, cnt, (unsigned long long) due);
         k.total += cnt;
       } else {
         /* exactly the frames due: one window, with the rows said */
         tu_check (sattn_stream_push (s, x, (size_t) due, NULL, out, 64, NULL,
-                                     &rows) == SATTN_OK, "push");
+                                     &rows) == SATTN_OK,
+                  "push");
         sattn_stream_get_stats (s, &after, 0);
-        tu_check (after.windows == before.windows + 1, "cfg %d step %d: "
-                  "%llu frames computed %llu windows", cfg, step,
-                  (unsigned long long) due,
+        tu_check (after.windows == before.windows + 1,
+                  "cfg %d step %d: "
+                  "%llu frames computed %llu windows",
+                  cfg, step, (unsigned long long) due,
                   (unsigned long long) (after.windows - before.windows));
         tu_check (sattn_stream_last_weights (s, 0, NULL, &wr, &wc) ==
-                  SATTN_OK && wr == want_rows, "cfg %d step %d: the window "
-                  "has %zu rows, want %zu", cfg, step, wr, want_rows);
+                          SATTN_OK &&
+                      wr == want_rows,
+                  "cfg %d step %d: the window "
+                  "has %zu rows, want %zu",
+                  cfg, step, wr, want_rows);
         k.total += due;
         k.last = k.total;
         k.next = k.total + k.hop;
@@ -446,8 +460,9 @@ test_schedule (void)
     sattn_stream_free (s);
   }
   tu_check (sattn_stream_frames_to_window (NULL) == 0 &&
-            sattn_stream_window_rows (NULL, 0) == 0 &&
-            sattn_stream_config_window_rows (NULL) == 0, "NULL arguments");
+                sattn_stream_window_rows (NULL, 0) == 0 &&
+                sattn_stream_config_window_rows (NULL) == 0,
+            "NULL arguments");
   sattn_model_free (m);
   tu_case_end ("%zu windows", windows_checked);
 }
@@ -469,7 +484,7 @@ test_stats_merge (void)
   SattnModel *m = sattn_model_new (&c, NULL, NULL);
   float x[40 * 8];
   tu_fill_normal (&r, x, T * d, 1.5);
-  x[13 * d + 2] = NAN;               /* one invalid frame: masked key */
+  x[13 * d + 2] = NAN; /* one invalid frame: masked key */
   SattnStreamConfig sc;
   memset (&sc, 0, sizeof sc);
   sc.threads = 1;
@@ -503,7 +518,7 @@ test_stats_merge (void)
     RefStats rs = { 0 };
     double *ro = malloc (nw * d * sizeof *ro);
     uint8_t qv[8];
-    for (size_t j = 0; j < nw; j++)     /* an unusable query: zeros, no row */
+    for (size_t j = 0; j < nw; j++) /* an unusable query: zeros, no row */
       qv[j] = lo + j != 13;
     ref_attend (&rm, x + lo * d, nw, NULL, qv, NULL, ro, NULL, &rs);
     free (ro);
@@ -512,23 +527,24 @@ test_stats_merge (void)
     ref_rows += rs.rows;
   }
   tu_check (acc.windows == all.windows && acc.frames == all.frames &&
-            acc.rows == all.rows && acc.masked_keys == all.masked_keys &&
-            acc.invalid_frames == all.invalid_frames &&
-            acc.fully_masked_rows == all.fully_masked_rows &&
-            acc.nonfinite_scores == all.nonfinite_scores &&
-            acc.saturated_rows == all.saturated_rows,
+                acc.rows == all.rows && acc.masked_keys == all.masked_keys &&
+                acc.invalid_frames == all.invalid_frames &&
+                acc.fully_masked_rows == all.fully_masked_rows &&
+                acc.nonfinite_scores == all.nonfinite_scores &&
+                acc.saturated_rows == all.saturated_rows,
             "merged counts differ from the whole run's");
   tu_check (acc.invalid_frames == 1 && acc.masked_keys > 0,
             "the NaN frame is not counted (invalid %llu, masked %llu)",
             (unsigned long long) acc.invalid_frames,
             (unsigned long long) acc.masked_keys);
-  tu_check (acc.score_min == all.score_min && acc.score_max == all.score_max
-            && acc.lse_min == all.lse_min && acc.lse_max == all.lse_max,
+  tu_check (acc.score_min == all.score_min && acc.score_max == all.score_max &&
+                acc.lse_min == all.lse_min && acc.lse_max == all.lse_max,
             "merged extremes differ");
   tu_check (fabs (acc.max_weight_sum - all.max_weight_sum) <=
-            1e-12 * all.max_weight_sum &&
-            fabs (acc.entropy_sum - all.entropy_sum) <=
-            1e-12 * all.entropy_sum, "merged sums differ");
+                    1e-12 * all.max_weight_sum &&
+                fabs (acc.entropy_sum - all.entropy_sum) <=
+                    1e-12 * all.entropy_sum,
+            "merged sums differ");
   tu_check (acc.rows == ref_rows, "rows %llu, reference %zu",
             (unsigned long long) acc.rows, ref_rows);
   double mw = sattn_stats_mean_max_weight (&acc);
@@ -542,8 +558,9 @@ test_stats_merge (void)
   SattnStats empty;
   sattn_stats_clear (&empty);
   tu_check (sattn_stats_mean_max_weight (&empty) == 0.0 &&
-            sattn_stats_mean_entropy (&empty) == 0.0 &&
-            sattn_stats_mean_entropy (NULL) == 0.0, "means without rows");
+                sattn_stats_mean_entropy (&empty) == 0.0 &&
+                sattn_stats_mean_entropy (NULL) == 0.0,
+            "means without rows");
   SattnStats keep = acc;
   sattn_stats_merge (&acc, &empty);
   tu_check (memcmp (&keep, &acc, sizeof acc) == 0,
@@ -555,7 +572,8 @@ test_stats_merge (void)
   sattn_stream_free (parts);
   sattn_model_free (m);
   tu_case_end ("mean max weight %.6f (reference %.6f), mean entropy %.6f "
-               "(reference %.6f)", mw, ref_maxw / (double) ref_rows, me,
+               "(reference %.6f)",
+               mw, ref_maxw / (double) ref_rows, me,
                ref_ent / (double) ref_rows);
 }
 

@@ -54,9 +54,8 @@ push_rows (SattnStream *s, Rows *r, const float *x, const uint8_t *valid,
     size_t k = tu_rng_range (rng, 1, n < 37 ? n : 37);
     size_t need = sattn_stream_max_rows (s, k), got = 0;
     rows_reserve (r, need);
-    SattnStatus st = sattn_stream_push (s, x, k, valid,
-                                        r->rows + r->n * r->rf, need,
-                                        r->info + r->n, &got);
+    SattnStatus st = sattn_stream_push (s, x, k, valid, r->rows + r->n * r->rf,
+                                        need, r->info + r->n, &got);
     tu_check (st == SATTN_OK, "push: %s", sattn_status_string (st));
     r->n += got;
     x += k * d;
@@ -95,9 +94,10 @@ skip_rows (SattnStream *s, Rows *r, uint64_t g, int parts,
     size_t got = 0;
     SattnSkipped sk;
     rows_reserve (r, need);
-    SattnStatus st = sattn_stream_skip (s, k, need ? r->rows + r->n * r->rf
-                                        : NULL, need, need ? r->info + r->n
-                                        : NULL, &got, &sk);
+    SattnStatus st = sattn_stream_skip (s, k,
+                                        need ? r->rows + r->n * r->rf : NULL,
+                                        need, need ? r->info + r->n : NULL,
+                                        &got, &sk);
     tu_check (st == SATTN_OK, "skip: %s", sattn_status_string (st));
     r->n += got;
     *total_skipped += sk.rows;
@@ -117,9 +117,8 @@ skip_rows (SattnStream *s, Rows *r, uint64_t g, int parts,
       r->n++;
     }
     if (sk.rows > 0)
-      tu_check (r->info[r->n - 1].first + r->info[r->n - 1].n_frames ==
-                sk.end, "skipped rows end at %llu",
-                (unsigned long long) sk.end);
+      tu_check (r->info[r->n - 1].first + r->info[r->n - 1].n_frames == sk.end,
+                "skipped rows end at %llu", (unsigned long long) sk.end);
     g -= k;
   }
 }
@@ -128,17 +127,18 @@ static int
 stats_equal (const SattnStats *a, const SattnStats *b)
 {
   return a->windows == b->windows && a->frames == b->frames &&
-      a->rows == b->rows && a->masked_keys == b->masked_keys &&
-      a->invalid_frames == b->invalid_frames &&
-      a->fully_masked_rows == b->fully_masked_rows &&
-      a->nonfinite_scores == b->nonfinite_scores &&
-      a->saturated_rows == b->saturated_rows &&
-      memcmp (&a->score_min, &b->score_min, sizeof (double)) == 0 &&
-      memcmp (&a->score_max, &b->score_max, sizeof (double)) == 0 &&
-      memcmp (&a->lse_min, &b->lse_min, sizeof (double)) == 0 &&
-      memcmp (&a->lse_max, &b->lse_max, sizeof (double)) == 0 &&
-      memcmp (&a->max_weight_sum, &b->max_weight_sum, sizeof (double)) == 0
-      && memcmp (&a->entropy_sum, &b->entropy_sum, sizeof (double)) == 0;
+         a->rows == b->rows && a->masked_keys == b->masked_keys &&
+         a->invalid_frames == b->invalid_frames &&
+         a->fully_masked_rows == b->fully_masked_rows &&
+         a->nonfinite_scores == b->nonfinite_scores &&
+         a->saturated_rows == b->saturated_rows &&
+         memcmp (&a->score_min, &b->score_min, sizeof (double)) == 0 &&
+         memcmp (&a->score_max, &b->score_max, sizeof (double)) == 0 &&
+         memcmp (&a->lse_min, &b->lse_min, sizeof (double)) == 0 &&
+         memcmp (&a->lse_max, &b->lse_max, sizeof (double)) == 0 &&
+         memcmp (&a->max_weight_sum, &b->max_weight_sum, sizeof (double)) ==
+             0 &&
+         memcmp (&a->entropy_sum, &b->entropy_sum, sizeof (double)) == 0;
 }
 
 static void
@@ -148,7 +148,8 @@ check_weights (SattnStream *a, SattnStream *b, const char *when)
   SattnStatus wa = sattn_stream_last_weights (a, -1, NULL, &wr_a, &wc_a);
   SattnStatus wb = sattn_stream_last_weights (b, -1, NULL, &wr_b, &wc_b);
   tu_check (wa == wb && wr_a == wr_b && wc_a == wc_b,
-            "last weights shape %s: %zux%zu vs %zux%zu", when, wr_a, wc_a, wr_b, wc_b);
+            "last weights shape %s: %zux%zu vs %zux%zu", when, wr_a, wc_a, wr_b,
+            wc_b);
   if (wa == SATTN_OK && wa == wb && wr_a == wr_b && wc_a == wc_b) {
     float *wga = malloc (wr_a * wc_a * sizeof (float) + 1);
     float *wgb = malloc (wr_a * wc_a * sizeof (float) + 1);
@@ -167,9 +168,13 @@ run_case (const Fixture *f, const char *model_name, SattnOutputMode mode,
           uint64_t gap, int parts, size_t suffix, uint64_t seed)
 {
   const size_t d = f->cfg.d_model;
-  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
-    .start = start, .collect_stats = 1, .keep_weights = 1,
-    .threads = fx_threads () };
+  SattnStreamConfig sc = { .window = n,
+                           .hop = h,
+                           .output = mode,
+                           .start = start,
+                           .collect_stats = 1,
+                           .keep_weights = 1,
+                           .threads = fx_threads () };
   SattnStatus st;
   TuRng rng;
   tu_rng_init (&rng, seed);
@@ -226,7 +231,8 @@ run_case (const Fixture *f, const char *model_name, SattnOutputMode mode,
             sattn_stream_pending (b));
   check_weights (a, b, "after the gap");
   tu_check (sattn_stream_max_rows (a, 2 * n) ==
-            sattn_stream_max_rows (b, 2 * n), "schedule differs");
+                sattn_stream_max_rows (b, 2 * n),
+            "schedule differs");
 
   tu_fill_normal (&rng, x, suffix * d, 1.0);
   for (size_t i = 0; i < suffix; i++)
@@ -238,17 +244,18 @@ run_case (const Fixture *f, const char *model_name, SattnOutputMode mode,
   drain_rows (a, &ra);
   drain_rows (b, &rb);
 
-  tu_check (ra.n == rb.n, "rows: pushed %zu, skipped path %zu (%llu "
-            "skipped)", ra.n, rb.n, (unsigned long long) skipped);
+  tu_check (ra.n == rb.n,
+            "rows: pushed %zu, skipped path %zu (%llu "
+            "skipped)",
+            ra.n, rb.n, (unsigned long long) skipped);
   size_t bad_row = SIZE_MAX, bad_info = SIZE_MAX;
   for (size_t i = 0; i < ra.n && i < rb.n; i++) {
     if (bad_row == SIZE_MAX &&
         memcmp (ra.rows + i * rf, rb.rows + i * rf, rf * sizeof (float)))
       bad_row = i;
-    if (bad_info == SIZE_MAX &&
-        (ra.info[i].first != rb.info[i].first ||
-         ra.info[i].n_frames != rb.info[i].n_frames ||
-         ra.info[i].valid != rb.info[i].valid))
+    if (bad_info == SIZE_MAX && (ra.info[i].first != rb.info[i].first ||
+                                 ra.info[i].n_frames != rb.info[i].n_frames ||
+                                 ra.info[i].valid != rb.info[i].valid))
       bad_info = i;
   }
   tu_check (bad_row == SIZE_MAX, "row %zu differs", bad_row);
@@ -262,7 +269,8 @@ run_case (const Fixture *f, const char *model_name, SattnOutputMode mode,
   SattnStats sa, sb;
   sattn_stream_get_stats (a, &sa, 0);
   sattn_stream_get_stats (b, &sb, 0);
-  tu_check (stats_equal (&sa, &sb), "statistics differ (windows %llu vs "
+  tu_check (stats_equal (&sa, &sb),
+            "statistics differ (windows %llu vs "
             "%llu, masked keys %llu vs %llu, invalid %llu vs %llu)",
             (unsigned long long) sa.windows, (unsigned long long) sb.windows,
             (unsigned long long) sa.masked_keys,
@@ -274,7 +282,10 @@ run_case (const Fixture *f, const char *model_name, SattnOutputMode mode,
   tu_case_end ("%zu rows, %llu of them skipped", ra.n,
                (unsigned long long) skipped);
 
-  free (ra.rows); free (ra.info); free (rb.rows); free (rb.info);
+  free (ra.rows);
+  free (ra.info);
+  free (rb.rows);
+  free (rb.info);
   free (x);
   free (valid);
   sattn_stream_free (a);
@@ -286,8 +297,11 @@ static void
 huge_case (const Fixture *f, SattnOutputMode mode)
 {
   const size_t n = 16, h = 5, d = f->cfg.d_model;
-  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
-    .collect_stats = 1, .threads = fx_threads () };
+  SattnStreamConfig sc = { .window = n,
+                           .hop = h,
+                           .output = mode,
+                           .collect_stats = 1,
+                           .threads = fx_threads () };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (f->model, &sc, &st);
   float x[3 * 8];
@@ -314,27 +328,29 @@ huge_case (const Fixture *f, SattnOutputMode mode)
             (unsigned long long) sk.end, (unsigned long long) last);
   if (mode == SATTN_OUTPUT_FRAMES)
     tu_check (got == 15 && sk.first == 15 && sk.rows == last - 15,
-              "frames: %zu rows written, skipped [%llu, %llu) %llu rows",
-              got, (unsigned long long) sk.first,
-              (unsigned long long) sk.end, (unsigned long long) sk.rows);
+              "frames: %zu rows written, skipped [%llu, %llu) %llu rows", got,
+              (unsigned long long) sk.first, (unsigned long long) sk.end,
+              (unsigned long long) sk.rows);
   else
     tu_check (got == 3 && sk.first == 15 && sk.rows == (last - 15) / h,
               "pooled: %zu rows written, %llu skipped", got,
               (unsigned long long) sk.rows);
-  tu_check (sattn_stream_pending (s) == (size_t) (end - last),
-            "pending %zu", sattn_stream_pending (s));
+  tu_check (sattn_stream_pending (s) == (size_t) (end - last), "pending %zu",
+            sattn_stream_pending (s));
   SattnStats stt;
   sattn_stream_get_stats (s, &stt, 0);
   tu_check (stt.frames == end && stt.invalid_frames == G &&
-            stt.windows == last / h, "stats frames %llu invalid %llu "
-            "windows %llu", (unsigned long long) stt.frames,
+                stt.windows == last / h,
+            "stats frames %llu invalid %llu "
+            "windows %llu",
+            (unsigned long long) stt.frames,
             (unsigned long long) stt.invalid_frames,
             (unsigned long long) stt.windows);
   /* The counter must not wrap. */
   st = sattn_stream_skip (s, UINT64_MAX - 5, out, cap, info, &got, &sk);
-  tu_check (st == SATTN_E_INVAL && sattn_stream_pending (s) ==
-            (size_t) (end - last), "skip past UINT64_MAX: %s",
-            sattn_status_string (st));
+  tu_check (st == SATTN_E_INVAL &&
+                sattn_stream_pending (s) == (size_t) (end - last),
+            "skip past UINT64_MAX: %s", sattn_status_string (st));
   tu_case_end (" ");
   free (out);
   free (info);
@@ -356,8 +372,11 @@ rope_far_case (const Fixture *f, SattnOutputMode mode, uint64_t G)
   SattnStatus st;
   cfg.positions = SATTN_POSITIONS_ROPE;
   SattnModel *m = sattn_model_new (&cfg, &f->w, &st);
-  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
-    .start = SATTN_START_PAD, .threads = fx_threads () };
+  SattnStreamConfig sc = { .window = n,
+                           .hop = h,
+                           .output = mode,
+                           .start = SATTN_START_PAD,
+                           .threads = fx_threads () };
   SattnStream *a = sattn_stream_new (m, &sc, &st);
   SattnStream *b = sattn_stream_new (m, &sc, &st);
   const size_t rf = sattn_stream_row_floats (a), cap = 2 * T + 4 * n;
@@ -368,8 +387,8 @@ rope_far_case (const Fixture *f, SattnOutputMode mode, uint64_t G)
   SattnSkipped sk;
   TuRng r;
 
-  tu_case_begin ("RoPE after a skip of %llu frames, %s",
-                 (unsigned long long) G, mode_names[mode]);
+  tu_case_begin ("RoPE after a skip of %llu frames, %s", (unsigned long long) G,
+                 mode_names[mode]);
   tu_rng_init (&r, G ^ (uint64_t) mode);
   for (size_t i = 0; i < T * d; i++)
     x[i] = (float) tu_rng_normal (&r);
@@ -388,8 +407,7 @@ rope_far_case (const Fixture *f, SattnOutputMode mode, uint64_t G)
   for (size_t i = 0; i < ga * rf && ga == gb; i++)
     worst = fmax (worst, fabs ((double) oa[i] - ob[i]));
   tu_check (ga == gb && memcmp (oa, ob, ga * rf * sizeof (float)) == 0,
-            "rows differ from the same frames at index 0: max-abs %.3g",
-            worst);
+            "rows differ from the same frames at index 0: max-abs %.3g", worst);
   tu_case_end (" ");
   free (x);
   free (oa);
@@ -407,14 +425,16 @@ main (void)
 
   tu_rng_init (&r, 20261130);
   if (fx_build (&fid, &r, 4, 2, 0, 0) != SATTN_OK ||
-      fx_build (&ftr, &r, 6, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_BO |
-                FX_BIASKV | FX_ZERO | FX_CAUSAL, 0) != SATTN_OK) {
+      fx_build (&ftr, &r, 6, 2,
+                FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_BIASKV | FX_ZERO |
+                    FX_CAUSAL,
+                0) != SATTN_OK) {
     fprintf (stderr, "fixtures failed\n");
     return 1;
   }
   Fixture ftr_rope;
-  if (fx_build (&ftr_rope, &r, 8, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 0)
-      != SATTN_OK) {
+  if (fx_build (&ftr_rope, &r, 8, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 0) !=
+      SATTN_OK) {
     fprintf (stderr, "fixtures failed\n");
     return 1;
   }
@@ -425,18 +445,18 @@ main (void)
   for (int fi = 0; fi < 2; fi++)
     for (int mode = 0; mode < 4; mode++)
       for (int start = 0; start < 2; start++) {
-        const size_t geo[][2] = { {8, 1}, {8, 3}, {8, 8}, {5, 2} };
+        const size_t geo[][2] = { { 8, 1 }, { 8, 3 }, { 8, 8 }, { 5, 2 } };
         for (size_t gi = 0; gi < 4; gi++) {
           size_t n = geo[gi][0], h = geo[gi][1];
-          const uint64_t gaps[] = { 0, 1, n - 1, n, n + h + 1, 3 * n + 2,
-            2000 + seed % 97 };
+          const uint64_t gaps[] = { 0,         1,         n - 1,           n,
+                                    n + h + 1, 3 * n + 2, 2000 + seed % 97 };
           const size_t prefixes[] = { 0, 2, n + 3, 4 * n + 1 };
           for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++)
             for (size_t p = 0; p < 4; p++) {
               int parts = (int) (1 + (seed % 3));
               run_case (fx[fi], fx_names[fi], (SattnOutputMode) mode,
-                        (SattnStartPolicy) start, n, h, prefixes[p],
-                        gaps[g], parts, 2 * n + 3, seed++);
+                        (SattnStartPolicy) start, n, h, prefixes[p], gaps[g],
+                        parts, 2 * n + 3, seed++);
             }
         }
       }
@@ -444,7 +464,7 @@ main (void)
     huge_case (&fid, (SattnOutputMode) mode);
   {
     const uint64_t far[] = { UINT64_C (1) << 52, (UINT64_C (1) << 53) + 1024,
-      UINT64_C (1) << 60 };
+                             UINT64_C (1) << 60 };
     for (size_t g = 0; g < sizeof far / sizeof far[0]; g++)
       for (int mode = 0; mode < 4; mode++)
         rope_far_case (&ftr_rope, (SattnOutputMode) mode, far[g]);

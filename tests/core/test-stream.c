@@ -53,8 +53,8 @@ typedef struct {
   size_t n, h, d, d_out, nk, row_floats;
   SattnOutputMode mode;
   SattnStartPolicy start;
-  const float *frames;   /* this segment's frames, from frame 0 */
-  const uint8_t *valid;  /* may be NULL */
+  const float *frames;  /* this segment's frames, from frame 0 */
+  const uint8_t *valid; /* may be NULL */
   size_t t, last_end, next;
   /* expected rows */
   float *rows;
@@ -187,37 +187,37 @@ sim_window (Sim *s, size_t e)
                  "simulator: %zu frames to account for in one window", count))
     return;
   switch (s->mode) {
-  case SATTN_OUTPUT_CLASSES:
-    /* Whole models only: not simulated here (tests/python). */
-    break;
-  case SATTN_OUTPUT_FRAMES:
-    for (size_t i = first; i < e; i++) {
-      size_t p = i + n - e;
-      float *r = sim_new_row (s, i, 1, s->ok[p]);
-      memcpy (r, s->out + p * d_out, d_out * sizeof (float));
+    case SATTN_OUTPUT_CLASSES:
+      /* Whole models only: not simulated here (tests/python). */
+      break;
+    case SATTN_OUTPUT_FRAMES:
+      for (size_t i = first; i < e; i++) {
+        size_t p = i + n - e;
+        float *r = sim_new_row (s, i, 1, s->ok[p]);
+        memcpy (r, s->out + p * d_out, d_out * sizeof (float));
+      }
+      break;
+    case SATTN_OUTPUT_WINDOW: {
+      float *r = sim_new_row (s, first, (uint32_t) count, nvalid > 0);
+      memcpy (r, s->out, n * d_out * sizeof (float));
+      break;
     }
-    break;
-  case SATTN_OUTPUT_WINDOW: {
-    float *r = sim_new_row (s, first, (uint32_t) count, nvalid > 0);
-    memcpy (r, s->out, n * d_out * sizeof (float));
-    break;
-  }
-  case SATTN_OUTPUT_MEAN: {
-    float *r = sim_new_row (s, first, (uint32_t) count, nvalid > 0);
-    for (size_t o = 0; o < d_out; o++) {
-      double acc = 0.0;
-      for (size_t p = 0; p < n; p++)
-        if (s->ok[p])
-          acc += s->out[p * d_out + o];
-      r[o] = nvalid ? (float) (acc / (double) nvalid) : 0.0f;
+    case SATTN_OUTPUT_MEAN: {
+      float *r = sim_new_row (s, first, (uint32_t) count, nvalid > 0);
+      for (size_t o = 0; o < d_out; o++) {
+        double acc = 0.0;
+        for (size_t p = 0; p < n; p++)
+          if (s->ok[p])
+            acc += s->out[p * d_out + o];
+        r[o] = nvalid ? (float) (acc / (double) nvalid) : 0.0f;
+      }
+      break;
     }
-    break;
-  }
-  case SATTN_OUTPUT_LAST: {
-    float *r = sim_new_row (s, first, (uint32_t) count, s->ok[n - 1]);
-    memcpy (r, s->out + (n - 1) * d_out, d_out * sizeof (float));
-    break;
-  }
+    case SATTN_OUTPUT_LAST: {
+      float *r = sim_new_row (s, first, (uint32_t) count, s->ok[n - 1]);
+      memcpy (r, s->out + (n - 1) * d_out, d_out * sizeof (float));
+      break;
+    }
   }
   s->last_end = e;
   s->next = e + s->h;
@@ -244,7 +244,7 @@ sim_drain (Sim *s)
 
 typedef struct {
   float *x;
-  uint8_t *valid;  /* NULL when every frame is flagged valid */
+  uint8_t *valid; /* NULL when every frame is flagged valid */
   size_t T;
 } Segment;
 
@@ -278,8 +278,9 @@ make_segment (TuRng *rng, Segment *g, size_t T, size_t d, size_t n,
       else if (u < 0.05)
         g->x[i * d + tu_rng_range (rng, 0, d - 1)] = NAN;
       else if (u < 0.07)
-        g->x[i * d + tu_rng_range (rng, 0, d - 1)] =
-            (tu_rng_u64 (rng) & 1) ? INFINITY : -INFINITY;
+        g->x[i * d + tu_rng_range (rng, 0, d - 1)] = (tu_rng_u64 (rng) & 1)
+                                                         ? INFINITY
+                                                         : -INFINITY;
     }
   }
 }
@@ -333,15 +334,17 @@ check_last_weights (SattnStream *st, const Sim *sim, const Fixture *f)
   size_t rows = 0, cols = 0;
   SattnStatus s = sattn_stream_last_weights (st, 0, NULL, &rows, &cols);
   if (!sim->have_last) {
-    tu_check (s == SATTN_E_INVAL, "last_weights before any window: %s, want "
-              "SATTN_E_INVAL", sattn_status_string (s));
+    tu_check (s == SATTN_E_INVAL,
+              "last_weights before any window: %s, want "
+              "SATTN_E_INVAL",
+              sattn_status_string (s));
     return;
   }
   if (!TU_CHECK_STATUS (s, SATTN_OK, "sattn_stream_last_weights (size)"))
     return;
   tu_check (cols == nk, "last_weights cols %zu, want %zu", cols, nk);
-  tu_check (rows >= 1 && rows <= n, "last_weights rows %zu, want 1..%zu",
-            rows, n);
+  tu_check (rows >= 1 && rows <= n, "last_weights rows %zu, want 1..%zu", rows,
+            n);
   if (cols != nk || rows < 1 || rows > n)
     return;
   float *w = malloc (rows * cols * sizeof *w);
@@ -372,8 +375,10 @@ check_last_weights (SattnStream *st, const Sim *sim, const Fixture *f)
       }
     }
   }
-  tu_check (maxd <= WEIGHT_BOUND, "last_weights differ from the one-shot "
-            "weights by %.3e", maxd);
+  tu_check (maxd <= WEIGHT_BOUND,
+            "last_weights differ from the one-shot "
+            "weights by %.3e",
+            maxd);
   free (w);
 }
 
@@ -385,15 +390,18 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
                  mode_names[mode], start_names[start]);
   Fixture f;
   if (!TU_CHECK_STATUS (fx_build (&f, rng, ms->d_model, ms->heads, ms->flags,
-                                  ms->lookback), SATTN_OK,
-                        "sattn_model_new")) {
+                                  ms->lookback),
+                        SATTN_OK, "sattn_model_new")) {
     tu_case_end (NULL);
     return;
   }
   const size_t d = ms->d_model;
   int keep_w = (int) (tu_rng_u64 (rng) & 1);
-  SattnStreamConfig sc = { .window = n, .hop = h, .output = mode,
-                           .start = start, .collect_stats = 1,
+  SattnStreamConfig sc = { .window = n,
+                           .hop = h,
+                           .output = mode,
+                           .start = start,
+                           .collect_stats = 1,
                            .keep_weights = keep_w,
                            .invalid_policy = SATTN_INVALID_MASK,
                            .threads = fx_threads () };
@@ -455,8 +463,8 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
       const uint8_t *vp = g->valid ? g->valid + pos : NULL;
       if (maxr > 0 && (tu_rng_u64 (rng) & 3) == 0) {
         size_t pend = sattn_stream_pending (s);
-        st = sattn_stream_push (s, g->x + pos * d, c, vp, out, maxr - 1,
-                                info, &nr);
+        st = sattn_stream_push (s, g->x + pos * d, c, vp, out, maxr - 1, info,
+                                &nr);
         TU_CHECK_STATUS (st, SATTN_E_SPACE, "push with out_rows too small");
         tu_check (sattn_stream_pending (s) == pend,
                   "a push failing with SATTN_E_SPACE consumed frames");
@@ -524,13 +532,14 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
   size_t bad_info = 0;
   for (size_t r = 0; r < nr; r++) {
     const SattnRowInfo *a = &got.info[r], *b = &sim.info[r];
-    if (a->first != b->first || a->n_frames != b->n_frames
-        || a->valid != b->valid) {
+    if (a->first != b->first || a->n_frames != b->n_frames ||
+        a->valid != b->valid) {
       if (bad_info++ < 3)
-        tu_check (0, "row %zu info {first %llu, n_frames %u, valid %u}, "
-                  "want {%llu, %u, %u}", r, (unsigned long long) a->first,
-                  a->n_frames, a->valid, (unsigned long long) b->first,
-                  b->n_frames, b->valid);
+        tu_check (0,
+                  "row %zu info {first %llu, n_frames %u, valid %u}, "
+                  "want {%llu, %u, %u}",
+                  r, (unsigned long long) a->first, a->n_frames, a->valid,
+                  (unsigned long long) b->first, b->n_frames, b->valid);
     }
     if (!b->valid) {
       int z = 1;
@@ -548,8 +557,10 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
   tu_check (diff.max_abs <= bound, "stream vs one-shot max-abs %.3e > %.3e",
             diff.max_abs, bound);
   double ref_nmse = tu_err_nmse (&ref_err);
-  tu_check (ref_nmse <= NMSE_BOUND, "one-shot windows vs float64 reference "
-            "NMSE %.3e", ref_nmse);
+  tu_check (ref_nmse <= NMSE_BOUND,
+            "one-shot windows vs float64 reference "
+            "NMSE %.3e",
+            ref_nmse);
   if (mode == SATTN_OUTPUT_FRAMES) {
     /* each frame of segment B exactly once, in order, after the drain */
     size_t tail = got.n_rows >= seg[1].T ? got.n_rows - seg[1].T : 0;
@@ -557,7 +568,7 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
     for (size_t i = 0; once && i < seg[1].T; i++)
       once = got.info[tail + i].first == i && got.info[tail + i].n_frames == 1;
     tu_check (once, "frames mode: segment B frames not each given exactly "
-              "one row");
+                    "one row");
   }
 
   SattnStats stats;
@@ -582,8 +593,8 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
   tu_worst_add (&worst_all, dp);
   tu_worst_add (&worst_ref, &ref_err);
   tu_case_end ("frames=%zu+%zu rows=%zu windows=%zu max|diff|=%.2e "
-               "rel=%.2e E_SPACE checks=%zu", seg[0].T, seg[1].T, got.n_rows,
-               sim.windows, diff.max_abs,
+               "rel=%.2e E_SPACE checks=%zu",
+               seg[0].T, seg[1].T, got.n_rows, sim.windows, diff.max_abs,
                diff.max_abs / (1.0 + diff.max_ref), space_checks);
 
   free (got.rows);
@@ -603,8 +614,10 @@ run_drain_midstream (TuRng *rng, SattnStartPolicy start)
                  start_names[start]);
   Fixture f;
   fx_build (&f, rng, 4, 2, FX_PROJ | FX_CAUSAL, 0);
-  SattnStreamConfig sc = { .window = 6, .hop = 4,
-                           .output = SATTN_OUTPUT_FRAMES, .start = start,
+  SattnStreamConfig sc = { .window = 6,
+                           .hop = 4,
+                           .output = SATTN_OUTPUT_FRAMES,
+                           .start = start,
                            .invalid_policy = SATTN_INVALID_MASK,
                            .threads = fx_threads () };
   SattnStatus st;
@@ -642,8 +655,7 @@ run_drain_midstream (TuRng *rng, SattnStartPolicy start)
     if (!chunks[c])
       tu_check (expect == total && sattn_stream_pending (s) == 0,
                 "after drain: %llu rows for %zu frames, pending %zu",
-                (unsigned long long) expect, total,
-                sattn_stream_pending (s));
+                (unsigned long long) expect, total, sattn_stream_pending (s));
   }
   tu_case_end ("%zu frames, %llu rows", total, (unsigned long long) expect);
   sattn_stream_free (s);
@@ -667,12 +679,13 @@ main (void)
     { "dk-wide out unit d12h3", 12, 3,
       FX_PROJ | FX_BIAS | FX_OUT | FX_DK_WIDE | FX_UNIT | FX_CAUSAL, 0 },
     { "dk-narrow dv-wide biaskv zeroattn lookback4 d16h2", 16, 2,
-      FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_DK_NARROW | FX_BIASKV | FX_ZERO
-      | FX_CAUSAL | FX_LOOKBACK, 4 },
+      FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_DK_NARROW | FX_BIASKV | FX_ZERO |
+          FX_CAUSAL | FX_LOOKBACK,
+      4 },
   };
   const size_t geo[][2] = {
-    { 1, 1 }, { 5, 1 }, { 5, 2 }, { 5, 5 }, { 7, 3 }, { 16, 1 }, { 16, 5 },
-    { 16, 16 },
+    { 1, 1 }, { 5, 1 },  { 5, 2 },  { 5, 5 },
+    { 7, 3 }, { 16, 1 }, { 16, 5 }, { 16, 16 },
   };
   for (size_t m = 0; m < sizeof models / sizeof models[0]; m++)
     for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++)
@@ -689,9 +702,11 @@ main (void)
             mode_names[mode], worst_mode[mode].cases, worst_mode[mode].max_abs,
             worst_mode[mode].max_abs_rel);
   printf ("  all     runs=%-4zu max-abs=%.3e  max-abs/(1+max|expected|)=%.3e "
-          "(bound %.0e)\n", worst_all.cases, worst_all.max_abs,
-          worst_all.max_abs_rel, STREAM_REL_BOUND);
+          "(bound %.0e)\n",
+          worst_all.cases, worst_all.max_abs, worst_all.max_abs_rel,
+          STREAM_REL_BOUND);
   printf ("one-shot windows vs float64 reference: worst NMSE=%.3e max-abs="
-          "%.3e\n", worst_ref.nmse, worst_ref.max_abs);
+          "%.3e\n",
+          worst_ref.nmse, worst_ref.max_abs);
   return tu_summary ("test-stream");
 }

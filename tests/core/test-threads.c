@@ -48,8 +48,8 @@ typedef struct {
   size_t d, heads, n, h;
   unsigned flags;
   size_t lookback;
-  unsigned modes;       /* bit per SattnOutputMode */
-  size_t frames;        /* frames per run */
+  unsigned modes; /* bit per SattnOutputMode */
+  size_t frames;  /* frames per run */
 } Geo;
 
 #define ALL_MODES 0xfu
@@ -59,21 +59,23 @@ static const Geo geos[] = {
   { "W1", 64, 4, 256, 16, FX_PROJ | FX_BIAS | FX_OUT | FX_BO, 0, ALL_MODES,
     700 },
   { "W1-identity", 64, 4, 256, 16, 0, 0, ALL_MODES, 700 },
-  { "W3", 256, 8, 1024, 64, FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_CAUSAL,
-    0, CHEAP_MODES, 1400 },
+  { "W3", 256, 8, 1024, 64, FX_PROJ | FX_BIAS | FX_OUT | FX_BO | FX_CAUSAL, 0,
+    CHEAP_MODES, 1400 },
   { "W3-identity-lookback", 256, 8, 1024, 64, FX_CAUSAL | FX_LOOKBACK, 300,
     CHEAP_MODES, 1300 },
-  { "odd", 30, 3, 37, 5, FX_PROJ | FX_BIAS | FX_OUT | FX_BIASKV | FX_ZERO |
-    FX_DIMS | FX_CAUSAL | FX_LOOKBACK, 9, ALL_MODES, 200 },
+  { "odd", 30, 3, 37, 5,
+    FX_PROJ | FX_BIAS | FX_OUT | FX_BIASKV | FX_ZERO | FX_DIMS | FX_CAUSAL |
+        FX_LOOKBACK,
+    9, ALL_MODES, 200 },
   { "tiny-window", 8, 2, 5, 2, FX_PROJ | FX_BIAS | FX_OUT | FX_CAUSAL, 0,
     ALL_MODES, 60 },
   { "odd-big-hop", 18, 2, 300, 290, FX_PROJ | FX_OUT | FX_ZERO | FX_UNIT, 0,
     ALL_MODES, 900 },
-  { "blas-sized", 256, 4, 512, 300, FX_PROJ | FX_BIAS | FX_OUT, 0,
-    CHEAP_MODES, 1000 },
+  { "blas-sized", 256, 4, 512, 300, FX_PROJ | FX_BIAS | FX_OUT, 0, CHEAP_MODES,
+    1000 },
   /* heads x d_head != d_model */
-  { "dk-wide", 16, 2, 40, 7, FX_PROJ | FX_BIAS | FX_DK_WIDE | FX_CAUSAL |
-    FX_BIASKV, 0, ALL_MODES, 200 },
+  { "dk-wide", 16, 2, 40, 7,
+    FX_PROJ | FX_BIAS | FX_DK_WIDE | FX_CAUSAL | FX_BIASKV, 0, ALL_MODES, 200 },
   { "dk-narrow", 32, 4, 64, 8, FX_PROJ | FX_OUT | FX_BO | FX_DK_NARROW, 0,
     ALL_MODES, 240 },
 };
@@ -122,7 +124,7 @@ typedef struct {
   uint8_t *valid;
   size_t T;
   size_t *chunks, n_chunks;
-  size_t drain_at, reset_at;   /* chunk indices */
+  size_t drain_at, reset_at; /* chunk indices */
 } Episode;
 
 static void
@@ -138,12 +140,14 @@ episode_make (Episode *e, TuRng *rng, const Geo *g)
   for (size_t i = 0; i < e->T; i++) {
     e->valid[i] = tu_rng_u64 (rng) % 23 != 0;
     if (tu_rng_u64 (rng) % 31 == 0)
-      e->x[i * g->d + tu_rng_range (rng, 0, g->d - 1)] =
-          (tu_rng_u64 (rng) & 1) ? NAN : INFINITY;
+      e->x[i * g->d + tu_rng_range (rng, 0, g->d - 1)] = (tu_rng_u64 (rng) & 1)
+                                                             ? NAN
+                                                             : INFINITY;
   }
   e->n_chunks = 0;
   for (size_t pos = 0; pos < e->T;) {
-    size_t c = tu_rng_u64 (rng) % 4 == 0 ? 1 : tu_rng_range (rng, 1, 2 * g->n + 3);
+    size_t c = tu_rng_u64 (rng) % 4 == 0 ? 1
+                                         : tu_rng_range (rng, 1, 2 * g->n + 3);
     if (c > e->T - pos)
       c = e->T - pos;
     e->chunks[e->n_chunks++] = c;
@@ -162,8 +166,7 @@ episode_free (Episode *e)
 }
 
 static int
-push_rows (SattnStream *s, const float *x, size_t c, const uint8_t *v,
-           Run *r)
+push_rows (SattnStream *s, const float *x, size_t c, const uint8_t *v, Run *r)
 {
   size_t maxr = sattn_stream_max_rows (s, c);
   float *out = malloc ((maxr ? maxr : 1) * r->row_floats * sizeof (float));
@@ -173,7 +176,7 @@ push_rows (SattnStream *s, const float *x, size_t c, const uint8_t *v,
     abort ();
   size_t nr = 0;
   SattnStatus st = c > 0 ? sattn_stream_push (s, x, c, v, out, maxr, info, &nr)
-      : sattn_stream_drain (s, out, maxr, info, &nr);
+                         : sattn_stream_drain (s, out, maxr, info, &nr);
   int ok = TU_CHECK_STATUS (st, SATTN_OK, c > 0 ? "push" : "drain");
   if (ok)
     run_append (r, out, info, nr);
@@ -187,9 +190,14 @@ static int
 run_episode (const SattnModel *m, int threads, const Geo *g,
              SattnOutputMode mode, int keep_w, const Episode *e, Run *r)
 {
-  SattnStreamConfig sc = { .window = g->n, .hop = g->h, .output = mode,
-    .start = SATTN_START_PAD, .collect_stats = 1, .keep_weights = keep_w,
-    .invalid_policy = SATTN_INVALID_MASK, .threads = threads };
+  SattnStreamConfig sc = { .window = g->n,
+                           .hop = g->h,
+                           .output = mode,
+                           .start = SATTN_START_PAD,
+                           .collect_stats = 1,
+                           .keep_weights = keep_w,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = threads };
   SattnStatus st = SATTN_E_INVAL;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   memset (r, 0, sizeof *r);
@@ -211,14 +219,14 @@ run_episode (const SattnModel *m, int threads, const Geo *g,
   }
   ok = ok && push_rows (s, NULL, 0, NULL, r);
   sattn_stream_get_stats (s, &r->stats_end, 0);
-  if (keep_w &&
-      sattn_stream_last_weights (s, -1, NULL, &r->w_rows, &r->w_cols) ==
-      SATTN_OK) {
+  if (keep_w && sattn_stream_last_weights (s, -1, NULL, &r->w_rows,
+                                           &r->w_cols) == SATTN_OK) {
     r->weights = malloc (r->w_rows * r->w_cols * sizeof (float) + 1);
     if (r->weights == NULL)
       abort ();
     ok = ok && TU_CHECK_STATUS (sattn_stream_last_weights (s, -1, r->weights,
-            NULL, NULL), SATTN_OK, "last_weights");
+                                                           NULL, NULL),
+                                SATTN_OK, "last_weights");
   }
   sattn_stream_free (s);
   return ok;
@@ -240,15 +248,15 @@ runs_identical (const Run *a, const Run *b, const char *what)
                     "%s: row infos differ", what);
   same &= tu_check (memcmp (&a->stats_mid, &b->stats_mid,
                             sizeof (SattnStats)) == 0 &&
-                    memcmp (&a->stats_end, &b->stats_end,
-                            sizeof (SattnStats)) == 0,
+                        memcmp (&a->stats_end, &b->stats_end,
+                                sizeof (SattnStats)) == 0,
                     "%s: statistics differ (weight sums %.17g / %.17g)", what,
                     b->stats_end.max_weight_sum, a->stats_end.max_weight_sum);
   same &= tu_check (a->w_rows == b->w_rows && a->w_cols == b->w_cols &&
-                    (a->weights == NULL) == (b->weights == NULL) &&
-                    (a->weights == NULL ||
-                     memcmp (a->weights, b->weights,
-                             a->w_rows * a->w_cols * sizeof (float)) == 0),
+                        (a->weights == NULL) == (b->weights == NULL) &&
+                        (a->weights == NULL ||
+                         memcmp (a->weights, b->weights,
+                                 a->w_rows * a->w_cols * sizeof (float)) == 0),
                     "%s: kept weights differ", what);
   return same;
 }
@@ -267,7 +275,8 @@ test_identity (TuRng *rng, const Geo *g)
   tu_case_begin ("byte identity %s d=%zu heads=%zu n=%zu hop=%zu", g->name,
                  g->d, g->heads, g->n, g->h);
   if (!TU_CHECK_STATUS (fx_build (&f, rng, g->d, g->heads, g->flags,
-                                  g->lookback), SATTN_OK, "fx_build")) {
+                                  g->lookback),
+                        SATTN_OK, "fx_build")) {
     tu_case_end (NULL);
     return;
   }
@@ -297,8 +306,7 @@ test_identity (TuRng *rng, const Geo *g)
           setenv ("SATTN_PAR_MIN", par_min[t], 1);
         else
           unsetenv ("SATTN_PAR_MIN");
-        if (run_episode (m, variant_threads[t], g, mode, keep_w, &e,
-                         &other))
+        if (run_episode (m, variant_threads[t], g, mode, keep_w, &e, &other))
           runs_identical (&base, &other, what);
         if (saved)
           setenv ("SATTN_PAR_MIN", saved, 1);
@@ -313,8 +321,8 @@ test_identity (TuRng *rng, const Geo *g)
   }
   free (saved);
   fx_free (&f);
-  tu_case_end ("%zu runs of %zu rows (all modes) compared with threads=1",
-               runs, rows);
+  tu_case_end ("%zu runs of %zu rows (all modes) compared with threads=1", runs,
+               rows);
 }
 
 /* Full windows of valid frames, frames mode, threads = 2: the rows of the
@@ -325,14 +333,18 @@ test_reference (TuRng *rng, const Geo *g)
   Fixture f;
   tu_case_begin ("reference %s threads=2", g->name);
   if (!TU_CHECK_STATUS (fx_build (&f, rng, g->d, g->heads, g->flags,
-                                  g->lookback), SATTN_OK, "fx_build")) {
+                                  g->lookback),
+                        SATTN_OK, "fx_build")) {
     tu_case_end (NULL);
     return;
   }
   const SattnModel *m = f.model;
-  SattnStreamConfig sc = { .window = g->n, .hop = g->h,
-    .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
-    .invalid_policy = SATTN_INVALID_MASK, .threads = 2 };
+  SattnStreamConfig sc = { .window = g->n,
+                           .hop = g->h,
+                           .output = SATTN_OUTPUT_FRAMES,
+                           .start = SATTN_START_PAD,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = 2 };
   SattnStream *s = sattn_stream_new (m, &sc, NULL);
   tu_check (s != NULL, "sattn_stream_new");
   const size_t T = g->n + 3 * g->h, d_out = f.ref.d_out;
@@ -348,8 +360,9 @@ test_reference (TuRng *rng, const Geo *g)
     size_t nr = 0;
     /* Every hop in its own push: the last push gives the last hop. */
     for (size_t pos = 0; pos < T; pos += g->h)
-      TU_CHECK_STATUS (sattn_stream_push (s, x + pos * g->d, g->h, NULL, out,
-                                          T, NULL, &nr), SATTN_OK, "push");
+      TU_CHECK_STATUS (sattn_stream_push (s, x + pos * g->d, g->h, NULL, out, T,
+                                          NULL, &nr),
+                       SATTN_OK, "push");
     tu_check (nr == g->h, "last push gave %zu rows", nr);
     ref_attend (&f.ref, x + (T - g->n) * g->d, g->n, NULL, NULL, NULL, ref,
                 NULL, NULL);
@@ -382,8 +395,8 @@ test_blas_threads (TuRng *rng)
   };
   for (int k = 0; k < 2; k++) {
     Fixture f;
-    if (!TU_CHECK_STATUS (fx_build (&f, rng, g[k].d, g[k].heads, g[k].flags,
-                                    0), SATTN_OK, "fx_build"))
+    if (!TU_CHECK_STATUS (fx_build (&f, rng, g[k].d, g[k].heads, g[k].flags, 0),
+                          SATTN_OK, "fx_build"))
       continue;
     float *x = malloc (g[k].frames * g[k].d * sizeof (float));
     float *out = malloc (g[k].frames * f.ref.d_out * sizeof (float));
@@ -392,10 +405,13 @@ test_blas_threads (TuRng *rng)
     tu_fill_normal (rng, x, g[k].frames * g[k].d, 1.0);
     for (int t = 0; t < 3; t++) {
       const SattnModel *m = f.model;
-      SattnStreamConfig sc = { .window = g[k].n, .hop = g[k].h,
-        .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
-        .collect_stats = 1, .invalid_policy = SATTN_INVALID_MASK,
-        .threads = thread_counts[t] };
+      SattnStreamConfig sc = { .window = g[k].n,
+                               .hop = g[k].h,
+                               .output = SATTN_OUTPUT_FRAMES,
+                               .start = SATTN_START_PAD,
+                               .collect_stats = 1,
+                               .invalid_policy = SATTN_INVALID_MASK,
+                               .threads = thread_counts[t] };
       SattnStream *s = sattn_stream_new (m, &sc, NULL);
       size_t nr;
       if (s) {
@@ -439,10 +455,13 @@ test_bytes (TuRng *rng)
     tu_case_end (NULL);
     return;
   }
-  SattnStreamConfig sc = { .window = 1024, .hop = 64,
-    .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
-    .collect_stats = 1, .invalid_policy = SATTN_INVALID_MASK,
-    .threads = 1 };
+  SattnStreamConfig sc = { .window = 1024,
+                           .hop = 64,
+                           .output = SATTN_OUTPUT_FRAMES,
+                           .start = SATTN_START_PAD,
+                           .collect_stats = 1,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = 1 };
   size_t b1 = sattn_stream_bytes (f.model, &sc);
   /* The stream's own threads: a worker's stack and scratch more. */
   sc.threads = 2;
@@ -457,8 +476,8 @@ test_bytes (TuRng *rng)
   size_t b4 = sattn_stream_bytes (f.model, &sc);
   tu_check (b1 > 0 && b2 > b1 && b4 > b2, "sizes %zu %zu %zu", b1, b2, b4);
   /* Linear: doubling the window at most doubles the growth. */
-  tu_check (b4 - b2 <= 2 * (b2 - b1) + 4096, "not linear: %zu %zu %zu", b1,
-            b2, b4);
+  tu_check (b4 - b2 <= 2 * (b2 - b1) + 4096, "not linear: %zu %zu %zu", b1, b2,
+            b4);
   sc.keep_weights = 1;
   size_t bk = sattn_stream_bytes (f.model, &sc);
   tu_check (bk >= b4 + (size_t) 4 * 4096 * 4096 * sizeof (float),
@@ -470,8 +489,8 @@ test_bytes (TuRng *rng)
   sc.hop = 16;
   SattnStatus st = SATTN_OK;
   SattnStream *huge = sattn_stream_new (f.model, &sc, &st);
-  tu_check (huge == NULL && st == SATTN_E_NOMEM,
-            "16 TiB stream: %s", sattn_status_string (st));
+  tu_check (huge == NULL && st == SATTN_E_NOMEM, "16 TiB stream: %s",
+            sattn_status_string (st));
   sattn_stream_free (huge);
 #endif
   sc.window = SIZE_MAX / 4;
@@ -482,7 +501,8 @@ test_bytes (TuRng *rng)
   tu_check (sattn_stream_bytes (NULL, &sc) == 0, "NULL model not 0");
   fx_free (&f);
   tu_case_end ("W=1024: %zu bytes, 2048: %zu, 4096: %zu, 4096 with weights "
-               "kept: %zu", b1, b2, b4, bk);
+               "kept: %zu",
+               b1, b2, b4, bk);
 }
 
 /* A thread that cannot be created: sattn_stream_new fails with
@@ -496,16 +516,18 @@ test_thread_create_fails (TuRng *rng)
   tu_case_begin ("thread creation failing");
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   Fixture f;
-  if (!TU_CHECK_STATUS (fx_build (&f, rng, 8, 2, 0, 0), SATTN_OK,
-                        "fx_build")) {
+  if (!TU_CHECK_STATUS (fx_build (&f, rng, 8, 2, 0, 0), SATTN_OK, "fx_build")) {
     tu_case_end (NULL);
     return;
   }
   const SattnModel *m = f.model;
-  SattnStreamConfig sc = { .window = 8, .hop = 4,
-    .output = SATTN_OUTPUT_FRAMES, .start = SATTN_START_PAD,
-    .collect_stats = 1, .invalid_policy = SATTN_INVALID_MASK,
-    .threads = 200 };
+  SattnStreamConfig sc = { .window = 8,
+                           .hop = 4,
+                           .output = SATTN_OUTPUT_FRAMES,
+                           .start = SATTN_START_PAD,
+                           .collect_stats = 1,
+                           .invalid_policy = SATTN_INVALID_MASK,
+                           .threads = 200 };
   fflush (stdout);
   pid_t pid = fork ();
   if (pid == 0) {
@@ -518,7 +540,7 @@ test_thread_create_fails (TuRng *rng)
     if (st)
       fclose (st);
     struct rlimit rl = { (rlim_t) vm_kib * 1024 + (4 << 20),
-      (rlim_t) vm_kib * 1024 + (4 << 20) };
+                         (rlim_t) vm_kib * 1024 + (4 << 20) };
     if (vm_kib <= 0 || setrlimit (RLIMIT_AS, &rl) != 0)
       _exit (3);
     SattnStatus status = SATTN_OK;
@@ -529,10 +551,10 @@ test_thread_create_fails (TuRng *rng)
   tu_check (pid > 0 && waitpid (pid, &wst, 0) == pid, "fork / waitpid");
   tu_check (WIFEXITED (wst) && WEXITSTATUS (wst) == 0,
             "200 threads in 4 MiB of address space: %s",
-            !WIFEXITED (wst) ? "the child crashed"
+            !WIFEXITED (wst)         ? "the child crashed"
             : WEXITSTATUS (wst) == 1 ? "the stream was created"
             : WEXITSTATUS (wst) == 2 ? "failed with another status"
-            : "could not cap the address space");
+                                     : "could not cap the address space");
   fx_free (&f);
   tu_case_end ("SATTN_E_NOMEM");
 #else

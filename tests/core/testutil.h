@@ -42,8 +42,7 @@ void tu_case_begin (const char *fmt, ...)
 int tu_check (int cond, const char *fmt, ...)
     __attribute__ ((format (printf, 2, 3)));
 /* Close the case and print "ok"/"FAIL" with an optional detail text. */
-void tu_case_end (const char *fmt, ...)
-    __attribute__ ((format (printf, 1, 2)));
+void tu_case_end (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 /* Print "N passed, M failed"; return the process exit code. */
 int tu_summary (const char *what);
 
@@ -56,8 +55,7 @@ int tu_check_status (SattnStatus got, SattnStatus want, const char *what);
 /* Threads byte identity: run k of runs[0, n_runs) ran with k + 1 threads
  * and holds n floats; every run must equal run 0 byte for byte ("threads
  * K differ" otherwise).  Frees every run (free () of each). */
-void tu_check_threads_identical (float *const *runs, size_t n_runs,
-                                 size_t n);
+void tu_check_threads_identical (float *const *runs, size_t n_runs, size_t n);
 
 /* --------------------------------------------------------------- metrics */
 
@@ -65,11 +63,11 @@ void tu_check_threads_identical (float *const *runs, size_t n_runs,
 int tu_all_finite (const float *x, size_t n);
 
 typedef struct {
-  double err2;       /* sum (a - r)^2 */
-  double ref2;       /* sum r^2 */
-  double max_abs;    /* max |a - r| */
-  double max_ref;    /* max |r| */
-  size_t nonfinite;  /* non-finite entries of a */
+  double err2;      /* sum (a - r)^2 */
+  double ref2;      /* sum r^2 */
+  double max_abs;   /* max |a - r| */
+  double max_ref;   /* max |r| */
+  size_t nonfinite; /* non-finite entries of a */
   size_t count;
 } TuErr;
 

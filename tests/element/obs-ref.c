@@ -62,8 +62,7 @@ obs_stats_merge (ObsStats * acc, const ObsStats * w)
   acc->lse_max = MAX (acc->lse_max, w->lse_max);
   acc->max_weight_sum += w->max_weight_sum;
   acc->entropy_sum += w->entropy_sum;
-  acc->max_weight_margin = MIN (acc->max_weight_margin,
-      w->max_weight_margin);
+  acc->max_weight_margin = MIN (acc->max_weight_margin, w->max_weight_margin);
 }
 
 static gboolean
@@ -133,8 +132,7 @@ obs_ref_window_stats (const RefConfig * c, const float *x,
   out->windows = 1;
   out->frames = w->end - w->first;
   for (j = 0; j < n; j++)
-    if (!frame_ok (x, valid, T, d, (gssize) w->end - (gssize) n +
-            (gssize) j))
+    if (!frame_ok (x, valid, T, d, (gssize) w->end - (gssize) n + (gssize) j))
       out->masked_keys++;
   for (i = w->first; i < w->end; i++)
     if (!frame_ok (x, valid, T, d, (gssize) i))

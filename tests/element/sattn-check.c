@@ -405,7 +405,8 @@ sattn_check_buffers (const char *label, const SattnOutput * o, guint b0,
         ref->n_rows);
     first_frame = ref->first[row];
     end = ref->first[row + rows - 1] + ref->n_frames[row + rows - 1];
-    pts = t0 + gst_util_uint64_scale (first_frame * frame_size, GST_SECOND, rate);
+    pts =
+        t0 + gst_util_uint64_scale (first_frame * frame_size, GST_SECOND, rate);
     stop = t0 + gst_util_uint64_scale (end * frame_size, GST_SECOND, rate);
     fail_unless_equals_uint64 (b->pts, pts);
     fail_unless_equals_uint64 (b->duration, stop - pts);

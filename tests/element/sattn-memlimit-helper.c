@@ -85,7 +85,7 @@ main (int argc, char **argv)
   }
 
   /* What the core needs for this configuration (identity model). */
-  mc.d_model = (size_t) channels * frame_size;
+  mc.d_model = (size_t) channels *frame_size;
   mc.heads = 1;
   m = sattn_model_new (&mc, NULL, NULL);
   sc.threads = 1;               /* the element's default */

@@ -263,4 +263,3 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
   st_write (&w, path);
   return g_strdup (path);
 }
-

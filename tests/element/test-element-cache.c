@@ -83,8 +83,7 @@ st_add_mha (StWriter * w, const gchar * prefix, gsize e, guint32 seed)
 
   sattn_fill_signal (v, e * e, seed + 2, 0.5f);
   name = g_strconcat (prefix, "out_proj.weight", NULL);
-  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]",
-      e, e);
+  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]", e, e);
   st_add (w, name, shape, v, e * e);
   g_free (name);
   g_free (shape);
@@ -780,7 +779,8 @@ start_at_once (const gchar * path, guint n)
 
 GST_START_TEST (test_concurrent_start)
 {
-  enum { N = 48 };
+  enum
+  { N = 48 };
   gchar *path = g_build_filename (tmpdir, "concurrent.safetensors", NULL);
   StartFigures one, all;
   guint64 model_kib = BIG_MODEL_KIB;

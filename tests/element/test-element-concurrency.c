@@ -239,8 +239,7 @@ GST_START_TEST (test_request_release_playing)
   order_check_init (&oc);
   pipe = gst_parse_launch ("audiotestsrc wave=pink-noise samplesperbuffer=64 "
       "! audio/x-raw,format=F32LE,channels=4,rate=16000 ! sattn name=s "
-      "window=32 hop=8 heads=2 post-messages=true ! fakesink sync=false",
-      &err);
+      "window=32 hop=8 heads=2 post-messages=true ! fakesink sync=false", &err);
   fail_unless (pipe != NULL && err == NULL, "%s", err ? err->message : "?");
   s = gst_bin_get_by_name (GST_BIN (pipe), "s");
 

@@ -342,8 +342,7 @@ GST_START_TEST (test_property_stress)
       NULL);
   GstHarnessThread *t[5];
   GValue v_window = G_VALUE_INIT, v_hop = G_VALUE_INIT;
-  GValue v_zero = G_VALUE_INIT, v_mask = G_VALUE_INIT, v_causal =
-      G_VALUE_INIT;
+  GValue v_zero = G_VALUE_INIT, v_mask = G_VALUE_INIT, v_causal = G_VALUE_INIT;
   float x[4 * 100];
   guint i, w, hop, rows = 0;
   GstBuffer *out;

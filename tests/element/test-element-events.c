@@ -151,8 +151,7 @@ GST_START_TEST (test_segment_position_after_rate_change)
   h = sattn_harness_new ("window", 8, "hop", 4, NULL);
   sattn_set_caps (h, 1000, 1);
   gst_segment_init (&seg, fmt);
-  seg.start = seg.time = seg.position = fmt == GST_FORMAT_DEFAULT ? 250 :
-      1000;
+  seg.start = seg.time = seg.position = fmt == GST_FORMAT_DEFAULT ? 250 : 1000;
   fail_unless (gst_harness_push_event (h, gst_event_new_segment (&seg)));
   fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
               sizeof x, GST_CLOCK_TIME_NONE, 0)), GST_FLOW_OK);
@@ -675,9 +674,9 @@ GST_START_TEST (test_weights_messages)
     {"heads=2", 8, {"does not fit the stream, whose frames have d_model=8 "
                 "values", "has shape [48, 16]"}, NULL},
     {"heads=2 head-dim=4", 16, {"heads = 2 x head_dim = 4 query/key values",
-                "have 16"}, "identity"},
+            "have 16"}, "identity"},
     {"value-dim=3", 16, {"heads = 2 x value_dim = 3 value values",
-                "have 16"}, "identity"},
+            "have 16"}, "identity"},
   };
   gchar *path = fixture_path ("e16_h2_nobias.safetensors");
   gchar *desc = g_strdup_printf ("audiotestsrc num-buffers=5 ! audio/x-raw,"

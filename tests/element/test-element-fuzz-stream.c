@@ -140,7 +140,8 @@ typedef struct
 
 static WFixture wfixtures[] = {
   {"e8_h1_basic.safetensors", 8, 1, 8, K_ATTN, "none", FALSE, NULL},
-  {"e12_h3_separate_nobias_biaskv.safetensors", 12, 3, 12, K_ATTN, "none", FALSE, NULL},
+  {"e12_h3_separate_nobias_biaskv.safetensors", 12, 3, 12, K_ATTN, "none",
+      FALSE, NULL},
   {"whole_f8_c4.safetensors", 8, 2, 16, K_WHOLE, "learned", FALSE, NULL},
   {"attn-rope.safetensors", 8, 2, 8, K_ATTN, "rope", TRUE, NULL},
   {"attn-alibi-hf.safetensors", 8, 2, 8, K_ATTN, "alibi", TRUE, NULL},
@@ -287,8 +288,7 @@ swap_compatible (const WFixture * a, const WFixture * b)
 
   if (a == b || !a->written || !b->written || wa != wb)
     return FALSE;
-  if (a->d_model != b->d_model || a->d_out != b->d_out ||
-      a->heads != b->heads)
+  if (a->d_model != b->d_model || a->d_out != b->d_out || a->heads != b->heads)
     return FALSE;
   /* whole models: as many classes (the written ones: same d_out, same
    * classes) */
@@ -551,7 +551,8 @@ static const gchar *st_names[N_ST] = {
   "EOS", "property sets", "READY cycles", "attn requests",
   "episodes with weights", "invalid-frames=error stops", "output buffers",
   "timelines", "GAPs of hours or to the clock's end",
-  "special-valued buffers with output=mean", "episodes with overflowing weights",
+  "special-valued buffers with output=mean",
+  "episodes with overflowing weights",
   "position-only segments", "late or overlapping times",
   "times near the clock's end", "no-sample GAPs on a half frame",
   "attn requests after caps", "refused caps", "deferred geometry sets",
@@ -567,16 +568,17 @@ static const gchar *st_names[N_ST] = {
   "swaps refused: other geometry", "swaps refused: other kind",
   "rows compared with old-only and new-only runs"
 };
+
 static guint64 stats[N_ST];
 
 static Episode *current;        /* for the crash, exit and alarm reports */
 static gchar *self_exe;
 
 static void
-ep_log (Episode * e, const gchar * fmt, ...) G_GNUC_PRINTF (2, 3);
-
-static void
 ep_log (Episode * e, const gchar * fmt, ...)
+G_GNUC_PRINTF (2, 3);
+
+     static void ep_log (Episode * e, const gchar * fmt, ...)
 {
   va_list ap;
 
@@ -679,8 +681,7 @@ tl_add_frames (Timeline * t, guint64 n, gboolean invalid)
     return;
   if (invalid) {
     guint len = t->invalid->len;
-    guint64 *last = len ? &g_array_index (t->invalid, guint64, len - 1) :
-        NULL;
+    guint64 *last = len ? &g_array_index (t->invalid, guint64, len - 1) : NULL;
 
     if (last && *last == t->frames) {
       *last += n;
@@ -750,8 +751,7 @@ m_expected (Episode * e)
   if (!GST_CLOCK_TIME_IS_VALID (e->t0))
     return GST_CLOCK_TIME_NONE;
   /* saturates at the last valid clock time, never wraps */
-  d = gst_util_uint64_scale (e->bytes, GST_SECOND, (guint64) e->rate *
-      e->bpf);
+  d = gst_util_uint64_scale (e->bytes, GST_SECOND, (guint64) e->rate * e->bpf);
   return d > G_MAXUINT64 - 1 - e->t0 ? G_MAXUINT64 - 1 : e->t0 + d;
 }
 
@@ -1292,8 +1292,7 @@ check_span (Episode * e, const Item * it)
 
     if (e->output == OUT_WINDOW)
       ep_check (e, row_floats == e->window * (e->wf ? e->wf->d_out : t->d),
-          "window row of %"
-          G_GSIZE_FORMAT " floats", row_floats);
+          "window row of %" G_GSIZE_FORMAT " floats", row_floats);
     for (r = 0; r < rows; r++) {
       gint64 q0;
 
@@ -1314,8 +1313,10 @@ check_span (Episode * e, const Item * it)
         " instead of %" G_GUINT64_FORMAT "-%" G_GUINT64_FORMAT " (window "
         "%u, hop %u, start %d)", rows, a, b, a, end, e->window, e->hop,
         e->start);
-    ep_check (e, e->validity_unknown || it->gap == !any_valid, "GAP flag %s on pooled rows "
-        "ending at frame %" G_GINT64_FORMAT, it->gap ? "set" : "missing", b);
+    ep_check (e, e->validity_unknown
+        || it->gap == !any_valid,
+        "GAP flag %s on pooled rows " "ending at frame %" G_GINT64_FORMAT,
+        it->gap ? "set" : "missing", b);
   }
   t->rows += rows;
   t->out_next = (guint64) b;
@@ -1333,8 +1334,7 @@ ep_consume (Episode * e)
     const Item *it = &g_array_index (e->items, Item, i);
 
     /* everything that came out, for the threads twin */
-    g_checksum_update (e->digest, (const guchar *) &it->type,
-        sizeof it->type);
+    g_checksum_update (e->digest, (const guchar *) &it->type, sizeof it->type);
     if (it->type == IT_BUFFER || it->type == IT_GAP) {
       guint64 v[4] = { it->pts, it->dur, (guint64) it->discont,
         (guint64) it->gap
@@ -1603,9 +1603,9 @@ op_caps (Episode * e, gboolean first)
     e->configured = TRUE;
     e->rate = rate;
     e->channels = channels;
-    e->d = (gsize) channels * e->fs;
+    e->d = (gsize) channels *e->fs;
     e->fb = e->d * sizeof (float);
-    e->bpf = (gsize) channels * sizeof (float);
+    e->bpf = (gsize) channels *sizeof (float);
     e->carry = g_realloc (e->carry, e->fb);
     e->carry_len = 0;
     e->t0 = GST_CLOCK_TIME_NONE;
@@ -1683,7 +1683,7 @@ m_time_segment (Episode * e, const GstSegment * in, GstSegment * out)
   out->start = gst_util_uint64_scale (in->start, GST_SECOND, units);
   out->base = gst_util_uint64_scale (in->base, GST_SECOND, units);
   out->offset = gst_util_uint64_scale (in->offset, GST_SECOND, units);
-  out->stop = in->stop == (guint64) -1 ? (guint64) -1 :
+  out->stop = in->stop == (guint64) - 1 ? (guint64) - 1 :
       gst_util_uint64_scale (in->stop, GST_SECOND, units);
 }
 
@@ -2030,8 +2030,7 @@ op_gap (Episode * e)
   } else if (kd < 92) {
     dur = rint_range (e, 1, 50000) * GST_USECOND;
   } else if (kd < 97) {
-    dur = rint_range (e, 1, 3) * 3600 * GST_SECOND +
-        rint_range (e, 0, 1000000);
+    dur = rint_range (e, 1, 3) * 3600 * GST_SECOND + rint_range (e, 0, 1000000);
     huge = TRUE;
   } else {
     dur = G_MAXUINT64 - 1 - rint_range (e, 0, 1000000000);
@@ -2069,12 +2068,10 @@ op_gap (Episode * e)
       }
     }
     /* the end saturates at the last valid clock time */
-    GstClockTime end = dur > G_MAXUINT64 - 1 - ts ? G_MAXUINT64 - 1 :
-        ts + dur;
+    GstClockTime end = dur > G_MAXUINT64 - 1 - ts ? G_MAXUINT64 - 1 : ts + dur;
 
     if (end >= e->t0) {
-      samples = gst_util_uint64_scale_round (end - e->t0, e->rate,
-          GST_SECOND);
+      samples = gst_util_uint64_scale_round (end - e->t0, e->rate, GST_SECOND);
       bytes = samples * e->bpf;
       bytes = bytes > e->bytes ? bytes - e->bytes : 0;
     } else {
@@ -2216,8 +2213,7 @@ op_swap (Episode * e)
         "file", e->swap_warnings, bad_names[bad]);
     g_object_get (e->h->element, "weights", &now, NULL);
     ep_check (e, g_strcmp0 (now, plan.old_path) == 0, "weights reads %s "
-        "after a refused swap, not the file in use %s", now,
-        plan.old_path);
+        "after a refused swap, not the file in use %s", now, plan.old_path);
     g_free (now);
   } else {
     stats[ST_SWAP_GOOD]++;
@@ -2232,8 +2228,7 @@ push_stream_start (Episode * e)
   gchar *sid = g_strdup_printf ("fuzz-%" G_GUINT64_FORMAT "-%u", e->seed,
       e->ops);
 
-  fail_unless (gst_harness_push_event (e->h,
-          gst_event_new_stream_start (sid)));
+  fail_unless (gst_harness_push_event (e->h, gst_event_new_stream_start (sid)));
   g_free (sid);
 }
 
@@ -2291,8 +2286,7 @@ op_ready (Episode * e)
     while (fs * 4 % e->heads != 0 && fs * 3 % e->heads != 0 &&
         fs * 2 % e->heads != 0 && fs % e->heads != 0)
       fs = rint_range (e, 1, 3);
-  ep_log (e, "READY, frame-size %u window %u hop %u, PLAYING", fs, window,
-      hop);
+  ep_log (e, "READY, frame-size %u window %u hop %u, PLAYING", fs, window, hop);
   memset (e->deferred, 0, sizeof e->deferred);
   e->defer_warned = 0;
   e->refused_rate = e->refused_channels = 0;
@@ -2662,8 +2656,7 @@ run_swap_episode (guint64 seed, gint threads)
 
     if (plan.bad) {
       swap_check (seed, a, "row %u of %u differs from the old model's "
-          "after a refused swap to a %s file", k, n,
-          bad_names[plan.bad_kind]);
+          "after a refused swap to a %s file", k, n, bad_names[plan.bad_kind]);
       continue;
     }
     if (!a && !b) {
@@ -2700,8 +2693,7 @@ run_swap_episode (guint64 seed, gint threads)
     if (b && !a && first_new == G_MAXUINT) {
       first_new = k;
       swap_check (seed, k >= plan.rows_at_set, "row %u is the new "
-          "model's before the set (%u rows out then)", k,
-          plan.rows_at_set);
+          "model's before the set (%u rows out then)", k, plan.rows_at_set);
       /* a window boundary: no window has rows of both models */
       swap_check (seed, last_old == G_MAXUINT || r->wend == G_MAXUINT64 ||
           r->wend != old_wend || r->tl != old_tl, "the window ending at "
@@ -2824,8 +2816,7 @@ main (int argc, char **argv)
   repro_pre = g_strdup ("SATTN_FUZZ_SEED=");
   if (g_getenv ("SATTN_BUILD_ROOT"))
     repro_post = g_strdup_printf (" SATTN_FUZZ_EPISODES=1 meson test -C %s "
-        "element-fuzz-stream --print-errorlogs",
-        g_getenv ("SATTN_BUILD_ROOT"));
+        "element-fuzz-stream --print-errorlogs", g_getenv ("SATTN_BUILD_ROOT"));
   else
     repro_post = g_strdup_printf (" SATTN_FUZZ_EPISODES=1 %s", self_exe);
 

@@ -126,8 +126,7 @@ msg_u64 (const GstStructure * s, const char *field)
 {
   guint64 v = 0;
 
-  fail_unless (gst_structure_get_uint64 (s, field, &v), "no field %s",
-      field);
+  fail_unless (gst_structure_get_uint64 (s, field, &v), "no field %s", field);
   return v;
 }
 
@@ -136,8 +135,7 @@ msg_double (const GstStructure * s, const char *field)
 {
   double v = 0;
 
-  fail_unless (gst_structure_get_double (s, field, &v), "no field %s",
-      field);
+  fail_unless (gst_structure_get_double (s, field, &v), "no field %s", field);
   return v;
 }
 
@@ -308,8 +306,7 @@ GST_START_TEST (test_dominant_key_saturates)
   x[3 * d] = x[3 * d + 1] = 10.0f;
   x[11 * d] = x[11 * d + 1] = 10.0f;
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "heads", heads,
-      "post-messages", TRUE,
-      "message-interval", (guint64) 0, NULL);
+      "post-messages", TRUE, "message-interval", (guint64) 0, NULL);
   obs_attach (&o, h);
   sattn_set_caps (h, rate, (gint) d);
   push_stream (h, x, T, d, T, 1, rate);
@@ -327,8 +324,7 @@ GST_START_TEST (test_dominant_key_saturates)
   fail_unless_equals_int (o.warnings->len, 1);
   text = obs_warning_text (&o, 0);
   fail_unless (strstr (text, "saturated") != NULL, "%s", text);
-  fail_unless (strstr (text, "reduce the input amplitude") != NULL, "%s",
-      text);
+  fail_unless (strstr (text, "reduce the input amplitude") != NULL, "%s", text);
   g_free (text);
 
   obs_detach (&o);
@@ -370,8 +366,7 @@ GST_START_TEST (test_unit_scale_warning)
   for (i = 0; i < o.msgs->len; i++)
     mw += msg_double (obs_msg (&o, i), "max-weight") / o.msgs->len;
   GST_INFO ("scale=%g: mean max-weight %.4f, saturated rows %" G_GUINT64_FORMAT
-      " of %" G_GUINT64_FORMAT, c.scale, mw, total.saturated_rows,
-      total.rows);
+      " of %" G_GUINT64_FORMAT, c.scale, mw, total.saturated_rows, total.rows);
   if (unit) {
     gchar *text;
 
@@ -452,8 +447,8 @@ GST_END_TEST;
 GST_START_TEST (test_overflow_scores)
 {
   const gint rate = 100;
-  const gsize d = 2, T = 2000;      /* 20 s */
-  const gsize big[] = { 100, 205, 1210 };      /* 1 s, 2.05 s, 12.1 s */
+  const gsize d = 2, T = 2000;  /* 20 s */
+  const gsize big[] = { 100, 205, 1210 };       /* 1 s, 2.05 s, 12.1 s */
   RefConfig c = { 8, 4, 1, 0, 0.0, FALSE, OUT_FRAMES, START_PAD };
   float *x = g_new (float, T * d);
   GstHarness *h;
@@ -473,8 +468,7 @@ GST_START_TEST (test_overflow_scores)
   sattn_set_caps (h, rate, (gint) d);
   push_stream (h, x, T, d, 64, 1, rate);
 
-  check_per_window ("overflow", &o, &c, x, NULL, T, d, 1, rate, 0.99f,
-      &total);
+  check_per_window ("overflow", &o, &c, x, NULL, T, d, 1, rate, 0.99f, &total);
   /* Each big frame's own query row scores itself +inf, once. */
   fail_unless_equals_uint64 (total.nonfinite_scores, G_N_ELEMENTS (big));
   fail_unless_equals_uint64 (total.invalid_frames, 0);

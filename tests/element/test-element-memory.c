@@ -84,8 +84,7 @@ GST_START_TEST (test_refused_up_front)
   fail_unless_equals_string (caps, "0");
   fail_unless (msg != NULL, "no error posted");
   want = g_strdup_printf ("%s for the attention stream", core);
-  fail_unless (strstr (msg, want) != NULL, "'%s' does not say '%s'", msg,
-      want);
+  fail_unless (strstr (msg, want) != NULL, "'%s' does not say '%s'", msg, want);
   fail_unless (strstr (msg, "window=16384") != NULL);
   fail_unless (strstr (msg, "RLIMIT_AS") != NULL);
   g_free (want);

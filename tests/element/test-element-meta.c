@@ -224,8 +224,7 @@ check_stream (gint output, guint window, guint hop)
     fail_unless (m != NULL, "buffer %u has no window metadata", b);
     fail_unless_equals_int (m->version, GST_SATTN_META_VERSION);
     fail_unless_equals_int (m->window, window);
-    row_bytes = CHANNELS * sizeof (float) * (output == OUT_WINDOW ? window :
-        1);
+    row_bytes = CHANNELS * sizeof (float) * (output == OUT_WINDOW ? window : 1);
     fail_unless_equals_uint64 (m->row_bytes, row_bytes);
     fail_unless_equals_uint64 (m->n_rows * row_bytes,
         gst_buffer_get_size (buf));
@@ -523,9 +522,9 @@ check_split (const gchar * duration, gboolean gaps)
 
 GST_START_TEST (test_meta_audiobuffersplit)
 {
-  check_split ("3/250", FALSE);         /* 3 rows: cuts the 25-row buffers */
-  check_split ("5/250", FALSE);         /* 5 rows: divides them */
-  check_split ("7/500", FALSE);         /* 3.5 rows: cuts rows */
+  check_split ("3/250", FALSE); /* 3 rows: cuts the 25-row buffers */
+  check_split ("5/250", FALSE); /* 5 rows: divides them */
+  check_split ("7/500", FALSE); /* 3.5 rows: cuts rows */
   check_split ("3/250", TRUE);
 }
 

@@ -131,7 +131,8 @@ push_count_zero_rows (GstHarness * h, const float *x, gsize T, gsize d,
 static gchar *
 write_weights (gfloat wqkv, gfloat wo)
 {
-  const gchar *hdr_fmt = "{\"__metadata__\":{\"format\":\"pt\",\"num_heads\":\"1\"},"
+  const gchar *hdr_fmt =
+      "{\"__metadata__\":{\"format\":\"pt\",\"num_heads\":\"1\"},"
       "\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[6,2],"
       "\"data_offsets\":[0,48]},"
       "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[6],"
@@ -266,8 +267,7 @@ GST_START_TEST (test_qkv_overflow)
     goto done;
   }
   fail_unless_equals_int (ret, GST_FLOW_OK);
-  gap = sattn_buffer_new (x + 30 * d, d * sizeof (float),
-      30 * GST_MSECOND, 0);
+  gap = sattn_buffer_new (x + 30 * d, d * sizeof (float), 30 * GST_MSECOND, 0);
   GST_BUFFER_FLAG_SET (gap, GST_BUFFER_FLAG_GAP);
   fail_unless_equals_int (gst_harness_push (h, gap), GST_FLOW_OK);
   fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x + 31 * d,
@@ -340,8 +340,7 @@ GST_START_TEST (test_output_projection_overflow)
   fail_unless (zero_rows < T, "every row zero");
   drain_bus (bus, &b);
   fail_unless (strstr (b.warnings->str, "output projection overflows")
-      != NULL, "no output projection warning; warnings: %s",
-      b.warnings->str);
+      != NULL, "no output projection warning; warnings: %s", b.warnings->str);
   if (post)
     fail_unless_equals_uint64 (b.ovf_rows, zero_rows);
 
@@ -382,8 +381,7 @@ write_prenorm_layer (gfloat w2)
     {"norm2.bias", "[2]", 2},
   };
   GString *hdr = g_string_new ("{\"__metadata__\":{\"format\":\"pt\","
-      "\"norm_first\":\"true\","
-      "\"activation\":\"relu\"}");
+      "\"norm_first\":\"true\"," "\"activation\":\"relu\"}");
   GArray *data = g_array_new (FALSE, TRUE, sizeof (float));
   GString *s = g_string_new (NULL);
   gchar *path = NULL;
@@ -454,8 +452,7 @@ GST_START_TEST (test_feed_forward_overflow)
       (guint64) 0, NULL);
   bus = sattn_attach_bus (h);
   zero_rows = push_count_zero_rows (h, x, T, d, &o);
-  fail_unless (zero_rows >= T / 2, "%" G_GSIZE_FORMAT " zero rows",
-      zero_rows);
+  fail_unless (zero_rows >= T / 2, "%" G_GSIZE_FORMAT " zero rows", zero_rows);
   drain_bus (bus, &b);
   fail_unless (strstr (b.warnings->str, "The feed-forward's linear2 "
           "overflows float32") != NULL, "no linear2 warning; warnings: %s",
@@ -464,8 +461,7 @@ GST_START_TEST (test_feed_forward_overflow)
       "the output projection blamed; warnings: %s", b.warnings->str);
   fail_unless (strstr (b.warnings->str, "linear2 weights") != NULL,
       "warnings: %s", b.warnings->str);
-  fail_unless_equals_int (count_in (b.warnings->str, "overflows float32"),
-      1);
+  fail_unless_equals_int (count_in (b.warnings->str, "overflows float32"), 1);
   if (post) {
     fail_unless_equals_uint64 (b.ovf_rows, zero_rows);
     fail_unless_equals_uint64 (b.ovf_frames, 0);

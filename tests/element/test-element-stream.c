@@ -385,8 +385,7 @@ record_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
       gint ch = 0;
 
       gst_event_parse_caps (ev, &caps);
-      gst_structure_get_int (gst_caps_get_structure (caps, 0), "channels",
-          &ch);
+      gst_structure_get_int (gst_caps_get_structure (caps, 0), "channels", &ch);
       g_string_append_printf (log, "caps:%d ", ch);
     } else {
       g_string_append_printf (log, "%s ", GST_EVENT_TYPE_NAME (ev));
@@ -608,8 +607,7 @@ GST_START_TEST (test_gap_adds_nothing)
             (11 * GST_MSECOND, 0)));
   }
   fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new ((guint8 *)
-              x + cut, sizeof x - cut, GST_CLOCK_TIME_NONE, 0)),
-      GST_FLOW_OK);
+              x + cut, sizeof x - cut, GST_CLOCK_TIME_NONE, 0)), GST_FLOW_OK);
   fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
 
   sattn_output_init (&o);
@@ -650,8 +648,7 @@ GST_START_TEST (test_invalid_frames_policy)
   }
 
   h = sattn_harness_new ("window", c.window, "hop", c.hop, "heads", 2,
-      "causal", TRUE, "invalid-frames", __i__ == 0 ? INV_MASK : INV_ZERO,
-      NULL);
+      "causal", TRUE, "invalid-frames", __i__ == 0 ? INV_MASK : INV_ZERO, NULL);
   sattn_set_caps (h, rate, 4);
   fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
               sizeof (x), 0, 0)), GST_FLOW_OK);

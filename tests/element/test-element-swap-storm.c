@@ -74,14 +74,11 @@ write_files (void)
   tmp_dir = g_dir_make_tmp ("sattn-storm-XXXXXX", NULL);
   fail_unless (tmp_dir != NULL);
   files[F_GOOD0] = tmp_path ("mha-rope.safetensors");
-  g_free (st_write_layer (files[F_GOOD0], 1, LAYOUT_MHA, D, D, 2, "rope",
-          0));
+  g_free (st_write_layer (files[F_GOOD0], 1, LAYOUT_MHA, D, D, 2, "rope", 0));
   files[F_GOOD1] = tmp_path ("hf-alibi.safetensors");
-  g_free (st_write_layer (files[F_GOOD1], 2, LAYOUT_HF, D, D, 2, "alibi",
-          0));
+  g_free (st_write_layer (files[F_GOOD1], 2, LAYOUT_HF, D, D, 2, "alibi", 0));
   files[F_GOOD2] = tmp_path ("llama.safetensors");
-  g_free (st_write_layer (files[F_GOOD2], 3, LAYOUT_LLAMA, D, D, 2, NULL,
-          0));
+  g_free (st_write_layer (files[F_GOOD2], 3, LAYOUT_LLAMA, D, D, 2, NULL, 0));
   /* an encoder layer (relu, post-norm: the loader's defaults) */
   files[F_GOOD3] = tmp_path ("layer.safetensors");
   st_init (&w, 4);
@@ -97,12 +94,10 @@ write_files (void)
   fail_unless (g_file_get_contents (files[F_GOOD1], &buf, &len, NULL));
   fail_unless (len > 300);
   /* the header whole, the data cut */
-  fail_unless (g_file_set_contents (files[F_TRUNCATED], buf, len - 100,
-          NULL));
+  fail_unless (g_file_set_contents (files[F_TRUNCATED], buf, len - 100, NULL));
   g_free (buf);
   files[F_GEOMETRY] = tmp_path ("dout12.safetensors");
-  g_free (st_write_layer (files[F_GEOMETRY], 5, LAYOUT_MHA, D, 12, 2, NULL,
-          0));
+  g_free (st_write_layer (files[F_GEOMETRY], 5, LAYOUT_MHA, D, 12, 2, NULL, 0));
   files[F_KIND] = tmp_path ("whole.safetensors");
   g_free (st_write_whole (files[F_KIND], 6, &whole));
 }

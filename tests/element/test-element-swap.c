@@ -147,8 +147,7 @@ pull_rows (GstHarness * h, gsize T, gsize n_rows)
     fail_unless (ob->discont == (b == 0), "DISCONT on buffer %u", b);
     next = ob->pts + ob->duration;
   }
-  fail_unless_equals_uint64 (next, gst_util_uint64_scale (T, GST_SECOND,
-          RATE));
+  fail_unless_equals_uint64 (next, gst_util_uint64_scale (T, GST_SECOND, RATE));
   rows = g_memdup2 (o.floats->data, n_rows * D * sizeof (float));
   sattn_output_clear (&o);
   return rows;
@@ -269,8 +268,7 @@ refused (const gchar * bad_path, const gchar * expect_in_message)
   /* The loader starts at the next buffer. */
   push_frames (h, x, T, FRAMES_PER_BUF);
   T += FRAMES_PER_BUF;
-  msg = gst_bus_timed_pop_filtered (bus, 10 * GST_SECOND,
-      GST_MESSAGE_WARNING);
+  msg = gst_bus_timed_pop_filtered (bus, 10 * GST_SECOND, GST_MESSAGE_WARNING);
   fail_unless (msg != NULL, "no warning for %s", bad_path);
   gst_message_parse_warning (msg, &err, &dbg);
   GST_INFO ("warning: %s", err->message);
@@ -296,8 +294,7 @@ refused (const gchar * bad_path, const gchar * expect_in_message)
 
   ref_a = fresh_rows (a, x, T, OUT_FRAMES, &T);
   got = pull_rows (h, T, T);
-  sattn_assert_close ("refused swap: every row vs fresh A", got, ref_a,
-      T * D);
+  sattn_assert_close ("refused swap: every row vs fresh A", got, ref_a, T * D);
   g_free (got);
   g_free (ref_a);
   sattn_detach_bus (h, bus);
@@ -970,8 +967,8 @@ swap_exact (const Setup * s, const gchar * a, const gchar * b)
 }
 
 static const Setup layer_setup = {
-  .channels = 16,.window = 16,.hop = 5,.heads = 2,.output = "frames",
-  .row_floats = 16,.per_window = FALSE
+  .channels = 16, .window = 16, .hop = 5, .heads = 2, .output = "frames",
+  .row_floats = 16, .per_window = FALSE
 };
 
 /* Two RoPE files of the same geometry: the positions go on across the
@@ -1090,17 +1087,17 @@ GST_END_TEST;
 GST_START_TEST (test_swap_exact_whole_classes)
 {
   const Setup s = {
-    .channels = 6,.window = 12,.hop = 4,.heads = 0,.output = "classes",
-    .row_floats = 5,.per_window = TRUE
+    .channels = 6, .window = 12, .hop = 4, .heads = 0, .output = "classes",
+    .row_floats = 5, .per_window = TRUE
   };
   const WholeSpec wa = {
-    .f = 6,.d = 16,.n_layers = 2,.ff = 24,.classes = 5,.max_window = 12,
-    .heads = 2,.positions = "learned",.mlp = FALSE,.final_norm = TRUE,
+    .f = 6, .d = 16, .n_layers = 2, .ff = 24, .classes = 5, .max_window = 12,
+    .heads = 2, .positions = "learned", .mlp = FALSE, .final_norm = TRUE,
     .norm_first = FALSE
   };
   const WholeSpec wb = {
-    .f = 6,.d = 16,.n_layers = 3,.ff = 20,.classes = 5,.max_window = 0,
-    .heads = 4,.positions = "rope",.mlp = TRUE,.final_norm = FALSE,
+    .f = 6, .d = 16, .n_layers = 3, .ff = 20, .classes = 5, .max_window = 0,
+    .heads = 4, .positions = "rope", .mlp = TRUE, .final_norm = FALSE,
     .norm_first = TRUE
   };
   gchar *a = write_whole ("whole-a.safetensors", 15, &wa);
@@ -1117,12 +1114,12 @@ GST_END_TEST;
 GST_START_TEST (test_swap_exact_whole_alibi)
 {
   const Setup s = {
-    .channels = 6,.window = 12,.hop = 4,.heads = 0,.output = "classes",
-    .row_floats = 3,.per_window = TRUE
+    .channels = 6, .window = 12, .hop = 4, .heads = 0, .output = "classes",
+    .row_floats = 3, .per_window = TRUE
   };
   WholeSpec w = {
-    .f = 6,.d = 16,.n_layers = 2,.ff = 24,.classes = 3,.max_window = 0,
-    .heads = 2,.positions = "alibi",.mlp = FALSE,.final_norm = TRUE,
+    .f = 6, .d = 16, .n_layers = 2, .ff = 24, .classes = 3, .max_window = 0,
+    .heads = 2, .positions = "alibi", .mlp = FALSE, .final_norm = TRUE,
     .norm_first = FALSE
   };
   gchar *a = write_whole ("whole-alibi-a.safetensors", 17, &w);
@@ -1140,8 +1137,8 @@ GST_END_TEST;
 /* What the refusal tests run: file A (attention, E = 16, 2 heads in its
  * metadata, `heads` not set) in frames mode. */
 static const Setup refuse_setup = {
-  .channels = 16,.window = 16,.hop = 5,.heads = 0,.output = "frames",
-  .row_floats = 16,.per_window = FALSE
+  .channels = 16, .window = 16, .hop = 5, .heads = 0, .output = "frames",
+  .row_floats = 16, .per_window = FALSE
 };
 
 static gchar *
@@ -1176,8 +1173,7 @@ bad_not_safetensors (const gchar * a)
   gchar *p = tmp_path ("text.safetensors");
 
   (void) a;
-  fail_unless (g_file_set_contents (p, "not a safetensors file\n", -1,
-          NULL));
+  fail_unless (g_file_set_contents (p, "not a safetensors file\n", -1, NULL));
   return p;
 }
 
@@ -1202,8 +1198,8 @@ static gchar *
 bad_whole (const gchar * a)
 {
   const WholeSpec w = {
-    .f = 16,.d = 16,.n_layers = 1,.ff = 16,.classes = 16,.max_window = 0,
-    .heads = 2,.positions = "none",.mlp = FALSE,.final_norm = FALSE,
+    .f = 16, .d = 16, .n_layers = 1, .ff = 16, .classes = 16, .max_window = 0,
+    .heads = 2, .positions = "none", .mlp = FALSE, .final_norm = FALSE,
     .norm_first = FALSE
   };
 
@@ -1291,7 +1287,7 @@ GST_START_TEST (test_refused_then_caps)
   feeder_caps (&fd, RATE);
   feeder_push_frames (&fd, 105);
   g_object_set (fd.h->element, "weights", bad, NULL);
-  feeder_push (&fd, FRAMES_PER_BUF);  /* the loader starts here */
+  feeder_push (&fd, FRAMES_PER_BUF);    /* the loader starts here */
   expect_refusal (fd.bus, bad);
   expect_weights (fd.h, a);
   feeder_push_frames (&fd, 30);
@@ -1536,14 +1532,14 @@ GST_END_TEST;
 GST_START_TEST (test_configured_at_caps_error)
 {
   const WholeSpec w = {
-    .f = 16,.d = 18,.n_layers = 1,.ff = 16,.classes = 4,.max_window = 0,
-    .heads = 3,.positions = "none",.mlp = FALSE,.final_norm = FALSE,
+    .f = 16, .d = 18, .n_layers = 1, .ff = 16, .classes = 4, .max_window = 0,
+    .heads = 3, .positions = "none", .mlp = FALSE, .final_norm = FALSE,
     .norm_first = FALSE
   };
   gchar *whole = write_whole ("whole-h3.safetensors", 28, &w);
   const Setup s = {
-    .channels = 16,.window = 8,.hop = 4,.heads = 3,.output = "frames",
-    .row_floats = 16,.per_window = FALSE
+    .channels = 16, .window = 8, .hop = 4, .heads = 3, .output = "frames",
+    .row_floats = 16, .per_window = FALSE
   };
   GstHarness *h = setup_harness (&s, NULL);
   GstBus *bus = sattn_attach_bus (h);
@@ -1670,8 +1666,7 @@ sattn_swap_suite (void)
   tc = tcase_create ("refused");
   suite_add_tcase (s, tc);
   tcase_add_checked_fixture (tc, NULL, tmp_cleanup);
-  tcase_add_loop_test (tc, test_refused_then_caps, 0,
-      G_N_ELEMENTS (bad_files));
+  tcase_add_loop_test (tc, test_refused_then_caps, 0, G_N_ELEMENTS (bad_files));
   tcase_add_loop_test (tc, test_refused_at_caps, 0, G_N_ELEMENTS (bad_files));
   tcase_add_loop_test (tc, test_refused_before_first_caps, 0,
       G_N_ELEMENTS (bad_files));

@@ -114,14 +114,11 @@ check_tensor_caps (GstHarness * h, const gchar * dims, gint num, gint den)
 
   fail_unless (gst_structure_has_name (s, "other/tensors"), "%"
       GST_PTR_FORMAT, caps);
-  fail_unless_equals_string (gst_structure_get_string (s, "format"),
-      "static");
+  fail_unless_equals_string (gst_structure_get_string (s, "format"), "static");
   fail_unless (gst_structure_get_int (s, "num_tensors", &v));
   fail_unless_equals_int (v, 1);
-  fail_unless_equals_string (gst_structure_get_string (s, "types"),
-      "float32");
-  fail_unless_equals_string (gst_structure_get_string (s, "dimensions"),
-      dims);
+  fail_unless_equals_string (gst_structure_get_string (s, "types"), "float32");
+  fail_unless_equals_string (gst_structure_get_string (s, "dimensions"), dims);
   fail_unless (gst_structure_get_fraction (s, "framerate", &n, &d));
   fail_unless_equals_int (n, num);
   fail_unless_equals_int (d, den);
@@ -268,21 +265,18 @@ GST_START_TEST (test_audio_preferred)
   GstBus *bus;
   gchar *text;
 
-  h = sattn_harness_new ("window", 512, "hop", 250, "output", OUT_MEAN,
-      NULL);
+  h = sattn_harness_new ("window", 512, "hop", 250, "output", OUT_MEAN, NULL);
   sattn_set_caps (h, 16000, 1);
   check_audio_caps (h, 64, 1);
   gst_harness_teardown (h);
 
-  h = sattn_harness_new ("window", 512, "hop", 250, "output", OUT_MEAN,
-      NULL);
+  h = sattn_harness_new ("window", 512, "hop", 250, "output", OUT_MEAN, NULL);
   gst_harness_set_sink_caps_str (h, "other/tensors");
   sattn_set_caps (h, 16000, 1);
   check_tensor_caps (h, "1:1", 64, 1);
   gst_harness_teardown (h);
 
-  h = sattn_harness_new ("window", 512, "hop", 256, "output", OUT_MEAN,
-      NULL);
+  h = sattn_harness_new ("window", 512, "hop", 256, "output", OUT_MEAN, NULL);
   gst_harness_set_sink_caps_str (h, "audio/x-raw");
   bus = sattn_attach_bus (h);
   sattn_set_caps (h, 16000, 1);
@@ -655,8 +649,7 @@ GST_START_TEST (test_weights_read_once)
       NULL);
   bus = sattn_attach_bus (h);
   /* PLAYING already: the file was read.  Now it is garbage. */
-  fail_unless (g_file_set_contents (path, "not a safetensors file", -1,
-          NULL));
+  fail_unless (g_file_set_contents (path, "not a safetensors file", -1, NULL));
   sattn_fill_signal (x, 2 * T * ch, 21, 1.0f);
   for (r = 0; r < 2; r++) {
     const gint rate = r == 0 ? 1000 : 2000;

@@ -274,8 +274,7 @@ GST_START_TEST (test_gap_end_of_time)
     /* No GAP: one continuous stream of 2T frames. */
     fail_unless_equals_int (gap_frames, 0);
     fail_unless_equals_uint64 (rows, 2 * T);
-    fail_unless_equals_uint64 (check_tiling (items, 0, rate, TRUE, 8),
-        2 * T);
+    fail_unless_equals_uint64 (check_tiling (items, 0, rate, TRUE, 8), 2 * T);
   } else if (__i__ == 3) {
     /* The GAP resyncs at the last valid time and ends there: no frames;
      * the data after it sits there, duration 0, its rows all there. */
@@ -519,8 +518,7 @@ GST_START_TEST (test_gap_health_messages)
   fail_unless_equals_uint64 (windows, F / 16);
   fail_unless_equals_uint64 (frames, F);
   fail_unless_equals_uint64 (invalid, gap_frames);
-  fail_unless_equals_uint64 (at, gst_util_uint64_scale (F, GST_SECOND,
-          rate));
+  fail_unless_equals_uint64 (at, gst_util_uint64_scale (F, GST_SECOND, rate));
   fail_unless (n_msg < 2 * (2 * T / 16) + 8, "%u messages", n_msg);
 
   sattn_detach_bus (h, bus);

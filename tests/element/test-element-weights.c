@@ -58,8 +58,7 @@ member_uint (JsonObject * o, const gchar * k)
 static gboolean
 member_bool (JsonObject * o, const gchar * k)
 {
-  return json_object_has_member (o, k) &&
-      json_object_get_boolean_member (o, k);
+  return json_object_has_member (o, k) && json_object_get_boolean_member (o, k);
 }
 
 static gdouble
@@ -272,8 +271,8 @@ static GstHarness *
 fixture_harness (const Fixture * f, const gchar * first, ...)
     G_GNUC_NULL_TERMINATED;
 
-static GstHarness *
-fixture_harness (const Fixture * f, const gchar * first, ...)
+     static GstHarness *fixture_harness (const Fixture * f, const gchar * first,
+    ...)
 {
   GstElement *e = gst_element_factory_make ("sattn", NULL);
   GstHarness *h;
@@ -439,7 +438,7 @@ GST_END_TEST;
  * at most one window: the rows out after each push are checked against
  * the hop schedule (h rows when a window completes, else none), which is
  * the window-by-window part. */
-static const guint hop_opts[] = { 1, 2, 3, 0 /* = n */ };
+static const guint hop_opts[] = { 1, 2, 3, 0 /* = n */  };
 
 #define N_VARIANTS 4
 #define N_FRAMES_CASES(n_causal) ((n_causal) * G_N_ELEMENTS (hop_opts) * \
@@ -638,8 +637,7 @@ st_write (StFile * s, const gchar * path)
 static JsonObject *
 st_tensor (StFile * s, const gchar * name)
 {
-  fail_unless (json_object_has_member (s->root, name), "no tensor %s",
-      name);
+  fail_unless (json_object_has_member (s->root, name), "no tensor %s", name);
   return json_object_get_object_member (s->root, name);
 }
 
@@ -817,8 +815,7 @@ mk_dup_key (const gchar * src, const gchar * dst)
   /* '{"out_proj.bias":<its entry>,' + the rest of the header */
   st_open (&s, src);
   h = st_header (&s);
-  json_generator_set_root (g, json_object_get_member (s.root,
-          "out_proj.bias"));
+  json_generator_set_root (g, json_object_get_member (s.root, "out_proj.bias"));
   member = json_generator_to_data (g, NULL);
   text = g_strdup_printf ("{\"out_proj.bias\":%s,%s", member, h + 1);
   write_raw (dst, strlen (text), text, strlen (text), s.data->data,
@@ -1002,7 +999,7 @@ typedef struct
   guint heads;
   const gchar *prefix;
   gboolean zero_attn;
-  GQuark (*domain) (void);
+    GQuark (*domain) (void);
   gint code;
   const gchar *expect[3];       /* substrings of the GError message */
 } BadCase;
@@ -1018,7 +1015,7 @@ static const BadCase bad_cases[] = {
   {"directory", "data/e8_h1_basic.safetensors", mk_dir, 1, "", FALSE,
       RES, GST_RESOURCE_ERROR_OPEN_READ, {"not a regular file"}},
   {"FIFO (must not block)", "data/e8_h1_basic.safetensors", mk_fifo, 1, "",
-        FALSE, RES, GST_RESOURCE_ERROR_OPEN_READ, {"not a regular file"}},
+      FALSE, RES, GST_RESOURCE_ERROR_OPEN_READ, {"not a regular file"}},
   {"empty file", "data/e8_h1_basic.safetensors", mk_empty, 1, "", FALSE,
       STR, GST_STREAM_ERROR_FORMAT, {"file too short (0 bytes)"}},
   /* truncated */
@@ -1040,8 +1037,8 @@ static const BadCase bad_cases[] = {
       {"header length", "runs past the end of the file"}},
   {"header length past the end (corpus)",
         "corpus/bad-header-past-end.safetensors", NULL, 1, "", FALSE, STR,
-        GST_STREAM_ERROR_FORMAT, {"header length 1288 runs past the end of "
-            "the file (616 bytes)"}},
+      GST_STREAM_ERROR_FORMAT, {"header length 1288 runs past the end of "
+              "the file (616 bytes)"}},
   {"header length 2^62", "data/e8_h1_basic.safetensors", mk_header_huge, 1,
         "", FALSE, STR, GST_STREAM_ERROR_FORMAT,
       {"header length 4611686018427387904 exceeds the limit"}},
@@ -1077,7 +1074,7 @@ static const BadCase bad_cases[] = {
         1, "", FALSE, STR, GST_STREAM_ERROR_FORMAT,
       {"'a' [0, 8] and 'b' [4, 12] overlap"}},
   {"bytes owned by no tensor", "data/e8_h1_basic.safetensors", mk_gap, 1,
-        "", FALSE, STR, GST_STREAM_ERROR_FORMAT, {"belong to no tensor"}},
+      "", FALSE, STR, GST_STREAM_ERROR_FORMAT, {"belong to no tensor"}},
   {"wrong element count", "data/e8_h1_basic.safetensors", mk_wrong_count, 1,
         "", FALSE, STR, GST_STREAM_ERROR_FORMAT,
       {"'in_proj_bias'", "shape [23] of F32 needs 92 bytes", "hold 96"}},
@@ -1093,7 +1090,7 @@ static const BadCase bad_cases[] = {
       {"no tensor 'bias_v' (bias_k is present)"}},
   {"wrong weights-prefix", "data/e16_h2_prefix.safetensors", NULL, 2,
         "encoder.layers.5.self_attn.", FALSE, STR, GST_STREAM_ERROR_FORMAT,
-      {"under prefix 'encoder.layers.5.self_attn.'",
+        {"under prefix 'encoder.layers.5.self_attn.'",
           "'encoder.layers.1.self_attn.'"}},
   /* non-finite weights */
   {"NaN in a weight", "data/e8_h1_basic.safetensors", mk_nan, 1, "", FALSE,
@@ -1101,7 +1098,7 @@ static const BadCase bad_cases[] = {
       {"tensor 'in_proj_weight' holds NaN at [1, 2]"}},
   {"Inf in a bias", "data/e8_h1_basic.safetensors", mk_inf, 1, "", FALSE,
       STR, GST_STREAM_ERROR_FORMAT, {"tensor 'out_proj.bias' holds Inf at "
-            "element 3"}},
+              "element 3"}},
   {"Inf in an F16 weight", "data/e16_h2_f16.safetensors", mk_inf_f16, 2, "",
         FALSE, STR, GST_STREAM_ERROR_FORMAT,
       {"tensor 'out_proj.weight' holds Inf at [1, 5]"}},
@@ -1119,8 +1116,8 @@ static const BadCase bad_cases[] = {
       {"heads = 4 but the module was exported with num_heads = 2"}},
   {"add-zero-attn differing from the export",
         "data/e16_h2_zeroattn.safetensors", NULL, 2, "", FALSE, RES,
-        GST_RESOURCE_ERROR_SETTINGS, {"add_zero_attn = 0 but the module "
-            "was exported with add_zero_attn = 1"}},
+      GST_RESOURCE_ERROR_SETTINGS, {"add_zero_attn = 0 but the module "
+              "was exported with add_zero_attn = 1"}},
 };
 
 static gchar *
@@ -1168,8 +1165,7 @@ check_error (GstBus * bus, const gchar * label, GQuark domain, gint code,
       g_quark_to_string (err->domain), err->code, g_quark_to_string (domain),
       code, err->message);
   fail_unless (strstr (err->message, path) != NULL,
-      "%s: message does not name the file %s: %s", label, path,
-      err->message);
+      "%s: message does not name the file %s: %s", label, path, err->message);
   for (k = 0; k < n_expect && expect[k]; k++)
     fail_unless (strstr (err->message, expect[k]) != NULL,
         "%s: message lacks \"%s\": %s", label, expect[k], err->message);
@@ -1183,8 +1179,7 @@ check_error (GstBus * bus, const gchar * label, GQuark domain, gint code,
   while ((msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR)) != NULL) {
     gst_message_parse_error (msg, &err, &dbg);
     fail_unless (repeats_ok && strcmp (err->message, text) == 0,
-        "%s: more than one error; the next: %s (%s)", label, err->message,
-        dbg);
+        "%s: more than one error; the next: %s (%s)", label, err->message, dbg);
     g_clear_error (&err);
     g_free (dbg);
     gst_message_unref (msg);
@@ -1282,7 +1277,7 @@ typedef struct
 
 static const CapsCase caps_cases[] = {
   {"e16_h2_nobias", 8, 1, "in_proj_weight", 3},
-  {"e16_h2_nobias", 4, 2, "in_proj_weight", 3},     /* d_model = 4 × 2 */
+  {"e16_h2_nobias", 4, 2, "in_proj_weight", 3}, /* d_model = 4 × 2 */
   {"e16_h4_separate", 12, 1, "q_proj_weight", 1},
   {"e16_h2_prefix", 32, 1, "encoder.layers.1.self_attn.in_proj_weight", 3},
 };
@@ -1429,10 +1424,8 @@ sattn_weights_suite (void)
   tcase_add_test (tc, test_fixture_frame_size);
   tcase_add_loop_test (tc, test_frames_causal, 0,
       (gint) N_FRAMES_CASES (causal_idx->len));
-  tcase_add_loop_test (tc, test_bad_file_ready, 0,
-      G_N_ELEMENTS (bad_cases));
-  tcase_add_loop_test (tc, test_shape_vs_caps, 0,
-      G_N_ELEMENTS (caps_cases));
+  tcase_add_loop_test (tc, test_bad_file_ready, 0, G_N_ELEMENTS (bad_cases));
+  tcase_add_loop_test (tc, test_shape_vs_caps, 0, G_N_ELEMENTS (caps_cases));
   tcase_add_test (tc, test_shape_vs_caps_change);
   tcase_add_loop_test (tc, test_pipeline, 0, 2);
   return s;

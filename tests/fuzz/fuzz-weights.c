@@ -20,13 +20,12 @@
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
-#define CHECK(c)                                                         \
-  do {                                                                   \
-    if (!(c)) {                                                          \
-      fprintf (stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,  \
-               #c);                                                      \
-      abort ();                                                          \
-    }                                                                    \
+#define CHECK(c)                                                             \
+  do {                                                                       \
+    if (!(c)) {                                                              \
+      fprintf (stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+      abort ();                                                              \
+    }                                                                        \
   } while (0)
 
 static volatile float sink;
@@ -121,7 +120,8 @@ try_map (const SattnTensorFile *f, const char *prefix, size_t d_model,
   SattnMhaWeights *owner = NULL;
   char err[256];
   SattnStatus st = sattn_mha_weights_from_file (f, prefix, d_model, heads,
-      zero_attn, &cfg, &w, &owner, err, sizeof err);
+                                                zero_attn, &cfg, &w, &owner,
+                                                err, sizeof err);
 
   if (st != SATTN_OK) {
     check_failed (owner, err, sizeof err);
@@ -181,14 +181,14 @@ try_load (const SattnTensorFile *f, const char *prefix, size_t heads,
       sc.window = win == 0 || win > 3 ? 3 : win;
       sc.hop = 1;
       sc.output = sattn_model_classes (m) > 0 ? SATTN_OUTPUT_CLASSES
-          : SATTN_OUTPUT_MEAN;
+                                              : SATTN_OUTPUT_MEAN;
       sc.threads = 1;
       SattnStream *s = sattn_stream_new (m, &sc, &sst);
       CHECK (s != NULL);
       size_t rows = 0, rf = sattn_stream_row_floats (s);
       CHECK (rf <= 64);
-      CHECK (sattn_stream_push (s, x, 4, NULL, out, 4, NULL, &rows)
-             == SATTN_OK);
+      CHECK (sattn_stream_push (s, x, 4, NULL, out, 4, NULL, &rows) ==
+             SATTN_OK);
       CHECK (rows == 4);
       for (size_t i = 0; i < rows * rf; i++)
         CHECK (out[i] == out[i] && out[i] - out[i] == 0.0f);

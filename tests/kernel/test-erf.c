@@ -187,7 +187,8 @@ test_gelu (int native)
       sattn_kernels ()->gelu (tmp, len);
       if (memcmp (tmp, h[level] + off, len * sizeof (double)) != 0) {
         printf ("FAIL gelu level %d: a run of %zu differs from the whole "
-                "array's\n", level, len);
+                "array's\n",
+                level, len);
         fails++;
       }
     }
@@ -207,7 +208,8 @@ test_gelu (int native)
     if (!(err <= tol)) {
       if (fails++ < 10)
         printf ("FAIL gelu (%.17g) = %.17g, want %.17g (error %.3g, "
-                "tolerance %.3g)\n", v[i], h[0][i], r, err, tol);
+                "tolerance %.3g)\n",
+                v[i], h[0][i], r, err, tol);
     }
     if (err / tol > worst) {
       worst = err / tol;
@@ -215,8 +217,8 @@ test_gelu (int native)
     }
   }
   printf ("gelu: %d values, levels 0 to %d: largest error %.3f of the "
-          "tolerance (at v = %.9g); %d failures\n", (int) N, native, worst,
-          worst_v, fails);
+          "tolerance (at v = %.9g); %d failures\n",
+          (int) N, native, worst, worst_v, fails);
   for (int level = 0; level <= native; level++)
     free (h[level]);
   free (v);
@@ -227,15 +229,27 @@ static int
 test_relu (int native)
 {
   enum { N = 1000 };
-  static const double special[] = { NAN, -NAN, 0.0, -0.0, INFINITY,
-    -INFINITY, 1e300, -1e300, 1e-320, -1e-320, 3.4028235677973366e38,
-    -3.4028235677973366e38, 0x1p-150, -0x1p-150, 1.0000000000000002 };
+  static const double special[] = { NAN,
+                                    -NAN,
+                                    0.0,
+                                    -0.0,
+                                    INFINITY,
+                                    -INFINITY,
+                                    1e300,
+                                    -1e300,
+                                    1e-320,
+                                    -1e-320,
+                                    3.4028235677973366e38,
+                                    -3.4028235677973366e38,
+                                    0x1p-150,
+                                    -0x1p-150,
+                                    1.0000000000000002 };
   const size_t ns = sizeof (special) / sizeof (special[0]);
   double v[N], h[N], want[N];
   int fails = 0;
   for (size_t i = 0; i < N; i++)
-    v[i] = i < ns ? special[i] : 4.0 * (test_splitmix_uniform (&rng_state)
-                                        - 0.5);
+    v[i] = i < ns ? special[i]
+                  : 4.0 * (test_splitmix_uniform (&rng_state) - 0.5);
   for (size_t i = 0; i < N; i++) {
     double r = (double) (float) v[i];
     want[i] = r > 0.0 ? r : 0.0;
@@ -255,8 +269,8 @@ test_relu (int native)
     sattn_kernels ()->relu (h, N);
     for (size_t i = 0; i < N; i++)
       if (memcmp (&h[i], &want[i], sizeof (double)) != 0 && fails++ < 10)
-        printf ("FAIL relu level %d (%.17g) = %.17g, want %.17g\n", level,
-                v[i], h[i], want[i]);
+        printf ("FAIL relu level %d (%.17g) = %.17g, want %.17g\n", level, v[i],
+                h[i], want[i]);
   }
   printf ("relu: %d values at levels 0 to %d; %d failures\n", (int) N, native,
           fails);

@@ -45,7 +45,7 @@ run (int level)
   memcpy (&start, &a, 4);
   memcpy (&stop, &c, 4);
   (void) b;
-  for (uint64_t bits = start; bits <= stop; ) {
+  for (uint64_t bits = start; bits <= stop;) {
     float x;
     uint32_t u = (uint32_t) bits;
     memcpy (&x, &u, 4);
@@ -100,11 +100,13 @@ run (int level)
   if (!nan_ok)
     printf ("FAIL level %d: a NaN input did not make the sum NaN\n", level);
   int ok = worst_ulp <= 2 && worst_sub <= 2 && minf[0] == 0.0f &&
-      minf[1] == 0.0f && minf[2] == 1.0f && sum_err < 2.4e-7 && nan_ok;
+           minf[1] == 0.0f && minf[2] == 1.0f && sum_err < 2.4e-7 && nan_ok;
   printf ("%s exp level %d (%s): %zu inputs, max %lld ulp (at x=%.9g), "
           "subnormal max %lld steps, exp(-inf)=%g, sum rel err %.3g\n",
           ok ? "PASS" : "FAIL", level,
-          level == 0 ? "portable" : level == 1 ? "AVX2+FMA" : "AVX-512",
+          level == 0   ? "portable"
+          : level == 1 ? "AVX2+FMA"
+                       : "AVX-512",
           tested, (long long) worst_ulp, worst_x, (long long) worst_sub,
           minf[0], sum_err);
   return ok ? 0 : 1;
@@ -167,10 +169,10 @@ run_max_scale (int level)
         a[n / 2] = b[n / 2] = -INFINITY;
       double sa = sattn_exp_sum (a, n, scale, mx);
       double sb = sattn_exp_sum (b, n, 1.0f, mx);
-      if (sa != sb || memcmp (a, b, n * sizeof (float)) != 0 ||
-          !(sa >= 1.0)) {
+      if (sa != sb || memcmp (a, b, n * sizeof (float)) != 0 || !(sa >= 1.0)) {
         printf ("FAIL level %d: exp pass with scale %g differs from scaled "
-                "input (n %zu, sums %.17g %.17g)\n", level, scale, n, sa, sb);
+                "input (n %zu, sums %.17g %.17g)\n",
+                level, scale, n, sa, sb);
         bad = 1;
       }
     }

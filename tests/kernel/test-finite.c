@@ -54,8 +54,9 @@ check (int level, const char *what, const float *x, size_t n, size_t at)
 static void
 run (int level, TestRng *rng)
 {
-  static const float kinds[] = { 0.0f, -0.0f, 1e-45f, -1e-45f, 1e-40f,
-    FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX, 1.0f, -3.5f, 1e38f };
+  static const float kinds[] = { 0.0f,     -0.0f,   1e-45f,   -1e-45f,
+                                 1e-40f,   FLT_MIN, -FLT_MIN, FLT_MAX,
+                                 -FLT_MAX, 1.0f,    -3.5f,    1e38f };
   const size_t nk = sizeof kinds / sizeof kinds[0];
   const float bad[] = { NAN, INFINITY, -INFINITY };
   static const char *bad_name[] = { "NaN", "+inf", "-inf" };
@@ -71,9 +72,9 @@ run (int level, TestRng *rng)
     for (size_t i = 0; i < n; i++) {
       float u = test_rng_uniform (rng);
       x[i] = i % 3 == 0 ? kinds[(size_t) ((u + 1.0f) * 0.5f * nk) % nk]
-          : u * 100.0f;
+                        : u * 100.0f;
     }
-    x[n] = NAN;                 /* past the end */
+    x[n] = NAN; /* past the end */
     check (level, "all finite", x, n, n);
     for (int b = 0; b < 3; b++)
       for (size_t at = 0; at < n; at++) {

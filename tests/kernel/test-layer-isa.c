@@ -42,11 +42,21 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
     n1w[t] += 1.0f;
     n2w[t] += 1.0f;
   }
-  SattnConfig c = { .d_model = d, .heads = 2, .encoder = 1,
-    .d_ff = dff, .activation = gelu ? SATTN_ACTIVATION_GELU
-        : SATTN_ACTIVATION_RELU, .norm_first = norm_first };
-  SattnWeights w = { .w1 = w1, .b1 = b1, .w2 = w2, .b2 = b2,
-    .norm1_w = n1w, .norm1_b = n1b, .norm2_w = n2w, .norm2_b = n2b };
+  SattnConfig c = { .d_model = d,
+                    .heads = 2,
+                    .encoder = 1,
+                    .d_ff = dff,
+                    .activation = gelu ? SATTN_ACTIVATION_GELU
+                                       : SATTN_ACTIVATION_RELU,
+                    .norm_first = norm_first };
+  SattnWeights w = { .w1 = w1,
+                     .b1 = b1,
+                     .w2 = w2,
+                     .b2 = b2,
+                     .norm1_w = n1w,
+                     .norm1_b = n1b,
+                     .norm2_w = n2w,
+                     .norm2_b = n2b };
   SattnStatus st;
   SattnModel *m = sattn_model_new (&c, &w, &st);
   int fails = 0;
@@ -70,12 +80,12 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
                 level);
         fails++;
       }
-      if (level > 0 && memcmp (out[0], out[level],
-                               rows * d * sizeof (float)) != 0) {
+      if (level > 0 &&
+          memcmp (out[0], out[level], rows * d * sizeof (float)) != 0) {
         printf ("FAIL d %zu d_ff %zu rows %zu %s %s: level %d differs "
-                "from the portable loops\n", d, dff, rows,
-                norm_first ? "pre-norm" : "post-norm", gelu ? "gelu" : "relu",
-                level);
+                "from the portable loops\n",
+                d, dff, rows, norm_first ? "pre-norm" : "post-norm",
+                gelu ? "gelu" : "relu", level);
         fails++;
       }
     }
@@ -91,8 +101,14 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
     free (sa);
     sattn_model_free (m);
   }
-  free (w1); free (b1); free (w2); free (b2);
-  free (n1w); free (n1b); free (n2w); free (n2b);
+  free (w1);
+  free (b1);
+  free (w2);
+  free (b2);
+  free (n1w);
+  free (n1b);
+  free (n2w);
+  free (n2b);
   return fails;
 }
 
@@ -128,9 +144,8 @@ run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
                     y[level] + c0, d_out);
     sattn_linear_d (xd, d_in, n, wd + c0, d_out, bd + c0, d_in, c1 - c0,
                     yd[level] + c0, d_out);
-    if (level > 0 && (memcmp (y[0], y[level], n * d_out * sizeof (float))
-                      || memcmp (yd[0], yd[level],
-                                 n * d_out * sizeof (double))))
+    if (level > 0 && (memcmp (y[0], y[level], n * d_out * sizeof (float)) ||
+                      memcmp (yd[0], yd[level], n * d_out * sizeof (double))))
       fails++;
   }
   sattn_simd_force (native);
@@ -139,19 +154,23 @@ run_proj (size_t n, size_t d_in, size_t d_out, size_t c0, size_t c1)
       double ref = b[j];
       for (size_t t = 0; t < d_in; t++)
         ref += (double) x[i * d_in + t] * (double) w[t * d_out + j];
-      wrong += y[0][i * d_out + j] != (float) ref
-          || yd[0][i * d_out + j] != ref;
+      wrong += y[0][i * d_out + j] != (float) ref ||
+               yd[0][i * d_out + j] != ref;
     }
   fails += wrong;
   printf ("%s linear %zu rows, %zu -> %zu, columns %zu-%zu: %d entries "
-          "off the chain\n", fails ? "FAIL" : "ok  ", n, d_in, d_out, c0,
-          c1, wrong);
+          "off the chain\n",
+          fails ? "FAIL" : "ok  ", n, d_in, d_out, c0, c1, wrong);
   for (int l = 0; l < 3; l++) {
     free (y[l]);
     free (yd[l]);
   }
-  free (w); free (b); free (x);
-  free (wd); free (bd); free (xd);
+  free (w);
+  free (b);
+  free (x);
+  free (wd);
+  free (bd);
+  free (xd);
   return fails;
 }
 
@@ -185,8 +204,14 @@ run_single_key (size_t d, size_t heads, size_t frames)
   float *v = malloc (d * sizeof (float));
   uint8_t *valid = malloc (frames);
   SattnRowInfo info[16];
-  SattnWeights w = { .wq = wq, .bq = bq, .wk = wk, .bk = bk, .wv = wv,
-    .bv = bv, .wo = wo, .bo = bo };
+  SattnWeights w = { .wq = wq,
+                     .bq = bq,
+                     .wk = wk,
+                     .bk = bk,
+                     .wv = wv,
+                     .bv = bv,
+                     .wo = wo,
+                     .bo = bo };
   for (size_t i = 0; i < frames; i++) {
     valid[i] = i % every == at;
     for (size_t j = 0; j < d; j++) {
@@ -208,19 +233,21 @@ run_single_key (size_t d, size_t heads, size_t frames)
     sattn_simd_force (level);
     for (int path = 0; path < 3; path++) {
       static const char *names[] = { "sattn_attend", "stream threads=1",
-        "stream threads=2" };
+                                     "stream threads=2" };
       SattnConfig c = { .d_model = d, .heads = heads, .d_out = d };
-      SattnStreamConfig sc = { .window = win, .hop = hop,
-        .output = SATTN_OUTPUT_FRAMES, .threads = path == 2 ? 2 : 1 };
+      SattnStreamConfig sc = { .window = win,
+                               .hop = hop,
+                               .output = SATTN_OUTPUT_FRAMES,
+                               .threads = path == 2 ? 2 : 1 };
       SattnStatus st;
       SattnModel *m = sattn_model_new (&c, &w, &st);
-      SattnStream *ss = m != NULL && path > 0
-          ? sattn_stream_new (m, &sc, &st) : NULL;
+      SattnStream *ss = m != NULL && path > 0 ? sattn_stream_new (m, &sc, &st)
+                                              : NULL;
       int ok = m != NULL && (path == 0 || ss != NULL);
       size_t wrong = 0, seen = 0;
       for (size_t i = 0; ok && path == 0 && i < frames; i += every) {
-        ok = sattn_attend (m, x + (i + at) * d, 1, NULL, got, NULL, NULL)
-            == SATTN_OK;
+        ok = sattn_attend (m, x + (i + at) * d, 1, NULL, got, NULL, NULL) ==
+             SATTN_OK;
         seen++;
         for (size_t j = 0; ok && j < d; j++)
           wrong += got[j] != ref[(i + at) * d + j];
@@ -242,8 +269,8 @@ run_single_key (size_t d, size_t heads, size_t frames)
       checked += seen;
       if (!ok || wrong) {
         printf ("FAIL single key, d %zu, %zu heads, level %d, %s: %s, %zu "
-                "entries off the double chains\n", d, heads, level,
-                names[path], ok ? "ran" : "failed", wrong);
+                "entries off the double chains\n",
+                d, heads, level, names[path], ok ? "ran" : "failed", wrong);
         fails++;
       }
       sattn_stream_free (ss);
@@ -252,11 +279,22 @@ run_single_key (size_t d, size_t heads, size_t frames)
   }
   sattn_simd_force (native);
   printf ("%s single key, d %zu, %zu heads: %zu rows on the V and output "
-          "projection chains, 3 paths, levels 0-%d\n", fails ? "FAIL" : "ok  ",
-          d, heads, checked, native > 2 ? 2 : native);
-  free (wq); free (wk); free (wv); free (wo);
-  free (bq); free (bk); free (bv); free (bo);
-  free (x); free (ref); free (got); free (rows_out); free (v); free (valid);
+          "projection chains, 3 paths, levels 0-%d\n",
+          fails ? "FAIL" : "ok  ", d, heads, checked, native > 2 ? 2 : native);
+  free (wq);
+  free (wk);
+  free (wv);
+  free (wo);
+  free (bq);
+  free (bk);
+  free (bv);
+  free (bo);
+  free (x);
+  free (ref);
+  free (got);
+  free (rows_out);
+  free (v);
+  free (valid);
   return fails;
 }
 
@@ -264,22 +302,27 @@ int
 main (void)
 {
   static const size_t geo[][3] = {
-    { 16, 64, 16 }, { 20, 80, 13 }, { 36, 52, 7 }, { 64, 256, 16 },
-    { 10, 30, 3 },
+    { 16, 64, 16 },  { 20, 80, 13 }, { 36, 52, 7 },
+    { 64, 256, 16 }, { 10, 30, 3 },
   };
   int fails = 0, cases = 0;
   for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++)
     for (int v = 0; v < 4; v++) {
-      fails += run_case (geo[g][0], geo[g][1], geo[g][2], v & 1, v >> 1)
-          != 0;
+      fails += run_case (geo[g][0], geo[g][1], geo[g][2], v & 1, v >> 1) != 0;
       cases++;
     }
   static const size_t pgeo[][5] = {
-    { 16, 64, 192, 0, 192 }, { 13, 20, 60, 32, 60 }, { 7, 36, 37, 5, 37 },
-    { 3, 10, 30, 0, 30 }, { 64, 64, 64, 0, 32 }, { 16, 64, 64, 16, 40 },
+    { 16, 64, 192, 0, 192 },
+    { 13, 20, 60, 32, 60 },
+    { 7, 36, 37, 5, 37 },
+    { 3, 10, 30, 0, 30 },
+    { 64, 64, 64, 0, 32 },
+    { 16, 64, 64, 16, 40 },
     /* Row blocks of 12, the last 16 rows as 8 + 8, row tails of 4 and
      * 1, conversion steps of 12 rows (d_in 500). */
-    { 40, 48, 50, 0, 50 }, { 28, 64, 64, 0, 64 }, { 29, 500, 33, 3, 33 },
+    { 40, 48, 50, 0, 50 },
+    { 28, 64, 64, 0, 64 },
+    { 29, 500, 33, 3, 33 },
     /* Rows wider than the conversion buffer (6144): read as floats. */
     { 9, 6200, 20, 0, 20 },
   };
@@ -290,8 +333,9 @@ main (void)
   }
   /* W1's geometry (narrow heads: the packed per-head projection) and
    * wider heads with odd widths. */
-  static const size_t sgeo[][3] = { { 64, 4, 256 }, { 40, 2, 128 },
-    { 96, 3, 128 } };
+  static const size_t sgeo[][3] = { { 64, 4, 256 },
+                                    { 40, 2, 128 },
+                                    { 96, 3, 128 } };
   for (size_t g = 0; g < sizeof sgeo / sizeof sgeo[0]; g++) {
     fails += run_single_key (sgeo[g][0], sgeo[g][1], sgeo[g][2]) != 0;
     cases++;

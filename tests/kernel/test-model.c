@@ -26,14 +26,14 @@
 
 static int fails;
 
-#define CHECK(cond, ...)                                                \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      printf ("FAIL %s:%d: ", __FILE__, __LINE__);                      \
-      printf (__VA_ARGS__);                                             \
-      printf ("\n");                                                    \
-      fails++;                                                          \
-    }                                                                   \
+#define CHECK(cond, ...)                           \
+  do {                                             \
+    if (!(cond)) {                                 \
+      printf ("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf (__VA_ARGS__);                        \
+      printf ("\n");                               \
+      fails++;                                     \
+    }                                              \
   } while (0)
 
 static float *
@@ -41,7 +41,7 @@ counting (size_t n, float base)
 {
   float *p = malloc (n * sizeof (float));
   for (size_t i = 0; i < n; i++)
-    p[i] = base + (float) i / 1024.0f;    /* exact in float and double */
+    p[i] = base + (float) i / 1024.0f; /* exact in float and double */
   return p;
 }
 
@@ -59,8 +59,7 @@ check_transposed (const char *name, const float *w, const float *wtf,
       double got = wtf ? wtf[c * rows + r] : wtd[c * rows + r];
       bad += got != (double) w[r * cols + c];
     }
-  CHECK (bad == 0, "%s: %zu elements not at their transposed place", name,
-         bad);
+  CHECK (bad == 0, "%s: %zu elements not at their transposed place", name, bad);
 }
 
 static void
@@ -73,10 +72,12 @@ test_copies (void)
   float *wq = counting (dq * d, 1.0f), *wk = counting (dq * d, 2.0f);
   float *wv = counting (dv * d, 3.0f), *wo = counting (dout * dv, 4.0f);
   float *bq = counting (dq, 5.0f), *bo = counting (dout, 6.0f);
-  SattnConfig c = { .d_model = d, .heads = H, .d_head = dh, .d_value = dvh,
-    .d_out = dout };
-  SattnWeights w = { .wq = wq, .wk = wk, .wv = wv, .wo = wo, .bq = bq,
-    .bo = bo };
+  SattnConfig c = {
+    .d_model = d, .heads = H, .d_head = dh, .d_value = dvh, .d_out = dout
+  };
+  SattnWeights w = {
+    .wq = wq, .wk = wk, .wv = wv, .wo = wo, .bq = bq, .bo = bo
+  };
   SattnStatus st;
   SattnModel *m = sattn_model_new (&c, &w, &st);
   CHECK (m != NULL, "attention model refused (status %d)", (int) st);
@@ -98,8 +99,9 @@ test_copies (void)
   float *n1 = counting (e, 11.0f), *wq6 = counting (e * e, 12.0f);
   float *bq6 = counting (e, 13.0f);
   SattnConfig ce = { .d_model = e, .heads = 2, .encoder = 1, .d_ff = dff };
-  SattnWeights we = { .wq = wq6, .bq = bq6, .w1 = w1, .b1 = b1, .w2 = w2,
-    .b2 = b2, .norm1_w = n1 };
+  SattnWeights we = {
+    .wq = wq6, .bq = bq6, .w1 = w1, .b1 = b1, .w2 = w2, .b2 = b2, .norm1_w = n1
+  };
   m = sattn_model_new (&ce, &we, &st);
   CHECK (m != NULL, "encoder model refused (status %d)", (int) st);
   if (m != NULL) {
@@ -112,12 +114,22 @@ test_copies (void)
     check_transposed ("wq (double)", wq6, NULL, m->wqd, e, e);
     check_transposed ("bq (double)", bq6, NULL, m->bqd, 1, e);
     CHECK (m->n1b == NULL && m->n2w == NULL, "absent norm parameters "
-           "copied");
+                                             "copied");
     CHECK (m->wqkv == NULL, "an encoder layer holds packed Q|K|V weights");
     sattn_model_free (m);
   }
-  free (wq); free (wk); free (wv); free (wo); free (bq); free (bo);
-  free (w1); free (b1); free (w2); free (b2); free (n1); free (wq6);
+  free (wq);
+  free (wk);
+  free (wv);
+  free (wo);
+  free (bq);
+  free (bo);
+  free (w1);
+  free (b1);
+  free (w2);
+  free (b2);
+  free (n1);
+  free (wq6);
   free (bq6);
   printf ("%s stored copies\n", fails ? "FAIL" : "ok  ");
 }
@@ -167,7 +179,7 @@ test_wqkv (void)
   SattnConfig cw = { .d_model = dw, .heads = 2 };
   SattnModel *mw = sattn_model_new (&cw, &wwide, &st);
   CHECK (mw != NULL && mw->wqkv == NULL, "d_head 32: packed Q|K|V weights "
-         "built for wide heads");
+                                         "built for wide heads");
   sattn_model_free (mw);
   free (ww);
 
@@ -178,12 +190,14 @@ test_wqkv (void)
   SattnConfig c2 = { .d_model = d, .heads = H };
   SattnModel *m2 = sattn_model_new (&c2, &w, &st);
   CHECK (m2 != NULL && m2->wqkv != NULL, "d_head 4: no packed Q|K|V "
-         "weights");
+                                         "weights");
   CHECK (m2 == NULL || m2->wvd != NULL, "V not summed in double");
   if (m2 != NULL && m2->wqkv != NULL) {
     const size_t hw = 2 * dh, ld = 2 * d;
-    CHECK (sattn_wqkv_head_width (m2) == hw, "packed head width %zu, want "
-           "%zu (Q | K)", sattn_wqkv_head_width (m2), hw);
+    CHECK (sattn_wqkv_head_width (m2) == hw,
+           "packed head width %zu, want "
+           "%zu (Q | K)",
+           sattn_wqkv_head_width (m2), hw);
     size_t bad = 0;
     for (size_t t = 0; t < d; t++)
       for (size_t h = 0; h < H; h++)
@@ -209,10 +223,16 @@ test_wqkv (void)
            "threads 1 and 2 differ");
     CHECK (memcmp (y2, y3, n * d * sizeof (float)) == 0,
            "threads 2 with and without the packed weights differ");
-    free (y1); free (y2); free (y3);
+    free (y1);
+    free (y2);
+    free (y3);
   }
   sattn_model_free (m2);
-  free (wq); free (wk); free (wv); free (bq); free (x);
+  free (wq);
+  free (wk);
+  free (wv);
+  free (bq);
+  free (x);
   printf ("%s packed Q|K|V weights\n", fails ? "FAIL" : "ok  ");
 }
 

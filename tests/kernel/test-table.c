@@ -21,16 +21,16 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      if (failures < 30) {                                                  \
-        printf ("FAIL: ");                                                  \
-        printf (__VA_ARGS__);                                               \
-        printf ("\n");                                                      \
-      }                                                                     \
-      failures++;                                                           \
-    }                                                                       \
+#define CHECK(cond, ...)      \
+  do {                        \
+    if (!(cond)) {            \
+      if (failures < 30) {    \
+        printf ("FAIL: ");    \
+        printf (__VA_ARGS__); \
+        printf ("\n");        \
+      }                       \
+      failures++;             \
+    }                         \
   } while (0)
 
 static const SattnKernels *
@@ -50,13 +50,12 @@ static void
 check_entries (int level, const SattnKernels *k)
 {
   CHECK (k->name != NULL && k->qk && k->qk_max && k->softmax_rows && k->pv &&
-         k->pv_norm && k->softmax_scan && k->softmax_max && k->exp_sum &&
-         k->exp_sum_stats && k->mul && k->finite && k->copy_rows &&
-         k->transpose_rows && k->add_bias && k->linear_dd && k->linear_df &&
-         k->linear_ff && k->widen && k->erf && k->gelu &&
-         k->relu,
-         "level %d: an entry of %s is not set",
-         level, k->name ? k->name : "(unnamed)");
+             k->pv_norm && k->softmax_scan && k->softmax_max && k->exp_sum &&
+             k->exp_sum_stats && k->mul && k->finite && k->copy_rows &&
+             k->transpose_rows && k->add_bias && k->linear_dd && k->linear_df &&
+             k->linear_ff && k->widen && k->erf && k->gelu && k->relu,
+         "level %d: an entry of %s is not set", level,
+         k->name ? k->name : "(unnamed)");
 }
 
 static float *
@@ -83,7 +82,7 @@ check_dispatch (int level, const SattnKernels *k, TestRng *r)
   CHECK (memcmp (s1, s2, sizeof (float) * M * NK) == 0,
          "level %d: sattn_qk is not %s's qk", level, k->name);
   float *o1 = floats (r, M * DH), *o2 = floats (r, M * DH);
-  sattn_pv (s1, NK, M, NK, kt, DH, DH, o1, DH);   /* any finite V */
+  sattn_pv (s1, NK, M, NK, kt, DH, DH, o1, DH); /* any finite V */
   k->pv (s1, NK, M, NK, kt, DH, DH, o2, DH);
   CHECK (memcmp (o1, o2, sizeof (float) * M * DH) == 0,
          "level %d: sattn_pv is not %s's pv", level, k->name);
@@ -97,7 +96,7 @@ check_dispatch (int level, const SattnKernels *k, TestRng *r)
   float m1 = sattn_softmax_scan (s1, NK, NULL, 1.5f, c1);
   float m2 = k->softmax_scan (s2, NK, NULL, 1.5f, c2);
   CHECK (m1 == m2 && memcmp (c1, c2, sizeof c1) == 0 &&
-         memcmp (s1, s2, sizeof (float) * NK) == 0,
+             memcmp (s1, s2, sizeof (float) * NK) == 0,
          "level %d: sattn_softmax_scan is not %s's softmax_scan", level,
          k->name);
   free (q);
@@ -125,7 +124,8 @@ check_same_bytes (int level, const SattnKernels *k, TestRng *r)
     for (size_t i = 0; i < cnt; i++)
       ok[i] = test_rng_uniform (r) > -0.6f;
     const size_t nd = 2 * mir + 64;
-    float *d1 = malloc (nd * sizeof (float)), *d2 = malloc (nd * sizeof (float));
+    float *d1 = malloc (nd * sizeof (float)),
+          *d2 = malloc (nd * sizeof (float));
     if (ok == NULL || d1 == NULL || d2 == NULL) {
       printf ("FAIL: out of memory\n");
       exit (1);
@@ -175,21 +175,20 @@ main (void)
   TestRng r = { 0x7ab1e5ull };
   /* The table chosen without forcing: the native level's. */
   CHECK (sattn_kernels () == table_of_level (native),
-         "the table chosen is %s, not that of level %d",
-         sattn_kernels ()->name, native);
+         "the table chosen is %s, not that of level %d", sattn_kernels ()->name,
+         native);
   for (int level = 0; level <= native; level++) {
     sattn_simd_force (level);
     const SattnKernels *k = sattn_kernels ();
     CHECK (sattn_simd_level () == level, "forced %d, level says %d", level,
            sattn_simd_level ());
-    CHECK (k == table_of_level (level), "level %d: table %s", level,
-           k->name);
+    CHECK (k == table_of_level (level), "level %d: table %s", level, k->name);
 #ifdef SATTN_HAVE_X86
     CHECK (strcmp (k->name, names[level]) == 0, "level %d: table named %s",
            level, k->name);
 #else
-    CHECK (strcmp (k->name, names[0]) == 0, "level %d: table named %s",
-           level, k->name);
+    CHECK (strcmp (k->name, names[0]) == 0, "level %d: table named %s", level,
+           k->name);
 #endif
     check_entries (level, k);
     check_dispatch (level, k, &r);

@@ -234,6 +234,6 @@ main (void)
   ENUM (SATTN_SET_ROPE_BASE);
   ENUM (SATTN_SET_CAUSAL);
   printf ("},\n\"enum_size\": %zu,\n\"version_major\": %d}\n",
-          sizeof (SattnStatus), SATTN_VERSION_MAJOR);
+      sizeof (SattnStatus), SATTN_VERSION_MAJOR);
   return 0;
 }

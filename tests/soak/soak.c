@@ -64,8 +64,7 @@ static void
 log_handler (const gchar * domain, GLogLevelFlags level, const gchar * msg,
     gpointer data)
 {
-  if (level & (G_LOG_LEVEL_ERROR | G_LOG_LEVEL_CRITICAL |
-          G_LOG_LEVEL_WARNING))
+  if (level & (G_LOG_LEVEL_ERROR | G_LOG_LEVEL_CRITICAL | G_LOG_LEVEL_WARNING))
     g_atomic_int_inc (&log_warnings);
   g_log_default_handler (domain, level, msg, data);
 }
@@ -310,8 +309,7 @@ run_stream (guint64 frames)
   mapsink = make ("fakesink", "map");
   caps = input_caps ();
   g_object_set (src, "caps", caps, "format", GST_FORMAT_TIME, "block", TRUE,
-      "max-bytes", (guint64) 4 * BUF_FRAMES * CHANNELS * sizeof (float),
-      NULL);
+      "max-bytes", (guint64) 4 * BUF_FRAMES * CHANNELS * sizeof (float), NULL);
   gst_caps_unref (caps);
   g_object_set (sink, "sync", FALSE, NULL);
   g_object_set (mapsink, "sync", FALSE, NULL);
@@ -400,8 +398,7 @@ run_stream (guint64 frames)
       (t1 - t0) / 1e6, sent / ((t1 - t0) / 1e6),
       sent / ((t1 - t0) / 1e6) / RATE);
 
-  CHECK (sent == frames, "only %" G_GUINT64_FORMAT " frames were sent",
-      sent);
+  CHECK (sent == frames, "only %" G_GUINT64_FORMAT " frames were sent", sent);
   CHECK (c.out_frames == frames, "frames out != frames in");
   CHECK (c.out_end == expected_end, "last PTS + duration != frames / rate");
   CHECK (c.ts_breaks == 0, "output timestamps are not contiguous");
@@ -562,7 +559,8 @@ run_state_cycles (guint n)
 /* The pipeline of the attn-pad soaks: live white noise -> capsfilter ->
  * sattn -> fakesink "out", and a fakesink "map" for the attn pad; the
  * sinks' probes and the bus count into c. */
-typedef struct {
+typedef struct
+{
   GstElement *pipe, *s;
   GstPad *mapsink_pad;
   GstBus *bus;
@@ -588,8 +586,7 @@ attn_pipe_new (AttnPipe * p, const gchar * name, Counters * c)
   g_object_set (sink, "sync", FALSE, NULL);
   /* Not part of the pipeline's preroll: it has no input half the time. */
   g_object_set (mapsink, "sync", FALSE, "async", FALSE, NULL);
-  gst_bin_add_many (GST_BIN (p->pipe), src, filter, p->s, sink, mapsink,
-      NULL);
+  gst_bin_add_many (GST_BIN (p->pipe), src, filter, p->s, sink, mapsink, NULL);
   if (!gst_element_link_many (src, filter, p->s, sink, NULL)) {
     g_printerr ("cannot link the pipeline\n");
     return 1;
@@ -797,8 +794,7 @@ main (int argc, char **argv)
     check_no_leaks ();
     ret = failed ? 1 : 0;
     (void) pad;
-  }
-  else {
+  } else {
     g_printerr ("usage: %s stream [FRAMES] | state-cycles [N] | "
         "attn-cycles [N] | attn-release-flowing [N] | leak-selftest\n",
         argv[0]);

@@ -90,26 +90,23 @@ typedef gboolean (*TryFn) (gpointer);
 #pragma GCC diagnostic ignored "-Wredundant-decls"
 
 WRAP_LOCK (g_mutex_lock, GMutex)
-WRAP_UNLOCK (g_mutex_unlock, GMutex)
-WRAP_TRYLOCK (g_mutex_trylock, GMutex)
-WRAP_LOCK (g_rec_mutex_lock, GRecMutex)
-WRAP_UNLOCK (g_rec_mutex_unlock, GRecMutex)
-WRAP_TRYLOCK (g_rec_mutex_trylock, GRecMutex)
-WRAP_LOCK (g_rw_lock_writer_lock, GRWLock)
-WRAP_UNLOCK (g_rw_lock_writer_unlock, GRWLock)
-WRAP_TRYLOCK (g_rw_lock_writer_trylock, GRWLock)
-WRAP_LOCK (g_rw_lock_reader_lock, GRWLock)
-WRAP_UNLOCK (g_rw_lock_reader_unlock, GRWLock)
-WRAP_TRYLOCK (g_rw_lock_reader_trylock, GRWLock)
-
+    WRAP_UNLOCK (g_mutex_unlock, GMutex)
+    WRAP_TRYLOCK (g_mutex_trylock, GMutex)
+    WRAP_LOCK (g_rec_mutex_lock, GRecMutex)
+    WRAP_UNLOCK (g_rec_mutex_unlock, GRecMutex)
+    WRAP_TRYLOCK (g_rec_mutex_trylock, GRecMutex)
+    WRAP_LOCK (g_rw_lock_writer_lock, GRWLock)
+    WRAP_UNLOCK (g_rw_lock_writer_unlock, GRWLock)
+    WRAP_TRYLOCK (g_rw_lock_writer_trylock, GRWLock)
+    WRAP_LOCK (g_rw_lock_reader_lock, GRWLock)
+    WRAP_UNLOCK (g_rw_lock_reader_unlock, GRWLock)
+    WRAP_TRYLOCK (g_rw_lock_reader_trylock, GRWLock)
 #pragma GCC diagnostic pop
-
-typedef void (*WaitFn) (GCond *, GMutex *);
-typedef gboolean (*WaitUntilFn) (GCond *, GMutex *, gint64);
+     typedef void (*WaitFn) (GCond *, GMutex *);
+     typedef gboolean (*WaitUntilFn) (GCond *, GMutex *, gint64);
 
 /* A wait unlocks the mutex and locks it again before it returns. */
-void
-g_cond_wait (GCond * cond, GMutex * mutex)
+     void g_cond_wait (GCond * cond, GMutex * mutex)
 {
   REAL (WaitFn, "g_cond_wait");
   __tsan_release (mutex);

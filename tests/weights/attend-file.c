@@ -26,10 +26,14 @@ static const char *
 source (SattnSource s)
 {
   switch (s) {
-    case SATTN_FROM_CALLER: return "caller";
-    case SATTN_FROM_METADATA: return "metadata";
-    case SATTN_FROM_SHAPES: return "shapes";
-    case SATTN_FROM_DEFAULT: return "default";
+    case SATTN_FROM_CALLER:
+      return "caller";
+    case SATTN_FROM_METADATA:
+      return "metadata";
+    case SATTN_FROM_SHAPES:
+      return "shapes";
+    case SATTN_FROM_DEFAULT:
+      return "default";
   }
   return "?";
 }
@@ -52,8 +56,10 @@ main (int argc, char **argv)
   FILE *fo;
 
   if (argc != 10) {
-    fprintf (stderr, "usage: %s WEIGHTS PREFIX HEADS HEAD_DIM VALUE_DIM "
-             "SCALE CAUSAL FRAMES_F32 OUT_F64\n", argv[0]);
+    fprintf (stderr,
+             "usage: %s WEIGHTS PREFIX HEADS HEAD_DIM VALUE_DIM "
+             "SCALE CAUSAL FRAMES_F32 OUT_F64\n",
+             argv[0]);
     return 2;
   }
   cfg.heads = strtoul (argv[3], NULL, 10);
@@ -79,16 +85,18 @@ main (int argc, char **argv)
   }
   d = cfg.d_model;
   if (len == 0 || len % (4 * d) != 0) {
-    fprintf (stderr, "%s: %zu bytes is not a whole number of %zu-float "
-             "frames\n", argv[8], (size_t) len, d);
+    fprintf (stderr,
+             "%s: %zu bytes is not a whole number of %zu-float "
+             "frames\n",
+             argv[8], (size_t) len, d);
     return 1;
   }
   n = len / (4 * d);
   nk = n + sattn_model_extra_keys (m);
-  x = g_new (float, n * d);
-  memcpy (x, buf, len);            /* little-endian hosts only (tests) */
-  out = g_new (float, n * sattn_model_d_out (m));
-  attn = g_new (float, cfg.heads * n * nk);
+  x = g_new (float, n *d);
+  memcpy (x, buf, len); /* little-endian hosts only (tests) */
+  out = g_new (float, n *sattn_model_d_out (m));
+  attn = g_new (float, cfg.heads *n *nk);
   st = sattn_attend (m, x, n, NULL, out, attn, NULL);
   if (st != SATTN_OK) {
     fprintf (stderr, "sattn_attend: %s\n", sattn_status_string (st));

@@ -42,9 +42,9 @@ diff_ok (const RefDiff *d)
  * add_zero_attn; per head softmax(q k^T / sqrt(d) + mask) v; out =
  * concat(heads) Wo^T + bo. */
 static void
-reference (const SattnWeights *w, size_t e, size_t h, size_t n,
-           const float *x, int causal, size_t lookback,
-           const uint8_t *key_valid, double *out, double *attn)
+reference (const SattnWeights *w, size_t e, size_t h, size_t n, const float *x,
+           int causal, size_t lookback, const uint8_t *key_valid, double *out,
+           double *attn)
 {
   RefModel m = { 0 };
 
@@ -103,8 +103,9 @@ read_f64 (const char *path, size_t count)
 static size_t
 get_uint (JsonObject *o, const char *k)
 {
-  return json_object_has_member (o, k) ?
-      (size_t) json_object_get_int_member (o, k) : 0;
+  return json_object_has_member (o, k)
+             ? (size_t) json_object_get_int_member (o, k)
+             : 0;
 }
 
 static gboolean
@@ -143,8 +144,8 @@ stream_check (const SattnModel *m, const float *x, size_t n, size_t e,
       goto fail;
     rows += got;
   }
-  if (sattn_stream_drain (s, out + rows * e, n + cap - rows, NULL, &got)
-      != SATTN_OK)
+  if (sattn_stream_drain (s, out + rows * e, n + cap - rows, NULL, &got) !=
+      SATTN_OK)
     goto fail;
   rows += got;
   if (rows != n)
@@ -171,10 +172,11 @@ run_fixture (const char *dir, JsonObject *fx)
   int causal = get_bool (fx, "causal");
   size_t lookback = get_uint (fx, "lookback");
   const char *prefix = json_object_get_string_member (fx, "prefix");
-  gchar *wpath = g_build_filename (dir,
-      json_object_get_string_member (fx, "weights"), NULL);
-  gchar *dpath = g_build_filename (dir,
-      json_object_get_string_member (fx, "data"), NULL);
+  gchar *wpath =
+      g_build_filename (dir, json_object_get_string_member (fx, "weights"),
+                        NULL);
+  gchar *dpath =
+      g_build_filename (dir, json_object_get_string_member (fx, "data"), NULL);
   SattnConfig cfg = { 0 };
   SattnWeights w;
   SattnMhaWeights *owner = NULL;
@@ -206,8 +208,8 @@ run_fixture (const char *dir, JsonObject *fx)
   cfg.causal = causal;
   cfg.lookback = lookback;
   st = sattn_mha_weights_load (wpath, prefix, e, h,
-                               get_bool (fx, "add_zero_attn"), &cfg, &w,
-                               &owner, err, sizeof err);
+                               get_bool (fx, "add_zero_attn"), &cfg, &w, &owner,
+                               err, sizeof err);
   if (st != SATTN_OK) {
     printf ("FAIL %-32s load: %s: %s\n", name, sattn_status_string (st), err);
     goto done;
@@ -223,11 +225,11 @@ run_fixture (const char *dir, JsonObject *fx)
     goto done;
   }
 
-  x = g_new (float, n * e);
+  x = g_new (float, n *e);
   for (size_t i = 0; i < n * e; i++)
-    x[i] = (float) xd[i];      /* exact: the fixture's inputs are floats */
-  out = g_new (float, n * e);
-  attn = g_new (float, h * n * nk);
+    x[i] = (float) xd[i]; /* exact: the fixture's inputs are floats */
+  out = g_new (float, n *e);
+  attn = g_new (float, h *n *nk);
   {
     SattnMask mask = { .key_valid = kv };
     st = sattn_attend (m, x, n, kv ? &mask : NULL, out, attn, NULL);
@@ -237,8 +239,8 @@ run_fixture (const char *dir, JsonObject *fx)
     goto done;
   }
 
-  rout = g_new (double, n * e);
-  rattn = g_new (double, h * n * nk);
+  rout = g_new (double, n *e);
+  rattn = g_new (double, h *n *nk);
   reference (&w, e, h, n, x, causal, lookback, kv, rout, rattn);
 
   for (size_t i = 0; i < n * e; i++) {
@@ -250,7 +252,7 @@ run_fixture (const char *dir, JsonObject *fx)
     ref_diff_add (&r_attn, rattn[i], tattn[i]);
   }
   pass = diff_ok (&d_out) && diff_ok (&d_attn) && diff_ok (&r_out) &&
-      diff_ok (&r_attn);
+         diff_ok (&r_attn);
   printf ("%s %-32s %-4s out max-abs %.3e (bound %.3e, nmse %.2e)  "
           "weights max-abs %.3e (nmse %.2e)  f64-ref max-abs %.2e / %.2e\n",
           pass ? "ok  " : "FAIL", name,
@@ -269,8 +271,9 @@ run_fixture (const char *dir, JsonObject *fx)
         continue;
       }
       printf ("%s %-32s      stream frames mode, hop %zu: max-abs %.3e "
-              "(nmse %.2e)\n", diff_ok (&d_stream) ? "ok  " : "FAIL", name,
-              hop, d_stream.max_abs, ref_diff_nmse (&d_stream));
+              "(nmse %.2e)\n",
+              diff_ok (&d_stream) ? "ok  " : "FAIL", name, hop,
+              d_stream.max_abs, ref_diff_nmse (&d_stream));
       pass = pass && diff_ok (&d_stream);
     }
   }
@@ -311,8 +314,9 @@ main (int argc, char **argv)
     fprintf (stderr, "cannot read %s: %s\n", manifest, e->message);
     return 1;
   }
-  fx = json_object_get_array_member (
-      json_node_get_object (json_parser_get_root (parser)), "fixtures");
+  fx = json_object_get_array_member (json_node_get_object (
+                                         json_parser_get_root (parser)),
+                                     "fixtures");
   count = json_array_get_length (fx);
   if (count == 0) {
     fprintf (stderr, "%s: no fixtures\n", manifest);

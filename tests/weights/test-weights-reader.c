@@ -25,7 +25,7 @@ static gchar *tmpdir;
 
 /* Builds a safetensors image: header entries and data appended in order. */
 typedef struct {
-  GString *header;    /* JSON members, without the braces */
+  GString *header; /* JSON members, without the braces */
   GByteArray *data;
 } Builder;
 
@@ -49,8 +49,9 @@ builder_raw (Builder *b, const char *name, const char *dtype,
   if (b->header->len > 0)
     g_string_append_c (b->header, ',');
   g_string_append_printf (b->header,
-      "\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-      name, dtype, shape_json, off, off + nbytes);
+                          "\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_"
+                          "offsets\":[%zu,%zu]}",
+                          name, dtype, shape_json, off, off + nbytes);
   if (nbytes > 0)
     g_byte_array_append (b->data, bytes, (guint) nbytes);
 }
@@ -168,7 +169,7 @@ assert_msg (const char *err, const char *const *words)
       g_error ("message \"%s\" lacks \"%s\"", err, words[i]);
 }
 
-#define WORDS(...) ((const char *const[]) { __VA_ARGS__, NULL })
+#define WORDS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 /* Loading bytes (from memory and from a file) fails with st and a message
  * holding every word.  Takes bytes. */
@@ -218,15 +219,15 @@ load_ok (GBytes *bytes)
 typedef struct {
   size_t e;
   int bias, bias_kv, separate, no_out;
-  const char *dtype;       /* of every tensor; NULL = F32 */
-  const char *prefix;      /* NULL = "" */
-  const char *metadata;    /* JSON object or NULL */
-  const char *override;    /* suffix of a tensor to replace ... */
-  const char *override_shape;   /* ... by this shape (JSON) ... */
-  size_t override_n;            /* ... with this many values */
-  const char *override_dtype;   /* ... or this dtype */
-  const char *skip;        /* suffix of a tensor to leave out */
-  float poison;            /* nonzero: store it at element 5 of "poison_in" */
+  const char *dtype;          /* of every tensor; NULL = F32 */
+  const char *prefix;         /* NULL = "" */
+  const char *metadata;       /* JSON object or NULL */
+  const char *override;       /* suffix of a tensor to replace ... */
+  const char *override_shape; /* ... by this shape (JSON) ... */
+  size_t override_n;          /* ... with this many values */
+  const char *override_dtype; /* ... or this dtype */
+  const char *skip;           /* suffix of a tensor to leave out */
+  float poison; /* nonzero: store it at element 5 of "poison_in" */
   const char *poison_in;
 } Mha;
 
@@ -314,11 +315,12 @@ expect_map_fail (GBytes *bytes, const char *prefix, size_t d_model,
   SattnMhaWeights *owner = (SattnMhaWeights *) 0x1;
   char err[512];
   SattnStatus got = sattn_mha_weights_from_file (f, prefix, d_model, heads,
-      zero_attn, &cfg, &w, &owner, err, sizeof err);
+                                                 zero_attn, &cfg, &w, &owner,
+                                                 err, sizeof err);
   g_test_message ("%s: %s", sattn_status_string (got), err);
   g_assert_cmpint (got, ==, st);
   g_assert_null (owner);
-  g_assert_cmpuint (cfg.d_model, ==, 0);   /* untouched */
+  g_assert_cmpuint (cfg.d_model, ==, 0); /* untouched */
   assert_msg (err, words);
   sattn_tensor_file_free (f);
 }
@@ -326,15 +328,17 @@ expect_map_fail (GBytes *bytes, const char *prefix, size_t d_model,
 /* Map a file, expecting success (the weights themselves are checked
  * elsewhere). */
 static void
-expect_map_ok (GBytes *bytes, const char *prefix, size_t d_model,
-               size_t heads, int zero_attn)
+expect_map_ok (GBytes *bytes, const char *prefix, size_t d_model, size_t heads,
+               int zero_attn)
 {
   SattnTensorFile *f = load_ok (bytes);
   SattnConfig cfg = { 0 };
   SattnWeights w;
   SattnMhaWeights *owner = NULL;
   g_assert_cmpint (sattn_mha_weights_from_file (f, prefix, d_model, heads,
-      zero_attn, &cfg, &w, &owner, NULL, 0), ==, SATTN_OK);
+                                                zero_attn, &cfg, &w, &owner,
+                                                NULL, 0),
+                   ==, SATTN_OK);
   sattn_mha_weights_free (owner);
   sattn_tensor_file_free (f);
 }
@@ -461,8 +465,9 @@ check_all_patterns (const char *dtype, double (*value) (unsigned))
   v = sattn_tensor_file_get (f, "all", NULL, NULL);
   for (unsigned h = 0; h < 65536; h++) {
     double want = value (h);
-    int same = isnan (want) ? isnan (v[h]) :
-        ((double) v[h] == want && !signbit (v[h]) == !signbit (want));
+    int same = isnan (want) ? isnan (v[h])
+                            : ((double) v[h] == want &&
+                               !signbit (v[h]) == !signbit (want));
     if (!same && bad++ < 5)
       g_printerr ("%s 0x%04x: got %.9g want %.9g\n", dtype, h, v[h], want);
   }
@@ -473,11 +478,20 @@ check_all_patterns (const char *dtype, double (*value) (unsigned))
 static void
 test_f16 (void)
 {
-  static const struct { unsigned bits; double v; } known[] = {
-    { 0x3c00, 1.0 }, { 0xc000, -2.0 }, { 0x7bff, 65504.0 },
-    { 0x0001, 5.9604644775390625e-08 }, { 0x03ff, 6.097555160522461e-05 },
-    { 0x0400, 6.103515625e-05 }, { 0x3555, 0.333251953125 },
-    { 0x8000, -0.0 }, { 0x7c00, INFINITY }, { 0xfc00, -INFINITY },
+  static const struct {
+    unsigned bits;
+    double v;
+  } known[] = {
+    { 0x3c00, 1.0 },
+    { 0xc000, -2.0 },
+    { 0x7bff, 65504.0 },
+    { 0x0001, 5.9604644775390625e-08 },
+    { 0x03ff, 6.097555160522461e-05 },
+    { 0x0400, 6.103515625e-05 },
+    { 0x3555, 0.333251953125 },
+    { 0x8000, -0.0 },
+    { 0x7c00, INFINITY },
+    { 0xfc00, -INFINITY },
   };
   for (size_t i = 0; i < G_N_ELEMENTS (known); i++)
     g_assert_cmpfloat (half_value (known[i].bits), ==, known[i].v);
@@ -499,12 +513,12 @@ static void
 test_f64 (void)
 {
   const double max = FLT_MAX, hulp = ldexp (1, 103);
-  const double in[] = { 1.0, 0.1, -1e-50, 1e-40, max, -max, 3.5e38, -3.5e38,
-                        max + hulp / 2, max + hulp, 1e300, NAN, -0.0,
-                        16777217.0 };
-  const float want[] = { 1.0f, 0.1f, -0.0f, 1e-40f, FLT_MAX, -FLT_MAX,
-                         INFINITY, -INFINITY, FLT_MAX, INFINITY, INFINITY,
-                         NAN, -0.0f, 16777216.0f };
+  const double in[] = { 1.0,   0.1,    -1e-50,  1e-40,          max,
+                        -max,  3.5e38, -3.5e38, max + hulp / 2, max + hulp,
+                        1e300, NAN,    -0.0,    16777217.0 };
+  const float want[] = { 1.0f,     0.1f,     -0.0f,     1e-40f,     FLT_MAX,
+                         -FLT_MAX, INFINITY, -INFINITY, FLT_MAX,    INFINITY,
+                         INFINITY, NAN,      -0.0f,     16777216.0f };
   GByteArray *raw = g_byte_array_new ();
   Builder *b = builder_new (NULL);
   gchar *shape = g_strdup_printf ("[%zu]", G_N_ELEMENTS (in));
@@ -549,9 +563,10 @@ test_dtypes_map_alike (void)
     SattnMhaWeights *owner = NULL;
     char err[256];
     g_assert_cmpint (sattn_mha_weights_from_file (f, NULL, 8, 2, 0, &cfg, &w,
-        &owner, err, sizeof err), ==, SATTN_OK);
-    const float *parts[] = { w.wq, w.wk, w.wv, w.wo, w.bq, w.bk, w.bv, w.bo,
-                             w.bias_k, w.bias_v };
+                                                  &owner, err, sizeof err),
+                     ==, SATTN_OK);
+    const float *parts[] = { w.wq, w.wk, w.wv, w.wo,     w.bq,
+                             w.bk, w.bv, w.bo, w.bias_k, w.bias_v };
     const size_t sizes[] = { 64, 64, 64, 64, 8, 8, 8, 8, 8, 8 };
     if (first == NULL) {
       for (size_t i = 0; i < G_N_ELEMENTS (sizes); i++)
@@ -588,14 +603,15 @@ test_map_layout (void)
   cfg.lookback = 3;
   cfg.scale = 0.5f;
   g_assert_cmpint (sattn_mha_weights_from_file (f, "", 0, 2, 1, &cfg, &w,
-      &owner, err, sizeof err), ==, SATTN_OK);
+                                                &owner, err, sizeof err),
+                   ==, SATTN_OK);
   g_assert_cmpstr (err, ==, "");
   g_assert_cmpuint (cfg.d_model, ==, 4);
   g_assert_cmpuint (cfg.heads, ==, 2);
   g_assert_cmpuint (cfg.d_head, ==, 2);
   g_assert_cmpuint (cfg.d_value, ==, 2);
   g_assert_cmpuint (cfg.d_out, ==, 4);
-  g_assert_cmpint (cfg.causal, ==, 1);        /* left alone */
+  g_assert_cmpint (cfg.causal, ==, 1); /* left alone */
   g_assert_cmpuint (cfg.lookback, ==, 3);
   g_assert_cmpfloat (cfg.scale, ==, 0.5f);
   g_assert_cmpint (w.add_zero_attn, ==, 1);
@@ -635,8 +651,10 @@ test_map_separate_nobias_prefix (void)
   char err[256];
 
   /* the trailing '.' of the prefix is optional */
-  g_assert_cmpint (sattn_mha_weights_from_file (f, "enc.layers.0.attn", 6, 3,
-      0, &cfg, &w, &owner, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpint (sattn_mha_weights_from_file (f, "enc.layers.0.attn", 6, 3, 0,
+                                                &cfg, &w, &owner, err,
+                                                sizeof err),
+                   ==, SATTN_OK);
   g_assert_null (w.bq);
   g_assert_null (w.bk);
   g_assert_null (w.bv);
@@ -663,20 +681,23 @@ test_map_load_path (void)
   char err[512];
 
   g_assert_cmpint (sattn_mha_weights_load (path, NULL, 4, 4, 0, &cfg, &w,
-      &owner, err, sizeof err), ==, SATTN_OK);
+                                           &owner, err, sizeof err),
+                   ==, SATTN_OK);
   g_assert_cmpstr (err, ==, "");
   sattn_mha_weights_free (owner);
 
   /* a mapping error names the file */
   g_assert_cmpint (sattn_mha_weights_load (path, NULL, 8, 4, 0, &cfg, &w,
-      &owner, err, sizeof err), ==, SATTN_E_SHAPE);
+                                           &owner, err, sizeof err),
+                   ==, SATTN_E_SHAPE);
   g_assert_null (owner);
   assert_msg (err, WORDS (path, "in_proj_weight", "[12, 4]", "[24, 8]"));
   g_unlink (path);
   g_free (path);
 
   g_assert_cmpint (sattn_mha_weights_load (NULL, NULL, 8, 4, 0, &cfg, &w,
-      &owner, err, sizeof err), ==, SATTN_E_INVAL);
+                                           &owner, err, sizeof err),
+                   ==, SATTN_E_INVAL);
 }
 
 /* --------------------------------------------------- malformed: reader */
@@ -725,9 +746,9 @@ test_short_and_header_length (void)
   expect_load_fail (image (1000, "{}", NULL, 0), SATTN_E_FORMAT,
                     WORDS ("header length 1000", "past the end", "10 bytes"));
   /* absurd header length: refused before any allocation */
-  expect_load_fail (image (G_GUINT64_CONSTANT (0xffffffffffffffff), "{}",
-                           NULL, 0), SATTN_E_FORMAT,
-                    WORDS ("exceeds the limit"));
+  expect_load_fail (image (G_GUINT64_CONSTANT (0xffffffffffffffff), "{}", NULL,
+                           0),
+                    SATTN_E_FORMAT, WORDS ("exceeds the limit"));
   expect_load_fail (image (SATTN_TENSOR_MAX_HEADER + 1, "{}", NULL, 0),
                     SATTN_E_FORMAT, WORDS ("exceeds the limit of 100000000"));
 }
@@ -750,8 +771,8 @@ test_truncated (void)
   for (gsize cut = 0; cut < len; cut++) {
     SattnTensorFile *f = NULL;
     char err[256];
-    g_assert_cmpint (sattn_tensor_file_load_bytes (d, cut, &f, err,
-                                                   sizeof err), !=, SATTN_OK);
+    g_assert_cmpint (sattn_tensor_file_load_bytes (d, cut, &f, err, sizeof err),
+                     !=, SATTN_OK);
     g_assert_null (f);
     g_assert_cmpuint (strlen (err), >, 0);
   }
@@ -841,12 +862,12 @@ test_bad_entries (void)
     const char *w1, *w2;
   } cases[] = {
     { "{\"t\":5}", SATTN_E_FORMAT, "'t'", "not an object" },
-    { "{\"t\":{\"shape\":[1],\"data_offsets\":[0,4]}}", SATTN_E_FORMAT,
-      "'t'", "lacks \"dtype\"" },
+    { "{\"t\":{\"shape\":[1],\"data_offsets\":[0,4]}}", SATTN_E_FORMAT, "'t'",
+      "lacks \"dtype\"" },
     { "{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", SATTN_E_FORMAT,
       "'t'", "lacks \"shape\"" },
-    { "{\"t\":{\"dtype\":\"F32\",\"shape\":[1]}}", SATTN_E_FORMAT,
-      "'t'", "lacks \"data_offsets\"" },
+    { "{\"t\":{\"dtype\":\"F32\",\"shape\":[1]}}", SATTN_E_FORMAT, "'t'",
+      "lacks \"data_offsets\"" },
     { "{\"t\":{\"dtype\":32,\"shape\":[1],\"data_offsets\":[0,4]}}",
       SATTN_E_FORMAT, "dtype of tensor 't'", "not a string" },
     { "{\"t\":{\"dtype\":\"F128\",\"shape\":[1],\"data_offsets\":[0,4]}}",
@@ -865,7 +886,8 @@ test_bad_entries (void)
       "\"data_offsets\":[0,4]}}",
       SATTN_E_FORMAT, "shape of tensor 't'", "non-negative integer" },
     { "{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
-      "\"data_offsets\":[0,4]}}", SATTN_E_FORMAT, "'t'", "overflows" },
+      "\"data_offsets\":[0,4]}}",
+      SATTN_E_FORMAT, "'t'", "overflows" },
     { "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}",
       SATTN_E_FORMAT, "data_offsets of tensor 't'", "pair" },
     { "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}",
@@ -877,7 +899,8 @@ test_bad_entries (void)
     { "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
       SATTN_E_FORMAT, "[0, 4]", "run past the end of the data (0 bytes)" },
     { "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":"
-      "[0,9223372036854775807]}}", SATTN_E_FORMAT, "'t'", "run past the end" },
+      "[0,9223372036854775807]}}",
+      SATTN_E_FORMAT, "'t'", "run past the end" },
     { "{\"__metadata__\":[1]}", SATTN_E_FORMAT, "__metadata__",
       "not an object" },
     { "{\"__metadata__\":{\"k\":1}}", SATTN_E_FORMAT, "value of 'k'",
@@ -896,36 +919,42 @@ test_bad_layout (void)
   static const guint8 d16[16] = { 0 };
   /* wrong element count */
   expect_load_fail (image_json ("{\"t\":{\"dtype\":\"F32\",\"shape\":[2,2],"
-                                "\"data_offsets\":[0,12]}}", d16, 12),
+                                "\"data_offsets\":[0,12]}}",
+                                d16, 12),
                     SATTN_E_FORMAT,
                     WORDS ("'t'", "[2, 2] of F32 needs 16 bytes",
                            "[0, 12] hold 12"));
   expect_load_fail (image_json ("{\"t\":{\"dtype\":\"F16\",\"shape\":[3],"
-                                "\"data_offsets\":[0,8]}}", d16, 8),
+                                "\"data_offsets\":[0,8]}}",
+                                d16, 8),
                     SATTN_E_FORMAT, WORDS ("needs 6 bytes", "hold 8"));
   /* overlapping tensors */
   expect_load_fail (image_json ("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],"
                                 "\"data_offsets\":[0,12]},"
                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],"
-                                "\"data_offsets\":[8,16]}}", d16, 16),
+                                "\"data_offsets\":[8,16]}}",
+                                d16, 16),
                     SATTN_E_FORMAT,
                     WORDS ("'a' [0, 12]", "'b' [8, 16]", "overlap"));
   /* the same bytes twice */
   expect_load_fail (image_json ("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],"
                                 "\"data_offsets\":[0,16]},"
                                 "\"b\":{\"dtype\":\"I32\",\"shape\":[4],"
-                                "\"data_offsets\":[0,16]}}", d16, 16),
+                                "\"data_offsets\":[0,16]}}",
+                                d16, 16),
                     SATTN_E_FORMAT, WORDS ("overlap"));
   /* a gap between tensors */
   expect_load_fail (image_json ("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
                                 "\"data_offsets\":[0,4]},"
                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],"
-                                "\"data_offsets\":[8,16]}}", d16, 16),
+                                "\"data_offsets\":[8,16]}}",
+                                d16, 16),
                     SATTN_E_FORMAT,
                     WORDS ("bytes [4, 8)", "belong to no tensor", "'b'"));
   /* bytes after the last tensor */
   expect_load_fail (image_json ("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
-                                "\"data_offsets\":[0,8]}}", d16, 16),
+                                "\"data_offsets\":[0,8]}}",
+                                d16, 16),
                     SATTN_E_FORMAT, WORDS ("8 bytes after the last tensor"));
   /* no tensors but data */
   expect_load_fail (image_json ("{}", d16, 4), SATTN_E_FORMAT,
@@ -933,14 +962,17 @@ test_bad_layout (void)
   /* a name aliasing another one through an escaped NUL */
   expect_load_fail (image_json ("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
                                 "\"data_offsets\":[0,4]},"
-                                "\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],"
-                                "\"data_offsets\":[4,8]}}", d16, 8),
+                                "\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1]"
+                                ","
+                                "\"data_offsets\":[4,8]}}",
+                                d16, 8),
                     SATTN_E_FORMAT, WORDS ("key 'a'", "appears twice"));
   /* plain duplicate keys, at the top or inside an entry */
   expect_load_fail (image_json ("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
                                 "\"data_offsets\":[0,4]},"
                                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
-                                "\"data_offsets\":[0,4]}}", d16, 4),
+                                "\"data_offsets\":[0,4]}}",
+                                d16, 4),
                     SATTN_E_FORMAT, WORDS ("key 'a'", "appears twice"));
   expect_load_fail (image_json ("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
                                 "\"dtype\":\"I32\",\"data_offsets\":[0,4]}}",
@@ -961,7 +993,8 @@ test_map_missing (void)
                           "'encoder.layers.0.self_attn.'"));
   Mha m2 = { .e = 8, .bias = 1 };
   expect_map_fail (mha_file (&m2), "x", 8, 2, 0, SATTN_E_MISSING,
-                   WORDS ("prefix 'x.'", "with MultiheadAttention weights: ''"));
+                   WORDS ("prefix 'x.'",
+                          "with MultiheadAttention weights: ''"));
 
   Mha no_out = { .e = 8, .bias = 1, .no_out = 1 };
   expect_map_fail (mha_file (&no_out), NULL, 8, 2, 0, SATTN_E_MISSING,
@@ -1002,14 +1035,16 @@ test_missing_lists (void)
   char err[512];
 
   g_assert_cmpint (sattn_mha_weights_from_file (f, "x", 8, 2, 0, &cfg, &w,
-      &owner, err, sizeof err), ==, SATTN_E_MISSING);
+                                                &owner, err, sizeof err),
+                   ==, SATTN_E_MISSING);
   g_test_message ("%s", err);
   assert_msg (err, WORDS ("with MultiheadAttention weights: '' (top level), "
                           "'m1.', 'm2.', 'm3.', 'm4.', 'm5.', 'm6.', 'm7.' "
                           "(10 in all)"));
   g_assert_null (strstr (err, "'m8.'"));
   g_assert_cmpint (sattn_attn_weights_from_file (f, "x", 0, &cfg, &w, &owner,
-      NULL, err, sizeof err), ==, SATTN_E_MISSING);
+                                                 NULL, err, sizeof err),
+                   ==, SATTN_E_MISSING);
   g_test_message ("%s", err);
   assert_msg (err, WORDS ("holding a known layout: 'blk.' (llama), '' (mha), "
                           "'m1.' (mha), 'm2.' (mha), 'm3.' (mha), "
@@ -1028,30 +1063,48 @@ test_map_shapes (void)
   expect_map_fail (mha_file (&m), NULL, 16, 2, 0, SATTN_E_SHAPE,
                    WORDS ("tensor 'in_proj_weight' has shape [24, 8]",
                           "expected [48, 16]", "(3E, E)", "E = d_model = 16"));
-  Mha ob = { .e = 8, .bias = 1, .override = "out_proj.bias",
-             .override_shape = "[7]", .override_n = 7 };
+  Mha ob = { .e = 8,
+             .bias = 1,
+             .override = "out_proj.bias",
+             .override_shape = "[7]",
+             .override_n = 7 };
   expect_map_fail (mha_file (&ob), NULL, 0, 2, 0, SATTN_E_SHAPE,
                    WORDS ("'out_proj.bias' has shape [7]", "expected [8]"));
-  Mha ib = { .e = 8, .bias = 1, .override = "in_proj_bias",
-             .override_shape = "[1,24]", .override_n = 24 };
+  Mha ib = { .e = 8,
+             .bias = 1,
+             .override = "in_proj_bias",
+             .override_shape = "[1,24]",
+             .override_n = 24 };
   expect_map_fail (mha_file (&ib), NULL, 0, 2, 0, SATTN_E_SHAPE,
                    WORDS ("'in_proj_bias' has shape [1, 24]", "expected [24]"));
-  Mha ow = { .e = 8, .override = "out_proj.weight",
-             .override_shape = "[8,8,1]", .override_n = 64 };
+  Mha ow = { .e = 8,
+             .override = "out_proj.weight",
+             .override_shape = "[8,8,1]",
+             .override_n = 64 };
   expect_map_fail (mha_file (&ow), NULL, 0, 2, 0, SATTN_E_SHAPE,
                    WORDS ("'out_proj.weight' has shape [8, 8, 1]",
                           "expected [8, 8]"));
-  Mha bk = { .e = 8, .bias_kv = 1, .override = "bias_k",
-             .override_shape = "[2,1,8]", .override_n = 16 };
+  Mha bk = { .e = 8,
+             .bias_kv = 1,
+             .override = "bias_k",
+             .override_shape = "[2,1,8]",
+             .override_n = 16 };
   expect_map_fail (mha_file (&bk), NULL, 0, 2, 0, SATTN_E_SHAPE,
-                   WORDS ("'bias_k' has shape [2, 1, 8]", "expected [1, 1, 8]"));
+                   WORDS ("'bias_k' has shape [2, 1, 8]",
+                          "expected [1, 1, 8]"));
   /* bias_k given as a plain vector is accepted */
-  Mha bk1 = { .e = 8, .bias_kv = 1, .override = "bias_k",
-              .override_shape = "[8]", .override_n = 8 };
+  Mha bk1 = { .e = 8,
+              .bias_kv = 1,
+              .override = "bias_k",
+              .override_shape = "[8]",
+              .override_n = 8 };
   expect_map_ok (mha_file (&bk1), NULL, 8, 2, 0);
   /* kdim / vdim other than E */
-  Mha kd = { .e = 8, .separate = 1, .override = "k_proj_weight",
-             .override_shape = "[8,10]", .override_n = 80 };
+  Mha kd = { .e = 8,
+             .separate = 1,
+             .override = "k_proj_weight",
+             .override_shape = "[8,10]",
+             .override_n = 80 };
   expect_map_fail (mha_file (&kd), NULL, 0, 2, 0, SATTN_E_SHAPE,
                    WORDS ("'k_proj_weight' has shape [8, 10]",
                           "expected [8, 8]", "kdim = E"));
@@ -1066,14 +1119,19 @@ test_map_shapes (void)
     SattnMhaWeights *owner = NULL;
     char err[512];
     g_assert_cmpint (sattn_mha_weights_load (path, NULL, 0, 2, 0, &cfg, &w,
-        &owner, err, sizeof err), ==, SATTN_E_SHAPE);
-    assert_msg (err, WORDS ("kdim.safetensors", "'k_proj_weight' has shape "
-                            "[8, 10]", "expected [8, 8]", "kdim = E"));
+                                             &owner, err, sizeof err),
+                     ==, SATTN_E_SHAPE);
+    assert_msg (err, WORDS ("kdim.safetensors",
+                            "'k_proj_weight' has shape "
+                            "[8, 10]",
+                            "expected [8, 8]", "kdim = E"));
     g_free (path);
   }
   /* the width of the weights cannot be inferred from a 1-D tensor */
-  Mha one = { .e = 8, .override = "in_proj_weight",
-              .override_shape = "[192]", .override_n = 192 };
+  Mha one = { .e = 8,
+              .override = "in_proj_weight",
+              .override_shape = "[192]",
+              .override_n = 192 };
   expect_map_fail (mha_file (&one), NULL, 0, 2, 0, SATTN_E_SHAPE,
                    WORDS ("'in_proj_weight' has shape [192]", "2-D"));
   /* heads must divide E */
@@ -1098,23 +1156,26 @@ test_map_shapes (void)
 static void
 test_map_dtype_and_values (void)
 {
-  Mha i64 = { .e = 8, .bias = 1, .override = "in_proj_bias",
-              .override_dtype = "I64" };
+  Mha i64 = {
+    .e = 8, .bias = 1, .override = "in_proj_bias", .override_dtype = "I64"
+  };
   expect_map_fail (mha_file (&i64), NULL, 8, 2, 0, SATTN_E_DTYPE,
                    WORDS ("'in_proj_bias' has dtype I64", "F32, F16, BF16"));
   Mha nan = { .e = 8, .bias = 1, .poison = NAN, .poison_in = "in_proj_weight" };
   expect_map_fail (mha_file (&nan), NULL, 8, 2, 0, SATTN_E_NONFINITE,
                    WORDS ("'in_proj_weight' holds NaN at [0, 5]"));
-  Mha inf = { .e = 8, .bias = 1, .poison = -INFINITY,
-              .poison_in = "out_proj.bias" };
+  Mha inf = {
+    .e = 8, .bias = 1, .poison = -INFINITY, .poison_in = "out_proj.bias"
+  };
   expect_map_fail (mha_file (&inf), NULL, 8, 2, 0, SATTN_E_NONFINITE,
                    WORDS ("'out_proj.bias' holds Inf at element 5"));
   Mha bv = { .e = 8, .bias_kv = 1, .poison = INFINITY, .poison_in = "bias_v" };
   expect_map_fail (mha_file (&bv), NULL, 8, 2, 0, SATTN_E_NONFINITE,
                    WORDS ("'bias_v' holds Inf"));
   /* F16 infinity */
-  Mha h = { .e = 8, .dtype = "F16", .poison = INFINITY,
-            .poison_in = "out_proj.weight" };
+  Mha h = {
+    .e = 8, .dtype = "F16", .poison = INFINITY, .poison_in = "out_proj.weight"
+  };
   expect_map_fail (mha_file (&h), NULL, 8, 2, 0, SATTN_E_NONFINITE,
                    WORDS ("'out_proj.weight' holds Inf at [0, 5]"));
   {
@@ -1151,7 +1212,9 @@ test_map_dtype_and_values (void)
 static void
 test_map_metadata (void)
 {
-  Mha m = { .e = 8, .bias = 1, .prefix = "a.",
+  Mha m = { .e = 8,
+            .bias = 1,
+            .prefix = "a.",
             .metadata = "{\"a.num_heads\":\"4\",\"a.add_zero_attn\":\"1\"}" };
   expect_map_fail (mha_file (&m), "a.", 8, 2, 1, SATTN_E_SHAPE,
                    WORDS ("heads = 2", "num_heads = 4", "'a.num_heads'"));
@@ -1159,7 +1222,8 @@ test_map_metadata (void)
                    WORDS ("add_zero_attn = 0", "add_zero_attn = 1"));
   expect_map_ok (mha_file (&m), "a.", 8, 4, 1);
   /* metadata of another module, or not a number, is not consulted */
-  Mha m2 = { .e = 8, .metadata = "{\"b.num_heads\":\"4\",\"num_heads\":\"x\"}" };
+  Mha m2 = { .e = 8,
+             .metadata = "{\"b.num_heads\":\"4\",\"num_heads\":\"x\"}" };
   expect_map_ok (mha_file (&m2), NULL, 8, 2, 0);
 }
 
@@ -1170,8 +1234,10 @@ test_map_metadata (void)
 static void
 test_map_metadata_zero (void)
 {
-  Mha m = { .e = 8, .bias = 1, .metadata = "{\"num_heads\":\"0\","
-            "\"head_dim\":\"0\",\"value_dim\":\"0\"}" };
+  Mha m = { .e = 8,
+            .bias = 1,
+            .metadata = "{\"num_heads\":\"0\","
+                        "\"head_dim\":\"0\",\"value_dim\":\"0\"}" };
   SattnTensorFile *f = load_ok (mha_file (&m));
   SattnConfig cfg = { 0 };
   SattnWeights w;
@@ -1180,7 +1246,8 @@ test_map_metadata_zero (void)
   char err[512];
 
   g_assert_cmpint (sattn_mha_weights_from_file (f, NULL, 8, 2, 0, &cfg, &w,
-      &owner, err, sizeof err), ==, SATTN_OK);
+                                                &owner, err, sizeof err),
+                   ==, SATTN_OK);
   g_assert_cmpuint (cfg.heads, ==, 2);
   g_assert_cmpuint (cfg.d_head, ==, 4);
   sattn_mha_weights_free (owner);
@@ -1189,8 +1256,9 @@ test_map_metadata_zero (void)
   /* Any layout, heads given: the caller's, not contradicted. */
   memset (&cfg, 0, sizeof cfg);
   cfg.heads = 2;
-  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
-      &owner, &rep, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w, &owner,
+                                                 &rep, err, sizeof err),
+                   ==, SATTN_OK);
   g_assert_cmpuint (cfg.heads, ==, 2);
   g_assert_cmpint (rep.heads_from, ==, SATTN_FROM_CALLER);
   g_assert_cmpint (rep.d_head_from, ==, SATTN_FROM_SHAPES);
@@ -1202,8 +1270,9 @@ test_map_metadata_zero (void)
   /* Any layout, nothing given: the default head count, sizes from the
    * shapes, as without the keys. */
   memset (&cfg, 0, sizeof cfg);
-  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
-      &owner, &rep, err, sizeof err), ==, SATTN_OK);
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w, &owner,
+                                                 &rep, err, sizeof err),
+                   ==, SATTN_OK);
   g_assert_cmpuint (cfg.heads, ==, 1);
   g_assert_cmpint (rep.heads_from, ==, SATTN_FROM_DEFAULT);
   g_assert_cmpuint (cfg.d_head, ==, 8);
@@ -1219,8 +1288,9 @@ test_map_metadata_zero (void)
   f = load_ok (mha_file (&m4));
   memset (&cfg, 0, sizeof cfg);
   cfg.heads = 2;
-  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w,
-      &owner, &rep, err, sizeof err), ==, SATTN_E_SHAPE);
+  g_assert_cmpint (sattn_attn_weights_from_file (f, NULL, 0, &cfg, &w, &owner,
+                                                 &rep, err, sizeof err),
+                   ==, SATTN_E_SHAPE);
   assert_msg (err, WORDS ("heads = 2", "num_heads = 4", "'num_heads'"));
   g_assert_null (owner);
   sattn_tensor_file_free (f);
@@ -1238,9 +1308,15 @@ test_attn_prefix (void)
   builder_add (b, "enc.0.linear2.weight", "F32", "[2,4]", v, 8);
   builder_add (b, "attn.in_proj_weight", "F32", "[6,2]", v, 12);
   SattnTensorFile *f = load_ok (builder_finish (b));
-  static const struct { const char *in, *out; } cases[] = {
-    { "enc.0", "enc.0.self_attn." }, { "enc.0.", "enc.0.self_attn." },
-    { "attn", "attn." }, { "attn.", "attn." }, { "", "" }, { NULL, "" },
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+    { "enc.0", "enc.0.self_attn." },
+    { "enc.0.", "enc.0.self_attn." },
+    { "attn", "attn." },
+    { "attn.", "attn." },
+    { "", "" },
+    { NULL, "" },
     { "enc", "enc." },
   };
   for (size_t i = 0; i < G_N_ELEMENTS (cases); i++) {
@@ -1261,14 +1337,17 @@ test_err_buffer (void)
   char err[8];
   SattnTensorFile *f;
   memset (err, 'x', sizeof err);
-  g_assert_cmpint (sattn_tensor_file_load_bytes ((const uint8_t *) "abc", 3,
-      &f, err, sizeof err), ==, SATTN_E_FORMAT);
+  g_assert_cmpint (sattn_tensor_file_load_bytes ((const uint8_t *) "abc", 3, &f,
+                                                 err, sizeof err),
+                   ==, SATTN_E_FORMAT);
   g_assert_cmpuint (strlen (err), ==, 7);
-  g_assert_cmpint (sattn_tensor_file_load_bytes ((const uint8_t *) "abc", 3,
-      &f, err, 1), ==, SATTN_E_FORMAT);
+  g_assert_cmpint (sattn_tensor_file_load_bytes ((const uint8_t *) "abc", 3, &f,
+                                                 err, 1),
+                   ==, SATTN_E_FORMAT);
   g_assert_cmpstr (err, ==, "");
-  g_assert_cmpint (sattn_tensor_file_load_bytes ((const uint8_t *) "abc", 3,
-      &f, NULL, 0), ==, SATTN_E_FORMAT);
+  g_assert_cmpint (sattn_tensor_file_load_bytes ((const uint8_t *) "abc", 3, &f,
+                                                 NULL, 0),
+                   ==, SATTN_E_FORMAT);
   g_assert_cmpint (sattn_tensor_file_load_bytes (NULL, 0, &f, NULL, 0), ==,
                    SATTN_E_FORMAT);
   g_assert_cmpint (sattn_tensor_file_load_bytes (NULL, 5, &f, NULL, 0), ==,
@@ -1277,7 +1356,8 @@ test_err_buffer (void)
   GString *s = g_string_new ("{\"\\u0001");
   for (int i = 0; i < 1000; i++)
     g_string_append_c (s, 'n');
-  g_string_append (s, "\":{\"dtype\":\"X\",\"shape\":[],\"data_offsets\":[0,0]}}");
+  g_string_append (s,
+                   "\":{\"dtype\":\"X\",\"shape\":[],\"data_offsets\":[0,0]}}");
   char big[512];
   GBytes *img = image_json (s->str, NULL, 0);
   gsize len;
@@ -1298,7 +1378,7 @@ static void
 test_load_options_size (void)
 {
   Mha m = { .e = 8, .bias = 1, .metadata = "{\"num_heads\":\"2\"}" };
-  SattnTensorFile *f = load_ok (mha_file (&m));   /* takes the bytes */
+  SattnTensorFile *f = load_ok (mha_file (&m)); /* takes the bytes */
   SattnLoadOptions opt;
   SattnModel *model = NULL;
   char err[512];
@@ -1306,23 +1386,27 @@ test_load_options_size (void)
   sattn_load_options_init (&opt);
   g_assert_cmpuint (opt.cfg.struct_size, ==, sizeof (SattnConfig));
   g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
-      sizeof err), ==, SATTN_OK);
+                                             sizeof err),
+                   ==, SATTN_OK);
   g_assert_cmpuint (sattn_model_config (model)->struct_size, ==,
-      sizeof (SattnConfig));
+                    sizeof (SattnConfig));
   sattn_model_free (model);
   opt.cfg.struct_size = 0;
   g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
-      sizeof err), ==, SATTN_OK);
+                                             sizeof err),
+                   ==, SATTN_OK);
   sattn_model_free (model);
   opt.cfg.struct_size = 16;
   g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
-      sizeof err), ==, SATTN_E_INVAL);
+                                             sizeof err),
+                   ==, SATTN_E_INVAL);
   g_assert_null (model);
   assert_msg (err, WORDS ("SattnLoadOptions.cfg.struct_size=16",
-          "sizeof (SattnConfig)"));
+                          "sizeof (SattnConfig)"));
   opt.cfg.struct_size = sizeof (SattnConfig) + 8;
   g_assert_cmpint (sattn_model_load_tensors (f, "", &opt, &model, NULL, err,
-      sizeof err), ==, SATTN_E_INVAL);
+                                             sizeof err),
+                   ==, SATTN_E_INVAL);
   g_assert_null (model);
   assert_msg (err, WORDS ("SattnLoadOptions.cfg.struct_size"));
 
@@ -1331,7 +1415,8 @@ test_load_options_size (void)
   SattnMhaWeights *owner = NULL;
   memset (&w, 0xa5, sizeof w);
   g_assert_cmpint (sattn_mha_weights_from_file (f, "", 8, 2, 0, &cfg, &w,
-      &owner, NULL, 0), ==, SATTN_OK);
+                                                &owner, NULL, 0),
+                   ==, SATTN_OK);
   g_assert_cmpuint (w.struct_size, ==, sizeof (SattnWeights));
   sattn_mha_weights_free (owner);
   sattn_tensor_file_free (f);
