@@ -221,7 +221,12 @@ class Node:
 
     def run(self, before_stop=None):
         if self.pipeline.set_state(Gst.State.PLAYING) == Gst.StateChangeReturn.FAILURE:
-            self.log("cannot start the pipeline")
+            msg = self.pipeline.get_bus().pop_filtered(Gst.MessageType.ERROR)
+            why = ""
+            if msg is not None:
+                err, dbg = msg.parse_error()
+                why = f": {msg.src.get_name()}: {err.message} ({dbg})"
+            self.log(f"cannot start the pipeline{why}")
             self.status = 1
             return
         self.loop.run()
