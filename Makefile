@@ -219,4 +219,4 @@ package-check: deps
 	sh tests/package/package-check.sh $(CURDIR) $(BUILD_DEB)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz out
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz $(BUILD_DEB) out
