@@ -1,8 +1,7 @@
 /* Small safetensors files written by the tests (seeded random weights):
  * attention modules in four layouts, nn.TransformerEncoderLayer and
  * whole models (python/sattn/nn.py's SignalTransformer), with PyTorch's
- * names and the loader's metadata.  The same writer as
- * test-element-swap.c's.
+ * names and the loader's metadata.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
