@@ -8,7 +8,8 @@
  * projections, the output projection, the residuals, LayerNorms and
  * feed-forward, the final norm) run as products over all rows of the
  * block, the attention per window and head.  Worker threads take groups
- * of whole windows (64 rows or more), each through every layer.
+ * of whole windows (about 64 rows each, as many groups for every thread),
+ * each through every layer.
  * Every entry is one chain in a fixed order (cpu/linear.c), so a window's
  * bytes do not depend on the block it is in, its place there, or the
  * thread that computed it.
@@ -239,7 +240,7 @@ sattn_net_frame_reuse (const SattnModel *m)
 typedef struct {
   const SattnModel *m;
   SattnNetBlock *b;
-  size_t nw, group;
+  size_t nw, tasks;
   int l0_ready, stats;
   float *weights;
   size_t wwin;
@@ -360,8 +361,8 @@ rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
   }
 }
 
-/* Task i: the windows [i group, (i + 1) group) of the block, every
- * layer. */
+/* Task i of k: the windows [i nw / k, (i + 1) nw / k) of the block,
+ * every layer. */
 static void
 windows_task (void *ctx, size_t task, unsigned worker)
 {
@@ -369,8 +370,8 @@ windows_task (void *ctx, size_t task, unsigned worker)
   const SattnNet *net = j->m->net;
   SattnNetBlock *b = j->b;
   const size_t n = b->n;
-  const size_t w0 = task * j->group;
-  const size_t w1 = j->nw - w0 < j->group ? j->nw : w0 + j->group;
+  const size_t w0 = task * j->nw / j->tasks;
+  const size_t w1 = (task + 1) * j->nw / j->tasks;
   const size_t r0 = w0 * n, r1 = w1 * n;
   float *a = b->x, *c = b->y;
 
@@ -408,20 +409,26 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
                           2.0 * (double) D * (double) ml->cfg.d_ff +
                           (double) n * (double) (ml->dq + ml->dv));
   }
+  /* The windows cut evenly into a multiple of the thread count of tasks
+   * (the pool gives each thread an equal range of tasks first): 20
+   * windows in groups of 4 would leave one thread 12 of them. */
   const size_t group = (BLOCK_TASK_ROWS + n - 1) / n;
-  const size_t tasks = (nw + group - 1) / group;
+  const int par = macs >= BLOCK_PAR_MIN && b->pool != NULL;
+  const size_t T = par ? b->threads : 1;
+  size_t tasks = T * ((nw + group * T - 1) / (group * T));
+  if (tasks > nw)
+    tasks = nw;
   BlockJob j = {
     .m = m,
     .b = b,
     .nw = nw,
-    .group = group,
+    .tasks = tasks,
     .l0_ready = l0_ready,
     .stats = stats,
     .weights = weights,
     .wwin = wwin,
   };
-  sattn_pool_run (macs >= BLOCK_PAR_MIN ? b->pool : NULL, tasks, windows_task,
-                  &j);
+  sattn_pool_run (par ? b->pool : NULL, tasks, windows_task, &j);
   float *a = net->n_layers % 2 ? b->y : b->x;
   *out = a;
 

@@ -2389,11 +2389,12 @@ whole_flops_per_window (size_t F, size_t D, size_t Df, size_t n, size_t h,
 /* Push `push` frames at a time (a multiple of the hop) for `budget`
  * seconds; windows per CPU second of this thread. */
 static double
-whole_measure (SattnStream *s, const float *pool, size_t pool_frames,
-               size_t *pos, size_t F, size_t push, size_t hop, float *out,
-               size_t out_rows, double budget, int *fail)
+whole_measure_clock (SattnStream *s, const float *pool, size_t pool_frames,
+                     size_t *pos, size_t F, size_t push, size_t hop, float *out,
+                     size_t out_rows, double budget, int wall, int *fail)
 {
-  double t0 = now_s (), c0 = clock_s (CLOCK_THREAD_CPUTIME_ID);
+  const clockid_t clk = wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
+  double t0 = now_s (), c0 = clock_s (clk);
   uint64_t windows = 0;
   do {
     for (int rep = 0; rep < 16; rep++) {
@@ -2408,7 +2409,172 @@ whole_measure (SattnStream *s, const float *pool, size_t pool_frames,
         *pos = 0;
     }
   } while (now_s () < t0 + budget);
-  return (double) windows / (clock_s (CLOCK_THREAD_CPUTIME_ID) - c0);
+  return (double) windows / (clock_s (clk) - c0);
+}
+
+/* Windows per CPU second of this thread. */
+static double
+whole_measure (SattnStream *s, const float *pool, size_t pool_frames,
+               size_t *pos, size_t F, size_t push, size_t hop, float *out,
+               size_t out_rows, double budget, int *fail)
+{
+  return whole_measure_clock (s, pool, pool_frames, pos, F, push, hop, out,
+                              out_rows, budget, 0, fail);
+}
+
+/* --whole FILE --threads-scaling: the same model with threads=1 and
+ * threads=2, wall clock (two threads need two CPUs: not pinned), pushes
+ * of 10 ms and of 100 ms of signal, and the pipeline with 10 ms buffers;
+ * interleaved repeats, ratios the medians of per-repeat ratios.  Before
+ * timing, both thread counts take the same buffers from fresh streams and
+ * their outputs are compared byte for byte. */
+static int
+run_whole_threads (const Opts *o, const char *path, size_t n, size_t h)
+{
+  SattnLoadOptions opt;
+  SattnModel *m = NULL;
+  char err[1024] = "";
+  int fail = 0;
+
+  sattn_load_options_init (&opt);
+  if (sattn_model_load (path, "", &opt, &m, NULL, err, sizeof err) !=
+      SATTN_OK) {
+    fprintf (stderr, "%s: %s\n", path, err);
+    return 1;
+  }
+  const SattnConfig *cfg = sattn_model_config (m);
+  const size_t F = cfg->d_model, C = sattn_model_classes (m);
+  const Workload w = {
+    "whole", "whole model", F, 16000, 1, cfg->heads, n, h, 0
+  };
+  const size_t bf = wl_buffer_frames (&w), push[2] = { bf, 10 * bf };
+  const size_t pool_frames = push[1] * (8 + (64 * n) / push[1]);
+  const size_t out_rows = push[1] / h + 1;
+  const int R = o->repeats;
+  SattnStream *s[2][2] = { { NULL, NULL }, { NULL, NULL } };
+  SattnStatus st = SATTN_OK;
+  float *pool = malloc (pool_frames * F * sizeof (float));
+  float *out[2] = { malloc (out_rows * C * sizeof (float)),
+                    malloc (out_rows * C * sizeof (float)) };
+  double *v = calloc ((size_t) (9 * R), sizeof (double));
+  uint64_t compared = 0, differ = 0;
+  if (C == 0) {
+    fprintf (stderr, "%s: not a whole model with a head\n", path);
+    fail = 1;
+    goto done;
+  }
+  for (int t = 0; t < 2; t++)
+    for (int p = 0; p < 2; p++) {
+      SattnStreamConfig sc = { .window = n,
+                               .hop = h,
+                               .output = SATTN_OUTPUT_CLASSES,
+                               .threads = (unsigned) t + 1 };
+      s[t][p] = sattn_stream_new (m, &sc, &st);
+      if (s[t][p] == NULL)
+        fail = 1;
+    }
+  if (fail || !pool || !out[0] || !out[1] || !v) {
+    fprintf (stderr, "whole model stream: %s\n",
+             st != SATTN_OK ? sattn_status_string (st) : "out of memory");
+    fail = 1;
+    goto done;
+  }
+  Rng r = { 0x5eed };
+  fill_normal (&r, pool, pool_frames * F, 1.0);
+  /* Byte identity: every frame of the pool, in 10 ms and 100 ms pushes. */
+  for (int p = 0; p < 2 && !fail; p++)
+    for (size_t at = 0; at + push[p] <= pool_frames; at += push[p]) {
+      size_t got[2] = { 0, 0 };
+      for (int t = 0; t < 2; t++)
+        if (sattn_stream_push (s[t][p], pool + at * F, push[p], NULL, out[t],
+                               out_rows, NULL, &got[t]) != SATTN_OK)
+          fail = 1;
+      if (fail || got[0] != got[1]) {
+        fprintf (stderr, "whole model threads: pushes disagree\n");
+        fail = 1;
+        break;
+      }
+      compared += got[0];
+      if (memcmp (out[0], out[1], got[0] * C * sizeof (float)) != 0)
+        differ += got[0];
+    }
+  if (fail)
+    goto done;
+  printf ("\nwhole model per window, threads=1 vs threads=2: %s (window "
+          "%zu, hop %zu, output=classes); windows per wall-clock second, "
+          "medians of %d interleaved repeats, %ld CPU(s) online\n",
+          path, n, h, R, sysconf (_SC_NPROCESSORS_ONLN));
+  printf ("outputs, threads=2 against threads=1 on the same pushes (%zu and "
+          "%zu frames): %" PRIu64 " windows compared, %" PRIu64 " differ\n",
+          push[0], push[1], compared, differ);
+  fflush (stdout);
+  size_t pos[2][2] = { { 0, 0 }, { 0, 0 } };
+  for (int k = 0; k < R && !fail; k++) {
+    for (int p = 0; p < 2; p++)
+      for (int t = 0; t < 2; t++) {
+        if (k == 0)
+          whole_measure_clock (s[t][p], pool, pool_frames, &pos[t][p], F,
+                               push[p], h, out[t], out_rows, 0.2 * o->core_time,
+                               1, &fail);
+        v[(p * 2 + t) * R + k] =
+            whole_measure_clock (s[t][p], pool, pool_frames, &pos[t][p], F,
+                                 push[p], h, out[t], out_rows,
+                                 0.5 * o->core_time, 1, &fail);
+      }
+#ifdef SATTN_BENCH_HAVE_GST
+    for (int t = 0; t < 2 && o->do_pipeline && !fail; t++) {
+      char extra[4200];
+      double secs = 0.0, cpu = 0.0;
+      uint64_t frames_out = 0, warm = 4,
+               nbuf = warm +
+                      (uint64_t) fmax (20.0, v[t * R + k] * (double) h *
+                                                 o->pipe_time / (double) bf);
+      snprintf (extra, sizeof extra, "weights=\"%s\" output=classes threads=%d",
+                path, t + 1);
+      if (run_pipeline (&w, pool, pool_frames, bf, warm, nbuf, 1, extra, &secs,
+                        &cpu, &frames_out, err, sizeof err) == 0 &&
+          frames_out > 0 && secs > 0.0) {
+        v[(4 + t) * R + k] = (double) ((nbuf - warm) * (bf / h)) / secs;
+      } else {
+        fprintf (stderr, "whole model pipeline: %s\n",
+                 err[0] ? err : "no output");
+        fail = 1;
+      }
+    }
+#endif
+    /* per-repeat ratios: 10 ms, 100 ms, pipeline */
+    v[6 * R + k] = v[1 * R + k] / v[0 * R + k];
+    v[7 * R + k] = v[3 * R + k] / v[2 * R + k];
+    v[8 * R + k] = v[4 * R + k] > 0.0 ? v[5 * R + k] / v[4 * R + k] : NAN;
+  }
+  if (fail)
+    goto done;
+  printf ("\n| pushes | t=1 windows/s | t=2 windows/s | t=2 / t=1 |\n"
+          "|---|---:|---:|---:|\n");
+  for (int p = 0; p < 2; p++) {
+    double t1 = median (v + (p * 2) * R, (size_t) R);
+    double t2 = median (v + (p * 2 + 1) * R, (size_t) R);
+    printf ("| core, %zu frames (%zu windows) per push | %.0f | %.0f | "
+            "%.2fx |\n",
+            push[p], push[p] / h, t1, t2, median (v + (6 + p) * R, (size_t) R));
+  }
+  if (v[4 * R] > 0.0)
+    printf ("| pipeline (appsrc ! sattn output=classes ! fakesink), %zu "
+            "frames per buffer | %.0f | %.0f | %.2fx |\n",
+            bf, median (v + 4 * R, (size_t) R), median (v + 5 * R, (size_t) R),
+            median (v + 8 * R, (size_t) R));
+  printf ("\n");
+  fflush (stdout);
+done:
+  for (int t = 0; t < 2; t++)
+    for (int p = 0; p < 2; p++)
+      sattn_stream_free (s[t][p]);
+  free (pool);
+  free (out[0]);
+  free (out[1]);
+  free (v);
+  sattn_model_free (m);
+  return fail;
 }
 
 static int
@@ -2579,7 +2745,8 @@ usage (FILE *f)
       "  --dump DIR      inputs, weights and first outputs for parity checks\n"
       "  --blas-info     print the OpenBLAS kernel set in use and exit\n"
       "  --threads-scaling  only W1/W3 with threads=1 vs threads=2, side\n"
-      "                  by side (core and pipeline, wall clock)\n"
+      "                  by side (core and pipeline, wall clock); with\n"
+      "                  --whole FILE, that model with threads=1 and 2\n"
       "  --peak          only the FMA-peak table: useful GFLOP/s of every\n"
       "                  workload as a fraction of the measured FMA peak,\n"
       "                  threads=1 and 2, AVX-512 and AVX2 (SATTN_SIMD=1)\n"
@@ -2738,7 +2905,10 @@ main (int argc, char **argv)
     if (o.do_pipeline)
       gst_init (NULL, NULL);
 #endif
-    int rc = run_whole (&o, whole, (size_t) whole_n, (size_t) whole_h, json);
+    int rc = threads_scaling ? run_whole_threads (&o, whole, (size_t) whole_n,
+                                                  (size_t) whole_h)
+                             : run_whole (&o, whole, (size_t) whole_n,
+                                          (size_t) whole_h, json);
     if (json)
       fclose (json);
     return rc;

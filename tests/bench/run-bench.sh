@@ -5,7 +5,8 @@
 # side with sattn (peers.py: PyTorch recomputing windows, PyTorch and ONNX
 # Runtime on the hop's queries only, PyTorch with a KV cache, ONNX Runtime
 # on whole windows; the encoder layer; the per-window recogniser at batch
-# 1 and 64), and the naive PyTorch baseline on W1-W4.
+# 1 and 64; the recogniser with threads=1 and 2), and the naive PyTorch
+# baseline on W1-W4.
 #   tests/bench/run-bench.sh <build-dir> [sattn-bench options, e.g. --quick]
 # Builds nothing.  ONNX Runtime (onnxruntime-node 1.30.0, its CPU build)
 # is installed here, for the bench only, into <build-dir>/bench-peers/ort
@@ -168,6 +169,18 @@ else
   echo "\$ $pin $py $here/peers.py --bench $bench --ort $ort_dir --work $work/peers --sattn-json $work/sattn.jsonl $quick"
   $pin "$py" "$here/peers.py" --bench "$bench" ${ort_dir:+--ort "$ort_dir"} \
     --work "$work/peers" --sattn-json "$work/sattn.jsonl" $quick || status=$?
+fi
+
+echo
+echo "== Per-window recogniser: threads=1 vs threads=2 (outputs compared byte for byte)"
+# Not pinned: two threads need two CPUs.  The model is the file peers.py
+# wrote for its peers.
+rec="$work/peers/recogniser.safetensors"
+if [ -s "$rec" ]; then
+  echo "\$ $bench --whole $rec --threads-scaling $*"
+  "$bench" --whole "$rec" --threads-scaling "$@" || status=$?
+else
+  echo "no recogniser file from peers.py: skipped."
 fi
 
 echo
