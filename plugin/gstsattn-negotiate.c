@@ -114,6 +114,7 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   sc->start = (SattnStartPolicy) c->start;
   /* Threads are the stream's: one model serves elements of any count. */
   sc->threads = c->threads;
+  sc->precision = (SattnPrecision) c->precision;
   gst_sattn_layer_config (c, mc);
 }
 

@@ -45,6 +45,7 @@ typedef struct
   GstSattnOutput output;
   GstSattnStart start;
   gint threads;
+  GstSattnPrecision precision;
   GstSattnPositions positions;
   gdouble rope_base;
   GstSattnActivation activation;

@@ -43,6 +43,19 @@ typedef enum {
 } GstSattnStart;
 
 /**
+ * GstSattnPrecision:
+ * @GST_SATTN_PRECISION_EXACT: V and the output projection (and Q and K in
+ *   encoder layers and with RoPE) summed in double: error at or below
+ *   PyTorch float32's
+ * @GST_SATTN_PRECISION_FAST: every projection summed in float, as PyTorch
+ *   float32 does: faster, error about PyTorch float32's
+ */
+typedef enum {
+  GST_SATTN_PRECISION_EXACT = SATTN_PRECISION_EXACT,
+  GST_SATTN_PRECISION_FAST = SATTN_PRECISION_FAST,
+} GstSattnPrecision;
+
+/**
  * GstSattnInvalidFrames:
  * @GST_SATTN_INVALID_FRAMES_MASK: never a key; its own output row is zeros
  * @GST_SATTN_INVALID_FRAMES_ZERO: replaced by an all-zero (valid) frame
@@ -100,6 +113,8 @@ GType gst_sattn_activation_get_type (void);
 GType gst_sattn_output_get_type (void);
 #define GST_TYPE_SATTN_START (gst_sattn_start_get_type ())
 GType gst_sattn_start_get_type (void);
+#define GST_TYPE_SATTN_PRECISION (gst_sattn_precision_get_type ())
+GType gst_sattn_precision_get_type (void);
 #define GST_TYPE_SATTN_INVALID_FRAMES (gst_sattn_invalid_frames_get_type ())
 GType gst_sattn_invalid_frames_get_type (void);
 

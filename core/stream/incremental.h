@@ -44,10 +44,12 @@
 #define TSUMS_STRIDE (LINE / sizeof (double)) /* doubles per task */
 
 struct SattnStream {
-  SattnPw *pw; /* a whole model: the per-window
+  SattnPw *pw;         /* a whole model: the per-window
                                      executor (stream/window.c); the
                                      fields below are then unused */
-  const SattnModel *m;
+  const SattnModel *m; /* the model, or &fast (SATTN_PRECISION_FAST) */
+  SattnModel fast;     /* FAST: the model without its double copies (see
+                          stream_model in stream.c) */
   SattnStreamConfig sc;
   size_t n, h, ncols;
   float *qring, *vring; /* 2n × dq, 2n × dv (see qhs); one ring

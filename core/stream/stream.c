@@ -332,6 +332,28 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc, StreamSizes *z)
  * written; m NULL checks sc_in alone.  The caller's struct is read into
  * *sc (this version's struct, see sattn_struct_in), which the checks and
  * the caller then use. */
+/* The model a stream with config sc computes with: m itself, or with
+ * SATTN_PRECISION_FAST *view filled as m without its double copies, so
+ * that every projection sums in float from m's float weights
+ * (cpu/linear.c reads a projection's double copy when there is one).  The
+ * view shares m's arrays and is never freed.  m's packed Q | K | V weights
+ * (wqkv) leave V's columns out when V sums in double: the view then has
+ * none, and the per-head tasks project from wq, wk and wv, which give the
+ * same bytes. */
+static const SattnModel *
+stream_model (const SattnModel *m, const SattnStreamConfig *sc,
+              SattnModel *view)
+{
+  if (m == NULL || m->net != NULL || sc->precision != SATTN_PRECISION_FAST)
+    return m;
+  *view = *m;
+  view->wqd = view->bqd = view->wkd = view->bkd = NULL;
+  view->wvd = view->bvd = view->wod = view->bod = NULL;
+  if (m->wvd != NULL)
+    view->wqkv = NULL;
+  return view;
+}
+
 static SattnStatus
 stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
               SattnStreamConfig *sc, char *err, size_t err_len)
@@ -385,6 +407,15 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
                        "threads=%d is negative; use 1 (the calling thread "
                        "only), a count N > 1, or 0 for one per CPU",
                        sc->threads);
+  if ((unsigned) sc->precision > SATTN_PRECISION_FAST)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "precision=%d is not a precision (0 exact, 1 fast)",
+                       (int) sc->precision);
+  if (m != NULL && m->net != NULL && sc->precision != SATTN_PRECISION_EXACT)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "precision=fast is for attention and encoder layers; "
+                       "this is a whole model, whose windows sum in double "
+                       "throughout (use precision=exact)");
   if (m != NULL && m->net != NULL)
     return sattn_pw_check (m, sc, err, err_len);
   if (m != NULL && sc->output == SATTN_OUTPUT_CLASSES)
@@ -409,9 +440,11 @@ sattn_stream_config_check (const SattnModel *m, const SattnStreamConfig *sc_in,
   StreamSizes z;
   SattnStreamConfig scl;
   const SattnStreamConfig *sc = &scl;
+  SattnModel view;
   SattnStatus st = stream_check (m, sc_in, &scl, err, err_len);
   if (st != SATTN_OK || m == NULL)
     return st;
+  m = stream_model (m, sc, &view);
   if (m->net != NULL)
     return sattn_pw_bytes (m, sc) == SIZE_MAX
                ? sattn_fail (SATTN_E_NOMEM, err, err_len,
@@ -436,8 +469,10 @@ sattn_stream_bytes (const SattnModel *m, const SattnStreamConfig *sc_in)
   StreamSizes z;
   SattnStreamConfig scl;
   const SattnStreamConfig *sc = &scl;
+  SattnModel view;
   if (!stream_config_ok (m, sc_in, &scl))
     return 0;
+  m = stream_model (m, sc, &view);
   if (m->net != NULL) {
     size_t b = sattn_pw_bytes (m, sc);
     return b == SIZE_MAX ? 0 : b + sizeof (SattnStream);
@@ -475,6 +510,8 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc_in,
       *status = SATTN_OK;
     return s;
   }
+  SattnModel view;
+  m = stream_model (m, sc, &view);
   if (!stream_sizes (m, sc, &z)) {
     st = SATTN_E_NOMEM;
     goto fail;
@@ -484,6 +521,10 @@ sattn_stream_new (const SattnModel *m, const SattnStreamConfig *sc_in,
   if (s == NULL) {
     st = SATTN_E_NOMEM;
     goto fail;
+  }
+  if (m == &view) {
+    s->fast = view;
+    m = &s->fast;
   }
   s->m = m;
   s->sc = *sc;

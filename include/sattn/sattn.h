@@ -490,6 +490,26 @@ typedef enum {
                              sattn_stream_error_frame */
 } SattnInvalidPolicy;
 
+/* How a stream of an attention or encoder layer sums its projections
+ * (SattnStreamConfig.precision).
+ *  EXACT (default): as SattnConfig says: V and the output projection
+ *    (and Q and K in encoder layers and with RoPE) sum in double, each
+ *    entry rounded to float once, which keeps the error at or below
+ *    PyTorch float32's.
+ *  FAST: the Q, K, V and output projections sum in float, as PyTorch
+ *    float32 does; the model's float weights are used, its double copies
+ *    are not read.  About 13% less time per hop on W1 (64 channels, 4
+ *    heads, window 256, hop 16); the error is then about PyTorch float32's
+ *    (0.9 to 1.8 times it in tests/bench/PERFORMANCE.md's draws) instead
+ *    of at or below it.  The feed-forward, LayerNorm, softmax and output
+ *    normalisation are unchanged, and the bytes still depend neither on
+ *    how frames come in pushes nor on the thread count.  Whole models
+ *    refuse it (SATTN_E_INVAL): their windows sum in double throughout. */
+typedef enum {
+  SATTN_PRECISION_EXACT = 0,
+  SATTN_PRECISION_FAST,
+} SattnPrecision;
+
 /* The saturation threshold a stream uses when its configuration says 0:
  * a row counts as saturated when its largest weight exceeds it. */
 #define SATTN_DEFAULT_SATURATION 0.99f
@@ -522,6 +542,7 @@ typedef struct {
                                    0 is "one per CPU", not "default":
                                    initialise with threads = 1 for the
                                    caller's thread alone. */
+  SattnPrecision precision;          /* see SattnPrecision; default EXACT */
 } SattnStreamConfig;
 
 /* What one output row accounts for.  Frame indices count frames pushed

@@ -633,8 +633,12 @@ class Stream:
     core's default), keep_weights as in SattnStreamConfig.  threads: the
     threads computing this stream's windows (SattnStreamConfig.threads: 1
     = the calling thread only, N > 1 = it and N - 1 workers, 0 = one per
-    CPU); the output is byte-identical for every count.  The stream keeps
-    its model alive.
+    CPU); the output is byte-identical for every count.  precision:
+    "exact" (the default: V and the output projection summed in double,
+    error at or below PyTorch float32's) or "fast" (an attention or encoder
+    layer's projections summed in float, as PyTorch float32 does: faster,
+    error about PyTorch float32's; whole models refuse it).  The stream
+    keeps its model alive.
 
     One thread at a time: a Stream may pass from thread to thread, but a
     call on it (push, drain, reset, stats, set_invalid_policy, the
@@ -648,7 +652,8 @@ class Stream:
 
     def __init__(self, model, window, hop=None, output="frames", *,
                  start="pad", invalid="mask", collect_stats=False,
-                 saturation_threshold=0.0, keep_weights=False, threads=1):
+                 saturation_threshold=0.0, keep_weights=False, threads=1,
+                 precision="exact"):
         self._h = None
         self._busy = threading.Lock()
         self._user = None  # (thread name, method) inside a call
@@ -663,6 +668,7 @@ class Stream:
                                           "saturation_threshold", float)
         sc.keep_weights = 1 if keep_weights else 0
         sc.threads = _number(threads, "threads", int)
+        sc.precision = _pick(_lib.PRECISIONS, precision, "precision")
         st = ctypes.c_int(_lib.E_INVAL)
         h = _lib.sattn_stream_new(model._h, ctypes.byref(sc),
                                   ctypes.byref(st))

@@ -42,6 +42,7 @@ STATUS_NAMES = {
 OUTPUT_MODES = {"frames": 0, "window": 1, "mean": 2, "last": 3, "classes": 4}
 START_POLICIES = {"pad": 0, "wait": 1}
 INVALID_POLICIES = {"mask": 0, "zero": 1, "error": 2}
+PRECISIONS = {"exact": 0, "fast": 1}
 FRAME_FAULTS = {"ok": 0, "flagged": 1, "nonfinite": 2, "overflow": 3}
 # SattnPart: where an output row overflowed
 PARTS = {"unknown": 0, "out_proj": 1, "norm1": 2, "linear1": 3,
@@ -160,6 +161,7 @@ class SattnStreamConfig(_Sized):
         ("keep_weights", ctypes.c_int),
         ("invalid_policy", ctypes.c_int),
         ("threads", ctypes.c_int),
+        ("precision", ctypes.c_int),
     ]
 
 

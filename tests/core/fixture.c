@@ -128,6 +128,16 @@ fx_threads (void)
   return thr != NULL ? atoi (thr) : 1;
 }
 
+SattnPrecision
+fx_precision (void)
+{
+  /* SATTN_TEST_PRECISION=fast runs a suite's streams with
+   * SATTN_PRECISION_FAST. */
+  const char *p = getenv ("SATTN_TEST_PRECISION");
+  return p != NULL && strcmp (p, "fast") == 0 ? SATTN_PRECISION_FAST
+                                              : SATTN_PRECISION_EXACT;
+}
+
 void
 fx_free (Fixture *f)
 {

@@ -42,6 +42,9 @@ SattnConfig fx_config (size_t d_model, size_t heads);
 
 /* The threads a suite's streams use: SATTN_TEST_THREADS, else 1. */
 int fx_threads (void);
+/* The precision a suite's streams use: SATTN_TEST_PRECISION=fast, else
+ * SATTN_PRECISION_EXACT. */
+SattnPrecision fx_precision (void);
 
 /* Weights ~ N(0, 1/fan_in) (the scale of PyTorch's default init), biases
  * ~ N(0, 0.25), bias_k / bias_v ~ N(0, 1).  Returns the sattn_model_new

@@ -168,9 +168,11 @@ run_stream (SattnModel *m, int threads, size_t n, size_t h,
             SattnOutputMode mode, uint64_t p0, const float *x, size_t T,
             size_t d, TuRng *r, float *rows, size_t *n_rows)
 {
-  SattnStreamConfig sc = {
-    .window = n, .hop = h, .output = mode, .threads = threads
-  };
+  SattnStreamConfig sc = { .window = n,
+                           .hop = h,
+                           .output = mode,
+                           .threads = threads,
+                           .precision = fx_precision () };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (m, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "stream_new"))

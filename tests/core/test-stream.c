@@ -404,7 +404,8 @@ run_stream (TuRng *rng, const ModelSpec *ms, size_t n, size_t h,
                            .collect_stats = 1,
                            .keep_weights = keep_w,
                            .invalid_policy = SATTN_INVALID_MASK,
-                           .threads = fx_threads () };
+                           .threads = fx_threads (),
+                           .precision = fx_precision () };
   SattnStatus st = SATTN_E_INVAL;
   SattnStream *s = sattn_stream_new (f.model, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "sattn_stream_new") || !s) {
@@ -619,7 +620,8 @@ run_drain_midstream (TuRng *rng, SattnStartPolicy start)
                            .output = SATTN_OUTPUT_FRAMES,
                            .start = start,
                            .invalid_policy = SATTN_INVALID_MASK,
-                           .threads = fx_threads () };
+                           .threads = fx_threads (),
+                           .precision = fx_precision () };
   SattnStatus st;
   SattnStream *s = sattn_stream_new (f.model, &sc, &st);
   if (!TU_CHECK_STATUS (st, SATTN_OK, "sattn_stream_new") || !s) {

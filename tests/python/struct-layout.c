@@ -108,6 +108,7 @@ main (void)
   FIELD (SattnStreamConfig, keep_weights);
   FIELD (SattnStreamConfig, invalid_policy);
   FIELD (SattnStreamConfig, threads);
+  FIELD (SattnStreamConfig, precision);
   END ();
   BEGIN (SattnRowInfo);
   FIELD (SattnRowInfo, first);
@@ -209,6 +210,8 @@ main (void)
   ENUM (SATTN_INVALID_MASK);
   ENUM (SATTN_INVALID_ZERO);
   ENUM (SATTN_INVALID_ERROR);
+  ENUM (SATTN_PRECISION_EXACT);
+  ENUM (SATTN_PRECISION_FAST);
   ENUM (SATTN_FRAME_OK);
   ENUM (SATTN_FRAME_FLAGGED);
   ENUM (SATTN_FRAME_NONFINITE);

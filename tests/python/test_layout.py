@@ -67,6 +67,7 @@ def mirror_enums():
     for prefix, table in (("SATTN_OUTPUT_", _lib.OUTPUT_MODES),
                           ("SATTN_START_", _lib.START_POLICIES),
                           ("SATTN_INVALID_", _lib.INVALID_POLICIES),
+                          ("SATTN_PRECISION_", _lib.PRECISIONS),
                           ("SATTN_FRAME_", _lib.FRAME_FAULTS),
                           ("SATTN_FROM_", _lib.SOURCES),
                           ("SATTN_POSITIONS_", _lib.POSITIONS),
