@@ -507,6 +507,9 @@ model_clear (Model *m)
 /* SattnStreamConfig.threads of the streams stream_new_full builds (1 but
  * in the threads section). */
 static int bench_threads = 1;
+/* SattnStreamConfig.precision of those streams and the element's
+ * precision property in the pipelines (--precision). */
+static SattnPrecision bench_precision = SATTN_PRECISION_EXACT;
 
 static int
 model_init (Model *m, const Workload *w, int random_weights, char *err,
@@ -567,6 +570,7 @@ stream_new_full (const Model *m, const Workload *w, int collect_stats,
   memset (&sc, 0, sizeof (sc));
   sc.collect_stats = collect_stats;
   sc.threads = bench_threads;
+  sc.precision = bench_precision;
   sc.window = w->window;
   sc.hop = w->hop;
   sc.output = SATTN_OUTPUT_FRAMES;
@@ -992,9 +996,11 @@ run_pipeline (const Workload *w, const float *pool, size_t pool_frames,
   if (with_element)
     snprintf (elem, sizeof elem,
               "sattn name=attn window=%zu hop=%zu heads=%zu frame-size=%zu "
-              "causal=%s output=frames threads=1 %s ! ",
+              "causal=%s output=frames threads=1%s %s ! ",
               w->window, w->hop, w->heads, w->frame_size,
-              w->causal ? "true" : "false", extra ? extra : "");
+              w->causal ? "true" : "false",
+              bench_precision == SATTN_PRECISION_FAST ? " precision=fast" : "",
+              extra ? extra : "");
   snprintf (desc, sizeof desc,
             "appsrc name=src format=time stream-type=stream "
             "caps=\"audio/x-raw,format=F32LE,layout=interleaved,rate=%zu,"
@@ -2294,6 +2300,8 @@ write_json (FILE *f, const Workload *w, int random_weights, const Result *r)
            ", \"hop\": %zu, \"causal\": %s",
            w->channels, w->rate, w->frame_size, wl_d_model (w), w->heads,
            w->window, w->hop, w->causal ? "true" : "false");
+  fprintf (f, ", \"precision\": \"%s\"",
+           bench_precision == SATTN_PRECISION_FAST ? "fast" : "exact");
   json_num (f, "frame_rate", wl_frame_rate (w));
   json_num (f, "flops_per_frame", flops_per_frame (w, random_weights));
   fprintf (f, ", \"failed\": %s, \"message\": ", r->failed ? "true" : "false");
@@ -2744,6 +2752,8 @@ usage (FILE *f)
       "  --json FILE     one JSON object per configuration\n"
       "  --dump DIR      inputs, weights and first outputs for parity checks\n"
       "  --blas-info     print the OpenBLAS kernel set in use and exit\n"
+      "  --precision P   exact (default) or fast: the streams' and the\n"
+      "                  element's precision (SattnStreamConfig.precision)\n"
       "  --threads-scaling  only W1/W3 with threads=1 vs threads=2, side\n"
       "                  by side (core and pipeline, wall clock); with\n"
       "                  --whole FILE, that model with threads=1 and 2\n"
@@ -2809,6 +2819,16 @@ main (int argc, char **argv)
       o.json = argv[++i];
     } else if (strcmp (a, "--dump") == 0 && i + 1 < argc) {
       o.dump = argv[++i];
+    } else if (strcmp (a, "--precision") == 0 && i + 1 < argc) {
+      const char *p = argv[++i];
+      if (strcmp (p, "fast") == 0)
+        bench_precision = SATTN_PRECISION_FAST;
+      else if (strcmp (p, "exact") == 0)
+        bench_precision = SATTN_PRECISION_EXACT;
+      else {
+        fprintf (stderr, "--precision: exact or fast, not '%s'\n", p);
+        return 2;
+      }
     } else if (strcmp (a, "--threads-scaling") == 0) {
       threads_scaling = 1;
     } else if (strcmp (a, "--peak") == 0) {

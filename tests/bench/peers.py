@@ -339,8 +339,9 @@ def stream_peers(title, unit_name, n, h, E, modules, kv_factory, sattn_fn,
     """The five peers of a streaming workload and sattn, side by side.
     modules: (whole-window module, last-hop module, naive callable on a
     (1, n, E) window returning the hop's rows); kv_factory() a fresh
-    KVCache; sattn_fn(seconds) -> (core, pipeline) frames/s; flops: useful
-    FLOP per frame (sattn's count) for the % of peak."""
+    KVCache; sattn_fn(seconds) -> {"core", "pipe"[, "core_fast",
+    "pipe_fast"]} frames/s (the _fast ones with precision=fast); flops:
+    useful FLOP per frame (sattn's count) for the % of peak."""
     whole_m, last_m, naive = modules
     failures = 0
     x = torch.randn(max(8 * n, 4096), E)
@@ -371,7 +372,8 @@ def stream_peers(title, unit_name, n, h, E, modules, kv_factory, sattn_fn,
     wins = x.unfold(0, n, h).transpose(1, 2)        # (B, n, E) views
     B = wins.shape[0]
     names = ["naive", "ort_window", "torch_lasthop", "ort_lasthop", "kv"]
-    v = {k: [] for k in names + ["core", "pipe", "peak"]}
+    sides = ["core", "pipe", "core_fast", "pipe_fast"]
+    v = {k: [] for k in names + sides + ["peak"]}
     state = {"i": 0, "pos": 0}
 
     def step_naive():
@@ -404,9 +406,9 @@ def stream_peers(title, unit_name, n, h, E, modules, kv_factory, sattn_fn,
                       "shape": [1, n, E], "per_call": h}], budget)
         v["ort_window"].append(o.get("window"))
         v["ort_lasthop"].append(o.get("lasthop"))
-        c, p = sattn_fn(budget)
-        v["core"].append(c)
-        v["pipe"].append(p)
+        got = sattn_fn(budget)
+        for k in sides:
+            v[k].append(got.get(k))
         v["peak"].append(fma_peak(args.bench))
         print("  repeat %d/%d done" % (rep + 1, reps))
         sys.stdout.flush()
@@ -435,27 +437,52 @@ def stream_peers(title, unit_name, n, h, E, modules, kv_factory, sattn_fn,
         print("| %s | %s | %s | %s |" % (label[k], fmt_rate(r), fmt_x(rc),
                                          fmt_x(rp)))
     core, pipe, peak = med(v["core"]), med(v["pipe"]), med(v["peak"])
+    fast = any(v["core_fast"])
     print("| **sattn core** (one hop per push) | %s | | |" % fmt_rate(core))
     print("| **sattn pipeline** (appsrc ! sattn ! fakesink) | %s | | |"
           % fmt_rate(pipe))
-    pf = None
+    if fast:
+        print("| **sattn core, precision=fast** | %s | | |"
+              % fmt_rate(med(v["core_fast"])))
+        print("| **sattn pipeline, precision=fast** | %s | | |"
+              % fmt_rate(med(v["pipe_fast"])))
+        print()
+        print("precision=fast (the projections summed in float, "
+              "SattnStreamConfig.precision) ÷ each peer, same repeats:")
+        print()
+        print("| peer | sattn core fast ÷ peer | sattn pipeline fast ÷ peer |")
+        print("|---|---:|---:|")
+        for k in names:
+            res[k] = res[k] + (ratio_med(v["core_fast"], v[k]),
+                               ratio_med(v["pipe_fast"], v[k]))
+            print("| %s | %s | %s |" % (label[k], fmt_x(res[k][3]),
+                                        fmt_x(res[k][4])))
+        print("| sattn exact (the default), same side | %s | %s |"
+              % (fmt_x(ratio_med(v["core_fast"], v["core"])),
+                 fmt_x(ratio_med(v["pipe_fast"], v["pipe"]))))
+
+    def frac(key):
+        return med([a * flops * 1e-9 / k for a, k in zip(v[key], v["peak"])
+                    if a and k])
+    pf = pff = None
     if peak and pipe:
-        pf = med([p * flops * 1e-9 / k for p, k in zip(v["pipe"], v["peak"])
-                  if p and k])
-        cf = med([c * flops * 1e-9 / k for c, k in zip(v["core"], v["peak"])
-                  if c and k])
+        pf, cf = frac("pipe"), frac("core")
         print()
         print("useful work %.0f FLOP per frame; one-thread FMA peak %.1f "
               "GFLOP/s (per CPU second, same repeats): sattn core %.1f "
               "GFLOP/s = %.1f%% of peak, pipeline %.1f GFLOP/s = %.1f%%"
               % (flops, peak, core * flops * 1e-9, 100 * cf,
                  pipe * flops * 1e-9, 100 * pf))
+        if fast:
+            pff = frac("pipe_fast")
+            print("precision=fast: core %.1f%% of peak, pipeline %.1f%%"
+                  % (100 * frac("core_fast"), 100 * pff))
     best = None
     for k in ("kv", "ort_lasthop"):
         if res[k][0] is not None and (best is None
                                        or res[k][0] > res[best][0]):
             best = k
-    return res, best, pf, failures
+    return res, best, pf, pff, failures
 
 
 def w1_main(args, ort):
@@ -474,15 +501,20 @@ def w1_main(args, ort):
         return mha(w, w, w, need_weights=False)[0][:, n - h:]
 
     def sattn_fn(sec):
-        with tempfile.NamedTemporaryFile(suffix=".jsonl") as t:
-            r = run_json([args.bench, "--throughput-only", "--only", "W1",
-                          "--weights", "random", "--time", "%.3f" % sec,
-                          "--repeats", "1", "--json", t.name])
-        return (r[0].get("core_fps"), r[0].get("pipeline_fps")) if r else \
-            (None, None)
+        got = {}
+        for prec, sfx in (("exact", ""), ("fast", "_fast")):
+            with tempfile.NamedTemporaryFile(suffix=".jsonl") as t:
+                r = run_json([args.bench, "--throughput-only", "--only",
+                              "W1", "--weights", "random", "--time",
+                              "%.3f" % sec, "--repeats", "1", "--precision",
+                              prec, "--json", t.name])
+            if r:
+                got["core" + sfx] = r[0].get("core_fps")
+                got["pipe" + sfx] = r[0].get("pipeline_fps")
+        return got
     print("== W1 attention (64 channels, 4 heads, window 256, hop 16, "
           "random weights): the peers")
-    res, best, pf, fail = stream_peers(
+    res, best, pf, pff, fail = stream_peers(
         "W1 attention (d_model %d, %d heads, window %d, hop %d, random "
         "weights)" % (E, cfg["heads"], n, h), "frames/s", n, h, E,
         (WindowAttn(mha).eval(), LastHopAttn(mha, h).eval(), naive),
@@ -497,6 +529,13 @@ def w1_main(args, ort):
                         "peer (%s)" % name, rp, 3.5))
     targets.append(("W1 through the pipeline >= 55% of the FMA peak", pf,
                     0.55))
+    if best and len(res[best]) > 4:
+        targets.append(("W1 through the pipeline, precision=fast, >= 3.5x "
+                        "the best expert peer (%s)" % name, res[best][4],
+                        3.5))
+    if pff is not None:
+        targets.append(("W1 through the pipeline, precision=fast, >= 55% of "
+                        "the FMA peak", pff, 0.55))
     return fail, targets
 
 
@@ -524,15 +563,15 @@ def encoder_main(args, ort):
         with tempfile.NamedTemporaryFile(suffix=".jsonl") as t:
             r = run_json([args.bench, "--encoder", "--time", "%.3f" % sec,
                           "--repeats", "1", "--json", t.name, "--dump", ed])
-        return (r[0].get("core_fps"), r[0].get("pipeline_fps") or None) \
-            if r else (None, None)
+        return {"core": r[0].get("core_fps"),
+                "pipe": r[0].get("pipeline_fps") or None} if r else {}
     print()
     print("== Encoder layer on W1 (feed-forward %d, random weights): the "
           "peers" % Fd)
     print("  (sattn's layer has RoPE positions; PyTorch's and ONNX "
           "Runtime's have none: slightly less work)")
     flops = tb_flops_w1(E, H, n) + 4.0 * E * Fd
-    res, best, pf, fail = stream_peers(
+    res, best, pf, _, fail = stream_peers(
         "Encoder layer on W1 (d_model %d, %d heads, window %d, hop %d, "
         "feed-forward %d)" % (E, H, n, h, Fd), "frames/s", n, h, E,
         (EncoderRows(layer, n).eval(), EncoderRows(layer, h).eval(), naive),
