@@ -101,8 +101,7 @@ err_vs_ref (const Fixture *f, const Geo *g, const float *x, const float *rows,
                 NULL);
     for (size_t i = r0; i < n; i++)
       for (size_t t = 0; t < d_out; t++)
-        ref_diff_add (diff, rows[(first + i) * d_out + t],
-                      ref[i * d_out + t]);
+        ref_diff_add (diff, rows[(first + i) * d_out + t], ref[i * d_out + t]);
   }
   free (ref);
 }
@@ -164,11 +163,11 @@ main (void)
         err_vs_ref (&f, g, x, fast, want, &df);
         tu_check (tu_all_finite (fast, want * d_out), "FAST: non-finite row");
         tu_check (df.max_abs <= ref_diff_bound (&df),
-                  "FAST max-abs %.3g above the float32 bound %.3g",
-                  df.max_abs, ref_diff_bound (&df));
+                  "FAST max-abs %.3g above the float32 bound %.3g", df.max_abs,
+                  ref_diff_bound (&df));
         tu_check (de.max_abs <= ref_diff_bound (&de),
-                  "EXACT max-abs %.3g above the float32 bound %.3g",
-                  de.max_abs, ref_diff_bound (&de));
+                  "EXACT max-abs %.3g above the float32 bound %.3g", de.max_abs,
+                  ref_diff_bound (&de));
         const double ratio = de.max_abs > 0.0 ? df.max_abs / de.max_abs : 1.0;
         ratios[n_ratios++] = ratio;
         /* What the option may cost: measured 0.7 to 2.5 times EXACT's
