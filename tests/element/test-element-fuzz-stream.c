@@ -67,6 +67,16 @@
  *  - the element runs with threads 1 to 4; one episode in five with
  *    threads > 1 runs a second time with threads=1, and everything that
  *    came out (values, times, flags, meta) must be byte-identical;
+ *  - one episode in three draws precision=fast (from a generator of its
+ *    own, so that its events are the same either way): with attention or
+ *    encoder weights (or without weights) it runs fast through every
+ *    check above, and so does its threads twin (the output depends
+ *    neither on buffer sizes nor on threads with fast either); a whole
+ *    model refuses fast, so its episode runs exact and then a short check
+ *    of its own sets fast on the same file and settings: READY -> PAUSED
+ *    must fail with one error naming a whole model, nothing out, and
+ *    start again with exact; a run of 1000 episodes or more fails
+ *    without an episode with weights and fast;
  *  - swap episodes (one in ten: a written weights file, tame input)
  *    set `weights` while data flows, to a file of the same geometry or
  *    to a missing, truncated, other-geometry or other-kind one, then run
@@ -412,6 +422,7 @@ typedef struct
   gboolean causal, post_messages;
   gint output, start, policy;
   gint threads;                 /* the element's threads (1..4) */
+  gint precision;               /* PREC_EXACT, PREC_FAST */
   gdouble scale;
   const WFixture *wf;
   gdouble wscale;
@@ -486,6 +497,20 @@ typedef struct
   gboolean ready_after_swap, caps_after_swap;
 } Episode;
 
+/* The element's precision property (GstSattnPrecision). */
+enum
+{ PREC_EXACT, PREC_FAST };
+
+/* A whole model's episode that drew precision=fast: the settings of its
+ * refusal check (whole_fast_probe), set by ep_setup. */
+static struct
+{
+  gboolean pending;
+  const WFixture *wf;
+  guint window, hop, fs;
+  gint output, threads;
+} whole_fast;
+
 /* A swap episode runs up to three times (README "Swapping weights while
  * playing"): SW_RUN sets `weights` to another file at op swap_at while
  * data flows; SW_A is the same episode without the set (the old model
@@ -542,6 +567,7 @@ enum
   ST_POS_ROPE, ST_POS_ALIBI, ST_STACK, ST_TAME, ST_SWAP_GOOD,
   ST_SWAP_TAKEN, ST_SWAP_READY, ST_SWAP_NEW_ROWS, ST_SWAP_BAD,
   ST_SWAP_BAD_LAST = ST_SWAP_BAD + N_BAD - 1, ST_SWAP_ROWS,
+  ST_FAST, ST_FAST_NO_WEIGHTS, ST_TWIN_FAST, ST_WHOLE_FAST,
   N_ST
 };
 static const gchar *st_names[N_ST] = {
@@ -566,7 +592,11 @@ static const gchar *st_names[N_ST] = {
   "swaps taken over by a READY", "rows of the new model after a swap",
   "swaps refused: missing file", "swaps refused: truncated file",
   "swaps refused: other geometry", "swaps refused: other kind",
-  "rows compared with old-only and new-only runs"
+  "rows compared with old-only and new-only runs",
+  "episodes with precision=fast and weights",
+  "episodes with precision=fast without weights",
+  "threads twins with precision=fast",
+  "whole models refusing precision=fast"
 };
 
 static guint64 stats[N_ST];
@@ -2401,10 +2431,37 @@ ep_setup (Episode * e, guint64 seed, gint threads)
       e->heads = 1;
   }
 
+  {
+    /* precision=fast, one episode in three, from a generator of its own
+     * (the episode's events, its threads twin's and its swap runs' are
+     * the same either way); a whole model refuses it: checked apart
+     * (whole_fast_probe), the episode runs exact */
+    guint32 s3[2] = { (guint32) seed ^ 0x70726563u, (guint32) (seed >> 32) };
+    GRand *pr = g_rand_new_with_seed_array (s3, 2);
+    gboolean fast = g_rand_int_range (pr, 0, 3) == 0;
+
+    g_rand_free (pr);
+    e->precision = fast && !(e->wf && e->wf->kind == K_WHOLE) ?
+        PREC_FAST : PREC_EXACT;
+    stats[ST_FAST] += e->precision == PREC_FAST && e->wf != NULL;
+    stats[ST_FAST_NO_WEIGHTS] += e->precision == PREC_FAST && e->wf == NULL;
+    whole_fast.pending = fast && e->wf && e->wf->kind == K_WHOLE &&
+        plan.mode == SW_NONE;
+    if (whole_fast.pending) {
+      whole_fast.wf = e->wf;
+      whole_fast.window = e->window;
+      whole_fast.hop = e->hop;
+      whole_fast.fs = e->fs;
+      whole_fast.output = e->output;
+      whole_fast.threads = e->threads;
+    }
+  }
   ep_log (e, "window %u hop %u fs %u heads %u causal %d lookback %u "
-      "output %d start %d scale %g policy %d messages %d threads %d",
-      e->window, e->hop, e->fs, e->heads, e->causal, e->lookback, e->output,
-      e->start, e->scale, e->policy, e->post_messages, e->threads);
+      "output %d start %d scale %g policy %d messages %d threads %d "
+      "precision %s", e->window, e->hop, e->fs, e->heads, e->causal,
+      e->lookback, e->output, e->start, e->scale, e->policy,
+      e->post_messages, e->threads,
+      e->precision == PREC_FAST ? "fast" : "exact");
   e->swap_at = G_MAXUINT;
   if (plan.mode != SW_NONE && e->tame && e->wf->written)
     e->swap_at = rint_range (e, 1, 12);
@@ -2422,7 +2479,8 @@ ep_setup (Episode * e, guint64 seed, gint threads)
       "lookback", e->lookback, "output", e->output, "start", e->start,
       "scale", e->scale, "invalid-frames", e->policy, "post-messages",
       e->post_messages, "weights", wpath, "discont-wait", (guint64) 0,
-      "message-interval", (guint64) 0, "threads", e->threads, NULL);
+      "message-interval", (guint64) 0, "threads", e->threads, "precision",
+      e->precision, NULL);
   g_free (wpath);
   /* Downstream takes audio/x-raw only, so that the rate rules refuse caps
    * (other/tensors output: test-element-tensor.c). */
@@ -2496,6 +2554,9 @@ ep_final_checks (Episode * e)
  * check's failure path has left the episode. */
 static Episode the_episode;
 
+/* The precision the last run_episode_threads ran with. */
+static gint last_precision;
+
 /* One episode with the element's threads set to threads; returns the
  * digest of everything that came out (g_free it). */
 static gchar *
@@ -2510,6 +2571,14 @@ run_episode_threads (guint64 seed, gint threads)
   ep_setup (e, seed, threads);
   current = e;
   alarm (tmo ? (guint) atoi (tmo) : 60);
+  {
+    gint prec = -1;
+
+    g_object_get (e->h->element, "precision", &prec, NULL);
+    ep_check (e, prec == e->precision, "precision reads %d, set %d", prec,
+        e->precision);
+    last_precision = prec;
+  }
 
   if (chance (e, 0.15)) {
     ep_log (e, "request attn");
@@ -2707,6 +2776,75 @@ run_swap_episode (guint64 seed, gint threads)
       "new caps or a READY");
 }
 
+#define probe_check(seed, cond, ...) G_STMT_START {                   \
+  if (G_UNLIKELY (!(cond))) {                                         \
+    gchar *what_ = g_strdup_printf (__VA_ARGS__);                     \
+    gchar *rep_ = reproducer (seed);                                  \
+    fprintf (stderr, "\nsattn-fuzz: whole model with precision=fast, " \
+        "seed %" G_GUINT64_FORMAT " FAILED: %s\nreproduce: %s\n",      \
+        (seed), what_, rep_);                                         \
+    fail ("%s (seed %" G_GUINT64_FORMAT ")", what_, (seed));          \
+    g_free (what_);                                                   \
+    g_free (rep_);                                                    \
+  }                                                                   \
+} G_STMT_END
+
+/* A whole model refuses precision=fast (the core's
+ * sattn_stream_config_check): with the episode's whole model and
+ * settings, READY -> PAUSED fails with one error naming a whole model and
+ * nothing comes out; with precision=exact the same element starts. */
+static void
+whole_fast_probe (guint64 seed)
+{
+  const WFixture *wf = whole_fast.wf;
+  GstHarness *h;
+  GstBus *bus;
+  GstMessage *msg;
+  GstStateChangeReturn ret;
+  guint errors = 0;
+  gboolean named = FALSE;
+
+  /* the harness plays the element (no weights yet); weights and
+   * precision are set in READY, checked on READY -> PAUSED */
+  h = sattn_harness_new ("window", whole_fast.window, "hop", whole_fast.hop,
+      "frame-size", whole_fast.fs, "heads", wf->heads, "output",
+      whole_fast.output, "threads", whole_fast.threads, NULL);
+  probe_check (seed, gst_element_set_state (h->element, GST_STATE_READY) ==
+      GST_STATE_CHANGE_SUCCESS, "PLAYING -> READY failed");
+  bus = sattn_attach_bus (h);
+  g_object_set (h->element, "weights", wf->path, NULL);
+  gst_util_set_object_arg (G_OBJECT (h->element), "precision", "fast");
+  ret = gst_element_set_state (h->element, GST_STATE_PAUSED);
+  probe_check (seed, ret == GST_STATE_CHANGE_FAILURE, "READY -> PAUSED "
+      "with %s and precision=fast: %s", wf->file,
+      gst_element_state_change_return_get_name (ret));
+  while ((msg = gst_bus_pop (bus)) != NULL) {
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+      GError *err = NULL;
+
+      gst_message_parse_error (msg, &err, NULL);
+      errors++;
+      named |= strstr (err->message, "whole model") != NULL;
+      g_clear_error (&err);
+    }
+    gst_message_unref (msg);
+  }
+  probe_check (seed, errors == 1 && named, "%u error(s), %s naming a whole "
+      "model (weights %s, precision=fast)", errors, named ? "one" : "none",
+      wf->file);
+  probe_check (seed, gst_harness_buffers_received (h) == 0, "%u buffers "
+      "out", gst_harness_buffers_received (h));
+  /* the refusal was precision's */
+  gst_element_set_state (h->element, GST_STATE_READY);
+  gst_util_set_object_arg (G_OBJECT (h->element), "precision", "exact");
+  probe_check (seed, gst_element_set_state (h->element, GST_STATE_PLAYING) !=
+      GST_STATE_CHANGE_FAILURE, "%s with precision=exact did not start",
+      wf->file);
+  stats[ST_WHOLE_FAST]++;
+  sattn_detach_bus (h, bus);
+  gst_harness_teardown (h);
+}
+
 /* Episode seed: the element runs with 1 thread (half the episodes) or 2
  * to 4 (drawn from a generator of its own, so that the episode's events
  * are the same for every count); one episode in five with threads > 1
@@ -2722,6 +2860,7 @@ run_episode (guint64 seed)
       5);
   gboolean twin = threads > 1 && g_rand_int_range (tr, 0, 5) == 0;
   gboolean swap = g_rand_int_range (tr, 0, 10) == 0;
+  gboolean fast, probe;
   gchar *d, *d1;
 
   g_rand_free (tr);
@@ -2731,6 +2870,8 @@ run_episode (guint64 seed)
     return;
   }
   d = run_episode_threads (seed, threads);
+  fast = last_precision == PREC_FAST;
+  probe = whole_fast.pending;
   if (twin) {
     guint64 saved[N_ST];
 
@@ -2739,6 +2880,11 @@ run_episode (guint64 seed)
     d1 = run_episode_threads (seed, 1);
     memcpy (stats, saved, sizeof stats);
     stats[ST_TWIN]++;
+    /* the twin runs with the episode's precision: fast, threads 1 vs N */
+    fail_unless (last_precision == (fast ? PREC_FAST : PREC_EXACT),
+        "the threads twin of seed %" G_GUINT64_FORMAT " ran with precision "
+        "%d", seed, last_precision);
+    stats[ST_TWIN_FAST] += fast;
     if (g_strcmp0 (d, d1) != 0) {
       gchar *rep = reproducer (seed);
 
@@ -2752,6 +2898,8 @@ run_episode (guint64 seed)
     g_free (d1);
   }
   g_free (d);
+  if (probe)
+    whole_fast_probe (seed);
 }
 
 static guint64
@@ -2790,6 +2938,11 @@ GST_START_TEST (test_fuzz_stream)
         st_names[c], stats[c]);
   fprintf (stderr, "\n");
   remove_tmp_dir ();
+  /* one episode in three draws fast; about one in thirteen has
+   * attention or encoder weights and fast: a run this long without one
+   * did not exercise precision=fast */
+  fail_unless (n < 1000 || stats[ST_FAST] > 0, "%" G_GUINT64_FORMAT
+      " episodes and none with precision=fast and weights", n);
 }
 
 GST_END_TEST;
