@@ -328,10 +328,6 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc, StreamSizes *z)
   return 1;
 }
 
-/* Every rule a stream configuration must follow, the one place they are
- * written; m NULL checks sc_in alone.  The caller's struct is read into
- * *sc (this version's struct, see sattn_struct_in), which the checks and
- * the caller then use. */
 /* The model a stream with config sc computes with: m itself, or with
  * SATTN_PRECISION_FAST *view filled as m without its double copies, so
  * that every projection sums in float from m's float weights
@@ -354,6 +350,10 @@ stream_model (const SattnModel *m, const SattnStreamConfig *sc,
   return view;
 }
 
+/* Every rule a stream configuration must follow, the one place they are
+ * written; m NULL checks sc_in alone.  The caller's struct is read into
+ * *sc (this version's struct, see sattn_struct_in), which the checks and
+ * the caller then use. */
 static SattnStatus
 stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
               SattnStreamConfig *sc, char *err, size_t err_len)
