@@ -2671,18 +2671,22 @@ rec_row_equal (gint m1, gint m2, guint k)
       a->n * sizeof (float)) == 0;
 }
 
-#define swap_check(seed, cond, ...) G_STMT_START {                    \
+/* A failed check of a check run outside the episode loop (what names
+ * it), with the seed's reproducer. */
+#define seed_check(what, seed, cond, ...) G_STMT_START {               \
   if (G_UNLIKELY (!(cond))) {                                         \
     gchar *what_ = g_strdup_printf (__VA_ARGS__);                     \
     gchar *rep_ = reproducer (seed);                                  \
-    fprintf (stderr, "\nsattn-fuzz: swap episode with seed %"        \
-        G_GUINT64_FORMAT " FAILED: %s\nreproduce: %s\n", (seed),     \
-        what_, rep_);                                                 \
+    fprintf (stderr, "\nsattn-fuzz: %s, seed %" G_GUINT64_FORMAT       \
+        " FAILED: %s\nreproduce: %s\n", (what), (seed), what_, rep_);  \
     fail ("%s (seed %" G_GUINT64_FORMAT ")", what_, (seed));          \
     g_free (what_);                                                   \
     g_free (rep_);                                                    \
   }                                                                   \
 } G_STMT_END
+
+#define swap_check(seed, cond, ...) \
+  seed_check ("swap episode", seed, cond, __VA_ARGS__)
 
 /* A swap episode (only episodes with a written weights file and tame
  * input swap): the run with the swap, then the same events with the old
@@ -2776,18 +2780,8 @@ run_swap_episode (guint64 seed, gint threads)
       "new caps or a READY");
 }
 
-#define probe_check(seed, cond, ...) G_STMT_START {                   \
-  if (G_UNLIKELY (!(cond))) {                                         \
-    gchar *what_ = g_strdup_printf (__VA_ARGS__);                     \
-    gchar *rep_ = reproducer (seed);                                  \
-    fprintf (stderr, "\nsattn-fuzz: whole model with precision=fast, " \
-        "seed %" G_GUINT64_FORMAT " FAILED: %s\nreproduce: %s\n",      \
-        (seed), what_, rep_);                                         \
-    fail ("%s (seed %" G_GUINT64_FORMAT ")", what_, (seed));          \
-    g_free (what_);                                                   \
-    g_free (rep_);                                                    \
-  }                                                                   \
-} G_STMT_END
+#define probe_check(seed, cond, ...) \
+  seed_check ("whole model with precision=fast", seed, cond, __VA_ARGS__)
 
 /* A whole model refuses precision=fast (the core's
  * sattn_stream_config_check): with the episode's whole model and
