@@ -2395,11 +2395,12 @@ whole_flops_per_window (size_t F, size_t D, size_t Df, size_t n, size_t h,
 }
 
 /* Push `push` frames at a time (a multiple of the hop) for `budget`
- * seconds; windows per CPU second of this thread. */
+ * seconds; windows per CPU second of this thread, or per wall-clock
+ * second with `wall` (threads > 1). */
 static double
-whole_measure_clock (SattnStream *s, const float *pool, size_t pool_frames,
-                     size_t *pos, size_t F, size_t push, size_t hop, float *out,
-                     size_t out_rows, double budget, int wall, int *fail)
+whole_measure (SattnStream *s, const float *pool, size_t pool_frames,
+               size_t *pos, size_t F, size_t push, size_t hop, float *out,
+               size_t out_rows, double budget, int wall, int *fail)
 {
   const clockid_t clk = wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
   double t0 = now_s (), c0 = clock_s (clk);
@@ -2418,16 +2419,6 @@ whole_measure_clock (SattnStream *s, const float *pool, size_t pool_frames,
     }
   } while (now_s () < t0 + budget);
   return (double) windows / (clock_s (clk) - c0);
-}
-
-/* Windows per CPU second of this thread. */
-static double
-whole_measure (SattnStream *s, const float *pool, size_t pool_frames,
-               size_t *pos, size_t F, size_t push, size_t hop, float *out,
-               size_t out_rows, double budget, int *fail)
-{
-  return whole_measure_clock (s, pool, pool_frames, pos, F, push, hop, out,
-                              out_rows, budget, 0, fail);
 }
 
 /* --whole FILE --threads-scaling: the same model with threads=1 and
@@ -2473,10 +2464,9 @@ run_whole_threads (const Opts *o, const char *path, size_t n, size_t h)
   }
   for (int t = 0; t < 2; t++)
     for (int p = 0; p < 2; p++) {
-      SattnStreamConfig sc = { .window = n,
-                               .hop = h,
-                               .output = SATTN_OUTPUT_CLASSES,
-                               .threads = (unsigned) t + 1 };
+      SattnStreamConfig sc = {
+        .window = n, .hop = h, .output = SATTN_OUTPUT_CLASSES, .threads = t + 1
+      };
       s[t][p] = sattn_stream_new (m, &sc, &st);
       if (s[t][p] == NULL)
         fail = 1;
@@ -2521,13 +2511,12 @@ run_whole_threads (const Opts *o, const char *path, size_t n, size_t h)
     for (int p = 0; p < 2; p++)
       for (int t = 0; t < 2; t++) {
         if (k == 0)
-          whole_measure_clock (s[t][p], pool, pool_frames, &pos[t][p], F,
-                               push[p], h, out[t], out_rows, 0.2 * o->core_time,
-                               1, &fail);
-        v[(p * 2 + t) * R + k] =
-            whole_measure_clock (s[t][p], pool, pool_frames, &pos[t][p], F,
-                                 push[p], h, out[t], out_rows,
-                                 0.5 * o->core_time, 1, &fail);
+          whole_measure (s[t][p], pool, pool_frames, &pos[t][p], F, push[p], h,
+                         out[t], out_rows, 0.2 * o->core_time, 1, &fail);
+        v[(p * 2 + t) * R + k] = whole_measure (s[t][p], pool, pool_frames,
+                                                &pos[t][p], F, push[p], h,
+                                                out[t], out_rows,
+                                                0.5 * o->core_time, 1, &fail);
       }
 #ifdef SATTN_BENCH_HAVE_GST
     for (int t = 0; t < 2 && o->do_pipeline && !fail; t++) {
@@ -2648,16 +2637,16 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
   for (int k = 0; k < o->repeats && !fail; k++) {
     if (k == 0) {
       whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out, bf / h + 1,
-                     0.2 * o->core_time, &fail);
+                     0.2 * o->core_time, 0, &fail);
       whole_measure (s[1], pool, pool_frames, &pos[1], F, bf, h, out,
-                     bf / h + 1, 0.2 * o->core_time, &fail);
+                     bf / h + 1, 0.2 * o->core_time, 0, &fail);
     }
     peak_measure (isa, 1, it);
     v[3][k] = peak_cpu_last;
     v[0][k] = whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out,
-                             bf / h + 1, o->core_time, &fail);
+                             bf / h + 1, o->core_time, 0, &fail);
     v[1][k] = whole_measure (s[1], pool, pool_frames, &pos[1], F, bf, h, out,
-                             bf / h + 1, o->core_time, &fail);
+                             bf / h + 1, o->core_time, 0, &fail);
     v[2][k] = NAN;
 #ifdef SATTN_BENCH_HAVE_GST
     if (o->do_pipeline) {
