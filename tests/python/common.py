@@ -14,7 +14,9 @@ frame rule says (the reference hides such a row as a key by itself).
 """
 
 import ctypes
+import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -232,3 +234,20 @@ class RaisesStatus:
         self.assertEqual(e.status_name, _lib.STATUS_NAMES[status])
         self.assertTrue(str(e), "empty message")
         return e
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """A safetensors file (8-byte little-endian header length, JSON header,
+    data) of float32 tensors, written from the format's definition."""
+    header, blobs, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(np.shape(a)),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))

@@ -13,7 +13,6 @@ Registered only when libsattn has the weights reader."""
 
 import json
 import os
-import struct
 import tempfile
 import unittest
 
@@ -87,23 +86,6 @@ class TestFixtures(unittest.TestCase):
                     self.assertEqual(list(info["first"]), list(range(n)))
 
 
-def write_safetensors(path, tensors, metadata=None):
-    """A safetensors file (8-byte little-endian header length, JSON header,
-    data) of float32 tensors, written from the format's definition."""
-    header, blobs, off = {}, [], 0
-    if metadata:
-        header["__metadata__"] = metadata
-    for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(np.shape(a)),
-                        "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    text = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 class TestLayouts(unittest.TestCase):
     """Attention modules of other naming conventions, written here from
     random weights, loaded by Model.from_safetensors and compared with the
@@ -139,7 +121,7 @@ class TestLayouts(unittest.TestCase):
                     if w.get(bk) is not None:
                         tensors[name + ".bias"] = w[bk]
                 path = os.path.join(tmp, layout + ".safetensors")
-                write_safetensors(path, tensors, {"num_heads": str(h)})
+                common.write_safetensors(path, tensors, {"num_heads": str(h)})
                 m = sattn.Model.from_safetensors(path, causal=True)
                 self.assertEqual(m.layout, layout)
                 self.assertEqual((m.heads, m.config["d_head"]), (h, dh))
@@ -175,7 +157,7 @@ class TestOverflowParts(unittest.TestCase):
              "norm2.weight": np.ones(2), "norm2.bias": np.zeros(2)}
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "layer.safetensors")
-            write_safetensors(path, t, {"norm_first": "true"})
+            common.write_safetensors(path, t, {"norm_first": "true"})
             m = sattn.Model.from_safetensors(path, heads=1)
         s = sattn.Stream(m, 8, 4)
         x = np.random.default_rng(4).standard_normal((16, 2))

@@ -10,10 +10,8 @@ the package and in the element; an unknown precision name refused.
 
 The element cases are skipped without gst-launch-1.0, the whole-model
 case without PyTorch."""
-import json
 import os
 import shutil
-import struct
 import subprocess
 import tempfile
 import unittest
@@ -148,23 +146,13 @@ class TestPrecision(unittest.TestCase):
 
 def _save_q_proj(path, w):
     """w as a safetensors file in the q_proj / k_proj / v_proj / out_proj
-    layout (numpy only), num_heads in its metadata."""
+    layout, num_heads in its metadata."""
     names = {"wq": "q_proj.weight", "bq": "q_proj.bias",
              "wk": "k_proj.weight", "bk": "k_proj.bias",
              "wv": "v_proj.weight", "bv": "v_proj.bias",
              "wo": "out_proj.weight", "bo": "out_proj.bias"}
-    header = {"__metadata__": {"num_heads": str(HEADS)}}
-    blobs, off = [], 0
-    for k, name in names.items():
-        a = np.ascontiguousarray(w[k], "<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    common.write_safetensors(path, {names[k]: w[k] for k in names},
+                             {"num_heads": str(HEADS)})
 
 
 def _element_run(d, path, x, props):
