@@ -1673,6 +1673,56 @@ gst_sattn_check_upstream (GstSattn * self)
   return ok;
 }
 
+/* At READY -> PAUSED, after gst_sattn_check_upstream: when downstream
+ * takes none of the forms the output mode can give (output=classes gives
+ * other/tensors only; the others audio/x-raw or other/tensors), fail the
+ * state change now, with one error that names both.  Refused here, in
+ * the thread that sets the state, the failure is synchronous: the
+ * pipeline never starts streaming caps downstream cannot take, and an
+ * application (gst-launch-1.0 among them) sees the failure as the state
+ * change's result instead of an error posted from the streaming thread
+ * while it is still starting its main loop.  TRUE when downstream may
+ * take the output (or cannot tell yet: no peer, ANY, or nothing). */
+gboolean
+gst_sattn_check_downstream (GstSattn * self)
+{
+  GstSattnSettings c;
+  gboolean weights, audio, tensors;
+  guint64 file_d;
+  GstCaps *peer;
+  gchar *takes;
+
+  gst_sattn_snapshot (self, &c, &weights, &file_d);
+  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  if (peer == NULL || gst_caps_is_any (peer) || gst_caps_is_empty (peer)) {
+    gst_clear_caps (&peer);
+    return TRUE;
+  }
+  gst_sattn_downstream_takes (self, &audio, &tensors);
+  if (tensors || (audio && c.output != GST_SATTN_OUTPUT_CLASSES)) {
+    gst_caps_unref (peer);
+    return TRUE;
+  }
+  takes = gst_caps_to_string (peer);
+  if (c.output == GST_SATTN_OUTPUT_CLASSES)
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Downstream takes none of the output: output=classes gives class "
+            "probabilities as other/tensors only (a tensor, not a signal), "
+            "and downstream accepts %s. Link the element to an element "
+            "that takes other/tensors or any caps (tensor_sink, appsink, "
+            "filesink, fakesink), or choose output=mean, last or window for "
+            "feature rows as audio/x-raw", takes), (NULL));
+  else
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Downstream takes none of the output: output=%s gives rows as "
+            "audio/x-raw (F32, interleaved) or other/tensors, and "
+            "downstream accepts %s", gst_sattn_output_nick (c.output), takes),
+        (NULL));
+  g_free (takes);
+  gst_caps_unref (peer);
+  return FALSE;
+}
+
 gboolean
 gst_sattn_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
 {

@@ -205,6 +205,7 @@ G_GNUC_INTERNAL
 gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
 G_GNUC_INTERNAL
 gboolean gst_sattn_check_upstream (GstSattn * self);
+gboolean gst_sattn_check_downstream (GstSattn * self);
 G_GNUC_INTERNAL
 gboolean gst_sattn_sink_query (GstPad * pad, GstObject * parent,
     GstQuery * query);

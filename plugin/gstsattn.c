@@ -337,8 +337,7 @@ static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
         ", layout = (string) interleaved, rate = (int) [ 1, MAX ], "
         "channels = (int) [ 1, MAX ]; "
         "other/tensors, format = (string) static, num_tensors = (int) 1, "
-        "types = (string) float32, dimensions = (string) ANY, "
-        "framerate = (fraction) [ 0/1, MAX ]"));
+        "types = (string) float32, framerate = (fraction) [ 0/1, MAX ]"));
 
 #define gst_sattn_parent_class parent_class
 G_DEFINE_TYPE (GstSattn, gst_sattn, GST_TYPE_ELEMENT);
@@ -1128,7 +1127,7 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       GST_OBJECT_LOCK (self);
       gst_clear_caps (&self->posted_caps);
       GST_OBJECT_UNLOCK (self);
-      if (!gst_sattn_check_upstream (self))
+      if (!gst_sattn_check_upstream (self) || !gst_sattn_check_downstream (self))
         return GST_STATE_CHANGE_FAILURE;
       GST_OBJECT_LOCK (self);
       self->running = TRUE;

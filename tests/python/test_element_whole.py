@@ -217,8 +217,16 @@ class ClassMessages(unittest.TestCase):
                       r.stdout + r.stderr)
 
     def test_tensor_caps_only(self):
+        # Refused at READY -> PAUSED, in the thread that sets the state:
+        # gst-launch-1.0 sees the failure as the state change's result, not
+        # as an error from the streaming thread that its main loop may miss.
         r = self.launch(self.src, [], sink="audio/x-raw ! fakesink")
         self.assertNotEqual(r.returncode, 0)
+        self.assertIn("output=classes gives class probabilities as "
+                      "other/tensors only", r.stdout + r.stderr)
+        self.assertIn("Failed to set pipeline to PAUSED", r.stdout + r.stderr)
+        self.assertEqual((r.stdout + r.stderr).count("ERROR: from element"),
+                         1, r.stdout + r.stderr)
         r = self.launch(self.src, [], sink="other/tensors ! fakesink")
         self.assertEqual(r.returncode, 0, r.stderr)
 
