@@ -1127,7 +1127,8 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       GST_OBJECT_LOCK (self);
       gst_clear_caps (&self->posted_caps);
       GST_OBJECT_UNLOCK (self);
-      if (!gst_sattn_check_upstream (self) || !gst_sattn_check_downstream (self))
+      if (!gst_sattn_check_upstream (self)
+          || !gst_sattn_check_downstream (self))
         return GST_STATE_CHANGE_FAILURE;
       GST_OBJECT_LOCK (self);
       self->running = TRUE;
