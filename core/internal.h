@@ -97,20 +97,43 @@ sattn_size_add (size_t a, size_t b)
 typedef struct SattnNet {
   size_t d_frame, d; /* F floats per frame, D encoder width */
   size_t n_layers;
-  SattnModel **layer;         /* n_layers encoder-layer models on D */
-  double *embed_wt, *embed_b; /* F × D, D (NULL: no bias) */
-  double *pos;                /* max_window × D, NULL without learned */
+  SattnModel **layer; /* n_layers encoder-layer models on D */
+  /* The front end (docs/models.md): a Linear per frame (embed_wt) or a
+   * Conv1d stem (conv_wt), after the optional per-feature
+   * standardisation and per-window RMS / power normalisation. */
+  double *embed_wt, *embed_b; /* F × D, D (NULL: no bias); with a linear
+                                 front end and no per-window part, the
+                                 standardisation is folded in here */
+  double *std_mean, *std_std; /* F each: standardisation, NULL without
+                                 (or folded into embed_wt / embed_b) */
+  int input_norm;             /* 0 none, 1 rms, 2 power */
+  double in_eps, in_gain;     /* r = sqrt (in_gain mean (x^2) + in_eps) */
+  int conv;                   /* the front end is the conv stem */
+  size_t conv_c, conv_s, conv_k, conv_p, conv_l; /* C, S, K, P, L */
+  int conv_act;                                  /* 0 none, 1 relu, 2 gelu */
+  double *conv_wt, *conv_b; /* (C K) × D (row c K + k), D (NULL: none) */
+  double *cls;              /* D: the CLS token, NULL without */
+  size_t lead;              /* rows before the frames' in a window: 1 with
+                               a CLS token, else 0 */
+  /* The front end depends on the window (conv stem, per-window
+   * normalisation, CLS): each window's rows are made from its frames
+   * (stream/window.c), not once per frame. */
+  int per_window;
+  double *pos; /* max_window (+ lead) × D, NULL without learned */
   size_t max_window;
   float *norm_w, *norm_b; /* final LayerNorm (NULL: 1, 0) */
   double norm_eps;
   int final_norm;
+  double *pool_w, pool_b;     /* attention pooling: D, its bias */
   size_t hidden, classes;     /* MLP head: hidden > 0; classes 0: no head */
   double *head1_wt, *head1_b; /* D × (hidden or classes) */
   double *head2_wt, *head2_b; /* hidden × classes (MLP) */
   SattnActivation head_act;
   SattnPooling pooling;
-  char **labels; /* classes strings, NULL when none */
-  char **meta;   /* the file's metadata under the prefix:
+  SattnModelContract contract;
+  double *pooled_mean, *pooled_std; /* D each: the contract's, or NULL */
+  char **labels;                    /* classes strings, NULL when none */
+  char **meta;                      /* the file's metadata under the prefix:
                                * key, value, ..., NULL (sorted by key) */
 } SattnNet;
 
@@ -127,7 +150,9 @@ void sattn_net_free (SattnNet *net);
  * Allocated once; the caller fills x, kok (and, with the first layer's
  * projections kept per frame, q, k, v) and runs sattn_net_block_run. */
 typedef struct SattnNetBlock {
-  size_t n, max_windows, rows; /* rows = n * max_windows */
+  size_t n, max_windows, rows; /* rows = n * max_windows; n = the model's
+                                  lead rows (CLS) + the window's frames */
+  size_t lead;                 /* net->lead: rows before the frames' */
   struct SattnPool *pool;      /* not owned; NULL: serial */
   unsigned threads;
   float *x, *y;              /* rows × D: the layers' two buffers */
@@ -141,7 +166,10 @@ typedef struct SattnNetBlock {
   SattnStats *stats;         /* max_windows: each window's health */
   double *pooled;            /* max_windows × D */
   double *hidden, *logits;   /* the head's */
-  size_t *usable;            /* max_windows: usable rows after it */
+  size_t *usable;            /* max_windows: usable frame rows after it
+                                (0 also when the pooled row is not: a
+                                CLS row that overflowed) */
+  double *z;                 /* max_windows: the pooled rows' contract z */
 } SattnNetBlock;
 SattnNetBlock *sattn_net_block_new (const SattnModel *m, size_t n,
                                     size_t max_windows, struct SattnPool *pool);
@@ -221,6 +249,33 @@ void sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
  * project each frame once (RoPE then at the frame's absolute index: the
  * scores depend on offsets only). */
 int sattn_net_frame_reuse (const SattnModel *m);
+
+/* model/front.c: the front end of a model whose rows depend on the
+ * window (net->per_window).
+ * sattn_net_standardize: frame x (F floats) standardised into xs (F
+ *   doubles; x itself without standardisation), *ss = sum of xs^2, *raw
+ *   = sum of x^2; 0 when a sum is not finite (the frame is unusable).
+ * sattn_net_window_rms: sqrt (sum of raw[i] over ok frames / (usable x
+ *   values)), NaN without a usable frame (the contract's input RMS).
+ * sattn_net_front_window: a window of n frames (xs: n × F, zeros where
+ *   !ok; ss as above) to its lead + n rows of D floats in x (the CLS row,
+ *   then the frames': per-window normalisation, front end, activation,
+ *   learned position, rounded once; unusable rows zeros) and kok; returns
+ *   the usable frame rows; *overflow (may be NULL) counts frame rows that
+ *   overflowed float32 here (then unusable).  scratch: at least
+ *   sattn_net_front_scratch (m, n) doubles. */
+int sattn_net_standardize (const SattnModel *m, const float *x, double *xs,
+                           double *ss, double *raw);
+double sattn_net_window_rms (const double *raw, const uint8_t *ok, size_t n,
+                             size_t values);
+size_t sattn_net_front_scratch (const SattnModel *m, size_t n);
+size_t sattn_net_front_window (const SattnModel *m, const double *xs,
+                               const double *ss, const uint8_t *ok, size_t n,
+                               float *x, uint8_t *kok, double *scratch,
+                               uint64_t *overflow);
+/* The contract's z of a pooled row p (D doubles): NaN when the model
+ * records no pooled statistics. */
+double sattn_net_pooled_z (const SattnModel *m, const double *p);
 
 /* Floats of one head's columns in wqkv: its Q and K columns, and its V
  * columns when V sums in float (wvd NULL). */

@@ -78,4 +78,44 @@ const char *sattn_io_show (ShowBuf *b, const char *name);
 const char *sattn_io_shape_str (char *buf, size_t len, const size_t *shape,
                                 size_t ndim);
 
+/* ----------------------------------------------------------- metadata */
+
+/* The one metadata parser (io/meta.c): keys prefix + key of f, errors
+ * into err.  Each function leaves *out alone and sets *found (may be
+ * NULL) to 0 when the key is absent; a present value outside the
+ * vocabulary or the range is refused (SATTN_E_INVAL) with the key, the
+ * value and what is accepted. */
+typedef struct {
+  const SattnTensorFile *f;
+  const char *prefix; /* "" or ending in '.' */
+  char *err;
+  size_t err_len;
+} SattnMeta;
+
+/* A number's range: lo <= v <= hi, or < / > where open. */
+typedef struct {
+  double lo, hi;
+  int lo_open, hi_open;
+} SattnMetaRange;
+
+const char *sattn_meta_value (const SattnMeta *m, const char *key);
+SattnStatus sattn_meta_bool (const SattnMeta *m, const char *key, int *out,
+                             int *found);
+SattnStatus sattn_meta_uint (const SattnMeta *m, const char *key, uint64_t lo,
+                             uint64_t hi, uint64_t *out, int *found);
+SattnStatus sattn_meta_double (const SattnMeta *m, const char *key,
+                               const SattnMetaRange *r, double *out,
+                               int *found);
+/* "lo hi": two numbers of the range, lo <= hi. */
+SattnStatus sattn_meta_pair (const SattnMeta *m, const char *key,
+                             const SattnMetaRange *r, double out[2],
+                             int *found);
+SattnStatus sattn_meta_word (const SattnMeta *m, const char *key,
+                             const char *const *words, size_t n, int *out,
+                             int *found);
+
+/* Whether an attention module of this layout reads prefix + suffix
+ * (io/layouts.c). */
+int sattn_io_layout_reads (SattnLayout layout, const char *suffix);
+
 #endif

@@ -374,15 +374,35 @@ static const char *const positions_names[] = { "none", "rope",
                                                "rope-interleaved", "alibi" };
 static const char *const activation_names[] = { "relu", "gelu" };
 
+/* A caller's choice (bit set in `set`) against the file's word. */
+static SattnStatus
+agree_word (const Mapper *m, int set, const char *prop, const char *key,
+            const char *const *words, size_t n, int caller, int file)
+{
+  ShowBuf sb;
+  if (!set || caller == file)
+    return SATTN_OK;
+  return sattn_io_fail (SATTN_E_INVAL, m->err, m->err_len,
+                        "%s=%s but the model was exported with %s=%s "
+                        "(metadata '%s%s')",
+                        prop,
+                        caller >= 0 && (size_t) caller < n ? words[caller]
+                                                           : "?",
+                        key, words[file], sattn_io_show (&sb, m->prefix), key);
+}
+
 SattnStatus
 sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
                          unsigned set, SattnConfig *cfg_inout, char *err,
                          size_t err_len)
 {
+  static const char *const bools[] = { "false", "true" };
+  static const SattnMetaRange eps_range = { 0.0, INFINITY, 0, 1 };
+  static const SattnMetaRange base_range = { 1.0, INFINITY, 1, 1 };
   SattnStatus st = SATTN_OK;
   SattnConfig c;
   ShowBuf sb;
-  const char *v;
+  int act, nf, pos, found;
 
   sattn_io_set_err (err, err_len, "%s", "");
   if (f == NULL || cfg_inout == NULL)
@@ -390,118 +410,62 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
   c = *cfg_inout;
   char *pfx = dotted (prefix);
   Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
+  const SattnMeta mp = { f, pfx, err, err_len };
 
-  if ((v = meta_str (&m, "activation")) != NULL) {
-    size_t k = 0;
-    while (k < G_N_ELEMENTS (activation_names) &&
-           g_ascii_strcasecmp (v, activation_names[k]) != 0)
-      k++;
-    if (k == G_N_ELEMENTS (activation_names)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "the layer was exported with "
-                          "activation '%s' (metadata '%sactivation'); sattn "
-                          "runs relu "
-                          "and gelu",
-                          sattn_io_show (&sb, v), pfx);
-      goto out;
-    }
-    if ((set & SATTN_SET_ACTIVATION) && (size_t) c.activation != k) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "activation=%s but the layer "
-                          "was exported with activation=%s (metadata "
-                          "'%sactivation')",
-                          c.activation <= SATTN_ACTIVATION_GELU
-                              ? activation_names[c.activation]
-                              : "?",
-                          activation_names[k], pfx);
-      goto out;
-    }
-    c.activation = (SattnActivation) k;
-  }
-  if ((v = meta_str (&m, "norm_first")) != NULL) {
-    int nf = strcmp (v, "1") == 0 || g_ascii_strcasecmp (v, "true") == 0;
-    if (!nf && strcmp (v, "0") != 0 && g_ascii_strcasecmp (v, "false") != 0) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "metadata '%snorm_first' is "
-                          "'%s'; expected 0 or 1",
-                          pfx, sattn_io_show (&sb, v));
-      goto out;
-    }
-    if ((set & SATTN_SET_NORM_FIRST) && (c.norm_first != 0) != nf) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "norm-first=%s but the layer "
-                          "was exported with norm_first=%s (metadata "
-                          "'%snorm_first')",
-                          c.norm_first ? "true" : "false",
-                          nf ? "true" : "false", pfx);
-      goto out;
-    }
-    c.norm_first = nf;
-  }
-  if ((v = meta_str (&m, "norm_eps")) != NULL) {
-    char *end = NULL;
-    double eps = g_ascii_strtod (v, &end);
-    if (end == v || *end != '\0' || !(eps >= 0.0) || isinf (eps)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "metadata '%snorm_eps' is "
-                          "'%s'; expected a finite number >= 0",
-                          pfx, sattn_io_show (&sb, v));
-      goto out;
-    }
+  act = (int) c.activation;
+  if ((st = sattn_meta_word (&mp, "activation", activation_names,
+                             G_N_ELEMENTS (activation_names), &act, &found)) !=
+          SATTN_OK ||
+      (found && (st = agree_word (&m, set & SATTN_SET_ACTIVATION, "activation",
+                                  "activation", activation_names,
+                                  G_N_ELEMENTS (activation_names),
+                                  (int) c.activation, act)) != SATTN_OK))
+    goto out;
+  c.activation = (SattnActivation) act;
+  nf = c.norm_first != 0;
+  if ((st = sattn_meta_bool (&mp, "norm_first", &nf, &found)) != SATTN_OK ||
+      (found && (st = agree_word (&m, set & SATTN_SET_NORM_FIRST, "norm-first",
+                                  "norm_first", bools, 2, c.norm_first != 0,
+                                  nf)) != SATTN_OK))
+    goto out;
+  c.norm_first = nf;
+  double eps = c.norm_eps;
+  if ((st = sattn_meta_double (&mp, "norm_eps", &eps_range, &eps, &found)) !=
+      SATTN_OK)
+    goto out;
+  if (found) {
     double mine = c.norm_eps == 0.0 ? 1e-5 : c.norm_eps;
     if ((set & SATTN_SET_NORM_EPS) &&
         fabs (mine - eps) > 1e-9 * fmax (fabs (mine), fabs (eps))) {
       st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "norm-eps=%g but the layer was "
-                          "exported with norm_eps=%g (metadata '%snorm_eps')",
-                          mine, eps, pfx);
+                          "norm-eps=%g but the model was exported with "
+                          "norm_eps=%g (metadata '%snorm_eps')",
+                          mine, eps, sattn_io_show (&sb, pfx));
       goto out;
     }
     c.norm_eps = eps;
   }
-  if ((v = meta_str (&m, "positions")) != NULL) {
-    size_t k = 0;
-    while (k < G_N_ELEMENTS (positions_names) &&
-           g_ascii_strcasecmp (v, positions_names[k]) != 0)
-      k++;
-    if (k == G_N_ELEMENTS (positions_names)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "metadata '%spositions' is "
-                          "'%s'; sattn knows none, rope, rope-interleaved, "
-                          "alibi",
-                          pfx, sattn_io_show (&sb, v));
-      goto out;
-    }
-    if ((set & SATTN_SET_POSITIONS) && (size_t) c.positions != k) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "positions=%s but the model "
-                          "was exported with positions=%s (metadata "
-                          "'%spositions')",
-                          c.positions <= SATTN_POSITIONS_ALIBI
-                              ? positions_names[c.positions]
-                              : "?",
-                          positions_names[k], pfx);
-      goto out;
-    }
-    c.positions = (SattnPositions) k;
-  }
-  if ((v = meta_str (&m, "rope_base")) != NULL) {
-    char *end = NULL;
-    double b = g_ascii_strtod (v, &end);
-    if (end == v || *end != '\0' || !(b > 1.0) || isinf (b)) {
-      st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "metadata '%srope_base' is "
-                          "'%s'; expected a number > 1",
-                          pfx, sattn_io_show (&sb, v));
-      goto out;
-    }
+  pos = (int) c.positions;
+  if ((st = sattn_meta_word (&mp, "positions", positions_names,
+                             G_N_ELEMENTS (positions_names), &pos, &found)) !=
+          SATTN_OK ||
+      (found && (st = agree_word (&m, set & SATTN_SET_POSITIONS, "positions",
+                                  "positions", positions_names,
+                                  G_N_ELEMENTS (positions_names),
+                                  (int) c.positions, pos)) != SATTN_OK))
+    goto out;
+  c.positions = (SattnPositions) pos;
+  double b = c.rope_base;
+  if ((st = sattn_meta_double (&mp, "rope_base", &base_range, &b, &found)) !=
+      SATTN_OK)
+    goto out;
+  if (found) {
     double mine = c.rope_base == 0.0 ? 10000.0 : c.rope_base;
     if ((set & SATTN_SET_ROPE_BASE) && mine != b) {
       st = sattn_io_fail (SATTN_E_INVAL, err, err_len,
-                          "rope-base=%g but the model "
-                          "was exported with rope_base=%g (metadata "
-                          "'%srope_base')",
-                          mine, b, pfx);
+                          "rope-base=%g but the model was exported with "
+                          "rope_base=%g (metadata '%srope_base')",
+                          mine, b, sattn_io_show (&sb, pfx));
       goto out;
     }
     c.rope_base = b;
@@ -517,6 +481,28 @@ sattn_options_from_file (const SattnTensorFile *f, const char *prefix,
 out:
   g_free (pfx);
   return st;
+}
+
+/* The sizes and flags an attention module's metadata may record
+ * (num_heads, head_dim, value_dim: 0 = not given; add_zero_attn), read
+ * with the one parser before any mapper uses them: a value it refuses
+ * (" 2", "-1", "two") is an error, never "not given". */
+static SattnStatus
+check_module_meta (const Mapper *m)
+{
+  static const char *const sizes[] = { "num_heads", "head_dim", "value_dim",
+                                       "embed_dim", "kdim",     "vdim" };
+  const SattnMeta mp = { m->f, m->prefix, m->err, m->err_len };
+  SattnStatus st;
+  uint64_t u;
+  int b;
+  for (size_t i = 0; i < G_N_ELEMENTS (sizes); i++)
+    if ((st = sattn_meta_uint (&mp, sizes[i], 0, 1u << 20, &u, NULL)) !=
+        SATTN_OK)
+      return st;
+  if ((st = sattn_meta_bool (&mp, "add_zero_attn", &b, NULL)) != SATTN_OK)
+    return st;
+  return sattn_meta_bool (&mp, "batch_first", &b, NULL);
 }
 
 /* add_zero_attn against the module's metadata, when it records one. */
@@ -645,6 +631,8 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
   m.prefix = pfx;
   m.err = err;
   m.err_len = err_len;
+  if ((st = check_module_meta (&m)) != SATTN_OK)
+    goto out;
 
   in_w = find (&m, "in_proj_weight");
   q_w = find (&m, "q_proj_weight");
@@ -948,6 +936,29 @@ static const LayoutDef layouts[] = {
     0 },
 };
 
+/* Whether an attention module of this layout reads the tensor called
+ * prefix + suffix (any of the layout's names, bias_k / bias_v where it
+ * allows them). */
+int
+sattn_io_layout_reads (SattnLayout layout, const char *suffix)
+{
+  for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
+    const LayoutDef *c = &layouts[k];
+    const char *names[] = { c->fused_w, c->fused_b, c->q_w,    c->q_b,
+                            c->k_w,     c->k_b,     c->v_w,    c->v_b,
+                            c->o_w[0],  c->o_w[1],  c->o_b[0], c->o_b[1] };
+    if (c->layout != layout)
+      continue;
+    for (size_t i = 0; i < G_N_ELEMENTS (names); i++)
+      if (names[i] != NULL && strcmp (names[i], suffix) == 0)
+        return 1;
+    if (c->bias_kv &&
+        (strcmp (suffix, "bias_k") == 0 || strcmp (suffix, "bias_v") == 0))
+      return 1;
+  }
+  return 0;
+}
+
 const char *
 sattn_layout_name (SattnLayout layout)
 {
@@ -1134,9 +1145,11 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   m.prefix = pfx;
   m.err = err;
   m.err_len = err_len;
+  names = g_string_new (NULL);
+  if ((st = check_module_meta (&m)) != SATTN_OK)
+    goto out;
 
   /* Which layouts are there: exactly one may be. */
-  names = g_string_new (NULL);
   for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
     const LayoutDef *c = &layouts[k];
     const char *qkv[3] = { c->q_w, c->k_w, c->v_w };

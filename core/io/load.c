@@ -18,6 +18,7 @@
 #include <json-glib/json-glib.h>
 
 #include <float.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -266,63 +267,6 @@ dims2 (const SattnTensorFile *f, const char *p, const char *name, size_t *rows,
   return 1;
 }
 
-/* Metadata word p + key among words[0..n) into *idx (left alone when
- * absent); the caller's value (bit set in o->set) must agree. */
-static SattnStatus
-meta_word (const SattnTensorFile *f, const char *p, const char *key,
-           const char *const *words, size_t nw, int *idx, int caller_set,
-           const char *prop, char *err, size_t err_len)
-{
-  const char *v = meta (f, p, key);
-  if (v == NULL)
-    return SATTN_OK;
-  size_t k = 0;
-  while (k < nw && g_ascii_strcasecmp (v, words[k]) != 0)
-    k++;
-  if (k == nw) {
-    GString *s = g_string_new (NULL);
-    for (size_t i = 0; i < nw; i++)
-      g_string_append_printf (s, "%s%s", i ? ", " : "", words[i]);
-    SattnStatus st = sattn_fail (SATTN_E_INVAL, err, err_len,
-                                 "metadata '%s%s' is '%.64s'; sattn knows %s",
-                                 p, key, v, s->str);
-    g_string_free (s, TRUE);
-    return st;
-  }
-  if (caller_set && *idx != (int) k && *idx >= 0 && (size_t) *idx < nw)
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "%s=%s but the model was "
-                       "exported with %s=%s (metadata '%s%s')",
-                       prop, words[*idx], key, words[k], p, key);
-  *idx = (int) k;
-  return SATTN_OK;
-}
-
-static SattnStatus
-meta_double (const SattnTensorFile *f, const char *p, const char *key,
-             double *val, double dflt, double lo_excl, int caller_set,
-             const char *prop, char *err, size_t err_len)
-{
-  const char *v = meta (f, p, key);
-  if (v == NULL)
-    return SATTN_OK;
-  char *end = NULL;
-  double d = g_ascii_strtod (v, &end);
-  if (end == v || *end != '\0' || !(d > lo_excl) || isinf (d))
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "metadata '%s%s' is "
-                       "'%.64s'; expected a finite number > %g",
-                       p, key, v, lo_excl);
-  double mine = *val == 0.0 ? dflt : *val;
-  if (caller_set && fabs (mine - d) > 1e-9 * fmax (fabs (mine), fabs (d)))
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "%s=%g but the model was "
-                       "exported with %s=%g (metadata '%s%s')",
-                       prop, mine, key, d, p, key);
-  *val = d;
-  return SATTN_OK;
-}
-
 /* The file's metadata under prefix p (keys without it), kept by the model
  * for sattn_model_metadata: net->meta, key, value, ... NULL, by key. */
 static int
@@ -431,345 +375,911 @@ out:
   return st;
 }
 
+/* One whole model being loaded: the file, its prefix, the caller's
+ * options, the one metadata parser, the model so far. */
+typedef struct {
+  const SattnTensorFile *f;
+  const char *p;
+  const SattnLoadOptions *o;
+  SattnMeta mp;
+  SattnNet *net;
+  SattnConfig lc;       /* the layers' configuration */
+  int learned;          /* learned positions (pos_embed) */
+  int had_std;          /* standardisation (kept or folded) */
+  SattnLayout *layouts; /* each layer's attention layout */
+  SattnAttnReport ar0;  /* the first layer's attention */
+  char *err;
+  size_t err_len;
+} Whole;
+
+#define MAX_LAYERS 4096
+
+static SattnStatus whole_fail (Whole *W, SattnStatus st, const char *fmt, ...)
+    G_GNUC_PRINTF (3, 4);
+
 static SattnStatus
-load_whole (const SattnTensorFile *f, const char *p, const SattnLoadOptions *o,
-            SattnModel **out, SattnLoadReport *rep, char *err, size_t err_len)
+whole_fail (Whole *W, SattnStatus st, const char *fmt, ...)
 {
-  SattnStatus st = SATTN_OK;
-  SattnNet *net = calloc (1, sizeof (*net));
-  SattnModel *m = NULL;
-  SattnConfig lc = o->cfg;
-  size_t F = 0, D = 0, r, c;
-  char lp[64 + 512];
+  va_list ap;
+  va_start (ap, fmt);
+  gchar *m = g_strdup_vprintf (fmt, ap);
+  va_end (ap);
+  sattn_fail (st, W->err, W->err_len, "%s", m);
+  g_free (m);
+  return st;
+}
 
-  if (net == NULL)
-    return sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+/* A float tensor of any shape whose sizes, leading 1s left out, are
+ * `dims` (e.g. (1, 1, D) for D), copied into doubles; absent: NULL with
+ * SATTN_OK unless required. */
+static SattnStatus
+take_squeezed (Whole *W, const char *name, size_t nd, const size_t *dims,
+               int required, double **dst)
+{
+  char *k = join (W->p, name);
+  size_t ndim = 0, i, lead;
+  const size_t *shape = NULL;
+  *dst = NULL;
+  const float *x = sattn_tensor_file_get (W->f, k, &ndim, &shape);
+  g_free (k);
+  if (x == NULL)
+    return take (W->f, W->p, name, 1, 0, 0, required, dst, W->err, W->err_len);
+  for (lead = 0; lead < ndim && ndim - lead > nd && shape[lead] == 1; lead++)
+    ;
+  int ok = ndim - lead == nd;
+  size_t numel = 1;
+  for (i = 0; ok && i < nd; i++) {
+    ok = shape[lead + i] == dims[i];
+    numel *= dims[i];
+  }
+  if (!ok) {
+    char want[64] = "", got[96];
+    for (i = 0; i < nd; i++)
+      g_snprintf (want + strlen (want), sizeof want - strlen (want), "%s%zu",
+                  i ? " x " : "", dims[i]);
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "tensor '%s%s' has shape %s where %s is expected", W->p,
+                       name, sattn_io_shape_str (got, sizeof got, shape, ndim),
+                       want);
+  }
+  return take (W->f, W->p, name, numel, 0, 0, 1, dst, W->err, W->err_len);
+}
 
-  /* The prefix holds a whole model and nothing else. */
-  for (size_t i = 0; i < G_N_ELEMENTS (module_marks); i++)
-    if (has (f, p, module_marks[i])) {
-      st = sattn_fail (SATTN_E_FORMAT, err, err_len,
-                       "prefix '%s' holds a "
-                       "whole model (%sembed.weight, %sencoder.layers.*) and "
-                       "also '%s%s', another module's tensor; a prefix must "
-                       "name one module (pass the prefix of the one to run)",
-                       p, p, p, p, module_marks[i]);
-      goto fail;
+/* ---- the input contract (docs/models.md) */
+
+static SattnStatus
+whole_contract (Whole *W)
+{
+  static const SattnMetaRange prob = { 0.0, 1.0, 0, 0 };
+  static const SattnMetaRange nonneg = { 0.0, INFINITY, 0, 1 };
+  static const SattnMetaRange pos = { 0.0, INFINITY, 1, 1 };
+  SattnModelContract *k = &W->net->contract;
+  const size_t F = W->net->d_frame;
+  static const struct {
+    const char *key;
+    uint64_t hi;
+    uint32_t bit;
+    size_t off;
+  } u[] = {
+    { "sample_rate", G_MAXINT32, SATTN_CONTRACT_SAMPLE_RATE,
+      offsetof (SattnModelContract, sample_rate) },
+    { "channels", 65535, SATTN_CONTRACT_CHANNELS,
+      offsetof (SattnModelContract, channels) },
+    { "frame_size", 65535, SATTN_CONTRACT_FRAME_SIZE,
+      offsetof (SattnModelContract, frame_size) },
+    { "window", 1u << 24, SATTN_CONTRACT_WINDOW,
+      offsetof (SattnModelContract, window) },
+    { "hop", 1u << 24, SATTN_CONTRACT_HOP, offsetof (SattnModelContract, hop) },
+  };
+  SattnStatus st;
+  int found;
+  for (size_t i = 0; i < G_N_ELEMENTS (u); i++) {
+    uint64_t v = 0;
+    if ((st = sattn_meta_uint (&W->mp, u[i].key, 1, u[i].hi, &v, &found)) !=
+        SATTN_OK)
+      return st;
+    if (found) {
+      *(uint32_t *) ((char *) k + u[i].off) = (uint32_t) v;
+      k->recorded |= u[i].bit;
     }
-  if (!dims2 (f, p, "embed.weight", &D, &F) || D == 0 || F == 0) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
-                     "tensor '%sembed.weight' "
-                     "must be a 2-D float matrix (d_model x frame values)",
-                     p);
-    goto fail;
   }
-  if (o->cfg.d_model != 0 && o->cfg.d_model != F) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
-                     "the frames have %zu "
-                     "values but the model's embedding '%sembed.weight' "
-                     "takes frames of %zu (channels x frame-size must be "
-                     "%zu)",
-                     o->cfg.d_model, p, F, F);
-    goto fail;
+  const int ch = (k->recorded & SATTN_CONTRACT_CHANNELS) != 0;
+  const int fs = (k->recorded & SATTN_CONTRACT_FRAME_SIZE) != 0;
+  if (ch && fs && (uint64_t) k->channels * k->frame_size != F)
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "metadata '%schannels' (%u) x '%sframe_size' (%u) is "
+                       "%" G_GUINT64_FORMAT " values per frame, but the "
+                       "model's front end takes frames of %zu",
+                       W->p, k->channels, W->p, k->frame_size,
+                       (guint64) k->channels * k->frame_size, F);
+  if ((ch && F % k->channels != 0) || (fs && F % k->frame_size != 0))
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "metadata '%s%s' is %u, which does not divide the %zu "
+                       "values of the model's frames",
+                       W->p, ch ? "channels" : "frame_size",
+                       ch ? k->channels : k->frame_size, F);
+  if ((k->recorded & SATTN_CONTRACT_WINDOW) &&
+      (k->recorded & SATTN_CONTRACT_HOP) && k->hop > k->window)
+    return whole_fail (W, SATTN_E_INVAL,
+                       "metadata '%shop' (%u) is longer than '%swindow' (%u); "
+                       "a hop is 1 ... window frames",
+                       W->p, k->hop, W->p, k->window);
+  if ((st = sattn_meta_double (&W->mp, "min_probability", &prob,
+                               &k->min_probability, &found)) != SATTN_OK)
+    return st;
+  k->recorded |= found ? SATTN_CONTRACT_MIN_PROBABILITY : 0;
+  double r[2];
+  if ((st = sattn_meta_pair (&W->mp, "contract_input_rms", &nonneg, r,
+                             &found)) != SATTN_OK)
+    return st;
+  if (found) {
+    k->input_rms_lo = r[0];
+    k->input_rms_hi = r[1];
+    k->recorded |= SATTN_CONTRACT_INPUT_RMS;
   }
+  if ((st = sattn_meta_double (&W->mp, "contract_pooled_z", &pos,
+                               &k->pooled_z_max, &found)) != SATTN_OK)
+    return st;
+  k->recorded |= found ? SATTN_CONTRACT_POOLED_Z : 0;
+  return SATTN_OK;
+}
+
+/* The window and hop against the learned positions, and the pooled-row
+ * statistics (after the layers: D is known). */
+static SattnStatus
+whole_contract_check (Whole *W)
+{
+  SattnNet *net = W->net;
+  SattnModelContract *k = &net->contract;
+  const size_t D = net->d;
+  SattnStatus st;
+  if ((k->recorded & SATTN_CONTRACT_WINDOW) && net->pos != NULL &&
+      k->window > net->max_window)
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "metadata '%swindow' is %u frames but the model's "
+                       "learned positions ('%spos_embed') cover %zu",
+                       W->p, k->window, W->p, net->max_window);
+  if ((k->recorded & SATTN_CONTRACT_HOP) &&
+      !(k->recorded & SATTN_CONTRACT_WINDOW) && net->pos != NULL &&
+      k->hop > net->max_window)
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "metadata '%shop' is %u frames, longer than any window "
+                       "the model's learned positions allow (%zu)",
+                       W->p, k->hop, net->max_window);
+  const size_t dims[1] = { D };
+  if ((st = take_squeezed (W, "contract.pooled_mean", 1, dims, 0,
+                           &net->pooled_mean)) != SATTN_OK ||
+      (st = take_squeezed (W, "contract.pooled_std", 1, dims, 0,
+                           &net->pooled_std)) != SATTN_OK)
+    return st;
+  const int z = (k->recorded & SATTN_CONTRACT_POOLED_Z) != 0;
+  if ((net->pooled_mean != NULL) != (net->pooled_std != NULL) ||
+      (net->pooled_mean != NULL) != z)
+    return whole_fail (W, SATTN_E_MISSING,
+                       "the contract's pooled-row statistics need all three "
+                       "of '%scontract.pooled_mean', '%scontract.pooled_std' "
+                       "(tensors of d_model=%zu) and metadata "
+                       "'%scontract_pooled_z'; the file has %s%s%s",
+                       W->p, W->p, D, W->p, net->pooled_mean ? "the mean " : "",
+                       net->pooled_std ? "the std " : "", z ? "the bound" : "");
+  for (size_t t = 0; net->pooled_std != NULL && t < D; t++)
+    if (!(net->pooled_std[t] > 0.0))
+      return whole_fail (W, SATTN_E_INVAL,
+                         "tensor '%scontract.pooled_std' has %g at %zu; every "
+                         "std must be > 0",
+                         W->p, net->pooled_std[t], t);
+  return SATTN_OK;
+}
+
+/* ---- the front end */
+
+/* The Conv1d stem: conv.weight (D, C, K), its bias, its metadata. */
+static SattnStatus
+whole_conv (Whole *W, size_t *D, size_t *F)
+{
+  static const char *const acts[] = { "none", "relu", "gelu" };
+  SattnNet *net = W->net;
+  char *k = join (W->p, "conv.weight");
+  size_t ndim = 0;
+  const size_t *sh = NULL;
+  const float *x = sattn_tensor_file_get (W->f, k, &ndim, &sh);
+  g_free (k);
+  if (x == NULL || ndim != 3 || sh[0] == 0 || sh[1] == 0 || sh[2] == 0)
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "tensor '%sconv.weight' must be a 3-D float tensor "
+                       "(d_model, in_channels, kernel) of nn.Conv1d",
+                       W->p);
+  uint64_t S = 0, P = 0, L = 1;
+  int found, act = 0;
+  SattnStatus st;
+  if ((st = sattn_meta_uint (&W->mp, "conv_stride", 1, 65535, &S, &found)) !=
+      SATTN_OK)
+    return st;
+  if (!found)
+    return whole_fail (W, SATTN_E_MISSING,
+                       "the model's conv stem ('%sconv.weight') needs metadata "
+                       "'%sconv_stride': its stride, the time steps of a "
+                       "frame",
+                       W->p, W->p);
+  if ((st = sattn_meta_uint (&W->mp, "conv_padding", 0, 65535, &P, NULL)) !=
+          SATTN_OK ||
+      (st = sattn_meta_uint (&W->mp, "conv_dilation", 1, 65535, &L, NULL)) !=
+          SATTN_OK ||
+      (st = sattn_meta_word (&W->mp, "conv_activation", acts, 3, &act, NULL)) !=
+          SATTN_OK)
+    return st;
+  const size_t C = sh[1], K = sh[2];
+  const uint64_t span = L * (K - 1);
+  if (span + 1 > 2 * P + S || 2 * P > span)
+    return whole_fail (
+        W, SATTN_E_SHAPE,
+        "the conv stem (kernel %zu, stride %" G_GUINT64_FORMAT
+        ", padding %" G_GUINT64_FORMAT ", dilation %" G_GUINT64_FORMAT
+        ") does not give one row per frame for every window: sattn runs a "
+        "conv stem whose stride is the time steps of a frame and whose "
+        "padding P keeps the length, dilation x (kernel - 1) + 1 - stride <= "
+        "2P <= dilation x (kernel - 1) (here %" G_GUINT64_FORMAT
+        " ... %" G_GUINT64_FORMAT ")",
+        K, S, P, L, span + 1 > S ? span + 1 - S : 0, span);
+  *D = sh[0];
+  *F = C * (size_t) S;
+  net->conv = 1;
+  net->conv_c = C;
+  net->conv_s = (size_t) S;
+  net->conv_k = K;
+  net->conv_p = (size_t) P;
+  net->conv_l = (size_t) L;
+  net->conv_act = act;
+  /* (D, C, K) in memory is (D, C K): transposed to (C K) x D */
+  double *d = NULL;
+  if ((st = take (W->f, W->p, "conv.weight", *D * C * K, 0, 0, 1, &d, W->err,
+                  W->err_len)) != SATTN_OK)
+    return st;
+  net->conv_wt = malloc (*D * C * K * sizeof (double));
+  if (net->conv_wt == NULL) {
+    free (d);
+    return whole_fail (W, SATTN_E_NOMEM, "out of memory");
+  }
+  for (size_t o = 0; o < *D; o++)
+    for (size_t j = 0; j < C * K; j++)
+      net->conv_wt[j * *D + o] = d[o * C * K + j];
+  free (d);
+  return take (W->f, W->p, "conv.bias", *D, 0, 0, 0, &net->conv_b, W->err,
+               W->err_len);
+}
+
+/* The standardisation, the per-window normalisation and the CLS token. */
+static SattnStatus
+whole_inputs (Whole *W)
+{
+  static const char *const norms[] = { "none", "rms", "power" };
+  static const SattnMetaRange nonneg = { 0.0, INFINITY, 0, 1 };
+  SattnNet *net = W->net;
+  const size_t F = net->d_frame, D = net->d;
+  const size_t fd[1] = { F }, dd[1] = { D };
+  SattnStatus st;
+  if ((st = take_squeezed (W, "standardize.mean", 1, fd, 0, &net->std_mean)) !=
+          SATTN_OK ||
+      (st = take_squeezed (W, "standardize.std", 1, fd, 0, &net->std_std)) !=
+          SATTN_OK)
+    return st;
+  if ((net->std_mean != NULL) != (net->std_std != NULL))
+    return whole_fail (W, SATTN_E_MISSING,
+                       "the standardisation needs both '%sstandardize.mean' "
+                       "and '%sstandardize.std' (%zu values each)",
+                       W->p, W->p, F);
+  for (size_t f = 0; net->std_std != NULL && f < F; f++)
+    if (!(net->std_std[f] > 0.0))
+      return whole_fail (W, SATTN_E_INVAL,
+                         "tensor '%sstandardize.std' has %g at %zu; every std "
+                         "must be > 0",
+                         W->p, net->std_std[f], f);
+  W->had_std = net->std_mean != NULL;
+  net->input_norm = 0;
+  net->in_eps = 1e-8;
+  if ((st = sattn_meta_word (&W->mp, "input_norm", norms, 3, &net->input_norm,
+                             NULL)) != SATTN_OK ||
+      (st = sattn_meta_double (&W->mp, "input_norm_eps", &nonneg, &net->in_eps,
+                               NULL)) != SATTN_OK)
+    return st;
+  net->in_gain = 1.0;
+  if (net->input_norm == 2) {
+    if (!(net->contract.recorded & SATTN_CONTRACT_CHANNELS))
+      return whole_fail (W, SATTN_E_MISSING,
+                         "input_norm=power is the mean power per time step "
+                         "summed over channels: it needs metadata "
+                         "'%schannels'",
+                         W->p);
+    net->in_gain = (double) net->contract.channels;
+  }
+  if ((st = take_squeezed (W, "cls_token", 1, dd, 0, &net->cls)) != SATTN_OK)
+    return st;
+  net->lead = net->cls != NULL;
+  net->per_window = net->conv || net->input_norm != 0 || net->cls != NULL;
+  if (!net->per_window && net->std_mean != NULL) {
+    /* Folded into the embedding: W' = W / std, b' = b - W (mean / std). */
+    double *b = calloc (D, sizeof (double));
+    if (b == NULL)
+      return whole_fail (W, SATTN_E_NOMEM, "out of memory");
+    for (size_t t = 0; t < D; t++) {
+      double acc = net->embed_b ? net->embed_b[t] : 0.0;
+      for (size_t f = 0; f < F; f++) {
+        double wv = net->embed_wt[f * D + t] / net->std_std[f];
+        net->embed_wt[f * D + t] = wv;
+        acc -= wv * net->std_mean[f];
+      }
+      b[t] = acc;
+    }
+    free (net->embed_b);
+    net->embed_b = b;
+    free (net->std_mean);
+    free (net->std_std);
+    net->std_mean = net->std_std = NULL;
+  }
+  return SATTN_OK;
+}
+
+static SattnStatus
+whole_front (Whole *W)
+{
+  SattnNet *net = W->net;
+  const int lin = has (W->f, W->p, "embed.weight");
+  const int conv = has (W->f, W->p, "conv.weight");
+  size_t D = 0, F = 0;
+  SattnStatus st;
+  if (lin && conv)
+    return whole_fail (W, SATTN_E_FORMAT,
+                       "the model has two front ends, '%sembed.weight' (a "
+                       "Linear per frame) and '%sconv.weight' (a conv stem); "
+                       "a whole model has one",
+                       W->p, W->p);
+  if (conv) {
+    if ((st = whole_conv (W, &D, &F)) != SATTN_OK)
+      return st;
+  } else if (!dims2 (W->f, W->p, "embed.weight", &D, &F) || D == 0 || F == 0) {
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "tensor '%sembed.weight' must be a 2-D float matrix "
+                       "(d_model x frame values)",
+                       W->p);
+  }
+  if (W->o->cfg.d_model != 0 && W->o->cfg.d_model != F)
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "the frames have %zu values but the model's front end "
+                       "'%s%s' takes frames of %zu (channels x frame-size "
+                       "must be %zu)",
+                       W->o->cfg.d_model, W->p,
+                       conv ? "conv.weight" : "embed.weight", F, F);
   net->d_frame = F;
   net->d = D;
-  while (net->n_layers < 4096) {
-    g_snprintf (lp, sizeof lp, "encoder.layers.%zu.linear1.weight",
-                net->n_layers);
-    if (!has (f, p, lp))
-      break;
-    net->n_layers++;
-  }
-  if (net->n_layers == 0) {
-    st = sattn_fail (SATTN_E_MISSING, err, err_len,
-                     "'%sembed.weight' names "
-                     "a whole model but it has 0 encoder layers (no "
-                     "'%sencoder.layers.0.linear1.weight'); a model needs at "
-                     "least one",
-                     p, p);
-    goto fail;
-  }
+  if (!conv && ((st = take (W->f, W->p, "embed.weight", D, F, 1, 1,
+                            &net->embed_wt, W->err, W->err_len)) != SATTN_OK ||
+                (st = take (W->f, W->p, "embed.bias", D, 0, 0, 0, &net->embed_b,
+                            W->err, W->err_len)) != SATTN_OK))
+    return st;
+  if ((st = whole_contract (W)) != SATTN_OK)
+    return st;
+  return whole_inputs (W);
+}
 
-  /* Options: the caller's where the file is silent, checked where both
-   * speak. */
-  const char *v;
-  if ((v = meta (f, p, "num_heads")) != NULL) {
-    char *end = NULL;
-    guint64 h = g_ascii_strtoull (v, &end, 10);
-    if (end == v || *end != '\0' || h == 0 || h > 65536) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "metadata '%snum_heads' "
-                       "is '%.64s'; expected a whole number >= 1",
-                       p, v);
-      goto fail;
-    }
-    if (lc.heads != 0 && lc.heads != h) {
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
-                       "heads=%zu but the model "
-                       "was exported with num_heads=%" G_GUINT64_FORMAT
-                       " (metadata '%snum_heads')",
-                       lc.heads, h, p);
-      goto fail;
-    }
-    lc.heads = (size_t) h;
-  }
-  /* head_dim and value_dim: a model whose attention projects to sizes
-   * other than d_model / heads records them (every layer the same); the
-   * layers' q/k/v tensors must then agree (checked by the mapper). */
-  static const char *const dim_keys[] = { "head_dim", "value_dim" };
-  static const char *const dim_props[] = { "head-dim", "value-dim" };
-  size_t *dim_vals[] = { &lc.d_head, &lc.d_value };
-  for (size_t i = 0; i < 2; i++) {
-    if ((v = meta (f, p, dim_keys[i])) == NULL)
-      continue;
-    char *end = NULL;
-    guint64 d = g_ascii_strtoull (v, &end, 10);
-    if (end == v || *end != '\0' || d == 0 || d > 65536) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "metadata '%s%s' is "
-                       "'%.64s'; expected a whole number >= 1",
-                       p, dim_keys[i], v);
-      goto fail;
-    }
-    if (*dim_vals[i] != 0 && *dim_vals[i] != d) {
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
-                       "%s=%zu but the model "
-                       "was exported with %s=%" G_GUINT64_FORMAT
-                       " (metadata '%s%s')",
-                       dim_props[i], *dim_vals[i], dim_keys[i], d, p,
-                       dim_keys[i]);
-      goto fail;
-    }
-    *dim_vals[i] = (size_t) d;
-  }
-  /* scale: a model trained with another score scale than 1/sqrt(d_head)
-   * (scale=1: unscaled) records it; a caller's nonzero scale must agree. */
-  if ((v = meta (f, p, "scale")) != NULL) {
-    char *end = NULL;
-    double d = g_ascii_strtod (v, &end);
-    if (end == v || *end != '\0' || !(d >= FLT_MIN) || d > FLT_MAX) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "metadata '%sscale' is "
-                       "'%.64s'; expected a finite number > 0",
-                       p, v);
-      goto fail;
-    }
-    if (lc.scale != 0.0f && lc.scale != (float) d) {
-      st = sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "scale=%g but the model "
-                       "was trained with scale=%g (metadata '%sscale'); "
-                       "use scale=0 to take the model's",
-                       (double) lc.scale, d, p);
-      goto fail;
-    }
-    lc.scale = (float) d;
-  }
-  if (lc.heads == 0 && lc.d_head == 0) {
-    st = heads_refused (p, D, err, err_len);
-    goto fail;
-  }
-  int pos = lc.positions, act = lc.activation, nf = lc.norm_first != 0;
-  int causal = lc.causal != 0;
-  static const char *const pos_words[] = { "none", "rope", "rope-interleaved",
-                                           "alibi", "learned" };
-  static const char *const bool_words[] = { "0", "1" };
-  static const char *const pool_words[] = { "mean", "last" };
-  int pool = SATTN_POOLING_MEAN, head_act = SATTN_ACTIVATION_RELU;
-  if ((st = meta_word (f, p, "positions", pos_words, 5, &pos,
-                       (o->set & SATTN_SET_POSITIONS) != 0, "positions", err,
-                       err_len)) != SATTN_OK ||
-      (st = meta_word (f, p, "activation", activation_words, 2, &act,
-                       (o->set & SATTN_SET_ACTIVATION) != 0, "activation", err,
-                       err_len)) != SATTN_OK ||
-      (st = meta_word (f, p, "norm_first", bool_words, 2, &nf,
-                       (o->set & SATTN_SET_NORM_FIRST) != 0, "norm-first", err,
-                       err_len)) != SATTN_OK ||
-      (st = meta_word (f, p, "causal", bool_words, 2, &causal,
-                       (o->set & SATTN_SET_CAUSAL) != 0, "causal", err,
-                       err_len)) != SATTN_OK ||
-      (st = meta_word (f, p, "pooling", pool_words, 2, &pool, 0, "pooling", err,
-                       err_len)) != SATTN_OK ||
-      (st = meta_word (f, p, "head_activation", activation_words, 2, &head_act,
-                       0, "head-activation", err, err_len)) != SATTN_OK ||
-      (st = meta_double (f, p, "norm_eps", &lc.norm_eps, 1e-5, -1.0,
-                         (o->set & SATTN_SET_NORM_EPS) != 0, "norm-eps", err,
-                         err_len)) != SATTN_OK ||
-      (st = meta_double (f, p, "rope_base", &lc.rope_base, 10000.0, 1.0,
-                         (o->set & SATTN_SET_ROPE_BASE) != 0, "rope-base", err,
-                         err_len)) != SATTN_OK)
-    goto fail;
-  const int have_pos = has (f, p, "pos_embed");
-  if (meta (f, p, "positions") == NULL && have_pos)
-    pos = 4;
-  if (pos == 4 && !have_pos) {
-    st = sattn_fail (SATTN_E_MISSING, err, err_len,
-                     "the model was exported "
-                     "with learned positions (metadata '%spositions') but "
-                     "has no tensor '%spos_embed'",
-                     p, p);
-    goto fail;
-  }
-  if (pos != 4 && have_pos) {
-    st = sattn_fail (SATTN_E_FORMAT, err, err_len,
-                     "the model has learned "
-                     "positions ('%spos_embed') but positions=%s",
-                     p, pos_words[pos]);
-    goto fail;
-  }
-  lc.activation = (SattnActivation) act;
-  lc.norm_first = nf;
-  lc.causal = causal;
-  lc.positions = pos == 4 ? SATTN_POSITIONS_NONE : (SattnPositions) pos;
-  net->pooling = (SattnPooling) pool;
-  net->head_act = (SattnActivation) head_act;
+/* ---- the layers */
 
-  /* The embedding and the positions. */
-  if ((st = take (f, p, "embed.weight", D, F, 1, 1, &net->embed_wt, err,
-                  err_len)) != SATTN_OK ||
-      (st = take (f, p, "embed.bias", D, 0, 0, 0, &net->embed_b, err,
-                  err_len)) != SATTN_OK)
-    goto fail;
-  if (have_pos) {
-    char *k = join (p, "pos_embed");
-    size_t n = sattn_tensor_file_numel (f, k);
-    g_free (k);
-    if (n == 0 || n % D != 0) {
-      st = sattn_fail (SATTN_E_SHAPE, err, err_len,
-                       "tensor '%spos_embed' "
-                       "has %zu values, not a whole number of rows of "
-                       "d_model=%zu",
-                       p, n, D);
-      goto fail;
-    }
-    net->max_window = n / D;
-    if ((st = take (f, p, "pos_embed", n, 0, 0, 1, &net->pos, err, err_len)) !=
-        SATTN_OK)
-      goto fail;
-  }
+/* The index i of a name "encoder.layers.<i>.<rest>" (canonical decimal),
+ * or -1. */
+static gint64
+layer_index (const char *rest)
+{
+  static const char pre[] = "encoder.layers.";
+  if (strncmp (rest, pre, sizeof pre - 1) != 0)
+    return -1;
+  const char *d = rest + sizeof pre - 1, *e = d;
+  while (g_ascii_isdigit (*e))
+    e++;
+  if (e == d || *e != '.' || e - d > 9 || (e - d > 1 && *d == '0'))
+    return -1;
+  return g_ascii_strtoll (d, NULL, 10);
+}
 
-  /* The layers. */
+/* The layer count from the file's names: layers 0 ... N-1, no gap, at
+ * most MAX_LAYERS. */
+static SattnStatus
+whole_count_layers (Whole *W)
+{
+  const size_t lp = strlen (W->p);
+  gint64 top = -1;
+  for (size_t i = 0; i < W->f->n; i++)
+    if (strncmp (W->f->t[i].name, W->p, lp) == 0) {
+      gint64 k = layer_index (W->f->t[i].name + lp);
+      top = k > top ? k : top;
+    }
+  if (top < 0)
+    return whole_fail (W, SATTN_E_MISSING,
+                       "'%s%s' names a whole model but it has 0 encoder "
+                       "layers (no '%sencoder.layers.0.*'); a model needs at "
+                       "least one",
+                       W->p, W->net->conv ? "conv.weight" : "embed.weight",
+                       W->p);
+  if (top >= MAX_LAYERS)
+    return whole_fail (W, SATTN_E_FORMAT,
+                       "the model has %" G_GINT64_FORMAT " encoder layers "
+                       "('%sencoder.layers.%" G_GINT64_FORMAT ".*' is the "
+                       "last); sattn runs at most %d",
+                       top + 1, W->p, top, MAX_LAYERS);
+  uint8_t *seen = calloc ((size_t) top + 1, 1);
+  if (seen == NULL)
+    return whole_fail (W, SATTN_E_NOMEM, "out of memory");
+  for (size_t i = 0; i < W->f->n; i++)
+    if (strncmp (W->f->t[i].name, W->p, lp) == 0) {
+      gint64 k = layer_index (W->f->t[i].name + lp);
+      if (k >= 0)
+        seen[k] = 1;
+    }
+  gint64 gap = -1;
+  for (gint64 k = 0; k <= top && gap < 0; k++)
+    if (!seen[k])
+      gap = k;
+  free (seen);
+  if (gap >= 0)
+    return whole_fail (W, SATTN_E_FORMAT,
+                       "the model's encoder layers are numbered up to "
+                       "%" G_GINT64_FORMAT
+                       " but there is no layer %" G_GINT64_FORMAT " (no "
+                       "'%sencoder.layers.%" G_GINT64_FORMAT ".*'): layers "
+                       "must be numbered 0 ... N-1 without gaps",
+                       top, gap, W->p, gap);
+  W->net->n_layers = (size_t) top + 1;
+  return SATTN_OK;
+}
+
+static SattnStatus
+whole_layers (Whole *W)
+{
+  SattnNet *net = W->net;
+  char lp[64 + 512];
+  SattnStatus st = SATTN_OK;
   net->layer = calloc (net->n_layers, sizeof (SattnModel *));
-  if (net->layer == NULL) {
-    st = sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
-    goto fail;
-  }
-  SattnAttnReport ar0 = { 0 };
-  for (size_t i = 0; i < net->n_layers; i++) {
-    SattnConfig mc = lc;
+  W->layouts = calloc (net->n_layers, sizeof (SattnLayout));
+  if (net->layer == NULL || W->layouts == NULL)
+    return whole_fail (W, SATTN_E_NOMEM, "out of memory");
+  for (size_t i = 0; i < net->n_layers && st == SATTN_OK; i++) {
+    SattnConfig mc = W->lc;
     SattnWeights w = { 0 };
     SattnMhaWeights *mw = NULL;
     SattnLayerWeights *lw = NULL;
     SattnAttnReport ar = { 0 };
-    mc.d_model = D;
+    mc.d_model = net->d;
     mc.d_out = 0;
     mc.encoder = 0;
     mc.d_ff = 0;
-    g_snprintf (lp, sizeof lp, "%sencoder.layers.%zu.", p, i);
+    g_snprintf (lp, sizeof lp, "%sencoder.layers.%zu.", W->p, i);
     char *ap = join (lp, "self_attn.");
-    st = sattn_attn_weights_from_file (f, ap, 0, &mc, &w, &mw, &ar, err,
-                                       err_len);
+    st = sattn_attn_weights_from_file (W->f, ap, 0, &mc, &w, &mw, &ar, W->err,
+                                       W->err_len);
     if (st == SATTN_OK)
-      st = sattn_encoder_weights_from_file (f, lp, &mc, &w, &lw, err, err_len);
+      st = sattn_encoder_weights_from_file (W->f, lp, &mc, &w, &lw, W->err,
+                                            W->err_len);
     if (st == SATTN_OK)
-      st = sattn_model_check (&mc, &w, err, err_len);
+      st = sattn_model_check (&mc, &w, W->err, W->err_len);
     if (st == SATTN_OK &&
         (net->layer[i] = sattn_model_new (&mc, &w, &st)) == NULL)
-      sattn_fail (st, err, err_len, "layer %zu cannot be built: %s", i,
+      sattn_fail (st, W->err, W->err_len, "layer %zu cannot be built: %s", i,
                   sattn_status_string (st));
+    W->layouts[i] = ar.layout;
     if (i == 0)
-      ar0 = ar;
+      W->ar0 = ar;
     sattn_mha_weights_free (mw);
     sattn_layer_weights_free (lw);
     g_free (ap);
-    if (st != SATTN_OK)
-      goto fail;
   }
+  return st;
+}
 
-  /* The final norm and the head. */
-  if (has (f, p, "encoder.norm.weight") || has (f, p, "encoder.norm.bias")) {
-    net->final_norm = 1;
-    net->norm_eps = lc.norm_eps == 0.0 ? 1e-5 : lc.norm_eps;
-    if ((st = take_floats (f, p, "encoder.norm.weight", D, &net->norm_w, err,
-                           err_len)) != SATTN_OK ||
-        (st = take_floats (f, p, "encoder.norm.bias", D, &net->norm_b, err,
-                           err_len)) != SATTN_OK)
-      goto fail;
+/* ---- the layers' options (heads, sizes, scale, positions, ...) */
+
+/* A caller's choice against the file's value (bit in o->set). */
+static SattnStatus
+agree (Whole *W, unsigned bit, const char *prop, const char *key,
+       const char *const *words, int caller, int file)
+{
+  if (!(W->o->set & bit) || caller == file || caller < 0)
+    return SATTN_OK;
+  return whole_fail (W, SATTN_E_INVAL,
+                     "%s=%s but the model was exported with %s=%s (metadata "
+                     "'%s%s')",
+                     prop, words[caller], key, words[file], W->p, key);
+}
+
+static SattnStatus
+whole_sizes (Whole *W)
+{
+  static const char *const keys[] = { "num_heads", "head_dim", "value_dim" };
+  static const char *const props[] = { "heads", "head-dim", "value-dim" };
+  static const SattnMetaRange scale = { FLT_MIN, FLT_MAX, 0, 0 };
+  size_t *vals[] = { &W->lc.heads, &W->lc.d_head, &W->lc.d_value };
+  SattnStatus st;
+  int found;
+  for (size_t i = 0; i < 3; i++) {
+    uint64_t v = 0;
+    if ((st = sattn_meta_uint (&W->mp, keys[i], 1, 65536, &v, &found)) !=
+        SATTN_OK)
+      return st;
+    if (!found)
+      continue;
+    if (*vals[i] != 0 && *vals[i] != v)
+      return whole_fail (W, SATTN_E_SHAPE,
+                         "%s=%zu but the model was exported with "
+                         "%s=%" G_GUINT64_FORMAT " (metadata '%s%s')",
+                         props[i], *vals[i], keys[i], (guint64) v, W->p,
+                         keys[i]);
+    *vals[i] = (size_t) v;
   }
-  if (dims2 (f, p, "head.weight", &r, &c)) {
+  /* scale: a model trained with another score scale than 1/sqrt(d_head)
+   * (scale=1: unscaled) records it; a caller's nonzero scale must
+   * agree. */
+  double d = 0.0;
+  if ((st = sattn_meta_double (&W->mp, "scale", &scale, &d, &found)) !=
+      SATTN_OK)
+    return st;
+  if (found) {
+    if (W->lc.scale != 0.0f && W->lc.scale != (float) d)
+      return whole_fail (W, SATTN_E_INVAL,
+                         "scale=%g but the model was trained with scale=%g "
+                         "(metadata '%sscale'); use scale=0 to take the "
+                         "model's",
+                         (double) W->lc.scale, d, W->p);
+    W->lc.scale = (float) d;
+  }
+  if (W->lc.heads == 0 && W->lc.d_head == 0)
+    return heads_refused (W->p, W->net->d, W->err, W->err_len);
+  return SATTN_OK;
+}
+
+static SattnStatus
+whole_options (Whole *W)
+{
+  static const char *const pos_words[] = { "none", "rope", "rope-interleaved",
+                                           "alibi", "learned" };
+  static const char *const bools[] = { "false", "true" };
+  static const char *const pool_words[] = { "mean", "last", "max", "cls",
+                                            "attention" };
+  static const SattnMetaRange eps = { 0.0, INFINITY, 0, 1 };
+  static const SattnMetaRange base = { 1.0, INFINITY, 1, 1 };
+  SattnConfig *lc = &W->lc;
+  SattnNet *net = W->net;
+  SattnStatus st;
+  int found, v;
+  const int set_pos = (W->o->set & SATTN_SET_POSITIONS) != 0;
+
+  if ((st = whole_sizes (W)) != SATTN_OK)
+    return st;
+  v = (int) lc->positions;
+  if ((st = sattn_meta_word (&W->mp, "positions", pos_words, 5, &v, &found)) !=
+      SATTN_OK)
+    return st;
+  const int have_pos = has (W->f, W->p, "pos_embed");
+  if (!found && have_pos)
+    v = 4;
+  if (found && set_pos && (int) lc->positions != v)
+    return agree (W, SATTN_SET_POSITIONS, "positions", "positions", pos_words,
+                  (int) lc->positions, v);
+  if (v == 4 && !have_pos)
+    return whole_fail (W, SATTN_E_MISSING,
+                       "the model was exported with learned positions "
+                       "(metadata '%spositions') but has no tensor "
+                       "'%spos_embed'",
+                       W->p, W->p);
+  if (v != 4 && have_pos)
+    return whole_fail (W, SATTN_E_FORMAT,
+                       "the model has learned positions ('%spos_embed') but "
+                       "positions=%s",
+                       W->p, pos_words[v]);
+  W->learned = v == 4;
+  lc->positions = v == 4 ? SATTN_POSITIONS_NONE : (SattnPositions) v;
+  v = (int) lc->activation;
+  if ((st = sattn_meta_word (&W->mp, "activation", activation_words, 2, &v,
+                             &found)) != SATTN_OK ||
+      (found &&
+       (st = agree (W, SATTN_SET_ACTIVATION, "activation", "activation",
+                    activation_words, (int) lc->activation, v)) != SATTN_OK))
+    return st;
+  lc->activation = (SattnActivation) v;
+  v = lc->norm_first != 0;
+  if ((st = sattn_meta_bool (&W->mp, "norm_first", &v, &found)) != SATTN_OK ||
+      (found &&
+       (st = agree (W, SATTN_SET_NORM_FIRST, "norm-first", "norm_first", bools,
+                    lc->norm_first != 0, v)) != SATTN_OK))
+    return st;
+  lc->norm_first = v;
+  v = lc->causal != 0;
+  if ((st = sattn_meta_bool (&W->mp, "causal", &v, &found)) != SATTN_OK ||
+      (found && (st = agree (W, SATTN_SET_CAUSAL, "causal", "causal", bools,
+                             lc->causal != 0, v)) != SATTN_OK))
+    return st;
+  lc->causal = v;
+  double d = lc->norm_eps;
+  if ((st = sattn_meta_double (&W->mp, "norm_eps", &eps, &d, &found)) !=
+      SATTN_OK)
+    return st;
+  if (found) {
+    double mine = lc->norm_eps == 0.0 ? 1e-5 : lc->norm_eps;
+    if ((W->o->set & SATTN_SET_NORM_EPS) &&
+        fabs (mine - d) > 1e-9 * fmax (fabs (mine), fabs (d)))
+      return whole_fail (W, SATTN_E_INVAL,
+                         "norm-eps=%g but the model was exported with "
+                         "norm_eps=%g (metadata '%snorm_eps')",
+                         mine, d, W->p);
+    lc->norm_eps = d;
+  }
+  d = lc->rope_base;
+  if ((st = sattn_meta_double (&W->mp, "rope_base", &base, &d, &found)) !=
+      SATTN_OK)
+    return st;
+  if (found) {
+    double mine = lc->rope_base == 0.0 ? 10000.0 : lc->rope_base;
+    if ((W->o->set & SATTN_SET_ROPE_BASE) && mine != d)
+      return whole_fail (W, SATTN_E_INVAL,
+                         "rope-base=%g but the model was exported with "
+                         "rope_base=%g (metadata '%srope_base')",
+                         mine, d, W->p);
+    lc->rope_base = d;
+  }
+  v = SATTN_POOLING_MEAN;
+  if ((st = sattn_meta_word (&W->mp, "pooling", pool_words, 5, &v, NULL)) !=
+      SATTN_OK)
+    return st;
+  net->pooling = (SattnPooling) v;
+  if (net->cls != NULL && net->pooling != SATTN_POOLING_CLS)
+    return whole_fail (W, SATTN_E_FORMAT,
+                       "the model has a CLS token ('%scls_token') but pools "
+                       "its rows by %s; sattn runs a CLS token with its own "
+                       "row as the pooled one (pooling=cls)",
+                       W->p, pool_words[v]);
+  if (net->cls == NULL && net->pooling == SATTN_POOLING_CLS)
+    return whole_fail (W, SATTN_E_MISSING,
+                       "pooling=cls needs a CLS token ('%scls_token'), and "
+                       "the model has none",
+                       W->p);
+  v = SATTN_ACTIVATION_RELU;
+  if ((st = sattn_meta_word (&W->mp, "head_activation", activation_words, 2, &v,
+                             NULL)) != SATTN_OK)
+    return st;
+  net->head_act = (SattnActivation) v;
+  return SATTN_OK;
+}
+
+static SattnStatus
+whole_positions (Whole *W)
+{
+  SattnNet *net = W->net;
+  const size_t D = net->d;
+  if (!W->learned)
+    return SATTN_OK;
+  char *k = join (W->p, "pos_embed");
+  size_t n = sattn_tensor_file_numel (W->f, k);
+  g_free (k);
+  if (n == 0 || n % D != 0 || n / D <= net->lead)
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "tensor '%spos_embed' has %zu values, not a whole "
+                       "number of rows of d_model=%zu%s",
+                       W->p, n, D,
+                       net->lead ? " past the CLS token's row" : "");
+  const size_t dims[2] = { n / D, D };
+  net->max_window = n / D - net->lead;
+  return take_squeezed (W, "pos_embed", 2, dims, 1, &net->pos);
+}
+
+/* ---- after the layers: the final norm, the pooling, the head */
+
+static SattnStatus
+whole_tail (Whole *W)
+{
+  SattnNet *net = W->net;
+  const size_t D = net->d;
+  size_t r, c;
+  SattnStatus st;
+  if (has (W->f, W->p, "encoder.norm.weight") ||
+      has (W->f, W->p, "encoder.norm.bias")) {
+    net->final_norm = 1;
+    net->norm_eps = W->lc.norm_eps == 0.0 ? 1e-5 : W->lc.norm_eps;
+    if ((st = take_floats (W->f, W->p, "encoder.norm.weight", D, &net->norm_w,
+                           W->err, W->err_len)) != SATTN_OK ||
+        (st = take_floats (W->f, W->p, "encoder.norm.bias", D, &net->norm_b,
+                           W->err, W->err_len)) != SATTN_OK)
+      return st;
+  }
+  if (net->pooling == SATTN_POOLING_ATTENTION) {
+    const size_t dd[1] = { D }, one[1] = { 1 };
+    double *b = NULL;
+    if ((st = take_squeezed (W, "pool.weight", 1, dd, 1, &net->pool_w)) !=
+            SATTN_OK ||
+        (st = take_squeezed (W, "pool.bias", 1, one, 0, &b)) != SATTN_OK)
+      return st;
+    net->pool_b = b != NULL ? b[0] : 0.0;
+    free (b);
+  }
+  if (dims2 (W->f, W->p, "head.weight", &r, &c)) {
     net->classes = r;
-    if ((st = take (f, p, "head.weight", r, D, 1, 1, &net->head1_wt, err,
-                    err_len)) != SATTN_OK ||
-        (st = take (f, p, "head.bias", r, 0, 0, 0, &net->head1_b, err,
-                    err_len)) != SATTN_OK)
-      goto fail;
-  } else if (dims2 (f, p, "head.0.weight", &r, &c)) {
+    if ((st = take (W->f, W->p, "head.weight", r, D, 1, 1, &net->head1_wt,
+                    W->err, W->err_len)) != SATTN_OK ||
+        (st = take (W->f, W->p, "head.bias", r, 0, 0, 0, &net->head1_b, W->err,
+                    W->err_len)) != SATTN_OK)
+      return st;
+  } else if (dims2 (W->f, W->p, "head.0.weight", &r, &c)) {
     size_t r2, c2;
     net->hidden = r;
-    if (!dims2 (f, p, "head.2.weight", &r2, &c2)) {
-      st = sattn_fail (SATTN_E_MISSING, err, err_len,
-                       "the model's MLP head "
-                       "has '%shead.0.weight' but no '%shead.2.weight'",
-                       p, p);
-      goto fail;
-    }
+    if (!dims2 (W->f, W->p, "head.2.weight", &r2, &c2))
+      return whole_fail (W, SATTN_E_MISSING,
+                         "the model's MLP head has '%shead.0.weight' but no "
+                         "'%shead.2.weight'",
+                         W->p, W->p);
     net->classes = r2;
-    if ((st = take (f, p, "head.0.weight", r, D, 1, 1, &net->head1_wt, err,
-                    err_len)) != SATTN_OK ||
-        (st = take (f, p, "head.0.bias", r, 0, 0, 0, &net->head1_b, err,
-                    err_len)) != SATTN_OK ||
-        (st = take (f, p, "head.2.weight", r2, r, 1, 1, &net->head2_wt, err,
-                    err_len)) != SATTN_OK ||
-        (st = take (f, p, "head.2.bias", r2, 0, 0, 0, &net->head2_b, err,
-                    err_len)) != SATTN_OK)
-      goto fail;
-  } else if (has (f, p, "head.weight") || has (f, p, "head.0.weight")) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
-                     "the model's head "
-                     "('%shead.*') must be 2-D float matrices",
-                     p);
-    goto fail;
+    if ((st = take (W->f, W->p, "head.0.weight", r, D, 1, 1, &net->head1_wt,
+                    W->err, W->err_len)) != SATTN_OK ||
+        (st = take (W->f, W->p, "head.0.bias", r, 0, 0, 0, &net->head1_b,
+                    W->err, W->err_len)) != SATTN_OK ||
+        (st = take (W->f, W->p, "head.2.weight", r2, r, 1, 1, &net->head2_wt,
+                    W->err, W->err_len)) != SATTN_OK ||
+        (st = take (W->f, W->p, "head.2.bias", r2, 0, 0, 0, &net->head2_b,
+                    W->err, W->err_len)) != SATTN_OK)
+      return st;
+  } else if (has (W->f, W->p, "head.weight") ||
+             has (W->f, W->p, "head.0.weight")) {
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "the model's head ('%shead.*') must be 2-D float "
+                       "matrices",
+                       W->p);
   }
-  if (net->classes == 0 && (net->head1_wt != NULL)) {
-    st = sattn_fail (SATTN_E_SHAPE, err, err_len,
-                     "the model's head has 0 "
-                     "classes");
-    goto fail;
+  if (net->classes == 0 && net->head1_wt != NULL)
+    return whole_fail (W, SATTN_E_SHAPE, "the model's head has 0 classes");
+  return SATTN_OK;
+}
+
+/* ---- every tensor used */
+
+/* Whether the model just built reads the tensor called p + rest. */
+static int
+whole_reads (const Whole *W, const char *rest)
+{
+  static const char *const layer_names[] = { "linear1.weight", "linear1.bias",
+                                             "linear2.weight", "linear2.bias",
+                                             "norm1.weight",   "norm1.bias",
+                                             "norm2.weight",   "norm2.bias" };
+  const SattnNet *net = W->net;
+  const struct {
+    const char *name;
+    int reads;
+  } parts[] = {
+    { "standardize.mean", W->had_std },
+    { "standardize.std", W->had_std },
+    { "embed.weight", !net->conv },
+    { "embed.bias", !net->conv },
+    { "conv.weight", net->conv },
+    { "conv.bias", net->conv },
+    { "cls_token", net->cls != NULL },
+    { "pos_embed", net->pos != NULL },
+    { "encoder.norm.weight", net->final_norm },
+    { "encoder.norm.bias", net->final_norm },
+    { "pool.weight", net->pooling == SATTN_POOLING_ATTENTION },
+    { "pool.bias", net->pooling == SATTN_POOLING_ATTENTION },
+    { "head.weight", net->classes > 0 && net->hidden == 0 },
+    { "head.bias", net->classes > 0 && net->hidden == 0 },
+    { "head.0.weight", net->hidden > 0 },
+    { "head.0.bias", net->hidden > 0 },
+    { "head.2.weight", net->hidden > 0 },
+    { "head.2.bias", net->hidden > 0 },
+    { "contract.pooled_mean", net->pooled_mean != NULL },
+    { "contract.pooled_std", net->pooled_mean != NULL },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS (parts); i++)
+    if (strcmp (rest, parts[i].name) == 0)
+      return parts[i].reads;
+  gint64 k = layer_index (rest);
+  if (k < 0 || (size_t) k >= net->n_layers)
+    return 0;
+  const char *in = strchr (rest + strlen ("encoder.layers."), '.') + 1;
+  for (size_t i = 0; i < G_N_ELEMENTS (layer_names); i++)
+    if (strcmp (in, layer_names[i]) == 0)
+      return 1;
+  return strncmp (in, "self_attn.", 10) == 0 &&
+         sattn_io_layout_reads (W->layouts[k], in + 10);
+}
+
+static SattnStatus
+whole_strict (Whole *W)
+{
+  const size_t lp = strlen (W->p);
+  GString *s = g_string_new (NULL);
+  size_t unused = 0;
+  ShowBuf sb;
+  for (size_t i = 0; i < W->f->n; i++) {
+    const char *name = W->f->t[i].name;
+    if (strncmp (name, W->p, lp) != 0 || whole_reads (W, name + lp))
+      continue;
+    if (unused < 8)
+      g_string_append_printf (s, "%s'%s'", unused ? ", " : "",
+                              sattn_io_show (&sb, name));
+    unused++;
   }
-  if ((st = take_meta (f, p, net, err, err_len)) != SATTN_OK ||
-      (st = take_labels (f, p, net, err, err_len)) != SATTN_OK)
+  SattnStatus st = SATTN_OK;
+  if (unused > 0)
+    st = whole_fail (W, SATTN_E_FORMAT,
+                     "the file holds %zu tensor%s under prefix '%s' that this "
+                     "model would not use: %s%s; sattn runs every tensor of a "
+                     "whole model or refuses it (a model holds a front end, "
+                     "encoder.layers.0 ... N-1, and optional standardize, "
+                     "cls_token, pos_embed, encoder.norm, pool, head and "
+                     "contract tensors: docs/models.md)",
+                     unused, unused == 1 ? "" : "s", W->p, s->str,
+                     unused > 8 ? " ..." : "");
+  g_string_free (s, TRUE);
+  return st;
+}
+
+static SattnStatus
+load_whole (const SattnTensorFile *f, const char *p, const SattnLoadOptions *o,
+            SattnModel **out, SattnLoadReport *rep, char *err, size_t err_len)
+{
+  Whole W = {
+    .f = f, .p = p, .o = o, .lc = o->cfg, .err = err, .err_len = err_len
+  };
+  SattnStatus st = SATTN_OK;
+  W.mp = (SattnMeta){ f, p, err, err_len };
+  if ((W.net = calloc (1, sizeof (SattnNet))) == NULL)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+  SattnNet *net = W.net;
+
+  /* The prefix holds a whole model and nothing else. */
+  for (size_t i = 0; i < G_N_ELEMENTS (module_marks) && st == SATTN_OK; i++)
+    if (has (f, p, module_marks[i]))
+      st = whole_fail (&W, SATTN_E_FORMAT,
+                       "prefix '%s' holds a whole model (%sembed.weight or "
+                       "%sconv.weight, %sencoder.layers.*) and also '%s%s', "
+                       "another module's tensor; a prefix must name one "
+                       "module (pass the prefix of the one to run)",
+                       p, p, p, p, p, module_marks[i]);
+  if (st != SATTN_OK || (st = whole_front (&W)) != SATTN_OK ||
+      (st = whole_count_layers (&W)) != SATTN_OK ||
+      (st = whole_options (&W)) != SATTN_OK ||
+      (st = whole_positions (&W)) != SATTN_OK ||
+      (st = whole_layers (&W)) != SATTN_OK ||
+      (st = whole_tail (&W)) != SATTN_OK ||
+      (st = whole_contract_check (&W)) != SATTN_OK ||
+      (st = take_meta (f, p, net, err, err_len)) != SATTN_OK ||
+      (st = take_labels (f, p, net, err, err_len)) != SATTN_OK ||
+      (st = whole_strict (&W)) != SATTN_OK)
     goto fail;
 
-  m = calloc (1, sizeof (*m));
+  SattnModel *m = calloc (1, sizeof (*m));
   if (m == NULL) {
     st = sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto fail;
   }
   const SattnModel *l0 = net->layer[0];
   m->cfg = l0->cfg;
-  m->cfg.d_model = F;
-  m->cfg.d_out = D;
+  m->cfg.d_model = net->d_frame;
+  m->cfg.d_out = net->d;
   m->dq = l0->dq;
   m->dv = l0->dv;
-  m->d_out = D;
+  m->d_out = net->d;
   m->net = net;
   *out = m;
   rep->kind = SATTN_MODEL_WHOLE;
-  rep->layout = ar0.layout;
-  rep->heads_from = meta (f, p, "num_heads") != NULL && o->cfg.heads == 0
+  rep->layout = W.ar0.layout;
+  rep->heads_from = sattn_meta_value (&W.mp, "num_heads") != NULL &&
+                            o->cfg.heads == 0
                         ? SATTN_FROM_METADATA
-                        : ar0.heads_from;
+                        : W.ar0.heads_from;
   rep->layers = net->n_layers;
   rep->encoder = 1;
-  rep->out_proj = ar0.out_proj;
+  rep->out_proj = W.ar0.out_proj;
   rep->classes = net->classes;
+  free (W.layouts);
   return SATTN_OK;
 
 fail:
+  free (W.layouts);
   sattn_net_free (net);
   return st;
 }
-
 /* --------------------------------------------------------------- entry */
 
 SattnStatus
@@ -812,7 +1322,7 @@ sattn_model_load_tensors (const SattnTensorFile *f, const char *prefix,
   char *p = sattn_attn_prefix (NULL, prefix);
   if (p == NULL)
     return sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
-  if (has (f, p, "embed.weight"))
+  if (has (f, p, "embed.weight") || has (f, p, "conv.weight"))
     st = load_whole (f, p, &o, out, &rep, err, err_len);
   else
     st = load_layer (f, prefix, &o, out, &rep, err, err_len);

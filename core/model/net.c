@@ -41,6 +41,14 @@ sattn_net_free (SattnNet *net)
   free (net->layer);
   free (net->embed_wt);
   free (net->embed_b);
+  free (net->std_mean);
+  free (net->std_std);
+  free (net->conv_wt);
+  free (net->conv_b);
+  free (net->cls);
+  free (net->pool_w);
+  free (net->pooled_mean);
+  free (net->pooled_std);
   free (net->pos);
   free (net->norm_w);
   free (net->norm_b);
@@ -101,6 +109,31 @@ sattn_model_pooling (const SattnModel *m)
   return m != NULL && m->net != NULL ? m->net->pooling : SATTN_POOLING_MEAN;
 }
 
+void
+sattn_model_contract (const SattnModel *m, SattnModelContract *out)
+{
+  if (out == NULL)
+    return;
+  if (m == NULL || m->net == NULL)
+    memset (out, 0, sizeof (*out));
+  else
+    *out = m->net->contract;
+}
+
+double
+sattn_net_pooled_z (const SattnModel *m, const double *p)
+{
+  const SattnNet *net = m->net;
+  if (net->pooled_mean == NULL)
+    return NAN;
+  double sum = 0.0;
+  for (size_t t = 0; t < net->d; t++) {
+    const double u = (p[t] - net->pooled_mean[t]) / net->pooled_std[t];
+    sum += u * u;
+  }
+  return sqrt (sum / (double) net->d);
+}
+
 const char *
 sattn_model_metadata (const SattnModel *m, const char *key)
 {
@@ -141,6 +174,7 @@ sattn_net_block_free (SattnNetBlock *b)
   free (b->hidden);
   free (b->logits);
   free (b->usable);
+  free (b->z);
   free (b);
 }
 
@@ -174,9 +208,9 @@ sattn_net_block_bytes (const SattnModel *m, size_t n, size_t max_windows,
                          sattn_size_add (sattn_size_mul (n, n + extra), ls)));
   size_t b = sattn_size_mul (f, sizeof (float));
   b = sattn_size_add (b, sizeof (SattnNetBlock) + 2 * R);
-  b = sattn_size_add (b, sattn_size_mul (max_windows, sizeof (SattnStats) +
-                                                          sizeof (size_t) +
-                                                          D * sizeof (double)));
+  b = sattn_size_add (b, sattn_size_mul (max_windows,
+                                         sizeof (SattnStats) + sizeof (size_t) +
+                                             (D + 1) * sizeof (double)));
   return sattn_size_add (b, (net->hidden + net->classes + 2) * sizeof (double));
 }
 
@@ -197,6 +231,7 @@ sattn_net_block_new (const SattnModel *m, size_t n, size_t max_windows,
   widest (net, &dq, &dv, &extra, &ls);
   const size_t R = n * max_windows;
   b->n = n;
+  b->lead = net->lead;
   b->max_windows = max_windows;
   b->rows = R;
   b->pool = pool;
@@ -218,11 +253,12 @@ sattn_net_block_new (const SattnModel *m, size_t n, size_t max_windows,
   b->stats = calloc (max_windows, sizeof (SattnStats));
   b->pooled = malloc (max_windows * D * sizeof (double));
   b->usable = calloc (max_windows, sizeof (size_t));
+  b->z = malloc (max_windows * sizeof (double));
   b->hidden = malloc ((net->hidden + 1) * sizeof (double));
   b->logits = malloc ((net->classes + 1) * sizeof (double));
   if (!b->x || !b->y || !b->kok || !b->qok || !b->q || !b->k || !b->v ||
       !b->o || !b->xn || !b->kt || !b->S || !b->lscr || !b->stats ||
-      !b->pooled || !b->usable || !b->hidden || !b->logits) {
+      !b->pooled || !b->usable || !b->z || !b->hidden || !b->logits) {
     sattn_net_block_free (b);
     return NULL;
   }
@@ -232,7 +268,7 @@ sattn_net_block_new (const SattnModel *m, size_t n, size_t max_windows,
 int
 sattn_net_frame_reuse (const SattnModel *m)
 {
-  return m->net != NULL && m->net->pos == NULL;
+  return m->net != NULL && m->net->pos == NULL && !m->net->per_window;
 }
 
 /* The windows [w0, w1) of a block through every layer, on one thread
@@ -389,6 +425,77 @@ windows_task (void *ctx, size_t task, unsigned worker)
   }
 }
 
+/* One window's pooled row (D doubles) from its rows x (n of D floats,
+ * the first lead of them the CLS's), kok their usability; returns the
+ * usable frame rows (0 when the pooled row is not valid: no usable frame
+ * row, or a CLS row that is not usable). */
+static size_t
+pool_window (const SattnNet *net, const float *x, const uint8_t *kok, size_t n,
+             size_t lead, SattnPooling pooling, double *pooled)
+{
+  const size_t D = net->d;
+  size_t usable = 0, last = 0;
+  for (size_t i = lead; i < n; i++)
+    if (kok[i]) {
+      usable++;
+      last = i;
+    }
+  memset (pooled, 0, D * sizeof (double));
+  if (usable == 0 || (pooling == SATTN_POOLING_CLS && !kok[0]))
+    return 0;
+  switch (pooling) {
+    case SATTN_POOLING_LAST:
+      for (size_t t = 0; t < D; t++)
+        pooled[t] = (double) x[last * D + t];
+      break;
+    case SATTN_POOLING_CLS:
+      for (size_t t = 0; t < D; t++)
+        pooled[t] = (double) x[t];
+      break;
+    case SATTN_POOLING_MAX:
+      for (size_t t = 0; t < D; t++)
+        pooled[t] = -INFINITY;
+      for (size_t i = lead; i < n; i++)
+        for (size_t t = 0; kok[i] && t < D; t++)
+          pooled[t] = fmax (pooled[t], (double) x[i * D + t]);
+      break;
+    case SATTN_POOLING_ATTENTION: {
+      /* softmax over the usable rows of the learned query's scores, the
+       * largest subtracted; weights and sums in double */
+      double mx = -INFINITY, sum = 0.0;
+      for (size_t i = lead; i < n; i++)
+        if (kok[i]) {
+          double sc = net->pool_b;
+          for (size_t t = 0; t < D; t++)
+            sc += net->pool_w[t] * (double) x[i * D + t];
+          mx = sc > mx ? sc : mx;
+        }
+      for (size_t i = lead; i < n; i++) {
+        if (!kok[i])
+          continue;
+        double sc = net->pool_b;
+        for (size_t t = 0; t < D; t++)
+          sc += net->pool_w[t] * (double) x[i * D + t];
+        const double wgt = exp (sc - mx);
+        sum += wgt;
+        for (size_t t = 0; t < D; t++)
+          pooled[t] += wgt * (double) x[i * D + t];
+      }
+      for (size_t t = 0; t < D; t++)
+        pooled[t] /= sum;
+      break;
+    }
+    default:
+      for (size_t i = lead; i < n; i++)
+        for (size_t t = 0; kok[i] && t < D; t++)
+          pooled[t] += (double) x[i * D + t];
+      for (size_t t = 0; t < D; t++)
+        pooled[t] /= (double) usable;
+      break;
+  }
+  return usable;
+}
+
 void
 sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
                      int l0_ready, float *weights, size_t wwin, int stats,
@@ -432,32 +539,12 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
   float *a = net->n_layers % 2 ? b->y : b->x;
   *out = a;
 
-  /* Pooling per window, over its usable rows in order. */
+  /* Pooling per window, over its usable frame rows in order. */
   for (size_t w = 0; w < nw; w++) {
-    const float *x = a + w * n * D;
-    const uint8_t *kok = b->kok + w * n;
-    double *pooled = b->pooled + w * D;
-    size_t usable = 0;
-    for (size_t i = 0; i < n; i++)
-      usable += kok[i] != 0;
-    b->usable[w] = usable;
-    memset (pooled, 0, D * sizeof (double));
-    if (usable == 0)
-      continue;
-    if (pooling == SATTN_POOLING_LAST) {
-      size_t i = n;
-      while (!kok[i - 1])
-        i--;
-      for (size_t t = 0; t < D; t++)
-        pooled[t] = (double) x[(i - 1) * D + t];
-    } else {
-      for (size_t i = 0; i < n; i++)
-        if (kok[i])
-          for (size_t t = 0; t < D; t++)
-            pooled[t] += (double) x[i * D + t];
-      for (size_t t = 0; t < D; t++)
-        pooled[t] /= (double) usable;
-    }
+    b->usable[w] = pool_window (net, a + w * n * D, b->kok + w * n, n, b->lead,
+                                pooling, b->pooled + w * D);
+    b->z[w] = b->usable[w] > 0 ? sattn_net_pooled_z (m, b->pooled + w * D)
+                               : NAN;
   }
 }
 
@@ -512,22 +599,15 @@ sattn_net_classify (const SattnModel *m, SattnNetBlock *b, const double *pooled,
   return 1;
 }
 
-SattnStatus
-sattn_net_attend (const SattnModel *m, const float *x, size_t n,
-                  const SattnMask *mask, float *out, float *weights,
-                  SattnStats *stats)
+/* The one-shot window's rows into block window 0 from frames x (n × F)
+ * and the key mask, through the front end kept per frame (e: n × D
+ * doubles scratch). */
+static void
+attend_rows_kept (const SattnModel *m, SattnNetBlock *b, const float *x,
+                  size_t n, const SattnMask *mask, double *e)
 {
   const SattnNet *net = m->net;
   const size_t F = net->d_frame, D = net->d;
-  if (net->pos != NULL && n > net->max_window)
-    return SATTN_E_SHAPE;
-  SattnNetBlock *b = sattn_net_block_new (m, n, 1, NULL);
-  double *e = malloc (n * D * sizeof (double));
-  if (b == NULL || e == NULL) {
-    sattn_net_block_free (b);
-    free (e);
-    return SATTN_E_NOMEM;
-  }
   /* Every frame's embedding in one product (rows with non-finite samples
    * are not read). */
   sattn_net_embed (m, x, n, e);
@@ -546,23 +626,87 @@ sattn_net_attend (const SattnModel *m, const float *x, size_t n,
     if (!ok)
       memset (xr, 0, D * sizeof (float));
     b->kok[i] = (uint8_t) ok;
-    if (stats) {
-      stats->masked_keys += !ok;
-      stats->invalid_frames += !ok;
+  }
+}
+
+/* The same through a per-window front end (scratch: n (F + 2) + the
+ * front end's doubles, ok: n bytes). */
+static void
+attend_rows_window (const SattnModel *m, SattnNetBlock *b, const float *x,
+                    size_t n, const SattnMask *mask, double *scratch,
+                    uint8_t *ok)
+{
+  const size_t F = m->net->d_frame;
+  double *xs = scratch, *ss = xs + n * F, *raw = ss + n;
+  for (size_t i = 0; i < n; i++) {
+    ok[i] = (mask == NULL || mask->key_valid == NULL || mask->key_valid[i]) &&
+            sattn_finite (x + i * F, F) &&
+            sattn_net_standardize (m, x + i * F, xs + i * F, ss + i, raw + i);
+    if (!ok[i]) {
+      memset (xs + i * F, 0, F * sizeof (double));
+      ss[i] = 0.0;
     }
+  }
+  sattn_net_front_window (m, xs, ss, ok, n, b->x, b->kok, raw + n, NULL);
+}
+
+SattnStatus
+sattn_net_attend (const SattnModel *m, const float *x, size_t n,
+                  const SattnMask *mask, float *out, float *weights,
+                  SattnStats *stats)
+{
+  const SattnNet *net = m->net;
+  const size_t F = net->d_frame, D = net->d, L = net->lead;
+  if (net->pos != NULL && n > net->max_window)
+    return SATTN_E_SHAPE;
+  SattnNetBlock *b = sattn_net_block_new (m, n + L, 1, NULL);
+  const size_t nscr = net->per_window
+                          ? sattn_size_add (sattn_size_mul (n, F + 2),
+                                            sattn_net_front_scratch (m, n))
+                          : sattn_size_mul (n, D);
+  double *e = nscr < SIZE_MAX / sizeof (double)
+                  ? malloc (nscr * sizeof (double))
+                  : NULL;
+  uint8_t *ok = malloc (n + 1);
+  /* With a CLS row the last layer's weights are (n + 1) x (n + 1) per
+   * head; the caller's n x n are the frames' rows and columns. */
+  const size_t H = m->cfg.heads;
+  float *wl = weights != NULL && L > 0
+                  ? malloc (
+                        sattn_size_mul (H * (n + L), (n + L) * sizeof (float)))
+                  : NULL;
+  if (b == NULL || e == NULL || ok == NULL ||
+      (weights != NULL && L > 0 && wl == NULL)) {
+    sattn_net_block_free (b);
+    free (e);
+    free (ok);
+    free (wl);
+    return SATTN_E_NOMEM;
+  }
+  if (net->per_window)
+    attend_rows_window (m, b, x, n, mask, e, ok);
+  else
+    attend_rows_kept (m, b, x, n, mask, e);
+  for (size_t i = 0; stats && i < n; i++) {
+    stats->masked_keys += !b->kok[L + i];
+    stats->invalid_frames += !b->kok[L + i];
   }
   /* The attention's statistics summed into the caller's, row after row
    * (as for any window). */
   float *rows;
   if (stats)
     b->stats[0] = *stats;
-  sattn_net_block_run (m, b, 1, 0, weights, 0, stats != NULL, net->pooling,
-                       &rows);
+  sattn_net_block_run (m, b, 1, 0, wl != NULL ? wl : weights, 0, stats != NULL,
+                       net->pooling, &rows);
   if (stats)
     *stats = b->stats[0];
+  for (size_t h = 0; wl != NULL && h < H; h++)
+    for (size_t i = 0; i < n; i++)
+      memcpy (weights + (h * n + i) * n,
+              wl + (h * (n + L) + L + i) * (n + L) + L, n * sizeof (float));
   for (size_t i = 0; i < n; i++) {
-    if (b->kok[i])
-      memcpy (out + i * D, rows + i * D, D * sizeof (float));
+    if (b->kok[L + i])
+      memcpy (out + i * D, rows + (L + i) * D, D * sizeof (float));
     else
       memset (out + i * D, 0, D * sizeof (float));
   }
@@ -572,5 +716,7 @@ sattn_net_attend (const SattnModel *m, const float *x, size_t n,
   }
   sattn_net_block_free (b);
   free (e);
+  free (ok);
+  free (wl);
   return SATTN_OK;
 }

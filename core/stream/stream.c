@@ -839,11 +839,45 @@ sattn_inc_next_chunk (const SattnStream *s, uint64_t left)
   return (size_t) (cnt < room ? cnt : room);
 }
 
+/* Rows of a stream whose windows have no contract: in it, no figures. */
+static void
+checks_none (SattnRowCheck *checks, size_t rows)
+{
+  for (size_t i = 0; checks != NULL && i < rows; i++) {
+    memset (checks + i, 0, sizeof (*checks));
+    checks[i].in_contract = 1;
+    checks[i].input_rms = NAN;
+    checks[i].pooled_z = NAN;
+  }
+}
+
 SattnStatus
 sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
                    const uint8_t *valid, float *out, size_t out_rows,
                    SattnRowInfo *info, size_t *n_rows)
 {
+  return sattn_stream_push_checked (s, frames, n_frames, valid, out, out_rows,
+                                    info, NULL, n_rows);
+}
+
+SattnStatus
+sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
+                    SattnRowInfo *info, size_t *n_rows)
+{
+  return sattn_stream_drain_checked (s, out, out_rows, info, NULL, n_rows);
+}
+
+static SattnStatus inc_push (SattnStream *s, const float *frames,
+                             size_t n_frames, const uint8_t *valid, float *out,
+                             SattnRowInfo *info, size_t *n_rows);
+
+SattnStatus
+sattn_stream_push_checked (SattnStream *s, const float *frames, size_t n_frames,
+                           const uint8_t *valid, float *out, size_t out_rows,
+                           SattnRowInfo *info, SattnRowCheck *checks,
+                           size_t *n_rows)
+{
+  size_t k = 0;
   if (n_rows)
     *n_rows = 0;
   if (s == NULL || (frames == NULL && n_frames > 0))
@@ -853,15 +887,23 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
     return SATTN_E_INVAL;
   if (out_rows < need)
     return SATTN_E_SPACE;
+  SattnStatus st;
   if (s->pw != NULL) {
-    size_t k = 0;
-    SattnStatus pst = sattn_pw_push (s->pw, frames, n_frames, valid, out, info,
-                                     &k);
-    if (n_rows)
-      *n_rows = k;
-    return pst;
+    st = sattn_pw_push (s->pw, frames, n_frames, valid, out, info, checks, &k);
+  } else {
+    st = inc_push (s, frames, n_frames, valid, out, info, &k);
+    checks_none (checks, k);
   }
+  if (n_rows)
+    *n_rows = k;
+  return st;
+}
 
+/* The incremental executor's push (arguments checked). */
+static SattnStatus
+inc_push (SattnStream *s, const float *frames, size_t n_frames,
+          const uint8_t *valid, float *out, SattnRowInfo *info, size_t *n_rows)
+{
   const size_t d = s->m->cfg.d_model, n = s->n;
   const size_t rf = sattn_stream_row_floats (s);
   size_t produced = 0;
@@ -919,9 +961,12 @@ sattn_stream_push (SattnStream *s, const float *frames, size_t n_frames,
 }
 
 SattnStatus
-sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
-                    SattnRowInfo *info, size_t *n_rows)
+sattn_stream_drain_checked (SattnStream *s, float *out, size_t out_rows,
+                            SattnRowInfo *info, SattnRowCheck *checks,
+                            size_t *n_rows)
 {
+  size_t k = 0;
+  SattnStatus st = SATTN_OK;
   if (n_rows)
     *n_rows = 0;
   if (s == NULL)
@@ -934,16 +979,14 @@ sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
   if (out_rows < need)
     return SATTN_E_SPACE;
   if (s->pw != NULL) {
-    size_t k = 0;
-    SattnStatus pst = sattn_pw_drain (s->pw, out, info, &k);
-    if (n_rows)
-      *n_rows = k;
-    return pst;
+    st = sattn_pw_drain (s->pw, out, info, checks, &k);
+  } else {
+    k = sattn_inc_emit_window (s, out, info);
+    checks_none (checks, k);
   }
-  size_t produced = sattn_inc_emit_window (s, out, info);
   if (n_rows)
-    *n_rows = produced;
-  return SATTN_OK;
+    *n_rows = k;
+  return st;
 }
 
 void

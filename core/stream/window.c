@@ -57,6 +57,14 @@ struct SattnPw {
    * floats per slot). */
   int reuse;
   float *xf, *q0, *k0, *v0, *xn;
+  /* A front end that depends on the window (net->per_window): each
+   * slot's standardised frame (xs, F doubles; zeros when unusable) and
+   * its sum of squares (ss); one window gathered (wxs, wss, wok) and the
+   * front end's scratch (fscr). */
+  double *xs, *ss, *wxs, *wss, *wraw, *fscr;
+  uint8_t *wok;
+  double *raw;   /* cap: each slot's sum of x^2, the contract's input RMS */
+  size_t bn;     /* block rows per window: the model's lead rows + n */
   double *stage; /* STAGE × D: the embedding of stored frames */
   double *ezero; /* D: the embedding of a zero frame */
   float *zero;   /* F zeros */
@@ -124,11 +132,20 @@ sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
 {
   const SattnNet *net = m->net;
   const size_t n = sc->window, D = net->d, B = block_windows (n);
-  const size_t cap = ring_slots (n, sc->hop);
+  const size_t cap = ring_slots (n, sc->hop), F = net->d_frame;
+  const size_t bn = n + net->lead;
   const unsigned T = sattn_resolve_threads (sc->threads);
-  size_t b = sizeof (SattnPw) + cap;
+  size_t b = sizeof (SattnPw) + cap + n;
   const SattnModel *l0 = net->layer[0];
-  if (sattn_net_frame_reuse (m))
+  b = sattn_size_add (b, sattn_size_mul (cap, sizeof (double)));
+  if (net->per_window)
+    b = sattn_size_add (
+        b,
+        sattn_size_mul (
+            sattn_size_add (sattn_size_mul (sattn_size_add (cap, n), F + 1),
+                            sattn_size_add (n, sattn_net_front_scratch (m, n))),
+            sizeof (double)));
+  else if (sattn_net_frame_reuse (m))
     b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D + 2 * l0->dq +
                                                                     l0->dv),
                                            sizeof (float)));
@@ -142,9 +159,9 @@ sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
                       sattn_size_mul (B, sizeof (uint64_t) + sizeof (uint32_t) +
                                              sizeof (size_t)));
   if (sc->keep_weights)
-    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (m->cfg.heads, n),
-                                           n * sizeof (float)));
-  b = sattn_size_add (b, sattn_net_block_bytes (m, n, B, T));
+    b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (m->cfg.heads, bn),
+                                           bn * sizeof (float)));
+  b = sattn_size_add (b, sattn_net_block_bytes (m, bn, B, T));
   return T > 1 ? sattn_size_add (b, sattn_pool_bytes (T)) : b;
 }
 
@@ -160,6 +177,14 @@ sattn_pw_free (SattnPw *s)
   free (s->k0);
   free (s->v0);
   free (s->xn);
+  free (s->xs);
+  free (s->ss);
+  free (s->wxs);
+  free (s->wss);
+  free (s->wraw);
+  free (s->wok);
+  free (s->fscr);
+  free (s->raw);
   free (s->stage);
   free (s->ezero);
   free (s->zero);
@@ -199,6 +224,7 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   s->net = net;
   s->sc = *sc;
   s->n = n;
+  s->bn = n + net->lead;
   s->h = sc->hop;
   s->max_windows = block_windows (n);
   s->cap = ring_slots (n, sc->hop);
@@ -213,9 +239,19 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   s->usable_in = malloc (s->max_windows * sizeof (uint32_t));
   s->bidx = malloc (s->max_windows * sizeof (size_t));
   if (sc->keep_weights)
-    s->wkeep = calloc (m->cfg.heads * n * n, sizeof (float));
+    s->wkeep = calloc (m->cfg.heads * s->bn * s->bn, sizeof (float));
   s->reuse = sattn_net_frame_reuse (m);
-  if (s->reuse) {
+  s->raw = calloc (s->cap, sizeof (double));
+  s->wraw = malloc (n * sizeof (double));
+  s->wok = malloc (n);
+  if (net->per_window) {
+    const size_t F = net->d_frame;
+    s->xs = calloc (s->cap * F, sizeof (double));
+    s->ss = calloc (s->cap, sizeof (double));
+    s->wxs = malloc (n * F * sizeof (double));
+    s->wss = malloc (n * sizeof (double));
+    s->fscr = malloc (sattn_net_front_scratch (m, n) * sizeof (double));
+  } else if (s->reuse) {
     const SattnModel *l0 = net->layer[0];
     s->xf = calloc (s->cap * D, sizeof (float));
     s->q0 = calloc (s->cap * l0->dq, sizeof (float));
@@ -228,11 +264,15 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   if (T > 1)
     s->pool = sattn_pool_new (T);
   if (T <= 1 || s->pool != NULL)
-    s->blk = sattn_net_block_new (m, n, s->max_windows, s->pool);
+    s->blk = sattn_net_block_new (m, s->bn, s->max_windows, s->pool);
   if (!s->ok || !s->stage || !s->ezero || !s->zero || !s->ends ||
       !s->usable_in || !s->bidx || !s->blk || (sc->keep_weights && !s->wkeep) ||
-      (s->reuse && (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn)) ||
-      (!s->reuse && !s->emb)) {
+      !s->raw || !s->wraw || !s->wok ||
+      (net->per_window &&
+       (!s->xs || !s->ss || !s->wxs || !s->wss || !s->fscr)) ||
+      (!net->per_window && s->reuse &&
+       (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn)) ||
+      (!net->per_window && !s->reuse && !s->emb)) {
     sattn_pw_free (s);
     return NULL;
   }
@@ -292,6 +332,52 @@ slot_of (const SattnPw *s, uint64_t f)
   return (size_t) (f % s->cap);
 }
 
+/* A frame's fault under the frame rule, before any policy: flagged (or
+ * no data), non-finite samples, or a front end that overflows (the
+ * embedding er of D doubles, or the standardised sums). */
+static SattnFrameFault
+frame_fault (const SattnNet *net, const float *x, const uint8_t *valid,
+             size_t i, const double *er, int sums_ok)
+{
+  const size_t F = net->d_frame, D = net->d;
+  if (x == NULL || (valid != NULL && !valid[i]))
+    return SATTN_FRAME_FLAGGED;
+  if (!sattn_finite (x + i * F, F))
+    return SATTN_FRAME_NONFINITE;
+  if (!sums_ok)
+    return SATTN_FRAME_OVERFLOW;
+  for (size_t t = 0; er != NULL && t < D; t++)
+    if (!isfinite (er[t]) || fabs (er[t]) > 3.4028234663852886e38)
+      return SATTN_FRAME_OVERFLOW;
+  return SATTN_FRAME_OK;
+}
+
+/* Slot `slot` of a per-window front end from frame x (NULL: unusable,
+ * zeros); returns whether its sums are finite. */
+static int
+keep_frame (SattnPw *s, size_t slot, const float *x)
+{
+  const size_t F = s->net->d_frame;
+  double *xs = s->xs + slot * F;
+  if (x == NULL) {
+    memset (xs, 0, F * sizeof (double));
+    s->ss[slot] = 0.0;
+    s->raw[slot] = 0.0;
+    return 1;
+  }
+  return sattn_net_standardize (s->m, x, xs, &s->ss[slot], &s->raw[slot]);
+}
+
+/* The sum of squares of frame x (F floats), for the contract. */
+static double
+frame_raw (const float *x, size_t F)
+{
+  double r = 0.0;
+  for (size_t f = 0; f < F; f++)
+    r += (double) x[f] * (double) x[f];
+  return r;
+}
+
 /* Store cnt frames (indices s->total on, no wrap of the ring): the frame
  * rule and the policy, frames NULL = all flagged.  Returns the count
  * stored: fewer than cnt when the policy is ERROR and a frame has bad
@@ -301,43 +387,48 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
 {
   const SattnNet *net = s->net;
   const size_t D = net->d, F = net->d_frame, slot0 = slot_of (s, s->total);
+  const int pw = net->per_window;
   double *e = s->stage;
   size_t i;
 
-  if (x != NULL)
+  if (x != NULL && !pw)
     sattn_net_embed (s->m, x, cnt, e);
   for (i = 0; i < cnt; i++) {
-    double *er = e + i * D;
-    SattnFrameFault f = SATTN_FRAME_FLAGGED;
-    if (x != NULL && (valid == NULL || valid[i])) {
-      f = SATTN_FRAME_OK;
-      if (!sattn_finite (x + i * F, F)) {
-        f = SATTN_FRAME_NONFINITE;
-      } else {
-        for (size_t t = 0; t < D && f == SATTN_FRAME_OK; t++)
-          if (!isfinite (er[t]) || fabs (er[t]) > 3.4028234663852886e38)
-            f = SATTN_FRAME_OVERFLOW;
+    const size_t slot = slot0 + i;
+    double *er = pw ? NULL : e + i * D;
+    int sums = 1;
+    if (pw && x != NULL && (valid == NULL || valid[i]) &&
+        sattn_finite (x + i * F, F))
+      sums = keep_frame (s, slot, x + i * F);
+    SattnFrameFault f = frame_fault (net, x, valid, i, er, sums);
+    const int as_is = f == SATTN_FRAME_OK;
+    if (f != SATTN_FRAME_OK && f != SATTN_FRAME_FLAGGED) {
+      if (s->sc.invalid_policy == SATTN_INVALID_ERROR) {
+        s->have_error = 1;
+        s->err_frame = s->total + i;
+        s->err_fault = f;
+        break;
       }
-      if (f != SATTN_FRAME_OK) {
-        if (s->sc.invalid_policy == SATTN_INVALID_ERROR) {
-          s->have_error = 1;
-          s->err_frame = s->total + i;
-          s->err_fault = f;
-          break;
-        }
-        s->stats.invalid_frames++;
-        if (f == SATTN_FRAME_OVERFLOW)
-          s->stats.overflow_frames++;
-        if (s->sc.invalid_policy == SATTN_INVALID_ZERO) {
+      s->stats.invalid_frames++;
+      if (f == SATTN_FRAME_OVERFLOW)
+        s->stats.overflow_frames++;
+      if (s->sc.invalid_policy == SATTN_INVALID_ZERO) {
+        if (pw)
+          keep_frame (s, slot, s->zero);
+        else
           memcpy (er, s->ezero, D * sizeof (double));
-          f = SATTN_FRAME_OK;
-        }
+        f = SATTN_FRAME_OK;
       }
-    } else {
+    } else if (f == SATTN_FRAME_FLAGGED) {
       s->stats.invalid_frames++;
     }
-    const size_t slot = slot0 + i;
     s->ok[slot] = f == SATTN_FRAME_OK;
+    if (pw) {
+      if (!s->ok[slot])
+        keep_frame (s, slot, NULL);
+      continue;
+    }
+    s->raw[slot] = as_is ? frame_raw (x + i * F, F) : 0.0;
     if (s->reuse) {
       float *xr = s->xf + slot * D;
       for (size_t t = 0; t < D; t++)
@@ -370,63 +461,172 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
   return i;
 }
 
+/* Window w's rows from frames kept per frame (no per-window front end):
+ * the embedded frames plus their positions, or the first layer's inputs
+ * and projections kept (reuse), into block window nb.  Returns the usable
+ * frames. */
+static uint32_t
+gather_kept (SattnPw *s, uint64_t first, size_t nb)
+{
+  const SattnNet *net = s->net;
+  const size_t n = s->n, D = net->d;
+  SattnNetBlock *b = s->blk;
+  float *x = b->x + nb * n * D;
+  uint8_t *kok = b->kok + nb * n;
+  uint32_t usable_in = 0;
+  for (size_t i = 0; i < n; i++) {
+    const size_t slot = slot_of (s, first + i);
+    float *xr = x + i * D;
+    kok[i] = s->ok[slot];
+    if (!kok[i]) {
+      memset (xr, 0, D * sizeof (float));
+      continue;
+    }
+    if (s->reuse) {
+      memcpy (xr, s->xf + slot * D, D * sizeof (float));
+    } else {
+      const double *e = s->emb + slot * D, *p = net->pos + i * D;
+      for (size_t t = 0; t < D; t++)
+        xr[t] = (float) (e[t] + p[t]);
+      if (!sattn_finite (xr, D)) {
+        /* A position that overflows the row: the row is unusable. */
+        memset (xr, 0, D * sizeof (float));
+        kok[i] = 0;
+        s->stats.overflow_frames++;
+        continue;
+      }
+    }
+    usable_in++;
+  }
+  if (usable_in > 0 && s->reuse) {
+    /* The first layer's projections of the window's frames, kept. */
+    const SattnModel *l0 = net->layer[0];
+    const size_t dq = l0->dq, dv = l0->dv;
+    for (size_t i = 0; i < n; i++) {
+      const size_t slot = slot_of (s, first + i), r = nb * n + i;
+      memcpy (b->q + r * dq, s->q0 + slot * dq, dq * sizeof (float));
+      memcpy (b->k + r * dq, s->k0 + slot * dq, dq * sizeof (float));
+      memcpy (b->v + r * dv, s->v0 + slot * dv, dv * sizeof (float));
+    }
+  }
+  return usable_in;
+}
+
+/* Window w's rows through a per-window front end (net->per_window) into
+ * block window nb: its frames gathered oldest first, then
+ * sattn_net_front_window.  Returns the usable frame rows. */
+static uint32_t
+gather_window (SattnPw *s, uint64_t first, size_t nb)
+{
+  const SattnNet *net = s->net;
+  const size_t n = s->n, F = net->d_frame, bn = s->bn;
+  SattnNetBlock *b = s->blk;
+  for (size_t i = 0; i < n; i++) {
+    const size_t slot = slot_of (s, first + i);
+    memcpy (s->wxs + i * F, s->xs + slot * F, F * sizeof (double));
+    s->wss[i] = s->ss[slot];
+    s->wok[i] = s->ok[slot];
+  }
+  return (uint32_t) sattn_net_front_window (s->m, s->wxs, s->wss, s->wok, n,
+                                            b->x + nb * bn * net->d,
+                                            b->kok + nb * bn, s->fscr,
+                                            &s->stats.overflow_frames);
+}
+
+/* A row's contract check from its window's input RMS and pooled z. */
+static void
+check_row (const SattnNet *net, double rms, double z, int valid,
+           SattnRowCheck *c)
+{
+  const SattnModelContract *k = &net->contract;
+  memset (c, 0, sizeof (*c));
+  c->input_rms = (float) rms;
+  c->pooled_z = valid ? (float) z : NAN;
+  if (!isnan (rms) && (k->recorded & SATTN_CONTRACT_INPUT_RMS)) {
+    if (rms < k->input_rms_lo)
+      c->outside |= SATTN_OUTSIDE_RMS_LOW;
+    if (rms > k->input_rms_hi)
+      c->outside |= SATTN_OUTSIDE_RMS_HIGH;
+  }
+  if (valid && !isnan (z) && (k->recorded & SATTN_CONTRACT_POOLED_Z) &&
+      z > k->pooled_z_max)
+    c->outside |= SATTN_OUTSIDE_FEATURES;
+  c->in_contract = c->outside == 0;
+}
+
+/* The input RMS of the window starting at frame first (the contract's). */
+static double
+window_rms (SattnPw *s, uint64_t first)
+{
+  for (size_t i = 0; i < s->n; i++) {
+    const size_t slot = slot_of (s, first + i);
+    s->wraw[i] = s->raw[slot];
+    s->wok[i] = s->ok[slot];
+  }
+  return sattn_net_window_rms (s->wraw, s->wok, s->n, s->net->d_frame);
+}
+
+/* Output row o (row_floats) of block window k (SIZE_MAX: none) with
+ * `usable` usable rows, in the stream's output mode; returns whether it
+ * is valid. */
+static int
+write_row (SattnPw *s, const float *rows, size_t k, size_t usable, float *o)
+{
+  const SattnNet *net = s->net;
+  const size_t n = s->n, D = net->d, bn = s->bn;
+  SattnNetBlock *b = s->blk;
+  int valid = 0;
+  switch (s->sc.output) {
+    case SATTN_OUTPUT_WINDOW:
+      /* the frames' rows (a CLS row is not a frame's) */
+      if (k != SIZE_MAX)
+        memcpy (o, rows + (k * bn + net->lead) * D, n * D * sizeof (float));
+      else
+        memset (o, 0, n * D * sizeof (float));
+      valid = usable > 0;
+      break;
+    case SATTN_OUTPUT_CLASSES:
+      if (usable > 0)
+        valid = sattn_net_classify (s->m, b, b->pooled + k * D, o);
+      else
+        memset (o, 0, net->classes * sizeof (float));
+      if (usable > 0 && !valid)
+        s->stats.overflow_rows++;
+      break;
+    default:
+      for (size_t t = 0; t < D; t++)
+        o[t] = usable > 0 ? (float) b->pooled[k * D + t] : 0.0f;
+      valid = usable > 0;
+      break;
+  }
+  return valid;
+}
+
 /* The windows ending at s->ends[0, nw) (ascending, each at most
  * s->total, the window before each ending at s->last_end or at the
  * previous one): one output row each, computed as one block. */
 static void
-emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info)
+emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info,
+              SattnRowCheck *checks)
 {
   const SattnNet *net = s->net;
-  const size_t n = s->n, D = net->d, rf = sattn_pw_row_floats (s);
+  const size_t n = s->n, bn = s->bn, rf = sattn_pw_row_floats (s);
   SattnNetBlock *b = s->blk;
   SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
-  const SattnModel *l0 = net->layer[0];
-  const size_t dq = l0->dq, dv = l0->dv;
+  double rms[BLOCK_WINDOWS];
   size_t nb = 0;
 
   /* Each window's rows, oldest first, into the block (windows without a
    * usable row stay out of it). */
   for (size_t w = 0; w < nw; w++) {
     const uint64_t first = s->ends[w] + s->cap - n;
-    float *x = b->x + nb * n * D;
-    uint8_t *kok = b->kok + nb * n;
-    uint32_t usable_in = 0;
-    for (size_t i = 0; i < n; i++) {
-      const size_t slot = slot_of (s, first + i);
-      float *xr = x + i * D;
-      kok[i] = s->ok[slot];
-      if (!kok[i]) {
-        memset (xr, 0, D * sizeof (float));
-        continue;
-      }
-      if (s->reuse) {
-        memcpy (xr, s->xf + slot * D, D * sizeof (float));
-      } else {
-        const double *e = s->emb + slot * D, *p = net->pos + i * D;
-        for (size_t t = 0; t < D; t++)
-          xr[t] = (float) (e[t] + p[t]);
-        if (!sattn_finite (xr, D)) {
-          /* A position that overflows the row: the row is unusable. */
-          memset (xr, 0, D * sizeof (float));
-          kok[i] = 0;
-          s->stats.overflow_frames++;
-          continue;
-        }
-      }
-      usable_in++;
-    }
+    rms[w] = checks != NULL ? window_rms (s, first) : NAN;
+    const uint32_t usable_in = net->per_window ? gather_window (s, first, nb)
+                                               : gather_kept (s, first, nb);
     s->usable_in[w] = usable_in;
     s->bidx[w] = usable_in > 0 ? nb : SIZE_MAX;
     if (usable_in == 0)
       continue;
-    if (s->reuse)
-      /* The first layer's projections of the window's frames, kept. */
-      for (size_t i = 0; i < n; i++) {
-        const size_t slot = slot_of (s, first + i), r = nb * n + i;
-        memcpy (b->q + r * dq, s->q0 + slot * dq, dq * sizeof (float));
-        memcpy (b->k + r * dq, s->k0 + slot * dq, dq * sizeof (float));
-        memcpy (b->v + r * dv, s->v0 + slot * dv, dv * sizeof (float));
-      }
     if (stats)
       sattn_stats_clear (&b->stats[nb]);
     nb++;
@@ -444,42 +644,22 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info)
     sattn_net_block_run (s->m, b, nb, s->reuse, s->wkeep, s->bidx[nw - 1],
                          stats != NULL, pool, &rows);
   if (s->wkeep && s->bidx[nw - 1] == SIZE_MAX)
-    memset (s->wkeep, 0, s->m->cfg.heads * n * n * sizeof (float));
+    memset (s->wkeep, 0, s->m->cfg.heads * bn * bn * sizeof (float));
 
   for (size_t w = 0; w < nw; w++) {
     const size_t k = s->bidx[w];
     const uint32_t usable_in = s->usable_in[w];
     const size_t usable = k != SIZE_MAX ? b->usable[k] : 0;
-    float *o = out + w * rf;
-    int valid = 0;
     if (k != SIZE_MAX) {
       if (stats)
         sattn_stats_merge (stats, &b->stats[k]);
       if (usable < usable_in)
         s->stats.overflow_rows += usable_in - usable;
     }
-    switch (s->sc.output) {
-      case SATTN_OUTPUT_WINDOW:
-        if (k != SIZE_MAX)
-          memcpy (o, rows + k * n * D, n * D * sizeof (float));
-        else
-          memset (o, 0, n * D * sizeof (float));
-        valid = usable > 0;
-        break;
-      case SATTN_OUTPUT_CLASSES:
-        if (usable > 0)
-          valid = sattn_net_classify (s->m, b, b->pooled + k * D, o);
-        else
-          memset (o, 0, net->classes * sizeof (float));
-        if (usable > 0 && !valid)
-          s->stats.overflow_rows++;
-        break;
-      default:
-        for (size_t t = 0; t < D; t++)
-          o[t] = usable > 0 ? (float) b->pooled[k * D + t] : 0.0f;
-        valid = usable > 0;
-        break;
-    }
+    const int valid = write_row (s, rows, k, usable, out + w * rf);
+    if (checks)
+      check_row (net, rms[w], k != SIZE_MAX ? b->z[k] : NAN,
+                 valid && usable > 0, checks + w);
     if (info) {
       SattnRowInfo *r = info + w;
       memset (r, 0, sizeof (*r));
@@ -497,7 +677,7 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info)
     s->last_end = s->ends[w];
     s->next_window = sattn_schedule_next (s->ends[w], s->h);
   }
-  s->wkeep_rows = n;
+  s->wkeep_rows = bn;
   s->have_window = 1;
 }
 
@@ -506,7 +686,7 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info)
  * time), then its windows.  *produced counts the rows written to out. */
 static SattnStatus
 feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
-      float *out, SattnRowInfo *info, size_t *produced)
+      float *out, SattnRowInfo *info, SattnRowCheck *checks, size_t *produced)
 {
   const size_t F = s->net->d_frame, rf = sattn_pw_row_floats (s);
   while (n_frames > 0) {
@@ -534,8 +714,8 @@ feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
     if (nw > 0) {
       for (size_t i = 0; i < nw; i++)
         s->ends[i] = sattn_schedule_last (s->next_window, s->h, i + 1);
-      emit_windows (s, nw, out + *produced * rf,
-                    info ? info + *produced : NULL);
+      emit_windows (s, nw, out + *produced * rf, info ? info + *produced : NULL,
+                    checks ? checks + *produced : NULL);
       *produced += nw;
     }
     if (stopped)
@@ -552,22 +732,24 @@ feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
 SattnStatus
 sattn_pw_push (SattnPw *s, const float *frames, size_t n_frames,
                const uint8_t *valid, float *out, SattnRowInfo *info,
-               size_t *n_rows)
+               SattnRowCheck *checks, size_t *n_rows)
 {
   size_t produced = 0;
-  SattnStatus st = feed (s, frames, valid, n_frames, out, info, &produced);
+  SattnStatus st = feed (s, frames, valid, n_frames, out, info, checks,
+                         &produced);
   *n_rows = produced;
   return st;
 }
 
 SattnStatus
-sattn_pw_drain (SattnPw *s, float *out, SattnRowInfo *info, size_t *n_rows)
+sattn_pw_drain (SattnPw *s, float *out, SattnRowInfo *info,
+                SattnRowCheck *checks, size_t *n_rows)
 {
   *n_rows = 0;
   if (sattn_pw_pending (s) == 0)
     return SATTN_OK;
   s->ends[0] = s->total;
-  emit_windows (s, 1, out, info);
+  emit_windows (s, 1, out, info, checks);
   *n_rows = 1;
   return SATTN_OK;
 }
@@ -618,7 +800,7 @@ SattnStatus
 sattn_pw_last_weights (const SattnPw *s, int head, float *out, size_t *rows,
                        size_t *cols)
 {
-  const size_t n = s->n, H = s->m->cfg.heads;
+  const size_t n = s->bn, H = s->m->cfg.heads;
   if (s->wkeep == NULL || !s->have_window || head < -1 || head >= (int) H)
     return SATTN_E_INVAL;
   if (rows)
@@ -659,7 +841,7 @@ sattn_pw_skip (SattnPw *s, uint64_t n_frames, float *out, SattnRowInfo *info,
   size_t produced = 0;
 
   n_frames -= k;
-  feed (s, NULL, NULL, (size_t) k, out, info, &produced);
+  feed (s, NULL, NULL, (size_t) k, out, info, NULL, &produced);
   *n_rows = produced;
   if (n_frames == 0)
     return SATTN_OK;
@@ -675,8 +857,8 @@ sattn_pw_skip (SattnPw *s, uint64_t n_frames, float *out, SattnRowInfo *info,
     s->next_window = sattn_schedule_next (last, s->h);
     s->have_window = 1;
     if (s->wkeep) {
-      memset (s->wkeep, 0, s->m->cfg.heads * n * n * sizeof (float));
-      s->wkeep_rows = n;
+      memset (s->wkeep, 0, s->m->cfg.heads * s->bn * s->bn * sizeof (float));
+      s->wkeep_rows = s->bn;
     }
     if (s->sc.collect_stats) {
       s->stats.windows += w;

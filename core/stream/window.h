@@ -27,9 +27,9 @@ size_t sattn_pw_max_rows (const SattnPw *s, size_t n_frames);
 /* out / info have room (checked by the caller). */
 SattnStatus sattn_pw_push (SattnPw *s, const float *frames, size_t n_frames,
                            const uint8_t *valid, float *out, SattnRowInfo *info,
-                           size_t *n_rows);
+                           SattnRowCheck *checks, size_t *n_rows);
 SattnStatus sattn_pw_drain (SattnPw *s, float *out, SattnRowInfo *info,
-                            size_t *n_rows);
+                            SattnRowCheck *checks, size_t *n_rows);
 uint64_t sattn_pw_frames (const SattnPw *s);
 void sattn_pw_set_invalid_policy (SattnPw *s, SattnInvalidPolicy policy);
 SattnStatus sattn_pw_error_frame (const SattnPw *s, uint64_t *index,

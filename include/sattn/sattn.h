@@ -294,10 +294,15 @@ typedef enum {
   SATTN_MODEL_WHOLE,
 } SattnModelKind;
 
-/* Pooling of a whole model's rows into one (masked rows left out). */
+/* Pooling of a whole model's rows into one (masked rows left out; a
+ * model's CLS row is pooled by CLS only). */
 typedef enum {
-  SATTN_POOLING_MEAN = 0, /* mean of the window's usable rows */
-  SATTN_POOLING_LAST,     /* the row of the window's last usable frame */
+  SATTN_POOLING_MEAN = 0,  /* mean of the window's usable rows */
+  SATTN_POOLING_LAST,      /* the row of the window's last usable frame */
+  SATTN_POOLING_MAX,       /* per feature, the largest over usable rows */
+  SATTN_POOLING_CLS,       /* the row of the model's CLS token */
+  SATTN_POOLING_ATTENTION, /* sum_i w_i h_i, w = softmax over the usable
+                              rows of (pool.weight . h_i + pool.bias) */
 } SattnPooling;
 
 SattnModelKind sattn_model_kind (const SattnModel *m);
@@ -319,6 +324,37 @@ SattnPooling sattn_model_pooling (const SattnModel *m);
  * "channels", "frame_size" as the project's training scripts record
  * them, or NULL (not recorded; a layer).  Owned by m. */
 const char *sattn_model_metadata (const SattnModel *m, const char *key);
+
+/* A whole model's input contract: what it was trained on, as its file
+ * records it (docs/models.md).  Filled by the library; fixed for soname
+ * 1 (it never grows).  A field is meaningful when its bit is in
+ * `recorded`; the others are 0. */
+enum {
+  SATTN_CONTRACT_SAMPLE_RATE = 1 << 0,
+  SATTN_CONTRACT_CHANNELS = 1 << 1,
+  SATTN_CONTRACT_FRAME_SIZE = 1 << 2,
+  SATTN_CONTRACT_WINDOW = 1 << 3,
+  SATTN_CONTRACT_HOP = 1 << 4,
+  SATTN_CONTRACT_MIN_PROBABILITY = 1 << 5,
+  SATTN_CONTRACT_INPUT_RMS = 1 << 6, /* input_rms_lo / hi */
+  SATTN_CONTRACT_POOLED_Z = 1 << 7,  /* pooled_z_max */
+};
+typedef struct {
+  uint32_t recorded;      /* SATTN_CONTRACT_* bits */
+  uint32_t sample_rate;   /* Hz */
+  uint32_t channels;      /* interleaved channels */
+  uint32_t frame_size;    /* samples per channel per frame */
+  uint32_t window;        /* frames per window */
+  uint32_t hop;           /* frames between windows (the default) */
+  double min_probability; /* below it a decision is "unknown" */
+  double input_rms_lo;    /* a window's input RMS seen in training: */
+  double input_rms_hi;    /*   [lo, hi] (see SattnRowCheck) */
+  double pooled_z_max;    /* the largest pooled-row z seen in training */
+} SattnModelContract;
+
+/* The contract of a whole model into *out (all zeros for a layer, or a
+ * model that records none). */
+void sattn_model_contract (const SattnModel *m, SattnModelContract *out);
 
 /* ----------------------------------------------------------------- stats */
 
@@ -676,6 +712,43 @@ SattnStatus sattn_stream_push (SattnStream *s, const float *frames,
  * next window is then due hop frames after the drain. */
 SattnStatus sattn_stream_drain (SattnStream *s, float *out, size_t out_rows,
                                 SattnRowInfo *info, size_t *n_rows);
+
+/* Whether an output row's window is within the model's input contract
+ * (SattnModelContract): filled by the library, fixed for soname 1.
+ *  input_rms: the RMS of every value of the window's usable frames
+ *    (before any of the model's normalisations); NaN when the window has
+ *    no usable frame;
+ *  pooled_z: sqrt (mean_d ((p_d - mu_d) / sigma_d)^2) of the pooled row
+ *    p against the training statistics the model records; NaN when it
+ *    records none or the row is not valid;
+ *  outside: SATTN_OUTSIDE_* bits of the recorded ranges the window is
+ *    outside of; in_contract = (outside == 0).  A window with no usable
+ *    frame is in contract (it has no statistics; its row is flagged not
+ *    valid).  Rows of a layer (not a whole model), and of models that
+ *    record no range, are always in contract. */
+enum {
+  SATTN_OUTSIDE_RMS_LOW = 1 << 0,  /* input_rms < input_rms_lo */
+  SATTN_OUTSIDE_RMS_HIGH = 1 << 1, /* input_rms > input_rms_hi */
+  SATTN_OUTSIDE_FEATURES = 1 << 2, /* pooled_z > pooled_z_max */
+};
+typedef struct {
+  uint8_t in_contract;
+  uint8_t outside;
+  uint8_t reserved[2];
+  float input_rms;
+  float pooled_z;
+} SattnRowCheck;
+
+/* sattn_stream_push / sattn_stream_drain that also fill checks (may be
+ * NULL; room for as many rows as out) with each row's SattnRowCheck. */
+SattnStatus sattn_stream_push_checked (SattnStream *s, const float *frames,
+                                       size_t n_frames, const uint8_t *valid,
+                                       float *out, size_t out_rows,
+                                       SattnRowInfo *info,
+                                       SattnRowCheck *checks, size_t *n_rows);
+SattnStatus sattn_stream_drain_checked (SattnStream *s, float *out,
+                                        size_t out_rows, SattnRowInfo *info,
+                                        SattnRowCheck *checks, size_t *n_rows);
 
 /* Forget every frame: the next frame is frame 0 of a new stream.
  * Statistics are kept. */

@@ -1221,10 +1221,20 @@ test_map_metadata (void)
   expect_map_fail (mha_file (&m), "a.", 8, 4, 0, SATTN_E_INVAL,
                    WORDS ("add_zero_attn = 0", "add_zero_attn = 1"));
   expect_map_ok (mha_file (&m), "a.", 8, 4, 1);
-  /* metadata of another module, or not a number, is not consulted */
-  Mha m2 = { .e = 8,
-             .metadata = "{\"b.num_heads\":\"4\",\"num_heads\":\"x\"}" };
+  /* metadata of another module is not consulted */
+  Mha m2 = { .e = 8, .metadata = "{\"b.num_heads\":\"4\"}" };
   expect_map_ok (mha_file (&m2), NULL, 8, 2, 0);
+  /* a value the one metadata parser refuses is an error with its words,
+   * never "not given" (it was read as absent) */
+  static const char *const bad[] = { "x", " 2", "-1", "2.0", "1e3", "" };
+  for (size_t i = 0; i < G_N_ELEMENTS (bad); i++) {
+    gchar *md = g_strdup_printf ("{\"num_heads\":\"%s\"}", bad[i]);
+    Mha m3 = { .e = 8, .metadata = md };
+    expect_map_fail (mha_file (&m3), NULL, 8, 2, 0, SATTN_E_INVAL,
+                     WORDS ("metadata 'num_heads'", "expected a whole number",
+                            "digits only"));
+    g_free (md);
+  }
 }
 
 /* A size of 0 in the metadata (num_heads, head_dim, value_dim) means "not

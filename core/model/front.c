@@ -1,0 +1,159 @@
+/* A whole model's front end (docs/models.md): the per-feature
+ * standardisation, the per-window RMS / power normalisation, the Linear
+ * per frame or the Conv1d stem, the CLS row and the learned positions,
+ * from a window's frames to the rows its first layer takes.
+ *
+ * Precision: everything in double; each row rounded to float once where
+ * it enters the first layer (as the embedding of net.c).  A linear front
+ * end without a per-window part is net.c's sattn_net_embed instead (its
+ * standardisation folded into the weights by the loader), computed once
+ * per frame.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+int
+sattn_net_standardize (const SattnModel *m, const float *x, double *xs,
+                       double *ss, double *raw)
+{
+  const SattnNet *net = m->net;
+  const size_t F = net->d_frame;
+  double s2 = 0.0, r2 = 0.0;
+  for (size_t f = 0; f < F; f++) {
+    const double v = (double) x[f];
+    r2 += v * v;
+    xs[f] = net->std_mean != NULL ? (v - net->std_mean[f]) / net->std_std[f]
+                                  : v;
+    s2 += xs[f] * xs[f];
+  }
+  *ss = s2;
+  *raw = r2;
+  return isfinite (s2) && isfinite (r2);
+}
+
+double
+sattn_net_window_rms (const double *raw, const uint8_t *ok, size_t n,
+                      size_t values)
+{
+  double sum = 0.0;
+  size_t u = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ok[i]) {
+      sum += raw[i];
+      u++;
+    }
+  return u > 0 ? sqrt (sum / ((double) u * (double) values)) : NAN;
+}
+
+size_t
+sattn_net_front_scratch (const SattnModel *m, size_t n)
+{
+  const SattnNet *net = m->net;
+  const size_t g = net->conv ? net->conv_c * net->conv_k : net->d_frame;
+  return sattn_size_add (sattn_size_mul (n + net->lead, net->d),
+                         sattn_size_mul (n, g));
+}
+
+/* The per-window normalisation's divisor: 1 without one, 0 for a window
+ * with nothing in it (its rows then see zeros). */
+static double
+divisor (const SattnNet *net, const double *ss, const uint8_t *ok, size_t n)
+{
+  if (net->input_norm == 0)
+    return 1.0;
+  double sum = 0.0;
+  size_t u = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ok[i]) {
+      sum += ss[i];
+      u++;
+    }
+  if (u == 0)
+    return 0.0;
+  return sqrt (net->in_gain * sum / ((double) u * (double) net->d_frame) +
+               net->in_eps);
+}
+
+/* The conv stem's input rows: row i holds the C K values its output row
+ * reads (time steps i S - P + k L, channel c, at c K + k), zeros outside
+ * the window, each divided by r (inv = 1 / r, 0 when r is 0). */
+static void
+conv_gather (const SattnNet *net, const double *xs, size_t n, double inv,
+             double *g)
+{
+  const size_t C = net->conv_c, S = net->conv_s, K = net->conv_k;
+  const size_t F = net->d_frame, steps = n * S;
+  for (size_t i = 0; i < n; i++) {
+    double *gr = g + i * C * K;
+    for (size_t k = 0; k < K; k++) {
+      /* u = i S - P + k L, as a signed step index */
+      const long long u = (long long) (i * S) - (long long) net->conv_p +
+                          (long long) (k * net->conv_l);
+      const int in = u >= 0 && (unsigned long long) u < steps;
+      const size_t fr = in ? (size_t) u / S : 0, t = in ? (size_t) u % S : 0;
+      for (size_t c = 0; c < C; c++)
+        gr[c * K + k] = in ? xs[fr * F + t * C + c] * inv : 0.0;
+    }
+  }
+}
+
+static double
+activate (int act, double v)
+{
+  if (act == 1)
+    return v > 0.0 ? v : 0.0;
+  if (act == 2)
+    return 0.5 * v * (1.0 + erf (v * M_SQRT1_2));
+  return v;
+}
+
+size_t
+sattn_net_front_window (const SattnModel *m, const double *xs,
+                        const double *ss, const uint8_t *ok, size_t n,
+                        float *x, uint8_t *kok, double *scratch,
+                        uint64_t *overflow)
+{
+  const SattnNet *net = m->net;
+  const size_t D = net->d, F = net->d_frame, L = net->lead;
+  double *e = scratch, *g = scratch + (n + L) * D;
+  const double r = divisor (net, ss, ok, n);
+  const double inv = r > 0.0 ? 1.0 / r : 0.0;
+  size_t usable = 0;
+
+  if (net->conv) {
+    conv_gather (net, xs, n, inv, g);
+    sattn_linear_d (g, net->conv_c * net->conv_k, n, net->conv_wt, D,
+                    net->conv_b, net->conv_c * net->conv_k, D, e + L * D, D);
+    for (size_t i = 0; i < n * D && net->conv_act != 0; i++)
+      e[L * D + i] = activate (net->conv_act, e[L * D + i]);
+  } else {
+    for (size_t i = 0; i < n * F; i++)
+      g[i] = xs[i] * inv;
+    sattn_linear_d (g, F, n, net->embed_wt, D, net->embed_b, F, D, e + L * D,
+                    D);
+  }
+  if (L > 0)
+    memcpy (e, net->cls, D * sizeof (double));
+  for (size_t i = 0; i < n + L; i++) {
+    float *xr = x + i * D;
+    const double *er = e + i * D, *p = net->pos ? net->pos + i * D : NULL;
+    int use = i < L || ok[i - L];
+    for (size_t t = 0; use && t < D; t++)
+      xr[t] = (float) (p ? er[t] + p[t] : er[t]);
+    if (use && !sattn_finite (xr, D)) {
+      /* A row that overflows float32 here is unusable. */
+      use = 0;
+      if (overflow)
+        (*overflow)++;
+    }
+    if (!use)
+      memset (xr, 0, D * sizeof (float));
+    kok[i] = (uint8_t) use;
+    usable += use && i >= L;
+  }
+  return usable;
+}
