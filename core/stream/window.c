@@ -276,7 +276,8 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
     sattn_pw_free (s);
     return NULL;
   }
-  sattn_net_embed (m, s->zero, 1, s->ezero);
+  if (!net->per_window)
+    sattn_net_embed (m, s->zero, 1, s->ezero);
   sattn_stats_clear (&s->stats);
   sattn_pw_reset (s);
   return s;
