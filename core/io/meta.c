@@ -53,8 +53,8 @@ sattn_meta_bool (const SattnMeta *m, const char *key, int *out, int *found)
 }
 
 SattnStatus
-sattn_meta_uint (const SattnMeta *m, const char *key, uint64_t lo,
-                 uint64_t hi, uint64_t *out, int *found)
+sattn_meta_uint (const SattnMeta *m, const char *key, uint64_t lo, uint64_t hi,
+                 uint64_t *out, int *found)
 {
   const char *v = sattn_meta_value (m, key);
   char want[96];
@@ -72,8 +72,7 @@ sattn_meta_uint (const SattnMeta *m, const char *key, uint64_t lo,
   for (i = 0; v[i] != '\0'; i++)
     if (!g_ascii_isdigit (v[i]))
       return refuse (m, key, v, want);
-  if (i == 0 || i > 20 ||
-      !g_ascii_string_to_unsigned (v, 10, lo, hi, &u, NULL))
+  if (i == 0 || i > 20 || !g_ascii_string_to_unsigned (v, 10, lo, hi, &u, NULL))
     return refuse (m, key, v, want);
   *out = u;
   return SATTN_OK;

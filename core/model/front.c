@@ -112,10 +112,9 @@ activate (int act, double v)
 }
 
 size_t
-sattn_net_front_window (const SattnModel *m, const double *xs,
-                        const double *ss, const uint8_t *ok, size_t n,
-                        float *x, uint8_t *kok, double *scratch,
-                        uint64_t *overflow)
+sattn_net_front_window (const SattnModel *m, const double *xs, const double *ss,
+                        const uint8_t *ok, size_t n, float *x, uint8_t *kok,
+                        double *scratch, uint64_t *overflow)
 {
   const SattnNet *net = m->net;
   const size_t D = net->d, F = net->d_frame, L = net->lead;

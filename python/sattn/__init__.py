@@ -37,13 +37,19 @@ import numpy as np
 from . import _lib
 
 __all__ = ["SattnError", "SattnTypeError", "SattnValueError",
-           "SattnMemoryError", "Model", "Stream", "attend", "ROW_INFO_DTYPE"]
+           "SattnMemoryError", "Model", "Stream", "attend", "ROW_INFO_DTYPE",
+           "ROW_CHECK_DTYPE"]
 
 # One record per output row (SattnRowInfo): first input frame it accounts
 # for, how many frames, whether it holds a computed result (0: zeros), and
 # its window: the frame count it ends at, its usable and masked keys, the
 # fully masked (head, query) rows.
 ROW_INFO_DTYPE = np.dtype(_lib.SattnRowInfo)
+# One record per output row (SattnRowCheck): whether its window is within
+# the model's input contract, the SattnRowCheck.outside bits of the ranges
+# it left (1 RMS below, 2 RMS above, 4 pooled features), the window's
+# input RMS and its pooled row's z (NaN where there is none).
+ROW_CHECK_DTYPE = np.dtype(_lib.SattnRowCheck)
 
 
 class SattnError(Exception):
@@ -428,8 +434,32 @@ class Model:
         return _lib.sattn_model_max_window(self._h)
 
     @property
+    def contract(self):
+        """A whole model's input contract (SattnModelContract): a dict of
+        what its file records, among sample_rate, channels, frame_size,
+        window, hop, min_probability, input_rms (lo, hi) and pooled_z
+        (the largest z seen in training); {} for a layer or a model that
+        records none."""
+        if _lib.sattn_model_contract is None:
+            return {}
+        c = _lib.SattnModelContract()
+        _lib.sattn_model_contract(self._h, ctypes.byref(c))
+        out = {}
+        for name, bit in _lib.CONTRACT_BITS.items():
+            if not c.recorded & bit:
+                continue
+            if name == "input_rms":
+                out[name] = (c.input_rms_lo, c.input_rms_hi)
+            elif name == "pooled_z":
+                out[name] = c.pooled_z_max
+            else:
+                out[name] = getattr(c, name)
+        return out
+
+    @property
     def pooling(self):
-        """A whole model's pooling, "mean" or "last" ("mean" for a
+        """A whole model's pooling, "mean", "last", "max", "cls" or
+        "attention" ("mean" for a
         layer)."""
         if _lib.sattn_model_pooling is None:
             return "mean"
@@ -710,21 +740,26 @@ class Stream:
         return out, info
 
     @_one_thread
-    def push(self, frames, valid=None):
+    def push(self, frames, valid=None, checks=False):
         """Push frames (n × d_model; one frame may be 1-D) and return
         (rows, info) for every window they complete: rows is k × row_floats
         float32, info a structured array (first, n_frames, valid,
         window_end, valid_keys, masked_keys, fully_masked) of k.
-        valid (n entries, may be None): 0 marks a frame invalid (a gap)."""
+        valid (n entries, may be None): 0 marks a frame invalid (a gap).
+        checks=True returns (rows, info, checks) with checks a
+        ROW_CHECK_DTYPE array of k: each window against the model's input
+        contract (sattn_stream_push_checked)."""
         a = _frames(self.model, frames, "frames")
         n = a.shape[0]
         v = _mask(valid, n, "valid")
         out, info = self._rows(n)
+        chk = _empty(out.shape[0], ROW_CHECK_DTYPE, "the row checks")
         n_rows = ctypes.c_size_t(0)
-        st = _lib.sattn_stream_push(
+        st = _lib.sattn_stream_push_checked(
             self._h, _fptr(a), n, _u8ptr(v), _fptr(out), out.shape[0],
             info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
-            ctypes.byref(n_rows))
+            chk.ctypes.data_as(ctypes.POINTER(_lib.SattnRowCheck))
+            if checks else None, ctypes.byref(n_rows))
         k = n_rows.value
         if st == _lib.E_NONFINITE:
             idx = ctypes.c_uint64()
@@ -737,8 +772,12 @@ class Stream:
             e.fault = {v: k for k, v in _lib.FRAME_FAULTS.items()}.get(
                 fault.value, fault.value)
             e.rows, e.info = out[:k], info[:k]
+            if checks:
+                e.checks = chk[:k]
             raise e
         _check(st)
+        if checks:
+            return out[:k], info[:k], chk[:k]
         return out[:k], info[:k]
 
     @_one_thread
@@ -766,16 +805,20 @@ class Stream:
                                        rows=sk.rows)
 
     @_one_thread
-    def drain(self):
+    def drain(self, checks=False):
         """Rows for every pending frame (end of stream), as push returns
-        them; the stream stays usable."""
+        them (checks=True: with their checks); the stream stays usable."""
         out, info = self._rows(0)
+        chk = _empty(out.shape[0], ROW_CHECK_DTYPE, "the row checks")
         n_rows = ctypes.c_size_t(0)
-        _check(_lib.sattn_stream_drain(
+        _check(_lib.sattn_stream_drain_checked(
             self._h, _fptr(out), out.shape[0],
             info.ctypes.data_as(ctypes.POINTER(_lib.SattnRowInfo)),
-            ctypes.byref(n_rows)))
+            chk.ctypes.data_as(ctypes.POINTER(_lib.SattnRowCheck))
+            if checks else None, ctypes.byref(n_rows)))
         k = n_rows.value
+        if checks:
+            return out[:k], info[:k], chk[:k]
         return out[:k], info[:k]
 
     @_one_thread

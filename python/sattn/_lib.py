@@ -51,7 +51,7 @@ POSITIONS = {"none": 0, "rope": 1, "rope-interleaved": 2, "alibi": 3}
 ACTIVATIONS = {"relu": 0, "gelu": 1}
 # SattnModelKind, SattnPooling (whole models)
 MODEL_KINDS = {"layer": 0, "whole": 1}
-POOLINGS = {"mean": 0, "last": 1}
+POOLINGS = {"mean": 0, "last": 1, "max": 2, "cls": 3, "attention": 4}
 # SattnLoadOptions.set: options the caller chose on purpose (SATTN_SET_*)
 SET_ACTIVATION = 1 << 0
 SET_NORM_FIRST = 1 << 1
@@ -214,11 +214,45 @@ class SattnRowInfo(ctypes.Structure):
     ]
 
 
+class SattnModelContract(ctypes.Structure):
+    _fields_ = [
+        ("recorded", ctypes.c_uint32),
+        ("sample_rate", ctypes.c_uint32),
+        ("channels", ctypes.c_uint32),
+        ("frame_size", ctypes.c_uint32),
+        ("window", ctypes.c_uint32),
+        ("hop", ctypes.c_uint32),
+        ("min_probability", ctypes.c_double),
+        ("input_rms_lo", ctypes.c_double),
+        ("input_rms_hi", ctypes.c_double),
+        ("pooled_z_max", ctypes.c_double),
+    ]
+
+
+# SattnModelContract.recorded bits, by field.
+CONTRACT_BITS = {"sample_rate": 1, "channels": 2, "frame_size": 4,
+                 "window": 8, "hop": 16, "min_probability": 32,
+                 "input_rms": 64, "pooled_z": 128}
+# SattnRowCheck.outside bits.
+OUTSIDE_BITS = {"rms_low": 1, "rms_high": 2, "features": 4}
+
+
+class SattnRowCheck(ctypes.Structure):
+    _fields_ = [
+        ("in_contract", ctypes.c_uint8),
+        ("outside", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 2),
+        ("input_rms", ctypes.c_float),
+        ("pooled_z", ctypes.c_float),
+    ]
+
+
 # Every mirrored struct, by its C name (tests/python/test_layout.py).
 STRUCTS = {c.__name__: c for c in (SattnConfig, SattnWeights, SattnStats,
                                    SattnMask, SattnStreamConfig,
                                    SattnRowInfo, SattnAttnReport,
-                                   SattnLoadOptions, SattnLoadReport)}
+                                   SattnLoadOptions, SattnLoadReport,
+                                   SattnModelContract, SattnRowCheck)}
 
 # --------------------------------------------------------------- library
 
@@ -338,6 +372,14 @@ sattn_model_max_window = _optional("sattn_model_max_window", _size, _vp)
 sattn_model_pooling = _optional("sattn_model_pooling", _c.c_int, _vp)
 sattn_model_metadata = _optional("sattn_model_metadata", _c.c_char_p, _vp,
                                  _c.c_char_p)
+sattn_model_contract = _optional("sattn_model_contract", None, _vp,
+                                 _P(SattnModelContract))
+sattn_stream_push_checked = _fn(
+    "sattn_stream_push_checked", _c.c_int, _vp, _fp, _size, _u8p, _fp, _size,
+    _P(SattnRowInfo), _P(SattnRowCheck), _P(_size))
+sattn_stream_drain_checked = _fn(
+    "sattn_stream_drain_checked", _c.c_int, _vp, _fp, _size, _P(SattnRowInfo),
+    _P(SattnRowCheck), _P(_size))
 sattn_stream_overflow_parts = _optional("sattn_stream_overflow_parts",
                                         _c.c_int, _vp, _P(_c.c_uint64),
                                         _size)

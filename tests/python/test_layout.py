@@ -76,6 +76,10 @@ def mirror_enums():
                           ("SATTN_POOLING_", _lib.POOLINGS)):
         for k, v in table.items():
             e[prefix + k.upper().replace("-", "_")] = v
+    for k, v in _lib.CONTRACT_BITS.items():
+        e["SATTN_CONTRACT_" + k.upper()] = v
+    for k, v in _lib.OUTSIDE_BITS.items():
+        e["SATTN_OUTSIDE_" + k.upper()] = v
     # SattnLoadOptions.set bits
     for k in ("ACTIVATION", "NORM_FIRST", "NORM_EPS", "POSITIONS",
               "ROPE_BASE", "CAUSAL"):
