@@ -6,12 +6,18 @@
  *     probability=(double)0.93, top-k-labels=(string)< QPSK, 8PSK, BPSK >,
  *     top-k-probabilities=(double)< 0.93, 0.04, 0.01 >,
  *     timestamp=(guint64), duration=(guint64), stream-time=(guint64),
- *     running-time=(guint64), window-start=(guint64)
+ *     running-time=(guint64), window-start=(guint64),
+ *     in-contract=(boolean)true, input-rms=(double)1.02,
+ *     rejected=(string)none
  *
- * posted when the decision (the most probable class) changes and
- * otherwise at most once per message-interval of running time.  A window
- * without a usable frame has no decision: nothing is posted for it, and
- * the next decision counts as a change.
+ * posted when the decision changes and otherwise at most once per
+ * message-interval of running time.  The decision is the most probable
+ * class (index, probability), or label "unknown" (index and probability
+ * still the most probable class's) when the window is outside the
+ * model's input contract (rejected=out-of-contract; in-contract false) or
+ * that probability is below min-probability (rejected=low-probability).
+ * A window without a usable frame has no decision: nothing is posted for
+ * it, and the next decision counts as a change.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -99,10 +105,13 @@ gst_sattn_classes_clear (GstSattnClasses * c)
 
 void
 gst_sattn_classes_window (GstSattnClasses * c, GstElement * element,
-    const float *probs, gboolean valid, guint top_k, GstClockTime interval,
+    const float *probs, gboolean valid, const SattnRowCheck * check,
+    gdouble min_probability, guint top_k, GstClockTime interval,
     GstClockTime ts, GstClockTime duration, GstClockTime window_start,
     const GstSegment * segment)
 {
+  const gchar *rejected;
+  gint decision;
   GValue labels = G_VALUE_INIT, ps = G_VALUE_INIT, v = G_VALUE_INIT;
   GstClockTime running, stream;
   GstStructure *st;
@@ -119,14 +128,17 @@ gst_sattn_classes_window (GstSattnClasses * c, GstElement * element,
   for (i = 1; i < c->classes; i++)
     if (probs[i] > probs[best])
       best = i;
+  rejected = !check->in_contract ? "out-of-contract" :
+      probs[best] < min_probability ? "low-probability" : "none";
+  decision = rejected[0] == 'n' ? (gint) best : GST_SATTN_CLASS_UNKNOWN;
   running = segment->format == GST_FORMAT_TIME && GST_CLOCK_TIME_IS_VALID (ts)
       ? gst_segment_to_running_time (segment, GST_FORMAT_TIME, ts)
       : GST_CLOCK_TIME_NONE;
-  if ((gint) best == c->last_index && GST_CLOCK_TIME_IS_VALID (c->last_post)
+  if (decision == c->last_index && GST_CLOCK_TIME_IS_VALID (c->last_post)
       && GST_CLOCK_TIME_IS_VALID (running) && interval > 0
       && running < c->last_post + interval)
     return;
-  if ((gint) best == c->last_index && interval > 0
+  if (decision == c->last_index && interval > 0
       && !GST_CLOCK_TIME_IS_VALID (running))
     return;
   stream = segment->format == GST_FORMAT_TIME && GST_CLOCK_TIME_IS_VALID (ts)
@@ -158,17 +170,21 @@ gst_sattn_classes_window (GstSattnClasses * c, GstElement * element,
     gst_value_array_append_and_take_value (&ps, &v);
   }
   st = gst_structure_new (GST_SATTN_CLASS_MESSAGE,
-      "label", G_TYPE_STRING, c->labels[best],
+      "label", G_TYPE_STRING, decision == GST_SATTN_CLASS_UNKNOWN ?
+      GST_SATTN_CLASS_UNKNOWN_LABEL : c->labels[best],
       "index", G_TYPE_UINT, best,
       "probability", G_TYPE_DOUBLE, (gdouble) probs[best],
       "timestamp", G_TYPE_UINT64, (guint64) ts,
       "duration", G_TYPE_UINT64, (guint64) duration,
       "stream-time", G_TYPE_UINT64, (guint64) stream,
       "running-time", G_TYPE_UINT64, (guint64) running,
-      "window-start", G_TYPE_UINT64, (guint64) window_start, NULL);
+      "window-start", G_TYPE_UINT64, (guint64) window_start,
+      "in-contract", G_TYPE_BOOLEAN, check->in_contract != 0,
+      "input-rms", G_TYPE_DOUBLE, (gdouble) check->input_rms,
+      "rejected", G_TYPE_STRING, rejected, NULL);
   gst_structure_take_value (st, "top-k-labels", &labels);
   gst_structure_take_value (st, "top-k-probabilities", &ps);
-  c->last_index = (gint) best;
+  c->last_index = decision;
   c->last_post = running;
   gst_element_post_message (element,
       gst_message_new_element (GST_OBJECT (element), st));

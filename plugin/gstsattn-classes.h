@@ -14,13 +14,18 @@ G_BEGIN_DECLS
 
 #define GST_SATTN_CLASS_MESSAGE "sattn-class"
 #define GST_SATTN_DEFAULT_TOP_K 3
+/* The decision of a window the model's contract or min-probability
+ * rejects (its label). */
+#define GST_SATTN_CLASS_UNKNOWN_LABEL "unknown"
+#define GST_SATTN_CLASS_UNKNOWN (-2)
 
 typedef struct
 {
   /* Streaming thread (set up by set_caps). */
   gchar **labels;               /* classes strings (NULL-terminated) */
   guint classes;
-  gint last_index;              /* -1: no decision posted since a reset */
+  gint last_index;              /* -1: no decision posted since a reset;
+                                   GST_SATTN_CLASS_UNKNOWN: "unknown" */
   GstClockTime last_post;       /* running time of the last message */
 } GstSattnClasses;
 
@@ -44,11 +49,15 @@ void gst_sattn_classes_clear (GstSattnClasses * c);
 
 /* One window's probabilities (c->classes floats), valid or not: posts a
  * `sattn-class` element message when the decision changes, or when
- * interval (ns; 0 = every window) has passed since the last one.  ts and
- * duration: the row's timestamps; segment converts them. */
+ * interval (ns; 0 = every window) has passed since the last one.  The
+ * decision is the most probable class, or "unknown" when the window is
+ * outside the model's input contract (check) or that class's probability
+ * is below min_probability.  ts and duration: the row's timestamps;
+ * segment converts them. */
 G_GNUC_INTERNAL
 void gst_sattn_classes_window (GstSattnClasses * c, GstElement * element,
-    const float *probs, gboolean valid, guint top_k, GstClockTime interval,
+    const float *probs, gboolean valid, const SattnRowCheck * check,
+    gdouble min_probability, guint top_k, GstClockTime interval,
     GstClockTime ts, GstClockTime duration, GstClockTime window_start,
     const GstSegment * segment);
 

@@ -258,18 +258,22 @@ static gboolean
 gst_sattn_ensure_info (GstSattn * self, gsize need)
 {
   SattnRowInfo *info;
+  SattnRowCheck *checks;
 
   if (need <= self->info_cap)
     return TRUE;
   info = g_try_renew (SattnRowInfo, self->info, need);
-  if (info == NULL) {
+  if (info != NULL)
+    self->info = info;
+  checks = info ? g_try_renew (SattnRowCheck, self->checks, need) : NULL;
+  if (checks == NULL) {
     GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
         ("Could not allocate the descriptions of %" G_GSIZE_FORMAT
             " output rows (%" G_GSIZE_FORMAT " bytes)", need,
-            need * sizeof (SattnRowInfo)), (NULL));
+            need * (sizeof (SattnRowInfo) + sizeof (SattnRowCheck))), (NULL));
     return FALSE;
   }
-  self->info = info;
+  self->checks = checks;
   self->info_cap = need;
   return TRUE;
 }
@@ -308,6 +312,10 @@ gst_sattn_out_meta (GstSattn * self, GstSattnOut * out, gsize n_rows)
     r->valid = in->valid != 0;
     r->window_start = gst_sattn_frame_running_time (self, ws);
     r->window_end = gst_sattn_frame_running_time (self, in->window_end);
+    out->meta->checks[out->rows + i].in_contract =
+        self->checks[i].in_contract != 0;
+    out->meta->checks[out->rows + i].input_rms = self->checks[i].input_rms;
+    out->meta->checks[out->rows + i].pooled_z = self->checks[i].pooled_z;
   }
 }
 
@@ -320,12 +328,18 @@ gst_sattn_out_classes (GstSattn * self, GstSattnOut * out, gsize n_rows)
       out->rows * self->row_floats;
   GstClockTime interval;
   guint top_k;
+  gdouble min_p;
   gsize i;
 
   GST_OBJECT_LOCK (self);
   interval = self->obs.interval;
   top_k = self->top_k;
+  min_p = self->props.min_probability;
   GST_OBJECT_UNLOCK (self);
+  if (min_p < 0.0)
+    min_p = (self->cfg.model_contract.recorded &
+        SATTN_CONTRACT_MIN_PROBABILITY) ?
+        self->cfg.model_contract.min_probability : 0.0;
   for (i = 0; i < n_rows; i++) {
     const SattnRowInfo *in = &self->info[i];
     GstClockTime ts = gst_sattn_frame_ts (self, in->first);
@@ -334,9 +348,63 @@ gst_sattn_out_classes (GstSattn * self, GstSattnOut * out, gsize n_rows)
         in->window_end - self->cfg.window : 0;
 
     gst_sattn_classes_window (&self->classes, GST_ELEMENT (self),
-        rows + i * self->row_floats, in->valid != 0, top_k, interval, ts,
-        end - ts, gst_sattn_frame_ts (self, ws), &self->segment);
+        rows + i * self->row_floats, in->valid != 0, &self->checks[i], min_p,
+        top_k, interval, ts, end - ts, gst_sattn_frame_ts (self, ws),
+        &self->segment);
   }
+}
+
+/* Windows outside the model's input contract between two warnings (of
+ * running time); the first one warns at once. */
+#define GST_SATTN_CONTRACT_WARN_INTERVAL (10 * GST_SECOND)
+
+/* The warning for the windows outside the contract, rate-limited: the
+ * first at once, then at most one per GST_SATTN_CONTRACT_WARN_INTERVAL,
+ * each counting the windows since the last and describing the latest. */
+static void
+gst_sattn_out_contract (GstSattn * self, gsize n_rows)
+{
+  const SattnModelContract *k = &self->cfg.model_contract;
+  GstClockTime now = GST_CLOCK_TIME_NONE;
+  gsize i;
+
+  for (i = 0; i < n_rows; i++) {
+    if (self->checks[i].in_contract || !self->info[i].valid)
+      continue;
+    self->outside_windows++;
+    self->outside_total++;
+    self->outside_last = self->checks[i];
+    now = gst_sattn_frame_running_time (self, self->info[i].first);
+  }
+  if (self->outside_windows == 0 || (GST_CLOCK_TIME_IS_VALID
+          (self->outside_warned) && GST_CLOCK_TIME_IS_VALID (now) &&
+          now < self->outside_warned + GST_SATTN_CONTRACT_WARN_INTERVAL))
+    return;
+  {
+    const SattnRowCheck *c = &self->outside_last;
+    gchar *why;
+
+    if (c->outside & (SATTN_OUTSIDE_RMS_LOW | SATTN_OUTSIDE_RMS_HIGH))
+      why = g_strdup_printf ("its input RMS %.3g is %s the range the model "
+          "saw in training, %.3g ... %.3g", c->input_rms,
+          (c->outside & SATTN_OUTSIDE_RMS_LOW) ? "below" : "above",
+          k->input_rms_lo, k->input_rms_hi);
+    else
+      why = g_strdup_printf ("its pooled features are %.3g standard "
+          "deviations (RMS z) from the training data's mean, beyond the "
+          "%.3g seen in training", c->pooled_z, k->pooled_z_max);
+    GST_ELEMENT_WARNING (self, STREAM, FORMAT,
+        ("%" G_GUINT64_FORMAT " window(s) outside the model's input "
+            "contract (%" G_GUINT64_FORMAT " in all): the latest because "
+            "%s. The model was not trained on such input: its rows are "
+            "flagged in-contract=false and its decisions are 'unknown'",
+            self->outside_windows, self->outside_total, why),
+        ("at most one such warning per %u s of running time",
+            (guint) (GST_SATTN_CONTRACT_WARN_INTERVAL / GST_SECOND)));
+    g_free (why);
+  }
+  self->outside_windows = 0;
+  self->outside_warned = GST_CLOCK_TIME_IS_VALID (now) ? now : 0;
 }
 
 static void
@@ -359,6 +427,7 @@ gst_sattn_out_account (GstSattn * self, GstSattnOut * out, gsize n_rows)
   for (i = 0; i < n_rows && !out->any_valid; i++)
     out->any_valid = self->info[i].valid != 0;
   gst_sattn_out_meta (self, out, n_rows);
+  gst_sattn_out_contract (self, n_rows);
   if (self->classes.classes > 0)
     gst_sattn_out_classes (self, out, n_rows);
   out->rows += n_rows;
@@ -446,8 +515,9 @@ gst_sattn_core_push (GstSattn * self, const float *frames, gsize n,
       dst = (float *) out->map.data + out->rows * self->row_floats;
       room = out->cap_rows - out->rows;
     }
-    st = sattn_stream_push (self->stream, frames, k, valid, dst, room,
-        need > 0 ? self->info : NULL, &n_rows);
+    st = sattn_stream_push_checked (self->stream, frames, k, valid, dst,
+        room, need > 0 ? self->info : NULL, need > 0 ? self->checks : NULL,
+        &n_rows);
     if (st == SATTN_E_NONFINITE)
       return gst_sattn_bad_frame (self, out, before, n_rows);
     if (st != SATTN_OK)
@@ -672,8 +742,8 @@ gst_sattn_drain_rows (GstSattn * self)
     gst_buffer_unref (out.buf);
     return GST_FLOW_ERROR;
   }
-  st = sattn_stream_drain (self->stream, (float *) out.map.data, out.cap_rows,
-      self->info, &n_rows);
+  st = sattn_stream_drain_checked (self->stream, (float *) out.map.data,
+      out.cap_rows, self->info, self->checks, &n_rows);
   if (st != SATTN_OK) {
     gst_buffer_unmap (out.buf, &out.map);
     gst_buffer_unref (out.buf);

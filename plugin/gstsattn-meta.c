@@ -36,6 +36,7 @@ gst_sattn_meta_init (GstMeta * meta, gpointer params, GstBuffer * buffer)
   m->row_bytes = 0;
   m->n_rows = 0;
   m->rows = NULL;
+  m->checks = NULL;
   return TRUE;
 }
 
@@ -44,6 +45,7 @@ gst_sattn_meta_free (GstMeta * meta, GstBuffer * buffer)
 {
   (void) buffer;
   g_free (((GstSattnMeta *) meta)->rows);
+  g_free (((GstSattnMeta *) meta)->checks);
 }
 
 /* The meta stays exact or goes.  It describes its buffer's bytes as
@@ -120,6 +122,8 @@ gst_sattn_meta_transform (GstBuffer * dest, GstMeta * meta,
   dst->n_rows = end - first;
   memcpy (dst->rows, src->rows + first, (end - first) *
       sizeof (GstSattnMetaRow));
+  memcpy (dst->checks, src->checks + first, (end - first) *
+      sizeof (GstSattnMetaCheck));
   return TRUE;
 }
 
@@ -142,16 +146,23 @@ gst_sattn_meta_add (GstBuffer * buffer, guint cap_rows)
 {
   GstSattnMeta *m;
   GstSattnMetaRow *rows = g_try_new0 (GstSattnMetaRow, MAX (cap_rows, 1));
+  GstSattnMetaCheck *checks = g_try_new0 (GstSattnMetaCheck,
+      MAX (cap_rows, 1));
 
-  if (rows == NULL)
+  if (rows == NULL || checks == NULL) {
+    g_free (rows);
+    g_free (checks);
     return NULL;
+  }
   m = (GstSattnMeta *) gst_buffer_add_meta (buffer,
       gst_sattn_meta_get_info (), NULL);
   if (m == NULL) {
     g_free (rows);
+    g_free (checks);
     return NULL;
   }
   m->rows = rows;
+  m->checks = checks;
   return m;
 }
 
@@ -164,6 +175,7 @@ enum
   /* one array each, n-rows entries */
   F_FIRST_FRAME, F_N_FRAMES, F_VALID_KEYS, F_MASKED_KEYS,
   F_FULLY_MASKED_ROWS, F_VALID, F_WINDOW_START, F_WINDOW_END,
+  F_IN_CONTRACT, F_INPUT_RMS, F_POOLED_Z,
   N_FIELDS
 };
 #define FIRST_ARRAY F_FIRST_FRAME
@@ -172,6 +184,7 @@ static const gchar *const field_names[N_FIELDS] = {
   "version", "window", "row-bytes", "n-rows",
   "first-frame", "n-frames", "valid-keys", "masked-keys",
   "fully-masked-rows", "valid", "window-start", "window-end",
+  "in-contract", "input-rms", "pooled-z",
 };
 
 static GQuark field_quarks[N_FIELDS];
@@ -250,6 +263,35 @@ gst_sattn_meta_custom_get_info (void)
   return info;
 }
 
+/* The checks' three arrays (in-contract, input-rms, pooled-z). */
+static void
+gst_sattn_meta_take_checks (GstStructure * s, const GstSattnMetaCheck * c,
+    guint n)
+{
+  GValue in = G_VALUE_INIT, rms = G_VALUE_INIT, z = G_VALUE_INIT;
+  guint i;
+
+  gst_value_array_init (&in, n);
+  gst_value_array_init (&rms, n);
+  gst_value_array_init (&z, n);
+  for (i = 0; i < n; i++) {
+    GValue v = G_VALUE_INIT;
+
+    g_value_init (&v, G_TYPE_BOOLEAN);
+    g_value_set_boolean (&v, c[i].in_contract);
+    gst_value_array_append_and_take_value (&in, &v);
+    g_value_init (&v, G_TYPE_DOUBLE);
+    g_value_set_double (&v, c[i].input_rms);
+    gst_value_array_append_and_take_value (&rms, &v);
+    g_value_init (&v, G_TYPE_DOUBLE);
+    g_value_set_double (&v, c[i].pooled_z);
+    gst_value_array_append_and_take_value (&z, &v);
+  }
+  gst_structure_id_take_value (s, field_quarks[F_IN_CONTRACT], &in);
+  gst_structure_id_take_value (s, field_quarks[F_INPUT_RMS], &rms);
+  gst_structure_id_take_value (s, field_quarks[F_POOLED_Z], &z);
+}
+
 /* An array of n values of type t taken from rows[i] at byte offset off. */
 static void
 gst_sattn_meta_take_array (GstStructure * s, GQuark field, GType t,
@@ -307,4 +349,5 @@ gst_sattn_meta_add_custom (GstBuffer * buffer, const GstSattnMeta * meta)
       meta->rows, n, G_STRUCT_OFFSET (GstSattnMetaRow, window_start));
   gst_sattn_meta_take_array (s, field_quarks[F_WINDOW_END], G_TYPE_UINT64,
       meta->rows, n, G_STRUCT_OFFSET (GstSattnMetaRow, window_end));
+  gst_sattn_meta_take_checks (s, meta->checks, n);
 }

@@ -37,8 +37,10 @@ G_BEGIN_DECLS
 
 #define GST_SATTN_META_API_NAME "GstSattnMetaAPI"
 #define GST_SATTN_META_IMPL_NAME "GstSattnMeta"
-/* The layout version below; GstSattnMeta.version holds the element's. */
-#define GST_SATTN_META_VERSION 1
+/* The layout version below; GstSattnMeta.version holds the element's.
+ * Version 2 added GstSattnMeta.checks at the end of the struct (a reader
+ * of version 1 is unaffected). */
+#define GST_SATTN_META_VERSION 2
 
 /* What one output row (one output frame of the buffer) accounts for.
  * Frames are counted from the element's last resync point (start, flush,
@@ -68,6 +70,21 @@ typedef struct
                                    last frame */
 } GstSattnMetaRow;
 
+/* Whether a row's window is within its model's input contract (version
+ * 2 on; docs/models.md "The input contract"): a whole model that records
+ * the input RMS or pooled-feature statistics of its training data says
+ * whether each window is within them.  Rows of other models are always
+ * in contract, with NaN figures. */
+typedef struct
+{
+  gboolean in_contract;         /* every recorded statistic within range
+                                   (a window without a usable frame is) */
+  gfloat input_rms;             /* RMS of the window's usable frames' values
+                                   before any normalisation; NaN: none */
+  gfloat pooled_z;              /* z of the pooled row against the training
+                                   statistics; NaN: not recorded / none */
+} GstSattnMetaCheck;
+
 typedef struct
 {
   GstMeta meta;
@@ -76,6 +93,7 @@ typedef struct
   gsize row_bytes;              /* bytes of one output row in the buffer */
   guint n_rows;                 /* rows of the buffer described */
   GstSattnMetaRow *rows;        /* n_rows, in buffer order */
+  GstSattnMetaCheck *checks;    /* version >= 2: n_rows, in buffer order */
 } GstSattnMeta;
 
 /* The Python-readable form: a GstCustomMeta of this name whose structure
@@ -86,7 +104,8 @@ typedef struct
  *   first-frame (guint64), n-frames, valid-keys, masked-keys,
  *   fully-masked-rows (guint), valid (gboolean),
  *   window-start, window-end (guint64 running times in nanoseconds,
- *   GST_CLOCK_TIME_NONE = 2^64 - 1 when there is none).
+ *   GST_CLOCK_TIME_NONE = 2^64 - 1 when there is none),
+ *   in-contract (gboolean), input-rms, pooled-z (gdouble, NaN: none).
  * From Python:
  *   s = buf.get_custom_meta ("GstSattnWindowMeta").get_structure ()
  *   s["n-rows"], s["first-frame"][0], list (s["valid-keys"]) */

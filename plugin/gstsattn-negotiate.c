@@ -145,6 +145,36 @@ gst_sattn_identity_fits (guint64 d_model, guint heads, guint d_head,
  * core's, in its words (sattn_model_check, sattn_stream_config_check);
  * the rules kept here are GStreamer's: caps sizes, the element's size
  * limit (whole rates: gst_sattn_explain_rate). */
+/* Why a stream of rate / channels contradicts the model's input contract
+ * (contract=enforce), naming both values and the way out; NULL when it
+ * does not. */
+static gchar *
+gst_sattn_explain_contract (const GstSattnSettings * c, gint rate,
+    gint channels)
+{
+  const SattnModelContract *k = &c->model_contract;
+
+  if (c->contract != GST_SATTN_CONTRACT_ENFORCE)
+    return NULL;
+  if ((k->recorded & SATTN_CONTRACT_SAMPLE_RATE) &&
+      (guint) rate != k->sample_rate)
+    return g_strdup_printf ("The stream's rate %d Hz contradicts the model's "
+        "input contract: it was trained on %u Hz streams (metadata "
+        "'sample_rate'), and at %d Hz it would see every frequency scaled "
+        "by %.4g. Resample upstream (audioresample ! "
+        "audio/x-raw,rate=%u), or set contract=warn to run it anyway",
+        rate, k->sample_rate, rate, (double) k->sample_rate / rate,
+        k->sample_rate);
+  if ((k->recorded & SATTN_CONTRACT_CHANNELS) &&
+      (guint) channels != k->channels)
+    return g_strdup_printf ("The stream's %d channels contradict the "
+        "model's input contract: it was trained on %u-channel streams "
+        "(metadata 'channels'). Convert upstream (audioconvert ! "
+        "audio/x-raw,channels=%u), or set contract=warn to run it anyway",
+        channels, k->channels, k->channels);
+  return NULL;
+}
+
 static gchar *
 gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
     guint64 d_model, gboolean weights)
@@ -155,6 +185,8 @@ gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
   SattnStreamConfig sc = { 0, };
   SattnStatus st;
 
+  if ((msg = gst_sattn_explain_contract (c, rate, channels)) != NULL)
+    return msg;
   if (d_model > MAX_D_MODEL) {
     return g_strdup_printf ("Frames of %d channels x frame-size=%u = %"
         G_GUINT64_FORMAT " values are too large (at most %u)", channels,
@@ -388,11 +420,31 @@ gst_sattn_load_model (GstSattn * self, const gchar * path,
  * without a file): gst_sattn_prepare_weights records it with the model it
  * builds, and set_caps takes that model over only when its own key is the
  * same. */
+void
+gst_sattn_settings_take (GstSattnSettings * c, const SattnModelContract * k)
+{
+  c->model_contract = *k;
+  if (!(c->geom_set & GST_SATTN_SET_FRAME_SIZE) &&
+      (k->recorded & SATTN_CONTRACT_FRAME_SIZE))
+    c->frame_size = k->frame_size;
+  if (!(c->geom_set & GST_SATTN_SET_WINDOW) &&
+      (k->recorded & SATTN_CONTRACT_WINDOW))
+    c->window = k->window;
+  if (!(c->geom_set & GST_SATTN_SET_HOP)) {
+    if (k->recorded & SATTN_CONTRACT_HOP)
+      c->hop = k->hop;
+    /* the default hop never longer than a window the file gave */
+    if (c->hop > c->window)
+      c->hop = c->window;
+  }
+}
+
 static gchar *
 gst_sattn_model_inputs (GstSattn * self, GstSattnSettings * c,
     gchar ** wpath, gchar ** wprefix, gboolean * zero_attn)
 {
   *c = self->props;
+  gst_sattn_settings_take (c, &self->contract);
   *wpath = g_strdup (self->weights);
   *wprefix = g_strdup (self->weights_prefix);
   *zero_attn = self->add_zero_attn;
@@ -421,6 +473,28 @@ gst_sattn_take_labels (GstSattn * self, const SattnModel * model,
   return ok;
 }
 
+/* A frame-size set on purpose that contradicts the one the model was
+ * trained with (contract=enforce): one error naming both; TRUE when
+ * there is none. */
+static gboolean
+gst_sattn_contract_frame_size (GstSattn * self, const GstSattnSettings * c,
+    const gchar * path)
+{
+  const SattnModelContract *k = &c->model_contract;
+
+  if (c->contract != GST_SATTN_CONTRACT_ENFORCE ||
+      !(k->recorded & SATTN_CONTRACT_FRAME_SIZE) ||
+      c->frame_size == k->frame_size)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+      ("frame-size=%u contradicts the model's input contract: %s was "
+          "trained on frames of %u samples per channel (metadata "
+          "'frame_size'). Leave frame-size unset to take the model's, or "
+          "set contract=warn to run it on frames it was not trained on",
+          c->frame_size, path, k->frame_size), (NULL));
+  return FALSE;
+}
+
 /* At READY -> PAUSED: reads the weights file (if any) once, checks it for
  * its own d_model (the only one it can serve) and builds its model through
  * the cache; the first caps with that d_model take the model over, later
@@ -436,20 +510,35 @@ gst_sattn_prepare_weights (GstSattn * self)
   SattnConfig mc = { 0, };
   SattnStreamConfig sc = { 0, };
   SattnModel *model = NULL, *old;
+  SattnModelContract contract = { 0, };
   gchar *key;
 
   GST_OBJECT_LOCK (self);
+  /* the previous file's contract no longer holds */
+  memset (&self->contract, 0, sizeof (self->contract));
   key = gst_sattn_model_inputs (self, &c, &wpath, &wprefix, &zero_attn);
   GST_OBJECT_UNLOCK (self);
 
-  /* As set_caps configures it, for the file's own d_model. */
-  gst_sattn_core_config (&c, 0, &mc, &sc);
   ok = TRUE;
   if (wpath != NULL) {
     model = gst_sattn_load_model (self, wpath, wprefix, 0, &c, zero_attn);
     ok = model != NULL;
-    if (model != NULL)
+    if (model != NULL) {
       mc = *sattn_model_config (model);
+      sattn_model_contract (model, &contract);
+      gst_sattn_settings_take (&c, &contract);
+    }
+  }
+  /* As set_caps configures it, for the file's own d_model. */
+  {
+    SattnConfig unused = { 0, };
+
+    gst_sattn_core_config (&c, 0, model != NULL ? &unused : &mc, &sc);
+  }
+  if (model != NULL && !gst_sattn_contract_frame_size (self, &c, wpath)) {
+    gst_sattn_cache_release (model);
+    model = NULL;
+    ok = FALSE;
   }
   if (model != NULL) {
     /* What the file holds against the stream settings (a whole model
@@ -480,6 +569,8 @@ gst_sattn_prepare_weights (GstSattn * self)
 
   GST_OBJECT_LOCK (self);
   self->weights_d_model = model ? mc.d_model : 0;
+  if (model != NULL)
+    self->contract = contract;
   old = self->wmodel;
   self->wmodel = model;
   self->wcfg = mc;
@@ -559,6 +650,7 @@ gst_sattn_scratch_clear (GstSattnScratch * sc)
   g_free (sc->zeros);
   g_free (sc->invalid_flags);
   g_free (sc->info);
+  g_free (sc->checks);
   memset (sc, 0, sizeof (*sc));
 }
 
@@ -585,6 +677,9 @@ gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
   else if ((sc->info = g_try_new (SattnRowInfo, sc->info_cap)) == NULL) {
     size = sc->info_cap * sizeof (SattnRowInfo);
     what = "row descriptions";
+  } else if ((sc->checks = g_try_new (SattnRowCheck, sc->info_cap)) == NULL) {
+    size = sc->info_cap * sizeof (SattnRowCheck);
+    what = "row contract checks";
   } else if ((sc->out_info = g_try_new (SattnRowInfo, sc->out_info_cap =
               gst_sattn_info_rows (c, chunk + GST_SATTN_OUT_FRAMES))) == NULL) {
     size = sc->out_info_cap * sizeof (SattnRowInfo);
@@ -911,56 +1006,50 @@ gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
   return NULL;
 }
 
-/* A whole model trained on streams of one sample rate, channel count and
- * frame size records them (metadata sample_rate, channels, frame_size, as
- * the project's training scripts write them).  Another stream still runs
- * (its frames have the values the model takes), but the model then sees
- * the signal at another time scale or another frame layout than it
- * learned: a warning says so and what to do. */
+/* contract=warn: a stream that contradicts the model's input contract
+ * (rate, channels, frame size; enforce refuses it in
+ * gst_sattn_explain_contract) still runs, but the model then sees the
+ * signal at another time scale or frame layout than it learned: a warning
+ * says so and what to do. */
 static void
 gst_sattn_check_trained_for (GstSattn * self, const SattnModel * model,
     const GstSattnSettings * c, gint rate, gint channels)
 {
-  const char *v;
-  guint64 want;
+  const SattnModelContract *k = &c->model_contract;
+  static const gchar *const what[] = { "channels", "frame-size" };
+  static const gchar *const keys[] = { "channels", "frame_size" };
+  const guint64 have[] = { (guint64) channels, c->frame_size };
+  const guint64 want[] = { k->channels, k->frame_size };
+  const guint32 bits[] = { SATTN_CONTRACT_CHANNELS, SATTN_CONTRACT_FRAME_SIZE };
+  guint i;
 
-  v = sattn_model_metadata (model, "sample_rate");
-  if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT, &want,
-          NULL) && want != (guint64) rate) {
+  (void) model;
+  if (c->contract != GST_SATTN_CONTRACT_WARN)
+    return;
+  if ((k->recorded & SATTN_CONTRACT_SAMPLE_RATE) &&
+      k->sample_rate != (guint) rate) {
     GST_ELEMENT_WARNING (self, STREAM, FORMAT,
-        ("The model was trained on %" G_GUINT64_FORMAT " Hz streams "
-            "(metadata 'sample_rate') and this stream is %d Hz: it runs, but "
-            "a frame of %u samples now spans %.3g ms instead of %.3g ms, so "
-            "the model sees every frequency scaled by %.4g and every "
-            "duration by %.4g; its outputs are not the decisions it was "
-            "trained to make. Resample to %" G_GUINT64_FORMAT " Hz upstream "
-            "(audioresample) to use it as trained.", want, rate,
-            c->frame_size, 1e3 * c->frame_size / rate,
-            1e3 * c->frame_size / (double) want, (double) want / rate,
-            (double) rate / want, want), (NULL));
+        ("The model was trained on %u Hz streams (metadata 'sample_rate') "
+            "and this stream is %d Hz: it runs (contract=warn), but a frame "
+            "of %u samples now spans %.3g ms instead of %.3g ms, so the "
+            "model sees every frequency scaled by %.4g and every duration "
+            "by %.4g; its outputs are not the decisions it was trained to "
+            "make. Resample to %u Hz upstream (audioresample) to use it as "
+            "trained.", k->sample_rate, rate, c->frame_size,
+            1e3 * c->frame_size / rate,
+            1e3 * c->frame_size / (double) k->sample_rate,
+            (double) k->sample_rate / rate, (double) rate / k->sample_rate,
+            k->sample_rate), (NULL));
   }
-  /* Another channel count or frame size with the same values per frame
-   * (the embedding checked that): the layout the model learned is not
-   * the frames'. */
-  {
-    static const gchar *const keys[] = { "channels", "frame_size" };
-    static const gchar *const what[] = { "channels", "frame-size" };
-    const guint64 have[] = { (guint64) channels, c->frame_size };
-    guint i;
-
-    for (i = 0; i < G_N_ELEMENTS (keys); i++) {
-      v = sattn_model_metadata (model, keys[i]);
-      if (v != NULL && g_ascii_string_to_unsigned (v, 10, 1, G_MAXINT,
-              &want, NULL) && want != have[i])
-        GST_ELEMENT_WARNING (self, STREAM, FORMAT,
-            ("The model was trained with %s=%" G_GUINT64_FORMAT
-                " (metadata '%s') but this stream has %s=%" G_GUINT64_FORMAT
-                " (%d channels, frame-size=%u): the frames have the number "
-                "of values the model takes, but not the layout it learned.",
-                what[i], want, keys[i], what[i], have[i], channels,
-                c->frame_size), (NULL));
-    }
-  }
+  for (i = 0; i < G_N_ELEMENTS (keys); i++)
+    if ((k->recorded & bits[i]) && want[i] != have[i])
+      GST_ELEMENT_WARNING (self, STREAM, FORMAT,
+          ("The model was trained with %s=%" G_GUINT64_FORMAT " (metadata "
+              "'%s') but this stream has %s=%" G_GUINT64_FORMAT " (%d "
+              "channels, frame-size=%u): it runs (contract=warn), but the "
+              "frames are not laid out as the model learned.", what[i],
+              want[i], keys[i], what[i], have[i], channels, c->frame_size),
+          (NULL));
 }
 
 /* Rate and channels of input caps the element can read at all (fixed
@@ -1355,6 +1444,7 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->zeros = scratch.zeros;
   self->invalid_flags = scratch.invalid_flags;
   self->info = scratch.info;
+  self->checks = scratch.checks;
   self->info_cap = scratch.info_cap;
   self->out_info = scratch.out_info;
   self->out_info_cap = scratch.out_info_cap;
@@ -1400,6 +1490,7 @@ gst_sattn_snapshot (GstSattn * self, GstSattnSettings * c,
 {
   GST_OBJECT_LOCK (self);
   *c = self->props;
+  gst_sattn_settings_take (c, &self->contract);
   *weights = self->weights != NULL;
   *file_d_model = self->weights != NULL ? self->weights_d_model : 0;
   GST_OBJECT_UNLOCK (self);
@@ -1429,6 +1520,40 @@ static const gint gst_sattn_common_rates[] = {
   8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000, 88200, 96000,
   176400, 192000
 };
+
+/* caps steered to the model's input contract: its rate and channels
+ * first (contract=warn: then the rest; enforce: only those, and when no
+ * caps of them can work, they alone, so that upstream picks them and the
+ * caps event says why). */
+static GstCaps *
+gst_sattn_contract_caps (const GstSattnSettings * c, GstCaps * caps)
+{
+  const SattnModelContract *k = &c->model_contract;
+  GstStructure *want;
+  GstCaps *pref, *wanted;
+
+  if (!(k->recorded & (SATTN_CONTRACT_SAMPLE_RATE | SATTN_CONTRACT_CHANNELS)))
+    return caps;
+  want = gst_structure_new ("audio/x-raw", "format", G_TYPE_STRING,
+      GST_AUDIO_NE (F32), "layout", G_TYPE_STRING, "interleaved", NULL);
+  if (k->recorded & SATTN_CONTRACT_SAMPLE_RATE)
+    gst_structure_set (want, "rate", G_TYPE_INT, (gint) k->sample_rate, NULL);
+  if (k->recorded & SATTN_CONTRACT_CHANNELS)
+    gst_structure_set (want, "channels", G_TYPE_INT, (gint) k->channels, NULL);
+  wanted = gst_caps_new_full (want, NULL);
+  pref = gst_caps_intersect_full (caps, wanted, GST_CAPS_INTERSECT_FIRST);
+  if (c->contract == GST_SATTN_CONTRACT_ENFORCE) {
+    gst_caps_unref (caps);
+    if (gst_caps_is_empty (pref)) {
+      gst_caps_unref (pref);
+      return wanted;
+    }
+    gst_caps_unref (wanted);
+    return pref;
+  }
+  gst_caps_unref (wanted);
+  return gst_caps_merge (pref, caps);
+}
 
 /* What the sink CAPS query answers in PAUSED and PLAYING: the template
  * narrowed to channel counts that fill whole heads (or the weights file's
@@ -1523,7 +1648,7 @@ gst_sattn_allowed_caps (GstSattn * self)
     gst_caps_append_structure (caps, s);
   }
   g_value_unset (&chans);
-  return caps;
+  return gst_sattn_contract_caps (&c, caps);
 }
 
 /* For a downstream that takes audio/x-raw only: why the rows of the

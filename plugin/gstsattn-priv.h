@@ -53,7 +53,22 @@ typedef struct
   gdouble norm_eps;
   guint set_by_user;            /* SATTN_SET_* bits (sattn-weights.h) of
                                    the options set explicitly */
+  guint geom_set;               /* GST_SATTN_SET_* bits: geometry set
+                                   explicitly (else the model's contract
+                                   gives it, when it records one) */
+  GstSattnContract contract;
+  gdouble min_probability;      /* < 0: the model's (else 0) */
+  SattnModelContract model_contract;    /* the model's, all 0 when none:
+                                           set by gst_sattn_settings_take */
 } GstSattnSettings;
+
+/* GstSattnSettings.geom_set bits. */
+enum
+{
+  GST_SATTN_SET_WINDOW = 1 << 0,
+  GST_SATTN_SET_HOP = 1 << 1,
+  GST_SATTN_SET_FRAME_SIZE = 1 << 2,
+};
 
 struct _GstSattn
 {
@@ -84,6 +99,9 @@ struct _GstSattn
   GstClockTime held_time;       /* latency added; NONE before caps */
   GstClockTime alignment_threshold;     /* as audiobuffersplit's */
   GstClockTime discont_wait;    /* as audiobuffersplit's */
+  SattnModelContract contract;  /* the input contract of the weights file
+                                   read at READY -> PAUSED (all 0 when
+                                   none); object lock */
   SattnModel *wmodel;           /* the model of the weights file, built
                                    (through the cache) when the file is
                                    read at READY -> PAUSED; caps with the
@@ -113,7 +131,13 @@ struct _GstSattn
   float *zeros;                 /* chunk × d_model zeros */
   guint8 *invalid_flags;        /* chunk zeros */
   SattnRowInfo *info;
+  SattnRowCheck *checks;        /* info_cap: each row's contract check */
   gsize info_cap;
+  /* Windows outside the model's input contract since the last warning
+   * (rate-limited, gstsattn-feed.c). */
+  guint64 outside_windows, outside_total;
+  GstClockTime outside_warned;  /* running time of the last warning */
+  SattnRowCheck outside_last;   /* the last such window's check */
 
   GstSegment segment;
   GstSegment in_segment;        /* as received, before the TIME conversion */
@@ -158,6 +182,7 @@ typedef struct
   float *scratch, *zeros;
   guint8 *invalid_flags;
   SattnRowInfo *info;
+  SattnRowCheck *checks;
   gsize info_cap;
   SattnRowInfo *out_info;       /* tensor output: rows of one buffer */
   gsize out_info_cap;
@@ -169,6 +194,13 @@ G_GNUC_INTERNAL
 void gst_sattn_free_stream (GstSattn * self);
 
 /* gstsattn-negotiate.c */
+
+/* The settings c with the model's input contract k: frame-size, window
+ * and hop the user did not set taken from it (hop at most the window),
+ * k kept in c->model_contract. */
+G_GNUC_INTERNAL
+void gst_sattn_settings_take (GstSattnSettings * c,
+    const SattnModelContract * k);
 
 /* The core's configurations from the settings c for d_model-value frames
  * (the one place the element maps its settings onto them). */

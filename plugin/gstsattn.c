@@ -286,6 +286,8 @@ GST_DEBUG_CATEGORY (gst_sattn_debug);
 #define DEFAULT_ACTIVATION GST_SATTN_ACTIVATION_RELU
 #define DEFAULT_NORM_FIRST FALSE
 #define DEFAULT_NORM_EPS 1e-5
+#define DEFAULT_CONTRACT GST_SATTN_CONTRACT_ENFORCE
+#define DEFAULT_MIN_PROBABILITY -1.0
 
 enum
 {
@@ -317,6 +319,8 @@ enum
   PROP_TOP_K,
   PROP_META_STRUCTURE,
   PROP_PRECISION,
+  PROP_CONTRACT,
+  PROP_MIN_PROBABILITY,
   /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
 };
 
@@ -456,6 +460,26 @@ gst_sattn_precision_get_type (void)
 }
 
 GType
+gst_sattn_contract_get_type (void)
+{
+  static GType type = 0;
+  static const GEnumValue values[] = {
+    {GST_SATTN_CONTRACT_ENFORCE,
+        "A stream whose rate, channels or frame size contradicts the "
+          "model's input contract is refused, naming both", "enforce"},
+    {GST_SATTN_CONTRACT_WARN,
+        "Such a stream runs, with a warning naming both", "warn"},
+    {0, NULL, NULL}
+  };
+
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstSattnContract", values);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}
+
+GType
 gst_sattn_invalid_frames_get_type (void)
 {
   static GType type = 0;
@@ -576,6 +600,21 @@ gst_sattn_class_init (GstSattnClass * klass)
           "float as PyTorch float32 does: about 13% less time per hop on a "
           "64-channel window, error about PyTorch float32's); whole models "
           "refuse fast", GST_TYPE_SATTN_PRECISION, DEFAULT_PRECISION, geom));
+  g_object_class_install_property (gobject_class, PROP_CONTRACT,
+      g_param_spec_enum ("contract", "Contract",
+          "A whole model's input contract (the sample_rate, channels and "
+          "frame_size its file records): enforce refuses a stream that "
+          "contradicts it, naming both values; warn runs it with a "
+          "warning.  Unset frame-size, window and hop are taken from the "
+          "file either way, and the sink caps steer upstream to its rate "
+          "and channels", GST_TYPE_SATTN_CONTRACT, DEFAULT_CONTRACT, geom));
+  g_object_class_install_property (gobject_class, PROP_MIN_PROBABILITY,
+      g_param_spec_double ("min-probability", "Minimum probability",
+          "output=classes: a window whose most probable class has a lower "
+          "probability, or that is outside the model's input contract, "
+          "gets the decision 'unknown' in sattn-class messages; -1 = the "
+          "model's min_probability (0 when it records none)", -1.0, 1.0,
+          DEFAULT_MIN_PROBABILITY, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS,
       g_param_spec_string ("weights", "Weights",
           "safetensors file of trained weights (NULL = identity "
@@ -689,6 +728,7 @@ gst_sattn_class_init (GstSattnClass * klass)
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_OUTPUT, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_START, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_PRECISION, 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_SATTN_CONTRACT, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_INVALID_FRAMES, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_POSITIONS, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_SATTN_ACTIVATION, 0);
@@ -742,6 +782,8 @@ gst_sattn_init (GstSattn * self)
   self->props.activation = DEFAULT_ACTIVATION;
   self->props.norm_first = DEFAULT_NORM_FIRST;
   self->props.norm_eps = DEFAULT_NORM_EPS;
+  self->props.contract = DEFAULT_CONTRACT;
+  self->props.min_probability = DEFAULT_MIN_PROBABILITY;
   self->invalid_frames = DEFAULT_INVALID_FRAMES;
   self->alignment_threshold = DEFAULT_ALIGNMENT_THRESHOLD;
   self->discont_wait = DEFAULT_DISCONT_WAIT;
@@ -767,6 +809,7 @@ gst_sattn_free_stream (GstSattn * self)
   g_clear_pointer (&self->zeros, g_free);
   g_clear_pointer (&self->invalid_flags, g_free);
   g_clear_pointer (&self->info, g_free);
+  g_clear_pointer (&self->checks, g_free);
   self->info_cap = 0;
   g_clear_pointer (&self->out_info, g_free);
   self->out_info_cap = 0;
@@ -888,6 +931,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   if (self->running && prop_id != PROP_INVALID_FRAMES &&
       prop_id != PROP_ALIGNMENT_THRESHOLD && prop_id != PROP_DISCONT_WAIT &&
       prop_id != PROP_TOP_K && prop_id != PROP_META_STRUCTURE &&
+      prop_id != PROP_MIN_PROBABILITY &&
       prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
       !gst_sattn_obs_prop_mutable_playing (prop_id)) {
     /* Not applied half-way: the model is built from these at caps time. */
@@ -909,12 +953,21 @@ gst_sattn_set_property (GObject * object, guint prop_id,
   switch (prop_id) {
     case PROP_WINDOW:
       self->props.window = g_value_get_uint (value);
+      self->props.geom_set |= GST_SATTN_SET_WINDOW;
       break;
     case PROP_HOP:
       self->props.hop = g_value_get_uint (value);
+      self->props.geom_set |= GST_SATTN_SET_HOP;
       break;
     case PROP_FRAME_SIZE:
       self->props.frame_size = g_value_get_uint (value);
+      self->props.geom_set |= GST_SATTN_SET_FRAME_SIZE;
+      break;
+    case PROP_CONTRACT:
+      self->props.contract = g_value_get_enum (value);
+      break;
+    case PROP_MIN_PROBABILITY:
+      self->props.min_probability = g_value_get_double (value);
       break;
     case PROP_HEADS:
       self->props.heads = g_value_get_uint (value);
@@ -1021,13 +1074,21 @@ gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
   GST_OBJECT_LOCK (self);
   switch (prop_id) {
     case PROP_WINDOW:
-      g_value_set_uint (value, self->props.window);
-      break;
     case PROP_HOP:
-      g_value_set_uint (value, self->props.hop);
+    case PROP_FRAME_SIZE:{
+      /* What is in effect: the model's contract gives what was not set. */
+      GstSattnSettings c = self->props;
+
+      gst_sattn_settings_take (&c, &self->contract);
+      g_value_set_uint (value, prop_id == PROP_WINDOW ? c.window :
+          prop_id == PROP_HOP ? c.hop : c.frame_size);
       break;
-    case PROP_FRAME_SIZE:
-      g_value_set_uint (value, self->props.frame_size);
+    }
+    case PROP_CONTRACT:
+      g_value_set_enum (value, self->props.contract);
+      break;
+    case PROP_MIN_PROBABILITY:
+      g_value_set_double (value, self->props.min_probability);
       break;
     case PROP_HEADS:
       g_value_set_uint (value, self->props.heads_set ? self->props.heads : 0);
@@ -1137,6 +1198,8 @@ gst_sattn_change_state (GstElement * element, GstStateChange transition)
       gst_segment_init (&self->in_segment, GST_FORMAT_UNDEFINED);
       self->caps_refused = FALSE;
       gst_clear_caps (&self->refused_caps);
+      self->outside_windows = self->outside_total = 0;
+      self->outside_warned = GST_CLOCK_TIME_NONE;
       gst_sattn_flush (self);
       break;
     }

@@ -105,6 +105,24 @@ typedef enum {
   GST_SATTN_ACTIVATION_GELU = SATTN_ACTIVATION_GELU,
 } GstSattnActivation;
 
+/**
+ * GstSattnContract:
+ * @GST_SATTN_CONTRACT_ENFORCE: a stream whose rate, channel count or frame
+ *   size contradicts the model's input contract is refused, naming both
+ * @GST_SATTN_CONTRACT_WARN: such a stream runs, with a warning that names
+ *   both (the model then sees a signal it was not trained on)
+ *
+ * What the element does with a whole model's input contract (the
+ * sample_rate, channels and frame_size its file records; docs/models.md).
+ * Windows outside the contract's statistics are flagged either way.
+ */
+typedef enum {
+  GST_SATTN_CONTRACT_ENFORCE = 0,
+  GST_SATTN_CONTRACT_WARN,
+} GstSattnContract;
+
+#define GST_TYPE_SATTN_CONTRACT (gst_sattn_contract_get_type ())
+GType gst_sattn_contract_get_type (void);
 #define GST_TYPE_SATTN_POSITIONS (gst_sattn_positions_get_type ())
 GType gst_sattn_positions_get_type (void);
 #define GST_TYPE_SATTN_ACTIVATION (gst_sattn_activation_get_type ())

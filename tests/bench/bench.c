@@ -2526,8 +2526,9 @@ run_whole_threads (const Opts *o, const char *path, size_t n, size_t h)
                nbuf = warm +
                       (uint64_t) fmax (20.0, v[t * R + k] * (double) h *
                                                  o->pipe_time / (double) bf);
-      snprintf (extra, sizeof extra, "weights=\"%s\" output=classes threads=%d",
-                path, t + 1);
+      snprintf (extra, sizeof extra,
+                "weights=\"%s\" output=classes contract=warn threads=%d", path,
+                t + 1);
       if (run_pipeline (&w, pool, pool_frames, bf, warm, nbuf, 1, extra, &secs,
                         &cpu, &frames_out, err, sizeof err) == 0 &&
           frames_out > 0 && secs > 0.0) {
@@ -2657,7 +2658,8 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
                nbuf = warm +
                       (uint64_t) fmax (20.0, v[1][k] * (double) h *
                                                  o->pipe_time / (double) bf);
-      snprintf (extra, sizeof extra, "weights=\"%s\" output=classes", path);
+      snprintf (extra, sizeof extra,
+                "weights=\"%s\" output=classes contract=warn", path);
       if (run_pipeline (&w, pool, pool_frames, bf, warm, nbuf, 1, extra, &secs,
                         &cpu, &frames_out, err, sizeof err) == 0 &&
           frames_out > 0)

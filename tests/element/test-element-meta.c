@@ -53,6 +53,34 @@ check_array (const GstStructure * s, const gchar * name, GType t,
   }
 }
 
+/* The checks' arrays of the structure against m->checks: in-contract
+ * equal, input-rms and pooled-z equal or both NaN.  The stream here runs
+ * no whole model with a contract: every row is in contract, NaN
+ * figures. */
+static void
+check_checks (const GstStructure * s, const GstSattnMeta * m)
+{
+  const GValue *in = gst_structure_get_value (s, "in-contract");
+  const GValue *rms = gst_structure_get_value (s, "input-rms");
+  const GValue *z = gst_structure_get_value (s, "pooled-z");
+  guint i;
+
+  fail_unless (in && rms && z && GST_VALUE_HOLDS_ARRAY (in));
+  fail_unless_equals_int (gst_value_array_get_size (in), m->n_rows);
+  fail_unless_equals_int (gst_value_array_get_size (rms), m->n_rows);
+  fail_unless_equals_int (gst_value_array_get_size (z), m->n_rows);
+  for (i = 0; i < m->n_rows; i++) {
+    gdouble r = g_value_get_double (gst_value_array_get_value (rms, i));
+    gdouble zz = g_value_get_double (gst_value_array_get_value (z, i));
+
+    fail_unless_equals_int (g_value_get_boolean (gst_value_array_get_value
+            (in, i)), m->checks[i].in_contract);
+    fail_unless (m->checks[i].in_contract);
+    fail_unless (isnan (r) && isnan (m->checks[i].input_rms));
+    fail_unless (isnan (zz) && isnan (m->checks[i].pooled_z));
+  }
+}
+
 /* buf's window metadata (NULL if none), after checking that its
  * GstCustomMeta is present exactly when the struct is and holds the same
  * values. */
@@ -81,7 +109,8 @@ get_meta (GstBuffer * buf)
   fail_unless_equals_int (u, m->n_rows);
   fail_unless (gst_structure_get_uint64 (s, "row-bytes", &rb));
   fail_unless_equals_uint64 (rb, m->row_bytes);
-  fail_unless_equals_int (gst_structure_n_fields (s), 12);
+  fail_unless_equals_int (gst_structure_n_fields (s), 15);
+  check_checks (s, m);
   check_array (s, "first-frame", G_TYPE_UINT64, m,
       G_STRUCT_OFFSET (GstSattnMetaRow, first_frame));
   check_array (s, "n-frames", G_TYPE_UINT, m,

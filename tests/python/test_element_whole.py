@@ -231,50 +231,127 @@ class ClassMessages(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
 
 
-class TrainedFor(unittest.TestCase):
-    """A model that records the stream it was trained on (sample_rate,
-    channels, frame_size) runs on another one with a warning that names
-    both, and its outputs are all there."""
+def gst_errors(description, timeout=30):
+    """Run a pipeline description in this process until EOS or an error,
+    polling its bus directly (no main loop: an error posted while the
+    pipeline is still starting cannot be missed, as gst-launch-1.0's
+    quit can be); returns (errors, warnings) as lists of message texts.
+    A pipeline that neither ends nor fails within timeout is a hang."""
+    import gi
+    gi.require_version("Gst", "1.0")
+    from gi.repository import Gst
+    Gst.init(None)
+    pipe = Gst.parse_launch(description)
+    bus = pipe.get_bus()
+    errors, warnings = [], []
+    try:
+        if pipe.set_state(Gst.State.PLAYING) == Gst.StateChangeReturn.FAILURE:
+            pass  # the error message says why
+        deadline = timeout * Gst.SECOND
+        while True:
+            msg = bus.timed_pop_filtered(
+                deadline, Gst.MessageType.ERROR | Gst.MessageType.WARNING |
+                Gst.MessageType.EOS)
+            if msg is None:
+                raise AssertionError("HANG: %s did not end or fail in %d s"
+                                     % (description, timeout))
+            if msg.type == Gst.MessageType.WARNING:
+                warnings.append(msg.parse_warning()[0].message)
+                continue
+            if msg.type == Gst.MessageType.ERROR:
+                errors.append(msg.parse_error()[0].message)
+            break
+        # errors posted right after the first one (upstream's own)
+        while True:
+            msg = bus.pop_filtered(Gst.MessageType.ERROR)
+            if msg is None:
+                break
+            errors.append(msg.parse_error()[0].message)
+    finally:
+        pipe.set_state(Gst.State.NULL)
+    return errors, warnings
+
+
+class Contract(unittest.TestCase):
+    """A model that records its input contract (sample_rate, channels,
+    frame_size, window, hop: the shipped recogniser) gives the element
+    every property left unset, steers upstream to its rate and channels,
+    refuses a stream that contradicts it with both values named (contract=
+    enforce, the default) and runs one with a warning under
+    contract=warn."""
 
     MODEL = os.path.join(os.environ.get("SATTN_SOURCE_ROOT", os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "..")), "examples",
         "recognizer", "recognizer.safetensors")
 
-    def run_at(self, rate, channels, frame_size):
-        with tempfile.TemporaryDirectory() as d:
-            src, dst = os.path.join(d, "in.f32"), os.path.join(d, "out.f32")
-            np.random.RandomState(5).randn(64 * 32 * 3).astype(
-                "<f4").tofile(src)
-            cmd = [GST_LAUNCH, "filesrc", "location=" + src, "!",
-                   "rawaudioparse", "use-sink-caps=false", "format=pcm",
-                   "pcm-format=f32le", "num-channels=%d" % channels,
-                   "sample-rate=%d" % rate, "!", "sattn",
-                   "weights=" + self.MODEL, "frame-size=%d" % frame_size,
-                   "window=64", "hop=64", "output=classes", "!",
-                   "filesink", "location=" + dst]
-            r = subprocess.run(cmd, capture_output=True, text=True,
-                               timeout=120)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            rows = np.fromfile(dst, "<f4").reshape(-1, 10)
-        self.assertEqual(len(rows), 3)
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.src = os.path.join(self.tmp.name, "in.f32")
+        self.dst = os.path.join(self.tmp.name, "out.f32")
+        np.random.RandomState(5).randn(64 * 32 * 3).astype("<f4").tofile(
+            self.src)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def line(self, rate, channels, props):
+        return ("filesrc location=%s ! rawaudioparse use-sink-caps=false "
+                "format=pcm pcm-format=f32le num-channels=%d sample-rate=%d "
+                "! sattn weights=%s output=classes %s ! filesink location=%s"
+                % (self.src, channels, rate, self.MODEL, props, self.dst))
+
+    def run_at(self, rate, channels, props=""):
+        errors, warnings = gst_errors(self.line(rate, channels, props))
+        self.assertEqual(errors, [])
+        rows = np.fromfile(self.dst, "<f4").reshape(-1, 10)
         self.assertTrue(np.allclose(rows.sum(1), 1.0, atol=1e-5))
-        return r.stdout + r.stderr
+        return rows, warnings
+
+    def windows(self, frames):
+        """Windows of frames frames at the file's window and hop (the
+        element's default hop, 16, when it records none)."""
+        k = sattn.Model.from_safetensors(self.MODEL).contract
+        window, hop = k["window"], min(k.get("hop", 16), k["window"])
+        return len(range(hop, frames + 1, hop)) + (frames % hop != 0)
 
     def test_as_trained(self):
-        self.assertNotIn("WARNING", self.run_at(64000, 2, 16))
+        # no frame-size, window or hop: the file's
+        rows, warnings = self.run_at(64000, 2)
+        self.assertEqual(warnings, [])
+        self.assertEqual(len(rows), self.windows(64 * 32 * 3 // 32))
 
-    def test_other_rate(self):
-        out = self.run_at(48000, 2, 16)
+    def test_refused_rate(self):
+        errors, _ = gst_errors(self.line(48000, 2, ""))
+        self.assertIn("The stream's rate 48000 Hz contradicts the model's "
+                      "input contract: it was trained on 64000 Hz streams "
+                      "(metadata 'sample_rate')", errors[0])
+        self.assertIn("set contract=warn", errors[0])
+
+    def test_refused_channels(self):
+        errors, _ = gst_errors(self.line(64000, 1, "frame-size=32"))
+        self.assertTrue(errors)
+        self.assertIn("frame-size=32 contradicts the model's input "
+                      "contract", errors[0])
+        errors, _ = gst_errors(self.line(64000, 4, ""))
+        self.assertIn("The stream's 4 channels contradict the model's input "
+                      "contract: it was trained on 2-channel streams",
+                      errors[0])
+
+    def test_warn_rate(self):
+        rows, warnings = self.run_at(48000, 2, "contract=warn")
+        self.assertEqual(len(rows), self.windows(64 * 32 * 3 // 32))
+        text = " ".join(warnings)
         self.assertIn("The model was trained on 64000 Hz streams (metadata "
-                      "'sample_rate') and this stream is 48000 Hz", out)
-        self.assertIn("Resample to 64000 Hz", out)
+                      "'sample_rate') and this stream is 48000 Hz", text)
+        self.assertIn("Resample to 64000 Hz", text)
 
-    def test_other_layout(self):
-        out = self.run_at(64000, 1, 32)
+    def test_warn_layout(self):
+        rows, warnings = self.run_at(64000, 1, "contract=warn frame-size=32")
+        text = " ".join(warnings)
         self.assertIn("trained with channels=2 (metadata 'channels') but "
-                      "this stream has channels=1", out)
+                      "this stream has channels=1", text)
         self.assertIn("trained with frame-size=16 (metadata 'frame_size') "
-                      "but this stream has frame-size=32", out)
+                      "but this stream has frame-size=32", text)
 
 
 if __name__ == "__main__":

@@ -166,7 +166,10 @@ class WindowMeta(unittest.TestCase):
             self.assertIsNotNone(cm, "a buffer without the window metadata")
             s = cm.get_structure()
             self.assertEqual(s.get_name(), NAME)
-            self.assertEqual(s["version"], 1)
+            self.assertEqual(s["version"], 2)
+            # no model with a contract here: every row in it, no figures
+            self.assertEqual(list(s["in-contract"]), [True] * s["n-rows"])
+            self.assertTrue(all(v != v for v in s["input-rms"]))
             self.assertEqual(s["window"], window)
             self.assertEqual(s["row-bytes"], row_floats * 4)
             self.assertEqual(s["n-rows"] * s["row-bytes"], b.get_size())
