@@ -225,9 +225,23 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
   gsize i;
 
   st_init (&w, seed);
-  st_linear (&w, "", "embed", s->d, s->f, TRUE);
+  if (s->conv_kernel > 0) {
+    gsize c = s->f / s->conv_steps;
+
+    st_rand (&w, "conv.weight", s->d, c * s->conv_kernel, 0.0,
+        2.0 / sqrt ((gdouble) (c * s->conv_kernel)));
+    st_rand (&w, "conv.bias", s->d, 0, 0.0, 0.2);
+  } else {
+    st_linear (&w, "", "embed", s->d, s->f, TRUE);
+  }
+  if (s->standardize) {
+    st_rand (&w, "standardize.mean", s->f, 0, 0.0, 0.5);
+    st_rand (&w, "standardize.std", s->f, 0, 1.0, 0.5);
+  }
+  if (s->cls)
+    st_rand (&w, "cls_token", s->d, 0, 0.0, 0.5);
   if (g_strcmp0 (s->positions, "learned") == 0)
-    st_rand (&w, "pos_embed", s->max_window, s->d, 0.0, 0.5);
+    st_rand (&w, "pos_embed", s->max_window + (s->cls ? 1 : 0), s->d, 0.0, 0.5);
   for (i = 0; i < s->n_layers; i++) {
     gchar *a;
 
@@ -242,6 +256,10 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
   }
   if (s->final_norm)
     st_norm (&w, "encoder.", "norm", s->d);
+  if (g_strcmp0 (s->pooling, "attention") == 0) {
+    st_rand (&w, "pool.weight", s->d, 0, 0.0, 1.0);
+    st_rand (&w, "pool.bias", 1, 0, 0.0, 0.5);
+  }
   if (s->mlp) {
     st_linear (&w, "", "head.0", 2 * s->d, s->d, TRUE);
     st_linear (&w, "", "head.2", s->classes, 2 * s->d, TRUE);
@@ -251,7 +269,32 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
   g_snprintf (num, sizeof num, "%u", s->heads);
   st_meta (&w, "num_heads", num);
   st_meta (&w, "positions", s->positions);
-  st_meta (&w, "pooling", s->last ? "last" : "mean");
+  st_meta (&w, "pooling", s->pooling ? s->pooling : s->last ? "last" : "mean");
+  if (s->conv_kernel > 0) {
+    g_snprintf (num, sizeof num, "%" G_GSIZE_FORMAT, s->conv_steps);
+    st_meta (&w, "conv_stride", num);
+    g_snprintf (num, sizeof num, "%" G_GSIZE_FORMAT, s->conv_padding);
+    st_meta (&w, "conv_padding", num);
+    g_snprintf (num, sizeof num, "%" G_GSIZE_FORMAT,
+        s->conv_dilation ? s->conv_dilation : 1);
+    st_meta (&w, "conv_dilation", num);
+    st_meta (&w, "conv_activation", s->conv_act ? s->conv_act : "none");
+  }
+  if (s->input_norm)
+    st_meta (&w, "input_norm", s->input_norm);
+  if (s->meta) {
+    gchar **kv = g_strsplit (s->meta, ";", -1);
+
+    for (i = 0; kv[i] != NULL; i++) {
+      gchar *eq = strchr (kv[i], '=');
+
+      if (eq != NULL) {
+        *eq = '\0';
+        st_meta (&w, kv[i], eq + 1);
+      }
+    }
+    g_strfreev (kv);
+  }
   st_meta (&w, "norm_first", s->norm_first ? "1" : "0");
   for (i = 0; i < s->classes; i++)
     g_string_append_printf (labels, "%s\"class-%" G_GSIZE_FORMAT "\"",

@@ -49,19 +49,33 @@ void st_attn (StWriter * w, const gchar * p, Layout layout, gsize e,
 gchar *st_write_layer (const gchar * path, guint32 seed, Layout layout,
     gsize e, gsize d_out, guint heads, const gchar * positions, gsize ff);
 
-/* A whole model (python/sattn/nn.py's SignalTransformer): frames of f
- * values embedded into d, n_layers encoder layers (feed-forward ff),
- * mean pooling and a head of `classes`.  positions: "learned" (a
- * pos_embed of max_window rows) or a metadata word; mlp: a two-layer
- * head (head.0, ReLU, head.2) rather than a Linear one; final_norm:
- * encoder.norm; norm_first: the layers' metadata; last: pooling "last"
- * (else "mean").  st_write_whole writes one to path (returned, g_free it). */
+/* A whole model (python/sattn/nn.py's SignalTransformer, docs/models.md):
+ * frames of f values embedded into d, n_layers encoder layers
+ * (feed-forward ff), mean pooling and a head of `classes`.  positions:
+ * "learned" (a pos_embed of max_window rows, + 1 with a CLS token) or a
+ * metadata word; mlp: a two-layer head (head.0, ReLU, head.2) rather than
+ * a Linear one; final_norm: encoder.norm; norm_first: the layers'
+ * metadata; last: pooling "last" (else "mean").  The rest may be left 0:
+ * pooling: a pooling word (NULL: by last); conv_kernel > 0: a conv stem
+ * of conv_steps time steps per frame (stride), that kernel, padding and
+ * dilation (0: 1), conv_act (NULL: none); standardize: standardize.*
+ * tensors; input_norm: "rms" or "power" (NULL: none); cls: a CLS token
+ * (with pooling "cls"); meta: more metadata, "key=value" pairs separated
+ * by ';' (the input contract, e.g. "sample_rate=8000;channels=2").
+ * st_write_whole writes one to path (returned, g_free it). */
 typedef struct
 {
   gsize f, d, n_layers, ff, classes, max_window;
   guint heads;
   const gchar *positions;
   gboolean mlp, final_norm, norm_first, last;
+  const gchar *pooling;
+  gsize conv_steps, conv_kernel, conv_padding, conv_dilation;
+  const gchar *conv_act;
+  gboolean standardize;
+  const gchar *input_norm;
+  gboolean cls;
+  const gchar *meta;
 } WholeSpec;
 
 gchar *st_write_whole (const gchar * path, guint32 seed,

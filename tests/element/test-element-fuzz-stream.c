@@ -264,11 +264,16 @@ fixtures_init (void)
   write_layer (wfixtures[7].path, 35, TRUE, "gelu", "rope");
   write_layer (wfixtures[8].path, 36, FALSE, "gelu", "alibi");
   {
-    WholeSpec a = { 8, 8, 2, 16, 3, 32, 2, "learned", FALSE, TRUE, FALSE,
-      FALSE
+    WholeSpec a = { .f = 8, .d = 8, .n_layers = 2, .ff = 16, .classes = 3,
+      .max_window = 32, .heads = 2, .positions = "learned", .final_norm = TRUE
     };
-    WholeSpec b = { 8, 16, 1, 32, 4, 0, 2, "rope", FALSE, FALSE, TRUE, TRUE };
-    WholeSpec c = { 8, 8, 1, 16, 3, 0, 2, "alibi", TRUE, TRUE, TRUE, FALSE };
+    WholeSpec b = { .f = 8, .d = 16, .n_layers = 1, .ff = 32, .classes = 4,
+      .heads = 2, .positions = "rope", .norm_first = TRUE, .last = TRUE
+    };
+    WholeSpec c = { .f = 8, .d = 8, .n_layers = 1, .ff = 16, .classes = 3,
+      .heads = 2, .positions = "alibi", .mlp = TRUE, .final_norm = TRUE,
+      .norm_first = TRUE
+    };
 
     g_free (st_write_whole (wfixtures[9].path, 37, &a));
     g_free (st_write_whole (wfixtures[10].path, 38, &b));

@@ -67,8 +67,8 @@ write_files (void)
   StWriter w;
   gchar *buf = NULL;
   gsize len = 0;
-  WholeSpec whole = { D, 8, 1, 16, 3, 0, 2, "alibi", FALSE, TRUE, FALSE,
-    FALSE
+  WholeSpec whole = { .f = D, .d = 8, .n_layers = 1, .ff = 16, .classes = 3,
+    .heads = 2, .positions = "alibi", .final_norm = TRUE
   };
 
   tmp_dir = g_dir_make_tmp ("sattn-storm-XXXXXX", NULL);
