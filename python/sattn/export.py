@@ -3,13 +3,28 @@
 
 sattn-export writes what INPUT (or --module NAME inside it) is, whole:
 
-  * a whole model per window (sattn.nn.SignalTransformer, or any module
-    with an `embed` Linear and an nn.TransformerEncoder `encoder`,
-    optionally `pos_embed`, `encoder.norm` and a `head`): the whole model
-    under its own names, with num_heads, norm_first, activation, norm_eps,
-    positions, pooling (--pooling), head_activation and labels (--labels
-    FILE, one per line) as metadata; the element runs it on every window
-    (output=classes, mean, last or window);
+  * a whole model per window, recognised by what its forward computes
+    (torch.fx), whatever its attribute names: [standardisation] ->
+    [per-window RMS / power normalisation] -> a front end (nn.Linear per
+    frame, or one nn.Conv1d over samples or frames, optional ReLU/GELU)
+    -> [CLS token] -> [learned positions] -> nn.TransformerEncoder (or
+    encoder layers; batch_first or not) -> [final LayerNorm] -> pooling
+    (mean, max, CLS / first token, last, attention) -> [head: Linear, or
+    Linear-act-Linear]; sattn.nn.SignalTransformer as it is.  Written
+    under docs/models.md's names with its metadata, labels (--labels
+    FILE, one per line) and input contract (--sample-rate, --channels,
+    --frame-size, --window, --hop, --min-probability, and statistics from
+    --contract-data FILE.npy); the element runs it on every window
+    (output=classes, mean, last or window).  Anything else (an nn.GRU, a
+    second conv, a tensor the written model would not use, ...) is
+    refused with words naming what was met.  The tool then runs the
+    module and libsattn (sattn.Model.from_safetensors, sattn.Stream) on
+    the same random windows, start padding, a GAP and NaN frames masked
+    included, and leaves the file behind only when they agree within
+    PyTorch float32's own error on those windows (it says both figures);
+  * an ONNX file (model.onnx, as torch.onnx.export writes such a model,
+    opsets 14-17): mapped onto the same family, verified the same way
+    with the graph evaluated by numpy (needs python3-onnx);
   * an nn.TransformerEncoderLayer: the whole layer (self_attn.*, linear1,
     linear2, norm1, norm2) with layer, activation, norm_first, norm_eps
     and positions (--positions) as metadata;
@@ -20,9 +35,10 @@ part that is: it says on stderr which part it wrote and which tensors it
 left out; with several such parts it stops and lists them.  A part named
 with --module (e.g. --module self_attn of a layer) is written alone, and
 the tool says on stderr which part it wrote and what it left out.
---list shows every part INPUT holds.  After writing a whole model or a
-layer the tool loads the file through libsattn's loader
-(sattn_model_load, via the sattn Python package) when it can, and says so.
+--list shows every part INPUT holds.  After writing a layer the tool
+loads the file through libsattn's loader (sattn_model_load, via the sattn
+Python package) when it can, and says so; a whole model is verified as
+above (and not written when it cannot be).
 
 Recognised attention layouts (tensor names under the module's prefix; a
 Linear "x" is x.weight and, optionally, x.bias; [..] may be absent):

@@ -305,6 +305,10 @@ def has_front_end(module):
     layer is not a whole model (its parts are exported instead)."""
     if isinstance(module, SignalTransformer):
         return True
+    fwd = type(module).forward
+    if fwd is nn.Module.forward or getattr(
+            fwd, "__name__", "") == "_forward_unimplemented":
+        return False     # no forward: a container of parts
     try:
         gm, _ = trace(module)
     except NotRepresentable:
