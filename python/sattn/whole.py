@@ -36,7 +36,6 @@ Needs PyTorch; verify() needs the sattn package (libsattn).
 import copy
 import inspect
 import math
-import operator
 
 import numpy as np
 import torch
@@ -438,7 +437,6 @@ def recognise(module, window=None, channels=None, frame_size=None,
                                    % n.target)
 
     # the layers: stock, alike
-    l0 = layers[0]
     cfgs = []
     for i, L in enumerate(layers):
         sa = L.self_attn
@@ -847,57 +845,14 @@ def _probe_windows(B, n, Fr, seed=1234, gains=True):
     return x
 
 
-def _match(module, gm, can, fnode, first_enc, head_in, has_norm, eps_c,
-           n, Fr, front_end, batch_first, classes, channels, absent):
-    """Compare the module with the canonical one (float64), fixing what
-    the numbers say (the input normalisation) and naming what differs."""
-    checks = []
-    u64 = _double(gm)
-    if u64 is None:
-        raise NotRepresentable("the module cannot run in float64 (needed "
-                               "to compare it with sattn's model)")
-    c64 = copy.deepcopy(can).double().eval()
-    x = _probe_windows(24, n, Fr)
-    hin = head_in.args[0] if head_in is not None else None
-    keep = [fnode.name, first_enc.name] + ([hin.name] if hin is not None
-                                           else [])
-    cap = _Capture(u64, keep)
-    with torch.no_grad():
-        try:
-            out_u = cap.run(x)
-        except Exception as e:  # noqa: BLE001
-            raise NotRepresentable(
-                "the module does not run on windows of %d frames of %d "
-                "values (%s: %s)" % (n, Fr, type(e).__name__, e)) from None
-    vals = cap.values
-    fin_u = vals[fnode.name]      # the front end's input
-    fin_in = fnode.args[0]
-    with torch.no_grad():
-        cap2 = _Capture(u64, [fin_in.name] if isinstance(
-            fin_in, torch.fx.Node) else [])
-        cap2.run(x)
-    f_in = cap2.values.get(fin_in.name)
-    if f_in is None:
-        raise NotRepresentable("the front end's input is not a value of "
-                               "the forward")
-    # canonical frames entering the front end, in the front end's layout
+def fit_input_norm(c64, can, x, u_frames, has_norm, eps_c, channels,
+                   front_end, checks):
+    """What enters the front end (u_frames, (B, n, F) in frame order) for
+    windows x: none, or the standardised input divided per window by
+    sqrt(a * mean(x^2) + eps), a = 1 (rms) or channels (power); sets it on
+    can and c64 (float64 twin), or raises NotRepresentable."""
     B = x.shape[0]
-    if front_end == "conv":
-        c, s = can.in_channels, can.conv_stride
-        if f_in.dim() != 3 or f_in.shape[1] != c or f_in.shape[2] != n * s:
-            raise NotRepresentable(
-                "the Conv1d front end takes %s, not the window's %d time "
-                "steps of %d channels (B, C, n x S): sattn reads a frame as "
-                "S = stride time steps of C = in_channels values"
-                % (tuple(f_in.shape[1:]), n * s, c))
-        u_frames = f_in.transpose(1, 2).reshape(B, n, Fr)
-    else:
-        if f_in.dim() != 3 or tuple(f_in.shape[:2]) not in ((B, n), (n, B)):
-            raise NotRepresentable("the Linear front end takes %s, not one "
-                                   "frame per row" % (tuple(f_in.shape),))
-        u_frames = f_in if tuple(f_in.shape[:2]) == (B, n) else \
-            f_in.transpose(0, 1)
-    # standardised frames, then the normalisation the numbers show
+    Fr = x.shape[2]
     with torch.no_grad():
         c64.input_norm = "none"
         xs = c64.normalised(x)
@@ -959,6 +914,59 @@ def _match(module, gm, can, fnode, first_enc, head_in, has_norm, eps_c,
         c64.input_norm = "none"
         checks.append("input: no normalisation (front end input max-abs "
                       "%.3g)" % d_plain)
+
+
+def _match(module, gm, can, fnode, first_enc, head_in, has_norm, eps_c,
+           n, Fr, front_end, batch_first, classes, channels, absent):
+    """Compare the module with the canonical one (float64), fixing what
+    the numbers say (the input normalisation) and naming what differs."""
+    checks = []
+    u64 = _double(gm)
+    if u64 is None:
+        raise NotRepresentable("the module cannot run in float64 (needed "
+                               "to compare it with sattn's model)")
+    c64 = copy.deepcopy(can).double().eval()
+    x = _probe_windows(24, n, Fr)
+    hin = head_in.args[0] if head_in is not None else None
+    keep = [fnode.name, first_enc.name] + ([hin.name] if hin is not None
+                                           else [])
+    cap = _Capture(u64, keep)
+    with torch.no_grad():
+        try:
+            out_u = cap.run(x)
+        except Exception as e:  # noqa: BLE001
+            raise NotRepresentable(
+                "the module does not run on windows of %d frames of %d "
+                "values (%s: %s)" % (n, Fr, type(e).__name__, e)) from None
+    vals = cap.values
+    fin_in = fnode.args[0]
+    with torch.no_grad():
+        cap2 = _Capture(u64, [fin_in.name] if isinstance(
+            fin_in, torch.fx.Node) else [])
+        cap2.run(x)
+    f_in = cap2.values.get(fin_in.name)
+    if f_in is None:
+        raise NotRepresentable("the front end's input is not a value of "
+                               "the forward")
+    # canonical frames entering the front end, in the front end's layout
+    B = x.shape[0]
+    if front_end == "conv":
+        c, s = can.in_channels, can.conv_stride
+        if f_in.dim() != 3 or f_in.shape[1] != c or f_in.shape[2] != n * s:
+            raise NotRepresentable(
+                "the Conv1d front end takes %s, not the window's %d time "
+                "steps of %d channels (B, C, n x S): sattn reads a frame as "
+                "S = stride time steps of C = in_channels values"
+                % (tuple(f_in.shape[1:]), n * s, c))
+        u_frames = f_in.transpose(1, 2).reshape(B, n, Fr)
+    else:
+        if f_in.dim() != 3 or tuple(f_in.shape[:2]) not in ((B, n), (n, B)):
+            raise NotRepresentable("the Linear front end takes %s, not one "
+                                   "frame per row" % (tuple(f_in.shape),))
+        u_frames = f_in if tuple(f_in.shape[:2]) == (B, n) else \
+            f_in.transpose(0, 1)
+    fit_input_norm(c64, can, x, u_frames, has_norm, eps_c, channels,
+                   front_end, checks)
     # the pooled row: diagnose pooling
     with torch.no_grad():
         feats = c64.features(x)
