@@ -720,10 +720,12 @@ def _contract_args(a):
     return out
 
 
-def _export_whole(a, module, name, out_prefix, said_part, die):
-    """A whole model: recognised by its forward, written under the spec's
+def _export_whole(a, module, name, out_prefix, said_part, die, onnx=False):
+    """A whole model: recognised by its forward (or an ONNX file's graph,
+    onnx=True: module is then the file's name), written under the spec's
     names with its metadata and input contract, verified against the
-    module through libsattn before it is reported (and left behind)."""
+    module (the graph) through libsattn before it is reported (and left
+    behind)."""
     torch = _torch()
     w = _whole()
     labels = None
@@ -731,8 +733,13 @@ def _export_whole(a, module, name, out_prefix, said_part, die):
         with open(a.labels, encoding="utf-8") as f:
             labels = [ln.rstrip("\n") for ln in f if ln.strip()]
     try:
-        rec = w.recognise(module, window=a.window, channels=a.channels,
-                          pooling_hint=a.pooling)
+        if onnx:
+            from sattn import onnx_in
+            rec, module = onnx_in.recognise(module, window=a.window,
+                                            channels=a.channels)
+        else:
+            rec = w.recognise(module, window=a.window, channels=a.channels,
+                              pooling_hint=a.pooling)
     except ValueError as e:
         die("%s%s is not a model sattn runs exactly: %s; nothing written"
             % (a.input, " (%s)" % name if name else "", e))
@@ -789,7 +796,7 @@ def _export_whole(a, module, name, out_prefix, said_part, die):
                     v.copy_(v.to(td).to(v.dtype))
             rec.canonical = ref
         try:
-            import sattn  # noqa: F401
+            import sattn  # noqa: F401 - verify() needs it
         except ImportError as e:
             raise w.VerifyFailed("the sattn package (libsattn) is not "
                                  "importable (%s): a whole model is written "
@@ -815,7 +822,8 @@ def _export_whole(a, module, name, out_prefix, said_part, die):
           "module max-abs %.3g over %d windows (start padding, a GAP, a NaN "
           "frame masked) <= PyTorch float32's own %.3g; the module vs its "
           "sattn form %s%s" % (
-              a.output, name or type(module).__name__, rec.description,
+              a.output, name or (a.input if onnx else
+                                 type(module).__name__), rec.description,
               a.dtype, fig["sattn"], fig["windows"], fig["bound"],
               "%.3g (float64)" % mu[0] if mu[0] is not None
               else "%.3g (float32)" % mu[1],
@@ -956,6 +964,15 @@ def main(argv=None, prog="sattn-export"):
     def die(msg):
         sys.exit("%s: %s" % (PROG, msg))
 
+    if a.input.lower().endswith(".onnx"):
+        if a.output is None:
+            p.error("OUTPUT is required")
+        _whole()   # the source tree's package on the path
+
+        def die_onnx(msg):
+            sys.exit("%s: %s" % (PROG, msg))
+        return _export_whole(a, a.input, "", "", lambda desc: None,
+                             die_onnx, onnx=True)
     obj = _load_input(a.input, a.weights_only)
     if a.factory:
         if not isinstance(obj, dict):
