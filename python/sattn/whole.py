@@ -86,6 +86,7 @@ OPS_OK = {
     "dropout", "to", "float", "type_as", "matmul", "bmm", "iadd", "imul",
     "repeat", "t", "unflatten", "neg", "swapaxes", "movedim", "squeeze_",
     "clone", "detach", "select", "narrow", "floordiv",
+    "assert_is_none", "assert",  # torch.fx guards of arguments traced as None
 }
 # The words for operations sattn does not run, when met
 OP_WORDS = {
@@ -1156,7 +1157,10 @@ def verify(module, rec, path, prefix="", window=None, hop=None, draws=6,
             "libsattn's output differs from the module (max-abs %.3g over "
             "%d windows, masked frames included; PyTorch float32's own "
             "error %.3g)%s" % (e, out["windows"], b32, why))
-    if um and max(um) > 1e-6 * max(1.0, b32 * 1e6):
+    # the module's own masks, float64 against float64: within PyTorch
+    # float32's error (the float64 twin agrees far closer when the
+    # semantics are the spec's)
+    if um and max(um) > max(1e-9, b32):
         raise VerifyFailed(
             "the module given a key padding mask (%s) differs from sattn's "
             "masks (max-abs %.3g): docs/models.md's masked frames are never "

@@ -251,6 +251,29 @@ class UnusedTensor(Classifier):
         self.aux = nn.Linear(D_, 5)
 
 
+class MaskedInput(nn.Module):
+    """A forward that takes PyTorch's key padding mask: the exporter
+    compares it with sattn's masks directly.  masked_mean False pools the
+    masked rows too (not the spec's masks: refused)."""
+
+    def __init__(self, masked_mean=True):
+        super().__init__()
+        self.masked_mean = masked_mean
+        self.input_proj = nn.Linear(F_, D_)
+        self.transformer = _encoder(2)
+        self.classifier = nn.Linear(D_, C_)
+
+    def forward(self, x, src_key_padding_mask=None):
+        m = src_key_padding_mask
+        if m is not None:
+            x = x.masked_fill(m[..., None], 0.0)
+        h = self.transformer(self.input_proj(x), src_key_padding_mask=m)
+        if m is None or not self.masked_mean:
+            return self.classifier(h.mean(dim=1))
+        keep = (~m).to(h.dtype)[..., None]
+        return self.classifier((h * keep).sum(1) / keep.sum(1).clamp(min=1))
+
+
 def build_signal(kind):
     from sattn.nn import SignalTransformer
     if kind == "cls-rope":
@@ -291,6 +314,11 @@ VARIANTS = [
      None),
     ("19 a tensor the forward never uses", UnusedTensor, [],
      "would not use: aux.weight, aux.bias", None),
+    ("20 forward(x, src_key_padding_mask), masked mean", MaskedInput, [],
+     "ok", None),
+    ("21 the same, pooling masked rows too",
+     lambda: MaskedInput(masked_mean=False), [],
+     "differs from sattn's masks", None),
 ]
 
 
