@@ -818,14 +818,25 @@ def _export_whole(a, module, name, out_prefix, said_part, die, onnx=False):
     os.replace(tmp, a.output)
     said_part("whole model")
     mu = fig["module_vs_canonical"]
+    rounded = ""
+    if ref is not can:
+        import copy
+        x = w._probe_windows(16, can.window or can.max_window or 12,
+                             can.d_frame, gains=False)
+        with torch.no_grad():
+            dr = float((copy.deepcopy(can).double()(x) - copy.deepcopy(
+                ref).double()(x)).abs().max())
+        rounded = (" (against the module with its weights rounded to %s, "
+                   "which itself moves the output by max-abs %.3g)"
+                   % (a.dtype, dr))
     print("wrote %s: the whole model %s (%s), %s; verified: libsattn vs the "
           "module max-abs %.3g over %d windows (start padding, a GAP, a NaN "
           "frame masked; RMS of %d draws' max-abs) <= PyTorch float32's own "
-          "%.3g; the module vs its sattn form %s%s" % (
+          "%.3g%s; the module vs its sattn form %s%s" % (
               a.output, name or (a.input if onnx else
                                  type(module).__name__), rec.description,
               a.dtype, fig["sattn"], fig["windows"], fig["draws"],
-              fig["bound"],
+              fig["bound"], rounded,
               "%.3g (float64)" % mu[0] if mu[0] is not None
               else "%.3g (float32)" % mu[1],
               "; with the module's own key padding mask %.3g"
