@@ -977,9 +977,19 @@ def main(argv=None, prog="sattn-export"):
         sys.exit("%s: %s" % (PROG, msg))
 
     if a.input.lower().endswith(".onnx"):
+        _whole()   # the source tree's package on the path
+        if a.list:
+            from sattn import onnx_in
+            try:
+                rec, _ = onnx_in.recognise(a.input, window=a.window,
+                                           channels=a.channels)
+            except ValueError as e:
+                print("''\tnot exportable: %s" % e)
+                return 1
+            print("''\twhole model: %s" % rec.description)
+            return 0
         if a.output is None:
             p.error("OUTPUT is required")
-        _whole()   # the source tree's package on the path
 
         def die_onnx(msg):
             sys.exit("%s: %s" % (PROG, msg))
