@@ -58,6 +58,10 @@ FAMILY = ("sattn runs: [standardisation (x - mean) / std] -> [per-window "
           "nn.Linear, or nn.Linear-ReLU/GELU-nn.Linear]")
 
 
+# the longest window probed when the caller gives none
+PROBE_WINDOW = 32
+
+
 class NotRepresentable(ValueError):
     """The module is not a model of the family (the words say why)."""
 
@@ -121,6 +125,10 @@ def _proxy_iter(self):
 
 
 class _Tracer(torch.fx.Tracer):
+    # buffers as graph values too (self.pe[:x.size(0)] of a positional
+    # table slices a proxy, not a tensor)
+    proxy_buffer_attributes = True
+
     def trace(self, root, concrete_args=None):
         from torch.fx import proxy
         saved = proxy.Proxy.__iter__
@@ -554,6 +562,24 @@ def recognise(module, window=None, channels=None, frame_size=None,
                 raise NotRepresentable("two activations after the front "
                                        "end")
             conv_act = a
+    # a constant scale of the front end's rows (the PyTorch tutorial's
+    # embedding * sqrt(d_model)): folded into the front end's weights (the
+    # numbers below check that it may be)
+    scale = 1.0
+    for n in mid:
+        if n.op in ("call_function", "call_method") and _opname(n) in (
+                "mul", "truediv", "imul") and len(n.args) == 2:
+            a0, a1 = n.args
+            num = [v for v in (a0, a1) if isinstance(v, (int, float))
+                   and not isinstance(v, bool)]
+            if len(num) == 1 and any(isinstance(v, torch.fx.Node)
+                                     and v in dep for v in (a0, a1)):
+                if _opname(n) == "truediv":
+                    if not isinstance(a0, torch.fx.Node):
+                        continue   # c / x: left to the numbers
+                    scale /= float(num[0])
+                else:
+                    scale *= float(num[0])
     params = dict(module.named_parameters())
     params.update(dict(module.named_buffers()))
     attrs = [n for n in g.nodes if n.op == "get_attr"]
@@ -692,15 +718,19 @@ def recognise(module, window=None, channels=None, frame_size=None,
     max_window = 0
     has_cls = cls_t is not None
     if pos_t is not None:
-        P = params[pos_t].shape[-2] if params[pos_t].dim() >= 2 else 0
-        if params[pos_t].dim() not in (2, 3) or (
-                params[pos_t].dim() == 3 and params[pos_t].shape[0] != 1):
+        shp = tuple(params[pos_t].shape)
+        rows = [d for d in shp[:-1] if d != 1]
+        if len(shp) < 2 or len(rows) > 1:
             raise NotRepresentable("learned positions %s of shape %s: sattn"
-                                   " takes (P, D) or (1, P, D)"
-                                   % (pos_t, tuple(params[pos_t].shape)))
+                                   " takes a table of P rows of d_model, "
+                                   "(P, D), (1, P, D) or (P, 1, D)"
+                                   % (pos_t, shp))
+        P = rows[0] if rows else 1
         max_window = P - int(has_cls)
     if window is None:
-        window = max_window or 12
+        # the probes' window: the positions' length, at most PROBE_WINDOW
+        # (a sinusoidal table of 5000 rows need not be probed whole)
+        window = min(max_window, PROBE_WINDOW) if max_window else 12
     if max_window and window > max_window:
         raise NotRepresentable("window %d is longer than the learned "
                                "positions' %d frames" % (window, max_window))
@@ -750,9 +780,9 @@ def recognise(module, window=None, channels=None, frame_size=None,
 
     pf = fnode.target + "."
     fe = "embed" if front_end == "linear" else "conv"
-    put(fe + ".weight", fmod.weight, pf + "weight")
-    put(fe + ".bias", fmod.bias, pf + "bias" if fmod.bias is not None
-        else None)
+    put(fe + ".weight", fmod.weight * scale, pf + "weight")
+    put(fe + ".bias", fmod.bias * scale if fmod.bias is not None else None,
+        pf + "bias" if fmod.bias is not None else None)
     if has_cls:
         put("cls_token", params[cls_t], cls_t)
     if pos_t:
@@ -788,11 +818,13 @@ def recognise(module, window=None, channels=None, frame_size=None,
             "%s (a file runs every tensor it holds, and holds every tensor "
             "the module has)" % (len(unused), ", ".join(unused[:8])
                                  + (", ..." if len(unused) > 8 else "")))
-    desc = "%s front end%s, %d encoder layer(s)%s%s, %s pooling%s" % (
+    desc = "%s front end%s%s, %d encoder layer(s)%s%s, %s pooling%s" % (
         "Linear" if front_end == "linear" else
         "Conv1d (kernel %d, stride %d%s)" % (
             K, S, ", %s" % conv_act if conv_act != "none" else ""),
-        ", CLS token" if has_cls else "", len(layers),
+        ", CLS token" if has_cls else "",
+        ", a positions table (%d rows)" % (max_window + has_cls) if pos_t
+        else "", len(layers),
         "" if batch_first else " (batch_first=False)",
         ", final LayerNorm" if final_norm else "", pooling,
         (", MLP head" if head_hidden else ", Linear head") if classes else "")
@@ -802,6 +834,9 @@ def recognise(module, window=None, channels=None, frame_size=None,
     checks = _match(module, gm, can, fnode, first_enc, head_in, has_norm,
                     eps_c, window, Fr, front_end, batch_first, classes,
                     channels, absent)
+    if scale != 1.0:
+        checks.insert(0, "front end rows scaled by %g: folded into its "
+                      "weights" % scale)
     if can.input_norm != "none":
         desc = "%s normalisation, " % can.input_norm + desc
     if hasattr(can, "standardize"):
@@ -1050,7 +1085,7 @@ def verify(module, rec, path, prefix="", window=None, hop=None, draws=6,
     modules; returns a dict of figures and words, raises VerifyFailed."""
     import sattn
     can = rec.canonical
-    n = window or can.window or can.max_window or 12
+    n = window or can.window or min(can.max_window, PROBE_WINDOW) or 12
     hop = hop or max(1, n // 4)
     Fr = can.d_frame
     classes = can.classes

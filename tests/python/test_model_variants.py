@@ -274,6 +274,41 @@ class MaskedInput(nn.Module):
         return self.classifier((h * keep).sum(1) / keep.sum(1).clamp(min=1))
 
 
+class TutorialPositions(nn.Module):
+    """The PyTorch tutorial's sinusoidal table, a buffer (max_len, 1, D)
+    added to sequence-first rows."""
+
+    def __init__(self, d, max_len=500):
+        super().__init__()
+        self.dropout = nn.Dropout(0.1)
+        pos = torch.arange(max_len).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d, 2) * (-np.log(10000.0) / d))
+        pe = torch.zeros(max_len, 1, d)
+        pe[:, 0, 0::2] = torch.sin(pos * div)
+        pe[:, 0, 1::2] = torch.cos(pos * div)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[:x.size(0)])
+
+
+class Tutorial(nn.Module):
+    """The PyTorch tutorial's TransformerModel as a classifier: sequence
+    first, the embedding scaled by sqrt(d_model), the sinusoidal table."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(F_, D_)
+        self.pos_encoder = TutorialPositions(D_)
+        self.transformer_encoder = _encoder(2, batch_first=False)
+        self.decoder = nn.Linear(D_, C_)
+
+    def forward(self, src):
+        src = self.encoder(src.transpose(0, 1)) * np.sqrt(D_)
+        out = self.transformer_encoder(self.pos_encoder(src))
+        return self.decoder(out.mean(dim=0))
+
+
 def build_signal(kind):
     from sattn.nn import SignalTransformer
     if kind == "cls-rope":
@@ -319,6 +354,8 @@ VARIANTS = [
     ("21 the same, pooling masked rows too",
      lambda: MaskedInput(masked_mean=False), [],
      "differs from sattn's masks", None),
+    ("22 PyTorch tutorial: seq-first, x sqrt(d), sinusoidal buffer",
+     Tutorial, [], "ok", None),
 ]
 
 
