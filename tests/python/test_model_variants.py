@@ -415,6 +415,22 @@ def file_parity(net, path, window=N_, hop=3, draws=6):
     return rms(es), rms(e32s), nw
 
 
+def short_reason(said):
+    """The gist of a refusal, for the table."""
+    said = said.replace("; nothing written", "")
+    m = re.search(r"metadata '\w+' is '\w+'", said)
+    if m:
+        return "libsattn refuses: " + m.group(0)
+    if "no attention weights under prefix" in said:
+        return "libsattn refuses: the conv.* front end is not known to it"
+    m = re.search(r"libsattn's output differs from the module \(max-abs "
+                  r"(\S+) .*own error (\S+)\)(: .*)?", said)
+    if m:
+        return "libsattn differs: %s vs %s%s" % (m.group(1), m.group(2),
+                                                 m.group(3) or "")
+    return said[-160:]
+
+
 def pytorch_side(net, src, opts):
     """What the exporter's recognition made of a module libsattn refused
     (the module against its canonical form, float64): words."""
@@ -486,7 +502,7 @@ class TestVariants(unittest.TestCase):
                             failures.append("%s: refused, but left %s"
                                             % (name, left))
                         self.table.append((name, "REFUSED", "%s [%s]" % (
-                            said.replace(d + "/", "")[-200:],
+                            short_reason(said.replace(d + "/", "")),
                             pytorch_side(net, src, opts))))
                         failures.append("%s: %s" % (name, said))
                         continue
