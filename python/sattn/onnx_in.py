@@ -370,6 +370,12 @@ def read(path, window=None, channels=None):
         c = [j for j in ins if j not in dep and j in wsrc]
         if d and c:
             events.append((i, n, d, c))
+        elif d and n.op_type in ("Mul", "Div") and len(ins) == 2 and \
+                ins[1] not in dep:
+            # a constant scale (the tutorial's embedding * sqrt(d_model),
+            # attention's 1 / sqrt(d_head)): folded into the front end
+            # right after it, skipped elsewhere (the numbers check)
+            events.append((i, n, d, ["scale"]))
     if not events:
         raise whole.NotRepresentable("the ONNX graph holds no weight "
                                      "applied to its input")
@@ -419,6 +425,14 @@ def read(path, window=None, channels=None):
                                                              1e-5)))
             stream.append(("add", val(n.input[2]) if len(n.input) > 2
                            else None, n, None))
+        elif c == ["scale"]:
+            v = np.asarray(env[n.input[1]], np.float64)
+            if v.size != 1:
+                continue
+            v = float(v.reshape(-1)[0])
+            stream.append(("scale", v if op == "Mul" else 1.0 / v, n, None))
+        elif op == "Add" and _table(G, c[0]) is not None:
+            stream.append(("add", _table(G, c[0]), n, val(c[0])))
         elif op in ("Add", "Mul", "Sub", "Div", "Concat"):
             stream.append((op.lower() if op != "Concat" else "cat",
                            val(c[0]), n, None))
@@ -427,6 +441,23 @@ def read(path, window=None, channels=None):
                 "the ONNX graph applies a weight (%s) with %s, which sattn "
                 "does not run" % (c[0], op))
     return _parse(G, env, stream, n0, channels)
+
+
+def _table(G, name):
+    """The whole initializer a positions table is sliced from (Slice from
+    row 0, through Identity / Squeeze / Unsqueeze), or None."""
+    prod = {o: n for n in G.nodes for o in n.output}
+    seen_slice = False
+    while name not in G.inits:
+        n = prod.get(name)
+        if n is None or n.op_type not in ("Slice", "Identity", "Squeeze",
+                                          "Unsqueeze"):
+            return None
+        seen_slice |= n.op_type == "Slice"
+        name = n.input[0]
+    t = G.inits[name]
+    return t.astype(np.float64) if seen_slice and t.dtype.kind == "f" \
+        and t.ndim >= 2 else None
 
 
 def _frame_sizes(G, ev):
@@ -444,6 +475,22 @@ def _frame_sizes(G, ev):
 
 
 def _parse(G, env, stream, n0, channels):
+    # constant scales: one right after the front end is folded into it;
+    # the others (attention's 1 / sqrt(d_head)) are the layers' own
+    fe_i = next((i for i, e in enumerate(stream)
+                 if e[0] in ("conv", "mm")), None)
+    scale = 1.0
+    kept = []
+    for i, e in enumerate(stream):
+        if e[0] != "scale":
+            kept.append(e)
+            continue
+        after = [k for k in stream[fe_i + 1:i] if k[0] != "scale"]
+        if fe_i is not None and i > fe_i and all(
+                k[0] in ("add", "convb") and k[1] is not None
+                and k[1].ndim == 1 for k in after) and len(after) <= 1:
+            scale *= e[1]
+    stream = kept
     pos = 0
     checks = []
 
@@ -482,6 +529,7 @@ def _parse(G, env, stream, n0, channels):
         pads = a.get("pads", [0, 0])
         if pads[0] != pads[1]:
             raise whole.NotRepresentable("the Conv pads %s unevenly" % pads)
+        W, bias = W * scale, None if bias is None else bias * scale
         front = dict(front_end="conv", in_channels=C, conv_kernel=K,
                      conv_stride=S, conv_padding=pads[0],
                      conv_dilation=dil)
@@ -491,7 +539,8 @@ def _parse(G, env, stream, n0, channels):
         W = fe[1]
         D, Fr = W.shape
         bias = take("add")[1] if peek()[0] == "add" and \
-            peek()[1].size == D else None
+            peek()[1].size == D and peek()[1].ndim == 1 else None
+        W, bias = W * scale, None if bias is None else bias * scale
         front = dict(front_end="linear")
     else:
         raise whole.NotRepresentable("the ONNX graph's first weight is a "
@@ -501,6 +550,9 @@ def _parse(G, env, stream, n0, channels):
         cls = take("cat")[1].reshape(-1, D)[0]
     if peek()[0] == "add" and peek()[1].ndim >= 2:
         posw = take("add")[1].reshape(-1, D)
+    if scale != 1.0:
+        checks.append("front end rows scaled by %g: folded into its weights"
+                      % scale)
     layers = []
     enc_start = pos
     # layers: post-norm (mm 3D) or pre-norm (mul, add, mm 3D)

@@ -356,6 +356,8 @@ VARIANTS = [
      "differs from sattn's masks", None),
     ("22 PyTorch tutorial: seq-first, x sqrt(d), sinusoidal buffer",
      Tutorial, [], "ok", None),
+    ("23 ONNX (opset 15) of 22", Tutorial, [], "ok", 15),
+    ("24 ONNX (opset 16) of 6", PowerNorm, ["--channels", "2"], "ok", 16),
 ]
 
 
