@@ -358,6 +358,7 @@ VARIANTS = [
      Tutorial, [], "ok", None),
     ("23 ONNX (opset 15) of 22", Tutorial, [], "ok", 15),
     ("24 ONNX (opset 16) of 6", PowerNorm, ["--channels", "2"], "ok", 16),
+    ("25 ONNX (opset 14) of 7 (nn.GRU)", GruAfter, [], "uses GRU", 14),
 ]
 
 
