@@ -294,10 +294,21 @@ class Recognised:
                 if k not in self.absent and v is not None}
 
 
+_OWN = ("forward", "pooled", "pool", "features", "_embed", "normalised",
+        "front", "_layer", "_attention", "_mask")
+
+
+def _is_canonical(module):
+    """A SignalTransformer (or a subclass that computes as it does)."""
+    return isinstance(module, SignalTransformer) and all(
+        getattr(type(module), m) is getattr(SignalTransformer, m)
+        for m in _OWN)
+
+
 def is_candidate(module):
     """Whether module holds a transformer encoder below itself (then the
     export tool reads it as a whole model)."""
-    if isinstance(module, SignalTransformer):
+    if _is_canonical(module):
         return True
     if isinstance(module, (nn.TransformerEncoder,
                            nn.TransformerEncoderLayer)):
@@ -311,7 +322,7 @@ def has_front_end(module):
     """Whether module's forward reaches its encoder through something
     (a front end): a container whose input goes straight into an encoder
     layer is not a whole model (its parts are exported instead)."""
-    if isinstance(module, SignalTransformer):
+    if _is_canonical(module):
         return True
     fwd = type(module).forward
     if fwd is nn.Module.forward or getattr(
@@ -342,7 +353,7 @@ def recognise(module, window=None, channels=None, frame_size=None,
     """The canonical SignalTransformer equal to module (see the module
     docstring); raises NotRepresentable with words."""
     module = module.eval()
-    if isinstance(module, SignalTransformer):
+    if _is_canonical(module):
         can = copy.deepcopy(module).float().eval()
         mp = {k: k for k in module.state_dict()}
         return Recognised(can, mp, set(), "sattn.nn.SignalTransformer",
