@@ -73,7 +73,7 @@ DEB_PACKAGES := $(DEMO_PACKAGES) \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
 	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps \
-	clang-format indent
+	clang-format indent python3-onnx
 
 # Debian's packaging tools, for `make package-check` only (CI builds no
 # packages, so they are not in DEB_PACKAGES).

@@ -19,6 +19,20 @@ import importlib.util
 import os
 import sys
 
+# The source tree's package (sattn.nn, sattn.whole: a whole model is
+# recognised and verified with them) and, in a build tree's tests, its
+# library, when none is installed.
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                    "python")
+try:
+    import sattn  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.normpath(_SRC))
+    _b = os.environ.get("SATTN_BUILD_ROOT")
+    if _b and "SATTN_LIBRARY" not in os.environ:
+        os.environ["SATTN_LIBRARY"] = os.path.join(_b, "core",
+                                                   "libsattn.so")
+
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                      "python", "sattn", "export.py")
 _spec = importlib.util.spec_from_file_location("sattn_export_source",

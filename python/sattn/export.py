@@ -3,13 +3,28 @@
 
 sattn-export writes what INPUT (or --module NAME inside it) is, whole:
 
-  * a whole model per window (sattn.nn.SignalTransformer, or any module
-    with an `embed` Linear and an nn.TransformerEncoder `encoder`,
-    optionally `pos_embed`, `encoder.norm` and a `head`): the whole model
-    under its own names, with num_heads, norm_first, activation, norm_eps,
-    positions, pooling (--pooling), head_activation and labels (--labels
-    FILE, one per line) as metadata; the element runs it on every window
-    (output=classes, mean, last or window);
+  * a whole model per window, recognised by what its forward computes
+    (torch.fx), whatever its attribute names: [standardisation] ->
+    [per-window RMS / power normalisation] -> a front end (nn.Linear per
+    frame, or one nn.Conv1d over samples or frames, optional ReLU/GELU)
+    -> [CLS token] -> [learned positions] -> nn.TransformerEncoder (or
+    encoder layers; batch_first or not) -> [final LayerNorm] -> pooling
+    (mean, max, CLS / first token, last, attention) -> [head: Linear, or
+    Linear-act-Linear]; sattn.nn.SignalTransformer as it is.  Written
+    under docs/models.md's names with its metadata, labels (--labels
+    FILE, one per line) and input contract (--sample-rate, --channels,
+    --frame-size, --window, --hop, --min-probability, and statistics from
+    --contract-data FILE.npy); the element runs it on every window
+    (output=classes, mean, last or window).  Anything else (an nn.GRU, a
+    second conv, a tensor the written model would not use, ...) is
+    refused with words naming what was met.  The tool then runs the
+    module and libsattn (sattn.Model.from_safetensors, sattn.Stream) on
+    the same random windows, start padding, a GAP and NaN frames masked
+    included, and leaves the file behind only when they agree within
+    PyTorch float32's own error on those windows (it says both figures);
+  * an ONNX file (model.onnx, as torch.onnx.export writes such a model,
+    opsets 14-17): mapped onto the same family, verified the same way
+    with the graph evaluated by numpy (needs python3-onnx);
   * an nn.TransformerEncoderLayer: the whole layer (self_attn.*, linear1,
     linear2, norm1, norm2) with layer, activation, norm_first, norm_eps
     and positions (--positions) as metadata;
@@ -20,9 +35,10 @@ part that is: it says on stderr which part it wrote and which tensors it
 left out; with several such parts it stops and lists them.  A part named
 with --module (e.g. --module self_attn of a layer) is written alone, and
 the tool says on stderr which part it wrote and what it left out.
---list shows every part INPUT holds.  After writing a whole model or a
-layer the tool loads the file through libsattn's loader
-(sattn_model_load, via the sattn Python package) when it can, and says so.
+--list shows every part INPUT holds.  After writing a layer the tool
+loads the file through libsattn's loader (sattn_model_load, via the sattn
+Python package) when it can, and says so; a whole model is verified as
+above (and not written when it cannot be).
 
 Recognised attention layouts (tensor names under the module's prefix; a
 Linear "x" is x.weight and, optionally, x.bias; [..] may be absent):
@@ -410,6 +426,20 @@ def _supports_weights_only():
         return False
 
 
+def _unpickle_hint(e):
+    """Words for a pickle whose class cannot be imported."""
+    text = str(e)
+    if "Can't get attribute" in text or isinstance(
+            e, (AttributeError, ModuleNotFoundError)):
+        return (" (the file pickles the module's class by its import path, "
+                "and that class cannot be imported here: put the class in "
+                "a module importable next to the file or in the current "
+                "directory, e.g. mymodels.py, and save it from there; or "
+                "save the state dict and give --factory module:callable "
+                "(or FILE.py:callable) that builds the module)")
+    return ""
+
+
 def _load_input(path, weights_only=False):
     """torch.load, safely where possible: weights_only=True first; a whole
     model pickle needs weights_only=False (it runs code from the file),
@@ -429,14 +459,16 @@ def _load_input(path, weights_only=False):
         try:
             return torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e:  # noqa: BLE001
-            sys.exit(PROG + ": cannot load %s: %s" % (path, e))
+            sys.exit(PROG + ": cannot load %s: %s%s"
+                     % (path, e, _unpickle_hint(e)))
     if weights_only:
         sys.exit(PROG + ": this PyTorch's torch.load has no "
                  "weights_only")
     try:
         return torch.load(path, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - report any unpickling problem
-        sys.exit(PROG + ": cannot load %s: %s" % (path, e))
+        sys.exit(PROG + ": cannot load %s: %s%s"
+                 % (path, e, _unpickle_hint(e)))
 
 
 def _describe(tensors, name, heads):
@@ -461,10 +493,11 @@ def _list(obj, model):
     if model:
         for n, m in obj.named_modules():
             if is_whole_model(m):
-                print("%s\twhole model: embed, %d encoder layer(s)%s"
-                      % (n or "''", len(m.encoder.layers),
-                         ", head" if getattr(m, "head", None) is not None
-                         else ""))
+                try:
+                    words = _whole().recognise(m).description
+                except ValueError as e:
+                    words = "not exportable: %s" % e
+                print("%s\twhole model: %s" % (n or "''", words))
             elif isinstance(m, torch.nn.TransformerEncoderLayer):
                 md = encoder_layer_metadata(m)
                 print("%s\tlayer=transformer-encoder-layer activation=%s "
@@ -604,14 +637,29 @@ def _use_line(path, meta, prefix):
             (path, " weights-prefix=%s" % prefix if prefix else ""))
 
 
+def _whole():
+    """sattn.whole (recognition and verification of whole models), also
+    when this file runs from the source tree under another name."""
+    try:
+        from sattn import whole
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here + "/.." not in sys.path:
+            sys.path.insert(0, os.path.join(here, os.pardir))
+        from sattn import whole
+    return whole
+
+
 def is_whole_model(module):
-    """Whether module is a whole model per window as libsattn reads it: an
-    embed Linear and an nn.TransformerEncoder under "encoder" (a
-    sattn.nn.SignalTransformer, or any module with those parts)."""
+    """Whether module is a whole model per window, recognised by what its
+    forward computes (a transformer encoder reached through a front end:
+    sattn.whole), not by its attribute names.  A container whose input
+    goes straight into an encoder layer is not (its parts are)."""
     torch = _torch()
-    return (isinstance(getattr(module, "embed", None), torch.nn.Linear)
-            and isinstance(getattr(module, "encoder", None),
-                           torch.nn.TransformerEncoder))
+    if not isinstance(module, torch.nn.Module):
+        return False
+    w = _whole()
+    return w.is_candidate(module) and w.has_front_end(module)
 
 
 def whole_model_metadata(module, pooling="mean", positions=None,
@@ -660,6 +708,141 @@ def check_with_sattn(path, prefix=""):
     return "libsattn loads it: %s model, %d layer(s)%s" % (
         m.kind, m.layers, ", %d classes" % m.classes if m.classes else "")
 
+
+def _contract_args(a):
+    """The input contract options as SignalTransformer attributes."""
+    out = {}
+    for k in ("sample_rate", "channels", "frame_size", "window", "hop",
+              "min_probability"):
+        v = getattr(a, k, None)
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def _export_whole(a, module, name, out_prefix, said_part, die, onnx=False):
+    """A whole model: recognised by its forward (or an ONNX file's graph,
+    onnx=True: module is then the file's name), written under the spec's
+    names with its metadata and input contract, verified against the
+    module (the graph) through libsattn before it is reported (and left
+    behind)."""
+    torch = _torch()
+    w = _whole()
+    labels = None
+    if a.labels:
+        with open(a.labels, encoding="utf-8") as f:
+            labels = [ln.rstrip("\n") for ln in f if ln.strip()]
+    try:
+        if onnx:
+            from sattn import onnx_in
+            rec, module = onnx_in.recognise(module, window=a.window,
+                                            channels=a.channels)
+        else:
+            rec = w.recognise(module, window=a.window, channels=a.channels,
+                              pooling_hint=a.pooling)
+    except ValueError as e:
+        die("%s%s is not a model sattn runs exactly: %s; nothing written"
+            % (a.input, " (%s)" % name if name else "", e))
+    can = rec.canonical
+    if a.positions is not None and a.positions != can.positions:
+        die("--positions %s but the module's forward has %s positions "
+            "(a whole model's positions are read from its forward); "
+            "nothing written" % (a.positions, can.positions))
+    if labels is not None:
+        if len(labels) != can.classes:
+            die("%d labels in %s for %d classes; nothing written"
+                % (len(labels), a.labels, can.classes))
+        can.labels = labels
+    for k, v in _contract_args(a).items():
+        if k == "channels" and can.channels not in (None, v):
+            die("--channels %d but the model's power normalisation sums "
+                "over %d" % (v, can.channels))
+        setattr(can, k, v)
+    if can.channels and can.frame_size is None and \
+            can.d_frame % can.channels == 0:
+        can.frame_size = can.d_frame // can.channels
+    if can.channels and can.frame_size and \
+            can.channels * can.frame_size != can.d_frame:
+        die("--channels %d x --frame-size %d is not the model's %d values "
+            "per frame" % (can.channels, can.frame_size, can.d_frame))
+    if can.max_window and can.window and can.window > can.max_window:
+        die("--window %d is longer than the learned positions' %d frames"
+            % (can.window, can.max_window))
+    if a.contract_data:
+        import numpy as np
+        data = np.load(a.contract_data)
+        if data.ndim != 3 or data.shape[2] != can.d_frame:
+            die("%s holds an array of shape %s: expected training windows "
+                "(N, n, %d)" % (a.contract_data, data.shape, can.d_frame))
+        masks = ~np.isfinite(data).all(axis=2)
+        can.fit_contract(np.nan_to_num(data), masks)
+    meta = {out_prefix + k: str(v) for k, v in can.metadata().items()}
+    tensors = collections.OrderedDict(
+        (out_prefix + k, v) for k, v in rec.tensors().items())
+    # the file is written beside OUTPUT and renamed once verified
+    tmp = a.output + ".unverified"
+    save_safetensors(tmp, tensors, meta, a.dtype,
+                     use_package=not a.no_package)
+    try:
+        ref = can
+        if a.dtype not in ("F32", "F64"):
+            # the file's weights are rounded: the model to compare is
+            # the module with those weights
+            import copy
+            ref = copy.deepcopy(can)
+            td = _torch_dtype(a.dtype)
+            with torch.no_grad():
+                for v in ref.state_dict().values():
+                    v.copy_(v.to(td).to(v.dtype))
+            rec.canonical = ref
+        try:
+            import sattn  # noqa: F401 - verify() needs it
+        except ImportError as e:
+            raise w.VerifyFailed("the sattn package (libsattn) is not "
+                                 "importable (%s): a whole model is written "
+                                 "only once libsattn ran it" % e)
+        try:
+            fig = w.verify(module if ref is can else ref, rec, tmp,
+                           out_prefix, window=can.window, hop=can.hop)
+        except w.VerifyFailed:
+            raise
+        except Exception as e:  # noqa: BLE001 - SattnError and the like
+            raise w.VerifyFailed("libsattn refuses it: %s" % e)
+    except w.VerifyFailed as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        die("%s%s: %s; nothing written" % (a.input, " (%s)" % name
+                                          if name else "", e))
+    os.replace(tmp, a.output)
+    said_part("whole model")
+    mu = fig["module_vs_canonical"]
+    rounded = ""
+    if ref is not can:
+        import copy
+        x = w._probe_windows(16, can.window or can.max_window or 12,
+                             can.d_frame, gains=False)
+        with torch.no_grad():
+            dr = float((copy.deepcopy(can).double()(x) - copy.deepcopy(
+                ref).double()(x)).abs().max())
+        rounded = (" (against the module with its weights rounded to %s, "
+                   "which itself moves the output by max-abs %.3g)"
+                   % (a.dtype, dr))
+    print("wrote %s: the whole model %s (%s), %s; verified: libsattn vs the "
+          "module max-abs %.3g over %d windows (start padding, a GAP, a NaN "
+          "frame masked; RMS of %d draws' max-abs) <= PyTorch float32's own "
+          "%.3g%s; the module vs its sattn form %s%s" % (
+              a.output, name or (a.input if onnx else
+                                 type(module).__name__), rec.description,
+              a.dtype, fig["sattn"], fig["windows"], fig["draws"],
+              fig["bound"], rounded,
+              "%.3g (float64)" % mu[0] if mu[0] is not None
+              else "%.3g (float32)" % mu[1],
+              "; with the module's own key padding mask %.3g"
+              % fig["module_masked"] if fig.get("module_masked") is not None
+              else ""))
+    return 0
 
 def _layer_metadata_from_args(a, tensors, prefix):
     """An encoder layer's metadata from the command line (a state dict
@@ -748,9 +931,32 @@ def _argparser(prog):
     p.add_argument("--weights-only", action="store_true",
                    help="refuse INPUT files that torch.load cannot read "
                    "with weights_only=True (whole-module pickles run code)")
-    p.add_argument("--pooling", choices=("mean", "last"), default=None,
-                   help="a whole model's pooling when the model does not "
-                   "record it (default mean)")
+    p.add_argument("--pooling", choices=("mean", "last", "max", "cls",
+                                         "attention"), default=None,
+                   help="a whole model's pooling when its forward does not "
+                   "show it (it is read from the forward and verified)")
+    g = p.add_argument_group(
+        "input contract of a whole model (written as metadata; the "
+        "element takes its defaults from it and refuses contradictions)")
+    g.add_argument("--sample-rate", type=int, metavar="HZ",
+                   help="the stream's sample rate the model was trained on")
+    g.add_argument("--channels", type=int, metavar="N",
+                   help="interleaved channels (also: the channels a power "
+                   "normalisation sums over)")
+    g.add_argument("--frame-size", type=int, metavar="N",
+                   help="samples per channel per frame (channels x "
+                   "frame-size = values per frame)")
+    g.add_argument("--window", type=int, metavar="N",
+                   help="frames per window")
+    g.add_argument("--hop", type=int, metavar="N",
+                   help="default frames between windows")
+    g.add_argument("--min-probability", type=float, metavar="P",
+                   help="below it a decision is `unknown` (0 ... 1)")
+    g.add_argument("--contract-data", metavar="FILE.npy",
+                   help="training windows (N, n, values per frame; NaN "
+                   "frames masked) to compute the contract statistics "
+                   "from: the input RMS range and the pooled rows' mean, "
+                   "std and largest z")
     p.add_argument("--labels", metavar="FILE",
                    help="a whole model's class labels, one per line")
     p.add_argument("--list", action="store_true",
@@ -770,6 +976,25 @@ def main(argv=None, prog="sattn-export"):
     def die(msg):
         sys.exit("%s: %s" % (PROG, msg))
 
+    if a.input.lower().endswith(".onnx"):
+        _whole()   # the source tree's package on the path
+        if a.list:
+            from sattn import onnx_in
+            try:
+                rec, _ = onnx_in.recognise(a.input, window=a.window,
+                                           channels=a.channels)
+            except ValueError as e:
+                print("''\tnot exportable: %s" % e)
+                return 1
+            print("''\twhole model: %s" % rec.description)
+            return 0
+        if a.output is None:
+            p.error("OUTPUT is required")
+
+        def die_onnx(msg):
+            sys.exit("%s: %s" % (PROG, msg))
+        return _export_whole(a, a.input, "", "", lambda desc: None,
+                             die_onnx, onnx=True)
     obj = _load_input(a.input, a.weights_only)
     if a.factory:
         if not isinstance(obj, dict):
@@ -858,26 +1083,7 @@ def main(argv=None, prog="sattn-export"):
                 "--factory (e.g. --factory sattn.nn:SignalTransformer "
                 "--factory-kwargs '{\"d_frame\": ..., ...}')"
                 % (a.input, " (%s)" % name if name else ""))
-        labels = None
-        if a.labels:
-            with open(a.labels, encoding="utf-8") as f:
-                labels = [ln.rstrip("\n") for ln in f if ln.strip()]
-        try:
-            meta = whole_model_metadata(sub, a.pooling or "mean",
-                                        a.positions, labels, out_prefix)
-        except ValueError as e:
-            die(str(e))
-        save_safetensors(a.output, collections.OrderedDict(
-            (out_prefix + k, v) for k, v in sub.state_dict().items()
-            if v is not None), meta, a.dtype, use_package=not a.no_package)
-        n_layers = len(sub.encoder.layers)
-        said_part("whole model")
-        print("wrote %s: the whole model %s (embed, %d encoder layer(s)%s), "
-              "%s; %s" % (a.output, name or type(sub).__name__,
-                          n_layers, ", head" if getattr(sub, "head", None)
-                          is not None else "", a.dtype,
-                          check_with_sattn(a.output, out_prefix)))
-        return 0
+        return _export_whole(a, sub, name, out_prefix, said_part, die)
 
     # An encoder layer, exported whole.
     if kind == "layer":

@@ -25,7 +25,8 @@ imported once), on files written by torch.save:
      and the left-out Linear;
   5. a pickled whole model (sattn.nn.SignalTransformer): written as a whole
      model (libsattn loads it as kind "whole" with its classes), nothing on
-     stderr.
+     stderr, stdout saying it was verified against the module with the
+     measured error and PyTorch float32's (no more "libsattn loads it").
 
 Exit 77 (skip) when PyTorch is not importable.
 """
@@ -204,6 +205,10 @@ def main():
         torch.save(whole, os.path.join(d, "whole.pt"))
         r = export(d, "whole.pt", "whole.safetensors")
         assert r.stderr == "", r.stderr
+        assert "verified: libsattn vs the module max-abs" in r.stdout, \
+            r.stdout
+        assert "PyTorch float32's own" in r.stdout, r.stdout
+        assert "libsattn loads it" not in r.stdout, r.stdout
         m = sattn.Model.from_safetensors(os.path.join(d, "whole.safetensors"))
         assert m.kind == "whole" and m.layers == 2 and m.classes == 3, \
             (m.kind, m.layers, m.classes)

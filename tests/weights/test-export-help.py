@@ -6,7 +6,8 @@ Every example line of `export-torch-mha.py --help` is run in a scratch
 directory that holds what the examples name: model.pt (a model whose
 class lives in that directory, with one 64-wide, 4-head attention module
 at encoder.layers.0.self_attn), mymodels.py with build(), sd.pt, and
-recogniser.pt (a whole model: embed, encoder, head) with labels.txt.
+recogniser.pt (a whole model: embed, encoder, mean pooling, head; its
+forward says so) with labels.txt.
 Script lines run the script; gst-launch-1.0 lines run as printed (the
 16 kHz one and the 44.1 kHz one resampled).  Each must succeed.
 
@@ -65,6 +66,10 @@ class Recogniser(torch.nn.Module):
         self.encoder = torch.nn.TransformerEncoder(
             layer, num_layers=2, enable_nested_tensor=False)
         self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        # a whole model is recognised by what its forward computes
+        return self.head(self.encoder(self.embed(x)).mean(dim=1))
 '''
 
 
