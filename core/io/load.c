@@ -1027,12 +1027,6 @@ whole_options (Whole *W)
       SATTN_OK)
     return st;
   net->pooling = (SattnPooling) v;
-  if (net->cls != NULL && net->pooling != SATTN_POOLING_CLS)
-    return whole_fail (W, SATTN_E_FORMAT,
-                       "the model has a CLS token ('%scls_token') but pools "
-                       "its rows by %s; sattn runs a CLS token with its own "
-                       "row as the pooled one (pooling=cls)",
-                       W->p, pool_words[v]);
   if (net->cls == NULL && net->pooling == SATTN_POOLING_CLS)
     return whole_fail (W, SATTN_E_MISSING,
                        "pooling=cls needs a CLS token ('%scls_token'), and "
@@ -1130,6 +1124,18 @@ whole_tail (Whole *W)
   }
   if (net->classes == 0 && net->head1_wt != NULL)
     return whole_fail (W, SATTN_E_SHAPE, "the model's head has 0 classes");
+  if (net->classes == 0 && net->pooling != SATTN_POOLING_MEAN &&
+      net->pooling != SATTN_POOLING_LAST)
+    return whole_fail (W, SATTN_E_FORMAT,
+                       "the model pools its rows by %s but has no head "
+                       "('%shead.*'): the outputs of a model without a head "
+                       "are its rows (output=window) and their mean or last "
+                       "(output=mean, last), so its own pooling would never "
+                       "run; export it with its head",
+                       net->pooling == SATTN_POOLING_MAX   ? "max"
+                       : net->pooling == SATTN_POOLING_CLS ? "its CLS row"
+                                                           : "attention",
+                       W->p);
   return SATTN_OK;
 }
 

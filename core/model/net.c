@@ -428,13 +428,15 @@ windows_task (void *ctx, size_t task, unsigned worker)
 /* One window's pooled row (D doubles) from its rows x (n of D floats,
  * the first lead of them the CLS's), kok their usability; returns the
  * usable frame rows (0 when the pooled row is not valid: no usable frame
- * row, or a CLS row that is not usable). */
+ * row, or a CLS row that is not usable).  Mean, max and attention pool
+ * the CLS row with the frames' (as h.mean (1) of a module with a CLS
+ * token does); last takes the last usable frame's row. */
 static size_t
 pool_window (const SattnNet *net, const float *x, const uint8_t *kok, size_t n,
              size_t lead, SattnPooling pooling, double *pooled)
 {
   const size_t D = net->d;
-  size_t usable = 0, last = 0;
+  size_t usable = 0, last = 0, rows = 0;
   for (size_t i = lead; i < n; i++)
     if (kok[i]) {
       usable++;
@@ -443,6 +445,8 @@ pool_window (const SattnNet *net, const float *x, const uint8_t *kok, size_t n,
   memset (pooled, 0, D * sizeof (double));
   if (usable == 0 || (pooling == SATTN_POOLING_CLS && !kok[0]))
     return 0;
+  for (size_t i = 0; i < n; i++)
+    rows += kok[i] != 0;
   switch (pooling) {
     case SATTN_POOLING_LAST:
       for (size_t t = 0; t < D; t++)
@@ -455,7 +459,7 @@ pool_window (const SattnNet *net, const float *x, const uint8_t *kok, size_t n,
     case SATTN_POOLING_MAX:
       for (size_t t = 0; t < D; t++)
         pooled[t] = -INFINITY;
-      for (size_t i = lead; i < n; i++)
+      for (size_t i = 0; i < n; i++)
         for (size_t t = 0; kok[i] && t < D; t++)
           pooled[t] = fmax (pooled[t], (double) x[i * D + t]);
       break;
@@ -463,14 +467,14 @@ pool_window (const SattnNet *net, const float *x, const uint8_t *kok, size_t n,
       /* softmax over the usable rows of the learned query's scores, the
        * largest subtracted; weights and sums in double */
       double mx = -INFINITY, sum = 0.0;
-      for (size_t i = lead; i < n; i++)
+      for (size_t i = 0; i < n; i++)
         if (kok[i]) {
           double sc = net->pool_b;
           for (size_t t = 0; t < D; t++)
             sc += net->pool_w[t] * (double) x[i * D + t];
           mx = sc > mx ? sc : mx;
         }
-      for (size_t i = lead; i < n; i++) {
+      for (size_t i = 0; i < n; i++) {
         if (!kok[i])
           continue;
         double sc = net->pool_b;
@@ -486,11 +490,11 @@ pool_window (const SattnNet *net, const float *x, const uint8_t *kok, size_t n,
       break;
     }
     default:
-      for (size_t i = lead; i < n; i++)
+      for (size_t i = 0; i < n; i++)
         for (size_t t = 0; kok[i] && t < D; t++)
           pooled[t] += (double) x[i * D + t];
       for (size_t t = 0; t < D; t++)
-        pooled[t] /= (double) usable;
+        pooled[t] /= (double) rows;
       break;
   }
   return usable;

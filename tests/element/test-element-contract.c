@@ -43,8 +43,8 @@ write_model (const gchar * name, const gchar * extra, guint32 seed)
   gchar *meta = g_strdup_printf ("sample_rate=%d;channels=%d;frame_size=%d;"
       "window=%d;hop=%d%s%s", RATE, CH, FS, WINDOW, HOP, extra ? ";" : "",
       extra ? extra : "");
-  WholeSpec s = {.f = F,.d = 8,.n_layers = 1,.ff = 16,.classes = 3,
-    .heads = 2,.positions = "none",.final_norm = TRUE,.meta = meta
+  WholeSpec s = { .f = F, .d = 8, .n_layers = 1, .ff = 16, .classes = 3,
+    .heads = 2, .positions = "none", .final_norm = TRUE, .meta = meta
   };
 
   g_free (st_write_whole (path, seed, &s));
@@ -196,8 +196,7 @@ GST_START_TEST (test_refused_or_warned)
               sizeof x, 0, 0)), GST_FLOW_NOT_NEGOTIATED);
   msg = sattn_pop_error (bus);
   fail_unless (strstr (msg, "4 channels contradict the model's input "
-          "contract: it was trained on 2-channel streams") != NULL, "%s",
-      msg);
+          "contract: it was trained on 2-channel streams") != NULL, "%s", msg);
   g_free (msg);
   g_free (caps);
   sattn_detach_bus (h, bus);
@@ -316,8 +315,7 @@ GST_START_TEST (test_windows_flagged)
   gsize i, w = 0;
 
   for (i = 0; i < 3; i++)
-    sattn_fill_signal (x + i * 2 * WINDOW * F, 2 * WINDOW * F, 11 + i,
-        amp[i]);
+    sattn_fill_signal (x + i * 2 * WINDOW * F, 2 * WINDOW * F, 11 + i, amp[i]);
   gst_harness_play (h);
   sattn_set_caps (h, RATE, CH);
   fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
