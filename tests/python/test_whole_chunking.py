@@ -12,7 +12,10 @@ computes it.
 
 Models: random sattn.nn.SignalTransformer modules (2 layers) with
 positions none, learned, RoPE and ALiBi, post- and pre-norm, ReLU and
-GELU, a final norm and an MLP head on some, on the per-window geometry
+GELU, a final norm and an MLP head on some, and docs/models.md's front
+ends and poolings (conv stems over samples and over frames,
+standardisation, RMS and power normalisation, a CLS token; max, attention,
+cls and mean pooling), on the per-window geometry
 of the bench (frame 16 values, d_model 32, 4 heads, d_ff 64, 8 classes,
 window 16, hop 8) and on an uneven one (window 12, hop 5, start=wait).
 Frames: a sequence with a GAP run (valid = 0) and frames with NaN samples
@@ -57,7 +60,16 @@ NAN_FRAMES = (37, 38, 201)   # a NaN sample each
 def randomise(net, seed):
     """test_whole_models' weights (outputs O(1), probabilities neither
     uniform nor one-hot)."""
-    return whole_models.randomise(net, torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)
+    net = whole_models.randomise(net, gen)
+    with torch.no_grad():
+        # the standardisation's buffers, not its identity defaults
+        for name, b in net.named_buffers():
+            if name == "standardize.mean":
+                b.copy_(0.5 * torch.randn(b.shape, generator=gen))
+            elif name == "standardize.std":
+                b.copy_(0.5 + torch.rand(b.shape, generator=gen))
+    return net
 
 
 # name: (model arguments, stream geometry and policies)
@@ -81,6 +93,27 @@ CASES = {
                             dict(window=12, hop=5, start="wait")),
     "rope-uneven-causal": (dict(UNEVEN, positions="rope", causal=True),
                            dict(window=12, hop=5)),
+    # docs/models.md's front ends and poolings (per-window front ends)
+    "conv-samples-power-max": (dict(BENCH, front_end="conv", in_channels=2,
+                                    conv_kernel=12, conv_stride=8,
+                                    conv_padding=2, conv_activation="gelu",
+                                    input_norm="power", channels=2,
+                                    pooling="max"),
+                               dict(window=16, hop=8)),
+    "conv-frames-std-attention": (dict(UNEVEN, front_end="conv",
+                                       in_channels=8, conv_kernel=3,
+                                       conv_stride=1, conv_padding=1,
+                                       conv_activation="relu",
+                                       standardize=True,
+                                       pooling="attention"),
+                                  dict(window=12, hop=5)),
+    "cls-rope-rms": (dict(BENCH, cls_token=True, positions="rope",
+                          input_norm="rms", pooling="cls"),
+                     dict(window=16, hop=8)),
+    "cls-learned-mean-zero": (dict(UNEVEN, cls_token=True,
+                                   positions="learned", max_window=12,
+                                   standardize=True, pooling="mean"),
+                              dict(window=12, hop=5, invalid="zero")),
 }
 OUTPUTS = ("classes", "mean", "last", "window")
 
