@@ -175,6 +175,22 @@ gst_sattn_explain_contract (const GstSattnSettings * c, gint rate,
   return NULL;
 }
 
+gchar *
+gst_sattn_contract_misfit (const GstSattnSettings * c,
+    const SattnModelContract * k, gint rate, gint channels)
+{
+  GstSattnSettings t = *c;
+
+  t.model_contract = *k;
+  if (c->contract == GST_SATTN_CONTRACT_ENFORCE &&
+      (k->recorded & SATTN_CONTRACT_FRAME_SIZE) &&
+      k->frame_size != c->frame_size)
+    return g_strdup_printf ("it was trained on frames of %u samples per "
+        "channel (metadata 'frame_size') and the running stream's are %u",
+        k->frame_size, c->frame_size);
+  return gst_sattn_explain_contract (&t, rate, channels);
+}
+
 static gchar *
 gst_sattn_explain (const GstSattnSettings * c, gint rate, gint channels,
     guint64 d_model, gboolean weights)
@@ -1450,8 +1466,8 @@ gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
   self->out_info_cap = scratch.out_info_cap;
   self->tensor_out = tensors;
   self->align = align;
-  gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), model, &sc, rate,
-      c.frame_size, c.scale);
+  gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), model, stream, &sc,
+      rate, c.frame_size, c.scale);
 
   /* A new timeline, continuing where the old one ended (if any). */
   self->resync_ts = GST_CLOCK_TIME_NONE;

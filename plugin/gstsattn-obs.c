@@ -264,11 +264,12 @@ obs_clear_acc (GstSattnObs * obs)
 
 void
 gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
-    const SattnModel * model, const SattnStreamConfig * sc, gint rate,
-    guint frame_size, gdouble user_scale)
+    const SattnModel * model, const SattnStream * s,
+    const SattnStreamConfig * sc, gint rate, guint frame_size,
+    gdouble user_scale)
 {
   const SattnConfig *mc = sattn_model_config (model);
-  gsize cols = sc->window + sattn_model_extra_keys (model);
+  gsize rows = 0, cols = 0;
   guint height;
   guint64 fps_n, fps_d, a, b;
 
@@ -291,10 +292,13 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
   if (!obs->weights_on)
     return;
 
-  if (obs->wbuf_floats < sc->window * cols) {
+  /* the core's largest weights for this stream (a CLS row and column
+   * more for a whole model with a CLS token) */
+  sattn_stream_weights_size (s, &rows, &cols);
+  if (obs->wbuf_floats < rows * cols) {
     g_free (obs->wbuf);
     g_free (obs->wtmp);
-    obs->wbuf_floats = sc->window * cols;
+    obs->wbuf_floats = rows * cols;
     obs->wbuf = g_try_new (float, obs->wbuf_floats);
     obs->wtmp = g_try_new (float, obs->wbuf_floats);
     if (obs->wbuf == NULL || obs->wtmp == NULL) {
@@ -310,8 +314,10 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
     }
   }
 
-  /* The query rows a window computes, as the core says. */
-  height = (guint) sattn_stream_config_window_rows (sc);
+  /* The query rows a window computes, as the core says (a whole model's
+   * rows are its weights' rows: a CLS row with the frames'). */
+  height = sattn_model_kind (model) == SATTN_MODEL_WHOLE ? (guint) rows :
+      (guint) sattn_stream_config_window_rows (sc);
   /* One map per window: (rate / frame-size) / hop per second. */
   fps_n = (guint64) rate;
   fps_d = (guint64) frame_size *sc->hop;
@@ -347,6 +353,41 @@ gst_sattn_obs_split (GstSattnObs * obs, const SattnStream * s, gsize n)
 }
 
 /* ------------------------------------------------------------ messages */
+
+void
+gst_sattn_obs_swapped (GstSattnObs * obs, GstElement * element,
+    const SattnModel * model, const SattnStream * s)
+{
+  gsize rows = 0, cols = 0;
+  guint height;
+
+  obs->heads = sattn_model_config (model)->heads;
+  if (!obs->weights_on)
+    return;
+  sattn_stream_weights_size (s, &rows, &cols);
+  if (obs->wbuf_floats < rows * cols) {
+    g_free (obs->wbuf);
+    g_free (obs->wtmp);
+    obs->wbuf_floats = rows * cols;
+    obs->wbuf = g_try_new (float, obs->wbuf_floats);
+    obs->wtmp = g_try_new (float, obs->wbuf_floats);
+    if (obs->wbuf == NULL || obs->wtmp == NULL) {
+      GST_ELEMENT_WARNING (element, RESOURCE, NO_SPACE_LEFT,
+          ("No memory for the attention weights of the new model: no "
+              "attention map and no message weights"), (NULL));
+      g_clear_pointer (&obs->wbuf, g_free);
+      g_clear_pointer (&obs->wtmp, g_free);
+      obs->wbuf_floats = 0;
+      obs->weights_on = FALSE;
+      return;
+    }
+  }
+  height = sattn_model_kind (model) == SATTN_MODEL_WHOLE ? (guint) rows :
+      obs->map.height;
+  if (cols != obs->map.width || height != obs->map.height)
+    gst_sattn_map_configure (&obs->map, (guint) cols, height,
+        obs->map.info.fps_n, obs->map.info.fps_d);
+}
 
 /* The weights (rows × cols) as an array of rows, each an array of
  * doubles. */

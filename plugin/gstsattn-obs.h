@@ -84,10 +84,16 @@ gboolean gst_sattn_obs_prop_mutable_playing (guint prop_id);
  * stream's configuration. */
 void gst_sattn_obs_stream_config (GstSattnObs * obs, GstElement * element,
     SattnStreamConfig * sc);
-/* A new stream was set up with sc (after the old one was drained). */
+/* A new stream s was set up with sc (after the old one was drained). */
 void gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
-    const SattnModel * model, const SattnStreamConfig * sc, gint rate,
-    guint frame_size, gdouble user_scale);
+    const SattnModel * model, const SattnStream * s,
+    const SattnStreamConfig * sc, gint rate, guint frame_size,
+    gdouble user_scale);
+
+/* A weights swap replaced the stream by s (of model): the heads and the
+ * weights' size follow it (the attention map keeps its rate). */
+void gst_sattn_obs_swapped (GstSattnObs * obs, GstElement * element,
+    const SattnModel * model, const SattnStream * s);
 
 /* How many of n frames to hand to the core in one call: all of them when
  * nothing is observed, else at most up to the next window's end. */

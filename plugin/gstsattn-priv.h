@@ -201,6 +201,11 @@ void gst_sattn_free_stream (GstSattn * self);
 G_GNUC_INTERNAL
 void gst_sattn_settings_take (GstSattnSettings * c,
     const SattnModelContract * k);
+/* Why a stream of rate, channels and c's frame-size contradicts the input
+ * contract k under c's contract mode (a sentence to g_free), or NULL. */
+G_GNUC_INTERNAL
+gchar *gst_sattn_contract_misfit (const GstSattnSettings * c,
+    const SattnModelContract * k, gint rate, gint channels);
 
 /* The core's configurations from the settings c for d_model-value frames
  * (the one place the element maps its settings onto them). */

@@ -17,6 +17,7 @@ typedef struct
   GstSattn *self;
   guint64 generation;
   gchar *path, *prefix;
+  gchar *labels;                /* the labels property (a file) or NULL */
   GstSattnSettings c;           /* the settings set_caps used */
   guint64 d_model;
   SattnStreamConfig sc;
@@ -56,12 +57,18 @@ gst_sattn_swap_misfit (const GstSattnModelShape * running, const SattnModel * m)
   GstSattnModelShape s;
 
   gst_sattn_model_shape (m, &s);
-  if (s.kind != running->kind || s.classes != running->classes) {
+  if (s.kind != running->kind) {
     return g_strdup_printf ("it is %s where the running model is %s; a swap "
         "keeps what the element outputs (a change of model kind needs "
         "READY)", s.kind == SATTN_MODEL_WHOLE ? "a whole model" :
         "one attention layer", running->kind == SATTN_MODEL_WHOLE ?
         "a whole model" : "one attention layer");
+  }
+  if (s.classes != running->classes) {
+    return g_strdup_printf ("its head has %" G_GSIZE_FORMAT " classes where "
+        "the running model's has %" G_GSIZE_FORMAT "; a swap keeps the "
+        "output rows (a change of classes needs READY)", s.classes,
+        running->classes);
   }
   if (s.d_out != running->d_out) {
     return g_strdup_printf ("its output rows have %" G_GSIZE_FORMAT " values "
@@ -134,6 +141,7 @@ gst_sattn_swap_job_free (GstSattnSwapJob * job)
 {
   g_free (job->path);
   g_free (job->prefix);
+  g_free (job->labels);
   g_free (job->in_use);
   g_free (job);
 }
@@ -148,6 +156,7 @@ gst_sattn_swap_drop_ready (GstSattnSwap * sw)
   sw->ready_model = NULL;
   g_clear_pointer (&sw->ready_path, g_free);
   g_clear_pointer (&sw->ready_key, g_free);
+  g_clear_pointer (&sw->ready_labels, g_strfreev);
   g_atomic_int_set (&sw->ready, 0);
 }
 
@@ -233,6 +242,7 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
   SattnStatus st = SATTN_OK;
   gchar err[1024] = "";
   gchar *why = NULL;
+  gchar **labels = NULL;
 
   (void) user_data;
   if (!gst_sattn_swap_job_current (sw, job))
@@ -262,6 +272,24 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
   }
   if ((why = gst_sattn_swap_misfit (&job->running, model)) != NULL)
     goto done;
+  {
+    SattnModelContract k;
+
+    /* the running stream against the new model's input contract, as
+     * caps are checked against it */
+    sattn_model_contract (model, &k);
+    if ((why = gst_sattn_contract_misfit (&job->c, &k, job->running.rate,
+                job->running.channels)) != NULL)
+      goto done;
+  }
+  if (sattn_stream_config_check (model, &job->sc, err, sizeof err) != SATTN_OK) {
+    /* the core's words (a window longer than its learned positions) */
+    why = g_strdup (err);
+    goto done;
+  }
+  if (job->sc.output == SATTN_OUTPUT_CLASSES &&
+      !gst_sattn_classes_labels (model, job->labels, &labels, &why))
+    goto done;
   stream = sattn_stream_new (model, &job->sc, &st);
   if (stream == NULL) {
     why = g_strdup_printf ("no stream for it: %s", sattn_status_string (st));
@@ -275,6 +303,7 @@ gst_sattn_swap_run (gpointer data, gpointer user_data)
     sw->ready_stream = stream;
     sw->ready_path = g_strdup (job->path);
     sw->ready_key = gst_sattn_weights_key (job->path, job->prefix);
+    sw->ready_labels = g_steal_pointer (&labels);
     model = NULL;
     stream = NULL;
     g_atomic_int_set (&sw->ready, 1);
@@ -290,6 +319,7 @@ done:
   }
   sattn_stream_free (stream);
   gst_sattn_cache_release (model);
+  g_strfreev (labels);
   gst_sattn_swap_job_free (job);
   g_atomic_int_add (&sw->jobs, -1);
 }
@@ -367,6 +397,7 @@ gst_sattn_swap_poll (GstSattn * self)
   GST_OBJECT_LOCK (self);
   job->path = g_strdup (self->weights);
   job->prefix = g_strdup (self->weights_prefix);
+  job->labels = g_strdup (self->labels);
   job->zero_attn = self->add_zero_attn;
   GST_OBJECT_UNLOCK (self);
   /* The settings exactly as set_caps used them: the loader gets the same
@@ -376,6 +407,8 @@ gst_sattn_swap_poll (GstSattn * self)
   job->sc = self->stream_config;
   job->sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
   gst_sattn_model_shape (self->model, &job->running);
+  job->running.rate = self->rate;
+  job->running.channels = self->channels;
   job->in_use = g_strdup (self->model_key);
 
   g_mutex_lock (&sw->lock);
@@ -479,6 +512,7 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   SattnModel *model;
   SattnStream *stream;
   gchar *path, *key;
+  gchar **labels;
   guint64 frames, p, window = self->cfg.window, hop = self->cfg.hop;
   SattnStatus st;
   SattnSkipped sk;
@@ -499,15 +533,18 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   stream = sw->ready_stream;
   path = sw->ready_path;
   key = sw->ready_key;
+  labels = sw->ready_labels;
   sw->ready_model = NULL;
   sw->ready_stream = NULL;
   sw->ready_path = NULL;
   sw->ready_key = NULL;
+  sw->ready_labels = NULL;
   g_atomic_int_set (&sw->ready, 0);
   g_mutex_unlock (&sw->lock);
   if (stream == NULL) {
     g_free (path);
     g_free (key);
+    g_strfreev (labels);
     return n;
   }
 
@@ -534,6 +571,7 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
     gst_sattn_cache_release (model);
     g_free (path);
     g_free (key);
+    g_strfreev (labels);
     return n;
   }
   /* The priming's windows are not the stream's: no statistics from them. */
@@ -544,6 +582,14 @@ gst_sattn_swap_step (GstSattn * self, gsize n)
   gst_sattn_cache_release (self->model);
   self->stream = stream;
   self->model = model;
+  /* What follows the model: its input contract (the windows' checks and
+   * decisions), its labels (at the same window boundary as its weights),
+   * and the attention map's size (a CLS row more or less). */
+  sattn_model_contract (model, &self->cfg.model_contract);
+  if (labels != NULL)
+    gst_sattn_classes_setup (&self->classes, g_steal_pointer (&labels),
+        (guint) sattn_model_classes (model));
+  gst_sattn_obs_swapped (&self->obs, GST_ELEMENT (self), model, stream);
   /* New caps compare the weights properties with the running model's
    * file (gst_sattn_set_caps). */
   g_free (self->model_key);

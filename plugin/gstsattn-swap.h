@@ -42,6 +42,8 @@ typedef struct
   SattnStream *ready_stream;
   gchar *ready_path;
   gchar *ready_key;             /* its weights key (gst_sattn_weights_key) */
+  gchar **ready_labels;         /* output=classes: its labels (the labels
+                                   property's file, else its own) */
   gint ready;                   /* atomic: ready_stream != NULL */
   gint jobs;                    /* atomic: jobs queued or running */
 
@@ -63,6 +65,7 @@ typedef struct
 {
   SattnModelKind kind;
   gsize classes, d_out, extra_keys;
+  gint rate, channels;          /* the running stream's (0: not known) */
 } GstSattnModelShape;
 
 G_GNUC_INTERNAL void gst_sattn_model_shape (const SattnModel * m,

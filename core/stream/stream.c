@@ -1030,6 +1030,22 @@ sattn_stream_overflow_parts (const SattnStream *s, uint64_t *counts,
   return SATTN_OK;
 }
 
+void
+sattn_stream_weights_size (const SattnStream *s, size_t *rows, size_t *cols)
+{
+  size_t r = 0, c = 0;
+  if (s != NULL && s->pw != NULL) {
+    sattn_pw_weights_size (s->pw, &r, &c);
+  } else if (s != NULL && s->wkeep != NULL) {
+    r = s->n;
+    c = s->ncols;
+  }
+  if (rows)
+    *rows = r;
+  if (cols)
+    *cols = c;
+}
+
 SattnStatus
 sattn_stream_last_weights (const SattnStream *s, int head, float *out,
                            size_t *rows, size_t *cols)

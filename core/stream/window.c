@@ -524,9 +524,13 @@ gather_window (SattnPw *s, uint64_t first, size_t nb)
   SattnNetBlock *b = s->blk;
   for (size_t i = 0; i < n; i++) {
     const size_t slot = slot_of (s, first + i);
-    memcpy (s->wxs + i * F, s->xs + slot * F, F * sizeof (double));
-    s->wss[i] = s->ss[slot];
+    /* an unusable frame is zeros (a reset or a skip clears ok only) */
     s->wok[i] = s->ok[slot];
+    if (s->wok[i])
+      memcpy (s->wxs + i * F, s->xs + slot * F, F * sizeof (double));
+    else
+      memset (s->wxs + i * F, 0, F * sizeof (double));
+    s->wss[i] = s->wok[i] ? s->ss[slot] : 0.0;
   }
   return (uint32_t) sattn_net_front_window (s->m, s->wxs, s->wss, s->wok, n,
                                             b->x + nb * bn * net->d,
@@ -795,6 +799,12 @@ sattn_pw_get_stats (SattnPw *s, SattnStats *out, int clear)
     *out = s->stats;
   if (clear)
     sattn_stats_clear (&s->stats);
+}
+
+void
+sattn_pw_weights_size (const SattnPw *s, size_t *rows, size_t *cols)
+{
+  *rows = *cols = s->wkeep != NULL ? s->bn : 0;
 }
 
 SattnStatus

@@ -37,6 +37,7 @@ SattnStatus sattn_pw_error_frame (const SattnPw *s, uint64_t *index,
 void sattn_pw_get_stats (SattnPw *s, SattnStats *out, int clear);
 SattnStatus sattn_pw_last_weights (const SattnPw *s, int head, float *out,
                                    size_t *rows, size_t *cols);
+void sattn_pw_weights_size (const SattnPw *s, size_t *rows, size_t *cols);
 uint64_t sattn_pw_skip_lead (const SattnPw *s);
 SattnStatus sattn_pw_skip (SattnPw *s, uint64_t n_frames, float *out,
                            SattnRowInfo *info, size_t *n_rows,

@@ -798,6 +798,14 @@ SattnStatus sattn_stream_overflow_parts (const SattnStream *s, uint64_t *counts,
 SattnStatus sattn_stream_last_weights (const SattnStream *s, int head,
                                        float *out, size_t *rows, size_t *cols);
 
+/* The largest rows and cols sattn_stream_last_weights can give for this
+ * stream, known from sattn_stream_new on (0 and 0 without keep_weights or
+ * s NULL): window × (window + extra keys) for a layer, (lead + window)
+ * squared for a whole model (lead 1 with a CLS token, whose row and
+ * column come first). */
+void sattn_stream_weights_size (const SattnStream *s, size_t *rows,
+                                size_t *cols);
+
 /* Rows that sattn_stream_skip accounted for without writing them: rows
  * [first, end) in frame terms (the input frames they account for, counted
  * as SattnRowInfo.first counts), `rows` of them (frames mode: end - first;

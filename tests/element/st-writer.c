@@ -68,6 +68,30 @@ st_tensor (StWriter * w, const gchar * name, gsize rows, gsize cols,
       ",%u]}", off, w->data->len);
 }
 
+/* A tensor of a x b x c uniform values in centre ± amp (3-D: a conv's
+ * weight). */
+static void
+st_rand3 (StWriter * w, const gchar * name, gsize a, gsize b, gsize c,
+    gdouble centre, gdouble amp)
+{
+  gsize off = w->data->len, n = a * b * c, i;
+
+  for (i = 0; i < n; i++) {
+    float v = (float) (centre + g_rand_double_range (w->rng, -amp, amp));
+    guint32 u;
+
+    memcpy (&u, &v, 4);
+    u = GUINT32_TO_LE (u);
+    g_byte_array_append (w->data, (const guint8 *) &u, 4);
+  }
+  if (w->tensors->len > 0)
+    g_string_append_c (w->tensors, ',');
+  st_json_string (w->tensors, name);
+  g_string_append_printf (w->tensors, ":{\"dtype\":\"F32\",\"shape\":[%"
+      G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "],"
+      "\"data_offsets\":[%" G_GSIZE_FORMAT ",%u]}", a, b, c, off, w->data->len);
+}
+
 /* Uniform values in centre ± amp. */
 void
 st_rand (StWriter * w, const gchar * name, gsize rows, gsize cols,
@@ -228,7 +252,7 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
   if (s->conv_kernel > 0) {
     gsize c = s->f / s->conv_steps;
 
-    st_rand (&w, "conv.weight", s->d, c * s->conv_kernel, 0.0,
+    st_rand3 (&w, "conv.weight", s->d, c, s->conv_kernel, 0.0,
         2.0 / sqrt ((gdouble) (c * s->conv_kernel)));
     st_rand (&w, "conv.bias", s->d, 0, 0.0, 0.2);
   } else {

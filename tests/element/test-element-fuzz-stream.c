@@ -76,7 +76,10 @@
  *    of its own sets fast on the same file and settings: READY -> PAUSED
  *    must fail with one error naming a whole model, nothing out, and
  *    start again with exact; a run of 1000 episodes or more fails
- *    without an episode with weights and fast;
+ *    without an episode with weights and fast, or without one of each of
+ *    docs/models.md's front ends and poolings (conv stems, RMS
+ *    normalisation, standardisation, CLS tokens, max and attention
+ *    pooling: four of the written whole models);
  *  - swap episodes (one in ten: a written weights file, tame input)
  *    set `weights` while data flows, to a file of the same geometry or
  *    to a missing, truncated, other-geometry or other-kind one, then run
@@ -146,23 +149,45 @@ typedef struct
   const gchar *positions;       /* recorded, for the log */
   gboolean written;             /* by st_write_* (else tests/data) */
   gchar *path;
+  guint parts;                  /* P_* bits: docs/models.md's front ends and
+                                   poolings a whole model has */
 } WFixture;
 
+/* WFixture.parts */
+enum
+{
+  P_CONV = 1 << 0, P_NORM = 1 << 1, P_STD = 1 << 2, P_CLS = 1 << 3,
+  P_MAX = 1 << 4, P_ATTN = 1 << 5, N_PARTS = 6
+};
+static const gchar *part_names[N_PARTS] = { "a conv stem",
+  "per-window RMS normalisation", "standardisation", "a CLS token",
+  "max pooling", "attention pooling"
+};
+
 static WFixture wfixtures[] = {
-  {"e8_h1_basic.safetensors", 8, 1, 8, K_ATTN, "none", FALSE, NULL},
+  {"e8_h1_basic.safetensors", 8, 1, 8, K_ATTN, "none", FALSE, NULL, 0},
   {"e12_h3_separate_nobias_biaskv.safetensors", 12, 3, 12, K_ATTN, "none",
-      FALSE, NULL},
-  {"whole_f8_c4.safetensors", 8, 2, 16, K_WHOLE, "learned", FALSE, NULL},
-  {"attn-rope.safetensors", 8, 2, 8, K_ATTN, "rope", TRUE, NULL},
-  {"attn-alibi-hf.safetensors", 8, 2, 8, K_ATTN, "alibi", TRUE, NULL},
+      FALSE, NULL, 0},
+  {"whole_f8_c4.safetensors", 8, 2, 16, K_WHOLE, "learned", FALSE, NULL, 0},
+  {"attn-rope.safetensors", 8, 2, 8, K_ATTN, "rope", TRUE, NULL, 0},
+  {"attn-alibi-hf.safetensors", 8, 2, 8, K_ATTN, "alibi", TRUE, NULL, 0},
   {"attn-rope-interleaved-llama.safetensors", 8, 2, 8, K_ATTN,
-      "rope-interleaved", TRUE, NULL},
-  {"layer-post-relu.safetensors", 8, 2, 8, K_LAYER, "none", TRUE, NULL},
-  {"layer-pre-gelu-rope.safetensors", 8, 2, 8, K_LAYER, "rope", TRUE, NULL},
-  {"layer-post-gelu-alibi.safetensors", 8, 2, 8, K_LAYER, "alibi", TRUE, NULL},
-  {"whole-learned-2l.safetensors", 8, 2, 8, K_WHOLE, "learned", TRUE, NULL},
-  {"whole-rope-last.safetensors", 8, 2, 16, K_WHOLE, "rope", TRUE, NULL},
-  {"whole-alibi-mlp.safetensors", 8, 2, 8, K_WHOLE, "alibi", TRUE, NULL},
+      "rope-interleaved", TRUE, NULL, 0},
+  {"layer-post-relu.safetensors", 8, 2, 8, K_LAYER, "none", TRUE, NULL, 0},
+  {"layer-pre-gelu-rope.safetensors", 8, 2, 8, K_LAYER, "rope", TRUE, NULL, 0},
+  {"layer-post-gelu-alibi.safetensors", 8, 2, 8, K_LAYER, "alibi", TRUE, NULL,
+      0},
+  {"whole-learned-2l.safetensors", 8, 2, 8, K_WHOLE, "learned", TRUE, NULL, 0},
+  {"whole-rope-last.safetensors", 8, 2, 16, K_WHOLE, "rope", TRUE, NULL, 0},
+  {"whole-alibi-mlp.safetensors", 8, 2, 8, K_WHOLE, "alibi", TRUE, NULL, 0},
+  {"whole-conv-rms-max.safetensors", 8, 2, 8, K_WHOLE, "none", TRUE, NULL,
+      P_CONV | P_NORM | P_MAX},
+  {"whole-convf-std-attn.safetensors", 8, 2, 8, K_WHOLE, "alibi", TRUE, NULL,
+      P_CONV | P_STD | P_ATTN},
+  {"whole-cls-learned-std.safetensors", 8, 2, 16, K_WHOLE, "learned", TRUE,
+      NULL, P_CLS | P_STD},
+  {"whole-cls-rope-rms.safetensors", 8, 2, 16, K_WHOLE, "rope", TRUE, NULL,
+      P_CLS | P_NORM},
 };
 
 /* Scales applied to every weight: harmless ones, and
@@ -275,9 +300,37 @@ fixtures_init (void)
       .norm_first = TRUE
     };
 
+    /* docs/models.md's front ends and poolings: a conv stem over samples
+     * (4 steps of 2 values) with RMS normalisation and max pooling; one
+     * over frames with standardisation and attention pooling; CLS tokens
+     * with learned positions and with RoPE (d_out 16: as many classes as
+     * b, the d_out 8 ones as a and c: swaps between them are compatible) */
+    WholeSpec d = { .f = 8, .d = 8, .n_layers = 1, .ff = 16, .classes = 3,
+      .heads = 2, .positions = "none", .pooling = "max", .conv_steps = 4,
+      .conv_kernel = 6, .conv_padding = 2, .conv_act = "relu",
+      .input_norm = "rms"
+    };
+    WholeSpec e = { .f = 8, .d = 8, .n_layers = 2, .ff = 16, .classes = 3,
+      .heads = 2, .positions = "alibi", .final_norm = TRUE,
+      .pooling = "attention", .conv_steps = 1, .conv_kernel = 3,
+      .conv_padding = 1, .standardize = TRUE
+    };
+    WholeSpec f = { .f = 8, .d = 16, .n_layers = 1, .ff = 32, .classes = 4,
+      .max_window = 32, .heads = 2, .positions = "learned", .pooling = "cls",
+      .cls = TRUE, .standardize = TRUE
+    };
+    WholeSpec g = { .f = 8, .d = 16, .n_layers = 1, .ff = 32, .classes = 4,
+      .heads = 2, .positions = "rope", .mlp = TRUE, .pooling = "mean",
+      .cls = TRUE, .input_norm = "rms"
+    };
+
     g_free (st_write_whole (wfixtures[9].path, 37, &a));
     g_free (st_write_whole (wfixtures[10].path, 38, &b));
     g_free (st_write_whole (wfixtures[11].path, 39, &c));
+    g_free (st_write_whole (wfixtures[12].path, 41, &d));
+    g_free (st_write_whole (wfixtures[13].path, 42, &e));
+    g_free (st_write_whole (wfixtures[14].path, 43, &f));
+    g_free (st_write_whole (wfixtures[15].path, 44, &g));
   }
   {
     /* the first 200 bytes of a good file: its header cut */
@@ -573,6 +626,7 @@ enum
   ST_SWAP_TAKEN, ST_SWAP_READY, ST_SWAP_NEW_ROWS, ST_SWAP_BAD,
   ST_SWAP_BAD_LAST = ST_SWAP_BAD + N_BAD - 1, ST_SWAP_ROWS,
   ST_FAST, ST_FAST_NO_WEIGHTS, ST_TWIN_FAST, ST_WHOLE_FAST,
+  ST_PART, ST_PART_LAST = ST_PART + N_PARTS - 1,
   N_ST
 };
 static const gchar *st_names[N_ST] = {
@@ -601,7 +655,10 @@ static const gchar *st_names[N_ST] = {
   "episodes with precision=fast and weights",
   "episodes with precision=fast without weights",
   "threads twins with precision=fast",
-  "whole models refusing precision=fast"
+  "whole models refusing precision=fast",
+  "episodes with a conv stem", "episodes with RMS normalisation",
+  "episodes with standardisation", "episodes with a CLS token",
+  "episodes with max pooling", "episodes with attention pooling"
 };
 
 static guint64 stats[N_ST];
@@ -2407,6 +2464,8 @@ ep_setup (Episode * e, guint64 seed, gint threads)
     stats[ST_KIND_ATTN + e->wf->kind]++;
     stats[ST_POS_ROPE] += g_str_has_prefix (e->wf->positions, "rope");
     stats[ST_POS_ALIBI] += g_str_equal (e->wf->positions, "alibi");
+    for (guint b = 0; b < N_PARTS; b++)
+      stats[ST_PART + b] += (e->wf->parts >> b) & 1;
     if (e->wf->kind == K_WHOLE) {
       /* every row depends on the whole window: no frames output; the
        * model is bidirectional (its metadata records no causal) */
@@ -2942,6 +3001,11 @@ GST_START_TEST (test_fuzz_stream)
    * did not exercise precision=fast */
   fail_unless (n < 1000 || stats[ST_FAST] > 0, "%" G_GUINT64_FORMAT
       " episodes and none with precision=fast and weights", n);
+  /* every front end and pooling of docs/models.md: each is in one of the
+   * 16 weights files, drawn in about one episode in 60 */
+  for (c = 0; c < N_PARTS; c++)
+    fail_unless (n < 1000 || stats[ST_PART + c] > 0, "%" G_GUINT64_FORMAT
+        " episodes and none with %s", n, part_names[c]);
 }
 
 GST_END_TEST;
