@@ -56,6 +56,11 @@ if ! (cd "$out/src" && nice dpkg-buildpackage -us -uc -b -j2) \
   fail "dpkg-buildpackage failed"
 fi
 tail -n 12 "$out/build.log"
+# debian/rules checks the core's compile flags in its build directory
+grep '^Debian package build: ' "$out/build.log" ||
+  fail "the package build printed no compile-flags check of the core"
+grep -q '^Debian package build: .*NOT AS INTENDED' "$out/build.log" &&
+  fail "the package build does not compile the core at -O3"
 changes=$(ls "$out"/sattn_*.changes)
 echo "== packages"
 for deb in "$out"/*.deb; do
