@@ -12,7 +12,9 @@
 #   make install-check  meson install into a scratch prefix, build
 #                    examples/use-library.c there with pkg-config alone and
 #                    run it (part of make test too: suite 'install')
-#   make bench       release build (build-release/) + the benchmark script:
+#   make bench       release build (build-release/) + the benchmark script
+#                    (then tests/bench/builds.sh: the release, Debian-flags
+#                    and default builds side by side, in build-bench/):
 #                    sattn's figures and its peers side by side (PyTorch
 #                    naive, last-hop and KV cache; ONNX Runtime 1.30,
 #                    which the script installs with npm into
@@ -172,6 +174,7 @@ bench: deps build-release
 	else \
 	  echo "tests/bench/run-bench.sh does not exist: nothing to run"; \
 	fi
+	sh tests/bench/builds.sh
 
 # The soak's own tools (not in CI, so not in DEB_PACKAGES).
 SOAK_PACKAGES := valgrind
@@ -219,4 +222,5 @@ package-check: deps
 	sh tests/package/package-check.sh $(CURDIR) $(BUILD_DEB)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz $(BUILD_DEB) out
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_RELEASE) build-fuzz $(BUILD_DEB) \
+	  build-bench out

@@ -48,8 +48,13 @@ def debian_cflags():
 def check(build_dir, name):
     with open(os.path.join(build_dir, "compile_commands.json")) as f:
         cmds = json.load(f)
-    core = [c for c in cmds if "/core/" in c["file"].replace("\\", "/")
-            or c["file"].startswith("../core/")]
+
+    def in_core(c):
+        f = os.path.normpath(os.path.join(c.get("directory", build_dir),
+                                          c["file"]))
+        return "/core/" in f and "/tests/" not in f
+
+    core = [c for c in cmds if in_core(c)]
     if not core:
         print("%s: no compile command of a core/ source in %s"
               % (name, build_dir))
