@@ -174,6 +174,33 @@ _WEIGHT_NAMES = ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",
                  "bias_k", "bias_v")
 
 
+class _Owned:
+    """A C handle and the function that frees it: freed once, when the
+    last Python reference to this object goes.  Copies of a Model share
+    one (copy.copy and copy.deepcopy return it as it is), so no copy can
+    outlive the C object or free it twice."""
+
+    __slots__ = ("value", "_free")
+
+    def __init__(self, value, free):
+        self.value = value
+        self._free = free
+
+    def __del__(self):
+        v, self.value = self.value, None
+        if v:
+            self._free(v)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise SattnError(_lib.E_INVAL, "a libsattn handle cannot be pickled")
+
+
 class Model:
     """Configuration and weights of one attention, immutable.
 
@@ -242,7 +269,8 @@ class Model:
 
     def _new(self, cfg, w):
         st = ctypes.c_int(_lib.E_INVAL)
-        self._h = None
+        self._o = None
+        self._source = None
         self.report = None  # what a weights file held (from_safetensors)
         h = _lib.sattn_model_new(ctypes.byref(cfg),
                                  None if w is None else ctypes.byref(w),
@@ -254,8 +282,13 @@ class Model:
                 None if w is None else ctypes.byref(w)))
         self._adopt(h)
 
+    @property
+    def _h(self):
+        o = getattr(self, "_o", None)
+        return o.value if o is not None else None
+
     def _adopt(self, h):
-        self._h = h
+        self._o = _Owned(h, _lib.sattn_model_free)
         c = _lib.sattn_model_config(h).contents
         self._cfg = {f: getattr(c, f) for f, _ in c._fields_
                      if f != "struct_size"}
@@ -349,8 +382,15 @@ class Model:
                 msg = "'%s': %s" % (name, msg)
             raise SattnError(st if st != _lib.OK else _lib.E_INVAL, msg)
         self = cls.__new__(cls)
-        self._h = None
+        self._o = None
         self._adopt(h.value)
+        # how to build it again (pickle): the same file and options
+        self._source = (os.fspath(path), prefix or "", dict(
+            heads=heads, d_model=d_model, d_head=d_head, d_value=d_value,
+            add_zero_attn=add_zero_attn, scale=scale, causal=causal,
+            lookback=lookback, positions=positions, rope_base=rope_base,
+            activation=activation, norm_first=norm_first,
+            norm_eps=norm_eps))
         sources = {v: k for k, v in _lib.SOURCES.items()}
         kinds = {v: k for k, v in _lib.MODEL_KINDS.items()}
         self.report = {f: getattr(rep, f) for f, _ in rep._fields_
@@ -367,11 +407,30 @@ class Model:
         None for a model built from arrays)."""
         return self.report["layout"] if self.report else None
 
-    def __del__(self):
-        h = getattr(self, "_h", None)
-        if h:
-            self._h = None
-            _lib.sattn_model_free(h)
+    def __copy__(self):
+        """A Model is immutable: a copy shares its C model (freed when the
+        last copy goes)."""
+        c = self.__class__.__new__(self.__class__)
+        c.__dict__.update(self.__dict__)
+        return c
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        """A Model pickles as what builds it again: the weights file, its
+        prefix and the options it was loaded with (the file must still be
+        there, and is read again, through the one loader).  A Model built
+        from arrays does not pickle (SattnError): save its weights instead
+        (sattn.nn.save_safetensors, sattn-export)."""
+        if getattr(self, "_source", None) is None:
+            raise SattnError(_lib.E_INVAL, (
+                "a Model built from arrays cannot be pickled: it holds a C "
+                "model; save its weights as a safetensors file and pickle a "
+                "Model loaded with Model.from_safetensors (which pickles as "
+                "its file, prefix and options)"))
+        path, prefix, kw = self._source
+        return (_from_source, (path, prefix, kw))
 
     @property
     def config(self):
@@ -486,6 +545,11 @@ class Model:
                 "d_out=%d, causal=%s, lookback=%d)"
                 % (c["d_model"], c["heads"], c["d_head"], c["d_value"],
                    self.d_out, bool(c["causal"]), c["lookback"]))
+
+
+def _from_source(path, prefix, kw):
+    """Model.__reduce__'s rebuild: the file again through the loader."""
+    return Model.from_safetensors(path, prefix, **kw)
 
 
 def _path_bytes(path):
@@ -684,7 +748,7 @@ class Stream:
                  start="pad", invalid="mask", collect_stats=False,
                  saturation_threshold=0.0, keep_weights=False, threads=1,
                  precision="exact"):
-        self._h = None
+        self._o = None
         self._busy = threading.Lock()
         self._user = None  # (thread name, method) inside a call
         sc = _lib.SattnStreamConfig()
@@ -705,7 +769,8 @@ class Stream:
         if not h:
             raise SattnError(st.value, _words(
                 _lib.sattn_stream_config_check, model._h, ctypes.byref(sc)))
-        self._h = h
+        self._o = _Owned(h, _lib.sattn_stream_free)
+        # the model's handle lives as long as this stream does
         self.model = model
         self.output = output
         self.row_floats = _lib.sattn_stream_row_floats(h)
@@ -727,11 +792,25 @@ class Stream:
         self._user = None
         self._busy.release()
 
-    def __del__(self):
-        h = getattr(self, "_h", None)
-        if h:
-            self._h = None
-            _lib.sattn_stream_free(h)
+    @property
+    def _h(self):
+        o = getattr(self, "_o", None)
+        return o.value if o is not None else None
+
+    def __copy__(self):
+        raise SattnError(_lib.E_INVAL, (
+            "a Stream cannot be copied: it is one stream's state (its window, "
+            "schedule and statistics) in C; make another Stream on the same "
+            "Model"))
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        raise SattnError(_lib.E_INVAL, (
+            "a Stream cannot be pickled: it is one stream's state in C; "
+            "pickle its Model (which pickles as its weights file) and make a "
+            "new Stream from it"))
 
     def _rows(self, n_frames):
         m = _lib.sattn_stream_max_rows(self._h, n_frames)
