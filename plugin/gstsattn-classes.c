@@ -27,7 +27,61 @@
 
 #include "gstsattn-classes.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <glib/gstdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The text of the labels file path into *text (*len bytes, NUL added):
+ * a regular file (not a FIFO, a device or a directory, checked on the
+ * open descriptor, which is opened without blocking) of at most
+ * GST_SATTN_LABELS_MAX_BYTES.  FALSE with *why. */
+static gboolean
+gst_sattn_labels_read (const gchar * path, gchar ** text, gsize * len,
+    gchar ** why)
+{
+  struct stat st;
+  gchar *buf;
+  gssize got;
+  gsize have = 0;
+  int fd = g_open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+
+  if (fd < 0) {
+    *why = g_strdup_printf ("cannot read the labels file %s: %s", path,
+        g_strerror (errno));
+    return FALSE;
+  }
+  if (fstat (fd, &st) != 0 || !S_ISREG (st.st_mode)) {
+    *why = g_strdup_printf ("the labels file %s is not a regular file (a "
+        "FIFO, device or directory cannot be a labels file)", path);
+    close (fd);
+    return FALSE;
+  }
+  if (st.st_size > GST_SATTN_LABELS_MAX_BYTES) {
+    *why = g_strdup_printf ("the labels file %s is %" G_GINT64_FORMAT " bytes; "
+        "a labels file is at most %d bytes (one label per line)", path,
+        (gint64) st.st_size, GST_SATTN_LABELS_MAX_BYTES);
+    close (fd);
+    return FALSE;
+  }
+  /* read to the end or the bound, whatever the size said */
+  buf = g_malloc ((gsize) st.st_size + 2);
+  while (have <= (gsize) st.st_size &&
+      (got = read (fd, buf + have, (gsize) st.st_size + 1 - have)) > 0)
+    have += (gsize) got;
+  close (fd);
+  if (have > (gsize) st.st_size) {
+    *why = g_strdup_printf ("the labels file %s grew while it was read", path);
+    g_free (buf);
+    return FALSE;
+  }
+  buf[have] = '\0';
+  *text = buf;
+  *len = have;
+  return TRUE;
+}
 
 gboolean
 gst_sattn_classes_labels (const SattnModel * model, const gchar * path,
@@ -40,32 +94,38 @@ gst_sattn_classes_labels (const SattnModel * model, const gchar * path,
   *labels = NULL;
   *why = NULL;
   if (path != NULL && path[0] != '\0') {
-    gchar *text = NULL;
-    GError *err = NULL;
-    gchar **lines;
-    guint n;
+    gchar *text = NULL, *nul, **lines;
+    gsize len = 0, n = 0, line = 1, end, k;
 
-    if (!g_file_get_contents (path, &text, NULL, &err)) {
-      *why = g_strdup_printf ("cannot read the labels file: %s", err->message);
-      g_clear_error (&err);
+    if (!gst_sattn_labels_read (path, &text, &len, why))
+      return FALSE;
+    if ((nul = memchr (text, '\0', len)) != NULL) {
+      for (k = 0; text + k < nul; k++)
+        line += text[k] == '\n';
+      *why = g_strdup_printf ("the labels file %s has a NUL byte on line %"
+          G_GSIZE_FORMAT "; labels are text, one per line", path, line);
+      g_free (text);
       return FALSE;
     }
+    /* The count first (trailing blank lines, the file's last newline,
+     * are not labels), before any label is allocated. */
+    end = len;
+    while (end > 0 && g_ascii_isspace (text[end - 1]))
+      end--;
+    for (k = 0; k < end; k++)
+      n += text[k] == '\n';
+    n += end > 0;
+    if (n != classes) {
+      *why = g_strdup_printf ("the labels file %s has %" G_GSIZE_FORMAT
+          " labels but the model's head has %u classes", path, n, classes);
+      g_free (text);
+      return FALSE;
+    }
+    text[end] = '\0';
     lines = g_strsplit (text, "\n", -1);
     g_free (text);
-    n = g_strv_length (lines);
-    /* Trailing blank lines (the file's last newline) are not labels. */
-    while (n > 0 && g_strstrip (lines[n - 1])[0] == '\0') {
-      g_free (lines[n - 1]);
-      lines[--n] = NULL;
-    }
-    for (i = 0; i < n; i++)
+    for (i = 0; lines[i] != NULL; i++)
       g_strstrip (lines[i]);
-    if (n != classes) {
-      *why = g_strdup_printf ("the labels file %s has %u labels but the "
-          "model's head has %u classes", path, n, classes);
-      g_strfreev (lines);
-      return FALSE;
-    }
     *labels = lines;
     return TRUE;
   }
@@ -103,6 +163,69 @@ gst_sattn_classes_clear (GstSattnClasses * c)
   gst_sattn_classes_reset (c);
 }
 
+/* a ranks below b: less probable, or as probable with a higher index */
+static inline gboolean
+gst_sattn_ranks_below (const float *p, guint a, guint b)
+{
+  return p[a] < p[b] || (p[a] == p[b] && a > b);
+}
+
+/* The k most probable of n classes into order[0, k), most probable first
+ * (ties: the lower index), in O(n log k): a min-heap of the best k so far
+ * (order[0] the worst of them), most classes rejected by one comparison
+ * with it, then the k sorted. */
+static void
+gst_sattn_top_k (const float *p, guint n, guint * order, guint k)
+{
+  guint i, j, size = 0;
+
+  if (k == 0)
+    return;
+  for (i = 0; i < n; i++) {
+    guint at;
+
+    if (size == k) {
+      if (gst_sattn_ranks_below (p, i, order[0]))
+        continue;
+      /* replace the worst, sift it down */
+      at = 0;
+      order[0] = i;
+      for (;;) {
+        guint l = 2 * at + 1, r = l + 1, m = at;
+
+        if (l < size && gst_sattn_ranks_below (p, order[l], order[m]))
+          m = l;
+        if (r < size && gst_sattn_ranks_below (p, order[r], order[m]))
+          m = r;
+        if (m == at)
+          break;
+        j = order[at];
+        order[at] = order[m];
+        order[m] = j;
+        at = m;
+      }
+      continue;
+    }
+    /* sift up */
+    at = size++;
+    order[at] = i;
+    while (at > 0 && gst_sattn_ranks_below (p, order[at], order[(at - 1) / 2])) {
+      j = order[at];
+      order[at] = order[(at - 1) / 2];
+      order[(at - 1) / 2] = j;
+      at = (at - 1) / 2;
+    }
+  }
+  /* insertion sort of the k (k <= 64), best first */
+  for (i = 1; i < size; i++) {
+    guint v = order[i];
+
+    for (j = i; j > 0 && gst_sattn_ranks_below (p, order[j - 1], v); j--)
+      order[j] = order[j - 1];
+    order[j] = v;
+  }
+}
+
 void
 gst_sattn_classes_window (GstSattnClasses * c, GstElement * element,
     const float *probs, gboolean valid, const SattnRowCheck * check,
@@ -116,7 +239,7 @@ gst_sattn_classes_window (GstSattnClasses * c, GstElement * element,
   GstClockTime running, stream;
   GstStructure *st;
   guint order[64];
-  guint i, j, k, best;
+  guint i, k, best;
 
   if (c->classes == 0 || c->labels == NULL)
     return;
@@ -147,18 +270,7 @@ gst_sattn_classes_window (GstSattnClasses * c, GstElement * element,
 
   /* The top k, most probable first (ties: the lower index). */
   k = MIN (MIN (top_k, c->classes), G_N_ELEMENTS (order));
-  for (i = 0; i < k; i++) {
-    guint pick = G_MAXUINT;
-    for (j = 0; j < c->classes; j++) {
-      gboolean used = FALSE;
-      guint u;
-      for (u = 0; u < i && !used; u++)
-        used = order[u] == j;
-      if (!used && (pick == G_MAXUINT || probs[j] > probs[pick]))
-        pick = j;
-    }
-    order[i] = pick;
-  }
+  gst_sattn_top_k (probs, c->classes, order, k);
   g_value_init (&labels, GST_TYPE_ARRAY);
   g_value_init (&ps, GST_TYPE_ARRAY);
   for (i = 0; i < k; i++) {

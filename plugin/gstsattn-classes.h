@@ -14,6 +14,8 @@ G_BEGIN_DECLS
 
 #define GST_SATTN_CLASS_MESSAGE "sattn-class"
 #define GST_SATTN_DEFAULT_TOP_K 3
+/* The largest labels file read (the labels property): 1 MiB. */
+#define GST_SATTN_LABELS_MAX_BYTES (1 << 20)
 /* The decision of a window the model's contract or min-probability
  * rejects (its label). */
 #define GST_SATTN_CLASS_UNKNOWN_LABEL "unknown"
@@ -32,8 +34,10 @@ typedef struct
 /* The labels for model: the file named by labels_path (one label per
  * line, as NNStreamer's decoders read; blank lines at the end ignored)
  * when set, else the model's own (metadata), else "0", "1", ...  FALSE
- * with *why (g_free) when the file cannot be read or its count differs
- * from the model's classes (naming both counts). */
+ * with *why (g_free) when the file cannot be read, is not a regular file
+ * or is larger than GST_SATTN_LABELS_MAX_BYTES, holds a NUL byte (its
+ * line named), or its count differs from the model's classes (both counts
+ * named; counted before any label is allocated). */
 G_GNUC_INTERNAL
 gboolean gst_sattn_classes_labels (const SattnModel * model,
     const gchar * labels_path, gchar *** labels, gchar ** why);

@@ -162,13 +162,17 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
   GST_OBJECT_LOCK (self);
   meta_structure = self->meta_structure;
   GST_OBJECT_UNLOCK (self);
+  /* The buffer holds the rows written, as its meta describes: a buffer
+   * cut short (an error, a drain) keeps its meta in the tensor rows too
+   * (a region copy keeps the meta only of a buffer of the described
+   * size). */
+  gst_buffer_set_size (buf, rows * self->row_floats * sizeof (float));
   if (meta != NULL && meta_structure)
     gst_sattn_meta_add_custom (buf, meta);
 
   if (self->tensor_out)
     return gst_sattn_out_finish_rows (self, buf, rows);
 
-  gst_buffer_set_size (buf, rows * self->row_floats * sizeof (float));
   pts = gst_sattn_frame_ts (self, out->first_frame);
   end = gst_sattn_frame_ts (self, out->end_frame);
   GST_BUFFER_PTS (buf) = pts;

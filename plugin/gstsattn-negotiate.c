@@ -604,6 +604,11 @@ gst_sattn_weights_error (GstSattn * self, SattnStatus st,
 {
 
   switch (st) {
+    case SATTN_E_NOMEM:
+      GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+          ("Not enough memory to load the weights file: %s", err),
+          ("%s", sattn_status_string (st)));
+      break;
     case SATTN_E_IO:
       GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
           ("Could not read the weights file: %s", err),
@@ -727,7 +732,7 @@ gst_sattn_size_mul (guint64 a, guint64 b)
 /* Memory this process can still get: the headroom below RLIMIT_AS and
  * RLIMIT_DATA and the machine's physical memory, whichever is least
  * (G_MAXUINT64 when none is known); *what names it. */
-static guint64
+guint64
 gst_sattn_memory_headroom (const gchar ** what)
 {
   guint64 avail = G_MAXUINT64;
@@ -809,7 +814,8 @@ gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
   own = gst_sattn_size_add (own, gst_sattn_size_mul (gst_sattn_info_rows (c,
               chunk), row_bytes));
   if (sc->keep_weights) {
-    guint64 cells = gst_sattn_size_mul (c->window, c->window +
+    /* a whole model's CLS row and column: one more of each */
+    guint64 cells = gst_sattn_size_mul (c->window + 1, c->window + 1 +
         sattn_model_extra_keys (model));
     /* Two float copies and one GRAY8 map frame; a message's weights as
      * GValues when statistics are on too. */
@@ -827,15 +833,34 @@ gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
 
   s_total = g_format_size_full (total, G_FORMAT_SIZE_IEC_UNITS);
   s_avail = g_format_size_full (avail, G_FORMAT_SIZE_IEC_UNITS);
-  GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
-      ("window=%u with %" G_GUINT64_FORMAT "-value frames (output=%s, "
-          "heads=%u) needs %s (%" G_GUINT64_FORMAT " bytes: %"
-          G_GUINT64_FORMAT " for the attention stream, %" G_GUINT64_FORMAT
-          " for the element's buffers), more than this process can have: "
-          "%s (%s); use a smaller window or smaller frames", c->window,
-          d_model, gst_sattn_output_nick (c->output), c->heads, s_total,
-          total, core == SIZE_MAX ? G_MAXUINT64 : core, own, s_avail,
-          what), ("SATTN_MEMORY_CHECK=0 turns this check off"));
+  {
+    /* What to change: the window and frames, unless the model alone does
+     * not fit (its width d_out, with a window of one frame). */
+    SattnStreamConfig one = *sc;
+    guint64 least;
+    gchar *advice;
+
+    one.window = one.hop = 1;
+    one.keep_weights = 0;
+    least = sattn_stream_bytes (model, &one);
+    if (least == 0 || least > avail)
+      advice = g_strdup_printf ("the model itself is the cause: with its "
+          "rows of d_model=%" G_GSIZE_FORMAT " values a stream needs more "
+          "than that even for a window of one frame; use a smaller model",
+          sattn_model_d_out (model));
+    else
+      advice = g_strdup ("use a smaller window or smaller frames");
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("window=%u with %" G_GUINT64_FORMAT "-value frames (output=%s, "
+            "heads=%u) needs %s (%" G_GUINT64_FORMAT " bytes: %"
+            G_GUINT64_FORMAT " for the attention stream, %" G_GUINT64_FORMAT
+            " for the element's buffers), more than this process can have: "
+            "%s (%s); %s", c->window, d_model,
+            gst_sattn_output_nick (c->output), c->heads, s_total, total,
+            core == SIZE_MAX ? G_MAXUINT64 : core, own, s_avail, what,
+            advice), ("SATTN_MEMORY_CHECK=0 turns this check off"));
+    g_free (advice);
+  }
   g_free (s_total);
   g_free (s_avail);
   return FALSE;

@@ -393,6 +393,8 @@ typedef struct {
 } Whole;
 
 #define MAX_LAYERS 4096
+/* The most classes a whole model's head may have. */
+#define SATTN_MAX_CLASSES 65536
 
 static SattnStatus whole_fail (Whole *W, SattnStatus st, const char *fmt, ...)
     G_GNUC_PRINTF (3, 4);
@@ -1090,6 +1092,16 @@ whole_tail (Whole *W)
     net->pool_b = b != NULL ? b[0] : 0.0;
     free (b);
   }
+  /* The class count first, before the head's rows are copied. */
+  size_t rows = 0;
+  if ((dims2 (W->f, W->p, "head.weight", &rows, &c) ||
+       dims2 (W->f, W->p, "head.2.weight", &rows, &c)) &&
+      rows > SATTN_MAX_CLASSES)
+    return whole_fail (W, SATTN_E_SHAPE,
+                       "the model's head has %zu classes; sattn runs heads of "
+                       "at most %d (a classifier's decision, not a "
+                       "vocabulary)",
+                       rows, SATTN_MAX_CLASSES);
   if (dims2 (W->f, W->p, "head.weight", &r, &c)) {
     net->classes = r;
     if ((st = take (W->f, W->p, "head.weight", r, D, 1, 1, &net->head1_wt,
@@ -1124,6 +1136,7 @@ whole_tail (Whole *W)
   }
   if (net->classes == 0 && net->head1_wt != NULL)
     return whole_fail (W, SATTN_E_SHAPE, "the model's head has 0 classes");
+
   if (net->classes == 0 && net->pooling != SATTN_POOLING_MEAN &&
       net->pooling != SATTN_POOLING_LAST)
     return whole_fail (W, SATTN_E_FORMAT,

@@ -583,9 +583,23 @@ def _number(v, name, kind):
 
 
 def _uint(v, name):
-    v = _number(v, name, int)
+    """A size_t argument: a whole number (16.5 and "16" are refused, not
+    rounded), 0 <= v < 2^64 (2^64 would wrap to 0 in C)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if isinstance(v, (float, np.floating)) and float(v).is_integer():
+            v = int(v)
+        elif isinstance(v, (float, np.floating, str, bytes)):
+            raise SattnValueError(_lib.E_INVAL, "%s=%r: expected a whole "
+                                  "number" % (name, v))
+        else:
+            raise SattnTypeError(_lib.E_INVAL, "%s=%r: expected a whole "
+                                 "number, got %s"
+                                 % (name, v, type(v).__name__))
+    v = int(v)
     if v < 0:
         raise SattnError(_lib.E_INVAL, "%s=%d: must be >= 0" % (name, v))
+    if v >= 1 << 64:
+        raise SattnValueError(_lib.E_INVAL, "%s=%d: must be < 2^64" % (name, v))
     return v
 
 
