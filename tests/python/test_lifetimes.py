@@ -131,5 +131,83 @@ class Lifetimes(unittest.TestCase):
         """)
 
 
+FUZZ = textwrap.dedent("""
+    import random
+    def episode(seed):
+        r = random.Random(seed)
+        models, streams = [], []
+        for step in range(12):
+            op = r.randrange(9)
+            if op == 0 or not models:
+                models.append(from_file(PATH) if r.random() < 0.5
+                              else sattn.Model(E, 2))
+            elif op == 1:
+                models.append(r.choice([copy.copy, copy.deepcopy])(
+                    r.choice(models)))
+            elif op == 2:
+                m = r.choice(models)
+                try:
+                    models.append(pickle.loads(pickle.dumps(m)))
+                except sattn.SattnError:
+                    assert m._source is None
+            elif op == 3:
+                del models[r.randrange(len(models))]
+            elif op == 4:
+                gc.collect()
+            elif op == 5:
+                streams.append(sattn.Stream(r.choice(models), window=8, hop=4))
+            elif op == 6 and streams:
+                s = r.choice(streams)
+                rows, _ = s.push(np.random.RandomState(step).randn(
+                    r.randrange(0, 20), E).astype(np.float32))
+                assert np.isfinite(rows).all()
+            elif op == 7 and streams:
+                try:
+                    r.choice([copy.copy, pickle.dumps])(r.choice(streams))
+                    raise AssertionError("a Stream was copied")
+                except sattn.SattnError:
+                    pass
+            elif op == 8:
+                m = r.choice(models)
+                try:
+                    m.__del__()
+                except AttributeError:
+                    pass
+        del models
+        gc.collect()
+        for s in streams:        # every stream still works
+            s.push(np.ones((4, E), np.float32))
+    FIRST, N = int(sys.argv[1]), int(sys.argv[2])
+    for seed in range(FIRST, FIRST + N):
+        episode(seed)
+""")
+
+
+class LifetimeFuzz(unittest.TestCase):
+    """Seeded random sequences of copies, deep copies, pickles, deletions,
+    collections, streams, pushes, refused stream copies and __del__ calls
+    (SATTN_LIFETIME_EPISODES, default 400, in children of 50 episodes):
+    a crash names the batch's seeds."""
+
+    def test_random_sequences(self):
+        total = int(os.environ.get("SATTN_LIFETIME_EPISODES", "400"))
+        with tempfile.TemporaryDirectory() as tmp:
+            for first in range(1, total + 1, 50):
+                n = min(50, total + 1 - first)
+                code = PRELUDE + "PATH = %r\n" % os.path.join(
+                    tmp, "m.safetensors") + FUZZ
+                env = dict(os.environ)
+                env["PYTHONPATH"] = HERE + os.pathsep + env.get(
+                    "PYTHONPATH", "")
+                r = subprocess.run([sys.executable, "-c", code, str(first),
+                                    str(n)], capture_output=True, text=True,
+                                   timeout=300, env=env)
+                self.assertEqual(r.returncode, 0, "seeds %d..%d: exit %d: %s"
+                                 % (first, first + n - 1, r.returncode,
+                                    r.stderr[-2000:]))
+        print("lifetime fuzz: %d episodes of 12 operations, every child "
+              "exited 0" % total)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
