@@ -324,7 +324,7 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
     g_string_append_printf (labels, "%s\"class-%" G_GSIZE_FORMAT "\"",
         i ? "," : "", i);
   g_string_append_c (labels, ']');
-  st_meta (&w, "labels", labels->str);
+  st_meta (&w, "labels", s->labels ? s->labels : labels->str);
   g_string_free (labels, TRUE);
   st_write (&w, path);
   return g_strdup (path);

@@ -61,7 +61,8 @@ gchar *st_write_layer (const gchar * path, guint32 seed, Layout layout,
  * dilation (0: 1), conv_act (NULL: none); standardize: standardize.*
  * tensors; input_norm: "rms" or "power" (NULL: none); cls: a CLS token
  * (with pooling "cls"); meta: more metadata, "key=value" pairs separated
- * by ';' (the input contract, e.g. "sample_rate=8000;channels=2").
+ * by ';' (the input contract, e.g. "sample_rate=8000;channels=2");
+ * labels: the labels' JSON array.
  * st_write_whole writes one to path (returned, g_free it). */
 typedef struct
 {
@@ -76,6 +77,7 @@ typedef struct
   const gchar *input_norm;
   gboolean cls;
   const gchar *meta;
+  const gchar *labels;          /* a JSON array (NULL: "class-0", ...) */
 } WholeSpec;
 
 gchar *st_write_whole (const gchar * path, guint32 seed,

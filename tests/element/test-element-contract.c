@@ -425,6 +425,83 @@ GST_START_TEST (test_min_probability)
 
 GST_END_TEST;
 
+/* A swap while playing takes the new model's labels, and its contract,
+ * at the window boundary where its weights take over (the decisions kept
+ * the old model's labels before). */
+GST_START_TEST (test_swap_labels)
+{
+  gchar *dir = g_dir_make_tmp ("sattn-contract-XXXXXX", NULL);
+  gchar *pa = g_build_filename (dir, "a.safetensors", NULL);
+  gchar *pb = g_build_filename (dir, "b.safetensors", NULL);
+  WholeSpec a = { .f = F, .d = 8, .n_layers = 1, .ff = 16, .classes = 3,
+    .heads = 2, .positions = "none", .labels = "[\"a\",\"b\",\"c\"]"
+  };
+  WholeSpec b = a;
+  GstHarness *h;
+  GstBus *bus;
+  GList *msgs = NULL, *l;
+  float x[F * WINDOW];
+  gboolean swapped = FALSE, new_labels = FALSE;
+  gint pushes = 0;
+
+  b.labels = "[\"x\",\"y\",\"z\"]";
+  g_free (st_write_whole (pa, 31, &a));
+  g_free (st_write_whole (pb, 32, &b));
+  h = harness (pa, "output", OUT_CLASSES, "window", WINDOW, "hop", WINDOW,
+      "frame-size", FS, "message-interval", (guint64) 0, NULL);
+  bus = sattn_attach_bus (h);
+  gst_harness_play (h);
+  sattn_set_caps (h, RATE, CH);
+  sattn_fill_signal (x, G_N_ELEMENTS (x), 41, 1.0f);
+  fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+              sizeof x, 0, 0)), GST_FLOW_OK);
+  g_object_set (h->element, "weights", pb, NULL);
+  /* windows until the new model has taken over, and one more */
+  while (pushes++ < 2000 && !new_labels) {
+    GList *more;
+    GstMessage *m;
+
+    fail_unless_equals_int (gst_harness_push (h, sattn_buffer_new (x,
+                sizeof x, gst_util_uint64_scale (pushes * WINDOW, GST_SECOND,
+                    RATE), 0)), GST_FLOW_OK);
+    while ((m = gst_bus_pop (bus)) != NULL) {
+      if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_ELEMENT &&
+          gst_message_has_name (m, "sattn-weights-swapped"))
+        swapped = TRUE;
+      if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_ELEMENT &&
+          gst_message_has_name (m, "sattn-class")) {
+        const gchar *label = gst_structure_get_string
+            (gst_message_get_structure (m), "label");
+
+        /* before the swap message only the old labels, after it only the
+         * new ones */
+        fail_unless (strchr (swapped ? "xyz" : "abc", label[0]) != NULL,
+            "label %s %s the swap", label, swapped ? "after" : "before");
+        new_labels |= swapped;
+      }
+      fail_if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_WARNING ||
+          GST_MESSAGE_TYPE (m) == GST_MESSAGE_ERROR);
+      more = g_list_append (NULL, m);
+      msgs = g_list_concat (msgs, more);
+    }
+    g_usleep (500);
+  }
+  fail_unless (swapped && new_labels, "no decision of the new model");
+  for (l = msgs; l != NULL; l = l->next)
+    gst_message_unref (l->data);
+  g_list_free (msgs);
+  sattn_detach_bus (h, bus);
+  gst_harness_teardown (h);
+  g_unlink (pa);
+  g_unlink (pb);
+  g_rmdir (dir);
+  g_free (pa);
+  g_free (pb);
+  g_free (dir);
+}
+
+GST_END_TEST;
+
 static Suite *
 sattn_contract_suite (void)
 {
@@ -438,6 +515,7 @@ sattn_contract_suite (void)
   tcase_add_test (tc, test_frame_size_refused);
   tcase_add_test (tc, test_windows_flagged);
   tcase_add_test (tc, test_min_probability);
+  tcase_add_test (tc, test_swap_labels);
   return s;
 }
 

@@ -29,8 +29,8 @@ static SattnModel *
 model_of (const gchar * dir)
 {
   gchar *path = g_build_filename (dir, "m.safetensors", NULL);
-  WholeSpec s = {.f = 4,.d = 8,.n_layers = 1,.ff = 8,.classes = CLASSES,
-    .heads = 2,.positions = "none"
+  WholeSpec s = { .f = 4, .d = 8, .n_layers = 1, .ff = 8, .classes = CLASSES,
+    .heads = 2, .positions = "none"
   };
   SattnModel *m = NULL;
   char err[512];
