@@ -23,7 +23,7 @@ struct SattnModel {
    * heads × sattn_wqkv_head_width floats, head h's Q | K (| V) columns
    * from h times that width, so that a stream's task projects a head's
    * columns of new frames in one block product wide enough for the
-   * register-tiled loop (see project_head in stream.c); V's columns only
+   * register-tiled loop (see project_head in stream/incremental.c); V's columns only
    * when V sums in float (wvd NULL), the only case that reads them.  Built
    * whatever streams the model will serve (a model holds no thread
    * count): only streams with workers read it; NULL otherwise. */
@@ -57,7 +57,7 @@ struct SattnModel {
    * (see wqkv), and their error stays below PyTorch's without. */
   double *wqd, *bqd, *wkd, *bkd, *wvd, *bvd, *wod, *bod;
   /* The weight matrices above (wq ... wo, wqd ... wod, w1, w2), all in
-   * one region on huge pages when they are large together (model.c,
+   * one region on huge pages when they are large together (model/model.c,
    * copy_matrices), NULL otherwise. */
   void *region;
   /* A whole model (SATTN_MODEL_WHOLE, model/net.c): its parts; NULL for a
@@ -117,7 +117,7 @@ typedef struct SattnNet {
                                a CLS token, else 0 */
   /* The front end depends on the window (conv stem, per-window
    * normalisation, CLS): each window's rows are made from its frames
-   * (stream/window.c), not once per frame. */
+   * (stream/whole.c), not once per frame. */
   int per_window;
   double *pos; /* max_window (+ lead) × D, NULL without learned */
   size_t max_window;
@@ -208,7 +208,7 @@ SattnStatus sattn_net_attend (const SattnModel *m, const float *x, size_t n,
                               const SattnMask *mask, float *out, float *weights,
                               SattnStats *stats);
 
-/* kernel.c: the one-shot attention (sattn_attend) over scratch allocated
+/* nn/attention.c: the one-shot attention (sattn_attend) over scratch allocated
  * once, for callers that run it on many windows. */
 typedef struct {
   size_t n;
@@ -223,7 +223,6 @@ typedef struct {
 SattnStatus sattn_attend_scratch_new (const SattnModel *m, size_t n,
                                       SattnAttendScratch *scr);
 void sattn_attend_scratch_free (SattnAttendScratch *scr);
-size_t sattn_attend_scratch_bytes (const SattnModel *m, size_t n);
 /* sattn_attend's work on n rows (n == the scratch's): count_rows 0 leaves
  * the per-row counts (masked keys, invalid frames, overflows) out of
  * stats; windows and frames are never counted here. */
@@ -285,7 +284,7 @@ sattn_wqkv_head_width (const SattnModel *m)
   return 2 * m->cfg.d_head + (m->wvd != NULL ? 0 : m->cfg.d_value);
 }
 
-/* layer.c: the per-row parts of an encoder layer. */
+/* nn/encoder.c: the per-row parts of an encoder layer. */
 #define SATTN_LAYER_ROWS 16
 /* Floats of scratch sattn_layer_rows needs for up to SATTN_LAYER_ROWS
  * rows. */
@@ -590,7 +589,7 @@ void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k);
  * rows × din floats (row stride ldx) into rows of din doubles; erf: y[i]
  * = erf (x[i]) in float, within 0.68 ulp (kernels-portable.h says how);
  * gelu: h[i] = GELU (h[i]) rounded to float, by that erf (see
- * core/nn/layer.c); relu: h[i] = max (h[i] rounded to float, 0) (NaN and
+ * core/nn/encoder.c); relu: h[i] = max (h[i] rounded to float, 0) (NaN and
  * -0 give +0); these three give the same bytes at every level. */
 typedef void (*SattnQkFn) (const float *q, size_t ldq, const float *kt,
                            size_t ldkt, size_t m, size_t nk, size_t dh,

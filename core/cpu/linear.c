@@ -1,7 +1,7 @@
 /* Linear layers summed in double: y = b + x Wt with every entry one chain
  * over the inner index in order, from the bias (0 without), with double
  * weights.  One family of loops serves every such sum: the encoder
- * layer's feed-forward (double rows in, double rows out, core/nn/layer.c),
+ * layer's feed-forward (double rows in, double rows out, core/nn/encoder.c),
  * the projections summed in double (float rows in, each entry rounded to
  * float once; see SattnModel for which), and a whole model's embedding
  * (float rows in, double rows out) and head (model/net.c).

@@ -1,7 +1,7 @@
 /* Whole models (SATTN_MODEL_WHOLE): [embed] -> layers[N] -> [final norm]
  * -> [pooling] -> [head], each window one sequence.  The model's parts
  * and the computation of blocks of windows; the loader (io/load.c) builds
- * them and the per-window executor (stream/window.c) runs them.
+ * them and the per-window executor (stream/whole.c) runs them.
  *
  * A block is up to max_windows windows of n rows each, stacked: the
  * per-row parts of each layer (norm1 of pre-norm layers, the Q, K and V
@@ -21,7 +21,7 @@
  * norm's rows are rounded to float once; pooling reads them and the
  * head's logits and softmax stay in double until the probabilities are
  * rounded once.  The embedding and the head are cpu/linear.c's loops; the
- * final norm is the encoder layer's LayerNorm (nn/layer.c).
+ * final norm is the encoder layer's LayerNorm (nn/encoder.c).
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */

@@ -558,18 +558,6 @@ sattn_attend_scratch_free (SattnAttendScratch *scr)
   memset (scr, 0, sizeof (*scr));
 }
 
-size_t
-sattn_attend_scratch_bytes (const SattnModel *m, size_t n)
-{
-  const SattnConfig *c = &m->cfg;
-  size_t f = 3 * n * m->dq + 2 * n * m->dv + n * (n + m->n_extra);
-  if (c->encoder && c->norm_first)
-    f += n * c->d_model;
-  if (c->encoder)
-    f += sattn_layer_scratch (m);
-  return f * sizeof (float) + 3 * n;
-}
-
 void
 sattn_attend_project (const SattnModel *m, const float *x, size_t n, float *xn,
                       float *q, float *k, float *v, uint64_t pos0)

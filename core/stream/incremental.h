@@ -11,7 +11,7 @@
 
 #include "internal.h"
 #include "stream/schedule.h"
-#include "stream/window.h"
+#include "stream/whole.h"
 
 #define ATTN_ROWS 16
 /* Batched projections: at most this many rows per block product (below
@@ -45,7 +45,7 @@
 
 struct SattnStream {
   SattnPw *pw;         /* a whole model: the per-window
-                                     executor (stream/window.c); the
+                                     executor (stream/whole.c); the
                                      fields below are then unused */
   const SattnModel *m; /* the model, or &fast (SATTN_PRECISION_FAST) */
   SattnModel fast;     /* FAST: the model without its double copies (see

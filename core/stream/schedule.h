@@ -1,6 +1,6 @@
 /* The stream schedule, the one home of its arithmetic: when a window is
  * due and which frames it covers.  Both executors (stream/incremental.c
- * with stream.c and skip.c, stream/window.c) keep a frame count `total`
+ * with stream.c and skip.c, stream/whole.c) keep a frame count `total`
  * and the count `next_window` at which the next window is due; these
  * functions are all they compute from them.
  *

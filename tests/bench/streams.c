@@ -41,11 +41,10 @@
 #define MAX_STREAMS 1024
 #define MAX_LAT (1 << 22)
 
-typedef struct
-{
+typedef struct {
   GstElement *pipe, *src, *sattn;
-  guint64 frames_in;            /* samples per channel pushed */
-  guint64 windows;              /* rows out */
+  guint64 frames_in; /* samples per channel pushed */
+  guint64 windows;   /* rows out */
   /* entry times of the input buffers, by their first sample (a ring) */
   guint64 *in_first;
   gint64 *in_time;
@@ -54,7 +53,7 @@ typedef struct
 } Stream;
 
 static Stream streams[MAX_STREAMS];
-static gint64 *lat;             /* latencies, ns */
+static gint64 *lat; /* latencies, ns */
 static guint64 n_lat;
 static GMutex lat_lock;
 static guint rate, channels, frame_size, window_f, hop_f;
@@ -69,7 +68,7 @@ now_ns (void)
 }
 
 static GstPadProbeReturn
-in_probe (GstPad * pad, GstPadProbeInfo * info, gpointer data)
+in_probe (GstPad *pad, GstPadProbeInfo *info, gpointer data)
 {
   Stream *s = data;
   GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
@@ -87,7 +86,7 @@ in_probe (GstPad * pad, GstPadProbeInfo * info, gpointer data)
 /* The entry time of the input buffer holding sample `last` (the window's
  * last sample). */
 static gint64
-entry_of (Stream * s, guint64 last)
+entry_of (Stream *s, guint64 last)
 {
   gint64 t = -1;
   guint64 best = 0;
@@ -108,7 +107,7 @@ entry_of (Stream * s, guint64 last)
 }
 
 static GstPadProbeReturn
-out_probe (GstPad * pad, GstPadProbeInfo * info, gpointer data)
+out_probe (GstPad *pad, GstPadProbeInfo *info, gpointer data)
 {
   Stream *s = data;
   GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
@@ -119,7 +118,8 @@ out_probe (GstPad * pad, GstPadProbeInfo * info, gpointer data)
     /* the row accounts for frames up to its end: its window's last
      * sample is the one before */
     guint64 end = gst_util_uint64_scale_round (GST_BUFFER_PTS (b) +
-        GST_BUFFER_DURATION (b), rate, GST_SECOND);
+                                                   GST_BUFFER_DURATION (b),
+                                               rate, GST_SECOND);
     gint64 in = entry_of (s, end > 0 ? end - 1 : 0);
 
     if (in > 0) {
@@ -141,7 +141,7 @@ cmp64 (const void *a, const void *b)
 }
 
 static double
-pct (gint64 * v, guint64 n, double p)
+pct (gint64 *v, guint64 n, double p)
 {
   if (n == 0)
     return NAN;
@@ -180,14 +180,16 @@ main (int argc, char **argv)
     else if (!strcmp (argv[i], "--branches"))
       branches = TRUE;
     else {
-      fprintf (stderr, "usage: %s --model FILE --streams N [--seconds S] "
-          "[--branches] [--rate R] [--channels C] [--buffer-ms B]\n", argv[0]);
+      fprintf (stderr,
+               "usage: %s --model FILE --streams N [--seconds S] "
+               "[--branches] [--rate R] [--channels C] [--buffer-ms B]\n",
+               argv[0]);
       return 2;
     }
   }
   if (model == NULL || n == 0 || n > MAX_STREAMS) {
     fprintf (stderr, "--model FILE and 1 <= --streams <= %d needed\n",
-        MAX_STREAMS);
+             MAX_STREAMS);
     return 2;
   }
   gst_init (&argc, &argv);
@@ -215,7 +217,7 @@ main (int argc, char **argv)
   }
   buf_samples = (gsize) rate * buffer_ms / 1000;
   buf_bytes = buf_samples * channels * sizeof (float);
-  noise = g_new (float, buf_samples * channels * 64);
+  noise = g_new (float, buf_samples *channels * 64);
   {
     GRand *r = g_rand_new_with_seed (1);
 
@@ -228,11 +230,13 @@ main (int argc, char **argv)
   desc = g_string_new (NULL);
   for (i = 0; i < n; i++) {
     Stream *s = &streams[i];
-    gchar *one = g_strdup_printf ("appsrc name=src%u is-live=true "
+    gchar *one = g_strdup_printf (
+        "appsrc name=src%u is-live=true "
         "format=time do-timestamp=false max-bytes=0 caps=audio/x-raw,"
         "format=F32LE,layout=interleaved,rate=%u,channels=%u ! sattn "
         "name=s%u weights=\"%s\" output=classes ! fakesink sync=false "
-        "async=false ", i, rate, channels, i, model);
+        "async=false ",
+        i, rate, channels, i, model);
     GError *gerr = NULL;
 
     g_mutex_init (&s->lock);
@@ -281,7 +285,7 @@ main (int argc, char **argv)
   for (i = 0; i < n; i++)
     if (streams[i].pipe != NULL &&
         gst_element_set_state (streams[i].pipe, GST_STATE_PLAYING) ==
-        GST_STATE_CHANGE_FAILURE) {
+            GST_STATE_CHANGE_FAILURE) {
       fprintf (stderr, "pipeline %u does not start\n", i);
       return 2;
     }
@@ -300,12 +304,14 @@ main (int argc, char **argv)
     for (i = 0; i < n; i++) {
       Stream *s = &streams[i];
       GstBuffer *b = gst_buffer_new_memdup (noise + ((k + i) % 64) *
-          buf_samples * channels, buf_bytes);
+                                                        buf_samples * channels,
+                                            buf_bytes);
 
       GST_BUFFER_PTS (b) = gst_util_uint64_scale (s->frames_in, GST_SECOND,
-          rate);
-      GST_BUFFER_DURATION (b) = gst_util_uint64_scale (s->frames_in +
-          buf_samples, GST_SECOND, rate) - GST_BUFFER_PTS (b);
+                                                  rate);
+      GST_BUFFER_DURATION (b) =
+          gst_util_uint64_scale (s->frames_in + buf_samples, GST_SECOND, rate) -
+          GST_BUFFER_PTS (b);
       GST_BUFFER_OFFSET (b) = s->frames_in;
       s->frames_in += buf_samples;
       gst_app_src_push_buffer (GST_APP_SRC (s->src), b);
@@ -318,9 +324,10 @@ main (int argc, char **argv)
   {
     guint64 due = 0, done = 0, lost = 0;
     gdouble cpu = (ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
-        (ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
-        ((ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) +
-        (ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec)) / 1e6;
+                  (ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                  ((ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) +
+                   (ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec)) /
+                      1e6;
     gdouble wall = (now_ns () - t0) / 1e9;
     guint64 third = n_lat / 3;
     gint64 *first = g_memdup2 (lat, third * sizeof (gint64));
@@ -335,25 +342,29 @@ main (int argc, char **argv)
       done += streams[i].windows;
       lost += streams[i].windows < want ? want - streams[i].windows : 0;
     }
-    printf ("%u stream(s) as %s, %u Hz x %u ch, window %u x %u, hop %u, "
-        "%u ms buffers, %.1f s: windows %" G_GUINT64_FORMAT " of %"
-        G_GUINT64_FORMAT " due (%" G_GUINT64_FORMAT " missing); CPU %.3f s "
+    printf (
+        "%u stream(s) as %s, %u Hz x %u ch, window %u x %u, hop %u, "
+        "%u ms buffers, %.1f s: windows %" G_GUINT64_FORMAT
+        " of %" G_GUINT64_FORMAT " due (%" G_GUINT64_FORMAT
+        " missing); CPU %.3f s "
         "per s (%.1f%% of one core); pacing behind at most %.2f ms; decision "
         "latency us: p50 %.0f p99 %.0f max %.0f (first third p50 %.0f, last "
-        "third p50 %.0f)\n", n, branches ? "one pipeline of branches" :
-        "pipelines", rate, channels, window_f, frame_size, hop_f, buffer_ms,
-        seconds, done, due, lost, cpu / wall, 100.0 * cpu / wall,
-        behind_max / 1e6, pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99),
-        pct (lat, n_lat, 1.0), f50, l50);
-    printf ("{\"streams\": %u, \"branches\": %s, \"windows\": %" G_GUINT64_FORMAT
-        ", \"due\": %" G_GUINT64_FORMAT ", \"missing\": %" G_GUINT64_FORMAT
-        ", \"cpu_per_s\": %.4f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
-        "\"max_us\": %.1f, \"first_p50_us\": %.1f, \"last_p50_us\": %.1f, "
-        "\"behind_ms\": %.3f}\n", n, branches ? "true" : "false", done, due,
-        lost, cpu / wall, pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99),
-        pct (lat, n_lat, 1.0), f50, l50, behind_max / 1e6);
+        "third p50 %.0f)\n",
+        n, branches ? "one pipeline of branches" : "pipelines", rate, channels,
+        window_f, frame_size, hop_f, buffer_ms, seconds, done, due, lost,
+        cpu / wall, 100.0 * cpu / wall, behind_max / 1e6, pct (lat, n_lat, 0.5),
+        pct (lat, n_lat, 0.99), pct (lat, n_lat, 1.0), f50, l50);
+    printf ("{\"streams\": %u, \"branches\": %s, \"windows\": "
+            "%" G_GUINT64_FORMAT ", \"due\": %" G_GUINT64_FORMAT
+            ", \"missing\": %" G_GUINT64_FORMAT
+            ", \"cpu_per_s\": %.4f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
+            "\"max_us\": %.1f, \"first_p50_us\": %.1f, \"last_p50_us\": %.1f, "
+            "\"behind_ms\": %.3f}\n",
+            n, branches ? "true" : "false", done, due, lost, cpu / wall,
+            pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99),
+            pct (lat, n_lat, 1.0), f50, l50, behind_max / 1e6);
     fail = lost > n || behind_max > (guint64) buffer_ms * 1000000 ||
-        (third > 0 && l50 > f50 + 2000.0);
+           (third > 0 && l50 > f50 + 2000.0);
     g_free (first);
     g_free (last);
   }

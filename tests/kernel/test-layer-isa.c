@@ -1,4 +1,4 @@
-/* The encoder layer's per-row parts (core/nn/layer.c) and the linear layers
+/* The encoder layer's per-row parts (core/nn/encoder.c) and the linear layers
  * summed in double (core/cpu/linear.c) give the same bytes with the portable,
  * AVX2 and AVX-512 loops: their sums are double chains over float values
  * from the bias in the same order, and a product of two floats is exact in

@@ -1,4 +1,4 @@
-/* What sattn_model_new stores (core/model/layer.c), read through
+/* What sattn_model_new stores (core/model/model.c), read through
  * core/internal.h:
  *  - the weight matrices transposed (in × out), as floats for the
  *    attention's projections and as doubles for the feed-forward and an

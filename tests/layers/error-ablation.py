@@ -13,7 +13,7 @@ stage can be computed three ways:
 
 For every configuration kind it prints the error against the float64
 reference (max-abs and RMS over all outputs of all seeds) with every stage
-f32, with the layer parts as core/nn/layer.c computes them now ("layer parts
+f32, with the layer parts as core/nn/encoder.c computes them now ("layer parts
 double"), with the projections in double too (what encoder layers do
 now), with every stage rounded once, with only one stage f32 and the
 others exact (that stage's own contribution), with all f32 but one stage
@@ -69,7 +69,7 @@ STAGES = ("proj", "vproj", "rope", "scores", "softmax", "pv", "outproj", "residu
           "norm", "ff1", "act", "ff2")
 
 
-# The layer parts as core/nn/layer.c computes them since they moved to double:
+# The layer parts as core/nn/encoder.c computes them since they moved to double:
 # residual sums never rounded, LayerNorm rounded once, the feed-forward sums
 # in double (the hidden row rounded once, linear2's output not rounded).
 LAYER_DOUBLE = dict(residual="exact", norm="once", ff1="once", act="once",

@@ -31,7 +31,7 @@
  */
 #include "internal.h"
 #include "stream/schedule.h"
-#include "stream/window.h"
+#include "stream/whole.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
-/* The per-window executor (stream/window.c): the stream API of sattn.h
+/* The per-window executor (stream/whole.c): the stream API of sattn.h
  * for whole models.  stream.c checks the arguments and dispatches here
  * when the model is a whole model.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#ifndef SATTN_STREAM_WINDOW_H
-#define SATTN_STREAM_WINDOW_H
+#ifndef SATTN_STREAM_WHOLE_H
+#define SATTN_STREAM_WHOLE_H
 
 #include "internal.h"
 
