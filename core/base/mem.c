@@ -14,7 +14,7 @@
  * posix_memalign.  Either way the block starts at the asked alignment
  * and a small header just before it says how to free it. */
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <stdint.h>
 #include <stdlib.h>

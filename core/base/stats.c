@@ -3,7 +3,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "base/base.h"
 
 #include <math.h>
 

@@ -2,7 +2,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "base/base.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -76,17 +76,6 @@ sattn_part_string (SattnPart p)
       break;
   }
   return "an unknown part";
-}
-
-size_t
-sattn_first_nonfinite (const float *x, size_t n)
-{
-  if (sattn_finite (x, n))
-    return n;
-  size_t i = 0;
-  while (i < n && isfinite (x[i]))
-    i++;
-  return i;
 }
 
 SattnStatus

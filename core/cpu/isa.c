@@ -175,3 +175,14 @@ sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k)
 {
   kernels ()->add_bias (y, ldy, n, b, k);
 }
+
+size_t
+sattn_first_nonfinite (const float *x, size_t n)
+{
+  if (sattn_finite (x, n))
+    return n;
+  size_t i = 0;
+  while (i < n && isfinite (x[i]))
+    i++;
+  return i;
+}

@@ -17,7 +17,7 @@
 #ifndef SATTN_CPU_KERNELS_H
 #define SATTN_CPU_KERNELS_H
 
-#include "internal.h"
+#include "cpu/cpu.h"
 
 #include <math.h>
 

@@ -43,7 +43,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "cpu/cpu.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -8,7 +8,7 @@
 #define SATTN_IO_H
 
 #include "sattn/sattn-weights.h"
-#include "internal.h"
+#include "model/model.h"
 
 #include <glib.h>
 #include <stdint.h>

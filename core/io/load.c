@@ -11,7 +11,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn/sattn-weights.h"
-#include "internal.h"
+#include "model/model.h"
 #include "io/io.h"
 
 #include <glib.h>

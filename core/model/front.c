@@ -11,7 +11,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <string.h>

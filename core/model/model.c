@@ -2,7 +2,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "model/model.h"
 
 #include <float.h>
 #include <math.h>
@@ -156,59 +156,6 @@ check_finite (const char *name, const float *x, size_t rows, size_t cols,
                      "weight %s holds %s at element %zu; every weight must "
                      "be finite",
                      name, isnan (x[i]) ? "NaN" : "Inf", i);
-}
-
-/* Press et al.: for H a power of two, slope_h = 2^(-8(h+1)/H); else the
- * slopes of the largest power of two P < H, then slopes 0, 2, 4, ... of
- * 2P until there are H. */
-double
-sattn_alibi_slope (size_t h, size_t heads)
-{
-  if (heads == 0 || h >= heads)
-    return 0.0;
-  size_t p = 1;
-  while (p * 2 <= heads)
-    p *= 2;
-  if (h < p)
-    return exp2 (-8.0 * (double) (h + 1) / (double) p);
-  return exp2 (-8.0 * (double) (2 * (h - p) + 1) / (double) (2 * p));
-}
-
-int
-sattn_model_rope (const SattnModel *m)
-{
-  return m->theta_hi != NULL;
-}
-
-/* x_a, x_b <- (x_a cos - x_b sin, x_b cos + x_a sin), angle = pos * theta
- * formed exactly: hi + lo with hi = fl (pos * theta_hi), lo its error
- * (fma) plus pos * theta_lo; sin / cos of hi are correctly reduced by the
- * C library, and |lo| < 2^-20 rad for pos < 2^53 lets cos (hi + lo) = cos hi
- * - lo sin hi to double precision.  The Q and K rows of one frame share
- * the angles: each sin / cos is computed once for both. */
-void
-sattn_rope_qk (const SattnModel *m, float *q, float *k, uint64_t pos)
-{
-  if (m->theta_hi == NULL)
-    return;
-  const size_t dh = m->cfg.d_head, half = dh / 2, H = m->cfg.heads;
-  const int inter = m->cfg.positions == SATTN_POSITIONS_ROPE_INTERLEAVED;
-  const double p = (double) pos;
-  for (size_t j = 0; j < half; j++) {
-    double hi = p * m->theta_hi[j];
-    double lo = fma (p, m->theta_hi[j], -hi) + p * m->theta_lo[j];
-    double sh = sin (hi), ch = cos (hi);
-    double cs = ch - lo * sh, sn = sh + lo * ch;
-    size_t ia = inter ? 2 * j : j, ib = inter ? 2 * j + 1 : j + half;
-    float *const rows[2] = { q, k };
-    for (size_t r = 0; r < 2; r++)
-      for (size_t h = 0; h < H; h++) {
-        float *xh = rows[r] + h * dh;
-        double a = xh[ia], b = xh[ib];
-        xh[ia] = (float) (a * cs - b * sn);
-        xh[ib] = (float) (b * cs + a * sn);
-      }
-  }
 }
 
 /* Every rule a model configuration and its weights must follow, the one
@@ -643,4 +590,26 @@ size_t
 sattn_model_extra_keys (const SattnModel *m)
 {
   return m ? m->n_extra : 0;
+}
+
+SattnStatus
+sattn_attend (const SattnModel *m, const float *x, size_t n,
+              const SattnMask *mask, float *out, float *weights,
+              SattnStats *stats)
+{
+  if (m == NULL || x == NULL || out == NULL || n == 0)
+    return SATTN_E_INVAL;
+  if (m->net != NULL)
+    return sattn_net_attend (m, x, n, mask, out, weights, stats);
+  SattnAttendScratch scr;
+  SattnStatus st = sattn_attend_scratch_new (m, n, &scr);
+  if (st != SATTN_OK)
+    return st;
+  sattn_attend_run (m, x, n, mask, out, weights, stats, 1, &scr);
+  if (stats) {
+    stats->windows++;
+    stats->frames += n;
+  }
+  sattn_attend_scratch_free (&scr);
+  return SATTN_OK;
 }

@@ -16,7 +16,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "nn/nn.h"
 
 #include <float.h>
 #include <math.h>
@@ -43,7 +43,7 @@ sattn_layer_scratch (const SattnModel *m)
 
 /* --------------------------------------------------------- LayerNorm */
 
-/* See internal.h: mean and variance by two passes (no cancellation) in
+/* See nn/nn.h: mean and variance by two passes (no cancellation) in
  * double, each output rounded to float once.  Each row's sums are chains
  * in index order.  Eight rows are taken together (then four, then one),
  * their chains side by side in registers (independent: they overlap in

@@ -9,7 +9,7 @@
 #ifndef SATTN_STREAM_INCREMENTAL_H
 #define SATTN_STREAM_INCREMENTAL_H
 
-#include "internal.h"
+#include "model/model.h"
 #include "stream/schedule.h"
 #include "stream/whole.h"
 

@@ -15,7 +15,7 @@
 #ifndef SATTN_STREAM_SCHEDULE_H
 #define SATTN_STREAM_SCHEDULE_H
 
-#include "internal.h"
+#include "model/model.h"
 
 /* The frame count at which the first window after a start (or reset) at
  * frame `first` is due. */

@@ -29,7 +29,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "model/model.h"
 #include "stream/schedule.h"
 #include "stream/whole.h"
 

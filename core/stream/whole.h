@@ -7,7 +7,7 @@
 #ifndef SATTN_STREAM_WHOLE_H
 #define SATTN_STREAM_WHOLE_H
 
-#include "internal.h"
+#include "model/model.h"
 
 typedef struct SattnPw SattnPw;
 

@@ -17,7 +17,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "model/model.h"
 #include "rng.h"
 
 #include <math.h>

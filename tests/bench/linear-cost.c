@@ -28,7 +28,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "model/model.h"
 
 #include <cblas.h>
 #include <math.h>

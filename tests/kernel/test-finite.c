@@ -10,7 +10,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "model/model.h"
 
 #include <float.h>
 #include <math.h>

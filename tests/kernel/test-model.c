@@ -1,5 +1,5 @@
 /* What sattn_model_new stores (core/model/model.c), read through
- * core/internal.h:
+ * core/nn/nn.h:
  *  - the weight matrices transposed (in × out), as floats for the
  *    attention's projections and as doubles for the feed-forward and an
  *    encoder's projections, and the bias vectors copied (floats) or
@@ -16,7 +16,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "internal.h"
+#include "model/model.h"
 #include "rng.h"
 
 #include <stdint.h>
