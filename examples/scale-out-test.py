@@ -28,6 +28,7 @@ many     one worker, 8 sensors sharing one model (weights file): each
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -38,7 +39,9 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NODE = os.path.join(HERE, "scale-out-node.py")
+# SATTN_SCALE_OUT_NODE: another scale-out-node.py (an older one, to show
+# what a case checks failing before a fix)
+NODE = os.environ.get("SATTN_SCALE_OUT_NODE") or os.path.join(HERE, "scale-out-node.py")
 PY = sys.executable or "/usr/bin/python3"
 LIMIT = int(os.environ.get("SATTN_SCALE_OUT_TIMEOUT", "30"))
 PASS = "scale-out-test-passphrase-42"
@@ -75,15 +78,15 @@ def env(passphrase=PASS):
     return e
 
 
-def start(out, name, args, e=None):
+def start(out, name, args, e=None, limit=LIMIT):
     log = open(os.path.join(out, name + ".log"), "w")
-    cmd = ["timeout", "-s", "KILL", str(LIMIT)] + list(args)
+    cmd = ["timeout", "-s", "KILL", str(limit)] + list(args)
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             env=e or env(), start_new_session=True)
 
 
-def node(out, name, *args, e=None):
-    return start(out, name, [PY, NODE] + list(args), e)
+def node(out, name, *args, e=None, limit=LIMIT):
+    return start(out, name, [PY, NODE] + list(args), e, limit)
 
 
 def finish(p, name, seconds=LIMIT):
@@ -504,7 +507,301 @@ def case_many(out, n=8):
             print(f"    stream {i}: {np.median(d):.1f} / {np.percentile(d, 95):.1f}")
 
 
+def case_flood(out):
+    print("flood: three rounds of 50 callers with a wrong passphrase (and the "
+          "sensor's stream id, as an on-path attacker sees it) against a sensor",
+          flush=True)
+    s_addr, = free_ports(1)
+    sid = "srt-" + s_addr.rsplit(":", 1)[1]
+    sensor = node(out, "flood-sensor", "sensor", "--listen", s_addr,
+                  "--buffers", "100000", limit=2 * LIMIT)
+    spid = child_pid(sensor)
+    slog = os.path.join(out, "flood-sensor.log")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (
+            os.path.exists(slog) and "listening" in open(slog).read()):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    base = rss_kib(spid)
+    peaks, afters = [], []
+    for r in range(3):
+        rogue = start(out, f"flood-rogue-{r}", [
+            PY, os.path.abspath(__file__), "--rogue", s_addr, "50", "4",
+            f"#!::r={sid},u=rogue,s=0"])
+        peak = rss_kib(spid)
+        while rogue.poll() is None:
+            peak = max(peak, rss_kib(spid))
+            time.sleep(0.05)
+        time.sleep(2.5)
+        after = rss_kib(spid)
+        peaks.append(peak)
+        afters.append(after)
+        print(f"  round {r + 1}: sensor RSS before {base / 1024:.1f} MiB, peak "
+              f"{peak / 1024:.1f} MiB (+{(peak - base) / 1024:.1f}), 2.5 s after "
+              f"{after / 1024:.1f} MiB (+{(after - base) / 1024:.1f})", flush=True)
+    alive = sensor.poll() is None
+    if alive:
+        os.killpg(sensor.pid, signal.SIGTERM)
+    sensor.wait()
+    check(alive and min(afters) > 0, "the sensor ran throughout")
+    refusals = [l for l in open(slog) if "refused a caller" in l]
+    rogue_log = open(os.path.join(out, "flood-rogue-0.log")).read()
+    print(f"  sensor log: {refusals[-1].strip() if refusals else '(no refusal logged)'}")
+    print(f"  rogue round 1: {rogue_log.strip().splitlines()[-1] if rogue_log.strip() else ''}")
+    check(base > 0, f"the sensor ran ({base} KiB)")
+    check(" 0 handshakes refused" not in rogue_log and "refused" in rogue_log,
+          "the rogue callers were refused")
+    check(max(peaks) - base <= 100 * 1024,
+          f"the rounds cost at most 100 MiB over the start (peak +"
+          f"{(max(peaks) - base) / 1024:.1f} MiB)")
+    check(afters[-1] - base <= 20 * 1024,
+          f"and it comes back: 2.5 s after the last round +"
+          f"{(afters[-1] - base) / 1024:.1f} MiB (at most 20)")
+
+
+def rogue_main(addr, n, seconds, streamid):
+    """n callers with a wrong passphrase, retrying for `seconds`."""
+    import gi
+    gi.require_version("Gst", "1.0")
+    from gi.repository import Gst
+    Gst.init(None)
+    ps = []
+    for _ in range(n):
+        p = Gst.parse_launch(
+            f"srtsrc uri=srt://{addr}?mode=caller&conntimeo=1000 "
+            "passphrase=not-the-passphrase-9 pbkeylen=32 ! fakesink")
+        for el in p.iterate_elements():
+            if el.get_factory().get_name() == "srtsrc":
+                el.set_property("streamid", streamid)
+        p.set_state(Gst.State.PLAYING)
+        ps.append(p)
+    time.sleep(seconds)
+    refused = 0
+    for p in ps:
+        bus = p.get_bus()
+        while True:
+            m = bus.pop_filtered(Gst.MessageType.WARNING | Gst.MessageType.ERROR)
+            if m is None:
+                break
+            err = m.parse_warning()[0] if m.type == Gst.MessageType.WARNING \
+                else m.parse_error()[0]
+            refused += "authenticate" in err.message or "rejected" in err.message.lower()
+        p.set_state(Gst.State.NULL)
+    print(f"rogue: {n} callers for {seconds} s, {refused} handshakes refused")
+    return 0
+
+
+def load_node():
+    """examples/scale-out-node.py as a module (its name has dashes)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("scale_out_node", NODE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def gdp_crc(data):
+    """GDP's header CRC (CRC-16 CCITT, as gst_dp_crc)."""
+    c = 0xFFFF
+    for x in data:
+        c ^= x << 8
+        for _ in range(8):
+            c = ((c << 1) ^ 0x1021) & 0xFFFF if c & 0x8000 else (c << 1) & 0xFFFF
+    return c ^ 0xFFFF
+
+
+def gdp_packets(nodemod, sensor_id, first, n, caps_change=False, stream=1):
+    """GDP packets as gdppay writes them (stream-start, caps, segment, the
+    sensor's tag, then a packet per buffer) for sensor buffers
+    first..first+n-1; with caps_change, one more buffer after a caps
+    change to S16LE."""
+    from gi.repository import Gst
+    p = Gst.parse_launch(f"appsrc name=src format=time caps={nodemod.CAPS} "
+                         "! gdppay ! appsink name=sink sync=false")
+    src, sink = p.get_by_name("src"), p.get_by_name("sink")
+    p.set_state(Gst.State.PLAYING)
+    tags = Gst.TagList.new_empty()
+    tags.add_value(Gst.TagMergeMode.APPEND, "extended-comment",
+                   f"sattn-sensor={sensor_id}")
+    src.send_event(Gst.Event.new_tag(tags))
+
+    def push(k, data):
+        b = Gst.Buffer.new_wrapped(data)
+        b.pts = nodemod.buffer_pts(0, k)
+        b.duration = nodemod.buffer_pts(0, k + 1) - b.pts
+        src.emit("push-buffer", b)
+
+    for k in range(first, first + n):
+        push(k, nodemod.signal_block(k * 160, 160, stream).tobytes())
+    if caps_change:
+        src.set_property("caps", Gst.Caps.from_string(
+            nodemod.CAPS.replace("F32LE", "S16LE")))
+        push(first + n, bytes(160 * 4 * 2))
+    src.emit("end-of-stream")
+    out = []
+    while True:
+        s = sink.emit("try-pull-sample", 2 * Gst.SECOND)
+        if s is None:
+            break
+        b = s.get_buffer()
+        out.append(b.extract_dup(0, b.get_size()))
+    p.set_state(Gst.State.NULL)
+    return out
+
+
+def evil_main(addr, sensor_id, good, seconds):
+    """A sensor with the passphrase that attacks every worker that calls
+    it: on connection k it sends `good` honest buffers, then attack
+    (k - 1) % 3: one flipped bit in a GDP header, a caps change to
+    S16LE, a GDP packet declaring 64 MiB (then 512 KiB of it)."""
+    import threading
+    from gi.repository import Gst
+    nodemod = load_node()
+    Gst.init(None)
+    srt = nodemod.Srt()
+    node = nodemod.Node("appsrc name=src format=bytes is-live=true "
+                        "caps=application/x-gdp ! srtsink name=sink sync=false "
+                        "async=false wait-for-connection=false", "evil")
+    sink, src = node.el("sink"), node.el("src")
+    srt.configure(sink, addr, "listener")
+    conns = []
+    ev = threading.Event()
+    sink.connect("caller-added", lambda *_: (conns.append(time.monotonic()), ev.set()))
+    attacks = ("bit-flip", "caps-S16LE", "gdp-64MiB")
+    sent = []
+    state = {"next": 0}
+
+    def send(data):
+        for i in range(0, len(data), 1316):
+            src.emit("push-buffer", Gst.Buffer.new_wrapped(data[i:i + 1316]))
+
+    def feed():
+        end = time.monotonic() + seconds
+        k = 0
+        while time.monotonic() < end:
+            if not ev.wait(0.1):
+                continue
+            ev.clear()
+            k += 1
+            kind = attacks[(k - 1) % 3]
+            first = state["next"]
+            pk = gdp_packets(nodemod, sensor_id, first, good,
+                             caps_change=kind == "caps-S16LE")
+            state["next"] = first + good + 1
+            for j, p in enumerate(pk):
+                if kind == "bit-flip" and j == len(pk) - 1:
+                    p = bytearray(p)
+                    p[12] ^= 0x10            # a timestamp bit: the CRC fails
+                    p = bytes(p)
+                send(p)
+                if len(p) > 62 + 1000:
+                    time.sleep(0.01)       # 10 ms buffers, in real time
+            if kind == "gdp-64MiB":
+                h = bytearray(pk[-1][:62])
+                h[6:10] = (64 << 20).to_bytes(4, "big")
+                h[58:60] = gdp_crc(bytes(h[:58])).to_bytes(2, "big")
+                send(bytes(h))
+                for _ in range(8):
+                    send(bytes(65536))
+                    time.sleep(0.01)
+            sent.append((k, kind, good))
+            node.log(f"connection {k}: {good} honest buffers ({good * 10} frames), "
+                     f"then {kind}")
+        node.loop.quit()
+
+    threading.Thread(target=feed, daemon=True).start()
+    node.run()
+    node.log(f"{len(conns)} connections, {sum(g for _, _, g in sent) * 10} "
+             f"honest frames sent in all")
+    return 0
+
+
+def case_isolation(out):
+    print("isolation: one worker, an honest sensor and one that attacks (with "
+          "the passphrase) every connection: a flipped bit in a GDP header, caps "
+          "S16LE, a GDP packet declaring 64 MiB, again and again", flush=True)
+    buffers, good = 1300, 50
+    s = free_ports(4)
+    sensors, outs = s[:2], s[2:]
+    colls = [node(out, f"iso-collector-{i}", "collector", "--workers",
+                  outs[i], "--out", os.path.join(out, f"iso-remote-{i}"))
+             for i in range(2)]
+    e = env()
+    e["SATTN_CUTOFF_S"] = "60"
+    worker = node(out, "iso-worker", "worker", "--sensors",
+                  f"honest={sensors[0]},evil={sensors[1]}",
+                  "--listen", ",".join(outs), e=e)
+    honest = node(out, "iso-sensor-honest", "sensor", "--listen", sensors[0],
+                  "--id", "honest", "--buffers", str(buffers), "--stream", "0")
+    evil = start(out, "iso-sensor-evil", [PY, os.path.abspath(__file__),
+                                          "--evil-sensor", sensors[1], "evil",
+                                          str(good), "13"])
+    wpid = child_pid(worker)
+    time.sleep(1.0)
+    base = peak = rss_kib(wpid)
+    while honest.poll() is None:
+        peak = max(peak, rss_kib(wpid))
+        time.sleep(0.05)
+    for p, n in ((honest, "honest sensor"), (evil, "evil sensor"),
+                 (colls[0], "collector 0")):
+        finish(p, n)
+    # A worker serves until it is stopped (the attacker is cut off, not
+    # ended): stop it as an operator would, and its collector.
+    os.kill(child_pid(worker), signal.SIGTERM)
+    finish(worker, "worker (SIGTERM)")
+    os.kill(child_pid(colls[1]), signal.SIGTERM)
+    colls[1].wait()
+    wlog = open(os.path.join(out, "iso-worker.log")).read().splitlines()
+    elog = open(os.path.join(out, "iso-sensor-evil.log")).read().splitlines()
+    for l in wlog:
+        if "sensor evil:" in l or "stream " in l:
+            print("  worker log: " + l.split("]: ", 1)[1])
+    for l in elog:
+        if "connection" in l or "honest frames" in l:
+            print("  evil sensor log: " + l.split("]: ", 1)[1])
+    errs = [l for l in wlog if "sensor evil: error from" in l]
+    check(any("CRC" in l or "decode" in l.lower() for l in errs),
+          "the flipped bit: an error in the attacker's stream alone")
+    check(any("caps" in l.lower() or "negotiat" in l.lower() for l in errs),
+          "the caps change: an error in the attacker's stream alone")
+    check(any("GDP packet declares a payload of 67108864" in l for l in wlog),
+          "the 64 MiB packet: refused before it is buffered")
+    cut = [l for l in wlog if "sensor evil: cut off" in l]
+    check(cut, "the attacker is cut off with its reason logged")
+    check(not any("sensor honest: error" in l or "sensor honest: cut" in l
+                  for l in wlog), "the honest stream had no error")
+    print(f"  worker RSS at the start {base} KiB, peak {peak} KiB")
+    check(peak - base < 32 * 1024, "the worker grew by less than 32 MiB")
+    ref = local(out, "iso-local-0", buffers, 0, stream=0)
+    compare("honest stream", read(os.path.join(out, "iso-remote-0")), ref,
+            buffers * FRAMES_PER_BUFFER)
+    # The attacker's accounting: frames it sent honestly, frames its
+    # sattn took, rows that came out, segments (one per connection) and
+    # their DISCONT.
+    sent = sum(int(re.search(r"(\d+) honest buffers", l).group(1)) * 10
+               for l in elog if "honest buffers" in l)
+    took = [l for l in wlog if "stream 1 (evil)" in l]
+    took_frames = int(took[0].split("buffers, ")[1].split()[0]) if took else -1
+    r, rt, rd, _ = read(os.path.join(out, "iso-remote-1"))
+    segs = np.flatnonzero(np.diff(rt) != FRAME_NS) + 1 if len(rt) else []
+    print(f"  attacker: {sent} frames sent before its attacks, its sattn took "
+          f"{took_frames}, {len(r)} rows reached its collector in "
+          f"{len(segs) + (1 if len(rt) else 0)} segments, DISCONT at rows "
+          f"{np.flatnonzero(rd).tolist()}; the rest of each connection's "
+          "frames were in the branch torn down by the error")
+    check(0 <= took_frames <= sent and len(r) <= took_frames,
+          "attacker: rows <= frames taken <= frames sent honestly")
+    check(all(rd[g] == 1 for g in segs) and (len(rd) == 0 or rd[0] == 1),
+          "attacker: the first row of each restarted stream is DISCONT")
+
+
 def main():
+    if sys.argv[1] == "--rogue":
+        return rogue_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
+                          sys.argv[5])
+    if sys.argv[1] == "--evil-sensor":
+        return evil_main(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                         float(sys.argv[5]))
     out, cases = sys.argv[1], sys.argv[2:] or ["basic", "timing", "refused",
                                                "restart", "stall"]
     # Nothing from an earlier run: the cases wait for files to grow.
@@ -526,7 +823,8 @@ def main():
             try:
                 {"basic": case_basic, "timing": case_timing,
                  "refused": case_refused, "restart": case_restart,
-                 "stall": case_stall, "many": case_many}[c](where)
+                 "stall": case_stall, "many": case_many,
+                 "flood": case_flood, "isolation": case_isolation}[c](where)
             except Exception as e:      # judged below
                 raised = e
             unbound = [f for f in os.listdir(where) if f.endswith(".log") and
