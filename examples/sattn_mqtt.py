@@ -148,7 +148,9 @@ def structure_dict(s):
     for i in range(s.n_fields()):
         k = s.nth_field_name(i)
         v = s.get_value(k)
-        if hasattr(v, "__iter__") and not isinstance(v, (str, bytes)):
+        if hasattr(v, "array"):          # Gst.ValueArray / Gst.ValueList
+            v = list(v.array)
+        elif hasattr(v, "__iter__") and not isinstance(v, (str, bytes)):
             try:
                 v = list(v)
             except TypeError:
@@ -170,6 +172,43 @@ def class_json(s):
     probs = d.pop("top-k-probabilities", []) or []
     d["top-k"] = [{"label": l, "probability": p} for l, p in zip(labels, probs)]
     return d
+
+
+def start_loop(client, log=None):
+    """paho's network loop on a thread of its own, as loop_start() runs
+    it, but restarted when it raises: paho 1.6.1 lets ssl.SSLEOFError
+    (a TLS broker going away while a packet is written) escape its loop,
+    which would end the thread and with it every reconnection."""
+    def run():
+        while not client._thread_terminate:
+            try:
+                client.loop_forever(retry_first_connection=True)
+            except Exception as e:      # noqa: BLE001 (see above)
+                if log:
+                    log(f"MQTT loop: {type(e).__name__}: {e}; reconnecting")
+                try:
+                    client._sock_close()
+                except Exception:       # noqa: BLE001
+                    pass
+                time.sleep(0.1)
+                continue
+            if client._state == mqtt.mqtt_cs_disconnecting:
+                break
+    client._thread_terminate = False
+    client._thread = threading.Thread(target=run, daemon=True, name="mqtt-net")
+    client._thread.start()
+
+
+def stop_loop(client):
+    """After disconnect(): the loop sends DISCONNECT (so the broker does
+    not publish the will) and returns; at most 5 s."""
+    t = client._thread
+    if t is not None and t is not threading.current_thread():
+        t.join(5)
+        client._thread_terminate = True
+        t.join(1)
+    client._thread_terminate = True
+    client._thread = None
 
 
 class Publisher:
@@ -222,7 +261,7 @@ class Publisher:
     def start(self):
         self.client.connect_async(self.cfg.host, self.cfg.port,
                                   keepalive=self.cfg.keepalive)
-        self.client.loop_start()
+        start_loop(self.client, self.log)
         self.feeder.start()
 
     def _on_connect(self, client, _ud, flags, rc):
@@ -347,13 +386,19 @@ class Publisher:
             return sum(len(q) for q in self.queues.values()) + \
                 sum(1 for v in self.inflight.values() if v[0] is not None)
 
+    def drain(self, seconds):
+        """Wait (at most `seconds`) until the broker has acknowledged every
+        queued message."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (self.queued() or self.inflight):
+            time.sleep(0.02)
+        return self.queued()
+
     def stop(self, final_status, drain_s=5.0):
         """Publish the final status, wait (at most drain_s) until the broker
         has every queued message, disconnect."""
-        deadline = time.monotonic() + drain_s
         self.publish_now(self.status_topic, final_status, retain=True)
-        while time.monotonic() < deadline and (self.queued() or self.inflight):
-            time.sleep(0.02)
+        self.drain(drain_s)
         left = self.queued()
         if left:
             self.log(f"{left} messages not delivered at exit (broker unreachable "
@@ -361,8 +406,25 @@ class Publisher:
         with self.cv:
             self.closing = True
             self.cv.notify_all()
-        self.client.disconnect()
-        self.client.loop_stop()
+        # A TLS close_notify after DISCONNECT: mosquitto 2.0.11 with
+        # OpenSSL 3 takes a bare close for a lost client ("disconnected due
+        # to out of memory") and publishes the will over the final status.
+        c = self.client
+        plain_close = c._sock_close
+
+        def close():
+            sock = c._sock
+            if sock is not None and hasattr(sock, "unwrap"):
+                try:
+                    sock.settimeout(0.5)
+                    sock.unwrap()
+                except (OSError, ValueError):
+                    pass
+            plain_close()
+
+        c._sock_close = close
+        c.disconnect()
+        stop_loop(c)
         return left
 
 
@@ -418,7 +480,7 @@ class Coordinator:
     # the feeder asks under the publisher's lock, and paho calls
     # on_publish under its own.
     def may_send(self, sensor):
-        return self.role.get(sensor) == "serving" and self.lease_valid()
+        return self.role.get(sensor) in ("serving", "ending") and self.lease_valid()
 
     def lease_valid(self):
         return time.monotonic() < self.lease_until
@@ -514,7 +576,10 @@ class Coordinator:
                 body.update(self.stats.get(s, {}))
                 self.pub.publish_now(f"{ROOT}/{s}/status", body, retain=True)
             if state in ("released", "ended"):
-                self.role[s] = state
+                # what is queued for it still goes out ("ending": the
+                # feeder's gate stays open) until the worker stops
+                self.role[s] = "ending" if self.role[s] in ("serving", "ending") \
+                    and state == "ended" else state
 
     def _tick_loop(self):
         period = self.lease_s / 4
@@ -543,7 +608,7 @@ class Coordinator:
                 return               # retained statuses still arriving
             for s in self.sensors:
                 role = self.role[s]
-                if role in ("serving", "ended"):
+                if role in ("serving", "ended", "ending"):
                     continue
                 claim = self.claims.get(s)
                 why = None

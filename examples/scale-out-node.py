@@ -882,8 +882,8 @@ class Worker:
         def done(b):
             if b.state in ("ended",):
                 return True
-            if self.coord is not None and self.coord.role.get(b.sensor) == "ended" \
-                    and b.state in ("idle", "fenced"):
+            if self.coord is not None and self.coord.role.get(b.sensor) in (
+                    "ended", "ending") and b.state in ("idle", "fenced", "ended"):
                 return True
             return False
         if all(done(b) for b in self.branches):
@@ -919,12 +919,14 @@ class Worker:
             if b.state not in ("ended",):
                 b.teardown()
         if self.coord is not None:
-            self.coord.stop()
+            # What is queued goes out while this worker still holds its
+            # sensors (the lease runs on), then they are released.
+            self.pub.drain(5.0)
             for b in self.branches:
                 if self.coord.role.get(b.sensor) == "serving":
-                    self.coord.set_state(b.sensor, "ended" if b.state == "ended"
-                                         else "released")
+                    self.coord.set_state(b.sensor, "released")
             self.pub.stop({"state": "offline", "worker": self.id, "why": "stopped"})
+            self.coord.stop()
         self.report()
         return 0
 
@@ -976,7 +978,12 @@ def attach_writer(sink, prefix):
         ok, m = buf.map(Gst.MapFlags.READ)
         data = bytes(m.data)
         buf.unmap(m)
-        d = sample.get_caps().get_structure(0).get_value("channels")
+        st = sample.get_caps().get_structure(0)
+        # audio/x-raw: channels values a row; other/tensors (a fractional
+        # row rate, output=classes): the tensor's first dimension
+        d = st.get_value("channels")
+        if d is None:
+            d = int(str(st.get_value("dimensions")).split(":")[0].split(",")[0])
         rows = len(data) // (4 * d)
         rows_f.write(data)
         ts_f.write(f"{buf.pts} {buf.duration} {rows} {d} "

@@ -27,6 +27,7 @@ many     one worker, 8 sensors sharing one model (weights file): each
          stream checked as in basic; CPU per stream and latency added.
 """
 
+import json
 import os
 import re
 import shutil
@@ -795,10 +796,331 @@ def case_isolation(out):
           "attacker: the first row of each restarted stream is DISCONT")
 
 
+MQTT_USER = "sattn"
+MQTT_PASS = "mqtt-test-password-17"
+CLASSES = ("frame-size=2 window=64 hop=64 output=classes message-interval=0 "
+           "post-messages=true")
+
+
+def classes_sattn():
+    root = os.environ.get("SATTN_SOURCE_ROOT", os.path.dirname(HERE))
+    return (f"weights={os.path.join(root, 'tests', 'data', 'whole_f8_c4.safetensors')} "
+            + CLASSES)
+
+
+def free_tcp_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Broker:
+    """mosquitto on 127.0.0.1 as the README sets it up: TLS only (a
+    self-signed certificate made here by openssl), a password file
+    (written in plain text, mode 600, then hashed by `mosquitto_passwd -U`:
+    no password in any argv), no anonymous clients, persistence on."""
+
+    def __init__(self, out):
+        import pwd
+        self.dir = os.path.join(out, "broker")
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = free_tcp_port()
+        self.cert = os.path.join(self.dir, "cert.pem")
+        key = os.path.join(self.dir, "key.pem")
+        subprocess.run(["timeout", "60", "openssl", "req", "-x509", "-newkey",
+                        "rsa:2048", "-nodes", "-keyout", key, "-out", self.cert,
+                        "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                        "subjectAltName=IP:127.0.0.1"], check=True,
+                       capture_output=True)
+        pw = os.path.join(self.dir, "passwd")
+        fd = os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, f"{MQTT_USER}:{MQTT_PASS}\n".encode())
+        os.close(fd)
+        subprocess.run(["timeout", "30", "mosquitto_passwd", "-U", pw], check=True)
+        self.conf = os.path.join(self.dir, "mosquitto.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"""# the README's broker, on 127.0.0.1 for the test
+user {pwd.getpwuid(os.geteuid()).pw_name}
+persistence true
+persistence_location {self.dir}/
+autosave_interval 1
+allow_anonymous false
+password_file {pw}
+max_queued_messages 100000
+max_inflight_messages 100
+log_dest file {self.dir}/mosquitto.log
+log_type error
+log_type warning
+log_type notice
+log_type information
+connection_messages true
+listener {self.port} 127.0.0.1
+certfile {self.cert}
+keyfile {key}
+""")
+        self.url = f"mqtts://127.0.0.1:{self.port}"
+        self.p = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        log = open(os.path.join(self.dir, f"run-{self.starts}.out"), "w")
+        self.p = subprocess.Popen(["timeout", "-s", "KILL", str(3 * LIMIT),
+                                   shutil.which("mosquitto") or "/usr/sbin/mosquitto",
+                                   "-c", self.conf],
+                                  stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("mosquitto did not start")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.p is not None and self.p.poll() is None:
+            os.kill(child_pid(self.p), sig)
+            self.p.wait(20)
+        self.p = None
+
+    def env(self, e=None):
+        e = dict(e or env())
+        e["SATTN_MQTT_USER"] = MQTT_USER
+        e["SATTN_MQTT_PASSWORD"] = MQTT_PASS
+        e["SATTN_MQTT_CAFILE"] = self.cert
+        e["SATTN_MQTT_LEASE_MS"] = "1000"
+        return e
+
+
+def subscribe_main(url, cafile, path, client_id, seconds, user, topic):
+    """Every message on `topic` to a JSON-lines file (topic, payload,
+    arrival ns, retained), QoS 1 in a persistent session; the password
+    from SATTN_MQTT_PASSWORD (none: an unauthenticated client)."""
+    import json
+    import ssl
+    import paho.mqtt.client as mqtt
+    from urllib.parse import urlsplit
+    u = urlsplit(url)
+    f = open(path, "w")
+    c = mqtt.Client(client_id=client_id, clean_session=False)
+    if user != "-":
+        c.username_pw_set(user, os.environ.get("SATTN_MQTT_PASSWORD"))
+    c.tls_set(ca_certs=cafile, cert_reqs=ssl.CERT_REQUIRED,
+              tls_version=ssl.PROTOCOL_TLS_CLIENT)
+    c.reconnect_delay_set(0.1, 1.0)
+    state = {"connack": None}
+
+    def on_connect(cl, _u, _f, rc):
+        state["connack"] = rc
+        f.write(json.dumps({"connack": rc, "why": mqtt.connack_string(rc),
+                            "t": time.monotonic_ns()}) + "\n")
+        f.flush()
+        if rc == 0:
+            cl.subscribe(topic, qos=1)
+
+    def on_message(_cl, _u, m):
+        f.write(json.dumps({"topic": m.topic, "t": time.monotonic_ns(),
+                            "retain": bool(m.retain),
+                            "payload": m.payload.decode(errors="replace")}) + "\n")
+        f.flush()
+
+    c.on_connect = on_connect
+    c.on_message = on_message
+    c.connect_async(u.hostname, u.port, keepalive=5)
+    sys.path.insert(0, HERE)
+    import sattn_mqtt
+    sattn_mqtt.start_loop(c)
+    end = time.monotonic() + seconds
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    while time.monotonic() < end and not stop["now"]:
+        if state["connack"] not in (None, 0) and user == "-":
+            break
+        time.sleep(0.05)
+    c.disconnect()
+    sattn_mqtt.stop_loop(c)
+    return 0
+
+
+def subscriber(out, name, broker, client_id, topic="sattn/#", user=MQTT_USER,
+               password=MQTT_PASS, seconds=None):
+    e = broker.env()
+    if password is None:
+        e.pop("SATTN_MQTT_PASSWORD", None)
+    else:
+        e["SATTN_MQTT_PASSWORD"] = password
+    return start(out, name, [PY, os.path.abspath(__file__), "--subscribe",
+                             broker.url, broker.cert,
+                             os.path.join(out, name + ".jsonl"), client_id,
+                             str(seconds or 3 * LIMIT), user, topic], e,
+                 limit=3 * LIMIT)
+
+
+def messages(out, name):
+    import json
+    got = []
+    for line in open(os.path.join(out, name + ".jsonl")):
+        d = json.loads(line)
+        if "topic" in d:
+            d["body"] = json.loads(d["payload"])
+        got.append(d)
+    return got
+
+
+def decisions_of(msgs, sensor):
+    return [m for m in msgs if m.get("topic") == f"sattn/{sensor}/class"]
+
+
+def match_rows(tag, decs, prefix):
+    """Decisions (MQTT) against the element's rows (the collector): one
+    for one, in order: timestamp, index = argmax, probability."""
+    rows = np.fromfile(prefix + ".f32", dtype=np.float32)
+    ts = []
+    for line in open(prefix + ".ts"):
+        pts, dur, n, d, dc, mono = map(int, line.split())
+        ts += [pts + dur * i // n for i in range(n)]
+    rows = rows.reshape(len(ts), -1) if len(ts) else rows.reshape(0, 4)
+    dts = [m["body"]["timestamp"] for m in decs]
+    same_ts = dts == ts
+    idx_ok = all(m["body"]["index"] == int(np.argmax(r)) and
+                 abs(m["body"]["probability"] - float(r[m["body"]["index"]])) < 1e-6
+                 for m, r in zip(decs, rows))
+    check(len(decs) == len(rows) and same_ts and idx_ok,
+          f"{tag}: {len(decs)} decisions through mosquitto, {len(rows)} rows of "
+          f"the element: one for one (timestamps equal: {same_ts}; index = the "
+          f"row's argmax and probability = its value: {idx_ok})")
+    return ts
+
+
+def case_mqtt(out):
+    print("mqtt: decisions and health through mosquitto (TLS, password), "
+          "against the element's rows; the broker restarted mid-stream; an "
+          "unauthenticated client", flush=True)
+    broker = Broker(out)
+    broker.start()
+    buffers = 700
+    s_addr, w_addr = free_ports(2)
+    sub = subscriber(out, "mqtt-sub", broker, "test-subscriber")
+    coll = node(out, "mqtt-collector", "collector", "--workers", w_addr,
+                "--out", os.path.join(out, "mqtt-rows"))
+    worker = node(out, "mqtt-worker", "worker", "--id", "w1", "--sensors",
+                  f"s1={s_addr}", "--listen", w_addr, "--sattn", classes_sattn(),
+                  "--mqtt", broker.url, e=broker.env())
+    sensor = node(out, "mqtt-sensor", "sensor", "--listen", s_addr, "--id", "s1",
+                  "--buffers", str(buffers), "--push-log",
+                  os.path.join(out, "mqtt-sensor.push"))
+    # mosquitto_sub, as the README shows it: its options (the password
+    # too) from its configuration file, none on the command line.
+    xdg = os.path.join(out, "xdg")
+    os.makedirs(xdg)
+    fd = os.open(os.path.join(xdg, "mosquitto_sub"), os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, (f"-h 127.0.0.1\n-p {broker.port}\n--cafile {broker.cert}\n"
+                  f"-u {MQTT_USER}\n-P {MQTT_PASS}\n").encode())
+    os.close(fd)
+    ms = start(out, "mqtt-mosquitto_sub", ["mosquitto_sub", "-t", "sattn/#", "-v",
+                                           "-C", "12"], dict(env(), XDG_CONFIG_HOME=xdg))
+    # Unauthenticated: no password, a wrong one, and no TLS.
+    anon = subscriber(out, "mqtt-anon", broker, "anon", user="-", password=None)
+    wrong = subscriber(out, "mqtt-wrong", broker, "wrong", password="not-it-at-all")
+    plain = subprocess.run(["timeout", "10", "mosquitto_sub", "-h", "127.0.0.1",
+                            "-p", str(broker.port), "-t", "sattn/#", "-C", "1",
+                            "-W", "3"], capture_output=True, text=True)
+    push = os.path.join(out, "mqtt-sensor.push")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (
+            os.path.exists(push) and sum(1 for _ in open(push)) >= 250):
+        time.sleep(0.05)
+    t_down = time.monotonic()
+    broker.stop()
+    time.sleep(1.5)
+    broker.start()
+    t_up = time.monotonic()
+    print(f"  broker stopped (SIGTERM) at buffer ~250 of {buffers} and started "
+          f"again {t_up - t_down:.2f} s later", flush=True)
+    for p, n in ((sensor, "sensor"), (worker, "worker"), (coll, "collector")):
+        finish(p, n)
+    time.sleep(1.0)
+    for p in (sub, anon, wrong):
+        if p.poll() is None:
+            os.kill(child_pid(p), signal.SIGTERM)
+        p.wait()
+    try:
+        ms.wait(5)
+    except subprocess.TimeoutExpired:
+        os.killpg(ms.pid, signal.SIGKILL)
+        ms.wait()
+    broker.stop()
+    msgs = messages(out, "mqtt-sub")
+    decs = decisions_of(msgs, "s1")
+    health = [m for m in msgs if m.get("topic") == "sattn/s1/health"]
+    arrivals = [m["body"]["seq"] for m in sorted(decs + health, key=lambda m: m["t"])]
+    firsts = list(dict.fromkeys(arrivals))
+    dups = len(arrivals) - len(firsts)
+    print(f"  received: {len(decs)} decisions and {len(health)} health messages "
+          f"on sattn/s1/..., seq {min(arrivals) if arrivals else '-'}.."
+          f"{max(arrivals) if arrivals else '-'}, {dups} of them twice (QoS 1 is "
+          "at least once: what was in flight when the broker stopped is sent "
+          "again; (worker, epoch, seq) names each message)")
+    check(sorted(firsts) == list(range(1, len(firsts) + 1)),
+          f"seq runs 1..{len(firsts)} with no gap: 0 decisions lost across the "
+          "broker restart")
+    check(firsts == sorted(firsts), "and they arrived in order")
+    check(all(m["body"]["dropped-before"] == 0 for m in decs), "none dropped by the bound")
+    decs = list({m["body"]["seq"]: m for m in reversed(decs)}.values())[::-1]
+    decs.sort(key=lambda m: m["body"]["seq"])
+    match_rows("s1", decs, os.path.join(out, "mqtt-rows"))
+    first = decs[0]["body"] if decs else {}
+    print("  first decision: " + json.dumps(first)[:600])
+    check(first.get("discont") is True and first.get("wall-clock") and
+          first.get("in-contract") is True and len(first.get("top-k", [])) == 3,
+          "the JSON carries label, top-k, in-contract, wall-clock; the first is DISCONT")
+    wl = [l for l in open(os.path.join(out, "mqtt-worker.log"))]
+    print("  worker log: " + " | ".join(l.split("]: ", 1)[1].strip() for l in wl
+                                        if "broker" in l or "mqtt:" in l)[:900])
+    statuses = [m for m in msgs if m.get("topic") == "sattn/worker/w1/status"]
+    check(statuses and statuses[-1]["body"]["state"] == "offline" and
+          statuses[-1]["body"].get("why") == "stopped",
+          f"the worker's retained status ends 'offline', a clean stop, not its will "
+          f"({statuses[-1]['body'] if statuses else None})")
+    for n in ("mqtt-anon", "mqtt-wrong"):
+        got = messages(out, n)
+        connacks = [m for m in got if "connack" in m]
+        seen = [m for m in got if "topic" in m]
+        print(f"  {n}: CONNACK {connacks[0]['why'] if connacks else '(none)'}; "
+              f"{len(seen)} messages")
+        check(connacks and connacks[0]["connack"] != 0 and not seen,
+              f"{n}: refused, sees no decision")
+    print(f"  mosquitto_sub without TLS: rc {plain.returncode}, "
+          f"{(plain.stderr or plain.stdout).strip()[:120]!r}")
+    check(plain.returncode != 0 and "sattn/" not in plain.stdout,
+          "a client without TLS sees nothing")
+    sub_out = open(os.path.join(out, "mqtt-mosquitto_sub.log")).read().splitlines()
+    print("  mosquitto_sub -t 'sattn/#' -v (first lines):")
+    for l in sub_out[:6]:
+        print("    " + l[:300])
+    check(any(l.startswith("sattn/s1/class ") for l in sub_out),
+          "mosquitto_sub shows decisions arriving")
+    leaks = []
+    for root, _d, files in os.walk(out):
+        for fn in files:
+            if fn.endswith((".log", ".out", ".jsonl")) or fn == "mosquitto.log":
+                txt = open(os.path.join(root, fn), errors="replace").read()
+                if MQTT_PASS in txt or PASS in txt:
+                    leaks.append(fn)
+    check(not leaks, f"no secret in any log ({leaks})")
+
+
 def main():
     if sys.argv[1] == "--rogue":
         return rogue_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
                           sys.argv[5])
+    if sys.argv[1] == "--subscribe":
+        return subscribe_main(*sys.argv[2:6], float(sys.argv[6]), sys.argv[7],
+                              sys.argv[8])
     if sys.argv[1] == "--evil-sensor":
         return evil_main(sys.argv[2], sys.argv[3], int(sys.argv[4]),
                          float(sys.argv[5]))
@@ -824,7 +1146,8 @@ def main():
                 {"basic": case_basic, "timing": case_timing,
                  "refused": case_refused, "restart": case_restart,
                  "stall": case_stall, "many": case_many,
-                 "flood": case_flood, "isolation": case_isolation}[c](where)
+                 "flood": case_flood, "isolation": case_isolation,
+                 "mqtt": case_mqtt}[c](where)
             except Exception as e:      # judged below
                 raised = e
             unbound = [f for f in os.listdir(where) if f.endswith(".log") and
