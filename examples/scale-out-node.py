@@ -624,12 +624,19 @@ class Branch:
             self.admission = Admission(w.node, None, w.srt.handshakes)
             w.srt.admit(el("out"), self.admission)
 
+        first = [True]
+
         def count(_pad, info):
             buf = info.get_buffer()
             self.buffers += 1
             self.frames += buf.get_size() // (4 * CHANNELS * w.frame_size)
-            if buf.has_flags(Gst.BufferFlags.DISCONT):
+            # a new pipeline's first buffer starts sattn's window as a
+            # DISCONT does: its first decision is flagged
+            if first[0] or buf.has_flags(Gst.BufferFlags.DISCONT):
                 self.disconts.append(buf.pts)
+            if first[0]:
+                first[0] = False
+                self.log(f"first buffer (pts {buf.pts}) in sattn, epoch {self.epoch}")
             return Gst.PadProbeReturn.OK
 
         el(f"sattn{self.i}").get_static_pad("sink").add_probe(Gst.PadProbeType.BUFFER, count)

@@ -595,6 +595,8 @@ def rogue_main(addr, n, seconds, streamid):
 def load_node():
     """examples/scale-out-node.py as a module (its name has dashes)."""
     import importlib.util
+    import gi
+    gi.require_version("Gst", "1.0")
     spec = importlib.util.spec_from_file_location("scale_out_node", NODE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -656,8 +658,8 @@ def evil_main(addr, sensor_id, good, seconds):
     (k - 1) % 3: one flipped bit in a GDP header, a caps change to
     S16LE, a GDP packet declaring 64 MiB (then 512 KiB of it)."""
     import threading
-    from gi.repository import Gst
     nodemod = load_node()
+    from gi.repository import Gst
     Gst.init(None)
     srt = nodemod.Srt()
     node = nodemod.Node("appsrc name=src format=bytes is-live=true "
@@ -802,10 +804,10 @@ CLASSES = ("frame-size=2 window=64 hop=64 output=classes message-interval=0 "
            "post-messages=true")
 
 
-def classes_sattn():
+def classes_sattn(health=True):
     root = os.environ.get("SATTN_SOURCE_ROOT", os.path.dirname(HERE))
     return (f"weights={os.path.join(root, 'tests', 'data', 'whole_f8_c4.safetensors')} "
-            + CLASSES)
+            + (CLASSES if health else CLASSES.replace(" post-messages=true", "")))
 
 
 def free_tcp_port():
@@ -1114,6 +1116,219 @@ def case_mqtt(out):
     check(not leaks, f"no secret in any log ({leaks})")
 
 
+def log_lines(path):
+    """(monotonic s, text) of a node's log."""
+    out = []
+    for l in open(path, errors="replace"):
+        m = re.match(r"^\S+ \[([0-9.]+)\]: (.*)$", l.rstrip("\n"))
+        if m:
+            out.append((float(m.group(1)), m.group(2)))
+    return out
+
+
+def case_takeover(out, n=1, how="kill"):
+    """Two workers given the same n sensors; A serves, B stands by; A is
+    killed (SIGKILL) or frozen (SIGSTOP, then SIGCONT: the split-brain
+    attempt)."""
+    tag = {"kill": "takeover", "stop": "split-brain"}[how]
+    print(f"{tag}: {n} sensor(s), two workers (wa serves, wb stands by); wa "
+          + ("killed (SIGKILL)" if how == "kill" else
+             "frozen (SIGSTOP) for 3.5 s, then let go (SIGCONT): it comes back "
+             "believing it serves"), flush=True)
+    broker = Broker(out)
+    broker.start()
+    buffers = {"kill": 600, "stop": 1000}[how] if n == 1 else 500
+    p = free_ports(3 * n)
+    sens_addr, a_out, b_out = p[:n], p[n:2 * n], p[2 * n:]
+    ids = [f"s{i}" for i in range(n)]
+    spec = ",".join(f"{sid}={a}" for sid, a in zip(ids, sens_addr))
+    sub = subscriber(out, f"{tag}-sub", broker, f"{tag}-subscriber")
+    coll = {w: node(out, f"{tag}-collector-{w}", "collector", "--workers",
+                    ",".join(addrs), "--out", os.path.join(out, f"{tag}-rows-{w}"),
+                    limit=3 * LIMIT)
+            for w, addrs in (("wa", a_out), ("wb", b_out))}
+    be = broker.env()
+    workers = {}
+    workers["wa"] = node(out, f"{tag}-wa", "worker", "--id", "wa", "--sensors", spec,
+                         "--listen", ",".join(a_out), "--sattn", classes_sattn(False),
+                         "--mqtt", broker.url, e=be, limit=3 * LIMIT)
+    alog = os.path.join(out, f"{tag}-wa.log")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (
+            os.path.exists(alog) and sum("serving, epoch" in l for l in open(alog)) >= n):
+        time.sleep(0.05)
+    workers["wb"] = node(out, f"{tag}-wb", "worker", "--id", "wb", "--sensors", spec,
+                         "--listen", ",".join(b_out), "--sattn", classes_sattn(False),
+                         "--mqtt", broker.url, e=be, limit=3 * LIMIT)
+    sens = [node(out, f"{tag}-sensor-{sid}", "sensor", "--listen", a, "--id", sid,
+                 "--buffers", str(buffers), "--stream", str(i), "--push-log",
+                 os.path.join(out, f"{tag}-sensor-{sid}.push"), limit=3 * LIMIT)
+            for i, (sid, a) in enumerate(zip(ids, sens_addr))]
+    pushes = [os.path.join(out, f"{tag}-sensor-{sid}.push") for sid in ids]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(
+            os.path.exists(x) and sum(1 for _ in open(x)) >= 200 for x in pushes):
+        time.sleep(0.05)
+    wa_pid = child_pid(workers["wa"])
+    blog = os.path.join(out, f"{tag}-wb.log")
+    standby = sum("standby (served by wa" in l for l in open(blog))
+    check(standby == n, f"wb stands by for the {n} sensor(s) wa serves ({standby})")
+    # wa's CPU with the publisher running, over 2 s of steady streams
+    cpu0, t0 = proc_cpu(wa_pid), time.monotonic()
+    time.sleep(2.0)
+    cpu1, t1 = proc_cpu(wa_pid), time.monotonic()
+    print(f"  wa (MQTT publisher on, {n} stream(s), 125 decisions a second "
+          f"each): CPU {100 * (cpu1 - cpu0) / (t1 - t0) / n:.1f} % "
+          f"of a core per stream (load average {os.getloadavg()[0]:.1f})")
+    if how == "kill":
+        os.killpg(workers["wa"].pid, signal.SIGKILL)
+        t_kill = time.monotonic()
+        workers["wa"].wait()
+    else:
+        os.kill(wa_pid, signal.SIGSTOP)
+        t_kill = time.monotonic()
+        time.sleep(3.5)
+        os.kill(wa_pid, signal.SIGCONT)
+        t_cont = time.monotonic()
+        # The sensor's own fence: a caller with the passphrase naming wa's
+        # old epoch (as wa's srtsrc would, reconnecting before it learns).
+        stale = start(out, f"{tag}-stale", [
+            PY, os.path.abspath(__file__), "--stale-caller", sens_addr[0],
+            f"#!::r={ids[0]},u=wa,s=1", "1.5"])
+        finish(stale, "stale caller")
+    for q, name in zip(sens, [f"sensor {s}" for s in ids]):
+        finish(q, name, 3 * LIMIT)
+    finish(workers["wb"], "worker wb", 3 * LIMIT)
+    if how == "stop":
+        finish(workers["wa"], "worker wa (came back, stepped back, ended)", 3 * LIMIT)
+    finish(coll["wb"], "collector of wb", 3 * LIMIT)
+    for q in [coll["wa"], sub]:
+        if q.poll() is None:
+            os.kill(child_pid(q), signal.SIGTERM)
+        q.wait()
+    broker.stop()
+    msgs = messages(out, f"{tag}-sub")
+    blines = log_lines(blog)
+    alines = log_lines(alog)
+    for t, l in blines:
+        if "serving, epoch 2" in l and t > t_kill - 1:
+            print(f"  wb +{t - t_kill:.3f} s: {l}")
+            break
+    if how == "stop":
+        print(f"  wa frozen at 0.000 s, let go at +{t_cont - t_kill:.3f} s")
+        for t, l in alines:
+            if t > t_kill and ("stepping back" in l or "discarded" in l or
+                               "stopped:" in l or "lost the broker" in l or
+                               "connected to the broker" in l):
+                print(f"  wa +{t - t_kill:.3f} s: {l}")
+        for t, l in alines:
+            if "mqtt:" in l:
+                print(f"  wa: {l}")
+    lat = []
+    for i, sid in enumerate(ids):
+        decs = decisions_of(msgs, sid)
+        decs = list({(m["body"]["worker"], m["body"]["seq"]): m for m in decs}.values())
+        da = sorted([m for m in decs if m["body"]["worker"] == "wa"],
+                    key=lambda m: m["body"]["seq"])
+        db = sorted([m for m in decs if m["body"]["worker"] == "wb"],
+                    key=lambda m: m["body"]["seq"])
+        ta = [m["body"]["timestamp"] for m in da]
+        tb = [m["body"]["timestamp"] for m in db]
+        both = ta + tb
+        ok_once = len(set(both)) == len(both)
+        ok_order = not ta or not tb or max(ta) < min(tb)
+        slog = log_lines(os.path.join(out, f"{tag}-sensor-{sid}.log"))
+        conn = [(t, l) for t, l in slog if "worker connected" in l and "(epoch 2)" in l]
+        refused = [(t, l) for t, l in slog if "refused a caller" in l]
+        push = np.loadtxt(pushes[i], dtype=np.int64).reshape(-1, 2)
+        k_kill = int(np.searchsorted(push[:, 1], int(t_kill * 1e9)))
+        k_conn = int(conn[0][1].split("epoch 2), ")[1].split()[0]) if conn else -1
+        ms = 10  # a sensor buffer: 10 ms
+        a_end = (ta[-1] + da[-1]["body"]["duration"]) // 1_000_000 if ta else 0
+        b_start = tb[0] // 1_000_000 if tb else -1
+        first_b = db[0] if db else None
+        resume = conn[0][0] - t_kill if conn else float("inf")
+        wb_first = [t for t, l in blines if f"sensor {sid}: first buffer" in l
+                    and "epoch 2" in l]
+        in_sattn = wb_first[0] - t_kill if wb_first else float("inf")
+        dec_lat = (first_b["t"] / 1e9 - t_kill) if first_b else float("inf")
+        lat.append((resume, in_sattn, dec_lat))
+        print(f"  {sid}: wa decided {len(da)} windows (to {a_end} ms of signal), wb "
+              f"{len(db)} (from {b_start} ms), each window once: {ok_once}, wa's all "
+              f"before wb's: {ok_order}; after the {'kill' if how == 'kill' else 'freeze'}: "
+              f"sensor called by wb (epoch 2) +{resume:.3f} s, its frames in wb's sattn "
+              f"+{in_sattn:.3f} s, wb's first decision at the subscriber +{dec_lat:.3f} s "
+              f"(DISCONT: {first_b['body']['discont'] if first_b else None})")
+        print(f"    frames lost {a_end}..{b_start} ms = {b_start - a_end} ms: "
+              f"{k_kill * ms - a_end} ms were inside wa when it "
+              f"{'died' if how == 'kill' else 'froze'} (SRT's latency budget, its "
+              f"queue, the window being filled), {b_start - k_kill * ms} ms were "
+              f"sent while no live worker was connected (buffers {k_kill}.."
+              f"{b_start // ms - 1}; the sensor logged wb's connection at {k_conn} "
+              f"buffers pushed)")
+        if refused:
+            print(f"    sensor {sid}: {refused[-1][1]}")
+        check(ok_once and ok_order, f"{sid}: no window decided twice, wa's before wb's")
+        check(first_b is not None and first_b["body"]["discont"] is True,
+              f"{sid}: wb's first decision is DISCONT, on sattn/{sid}/class")
+        check(a_end <= k_kill * ms <= b_start and abs(b_start - k_conn * ms) <= ms
+              and b_start % ms == 0,
+              f"{sid}: every lost frame accounted for (wb's first frame is the first "
+              "of the buffer the sensor pushed when wb connected)")
+        if how == "kill":
+            check(in_sattn <= 1.0, f"{sid}: resumed by the standby within 1 s "
+                  f"(its frames in wb's sattn {in_sattn:.3f} s after the kill)")
+        rows_b = os.path.join(out, f"{tag}-rows-wb" + (f"-{i}" if n > 1 else ""))
+        match_rows(f"{sid} (wb)", db, rows_b)
+    if n > 1:
+        r, f, d = (np.array([x[j] for x in lat]) for j in range(3))
+        print(f"  after the kill, over the {n} sensors (median / max, s): sensor called "
+              f"by wb {np.median(r):.3f} / {r.max():.3f}, frames in wb's sattn "
+              f"{np.median(f):.3f} / {f.max():.3f}, wb's first decision at the "
+              f"subscriber {np.median(d):.3f} / {d.max():.3f}")
+    if how == "stop":
+        stepped = [l for _, l in alines if "stepping back" in l]
+        check(stepped, "wa, back, saw wb's claim (epoch 2) and stepped back")
+        late_a = [m for m in msgs if m.get("topic") == "sattn/s0/class" and
+                  m["body"]["worker"] == "wa" and db and m["t"] > db[0]["t"]]
+        print(f"  wa decisions delivered after wb's first: {len(late_a)} (made "
+              "before the freeze, while wa held the lease)")
+        stale = open(os.path.join(out, f"{tag}-stale.log")).read().strip().splitlines()
+        refusal = [l for _, l in log_lines(os.path.join(out, f"{tag}-sensor-s0.log"))
+                   if "epoch 1 of worker 'wa' is below 2" in l]
+        print(f"  {stale[-1] if stale else '(no stale caller output)'}; sensor: "
+              f"{refusal[0] if refusal else '(no refusal)'}")
+        check(refusal and stale and " 0 bytes" in stale[-1],
+              "the sensor refuses a caller naming wa's old epoch")
+
+
+def stale_main(addr, streamid, seconds):
+    """A caller with the passphrase (from the environment) and a stream id
+    naming an old epoch: what a worker that lost its sensor would send."""
+    nodemod = load_node()
+    from gi.repository import Gst
+    Gst.init(None)
+    srt = nodemod.Srt()
+    p = Gst.parse_launch("srtsrc name=in ! fakesink name=sink signal-handoffs=true")
+    srt.configure(p.get_by_name("in"), addr, "caller", streamid)
+    got = [0]
+    p.get_by_name("sink").connect("handoff", lambda _s, b, _p: got.__setitem__(
+        0, got[0] + b.get_size()))
+    p.set_state(Gst.State.PLAYING)
+    time.sleep(seconds)
+    p.set_state(Gst.State.NULL)
+    print(f"stale caller {streamid!r}: {got[0]} bytes received in {seconds} s")
+    return 0
+
+
+def proc_cpu(pid):
+    try:
+        st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
 def main():
     if sys.argv[1] == "--rogue":
         return rogue_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
@@ -1121,6 +1336,8 @@ def main():
     if sys.argv[1] == "--subscribe":
         return subscribe_main(*sys.argv[2:6], float(sys.argv[6]), sys.argv[7],
                               sys.argv[8])
+    if sys.argv[1] == "--stale-caller":
+        return stale_main(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     if sys.argv[1] == "--evil-sensor":
         return evil_main(sys.argv[2], sys.argv[3], int(sys.argv[4]),
                          float(sys.argv[5]))
@@ -1147,7 +1364,9 @@ def main():
                  "refused": case_refused, "restart": case_restart,
                  "stall": case_stall, "many": case_many,
                  "flood": case_flood, "isolation": case_isolation,
-                 "mqtt": case_mqtt}[c](where)
+                 "mqtt": case_mqtt, "takeover": case_takeover,
+                 "split-brain": lambda o: case_takeover(o, 1, "stop"),
+                 "takeover-8x2": lambda o: case_takeover(o, 8, "kill")}[c](where)
             except Exception as e:      # judged below
                 raised = e
             unbound = [f for f in os.listdir(where) if f.endswith(".log") and
