@@ -194,6 +194,10 @@ def start_loop(client, log=None):
                 continue
             if client._state == mqtt.mqtt_cs_disconnecting:
                 break
+    # as loop_start(): the socket pair by which publish() from another
+    # thread wakes the loop's select() (without it a message waits for
+    # the select's 1 s timeout)
+    client._sockpairR, client._sockpairW = mqtt._socketpair_compat()
     client._thread_terminate = False
     client._thread = threading.Thread(target=run, daemon=True, name="mqtt-net")
     client._thread.start()
@@ -230,6 +234,7 @@ class Publisher:
         self.pending_drop = collections.Counter() # dropped since the last decision
         self.seq = collections.Counter()
         self.inflight = {}                        # mid -> (sensor, send time)
+        self.first_ack = {}
         self.connected = False
         self.connects = 0
         self.refused = None
@@ -300,9 +305,21 @@ class Publisher:
             item = self.inflight.pop(mid, None)
             if item is not None and item[0] is not None:
                 self.published[item[0]] += 1
+                if item[0] in self.first_ack:
+                    del self.first_ack[item[0]]
+                    self.log(f"sensor {item[0]}: its first message since it started "
+                             f"acknowledged by the broker "
+                             f"({1000 * (time.monotonic() - item[1]):.1f} ms after "
+                             "it was handed to paho)")
             self.cv.notify_all()
         for hook in self.listeners:
             hook("published", mid)
+
+    def mark(self, sensor):
+        """Log when the broker acknowledges the sensor's next message (a
+        stream that starts or is taken over)."""
+        with self.cv:
+            self.first_ack[sensor] = True
 
     # ------------------------------------------------------- node side
     def add_sensor(self, sensor):
@@ -451,7 +468,9 @@ class Coordinator:
     accepted, so a worker that comes back cannot call it again.
     """
 
-    def __init__(self, pub, worker, sensors, on_serve, on_stop, log):
+    def __init__(self, pub, worker, sensors, on_serve, on_stop, log,
+                 on_standby=None):
+        self.on_standby = on_standby or (lambda sensor: None)
         self.pub = pub
         self.me = worker
         self.sensors = list(sensors)
@@ -541,6 +560,7 @@ class Coordinator:
                         self.log(f"sensor {s}: stepping back: {why}")
                         self.pub.discard(s, why)
                         self.on_stop(s, why)
+                        self.on_standby(s)
                     else:
                         self.log(f"sensor {s}: worker {w} claimed it with epoch {e}; "
                                  f"ours ({self.epoch[s]}, {self.me}) is higher: claimed again")
@@ -636,6 +656,7 @@ class Coordinator:
                         self.role[s] = "standby"
                         self.log(f"sensor {s}: standby (served by "
                                  f"{claim.get('worker')}, epoch {claim.get('epoch')})")
+                        self.on_standby(s)
                     continue
                 epoch = int((claim or {}).get("epoch", 0) or 0) + 1
                 self.role[s] = "serving"

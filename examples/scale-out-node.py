@@ -592,7 +592,7 @@ class Branch:
         self.disconts = collections.deque()
         self.wall = None           # (unix ns, pts) from the sensor's tag
         self.admission = None
-        self.failed_now = False
+        self.prepared = False
 
     def log(self, msg):
         self.w.node.log(f"sensor {self.sensor}: {msg}")
@@ -687,14 +687,30 @@ class Branch:
                                      int(Gst.StreamError.DECODE))
         element.post_message(Gst.Message.new_error(element, err, why))
 
+    def prepare(self):
+        """A standby's branch: built and in READY (sockets not opened), so
+        that a takeover only names its epoch and plays it."""
+        if self.p is None and self.state not in ("running", "ending"):
+            self.build()
+            self.p.set_state(Gst.State.READY)
+            self.prepared = True
+        return GLib.SOURCE_REMOVE
+
     def start(self, epoch=None):
         if epoch is not None:
             self.epoch = epoch
         if self.timer:
             GLib.source_remove(self.timer)
             self.timer = None
-        self.teardown()
-        self.build()
+        if self.prepared and self.p is not None:
+            self.p.get_by_name("in").set_property(
+                "streamid", make_streamid(self.sensor, self.w.id, self.epoch))
+        else:
+            self.teardown()
+            self.build()
+        self.prepared = False
+        if self.w.pub is not None:
+            self.w.pub.mark(self.sensor)
         self.state = "running"
         self.started = time.monotonic()
         self.log(f"calling {self.addr} (epoch {self.epoch})")
@@ -703,6 +719,7 @@ class Branch:
         return GLib.SOURCE_REMOVE
 
     def teardown(self):
+        self.prepared = False
         if self.p is not None:
             self.p.get_bus().remove_signal_watch()
             self.p.set_state(Gst.State.NULL)
@@ -819,7 +836,7 @@ class Worker:
         self.by_sensor = {b.sensor: b for b in self.branches}
         if len(self.by_sensor) != len(self.branches):
             die("worker: a sensor id appears twice")
-        self.pub = self.coord = self.cache = None
+        self.pub = self.coord = self.cache = self.warm = None
         if a.mqtt:
             try:
                 cfg = sattn_mqtt.Config(a.mqtt)
@@ -831,10 +848,25 @@ class Worker:
                     self.pub, self.id, list(self.by_sensor),
                     lambda s, e: GLib.idle_add(self.by_sensor[s].start, e),
                     lambda s, why: GLib.idle_add(self.by_sensor[s].stop, "fenced", why),
-                    self.node.log)
+                    self.node.log,
+                    on_standby=lambda s: GLib.idle_add(self.standby, s))
                 self.pub.may_send = self.coord.may_send
             except sattn_mqtt.ConfigError as e:
                 die(str(e))
+
+    def standby(self, sensor):
+        """Hot standby: the branch built and in READY, and the model loaded
+        (a sattn with the same properties kept in PAUSED holds it in
+        sattn's model cache, which the takeover's sattn then shares)."""
+        if self.warm is None:
+            self.warm = Gst.parse_launch(
+                f"appsrc caps={CAPS} format=time ! sattn {self.a.sattn} ! "
+                "fakesink async=false")
+            self.warm.set_state(Gst.State.PAUSED)
+        b = self.by_sensor[sensor]
+        if b.state in ("idle", "fenced"):
+            b.prepare()
+        return GLib.SOURCE_REMOVE
 
     def publish(self, b, s):
         name = s.get_name()
@@ -925,6 +957,8 @@ class Worker:
         for b in self.branches:
             if b.state not in ("ended",):
                 b.teardown()
+        if self.warm is not None:
+            self.warm.set_state(Gst.State.NULL)
         if self.coord is not None:
             # What is queued goes out while this worker still holds its
             # sensors (the lease runs on), then they are released.

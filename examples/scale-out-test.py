@@ -928,7 +928,6 @@ def subscribe_main(url, cafile, path, client_id, seconds, user, topic):
         f.write(json.dumps({"topic": m.topic, "t": time.monotonic_ns(),
                             "retain": bool(m.retain),
                             "payload": m.payload.decode(errors="replace")}) + "\n")
-        f.flush()
 
     c.on_connect = on_connect
     c.on_message = on_message
@@ -944,6 +943,7 @@ def subscribe_main(url, cafile, path, client_id, seconds, user, topic):
             break
         time.sleep(0.05)
     c.disconnect()
+    f.flush()
     sattn_mqtt.stop_loop(c)
     return 0
 
@@ -1251,13 +1251,17 @@ def case_takeover(out, n=1, how="kill"):
         wb_first = [t for t, l in blines if f"sensor {sid}: first buffer" in l
                     and "epoch 2" in l]
         in_sattn = wb_first[0] - t_kill if wb_first else float("inf")
+        wb_ack = [t for t, l in blines if f"sensor {sid}: its first message" in l
+                  and t > t_kill]
+        acked = wb_ack[0] - t_kill if wb_ack else float("inf")
         dec_lat = (first_b["t"] / 1e9 - t_kill) if first_b else float("inf")
-        lat.append((resume, in_sattn, dec_lat))
+        lat.append((resume, in_sattn, acked, dec_lat))
         print(f"  {sid}: wa decided {len(da)} windows (to {a_end} ms of signal), wb "
               f"{len(db)} (from {b_start} ms), each window once: {ok_once}, wa's all "
               f"before wb's: {ok_order}; after the {'kill' if how == 'kill' else 'freeze'}: "
               f"sensor called by wb (epoch 2) +{resume:.3f} s, its frames in wb's sattn "
-              f"+{in_sattn:.3f} s, wb's first decision at the subscriber +{dec_lat:.3f} s "
+              f"+{in_sattn:.3f} s, wb's first decision acknowledged by the broker "
+              f"+{acked:.3f} s, at the subscriber +{dec_lat:.3f} s "
               f"(DISCONT: {first_b['body']['discont'] if first_b else None})")
         print(f"    frames lost {a_end}..{b_start} ms = {b_start - a_end} ms: "
               f"{k_kill * ms - a_end} ms were inside wa when it "
@@ -1271,21 +1275,23 @@ def case_takeover(out, n=1, how="kill"):
         check(ok_once and ok_order, f"{sid}: no window decided twice, wa's before wb's")
         check(first_b is not None and first_b["body"]["discont"] is True,
               f"{sid}: wb's first decision is DISCONT, on sattn/{sid}/class")
-        check(a_end <= k_kill * ms <= b_start and abs(b_start - k_conn * ms) <= ms
+        check(a_end <= k_kill * ms <= b_start and abs(b_start - k_conn * ms) <= 5 * ms
               and b_start % ms == 0,
               f"{sid}: every lost frame accounted for (wb's first frame is the first "
-              "of the buffer the sensor pushed when wb connected)")
+              "of a sensor buffer, pushed when wb connected: the sensor's log of the "
+              "connection within 5 buffers)")
         if how == "kill":
             check(in_sattn <= 1.0, f"{sid}: resumed by the standby within 1 s "
                   f"(its frames in wb's sattn {in_sattn:.3f} s after the kill)")
         rows_b = os.path.join(out, f"{tag}-rows-wb" + (f"-{i}" if n > 1 else ""))
         match_rows(f"{sid} (wb)", db, rows_b)
     if n > 1:
-        r, f, d = (np.array([x[j] for x in lat]) for j in range(3))
+        r, f, a, d = (np.array([x[j] for x in lat]) for j in range(4))
         print(f"  after the kill, over the {n} sensors (median / max, s): sensor called "
               f"by wb {np.median(r):.3f} / {r.max():.3f}, frames in wb's sattn "
-              f"{np.median(f):.3f} / {f.max():.3f}, wb's first decision at the "
-              f"subscriber {np.median(d):.3f} / {d.max():.3f}")
+              f"{np.median(f):.3f} / {f.max():.3f}, wb's first decision acknowledged "
+              f"by the broker {np.median(a):.3f} / {a.max():.3f}, at the subscriber "
+              f"{np.median(d):.3f} / {d.max():.3f}")
     if how == "stop":
         stepped = [l for _, l in alines if "stepping back" in l]
         check(stepped, "wa, back, saw wb's claim (epoch 2) and stepped back")
