@@ -1335,6 +1335,59 @@ def proc_cpu(pid):
         return 0.0
 
 
+def case_mqtt_cpu(out, n=8):
+    print(f"mqtt-cpu: what the publisher costs: one worker, {n} sensors, "
+          "output=classes every window (125 decisions and 125 health messages a "
+          "second a stream), with and without --mqtt, the same 3 s measured",
+          flush=True)
+    broker = Broker(out)
+    broker.start()
+    sub = subscriber(out, "cpu-sub", broker, "cpu-subscriber")
+    res = {}
+    for mode in ("without", "with"):
+        p = free_ports(n)
+        ids = [f"c{i}" for i in range(n)]
+        spec = ",".join(f"{sid}={a}" for sid, a in zip(ids, p))
+        args = ["worker", "--id", f"cpu-{mode}", "--sensors", spec,
+                "--sattn", classes_sattn()]
+        if mode == "with":
+            args += ["--mqtt", broker.url]
+        w = node(out, f"cpu-worker-{mode}", *args, e=broker.env())
+        sens = [node(out, f"cpu-sensor-{mode}-{sid}", "sensor", "--listen", a,
+                     "--id", sid, "--buffers", "700", "--stream", str(i),
+                     "--push-log", os.path.join(out, f"cpu-{mode}-{sid}.push"))
+                for i, (sid, a) in enumerate(zip(ids, p))]
+        pushes = [os.path.join(out, f"cpu-{mode}-{sid}.push") for sid in ids]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+                os.path.exists(x) and sum(1 for _ in open(x)) >= 150 for x in pushes):
+            time.sleep(0.05)
+        wpid = child_pid(w)
+        c0, t0 = proc_cpu(wpid), time.monotonic()
+        time.sleep(3.0)
+        c1, t1 = proc_cpu(wpid), time.monotonic()
+        res[mode] = 100 * (c1 - c0) / (t1 - t0) / n
+        for q, name in zip(sens, [f"sensor {s}" for s in ids]):
+            finish(q, name)
+        finish(w, f"worker ({mode} MQTT)")
+        print(f"  {mode} MQTT: worker CPU {res[mode]:.1f} % of a core per stream "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)",
+              flush=True)
+    os.kill(child_pid(sub), signal.SIGTERM)
+    sub.wait()
+    broker.stop()
+    acked = [l for _, l in log_lines(os.path.join(out, "cpu-worker-with.log"))
+             if l.startswith("mqtt:")]
+    counts = [int(x) for x in re.findall(r"published (\d+) dropped 0 fenced 0",
+                                         acked[0] if acked else "")]
+    print(f"  the publisher adds {res['with'] - res['without']:.1f} % of a core per "
+          f"stream for 250 messages a second (so ~"
+          f"{(res['with'] - res['without']) / 250 * 1000:.0f} % of a core per 1000 "
+          f"messages a second); worker log: {acked[0] if acked else '(none)'}")
+    check(counts == [2 * 875] * n, f"the broker acknowledged every message of the {n} "
+          "streams (875 decisions and 875 health messages each), none dropped")
+
+
 def main():
     if sys.argv[1] == "--rogue":
         return rogue_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
@@ -1372,7 +1425,8 @@ def main():
                  "flood": case_flood, "isolation": case_isolation,
                  "mqtt": case_mqtt, "takeover": case_takeover,
                  "split-brain": lambda o: case_takeover(o, 1, "stop"),
-                 "takeover-8x2": lambda o: case_takeover(o, 8, "kill")}[c](where)
+                 "takeover-8x2": lambda o: case_takeover(o, 8, "kill"),
+                 "mqtt-cpu": case_mqtt_cpu}[c](where)
             except Exception as e:      # judged below
                 raised = e
             unbound = [f for f in os.listdir(where) if f.endswith(".log") and
