@@ -524,46 +524,92 @@ def run_sensor(a):
 
 class GdpGuard:
     """The GDP framing of what a sensor sends, checked before gdpdepay
-    buffers it: a packet (62-byte header, then the payload its header
-    declares) may declare at most SATTN_GDP_MAX_PAYLOAD bytes (default
-    1 MiB), so a sensor cannot make a worker hold 64 MB (or 4 GB) for one
-    buffer.  gdpdepay checks the header's CRC and the rest."""
+    sees it (gdpdepay checks each header's CRC, and trusts the rest):
+    - a packet (62-byte header, then the payload its header declares) may
+      declare at most SATTN_GDP_MAX_PAYLOAD bytes (default 1 MiB), so a
+      sensor cannot make a worker hold 64 MB (or 4 GB) for one buffer;
+    - every connection begins with a stream-start event;
+    - a caps packet holds fixed audio/x-raw caps (gdpdepay would set any
+      caps it is given, unfixed ones with a GLib critical).
+    A violation is a stream error in the branch: it restarts alone."""
 
     HEADER = 62
+    BUFFER, CAPS = 1, 2                       # GST_DP_PAYLOAD_BUFFER, _CAPS
+    STREAM_START = 64 + int(Gst.EventType.STREAM_START)
+    SEGMENT = 64 + int(Gst.EventType.SEGMENT)
+    # what a sensor sends: buffers, caps, and these events (SEGMENT_DONE
+    # is the end marker)
+    ALLOWED = {BUFFER, CAPS, STREAM_START, SEGMENT} | {
+        64 + int(e) for e in (Gst.EventType.TAG, Gst.EventType.SEGMENT_DONE,
+                              Gst.EventType.GAP)}
 
     def __init__(self, fail, limit):
         self.fail = fail
         self.limit = limit
+        self.dead = False
+        self.reset()
+
+    def reset(self):
         self.hdr = bytearray()
         self.skip = 0
-        self.dead = False
+        self.caps = None
+        self.first = True
+        self.segment = False
+
+    def _bad(self, why):
+        self.dead = True
+        self.fail(why)
+        return Gst.PadProbeReturn.DROP
 
     def probe(self, _pad, info):
         buf = info.get_buffer()
         if self.dead:
             return Gst.PadProbeReturn.DROP
         if buf.has_flags(Gst.BufferFlags.DISCONT):
-            self.hdr.clear()         # a new connection: gdpdepay starts afresh too
-            self.skip = 0
+            self.reset()             # a new connection: gdpdepay starts afresh too
         data = buf.extract_dup(0, buf.get_size())
         i, n = 0, len(data)
         while i < n:
             if self.skip:
                 take = min(self.skip, n - i)
+                if self.caps is not None:
+                    self.caps += data[i:i + take]
                 self.skip -= take
                 i += take
+                if self.skip == 0 and self.caps is not None:
+                    text = bytes(self.caps).split(b"\0", 1)[0].decode("utf-8", "replace")
+                    self.caps = None
+                    caps = Gst.Caps.from_string(text) if text else None
+                    if caps is None or not caps.is_fixed() or caps.get_size() != 1 or \
+                            caps.get_structure(0).get_name() != "audio/x-raw":
+                        return self._bad(f"a GDP caps packet holds {text[:80]!r}, not "
+                                         "fixed audio/x-raw caps")
                 continue
             take = min(self.HEADER - len(self.hdr), n - i)
             self.hdr += data[i:i + take]
             i += take
             if len(self.hdr) == self.HEADER:
                 size = int.from_bytes(self.hdr[6:10], "big")
+                ptype = int.from_bytes(self.hdr[4:6], "big")
                 if size > self.limit:
-                    self.dead = True
-                    self.fail(f"a GDP packet declares a payload of {size} bytes, "
-                              f"over the bound of {self.limit} "
-                              "(SATTN_GDP_MAX_PAYLOAD)")
-                    return Gst.PadProbeReturn.DROP
+                    return self._bad(f"a GDP packet declares a payload of {size} bytes, "
+                                     f"over the bound of {self.limit} "
+                                     "(SATTN_GDP_MAX_PAYLOAD)")
+                if self.first and ptype != self.STREAM_START:
+                    return self._bad("the stream does not begin with stream-start "
+                                     f"(GDP packet type {ptype})")
+                self.first = False
+                if ptype not in self.ALLOWED:
+                    return self._bad(f"a GDP packet of type {ptype}, which a sensor "
+                                     "does not send")
+                if ptype == self.SEGMENT:
+                    self.segment = True
+                elif ptype == self.BUFFER and not self.segment:
+                    return self._bad("a GDP buffer before any segment")
+                if ptype == self.CAPS:
+                    if size > 65536:
+                        return self._bad(f"a GDP caps packet of {size} bytes")
+                    self.caps = bytearray()
                 self.skip = size
                 self.hdr.clear()
         return Gst.PadProbeReturn.OK
@@ -648,13 +694,18 @@ class Branch:
         """The stream must name this branch's sensor (the sensor's tag)
         before its first buffer, on every connection."""
         pad = depay.get_static_pad("src")
-        st = {"named": False}
+        st = {"named": False, "started": False}
 
         def probe(_pad, info):
             if info.type & Gst.PadProbeType.EVENT_DOWNSTREAM:
                 ev = info.get_event()
                 if ev.type == Gst.EventType.STREAM_START:
                     st["named"] = False
+                    st["started"] = True
+                elif not st["started"]:
+                    # a stream that does not start with stream-start (GDP
+                    # bytes lost or forged): nothing of it goes on
+                    return Gst.PadProbeReturn.DROP
                 elif ev.type == Gst.EventType.TAG:
                     tl = ev.parse_tag()
                     for k in range(tl.get_tag_size("extended-comment")):
