@@ -700,6 +700,7 @@ def main():
     pipeline = Gst.parse_launch(" ".join(a.pipeline))
     loop = GLib.MainLoop()
     status = [0]
+    seen = [False]
 
     def on_message(_bus, msg):
         if msg.type == Gst.MessageType.ELEMENT:
@@ -707,15 +708,23 @@ def main():
             if s is None:
                 return
             extra = {"sensor": a.sensor, "worker": pub.node, "epoch": 0}
+            # the wall-clock time of the message's running time: now, less
+            # how far the pipeline's clock is past it
+            wall = None
+            ok, rt = s.get_uint64("running-time")
+            clock = pipeline.get_clock()
+            if ok and clock is not None:
+                wall = time.time_ns() - (clock.get_time() - pipeline.get_base_time() - rt)
             if s.get_name() == "sattn-class":
                 d = class_json(s)
-                d.update(extra, **{"wall-clock": wall_iso(time.time_ns()),
-                                   "wall-clock-ns": time.time_ns(),
-                                   "discont": False})
+                first = not seen[0]
+                seen[0] = True
+                d.update(extra, **{"wall-clock": wall_iso(wall),
+                                   "wall-clock-ns": wall, "discont": first})
                 pub.decision(a.sensor, d)
             elif s.get_name() in ("sattn", "sattn-health"):
                 d = structure_dict(s)
-                d.update(extra)
+                d.update(extra, **{"wall-clock": wall_iso(wall), "wall-clock-ns": wall})
                 pub.health(a.sensor, d)
         elif msg.type == Gst.MessageType.ERROR:
             err, _ = msg.parse_error()

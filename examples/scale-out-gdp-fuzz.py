@@ -228,7 +228,7 @@ def main():
     n = 0
     fake = FakeWorker(node)
     ok = episode(node, fake, b"".join(base), limit)
-    print(f"the unmutated stream: {ok}")
+    print(f"seed {seed}; the unmutated stream: {ok}", flush=True)
     while (n < a.episodes) if not a.seconds else (time.monotonic() - t0 < a.seconds):
         kind, data = mutate(rng, base)
         r = episode(node, fake, data, limit)

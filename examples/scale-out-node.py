@@ -44,9 +44,22 @@ oldest features and flags the next one DISCONT; a sattn that cannot keep
 up drops the oldest frames and restarts its window (DISCONT).  No branch
 ever waits for another, and memory stays bounded.
 
+Sensors name themselves (--id, default srt-PORT): a worker calls with
+SRT's streamid "#!::r=SENSOR,u=WORKER,s=EPOCH", the sensor refuses a
+stream id that does not name it (or an epoch below the highest it has
+accepted), and names itself in the stream (a tag event that gdppay's
+stream headers repeat to every caller), which the worker checks.
+
+A worker runs one pipeline per sensor: an error in one (bad GDP, caps
+it cannot take, a stream that names another sensor) restarts that one
+alone, with backoff; a sensor that keeps failing is cut off (see Branch).
+With --mqtt (examples/sattn_mqtt.py) it publishes decisions and health
+and shares its sensors with standby workers through the broker.
+
 Usage (HOST:PORT lists are comma-separated, one per stream):
-  scale-out-node.py sensor --listen HOST:PORT [--buffers N] [--start-ns T]
-  scale-out-node.py worker --sensors HOST:PORT,... --listen HOST:PORT,...
+  scale-out-node.py sensor --listen HOST:PORT [--id ID] [--buffers N] [--start-ns T]
+  scale-out-node.py worker --sensors [ID=]HOST:PORT,... [--listen HOST:PORT,...]
+                           [--id WORKER] [--mqtt mqtts://HOST:PORT]
                            [--sattn "frame-size=16 window=32 hop=8 heads=4"]
   scale-out-node.py collector --workers HOST:PORT,... --out PREFIX
   scale-out-node.py local --out PREFIX [--buffers N] [--start-ns T]
@@ -58,6 +71,7 @@ The collector and `local` write PREFIX[-i].f32 (rows) and PREFIX[-i].ts
 import argparse
 import collections
 import os
+import re
 import resource
 import signal
 import sys
@@ -528,7 +542,9 @@ class GdpGuard:
     - a packet (62-byte header, then the payload its header declares) may
       declare at most SATTN_GDP_MAX_PAYLOAD bytes (default 1 MiB), so a
       sensor cannot make a worker hold 64 MB (or 4 GB) for one buffer;
-    - every connection begins with a stream-start event;
+    - every connection begins with a stream-start event, then caps, then
+      a segment before any buffer, and holds only the packet types a
+      sensor sends;
     - a caps packet holds fixed audio/x-raw caps (gdpdepay would set any
       caps it is given, unfixed ones with a GLib critical).
     A violation is a stream error in the branch: it restarts alone."""
@@ -542,6 +558,22 @@ class GdpGuard:
     ALLOWED = {BUFFER, CAPS, STREAM_START, SEGMENT} | {
         64 + int(e) for e in (Gst.EventType.TAG, Gst.EventType.SEGMENT_DONE,
                               Gst.EventType.GAP)}
+    # An event's payload is a serialised GstStructure that gdpdepay parses
+    # with gst_structure_from_string, which hits a GLib critical on some
+    # malformed names (the fuzzer found one): each event must be what
+    # gdppay writes for it, with values of these types only.
+    EVENT_PREFIX = {
+        STREAM_START: "GstEventStreamStart, ",
+        SEGMENT: 'GstEventSegment, segment=(GstSegment)"segment, ',
+        64 + int(Gst.EventType.TAG): 'GstTagList-stream, taglist=(taglist)"taglist',
+        64 + int(Gst.EventType.SEGMENT_DONE): "GstEventSegmentDone, ",
+        64 + int(Gst.EventType.GAP): "GstEventGap, ",
+    }
+    VALUE_TYPES = {"string", "uint", "int", "int64", "uint64", "guint64", "gint64",
+                   "guint", "gint", "double", "gdouble", "boolean", "gboolean",
+                   "GstStreamFlags", "GstSegmentFlags", "GstFormat", "GstGapFlags",
+                   "GstSegment", "taglist"}
+    TYPE_RE = re.compile(r"\\?=\\?\(([^()\\]*)\\?\)")
 
     def __init__(self, fail, limit):
         self.fail = fail
@@ -554,7 +586,29 @@ class GdpGuard:
         self.skip = 0
         self.caps = None
         self.first = True
-        self.segment = False
+        self.segment = self.caps_seen = False
+
+    def check_payload(self, ptype, payload):
+        """None, or why the caps or event payload is refused."""
+        try:
+            text = payload.split(b"\0", 1)[0].decode("utf-8")
+        except UnicodeDecodeError:
+            return "a GDP caps or event packet that is not UTF-8"
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            return "a GDP caps or event packet with control characters"
+        if ptype == self.CAPS:
+            caps = Gst.Caps.from_string(text) if text.startswith("audio/x-raw, ") \
+                else None
+            if caps is None or not caps.is_fixed() or caps.get_size() != 1 or \
+                    caps.get_structure(0).get_name() != "audio/x-raw":
+                return f"a GDP caps packet holds {text[:80]!r}, not fixed audio/x-raw caps"
+            return None
+        if not text.startswith(self.EVENT_PREFIX[ptype]):
+            return f"a GDP event packet (type {ptype}) holds {text[:60]!r}"
+        for t in self.TYPE_RE.findall(text):
+            if t not in self.VALUE_TYPES:
+                return f"a GDP event packet with a value of type {t[:40]!r}"
+        return None
 
     def _bad(self, why):
         self.dead = True
@@ -577,13 +631,10 @@ class GdpGuard:
                 self.skip -= take
                 i += take
                 if self.skip == 0 and self.caps is not None:
-                    text = bytes(self.caps).split(b"\0", 1)[0].decode("utf-8", "replace")
+                    why = self.check_payload(self.ptype, bytes(self.caps))
                     self.caps = None
-                    caps = Gst.Caps.from_string(text) if text else None
-                    if caps is None or not caps.is_fixed() or caps.get_size() != 1 or \
-                            caps.get_structure(0).get_name() != "audio/x-raw":
-                        return self._bad(f"a GDP caps packet holds {text[:80]!r}, not "
-                                         "fixed audio/x-raw caps")
+                    if why:
+                        return self._bad(why)
                 continue
             take = min(self.HEADER - len(self.hdr), n - i)
             self.hdr += data[i:i + take]
@@ -603,13 +654,23 @@ class GdpGuard:
                     return self._bad(f"a GDP packet of type {ptype}, which a sensor "
                                      "does not send")
                 if ptype == self.SEGMENT:
+                    if not self.caps_seen:
+                        return self._bad("a GDP segment before any caps")
                     self.segment = True
                 elif ptype == self.BUFFER and not self.segment:
                     return self._bad("a GDP buffer before any segment")
                 if ptype == self.CAPS:
+                    self.caps_seen = True
+                if ptype != self.BUFFER:
                     if size > 65536:
-                        return self._bad(f"a GDP caps packet of {size} bytes")
-                    self.caps = bytearray()
+                        return self._bad(f"a GDP caps or event packet of {size} bytes")
+                    self.caps = bytearray()       # the payload, checked when whole
+                    self.ptype = ptype
+                    if size == 0:
+                        why = self.check_payload(ptype, b"")
+                        self.caps = None
+                        if why:
+                            return self._bad(why)
                 self.skip = size
                 self.hdr.clear()
         return Gst.PadProbeReturn.OK
@@ -1116,7 +1177,8 @@ def main():
     sub = p.add_subparsers(dest="role", required=True)
     s = sub.add_parser("sensor")
     s.add_argument("--listen", required=True)
-    s.add_argument("--id", help="the sensor's id (default srt-PORT)")
+    s.add_argument("--id", default=os.environ.get("SATTN_SENSOR_ID"),
+                   help="the sensor's id (default $SATTN_SENSOR_ID, else srt-PORT)")
     s.add_argument("--buffers", type=int, default=200)
     s.add_argument("--start-ns", type=int, default=0)
     s.add_argument("--stream", type=int, default=0, help="which signal")
@@ -1127,9 +1189,11 @@ def main():
     w = sub.add_parser("worker")
     w.add_argument("--sensors", required=True, help="[ID=]HOST:PORT,...")
     w.add_argument("--listen", help="HOST:PORT,... (rows out; none: rows stay)")
-    w.add_argument("--id", help="this worker's id (default worker-PID)")
-    w.add_argument("--mqtt", help="mqtts://HOST[:PORT]: decisions, health, "
-                   "leases (examples/sattn_mqtt.py)")
+    w.add_argument("--id", default=os.environ.get("SATTN_WORKER_ID"),
+                   help="this worker's id (default $SATTN_WORKER_ID, else worker-PID)")
+    w.add_argument("--mqtt", default=os.environ.get("SATTN_MQTT_URL"),
+                   help="mqtts://HOST[:PORT] (default $SATTN_MQTT_URL): decisions, "
+                   "health, leases (examples/sattn_mqtt.py)")
     w.add_argument("--sattn", default=SATTN_DEFAULT)
     w.add_argument("--queue-buffers", type=int, default=256)
     w.add_argument("--linger", type=float, default=10.0)

@@ -981,10 +981,12 @@ def match_rows(tag, decs, prefix):
     """Decisions (MQTT) against the element's rows (the collector): one
     for one, in order: timestamp, index = argmax, probability."""
     rows = np.fromfile(prefix + ".f32", dtype=np.float32)
-    ts = []
+    ts, disc = [], []
     for line in open(prefix + ".ts"):
         pts, dur, n, d, dc, mono = map(int, line.split())
         ts += [pts + dur * i // n for i in range(n)]
+        disc += [dc] + [0] * (n - 1)
+    match_rows.disc = disc
     rows = rows.reshape(len(ts), -1) if len(ts) else rows.reshape(0, 4)
     dts = [m["body"]["timestamp"] for m in decs]
     same_ts = dts == ts
@@ -1055,7 +1057,6 @@ def case_mqtt(out):
     except subprocess.TimeoutExpired:
         os.killpg(ms.pid, signal.SIGKILL)
         ms.wait()
-    broker.stop()
     msgs = messages(out, "mqtt-sub")
     decs = decisions_of(msgs, "s1")
     health = [m for m in msgs if m.get("topic") == "sattn/s1/health"]
@@ -1100,12 +1101,33 @@ def case_mqtt(out):
           f"{(plain.stderr or plain.stdout).strip()[:120]!r}")
     check(plain.returncode != 0 and "sattn/" not in plain.stdout,
           "a client without TLS sees nothing")
+    # A single-machine pipeline through examples/sattn_mqtt.py
+    sub2 = subscriber(out, "mqtt-sub-local", broker, "local-subscriber",
+                      topic="sattn/bench1/class")
+    time.sleep(1.0)
+    prog = start(out, "mqtt-local-program", [
+        PY, os.path.join(HERE, "sattn_mqtt.py"), "--mqtt", broker.url, "--sensor",
+        "bench1", "--", "audiotestsrc", "num-buffers=50", "samplesperbuffer=160",
+        "!", "audio/x-raw,format=F32LE,layout=interleaved,channels=4,rate=16000",
+        "!", "sattn"] + classes_sattn(False).split() + ["!", "fakesink"],
+        broker.env())
+    finish(prog, "sattn_mqtt.py (one pipeline)")
+    time.sleep(1.0)
+    os.kill(child_pid(sub2), signal.SIGTERM)
+    sub2.wait()
+    loc = decisions_of(messages(out, "mqtt-sub-local"), "bench1")
+    plog = open(os.path.join(out, "mqtt-local-program.log")).read().strip().splitlines()
+    print(f"  sattn_mqtt.py: {plog[-1] if plog else ''}; the subscriber got "
+          f"{len(loc)} decisions on sattn/bench1/class")
+    check(len(loc) == -(-50 * 160 // 128), f"a single-machine pipeline's decisions: "
+          f"{len(loc)} of {-(-50 * 160 // 128)} windows (the last one drained at EOS)")
     sub_out = open(os.path.join(out, "mqtt-mosquitto_sub.log")).read().splitlines()
     print("  mosquitto_sub -t 'sattn/#' -v (first lines):")
     for l in sub_out[:6]:
         print("    " + l[:300])
     check(any(l.startswith("sattn/s1/class ") for l in sub_out),
           "mosquitto_sub shows decisions arriving")
+    broker.stop()
     leaks = []
     for root, _d, files in os.walk(out):
         for fn in files:
@@ -1285,6 +1307,8 @@ def case_takeover(out, n=1, how="kill"):
                   f"(its frames in wb's sattn {in_sattn:.3f} s after the kill)")
         rows_b = os.path.join(out, f"{tag}-rows-wb" + (f"-{i}" if n > 1 else ""))
         match_rows(f"{sid} (wb)", db, rows_b)
+        check(match_rows.disc[:1] == [1], f"{sid}: wb's first row (its collector) is "
+              "DISCONT")
     if n > 1:
         r, f, a, d = (np.array([x[j] for x in lat]) for j in range(4))
         print(f"  after the kill, over the {n} sensors (median / max, s): sensor called "
