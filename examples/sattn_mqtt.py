@@ -231,7 +231,7 @@ class Publisher:
         self.dropped = collections.Counter()      # queue overflow, per sensor
         self.fenced = collections.Counter()       # discarded: another worker serves
         self.published = collections.Counter()    # acknowledged by the broker
-        self.pending_drop = collections.Counter() # dropped since the last decision
+        self.pending_drop = collections.Counter() # decisions dropped since the last one
         self.seq = collections.Counter()
         self.inflight = {}                        # mid -> (sensor, send time)
         self.first_ack = {}
@@ -331,9 +331,10 @@ class Publisher:
         with self.cv:
             q = self.queues.setdefault(sensor, collections.deque())
             if len(q) >= self.cfg.queue:
-                q.popleft()
+                old_topic, _ = q.popleft()
                 self.dropped[sensor] += 1
-                self.pending_drop[sensor] += 1
+                if old_topic.endswith("/class"):      # decisions: told in the next one
+                    self.pending_drop[sensor] += 1
                 if self.dropped[sensor] in (1, 10, 100) or \
                         self.dropped[sensor] % 1000 == 0:
                     self.log(f"sensor {sensor}: MQTT queue full "
@@ -341,9 +342,7 @@ class Publisher:
                              "oldest messages dropped so far")
             self.seq[sensor] += 1
             obj["seq"] = self.seq[sensor]
-            if topic.endswith("/class"):
-                obj["dropped-before"] = self.pending_drop.pop(sensor, 0)
-            q.append((topic, json.dumps(obj, separators=(",", ":")).encode()))
+            q.append((topic, obj))
             self.cv.notify_all()
 
     def decision(self, sensor, obj):
@@ -390,8 +389,14 @@ class Publisher:
                 for s, q in self.queues.items():
                     while q and self.may_send(s) and \
                             len(self.inflight) + len(batch) < self.cfg.inflight:
-                        batch.append((s,) + q.popleft())
-            for s, topic, payload in batch:
+                        topic, obj = q.popleft()
+                        if topic.endswith("/class"):
+                            # the decisions dropped from the front of the
+                            # queue since the last one left it
+                            obj["dropped-before"] = self.pending_drop.pop(s, 0)
+                        batch.append((s, topic, obj))
+            for s, topic, obj in batch:
+                payload = json.dumps(obj, separators=(",", ":"))
                 # paho's lock held: the PUBACK cannot be handled before the
                 # message is counted in flight
                 with self.client._out_message_mutex:

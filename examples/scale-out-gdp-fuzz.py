@@ -179,11 +179,12 @@ def episode(node, fake, data, limit):
         f"! sattn {node.SATTN_DEFAULT} ! fakesink name=sink sync=false")
     src, depay = p.get_by_name("in"), p.get_by_name("depay")
     branch = node.Branch.__new__(node.Branch)
-    branch.w, branch.sensor, branch.wall = fake, "fuzz", None
+    branch.w, branch.sensor, branch.wall, branch.probes = fake, "fuzz", None, []
     guard = node.GdpGuard(lambda why: branch.fail_from_thread(src, why), limit)
-    src.get_static_pad("src").add_probe(Gst.PadProbeType.BUFFER, guard.probe)
-    node.eos_on_end_marker(depay)
-    node.discont_after_reconnect(depay)
+    node.add_probe(src.get_static_pad("src"), Gst.PadProbeType.BUFFER, guard.probe,
+                   branch.probes)
+    node.eos_on_end_marker(depay, branch.probes)
+    node.discont_after_reconnect(depay, branch.probes)
     branch.name_check(depay)
     p.set_state(Gst.State.PLAYING)
     for i in range(0, len(data), 1316):
@@ -194,6 +195,9 @@ def episode(node, fake, data, limit):
     msg = p.get_bus().timed_pop_filtered(5 * Gst.SECOND,
                                          Gst.MessageType.EOS | Gst.MessageType.ERROR)
     p.set_state(Gst.State.NULL)
+    # as the worker's teardown: the probes go, and with them the pipeline
+    for pad, pid in branch.probes:
+        pad.remove_probe(pid)
     if msg is None:
         return "HANG"
     if msg.type == Gst.MessageType.EOS:

@@ -402,7 +402,18 @@ class Node:
         GLib.timeout_add(50, poll)
 
 
-def send_end_marker(gdppay):
+def add_probe(pad, mask, cb, probes=None):
+    """pad.add_probe, recorded in `probes` (a list) when given: a pipeline
+    that is torn down and rebuilt (a worker's branch) removes its probes,
+    whose Python closures would otherwise keep it alive (a reference
+    cycle through C that Python's collector cannot see)."""
+    pid = pad.add_probe(mask, cb)
+    if probes is not None:
+        probes.append((pad, pid))
+    return pid
+
+
+def send_end_marker(gdppay, probes=None):
     """GDP does not carry EOS (gdppay keeps it): send an event that it
     does carry just before EOS, so the receiver knows the stream ended (a
     closed SRT connection only means the peer went away).  The marker is
@@ -416,10 +427,10 @@ def send_end_marker(gdppay):
             pad.send_event(Gst.Event.new_segment_done(Gst.Format.TIME, 0))
         return Gst.PadProbeReturn.OK
 
-    pad.add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
+    add_probe(pad, Gst.PadProbeType.EVENT_DOWNSTREAM, probe, probes)
 
 
-def eos_on_end_marker(gdpdepay):
+def eos_on_end_marker(gdpdepay, probes=None):
     pad = gdpdepay.get_static_pad("src")
 
     def probe(_pad, info):
@@ -429,10 +440,10 @@ def eos_on_end_marker(gdpdepay):
             return Gst.PadProbeReturn.DROP
         return Gst.PadProbeReturn.OK
 
-    pad.add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
+    add_probe(pad, Gst.PadProbeType.EVENT_DOWNSTREAM, probe, probes)
 
 
-def discont_after_reconnect(gdpdepay):
+def discont_after_reconnect(gdpdepay, probes=None):
     """A new connection brings the stream headers again (stream-start,
     caps, segment): flag the first buffer after them DISCONT, so sattn
     restarts its window there and the collector sees where rows are
@@ -456,7 +467,8 @@ def discont_after_reconnect(gdpdepay):
         state["pushing"] = False
         return Gst.PadProbeReturn.DROP if ret == Gst.FlowReturn.OK else Gst.PadProbeReturn.OK
 
-    pad.add_probe(Gst.PadProbeType.BUFFER | Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
+    add_probe(pad, Gst.PadProbeType.BUFFER | Gst.PadProbeType.EVENT_DOWNSTREAM, probe,
+              probes)
 
 
 def default_id(addr):
@@ -700,6 +712,8 @@ class Branch:
         self.wall = None           # (unix ns, pts) from the sensor's tag
         self.admission = None
         self.prepared = False
+        self.probes = []
+        self.bus_handler = None
 
     def log(self, msg):
         self.w.node.log(f"sensor {self.sensor}: {msg}")
@@ -715,18 +729,20 @@ class Branch:
                 f"sattn name=sattn{self.i} {a.sattn} ! {q} name=qout ! {out}")
         p = Gst.parse_launch(desc)
         self.p = p
+        self.probes = []
         el = p.get_by_name
         w.srt.configure(el("in"), self.addr, "caller",
                         make_streamid(self.sensor, w.id, self.epoch))
         guard = GdpGuard(lambda why: self.fail_from_thread(el("in"), why),
                          w.gdp_limit)
-        el("in").get_static_pad("src").add_probe(Gst.PadProbeType.BUFFER, guard.probe)
+        add_probe(el("in").get_static_pad("src"), Gst.PadProbeType.BUFFER, guard.probe,
+                  self.probes)
         depay = el("depay")
-        eos_on_end_marker(depay)
-        discont_after_reconnect(depay)
+        eos_on_end_marker(depay, self.probes)
+        discont_after_reconnect(depay, self.probes)
         self.name_check(depay)
         if self.listen:
-            send_end_marker(el("pay"))
+            send_end_marker(el("pay"), self.probes)
             w.srt.configure(el("out"), self.listen, "listener")
             self.admission = Admission(w.node, None, w.srt.handshakes)
             w.srt.admit(el("out"), self.admission)
@@ -746,10 +762,11 @@ class Branch:
                 self.log(f"first buffer (pts {buf.pts}) in sattn, epoch {self.epoch}")
             return Gst.PadProbeReturn.OK
 
-        el(f"sattn{self.i}").get_static_pad("sink").add_probe(Gst.PadProbeType.BUFFER, count)
+        add_probe(el(f"sattn{self.i}").get_static_pad("sink"), Gst.PadProbeType.BUFFER,
+                  count, self.probes)
         bus = p.get_bus()
         bus.add_signal_watch()
-        bus.connect("message", self.message)
+        self.bus_handler = bus.connect("message", self.message)
 
     def name_check(self, depay):
         """The stream must name this branch's sensor (the sensor's tag)
@@ -765,7 +782,11 @@ class Branch:
                     st["started"] = True
                 elif not st["started"]:
                     # a stream that does not start with stream-start (GDP
-                    # bytes lost or forged): nothing of it goes on
+                    # bytes lost or forged): nothing of it goes on, and if
+                    # it ends so, that is its error
+                    if ev.type == Gst.EventType.EOS:
+                        self.fail_from_thread(depay, "the stream ended before it "
+                                              "started (no stream-start)")
                     return Gst.PadProbeReturn.DROP
                 elif ev.type == Gst.EventType.TAG:
                     tl = ev.parse_tag()
@@ -792,7 +813,8 @@ class Branch:
                 return Gst.PadProbeReturn.DROP
             return Gst.PadProbeReturn.OK
 
-        pad.add_probe(Gst.PadProbeType.BUFFER | Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
+        add_probe(pad, Gst.PadProbeType.BUFFER | Gst.PadProbeType.EVENT_DOWNSTREAM, probe,
+                  self.probes)
 
     def fail_from_thread(self, element, why):
         err = GLib.Error.new_literal(Gst.stream_error_quark(), why,
@@ -833,8 +855,15 @@ class Branch:
     def teardown(self):
         self.prepared = False
         if self.p is not None:
-            self.p.get_bus().remove_signal_watch()
+            bus = self.p.get_bus()
+            bus.remove_signal_watch()
+            if self.bus_handler is not None:
+                bus.disconnect(self.bus_handler)
+                self.bus_handler = None
             self.p.set_state(Gst.State.NULL)
+            for pad, pid in self.probes:
+                pad.remove_probe(pid)
+            self.probes = []
             self.p = None
 
     def stop(self, state, why=None):

@@ -1138,6 +1138,57 @@ def case_mqtt(out):
     check(not leaks, f"no secret in any log ({leaks})")
 
 
+def case_mqtt_bound(out):
+    print("mqtt-bound: the broker away for 2.5 s with a queue of 100 messages "
+          "(SATTN_MQTT_QUEUE): the streaming threads never wait, the oldest "
+          "messages are dropped and counted", flush=True)
+    broker = Broker(out)
+    broker.start()
+    buffers = 500
+    s_addr, w_addr = free_ports(2)
+    sub = subscriber(out, "bound-sub", broker, "bound-subscriber")
+    coll = node(out, "bound-collector", "collector", "--workers", w_addr,
+                "--out", os.path.join(out, "bound-rows"))
+    e = broker.env()
+    e["SATTN_MQTT_QUEUE"] = "100"
+    worker = node(out, "bound-worker", "worker", "--id", "wq", "--sensors",
+                  f"q1={s_addr}", "--listen", w_addr, "--sattn", classes_sattn(),
+                  "--mqtt", broker.url, e=e)
+    push = os.path.join(out, "bound-sensor.push")
+    sensor = node(out, "bound-sensor", "sensor", "--listen", s_addr, "--id", "q1",
+                  "--buffers", str(buffers), "--push-log", push)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (
+            os.path.exists(push) and sum(1 for _ in open(push)) >= 150):
+        time.sleep(0.05)
+    broker.stop()
+    time.sleep(2.5)
+    broker.start()
+    for p, n in ((sensor, "sensor"), (worker, "worker"), (coll, "collector")):
+        finish(p, n)
+    time.sleep(1.0)
+    os.kill(child_pid(sub), signal.SIGTERM)
+    sub.wait()
+    broker.stop()
+    msgs = messages(out, "bound-sub")
+    decs = list({m["body"]["seq"]: m for m in decisions_of(msgs, "q1")}.values())
+    dropped = sum(m["body"]["dropped-before"] for m in decs)
+    rows = sum(int(l.split()[2]) for l in open(os.path.join(out, "bound-rows.ts")))
+    wl = [l for _, l in log_lines(os.path.join(out, "bound-worker.log"))
+          if "queue full" in l or l.startswith("mqtt:")]
+    for l in wl[-3:]:
+        print(f"  worker log: {l}")
+    gaps = [m["body"]["dropped-before"] for m in sorted(decs, key=lambda m: m["body"]["seq"])
+            if m["body"]["dropped-before"]]
+    print(f"  rows at the collector {rows}; decisions received {len(decs)}, dropped "
+          f"(the next decision's dropped-before) {dropped} {gaps}")
+    check(rows == -(-buffers * 160 // 128), f"every row reached the collector ({rows}): "
+          "the streaming thread never waited for the broker")
+    check(dropped > 0 and len(decs) + dropped == rows,
+          "every decision was delivered or counted as dropped "
+          f"({len(decs)} + {dropped} = {len(decs) + dropped})")
+
+
 def log_lines(path):
     """(monotonic s, text) of a node's log."""
     out = []
@@ -1450,7 +1501,7 @@ def main():
                  "mqtt": case_mqtt, "takeover": case_takeover,
                  "split-brain": lambda o: case_takeover(o, 1, "stop"),
                  "takeover-8x2": lambda o: case_takeover(o, 8, "kill"),
-                 "mqtt-cpu": case_mqtt_cpu}[c](where)
+                 "mqtt-cpu": case_mqtt_cpu, "mqtt-bound": case_mqtt_bound}[c](where)
             except Exception as e:      # judged below
                 raised = e
             unbound = [f for f in os.listdir(where) if f.endswith(".log") and
