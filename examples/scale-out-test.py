@@ -25,6 +25,22 @@ stall    one worker, two streams; one collector stops (SIGSTOP) for 3 s:
          bounded.
 many     one worker, 8 sensors sharing one model (weights file): each
          stream checked as in basic; CPU per stream and latency added.
+isolation  an honest sensor and one with the passphrase that attacks
+         every connection (a flipped GDP header bit, caps S16LE, a GDP
+         packet declaring 64 MiB): its stream alone restarts, then is cut
+         off; the honest one is complete and exact; frame accounting.
+flood    three rounds of 50 callers with a wrong passphrase against a
+         sensor: RSS before / peak / after, at most +100 MiB, coming back.
+mqtt     decisions and health through a real mosquitto (TLS, password),
+         one for one with the element's rows; the broker restarted with 0
+         lost; unauthenticated and plain-TCP clients refused; no secret in
+         any argv or log; mosquitto_sub; examples/sattn_mqtt.py.
+mqtt-bound  the broker away with a queue of 100: rows complete, every
+         decision delivered or counted as dropped.
+mqtt-cpu the publisher's CPU per stream (8 streams, with and without).
+takeover, split-brain, takeover-8x2   two workers given the same sensors:
+         the serving one killed (1 sensor; 8 sensors) or frozen and let go;
+         resume latency, frame accounting, no window decided twice.
 """
 
 import json
