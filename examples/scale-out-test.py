@@ -1054,6 +1054,11 @@ def case_mqtt(out):
     while time.monotonic() < deadline and not (
             os.path.exists(push) and sum(1 for _ in open(push)) >= 250):
         time.sleep(0.05)
+    seen = [args_of(child_pid(p)) for p in (worker, sensor, coll, sub)] + \
+        [args_of(child_pid(broker.p))]
+    check(not any(MQTT_PASS in a or PASS in a for a in seen),
+          "no secret in any command line (worker, sensor, collector, subscriber, "
+          f"mosquitto; e.g. `{seen[0].split(' | ')[0][:150]}`)")
     t_down = time.monotonic()
     broker.stop()
     time.sleep(1.5)
