@@ -939,8 +939,10 @@ class Branch:
 def linger(sinks, seconds, then):
     """After EOS: SRT closes without flushing, so stay until every caller
     of these listener sinks has gone (it closes when it has the end
-    marker), at most `seconds`."""
-    deadline = time.monotonic() + seconds
+    marker), at least 1 s (a caller that is reconnecting, or that srtsink
+    has not counted yet, still gets the end) and at most `seconds`."""
+    t0 = time.monotonic()
+    deadline = t0 + seconds
 
     def poll():
         live = 0
@@ -948,7 +950,8 @@ def linger(sinks, seconds, then):
             st = s.get_property("stats")
             cs = st.get_value("callers") if st.has_field("callers") else None
             live += len(cs) if cs else 0
-        if live == 0 or time.monotonic() > deadline:
+        now = time.monotonic()
+        if (live == 0 and now - t0 >= min(1.0, seconds)) or now > deadline:
             then()
             return GLib.SOURCE_REMOVE
         return GLib.SOURCE_CONTINUE
