@@ -1374,11 +1374,11 @@ def case_takeover(out, n=1, how="kill"):
         check(ok_once and ok_order, f"{sid}: no window decided twice, wa's before wb's")
         check(first_b is not None and first_b["body"]["discont"] is True,
               f"{sid}: wb's first decision is DISCONT, on sattn/{sid}/class")
-        check(a_end <= k_kill * ms <= b_start and abs(b_start - k_conn * ms) <= 5 * ms
-              and b_start % ms == 0,
-              f"{sid}: every lost frame accounted for (wb's first frame is the first "
-              "of a sensor buffer, pushed when wb connected: the sensor's log of the "
-              "connection within 5 buffers)")
+        check(a_end <= k_kill * ms <= b_start <= k_conn * ms and b_start % ms == 0,
+              f"{sid}: every lost frame accounted for: wa's last window <= the kill "
+              "<= wb's first frame, the first of a sensor buffer, pushed no later than "
+              f"the sensor logged wb's connection ({(k_conn * ms - b_start) // ms} "
+              "buffers before: the log runs behind the pushes under load)")
         if how == "kill":
             check(in_sattn <= 1.0, f"{sid}: resumed by the standby within 1 s "
                   f"(its frames in wb's sattn {in_sattn:.3f} s after the kill)")
