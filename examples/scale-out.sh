@@ -16,7 +16,14 @@
 #   scale-out.sh worker SENSOR_HOST:PORT[,...] LISTEN_HOST:PORT[,...] [sattn props...]
 #   scale-out.sh collector WORKER_HOST:PORT[,...] OUT_PREFIX
 #   scale-out.sh test OUT_DIR [CASES...]   (scale-out-test.py: basic timing refused
-#                                           restart stall many)
+#                                           restart stall many isolation flood mqtt
+#                                           mqtt-bound mqtt-cpu takeover split-brain
+#                                           takeover-8x2)
+# A sensor's id comes from SATTN_SENSOR_ID (default srt-PORT); a worker's
+# sensors may be given as ID=HOST:PORT; SATTN_WORKER_ID and SATTN_MQTT_URL
+# (mqtts://HOST:PORT) make the worker publish decisions and health to an
+# MQTT broker and share its sensors with standby workers (README, "Decisions
+# to a broker", "Standby workers").
 #
 # tcp (trusted links only: anyone who reaches a port can send frames or
 # read them): the roles below.  Transport: GStreamer's own elements from Debian 12's plugin packages:
