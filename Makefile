@@ -68,12 +68,13 @@ DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 # scale-out tests, which read command lines with ps from procps),
 # Python with GStreamer bindings, clang for the fuzzers,
 # torch/matplotlib for the parity fixtures, the Python example and plots,
-# and clang-format and indent for scripts/format.sh.
+# scipy for the recogniser's evaluation generator (examples/recognizer/
+# evalgen.py), and clang-format and indent for scripts/format.sh.
 DEB_PACKAGES := $(DEMO_PACKAGES) \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
 	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps \
-	clang-format indent python3-onnx
+	clang-format indent python3-onnx python3-scipy
 
 # Debian's packaging tools, for `make package-check` only (CI builds no
 # packages, so they are not in DEB_PACKAGES).
