@@ -70,15 +70,16 @@ DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 # scale-out tests, which read command lines with ps from procps),
 # Python with GStreamer bindings, clang for the fuzzers,
 # torch/matplotlib for the parity fixtures, the Python example and plots,
-# clang-format and indent for scripts/format.sh, and the MQTT broker, its
-# clients and the Python client (examples/sattn_mqtt.py; the scale-out
-# tests start their own mosquitto on 127.0.0.1 with a password file and a
-# certificate that openssl makes at test time).
+# scipy for the recogniser's evaluation generator (examples/recognizer/
+# evalgen.py), clang-format and indent for scripts/format.sh, and the MQTT
+# broker, its clients and the Python client (examples/sattn_mqtt.py; the
+# scale-out tests start their own mosquitto on 127.0.0.1 with a password
+# file and a certificate that openssl makes at test time).
 DEB_PACKAGES := $(DEMO_PACKAGES) \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
 	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps \
-	clang-format indent python3-onnx \
+	clang-format indent python3-onnx python3-scipy \
 	mosquitto mosquitto-clients python3-paho-mqtt openssl
 
 # Debian's packaging tools, for `make package-check` only (CI builds no

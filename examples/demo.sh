@@ -12,7 +12,11 @@
 # 4. recognizer/demo.py, the recognition demo: 40 s of generated I/Q
 #    (2-channel F32 at 64 kHz) whose modulation and SNR change every
 #    second, through filesrc ! rawaudioparse ! sattn output=classes with
-#    the trained recogniser (examples/recognizer/recognizer.safetensors);
+#    the trained recogniser: $SATTN_RECOGNISER when set, else the
+#    installed copy when there is one (/usr/share/sattn/models/
+#    recogniser.safetensors from the Debian package, or under
+#    /usr/local/share, where weights=recogniser finds it), else
+#    examples/recognizer/recognizer.safetensors;
 #    it prints the timeline, the accuracy, the sattn-class messages and
 #    the real-time factor on one core, and checks them (files in
 #    OUT_DIR/recognizer).

@@ -260,7 +260,48 @@
 #include "gstsattn-priv.h"
 #include "gstsattn-cache.h"
 
+#include <string.h>
+
 GST_DEBUG_CATEGORY (gst_sattn_debug);
+
+/* weights=NAME: a file, or (a name without '/' that is no file here) an
+ * installed model, NAME.safetensors under sattn/models/ of the user's data
+ * directory, of this build's data directory (SATTN_MODELS_DIR) or of the
+ * system's data directories ($XDG_DATA_DIRS: /usr/local/share and
+ * /usr/share by default), the first that exists.  Returns the path to use
+ * (NULL for NULL or ""); a name found nowhere stays as given, and the
+ * loader's error names it. */
+static gchar *
+gst_sattn_model_path (const gchar * value)
+{
+  const gchar *const *sys;
+  gchar *base, *path;
+
+  if (value == NULL || value[0] == '\0')
+    return NULL;
+  if (strchr (value, G_DIR_SEPARATOR) != NULL ||
+      g_file_test (value, G_FILE_TEST_EXISTS))
+    return g_strdup (value);
+  base = g_str_has_suffix (value, ".safetensors") ? g_strdup (value) :
+      g_strconcat (value, ".safetensors", NULL);
+  path = g_build_filename (g_get_user_data_dir (), "sattn", "models", base,
+      NULL);
+  if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
+    g_free (path);
+    path = g_build_filename (SATTN_MODELS_DIR, base, NULL);
+  }
+  for (sys = g_get_system_data_dirs ();
+      *sys != NULL && !g_file_test (path, G_FILE_TEST_IS_REGULAR); sys++) {
+    g_free (path);
+    path = g_build_filename (*sys, "sattn", "models", base, NULL);
+  }
+  g_free (base);
+  if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
+    g_free (path);
+    return g_strdup (value);
+  }
+  return path;
+}
 
 #define DEFAULT_WINDOW 64
 #define DEFAULT_HOP 16
@@ -630,7 +671,14 @@ gst_sattn_class_init (GstSattnClass * klass)
           "the streaming thread, it takes over at a window boundary if it "
           "has the running model's d_model, d_out and kind (else a "
           "warning, the running model stays and this property names its "
-          "file again)", NULL, rw | GST_PARAM_MUTABLE_PLAYING));
+          "file again).  A name without '/' that is no file here is an "
+          "installed model: weights=recogniser is the first "
+          "recogniser.safetensors in sattn/models of the user's data "
+          "directory, in " SATTN_MODELS_DIR ", in sattn/models of "
+          "$XDG_DATA_DIRS (the Debian package's: "
+          "/usr/share/sattn/models); reading the property gives the file "
+          "found",
+          NULL, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
       g_param_spec_string ("weights-prefix", "Weights prefix",
           "Prefix of the module's tensors (attention module, encoder layer "
@@ -1007,9 +1055,7 @@ gst_sattn_set_property (GObject * object, guint prop_id,
       break;
     case PROP_WEIGHTS:
       g_free (self->weights);
-      self->weights = g_value_dup_string (value);
-      if (self->weights != NULL && self->weights[0] == '\0')
-        g_clear_pointer (&self->weights, g_free);
+      self->weights = gst_sattn_model_path (g_value_get_string (value));
       /* Running: loaded off the streaming thread (gstsattn-swap.c). */
       self->swap.requested |= self->running;
       break;

@@ -5,22 +5,24 @@ and with unscaled attention for d_k in {32, 128, 512}.
 
     /usr/bin/python3 examples/recognizer/seed_experiment.py \\
         [--dk 32,128,512] [--epochs 3] [--per-epoch 8000] [--seed 0] \\
-        [--count 2000] [--out out/seed-experiment] [--resume] [BUILD_DIR]
+        [--count 2200] [--out out/seed-experiment] [--resume] [BUILD_DIR]
 
 The seed documents say that without 1/sqrt(d_k) the scores grow with d_k,
 the softmax saturates and learning suffers.  Here the claim meets a task:
-the recogniser of train.py (same windows, frame size, embedding, 2 post-norm
-layers, learned positions, final norm, mean pooling, MLP head) with one
-attention head whose queries and keys have d_k values (SignalTransformer
-head_dim=d_k: sattn.nn.SplitAttention; values stay d_model = 64), trained
-once with scores scaled by 1/sqrt(d_k) and once unscaled (scale=1, which
-the model file records, so the element runs it as trained).  Every run has
-the same budget and the same data: the same number of epochs and steps,
-the training sets of train.py (seeds 1000 + epoch), the same initial seed,
-batch order and learning-rate schedule; the best validation epoch is kept.
+the recogniser of train.py (its CONFIG: input power normalisation, the
+conv stem, CLS token, learned positions, 2 pre-norm layers, final norm, CLS
+pooling, MLP head, eleven classes; the impaired windows of iqgen.py) with
+one attention head whose queries and keys have d_k values
+(SignalTransformer head_dim=d_k: sattn.nn.SplitAttention; values stay
+d_model = 64), trained once with scores scaled by 1/sqrt(d_k) and once
+unscaled (scale=1, which the model file records, so the element runs it as
+trained).  Every run has the same budget and the same data: the same number
+of epochs and steps, the training sets of train.py (seeds 1000 + epoch,
+kept in OUT/data and shared by the six runs), the same initial seed, batch
+order and learning-rate schedule; the best validation epoch is kept.
 
-Each trained model then runs the held-out set (seed 4242, as evaluate.py
-uses) through a real pipeline,
+Each trained model then runs held-out windows of the ten modulations
+(seed 4242, as evaluate.py uses) through a real pipeline,
 
     filesrc ! rawaudioparse (2-channel F32, 64 kHz) ! sattn weights=M
       frame-size=16 window=64 hop=64 output=classes post-messages=true
@@ -111,12 +113,11 @@ def run_training(a, name, logpath, dk, scale, path):
             print("  [%s] %s" % (name, s), flush=True)
             logf.write(s + "\n")
             logf.flush()
-        t0 = time.time()
-        net, _, val, ep = train.train(
-            minutes=0, seed=a.seed, per_epoch=a.per_epoch,
-            epochs=a.epochs, log=log, val_count=a.val_count, heads=1,
-            head_dim=dk, scale=scale)
-        minutes = (time.time() - t0) / 60
+        budget = dict(train.BUDGET, epochs=a.epochs, per_epoch=a.per_epoch,
+                      val_count=a.val_count, warmup=100)
+        net, _, val, ep, _, minutes = train.train(
+            seed=a.seed, budget=budget, log=log, heads=1, head_dim=dk,
+            scale=scale)
     save_safetensors(net, path, labels=list(iqgen.LABELS))
     return net, val, ep, minutes
 
@@ -127,7 +128,7 @@ def resume(path, logpath, dk, scale):
     from evaluate import read_safetensors
     net, _ = train.build(heads=1, head_dim=dk, scale=scale)
     net.load_state_dict({k: torch.from_numpy(v) for k, v in
-                         read_safetensors(path).items()})
+                         read_safetensors(path)[1].items()})
     epochs = [re.match(r"epoch +(\d+) .*val acc ([0-9.]+) .* ([0-9.]+) min",
                        line) for line in open(logpath)]
     epochs = [(float(m.group(2)), int(m.group(1)), float(m.group(3)))
@@ -143,7 +144,7 @@ def main():
     p.add_argument("--per-epoch", type=int, default=8000)
     p.add_argument("--val-count", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--count", type=int, default=2000)
+    p.add_argument("--count", type=int, default=2200)
     p.add_argument("--out", default="out/seed-experiment")
     p.add_argument("--resume", action="store_true",
                    help="evaluate runs whose model and log are in OUT "
@@ -151,9 +152,11 @@ def main():
     p.add_argument("build", nargs="?", default="build")
     a = p.parse_args()
     build = os.path.abspath(a.build)
-    os.makedirs(a.out, exist_ok=True)
+    os.makedirs(os.path.join(a.out, "data"), exist_ok=True)
+    os.environ["SATTN_TRAIN_CACHE"] = os.path.join(a.out, "data")
 
-    X, y, snr = iqgen.make_windows(4242, a.count, train.WINDOW_SAMPLES)
+    X, y, snr = iqgen.make_windows(4242, a.count,
+                                   classes=range(iqgen.N_MOD))
     iq = X.reshape(-1, 2)
     hi = snr >= 10
     results = []

@@ -43,6 +43,21 @@ frames=$((20 * 1024)) size=$(stat -c %s rows.f32)
   fail "the launch line wrote $size bytes, expected $((frames / 8)) rows of 2 floats"
 ok "gst-launch-1.0 audiotestsrc ! sattn window=32 hop=8 output=mean ! filesink: $((size / 8)) rows for $frames frames"
 
+# the installed recogniser, by its short name: 0.5 s of I/Q noise
+# (2 channels at 64 kHz) gives one row of 11 probabilities per window of
+# 64 frames of 16 samples (the model's contract, which the element takes)
+[ -f /usr/share/sattn/models/recogniser.safetensors ] &&
+  [ -f /usr/share/sattn/models/recogniser.labels ] ||
+  fail "no /usr/share/sattn/models/recogniser.{safetensors,labels}"
+gst-launch-1.0 -q audiotestsrc wave=white-noise num-buffers=31 \
+  ! audio/x-raw,format=F32LE,channels=2,rate=64000 \
+  ! sattn weights=recogniser output=classes ! filesink location=classes.f32 \
+  >recog.log 2>&1 || { cat recog.log; fail "sattn weights=recogniser"; }
+size=$(stat -c %s classes.f32)
+[ "$size" -eq $((31 * 1024 / 1024 * 11 * 4)) ] ||
+  fail "weights=recogniser wrote $size bytes, expected 31 rows of 11 floats"
+ok "sattn weights=recogniser (/usr/share/sattn/models/recogniser.safetensors): $((size / 44)) rows of 11 class probabilities"
+
 # README.md's Python snippet with the installed package and library
 python3 -c 'import os, sattn, sattn._lib
 print("sattn package:", os.path.dirname(sattn.__file__))

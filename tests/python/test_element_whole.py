@@ -303,7 +303,8 @@ class Contract(unittest.TestCase):
     def run_at(self, rate, channels, props=""):
         errors, warnings = gst_errors(self.line(rate, channels, props))
         self.assertEqual(errors, [])
-        rows = np.fromfile(self.dst, "<f4").reshape(-1, 10)
+        classes = len(sattn.Model.from_safetensors(self.MODEL).labels)
+        rows = np.fromfile(self.dst, "<f4").reshape(-1, classes)
         self.assertTrue(np.allclose(rows.sum(1), 1.0, atol=1e-5))
         return rows, warnings
 
@@ -352,6 +353,74 @@ class Contract(unittest.TestCase):
                       "this stream has channels=1", text)
         self.assertIn("trained with frame-size=16 (metadata 'frame_size') "
                       "but this stream has frame-size=32", text)
+
+
+class InstalledModel(unittest.TestCase):
+    """weights=NAME (no '/', no such file here): the element reads
+    NAME.safetensors from sattn/models of the user's data directory, of
+    its own data directory or of $XDG_DATA_DIRS (an installed model, as
+    the Debian package installs /usr/share/sattn/models/recogniser.*);
+    reading the property gives the file found; a name found nowhere is
+    refused by the loader, naming it."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = self.tmp.name
+        os.makedirs(os.path.join(d, "share", "sattn", "models"))
+        self.installed = os.path.join(d, "share", "sattn", "models",
+                                      "test-recogniser.safetensors")
+        shutil.copy(Contract.MODEL, self.installed)
+        self.env = dict(os.environ, XDG_DATA_DIRS=os.path.join(d, "share"),
+                        XDG_DATA_HOME=os.path.join(d, "home"))
+        self.src = os.path.join(d, "in.f32")
+        np.random.RandomState(3).randn(1024 * 2 * 4).astype("<f4").tofile(
+            self.src)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def launch(self, name):
+        dst = os.path.join(self.tmp.name, "out.f32")
+        cmd = [GST_LAUNCH, "-q", "filesrc", "location=" + self.src, "!",
+               "rawaudioparse", "use-sink-caps=false", "format=pcm",
+               "pcm-format=f32le", "num-channels=2", "sample-rate=64000",
+               "!", "sattn", "weights=" + name, "output=classes", "!",
+               "filesink", "location=" + dst]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                           env=self.env, cwd=self.tmp.name)
+        return r, dst
+
+    def test_short_name(self):
+        r, dst = self.launch("test-recogniser")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        m = sattn.Model.from_safetensors(self.installed)
+        # 256 frames of 16 samples (the model's frame size), a window
+        # every hop (the model's, else 16)
+        hop = min(m.contract.get("hop", 16), m.contract["window"])
+        self.assertEqual(np.fromfile(dst, "<f4").size,
+                         len(range(hop, 257, hop)) * len(m.labels))
+
+    def test_property_names_the_file(self):
+        code = ("import gi; gi.require_version('Gst', '1.0'); "
+                "from gi.repository import Gst; Gst.init(None); "
+                "e = Gst.ElementFactory.make('sattn'); "
+                "e.set_property('weights', 'test-recogniser'); "
+                "print(e.get_property('weights')); "
+                "e.set_property('weights', 'test-recogniser.safetensors'); "
+                "print(e.get_property('weights')); "
+                "e.set_property('weights', 'no-such-model'); "
+                "print(e.get_property('weights'))")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                           text=True, timeout=60, env=self.env,
+                           cwd=self.tmp.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), [self.installed, self.installed,
+                                            "no-such-model"])
+
+    def test_not_found(self):
+        r, _ = self.launch("no-such-model")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no-such-model", r.stdout + r.stderr)
 
 
 if __name__ == "__main__":
