@@ -71,16 +71,6 @@ gst_sattn_divisors (guint64 value, guint64 max_value, guint64 wanted)
   return g_string_free (s, FALSE);
 }
 
-static const gchar *
-gst_sattn_output_nick (GstSattnOutput o)
-{
-  static const gchar *nicks[] = { "frames", "window", "mean", "last",
-    "classes"
-  };
-
-  return (guint) o < G_N_ELEMENTS (nicks) ? nicks[o] : "?";
-}
-
 /* The core's scale from the property (a double): a positive value that
  * float rounds to 0 must not turn into "0 = the default", so it goes to
  * the core as the smallest positive float, which the core refuses (below

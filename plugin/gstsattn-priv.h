@@ -188,6 +188,13 @@ typedef struct
   gsize out_info_cap;
 } GstSattnScratch;
 
+/* gstsattn-enums.c: the nicks of enum values, for messages. */
+
+G_GNUC_INTERNAL
+const gchar *gst_sattn_positions_nick (GstSattnPositions p);
+G_GNUC_INTERNAL
+const gchar *gst_sattn_output_nick (GstSattnOutput o);
+
 /* gstsattn.c */
 
 G_GNUC_INTERNAL
@@ -234,8 +241,6 @@ SattnModel *gst_sattn_load_model (GstSattn * self, const gchar * path,
 /* The positions and encoder-layer options of c into mc. */
 G_GNUC_INTERNAL
 void gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc);
-G_GNUC_INTERNAL
-const gchar *gst_sattn_positions_nick (GstSattnPositions p);
 G_GNUC_INTERNAL
 gboolean gst_sattn_prepare_weights (GstSattn * self);
 G_GNUC_INTERNAL
