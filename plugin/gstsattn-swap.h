@@ -75,12 +75,6 @@ G_GNUC_INTERNAL void gst_sattn_model_shape (const SattnModel * m,
 G_GNUC_INTERNAL gchar *gst_sattn_swap_misfit (const GstSattnModelShape *
     running, const SattnModel * m);
 
-/* The key of the weights file path under prefix ("path\nprefix"; NULL
- * for identity projections, path NULL), as the element records it with
- * the model built from it; a new string. */
-G_GNUC_INTERNAL gchar *gst_sattn_weights_key (const gchar * path,
-    const gchar * prefix);
-
 G_GNUC_INTERNAL void gst_sattn_swap_init (GstSattnSwap * sw);
 /* Cancel and join the loader, drop what it made and the history
  * (PAUSED -> READY, finalize with stop = TRUE). */
