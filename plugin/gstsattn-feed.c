@@ -1,8 +1,9 @@
 /* The sattn element's data path: the timeline (frame timestamps,
  * discontinuities and resyncs), output buffers (building, accounting,
  * pushing), feeding frames to the core (process, push, GAP frames,
- * drain), the chain function and the sink events (caps, segment, gap,
- * flush, EOS).
+ * drain), the chain function and the sink events of the data path
+ * (segment, gap, flush, EOS; gstsattn.c sets caps up).  It calls the
+ * weights swap and the observers, never the element's own file.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -21,14 +22,6 @@
 #define OUT_MAX_BYTES ((gsize) 64 << 20)
 
 /* ------------------------------------------------------------ timing */
-
-/* Timestamp of input frame f (counted since the last resync). */
-GstClockTime
-gst_sattn_frame_ts (GstSattn * self, guint64 f)
-{
-  return gst_sattn_time_of_frame (self->resync_ts, f, self->cfg.frame_size,
-      self->rate);
-}
 
 /* Where the sample counter says the next input byte lies in time. */
 GstClockTime
@@ -619,17 +612,6 @@ gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
   return GST_FLOW_OK;
 }
 
-GstSattnInvalidFrames
-gst_sattn_get_policy (GstSattn * self)
-{
-  GstSattnInvalidFrames policy;
-
-  GST_OBJECT_LOCK (self);
-  policy = self->invalid_frames;
-  GST_OBJECT_UNLOCK (self);
-  return policy;
-}
-
 /* Feed size bytes of interleaved samples (data NULL: zeros).  invalid:
  * every frame touched by these bytes is masked. */
 static GstFlowReturn
@@ -1055,7 +1037,7 @@ gst_sattn_flush (GstSattn * self)
 }
 
 gboolean
-gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
+gst_sattn_feed_event (GstPad * pad, GstObject * parent, GstEvent * event)
 {
   GstSattn *self = GST_SATTN (parent);
   gboolean res;
@@ -1063,34 +1045,6 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
   GST_LOG_OBJECT (self, "event %" GST_PTR_FORMAT, event);
 
   switch (GST_EVENT_TYPE (event)) {
-    case GST_EVENT_CAPS:{
-      GstCaps *caps;
-
-      gst_event_parse_caps (event, &caps);
-      if (self->refused_caps && gst_caps_is_equal (caps, self->refused_caps)) {
-        /* The same caps again (sticky events are re-sent): the error was
-         * posted already; refuse them quietly. */
-        gst_event_unref (event);
-        return FALSE;
-      }
-      res = gst_sattn_set_caps (self, caps);
-      /* Refused caps leave the stream as it was (set_caps changes nothing
-       * before it has a working model), and data is refused until caps
-       * are accepted: the same caps as before continue the window and
-       * the timeline where they were. */
-      if (!res && self->stream && GST_PAD_IS_FLUSHING (self->srcpad) &&
-          gst_pad_has_current_caps (self->srcpad)) {
-        /* Set up, but a flushing seek reached the source pad first: the
-         * pad keeps the caps and sends them after the flush.  Refusing
-         * them here would refuse them again when they are re-sent. */
-        GST_DEBUG_OBJECT (self, "source pad flushing, caps kept for later");
-        res = TRUE;
-      }
-      self->caps_refused = !res;
-      gst_caps_replace (&self->refused_caps, res ? NULL : caps);
-      gst_event_unref (event);
-      return res;
-    }
     case GST_EVENT_SEGMENT:{
       GstSegment in, seg;
 

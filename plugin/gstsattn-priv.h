@@ -19,6 +19,7 @@
 #include "gstsattn-meta-priv.h"
 #include "gstsattn-swap.h"
 #include "gstsattn-classes.h"
+#include "gstsattn-time.h"
 #include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
@@ -205,6 +206,10 @@ void gst_sattn_free_stream (GstSattn * self);
 
 /* gstsattn-caps.c */
 
+#define GST_SATTN_UNSUPPORTED_CAPS "Unsupported input caps; sattn takes " \
+    "audio/x-raw, format=" GST_AUDIO_NE (F32) ", layout=interleaved with " \
+    "a rate and a channel count"
+
 /* Rate and channels of input caps the element can read at all (fixed
  * audio/x-raw, native-endian F32, interleaved); FALSE otherwise. */
 G_GNUC_INTERNAL
@@ -223,16 +228,11 @@ GstCaps *gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
     gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps,
     gboolean * tensors);
 G_GNUC_INTERNAL
-gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
-G_GNUC_INTERNAL
 gboolean gst_sattn_check_upstream (GstSattn * self);
 G_GNUC_INTERNAL
 gboolean gst_sattn_check_downstream (GstSattn * self);
 G_GNUC_INTERNAL
 gboolean gst_sattn_sink_query (GstPad * pad, GstObject * parent,
-    GstQuery * query);
-G_GNUC_INTERNAL
-gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
     GstQuery * query);
 
 /* gstsattn-model.c */
@@ -386,29 +386,55 @@ void gst_sattn_swap_revert (GstSattn * self, const gchar * path,
 
 /* gstsattn-feed.c */
 
-/* Timestamp of input frame f (counted since the last resync). */
-G_GNUC_INTERNAL
-GstClockTime gst_sattn_frame_ts (GstSattn * self, guint64 f);
-
+/* Where the sample counter says the next input byte lies in time (NONE
+ * before a timeline started). */
 G_GNUC_INTERNAL
 GstClockTime gst_sattn_expected_ts (GstSattn * self);
+/* Start a new timeline at ts (NONE: the segment start, else 0). */
 G_GNUC_INTERNAL
 void gst_sattn_start_timeline (GstSattn * self, GstClockTime ts);
+/* Make the discontinuity detector take ts as where the next n_samples
+ * samples lie, with no discontinuity pending. */
 G_GNUC_INTERNAL
 void gst_sattn_align_restart (GstSattn * self, GstClockTime ts,
     guint64 n_samples);
-G_GNUC_INTERNAL
-GstSattnInvalidFrames gst_sattn_get_policy (GstSattn * self);
+/* Push rows for every frame the stream holds, then end the health
+ * messages' timeline. */
 G_GNUC_INTERNAL
 GstFlowReturn gst_sattn_drain (GstSattn * self);
+/* Forget what is held and the timeline (FLUSH_STOP, READY -> PAUSED). */
 G_GNUC_INTERNAL
 void gst_sattn_flush (GstSattn * self);
 G_GNUC_INTERNAL
 GstFlowReturn gst_sattn_chain (GstPad * pad, GstObject * parent,
     GstBuffer * buffer);
+/* The sink events of the data path: all but CAPS (gstsattn.c). */
 G_GNUC_INTERNAL
-gboolean gst_sattn_sink_event (GstPad * pad, GstObject * parent,
+gboolean gst_sattn_feed_event (GstPad * pad, GstObject * parent,
     GstEvent * event);
+
+/* Read by every file that hands frames or a stream configuration to the
+ * core. */
+
+/* Timestamp of input frame f (counted since the last resync). */
+static inline GstClockTime
+gst_sattn_frame_ts (GstSattn * self, guint64 f)
+{
+  return gst_sattn_time_of_frame (self->resync_ts, f, self->cfg.frame_size,
+      self->rate);
+}
+
+/* The invalid-frames property (it may change while PLAYING). */
+static inline GstSattnInvalidFrames
+gst_sattn_get_policy (GstSattn * self)
+{
+  GstSattnInvalidFrames policy;
+
+  GST_OBJECT_LOCK (self);
+  policy = self->invalid_frames;
+  GST_OBJECT_UNLOCK (self);
+  return policy;
+}
 
 G_END_DECLS
 

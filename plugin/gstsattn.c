@@ -1,8 +1,12 @@
-/* GStreamer sattn element: GObject boilerplate,
- * class_init / init / finalize, the properties (deferred while running)
- * and state changes.  Negotiation lives in gstsattn-negotiate.c, the
- * timeline and the feeding of frames to the core in gstsattn-feed.c,
- * the shared private types in gstsattn-priv.h.
+/* GStreamer sattn element: GObject boilerplate, class_init / init /
+ * finalize, the properties (deferred while running), state changes, and
+ * the element's state for a stream: set_caps makes a model, a stream and
+ * buffers for new caps and takes them over.  This file owns that state
+ * and calls the others, which never call back into it: the caps rules in
+ * gstsattn-caps.c, models in gstsattn-model.c, the memory budget in
+ * gstsattn-memory.c, weights swaps in gstsattn-swap.c, the timeline and
+ * the feeding of frames to the core in gstsattn-feed.c; the shared
+ * private types are in gstsattn-priv.h.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -260,6 +264,8 @@
 #include "gstsattn-priv.h"
 #include "gstsattn-cache.h"
 
+#include <string.h>
+
 GST_DEBUG_CATEGORY (gst_sattn_debug);
 
 #define DEFAULT_WINDOW 64
@@ -348,6 +354,10 @@ G_DEFINE_TYPE (GstSattn, gst_sattn, GST_TYPE_ELEMENT);
 GST_ELEMENT_REGISTER_DEFINE (sattn, "sattn", GST_RANK_NONE, GST_TYPE_SATTN);
 
 static void gst_sattn_finalize (GObject * object);
+static gboolean gst_sattn_sink_event (GstPad * pad, GstObject * parent,
+    GstEvent * event);
+static gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
 static void gst_sattn_set_property (GObject * object, guint prop_id,
     const GValue * value, GParamSpec * pspec);
 static void gst_sattn_get_property (GObject * object, guint prop_id,
@@ -665,6 +675,394 @@ gst_sattn_free_stream (GstSattn * self)
   self->carry_len = 0;
   self->carry_invalid = FALSE;
   gst_clear_caps (&self->sink_caps);
+}
+
+/* ------------------------------------------------------------ caps */
+
+/* A stream configuration being made for new caps: all that set_caps
+ * makes before the element takes it over, released in one place
+ * (gst_sattn_setup_clear) whatever step fails. */
+typedef struct
+{
+  GstSattnSettings c;           /* the settings of the new model */
+  gint rate, channels;
+  guint64 d_model;
+  gchar *key;                   /* the weights key the properties ask for */
+  gchar *in_use;                /* the model in use's key */
+  gchar *wpath, *wprefix;
+  gboolean zero_attn;
+  gboolean changed;             /* the properties ask for another file
+                                   than the one in use (set while running) */
+  gboolean reverted;            /* that request was refused */
+  SattnModel *prepared;         /* the file's model read at READY, taken
+                                   over from wmodel */
+  SattnModel *model;
+  SattnStreamConfig sc;
+  SattnStream *stream;
+  gsize chunk;
+  GstSattnScratch scratch;
+  gchar **labels;               /* output=classes */
+  GstCaps *srccaps;
+  gboolean tensors;             /* srccaps are other/tensors */
+  GstAudioStreamAlign *align;
+} GstSattnSetup;
+
+static void
+gst_sattn_setup_clear (GstSattnSetup * s)
+{
+  g_free (s->key);
+  g_free (s->in_use);
+  g_free (s->wpath);
+  g_free (s->wprefix);
+  gst_sattn_cache_release (s->prepared);
+  gst_sattn_cache_release (s->model);
+  sattn_stream_free (s->stream);
+  gst_sattn_scratch_clear (&s->scratch);
+  g_strfreev (s->labels);
+  gst_clear_caps (&s->srccaps);
+  g_clear_pointer (&s->align, gst_audio_stream_align_free);
+}
+
+/* What the model is built from (the properties, and the weights file
+ * read at READY -> PAUSED when it is the one they ask for, for these
+ * frames: its model is taken over), read under the object lock. */
+static void
+gst_sattn_setup_inputs (GstSattn * self, GstSattnSetup * s)
+{
+  GST_OBJECT_LOCK (self);
+  /* The weights the model was built from: file and prefix (a swap while
+   * running changes them). */
+  s->key = gst_sattn_model_inputs (self, &s->c, &s->wpath, &s->wprefix,
+      &s->zero_attn);
+  s->d_model = (guint64) s->channels * s->c.frame_size;
+  /* Weights set while running that no loader has taken up yet: the file
+   * in use is the running model's, or before the first caps the one read
+   * at READY. */
+  s->in_use = g_strdup (self->stream != NULL ? self->model_key : self->wkey);
+  s->changed = self->running && g_strcmp0 (s->key, s->in_use) != 0;
+  if (self->wmodel != NULL && s->key != NULL &&
+      g_strcmp0 (self->wkey, s->key) == 0 && self->wcfg.d_model == s->d_model)
+    s->prepared = g_steal_pointer (&self->wmodel);
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* Caps that cannot be used leave the element as it was: the file's model
+ * read at READY goes back for the next caps. */
+static void
+gst_sattn_setup_unprepare (GstSattn * self, GstSattnSetup * s)
+{
+  if (s->prepared == NULL)
+    return;
+  GST_OBJECT_LOCK (self);
+  self->wmodel = g_steal_pointer (&s->prepared);
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* The model for the new caps into s->model, and s->sc as the settings
+ * make it; FALSE after posting the error that says why. */
+static gboolean
+gst_sattn_setup_model (GstSattn * self, GstSattnSetup * s)
+{
+  SattnConfig mc = { 0, };
+  SattnWeights weights = { 0, };
+  SattnStatus st = SATTN_OK;
+  gchar err[512] = "";
+
+  gst_sattn_core_config (&s->c, s->d_model, &mc, &s->sc);
+  weights.add_zero_attn = s->zero_attn;
+  if (s->changed) {
+    /* Weights set while running and not yet seen by a loader: the rule
+     * of a swap. */
+    s->model = gst_sattn_swap_caps_request (self, &s->c, s->d_model,
+        s->wpath, s->wprefix, s->zero_attn, g_steal_pointer (&s->prepared),
+        s->in_use, &s->reverted);
+    return s->model != NULL;
+  }
+  if (s->prepared != NULL) {
+    /* The weights file's model, built when the file was read at READY ->
+     * PAUSED: its reference is this stream's now. */
+    s->model = g_steal_pointer (&s->prepared);
+    return TRUE;
+  }
+  if (s->key != NULL && self->model != NULL && self->d_model == s->d_model &&
+      g_strcmp0 (self->model_key, s->key) == 0 &&
+      gst_sattn_cache_ref (self->model)) {
+    /* New caps, same frames (the settings are frozen while running): the
+     * running model serves them. */
+    s->model = self->model;
+    return TRUE;
+  }
+  /* Read here only when nothing was prepared (caps without a state
+   * change, or a model built outside the cache): the one loader, its
+   * model shared with every element whose file, prefix and options
+   * match. */
+  if (s->wpath != NULL) {
+    s->model = gst_sattn_load_model (self, s->wpath, s->wprefix, s->d_model,
+        &s->c, s->zero_attn);
+    return s->model != NULL;
+  }
+  s->model = gst_sattn_cache_acquire (NULL, NULL, &mc,
+      s->zero_attn ? &weights : NULL, &st);
+  if (s->model != NULL)
+    return TRUE;
+  /* The core's words for what is wrong (the model was refused before
+   * anything was allocated unless st is SATTN_E_NOMEM). */
+  if (st == SATTN_E_NOMEM || sattn_model_check (&mc, s->zero_attn ?
+          &weights : NULL, err, sizeof err) == SATTN_OK)
+    g_strlcpy (err, sattn_status_string (st), sizeof err);
+  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+      ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
+          "with heads=%u head-dim=%u positions=%s: %s", s->d_model,
+          (guint) mc.heads, s->c.head_dim,
+          gst_sattn_positions_nick (s->c.positions), err),
+      ("%s", sattn_status_string (st)));
+  return FALSE;
+}
+
+/* The stream of s->model and the element's buffers for it, within the
+ * memory budget; FALSE after posting the error that says why. */
+static gboolean
+gst_sattn_setup_stream (GstSattn * self, GstSattnSetup * s)
+{
+  SattnStatus st = SATTN_OK;
+  gchar err[512] = "";
+
+  s->sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
+  gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &s->sc);
+  /* What the file's model cannot run with (a whole model with
+   * output=frames, say), in the core's words as at READY, before its
+   * size is asked for: there is none. */
+  if (sattn_stream_config_check (s->model, &s->sc, err, sizeof err) != SATTN_OK) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("The weights file %s cannot run with these properties: %s",
+            s->wpath ? s->wpath : "(none: identity projections)", err), (NULL));
+    return FALSE;
+  }
+  if (s->c.output == GST_SATTN_OUTPUT_CLASSES &&
+      !gst_sattn_take_labels (self, s->model, &s->labels))
+    return FALSE;
+  gst_sattn_check_trained_for (self, s->model, &s->c, s->rate, s->channels);
+  s->chunk = gst_sattn_chunk_frames (&s->c, s->d_model);
+  if (!gst_sattn_check_memory (self, s->model, &s->sc, &s->c, s->d_model,
+          s->chunk))
+    return FALSE;
+  s->stream = sattn_stream_new (s->model, &s->sc, &st);
+  if (s->stream == NULL && st == SATTN_E_NOMEM) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the attention stream for window=%u with %"
+            G_GUINT64_FORMAT "-value frames: %" G_GSIZE_FORMAT " bytes",
+            s->c.window, s->d_model, sattn_stream_bytes (s->model, &s->sc)),
+        ("%s", sattn_status_string (st)));
+    return FALSE;
+  }
+  if (s->stream == NULL) {
+    if (sattn_stream_config_check (s->model, &s->sc, err, sizeof err) ==
+        SATTN_OK)
+      g_strlcpy (err, sattn_status_string (st), sizeof err);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Could not set up a stream with window=%u hop=%u: %s", s->c.window,
+            s->c.hop, err), ("%s", sattn_status_string (st)));
+    return FALSE;
+  }
+  /* The element's own buffers, before the old stream is let go. */
+  return gst_sattn_alloc_scratch (self, &s->scratch, &s->c, s->d_model,
+      s->chunk);
+}
+
+/* The element takes the setup s over (what it takes is NULL in s): the
+ * old configuration's frames go out under the old caps, the new model,
+ * stream and buffers are the element's, and the timeline continues where
+ * the old one ended. */
+static void
+gst_sattn_take_setup (GstSattn * self, GstSattnSetup * s, GstCaps * caps)
+{
+  GstClockTime next_ts = GST_CLOCK_TIME_NONE;
+  gchar *now;
+
+  if (self->stream) {
+    gst_sattn_drain (self);
+    next_ts = gst_sattn_expected_ts (self);
+  }
+  gst_sattn_free_stream (self);
+
+  self->cfg = s->c;
+  self->model = g_steal_pointer (&s->model);
+  g_free (self->model_key);
+  self->model_key = s->reverted ? g_steal_pointer (&s->in_use) :
+      g_steal_pointer (&s->key);
+  /* The weights properties as read here are served (or were refused and
+   * name the model in use again): no swap to start for them. */
+  GST_OBJECT_LOCK (self);
+  now = gst_sattn_weights_key (self->weights, self->weights_prefix);
+  if (g_strcmp0 (now, self->model_key) == 0)
+    self->swap.requested = FALSE;
+  GST_OBJECT_UNLOCK (self);
+  g_free (now);
+  self->stream = g_steal_pointer (&s->stream);
+  self->stream_config = s->sc;
+  if (s->c.output == GST_SATTN_OUTPUT_CLASSES)
+    gst_sattn_classes_setup (&self->classes, g_steal_pointer (&s->labels),
+        (guint) sattn_model_classes (self->model));
+  else
+    gst_sattn_classes_clear (&self->classes);
+  self->sink_caps = gst_caps_ref (caps);
+  self->rate = s->rate;
+  self->channels = s->channels;
+  self->bpf = (gsize) s->channels * sizeof (float);
+  self->d_model = (gsize) s->d_model;
+  self->frame_bytes = (gsize) s->d_model * sizeof (float);
+  self->row_floats = sattn_stream_row_floats (self->stream);
+  self->chunk = s->chunk;
+  self->carry = s->scratch.carry;
+  self->scratch = s->scratch.scratch;
+  self->zeros = s->scratch.zeros;
+  self->invalid_flags = s->scratch.invalid_flags;
+  self->info = s->scratch.info;
+  self->checks = s->scratch.checks;
+  self->info_cap = s->scratch.info_cap;
+  self->out_info = s->scratch.out_info;
+  self->out_info_cap = s->scratch.out_info_cap;
+  memset (&s->scratch, 0, sizeof (s->scratch));
+  self->tensor_out = s->tensors;
+  self->align = g_steal_pointer (&s->align);
+  gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), self->model,
+      self->stream, &s->sc, s->rate, s->c.frame_size, s->c.scale);
+
+  /* A new timeline, continuing where the old one ended (if any). */
+  self->resync_ts = GST_CLOCK_TIME_NONE;
+  if (GST_CLOCK_TIME_IS_VALID (next_ts)) {
+    gst_sattn_start_timeline (self, next_ts);
+    gst_sattn_align_restart (self, next_ts, 0);
+  }
+}
+
+/* New caps: a model, a stream and buffers for them, and source caps that
+ * downstream takes, all made before anything changes; then the element
+ * takes them over.  Refused caps leave the element as it was. */
+static gboolean
+gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
+{
+  GstSattnSetup s = { 0, };
+  GstClockTime held;
+  gboolean res = FALSE;
+
+  if (self->sink_caps && gst_caps_is_equal (caps, self->sink_caps))
+    return TRUE;
+  GST_DEBUG_OBJECT (self, "sink caps %" GST_PTR_FORMAT, caps);
+
+  if (!gst_sattn_parse_caps (caps, &s.rate, &s.channels)) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (GST_SATTN_UNSUPPORTED_CAPS),
+        ("caps: %" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+  gst_sattn_setup_inputs (self, &s);
+  if (!gst_sattn_validate (self, &s.c, s.rate, s.channels, s.d_model,
+          s.wpath != NULL)) {
+    gst_sattn_setup_unprepare (self, &s);
+    goto done;
+  }
+  if (!gst_sattn_setup_model (self, &s) || !gst_sattn_setup_stream (self, &s))
+    goto done;
+  /* Downstream must take the output before anything changes. */
+  s.srccaps = gst_sattn_pick_src_caps (self, &s.c, s.rate, s.channels,
+      s.stream, caps, &s.tensors);
+  if (s.srccaps == NULL)
+    goto done;
+  s.align = gst_audio_stream_align_new (s.rate, 0, 0);
+
+  gst_sattn_take_setup (self, &s, caps);
+  /* What the element holds back: the frames before the first window (the
+   * stream is new, so the core's count from here). */
+  held = gst_util_uint64_scale (sattn_stream_frames_to_window (self->stream)
+      * self->cfg.frame_size, GST_SECOND, self->rate);
+  GST_OBJECT_LOCK (self);
+  self->held_time = held;
+  GST_OBJECT_UNLOCK (self);
+
+  GST_DEBUG_OBJECT (self, "d_model %" G_GUINT64_FORMAT ", src caps %"
+      GST_PTR_FORMAT, s.d_model, s.srccaps);
+  res = gst_pad_set_caps (self->srcpad, s.srccaps);
+  if (self->pending_segment) {
+    gst_pad_push_event (self->srcpad, self->pending_segment);
+    self->pending_segment = NULL;
+  }
+done:
+  gst_sattn_setup_clear (&s);
+  return res;
+}
+
+/* Caps are set up here, the element's state; every other event is the
+ * data path's (gstsattn-feed.c). */
+static gboolean
+gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
+{
+  GstSattn *self = GST_SATTN (parent);
+  GstCaps *caps;
+  gboolean res;
+
+  if (GST_EVENT_TYPE (event) != GST_EVENT_CAPS)
+    return gst_sattn_feed_event (pad, parent, event);
+  GST_LOG_OBJECT (self, "event %" GST_PTR_FORMAT, event);
+  gst_event_parse_caps (event, &caps);
+  if (self->refused_caps && gst_caps_is_equal (caps, self->refused_caps)) {
+    /* The same caps again (sticky events are re-sent): the error was
+     * posted already; refuse them quietly. */
+    gst_event_unref (event);
+    return FALSE;
+  }
+  res = gst_sattn_set_caps (self, caps);
+  /* Refused caps leave the stream as it was (set_caps changes nothing
+   * before it has a working model), and data is refused until caps are
+   * accepted: the same caps as before continue the window and the
+   * timeline where they were. */
+  if (!res && self->stream && GST_PAD_IS_FLUSHING (self->srcpad) &&
+      gst_pad_has_current_caps (self->srcpad)) {
+    /* Set up, but a flushing seek reached the source pad first: the pad
+     * keeps the caps and sends them after the flush.  Refusing them here
+     * would refuse them again when they are re-sent. */
+    GST_DEBUG_OBJECT (self, "source pad flushing, caps kept for later");
+    res = TRUE;
+  }
+  self->caps_refused = !res;
+  gst_caps_replace (&self->refused_caps, res ? NULL : caps);
+  gst_event_unref (event);
+  return res;
+}
+
+/* The source pad's queries: LATENCY adds what the element holds back;
+ * the model cache's custom query (gstsattn-cache.h). */
+static gboolean
+gst_sattn_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  GstSattn *self = GST_SATTN (parent);
+
+  if (gst_sattn_cache_handle_query (query))
+    return TRUE;
+  switch (GST_QUERY_TYPE (query)) {
+    case GST_QUERY_LATENCY:{
+      gboolean live;
+      GstClockTime min, max, held;
+
+      if (!gst_pad_peer_query (self->sinkpad, query))
+        return FALSE;
+      gst_query_parse_latency (query, &live, &min, &max);
+      GST_OBJECT_LOCK (self);
+      held = self->held_time;
+      GST_OBJECT_UNLOCK (self);
+      if (GST_CLOCK_TIME_IS_VALID (held)) {
+        min += held;
+        if (GST_CLOCK_TIME_IS_VALID (max))
+          max += held;
+      }
+      GST_DEBUG_OBJECT (self, "latency: live %d, min %" GST_TIME_FORMAT
+          ", max %" GST_TIME_FORMAT, live, GST_TIME_ARGS (min),
+          GST_TIME_ARGS (max));
+      gst_query_set_latency (query, live, min, max);
+      return TRUE;
+    }
+    default:
+      return gst_pad_query_default (pad, parent, query);
+  }
 }
 
 static void
