@@ -612,6 +612,80 @@ gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
   return GST_FLOW_OK;
 }
 
+/* The partial frame carried from one buffer (or GAP) to the next is the
+ * element's own, in self->carry, and no input is clipped with
+ * gst_audio_buffer_clip: clipping to the segment would drop frames, where
+ * every input frame gets its output (in frames mode exactly one) stamped
+ * by the frame counter.  A GstAdapter could hold the carried bytes but
+ * none of what the carry needs beside them, so it would not make this
+ * simpler and keep the semantics:
+ * - a GAP event's bytes are in no buffer (data NULL), and its whole
+ *   frames are skipped in closed form (gst_sattn_gap_frames): an adapter
+ *   would need zero-filled buffers made for the partial frames at its
+ *   ends;
+ * - a frame is masked when any of its bytes came from a GAP or a
+ *   GAP-flagged buffer (carry_invalid), a flag an adapter does not keep
+ *   per byte;
+ * - whole frames go to the core straight from the mapped input, realigned
+ *   through self->scratch when a carry left them off float alignment;
+ *   gst_adapter_map would hand out the same misaligned pointer.
+ * What an adapter would replace is the copy of less than a frame below. */
+
+/* Complete the carried partial frame with the first bytes of size (data
+ * NULL: zeros) and push it once it is whole; *taken: the bytes it took. */
+static GstFlowReturn
+gst_sattn_carry_complete (GstSattn * self, const guint8 * data, guint64 size,
+    gboolean invalid, GstSattnOut * out, gsize * taken)
+{
+  const gsize take = (gsize) MIN ((guint64) (self->frame_bytes -
+          self->carry_len), size);
+  GstFlowReturn ret;
+
+  *taken = take;
+  if (data)
+    memcpy (self->carry + self->carry_len, data, take);
+  else
+    memset (self->carry + self->carry_len, 0, take);
+  self->carry_len += take;
+  /* Only bytes taken in mark the frame: a 0-byte GAP buffer adds nothing
+   * to it. */
+  if (take > 0)
+    self->carry_invalid |= invalid;
+  if (self->carry_len < self->frame_bytes)
+    return GST_FLOW_OK;
+  self->carry_len = 0;
+  ret = gst_sattn_push_frames (self, (const float *) self->carry, 1,
+      self->carry_invalid, out);
+  self->carry_invalid = FALSE;
+  return ret;
+}
+
+/* n whole frames of data (NULL: zeros; invalid: masked). */
+static GstFlowReturn
+gst_sattn_whole_frames (GstSattn * self, const guint8 * data, guint64 n,
+    gboolean invalid, GstSattnOut * out)
+{
+  const gsize fb = self->frame_bytes;
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  if (data == NULL && invalid) {
+    /* A GAP's frames: closed form once the window holds only them. */
+    return gst_sattn_gap_frames (self, n, out);
+  }
+  if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0)
+    return gst_sattn_push_frames (self, (const float *) data, n, invalid, out);
+  /* Frames split across buffers left the data misaligned. */
+  while (n > 0 && ret == GST_FLOW_OK) {
+    gsize k = (gsize) MIN (n, (guint64) self->chunk);
+
+    memcpy (self->scratch, data, k * fb);
+    ret = gst_sattn_push_frames (self, self->scratch, k, invalid, out);
+    data += k * fb;
+    n -= k;
+  }
+  return ret;
+}
+
 /* Feed size bytes of interleaved samples (data NULL: zeros).  invalid:
  * every frame touched by these bytes is masked. */
 static GstFlowReturn
@@ -637,55 +711,24 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
   self->bytes_since_resync += size;
 
   if (self->carry_len > 0) {
-    gsize take = (gsize) MIN ((guint64) (fb - self->carry_len), size);
+    gsize taken;
 
-    if (data) {
-      memcpy (self->carry + self->carry_len, data, take);
-      data += take;
-    } else {
-      memset (self->carry + self->carry_len, 0, take);
-    }
-    self->carry_len += take;
-    /* Only bytes taken in mark the frame: a 0-byte GAP buffer adds
-     * nothing to it. */
-    if (take > 0)
-      self->carry_invalid |= invalid;
-    size -= take;
-    if (self->carry_len < fb)
-      return GST_FLOW_OK;
-    self->carry_len = 0;
-    ret = gst_sattn_push_frames (self, (const float *) self->carry, 1,
-        self->carry_invalid, out);
-    self->carry_invalid = FALSE;
+    ret = gst_sattn_carry_complete (self, data, size, invalid, out, &taken);
+    if (data)
+      data += taken;
+    size -= taken;
     if (ret != GST_FLOW_OK)
       return ret;
   }
 
   n = size / fb;
   rest = size - n * fb;
-  if (n > 0 && data == NULL && invalid) {
-    /* A GAP's frames: closed form once the window holds only them. */
-    ret = gst_sattn_gap_frames (self, n, out);
+  if (n > 0) {
+    ret = gst_sattn_whole_frames (self, data, n, invalid, out);
     if (ret != GST_FLOW_OK)
       return ret;
-  } else if (n > 0) {
-    if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0) {
-      ret = gst_sattn_push_frames (self, (const float *) data, n, invalid, out);
-      if (data)
-        data += n * fb;
-    } else {
-      /* Frames split across buffers left the data misaligned. */
-      while (n > 0 && ret == GST_FLOW_OK) {
-        gsize k = (gsize) MIN (n, (guint64) self->chunk);
-
-        memcpy (self->scratch, data, k * fb);
-        ret = gst_sattn_push_frames (self, self->scratch, k, invalid, out);
-        data += k * fb;
-        n -= k;
-      }
-    }
-    if (ret != GST_FLOW_OK)
-      return ret;
+    if (data)
+      data += n * fb;
   }
 
   if (rest > 0) {
