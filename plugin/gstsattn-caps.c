@@ -18,7 +18,11 @@
 #include <string.h>
 
 /* Up to 16 divisors of value that are <= max_value, those nearest to
- * wanted, as "a, b, c". */
+ * wanted, as "a, b, c".  The core's sattn_divisors (core/internal.h)
+ * lists divisors too, but it is private to the core and has no bound,
+ * which every list here needs (heads up to MAX_HEADS, frame-size up to
+ * MAX_FRAME_SIZE, hop up to the window): this one stays until the core's
+ * public API offers a bounded one. */
 static gchar *
 gst_sattn_divisors (guint64 value, guint64 max_value, guint64 wanted)
 {
@@ -256,7 +260,6 @@ gst_sattn_validate (GstSattn * self, const GstSattnSettings * c, gint rate,
   return FALSE;
 }
 
-/* The output caps of rows of row_floats values at out_rate rows/s. */
 /* The source caps for rows of row_floats values at num/den rows per
  * second: audio/x-raw (one row = one sample period of row_floats
  * unpositioned channels) when tensors is FALSE, which needs den == 1;

@@ -16,10 +16,20 @@
 
 #include <string.h>
 
-/* Output buffers are sized for at most this many input frames, and at
- * most this many bytes unless one core call needs more. */
-#define OUT_FRAMES_PER_BUFFER GST_SATTN_OUT_FRAMES
+/* Output buffers are sized for at most GST_SATTN_OUT_FRAMES input
+ * frames, and at most this many bytes unless one core call needs more. */
 #define OUT_MAX_BYTES ((gsize) 64 << 20)
+
+/* An output buffer being filled by one or more core calls. */
+typedef struct
+{
+  GstBuffer *buf;
+  GstMapInfo map;
+  gsize cap_rows, rows;
+  guint64 first_frame, end_frame;
+  gboolean any_valid;
+  GstSattnMeta *meta;           /* on buf: the rows' window metadata */
+} GstSattnOut;
 
 /* ------------------------------------------------------------ timing */
 
@@ -190,9 +200,6 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
   return ret;
 }
 
-/* Make room for need more rows in out, pushing what it holds if full.
- * hint_frames: input frames still to come in this call, to size a new
- * output buffer. */
 /* A buffer of size bytes, or NULL when there is no memory for it
  * (gst_buffer_new_allocate would abort the process). */
 static GstBuffer *
@@ -203,6 +210,9 @@ gst_sattn_try_buffer_new (gsize size)
   return mem ? gst_buffer_new_wrapped (mem, size) : NULL;
 }
 
+/* Make room for need more rows in out, pushing what it holds if full.
+ * hint_frames: input frames still to come in this call, to size a new
+ * output buffer. */
 static GstFlowReturn
 gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
     guint64 hint_frames)
@@ -217,7 +227,7 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
     return ret;
 
   cap = sattn_stream_max_rows (self->stream,
-      (gsize) MIN (hint_frames, OUT_FRAMES_PER_BUFFER));
+      (gsize) MIN (hint_frames, GST_SATTN_OUT_FRAMES));
   cap = MIN (cap, OUT_MAX_BYTES / (self->row_floats * sizeof (float)));
   if (self->tensor_out)
     cap = MIN (cap, self->out_info_cap);

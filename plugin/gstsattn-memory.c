@@ -101,7 +101,10 @@ gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
   return FALSE;
 }
 
-/* a + b, saturating (sizes of memory that may not exist). */
+/* a + b and a * b, saturating (sizes of memory that may not exist).  The
+ * core's sattn_size_add / sattn_size_mul (core/internal.h) are private to
+ * it and work in size_t; the estimate is in guint64, so that it names
+ * even sizes that a 32-bit process cannot have. */
 static guint64
 gst_sattn_size_add (guint64 a, guint64 b)
 {

@@ -54,9 +54,7 @@ gst_sattn_core_config (const GstSattnSettings * c, guint64 d_model,
   gst_sattn_layer_config (c, mc);
 }
 
-/* Reads the weights file (path) for d_model-value frames (0 = whatever the
- * file has: a check of the file alone) and fills mc / w.  Posts an element
- * error naming the file and what is wrong with it on failure. */
+/* The positions and encoder-layer options of c into mc. */
 void
 gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc)
 {
@@ -180,12 +178,6 @@ gst_sattn_weights_key_split (const gchar * key, gchar ** path, gchar ** prefix)
   *prefix = nl ? g_strdup (nl + 1) : NULL;
 }
 
-/* What a model is built from, read with the object lock held: the
- * settings, the weights file and prefix (copies to g_free) and
- * add-zero-attn.  Returns the key of those weights, "path\nprefix" (NULL
- * without a file): gst_sattn_prepare_weights records it with the model it
- * builds, and set_caps takes that model over only when its own key is the
- * same. */
 void
 gst_sattn_settings_take (GstSattnSettings * c, const SattnModelContract * k)
 {
@@ -205,6 +197,12 @@ gst_sattn_settings_take (GstSattnSettings * c, const SattnModelContract * k)
   }
 }
 
+/* What a model is built from, read with the object lock held: the
+ * settings, the weights file and prefix (copies to g_free) and
+ * add-zero-attn.  Returns the key of those weights, "path\nprefix" (NULL
+ * without a file): gst_sattn_prepare_weights records it with the model it
+ * builds, and set_caps takes that model over only when its own key is the
+ * same. */
 gchar *
 gst_sattn_model_inputs (GstSattn * self, GstSattnSettings * c,
     gchar ** wpath, gchar ** wprefix, gboolean * zero_attn)
@@ -399,8 +397,8 @@ gst_sattn_prepare_weights (GstSattn * self)
  * signal at another time scale or frame layout than it learned: a warning
  * says so and what to do. */
 void
-gst_sattn_check_trained_for (GstSattn * self, const SattnModel * model,
-    const GstSattnSettings * c, gint rate, gint channels)
+gst_sattn_check_trained_for (GstSattn * self, const GstSattnSettings * c,
+    gint rate, gint channels)
 {
   const SattnModelContract *k = &c->model_contract;
   static const gchar *const what[] = { "channels", "frame-size" };
@@ -410,7 +408,6 @@ gst_sattn_check_trained_for (GstSattn * self, const SattnModel * model,
   const guint32 bits[] = { SATTN_CONTRACT_CHANNELS, SATTN_CONTRACT_FRAME_SIZE };
   guint i;
 
-  (void) model;
   if (c->contract != GST_SATTN_CONTRACT_WARN)
     return;
   if ((k->recorded & SATTN_CONTRACT_SAMPLE_RATE) &&

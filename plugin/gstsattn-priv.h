@@ -168,17 +168,6 @@ struct _GstSattn
   GstSattnSwap swap;
 };
 
-/* An output buffer being filled by one or more core calls. */
-typedef struct
-{
-  GstBuffer *buf;
-  GstMapInfo map;
-  gsize cap_rows, rows;
-  guint64 first_frame, end_frame;
-  gboolean any_valid;
-  GstSattnMeta *meta;           /* on buf: the rows' window metadata */
-} GstSattnOut;
-
 /* The element's buffers for one stream configuration. */
 typedef struct
 {
@@ -264,7 +253,7 @@ gchar *gst_sattn_contract_misfit (const GstSattnSettings * c,
 /* contract=warn: the warnings for a stream that contradicts the model's
  * input contract (which enforce refuses). */
 G_GNUC_INTERNAL
-void gst_sattn_check_trained_for (GstSattn * self, const SattnModel * model,
+void gst_sattn_check_trained_for (GstSattn * self,
     const GstSattnSettings * c, gint rate, gint channels);
 /* output=classes: the labels of model's classes into *labels (g_strfreev
  * them); FALSE after posting the error that says why. */

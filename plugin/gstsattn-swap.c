@@ -1,4 +1,6 @@
-/* The sattn element's weights swap while running: see gstsattn-swap.h.
+/* The sattn element's weights swap while running, and the same rule for
+ * caps that arrive before the loader took a request up: see
+ * gstsattn-swap.h.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -94,7 +96,6 @@ gst_sattn_in_use_model (GstSattn * self, const GstSattnSettings * c,
   SattnWeights w = { 0, };
   SattnStatus st;
   gchar err[16], *path, *prefix;
-  const gchar *nl;
 
   if (self->stream != NULL && self->d_model == d_model &&
       gst_sattn_cache_ref (self->model))
@@ -112,9 +113,7 @@ gst_sattn_in_use_model (GstSattn * self, const GstSattnSettings * c,
     return gst_sattn_cache_acquire (NULL, NULL, &mc, zero_attn ? &w : NULL,
         &st);
   }
-  nl = strchr (in_use, '\n');
-  path = g_strndup (in_use, nl - in_use);
-  prefix = g_strdup (nl + 1);
+  gst_sattn_weights_key_split (in_use, &path, &prefix);
   m = gst_sattn_model_from_file (path, prefix, c, d_model, zero_attn, &st,
       err, sizeof err);
   g_free (path);

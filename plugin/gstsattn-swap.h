@@ -9,8 +9,8 @@
  * again (unless they were set once more meanwhile), so that new caps or
  * the next READY do not read the refused file.  Caps that arrive before
  * the loader has looked at a request apply the same rule
- * (gst_sattn_set_caps): whichever sees it first, a request is accepted
- * or refused alike.
+ * (gst_sattn_swap_caps_request, which set_caps calls): whichever sees it
+ * first, a request is accepted or refused alike.
  *
  * Locking: `requested` is guarded by the object lock (set_property);
  * `lock` guards the job generation and the ready model; the history and

@@ -327,7 +327,7 @@ enum
   PROP_PRECISION,
   PROP_CONTRACT,
   PROP_MIN_PROBABILITY,
-  /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
+  /* gstsattn-obs.c's start at GST_SATTN_OBS_PROP_FIRST */
 };
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
@@ -886,7 +886,7 @@ gst_sattn_setup_stream (GstSattn * self, GstSattnSetup * s)
   if (s->c.output == GST_SATTN_OUTPUT_CLASSES &&
       !gst_sattn_take_labels (self, s->model, &s->labels))
     return FALSE;
-  gst_sattn_check_trained_for (self, s->model, &s->c, s->rate, s->channels);
+  gst_sattn_check_trained_for (self, &s->c, s->rate, s->channels);
   s->chunk = gst_sattn_chunk_frames (&s->c, s->d_model);
   if (!gst_sattn_check_memory (self, s->model, &s->sc, &s->c, s->d_model,
           s->chunk))
