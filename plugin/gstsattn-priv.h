@@ -1,6 +1,7 @@
 /* Private to the sattn element: the instance struct and the types and
- * functions that its files share: gstsattn.c (GObject, properties, state
- * changes), gstsattn-caps.c (caps, negotiation, the sink queries),
+ * functions that its files share: gstsattn.c (GObject, state changes,
+ * the stream set up for caps), gstsattn-props.c (properties),
+ * gstsattn-caps.c (caps, negotiation, the sink queries),
  * gstsattn-model.c (models and their input contract), gstsattn-memory.c
  * (the memory budget, the element's buffers), gstsattn-swap.c (weights
  * swaps) and gstsattn-feed.c (timeline, output, chain, events).  Not
@@ -187,6 +188,19 @@ G_GNUC_INTERNAL
 const gchar *gst_sattn_positions_nick (GstSattnPositions p);
 G_GNUC_INTERNAL
 const gchar *gst_sattn_output_nick (GstSattnOutput o);
+
+/* gstsattn-props.c */
+
+G_GNUC_INTERNAL
+void gst_sattn_props_install (GObjectClass * gobject_class);
+G_GNUC_INTERNAL
+void gst_sattn_props_init (GstSattn * self);
+G_GNUC_INTERNAL
+void gst_sattn_props_clear (GstSattn * self);
+/* At PAUSED -> READY (running cleared): the values set while running
+ * that had to wait for READY are applied. */
+G_GNUC_INTERNAL
+void gst_sattn_apply_deferred (GstSattn * self);
 
 /* gstsattn.c */
 
