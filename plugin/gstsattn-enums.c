@@ -7,7 +7,7 @@
 #include "config.h"
 #endif
 
-#include "gstsattn-priv.h"
+#include "gstsattn-enums.h"
 
 GType
 gst_sattn_output_get_type (void)

@@ -15,7 +15,7 @@
 #include <gst/gst.h>
 #include <gst/audio/audio.h>
 
-#include "gstsattn.h"
+#include "gstsattn-enums.h"
 #include "gstsattn-obs.h"
 #include "gstsattn-meta-priv.h"
 #include "gstsattn-swap.h"
@@ -24,6 +24,9 @@
 #include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
+
+#define GST_TYPE_SATTN (gst_sattn_get_type ())
+G_DECLARE_FINAL_TYPE (GstSattn, gst_sattn, GST, SATTN, GstElement)
 
 G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
 #define GST_CAT_DEFAULT gst_sattn_debug
@@ -181,13 +184,6 @@ typedef struct
   SattnRowInfo *out_info;       /* tensor output: rows of one buffer */
   gsize out_info_cap;
 } GstSattnScratch;
-
-/* gstsattn-enums.c: the nicks of enum values, for messages. */
-
-G_GNUC_INTERNAL
-const gchar *gst_sattn_positions_nick (GstSattnPositions p);
-G_GNUC_INTERNAL
-const gchar *gst_sattn_output_nick (GstSattnOutput o);
 
 /* gstsattn-props.c */
 

@@ -261,6 +261,7 @@
 #include "config.h"
 #endif
 
+#include "gstsattn.h"
 #include "gstsattn-priv.h"
 #include "gstsattn-cache.h"
 
