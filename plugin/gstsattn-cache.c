@@ -23,6 +23,7 @@
 #endif
 
 #include "gstsattn-cache.h"
+#include "gstsattn-memory.h"
 
 #include "sattn/sattn-weights.h"
 
@@ -348,23 +349,10 @@ cache_build_load (gpointer data, SattnStatus * status)
   LoadArgs *a = data;
   SattnModel *model = NULL;
   SattnStatus st;
-  struct stat sb;
-  const gchar *what;
-  guint64 avail = gst_sattn_memory_headroom (&what);
 
-  /* Refused before anything is read when the load cannot fit (a 2 GiB
-   * sparse file grew the process to 5 GB before "out of memory"):
-   * SATTN_MEMORY_CHECK=0 turns this off, as it does the stream check. */
-  if (g_strcmp0 (g_getenv ("SATTN_MEMORY_CHECK"), "0") != 0 &&
-      stat (a->path, &sb) == 0 && S_ISREG (sb.st_mode) &&
-      (guint64) sb.st_size > avail / GST_SATTN_LOAD_FACTOR) {
-    if (a->err != NULL && a->err_len > 0)
-      g_snprintf (a->err, a->err_len, "'%s' is %" G_GUINT64_FORMAT " bytes: "
-          "loading it may hold up to %d times that (%" G_GUINT64_FORMAT
-          " bytes: the file, float32 copies of its tensors and the model), "
-          "and %" G_GUINT64_FORMAT " bytes are available (%s)", a->path,
-          (guint64) sb.st_size, GST_SATTN_LOAD_FACTOR,
-          (guint64) sb.st_size * GST_SATTN_LOAD_FACTOR, avail, what);
+  /* Refused before anything is read when the load cannot fit (the memory
+   * budget's words). */
+  if (!gst_sattn_memory_check_load (a->path, a->err, a->err_len)) {
     if (status)
       *status = SATTN_E_NOMEM;
     return NULL;

@@ -76,17 +76,6 @@ void gst_sattn_cache_stats (guint * models, guint * users, guint64 * builds);
 G_GNUC_INTERNAL
 gboolean gst_sattn_cache_handle_query (GstQuery * query);
 
-/* Memory this process can still get (gstsattn-negotiate.c): the least of
- * the headroom below RLIMIT_AS, RLIMIT_DATA and the machine's physical
- * memory (G_MAXUINT64: none known); *what names it. */
-G_GNUC_INTERNAL
-guint64 gst_sattn_memory_headroom (const gchar ** what);
-
-/* Bytes the loader may hold at once while it reads a weights file of
- * file_bytes: the file, a float32 copy of its tensors (up to twice the
- * file for F16 / BF16), and the model's float and double copies. */
-#define GST_SATTN_LOAD_FACTOR 6
-
 G_END_DECLS
 
 #endif /* GST_SATTN_CACHE_H */

@@ -1,8 +1,9 @@
 /* The sattn element's data path: the timeline (frame timestamps,
  * discontinuities and resyncs), output buffers (building, accounting,
  * pushing), feeding frames to the core (process, push, GAP frames,
- * drain), the chain function and the sink events (caps, segment, gap,
- * flush, EOS).
+ * drain), the chain function and the sink events of the data path
+ * (segment, gap, flush, EOS; gstsattn.c sets caps up).  It calls the
+ * weights swap and the observers, never the element's own file.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -15,20 +16,22 @@
 
 #include <string.h>
 
-/* Output buffers are sized for at most this many input frames, and at
- * most this many bytes unless one core call needs more. */
-#define OUT_FRAMES_PER_BUFFER GST_SATTN_OUT_FRAMES
+/* Output buffers are sized for at most GST_SATTN_OUT_FRAMES input
+ * frames, and at most this many bytes unless one core call needs more. */
 #define OUT_MAX_BYTES ((gsize) 64 << 20)
 
-/* ------------------------------------------------------------ timing */
-
-/* Timestamp of input frame f (counted since the last resync). */
-GstClockTime
-gst_sattn_frame_ts (GstSattn * self, guint64 f)
+/* An output buffer being filled by one or more core calls. */
+typedef struct
 {
-  return gst_sattn_time_of_frame (self->resync_ts, f, self->cfg.frame_size,
-      self->rate);
-}
+  GstBuffer *buf;
+  GstMapInfo map;
+  gsize cap_rows, rows;
+  guint64 first_frame, end_frame;
+  gboolean any_valid;
+  GstSattnMeta *meta;           /* on buf: the rows' window metadata */
+} GstSattnOut;
+
+/* ------------------------------------------------------------ timing */
 
 /* Where the sample counter says the next input byte lies in time. */
 GstClockTime
@@ -197,9 +200,6 @@ gst_sattn_out_finish (GstSattn * self, GstSattnOut * out)
   return ret;
 }
 
-/* Make room for need more rows in out, pushing what it holds if full.
- * hint_frames: input frames still to come in this call, to size a new
- * output buffer. */
 /* A buffer of size bytes, or NULL when there is no memory for it
  * (gst_buffer_new_allocate would abort the process). */
 static GstBuffer *
@@ -210,6 +210,9 @@ gst_sattn_try_buffer_new (gsize size)
   return mem ? gst_buffer_new_wrapped (mem, size) : NULL;
 }
 
+/* Make room for need more rows in out, pushing what it holds if full.
+ * hint_frames: input frames still to come in this call, to size a new
+ * output buffer. */
 static GstFlowReturn
 gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
     guint64 hint_frames)
@@ -224,7 +227,7 @@ gst_sattn_out_reserve (GstSattn * self, GstSattnOut * out, gsize need,
     return ret;
 
   cap = sattn_stream_max_rows (self->stream,
-      (gsize) MIN (hint_frames, OUT_FRAMES_PER_BUFFER));
+      (gsize) MIN (hint_frames, GST_SATTN_OUT_FRAMES));
   cap = MIN (cap, OUT_MAX_BYTES / (self->row_floats * sizeof (float)));
   if (self->tensor_out)
     cap = MIN (cap, self->out_info_cap);
@@ -619,15 +622,78 @@ gst_sattn_gap_frames (GstSattn * self, guint64 n, GstSattnOut * out)
   return GST_FLOW_OK;
 }
 
-GstSattnInvalidFrames
-gst_sattn_get_policy (GstSattn * self)
-{
-  GstSattnInvalidFrames policy;
+/* The partial frame carried from one buffer (or GAP) to the next is the
+ * element's own, in self->carry, and no input is clipped with
+ * gst_audio_buffer_clip: clipping to the segment would drop frames, where
+ * every input frame gets its output (in frames mode exactly one) stamped
+ * by the frame counter.  A GstAdapter could hold the carried bytes but
+ * none of what the carry needs beside them, so it would not make this
+ * simpler and keep the semantics:
+ * - a GAP event's bytes are in no buffer (data NULL), and its whole
+ *   frames are skipped in closed form (gst_sattn_gap_frames): an adapter
+ *   would need zero-filled buffers made for the partial frames at its
+ *   ends;
+ * - a frame is masked when any of its bytes came from a GAP or a
+ *   GAP-flagged buffer (carry_invalid), a flag an adapter does not keep
+ *   per byte;
+ * - whole frames go to the core straight from the mapped input, realigned
+ *   through self->scratch when a carry left them off float alignment;
+ *   gst_adapter_map would hand out the same misaligned pointer.
+ * What an adapter would replace is the copy of less than a frame below. */
 
-  GST_OBJECT_LOCK (self);
-  policy = self->invalid_frames;
-  GST_OBJECT_UNLOCK (self);
-  return policy;
+/* Complete the carried partial frame with the first bytes of size (data
+ * NULL: zeros) and push it once it is whole; *taken: the bytes it took. */
+static GstFlowReturn
+gst_sattn_carry_complete (GstSattn * self, const guint8 * data, guint64 size,
+    gboolean invalid, GstSattnOut * out, gsize * taken)
+{
+  const gsize take = (gsize) MIN ((guint64) (self->frame_bytes -
+          self->carry_len), size);
+  GstFlowReturn ret;
+
+  *taken = take;
+  if (data)
+    memcpy (self->carry + self->carry_len, data, take);
+  else
+    memset (self->carry + self->carry_len, 0, take);
+  self->carry_len += take;
+  /* Only bytes taken in mark the frame: a 0-byte GAP buffer adds nothing
+   * to it. */
+  if (take > 0)
+    self->carry_invalid |= invalid;
+  if (self->carry_len < self->frame_bytes)
+    return GST_FLOW_OK;
+  self->carry_len = 0;
+  ret = gst_sattn_push_frames (self, (const float *) self->carry, 1,
+      self->carry_invalid, out);
+  self->carry_invalid = FALSE;
+  return ret;
+}
+
+/* n whole frames of data (NULL: zeros; invalid: masked). */
+static GstFlowReturn
+gst_sattn_whole_frames (GstSattn * self, const guint8 * data, guint64 n,
+    gboolean invalid, GstSattnOut * out)
+{
+  const gsize fb = self->frame_bytes;
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  if (data == NULL && invalid) {
+    /* A GAP's frames: closed form once the window holds only them. */
+    return gst_sattn_gap_frames (self, n, out);
+  }
+  if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0)
+    return gst_sattn_push_frames (self, (const float *) data, n, invalid, out);
+  /* Frames split across buffers left the data misaligned. */
+  while (n > 0 && ret == GST_FLOW_OK) {
+    gsize k = (gsize) MIN (n, (guint64) self->chunk);
+
+    memcpy (self->scratch, data, k * fb);
+    ret = gst_sattn_push_frames (self, self->scratch, k, invalid, out);
+    data += k * fb;
+    n -= k;
+  }
+  return ret;
 }
 
 /* Feed size bytes of interleaved samples (data NULL: zeros).  invalid:
@@ -655,55 +721,24 @@ gst_sattn_process (GstSattn * self, const guint8 * data, guint64 size,
   self->bytes_since_resync += size;
 
   if (self->carry_len > 0) {
-    gsize take = (gsize) MIN ((guint64) (fb - self->carry_len), size);
+    gsize taken;
 
-    if (data) {
-      memcpy (self->carry + self->carry_len, data, take);
-      data += take;
-    } else {
-      memset (self->carry + self->carry_len, 0, take);
-    }
-    self->carry_len += take;
-    /* Only bytes taken in mark the frame: a 0-byte GAP buffer adds
-     * nothing to it. */
-    if (take > 0)
-      self->carry_invalid |= invalid;
-    size -= take;
-    if (self->carry_len < fb)
-      return GST_FLOW_OK;
-    self->carry_len = 0;
-    ret = gst_sattn_push_frames (self, (const float *) self->carry, 1,
-        self->carry_invalid, out);
-    self->carry_invalid = FALSE;
+    ret = gst_sattn_carry_complete (self, data, size, invalid, out, &taken);
+    if (data)
+      data += taken;
+    size -= taken;
     if (ret != GST_FLOW_OK)
       return ret;
   }
 
   n = size / fb;
   rest = size - n * fb;
-  if (n > 0 && data == NULL && invalid) {
-    /* A GAP's frames: closed form once the window holds only them. */
-    ret = gst_sattn_gap_frames (self, n, out);
+  if (n > 0) {
+    ret = gst_sattn_whole_frames (self, data, n, invalid, out);
     if (ret != GST_FLOW_OK)
       return ret;
-  } else if (n > 0) {
-    if (data == NULL || ((guintptr) data) % G_ALIGNOF (float) == 0) {
-      ret = gst_sattn_push_frames (self, (const float *) data, n, invalid, out);
-      if (data)
-        data += n * fb;
-    } else {
-      /* Frames split across buffers left the data misaligned. */
-      while (n > 0 && ret == GST_FLOW_OK) {
-        gsize k = (gsize) MIN (n, (guint64) self->chunk);
-
-        memcpy (self->scratch, data, k * fb);
-        ret = gst_sattn_push_frames (self, self->scratch, k, invalid, out);
-        data += k * fb;
-        n -= k;
-      }
-    }
-    if (ret != GST_FLOW_OK)
-      return ret;
+    if (data)
+      data += n * fb;
   }
 
   if (rest > 0) {
@@ -1055,7 +1090,7 @@ gst_sattn_flush (GstSattn * self)
 }
 
 gboolean
-gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
+gst_sattn_feed_event (GstPad * pad, GstObject * parent, GstEvent * event)
 {
   GstSattn *self = GST_SATTN (parent);
   gboolean res;
@@ -1063,34 +1098,6 @@ gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
   GST_LOG_OBJECT (self, "event %" GST_PTR_FORMAT, event);
 
   switch (GST_EVENT_TYPE (event)) {
-    case GST_EVENT_CAPS:{
-      GstCaps *caps;
-
-      gst_event_parse_caps (event, &caps);
-      if (self->refused_caps && gst_caps_is_equal (caps, self->refused_caps)) {
-        /* The same caps again (sticky events are re-sent): the error was
-         * posted already; refuse them quietly. */
-        gst_event_unref (event);
-        return FALSE;
-      }
-      res = gst_sattn_set_caps (self, caps);
-      /* Refused caps leave the stream as it was (set_caps changes nothing
-       * before it has a working model), and data is refused until caps
-       * are accepted: the same caps as before continue the window and
-       * the timeline where they were. */
-      if (!res && self->stream && GST_PAD_IS_FLUSHING (self->srcpad) &&
-          gst_pad_has_current_caps (self->srcpad)) {
-        /* Set up, but a flushing seek reached the source pad first: the
-         * pad keeps the caps and sends them after the flush.  Refusing
-         * them here would refuse them again when they are re-sent. */
-        GST_DEBUG_OBJECT (self, "source pad flushing, caps kept for later");
-        res = TRUE;
-      }
-      self->caps_refused = !res;
-      gst_caps_replace (&self->refused_caps, res ? NULL : caps);
-      gst_event_unref (event);
-      return res;
-    }
     case GST_EVENT_SEGMENT:{
       GstSegment in, seg;
 

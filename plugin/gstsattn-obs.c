@@ -222,12 +222,6 @@ gst_sattn_obs_get_property (GstSattnObs * obs, guint prop_id, GValue * value)
   }
 }
 
-gboolean
-gst_sattn_obs_prop_mutable_playing (guint prop_id)
-{
-  return prop_id == PROP_MESSAGE_INTERVAL || prop_id == PROP_MAP_HEAD;
-}
-
 /* ------------------------------------------------------------ set-up */
 
 void

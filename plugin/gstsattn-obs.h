@@ -77,8 +77,6 @@ gboolean gst_sattn_obs_set_property (GstSattnObs * obs, guint prop_id,
     const GValue * value);
 gboolean gst_sattn_obs_get_property (GstSattnObs * obs, guint prop_id,
     GValue * value);
-/* Can prop_id change while the element is running? */
-gboolean gst_sattn_obs_prop_mutable_playing (guint prop_id);
 
 /* Fill in collect_stats, saturation_threshold and keep_weights of a new
  * stream's configuration. */

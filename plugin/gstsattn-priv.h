@@ -1,7 +1,11 @@
 /* Private to the sattn element: the instance struct and the types and
- * functions that gstsattn.c (GObject, properties, state changes),
- * gstsattn-negotiate.c (caps, queries) and gstsattn-feed.c (timeline,
- * output, chain, events) share.  Not installed.
+ * functions that its files share: gstsattn.c (GObject, state changes,
+ * the stream set up for caps), gstsattn-props.c (properties),
+ * gstsattn-caps.c (caps, negotiation, the sink queries),
+ * gstsattn-model.c (models and their input contract), gstsattn-memory.c
+ * (the memory budget, the element's buffers), gstsattn-swap.c (weights
+ * swaps) and gstsattn-feed.c (timeline, output, chain, events).  Not
+ * installed.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -11,14 +15,18 @@
 #include <gst/gst.h>
 #include <gst/audio/audio.h>
 
-#include "gstsattn.h"
+#include "gstsattn-enums.h"
 #include "gstsattn-obs.h"
 #include "gstsattn-meta-priv.h"
 #include "gstsattn-swap.h"
 #include "gstsattn-classes.h"
+#include "gstsattn-time.h"
 #include "sattn/sattn-weights.h"
 
 G_BEGIN_DECLS
+
+#define GST_TYPE_SATTN (gst_sattn_get_type ())
+G_DECLARE_FINAL_TYPE (GstSattn, gst_sattn, GST, SATTN, GstElement)
 
 G_GNUC_INTERNAL GST_DEBUG_CATEGORY_EXTERN (gst_sattn_debug);
 #define GST_CAT_DEFAULT gst_sattn_debug
@@ -164,17 +172,6 @@ struct _GstSattn
   GstSattnSwap swap;
 };
 
-/* An output buffer being filled by one or more core calls. */
-typedef struct
-{
-  GstBuffer *buf;
-  GstMapInfo map;
-  gsize cap_rows, rows;
-  guint64 first_frame, end_frame;
-  gboolean any_valid;
-  GstSattnMeta *meta;           /* on buf: the rows' window metadata */
-} GstSattnOut;
-
 /* The element's buffers for one stream configuration. */
 typedef struct
 {
@@ -188,12 +185,56 @@ typedef struct
   gsize out_info_cap;
 } GstSattnScratch;
 
+/* gstsattn-props.c */
+
+G_GNUC_INTERNAL
+void gst_sattn_props_install (GObjectClass * gobject_class);
+G_GNUC_INTERNAL
+void gst_sattn_props_init (GstSattn * self);
+G_GNUC_INTERNAL
+void gst_sattn_props_clear (GstSattn * self);
+/* At PAUSED -> READY (running cleared): the values set while running
+ * that had to wait for READY are applied. */
+G_GNUC_INTERNAL
+void gst_sattn_apply_deferred (GstSattn * self);
+
 /* gstsattn.c */
 
 G_GNUC_INTERNAL
 void gst_sattn_free_stream (GstSattn * self);
 
-/* gstsattn-negotiate.c */
+/* gstsattn-caps.c */
+
+#define GST_SATTN_UNSUPPORTED_CAPS "Unsupported input caps; sattn takes " \
+    "audio/x-raw, format=" GST_AUDIO_NE (F32) ", layout=interleaved with " \
+    "a rate and a channel count"
+
+/* Rate and channels of input caps the element can read at all (fixed
+ * audio/x-raw, native-endian F32, interleaved); FALSE otherwise. */
+G_GNUC_INTERNAL
+gboolean gst_sattn_parse_caps (GstCaps * caps, gint * rate, gint * channels);
+/* Checks the settings c against a stream of rate / channels (d_model =
+ * channels x frame-size; weights: a weights file is set); on failure
+ * posts an element error that says what would work. */
+G_GNUC_INTERNAL
+gboolean gst_sattn_validate (GstSattn * self, const GstSattnSettings * c,
+    gint rate, gint channels, guint64 d_model, gboolean weights);
+/* The source caps downstream takes for stream (of the settings c, for
+ * input caps sinkcaps of rate / channels) and whether they are
+ * other/tensors; NULL after posting the error that says why. */
+G_GNUC_INTERNAL
+GstCaps *gst_sattn_pick_src_caps (GstSattn * self, const GstSattnSettings * c,
+    gint rate, gint channels, const SattnStream * stream, GstCaps * sinkcaps,
+    gboolean * tensors);
+G_GNUC_INTERNAL
+gboolean gst_sattn_check_upstream (GstSattn * self);
+G_GNUC_INTERNAL
+gboolean gst_sattn_check_downstream (GstSattn * self);
+G_GNUC_INTERNAL
+gboolean gst_sattn_sink_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
+
+/* gstsattn-model.c */
 
 /* The settings c with the model's input contract k: frame-size, window
  * and hop the user did not set taken from it (hop at most the window),
@@ -201,11 +242,34 @@ void gst_sattn_free_stream (GstSattn * self);
 G_GNUC_INTERNAL
 void gst_sattn_settings_take (GstSattnSettings * c,
     const SattnModelContract * k);
+/* What a model is built from, read with the object lock held: the
+ * settings (with the contract of the file read at READY), the weights
+ * file and prefix (copies to g_free) and add-zero-attn; returns their
+ * weights key (NULL without a file). */
+G_GNUC_INTERNAL
+gchar *gst_sattn_model_inputs (GstSattn * self, GstSattnSettings * c,
+    gchar ** wpath, gchar ** wprefix, gboolean * zero_attn);
+/* Why a stream of rate / channels contradicts the input contract in
+ * c->model_contract under contract=enforce (a sentence to g_free, naming
+ * both values and the way out), or NULL. */
+G_GNUC_INTERNAL
+gchar *gst_sattn_explain_contract (const GstSattnSettings * c, gint rate,
+    gint channels);
 /* Why a stream of rate, channels and c's frame-size contradicts the input
  * contract k under c's contract mode (a sentence to g_free), or NULL. */
 G_GNUC_INTERNAL
 gchar *gst_sattn_contract_misfit (const GstSattnSettings * c,
     const SattnModelContract * k, gint rate, gint channels);
+/* contract=warn: the warnings for a stream that contradicts the model's
+ * input contract (which enforce refuses). */
+G_GNUC_INTERNAL
+void gst_sattn_check_trained_for (GstSattn * self,
+    const GstSattnSettings * c, gint rate, gint channels);
+/* output=classes: the labels of model's classes into *labels (g_strfreev
+ * them); FALSE after posting the error that says why. */
+G_GNUC_INTERNAL
+gboolean gst_sattn_take_labels (GstSattn * self, const SattnModel * model,
+    gchar *** labels);
 
 /* The core's configurations from the settings c for d_model-value frames
  * (the one place the element maps its settings onto them). */
@@ -225,8 +289,14 @@ G_GNUC_INTERNAL
 SattnModel *gst_sattn_model_from_file (const gchar * path,
     const gchar * prefix, const GstSattnSettings * c, guint64 d_model,
     gboolean zero_attn, SattnStatus * status, gchar * err, gsize err_len);
-/* The same, posting the element error that names the file and what is
- * wrong with it on failure. */
+/* The element error for a weights file (path) that could not be used for
+ * d_model-value frames (0: before caps), with the loader's status and
+ * words. */
+G_GNUC_INTERNAL
+void gst_sattn_weights_error (GstSattn * self, SattnStatus st,
+    const gchar * path, guint64 d_model, const gchar * err);
+/* gst_sattn_model_from_file, posting the element error that names the
+ * file and what is wrong with it on failure. */
 G_GNUC_INTERNAL
 SattnModel *gst_sattn_load_model (GstSattn * self, const gchar * path,
     const gchar * prefix, guint64 d_model, const GstSattnSettings * c,
@@ -235,20 +305,38 @@ SattnModel *gst_sattn_load_model (GstSattn * self, const gchar * path,
 G_GNUC_INTERNAL
 void gst_sattn_layer_config (const GstSattnSettings * c, SattnConfig * mc);
 G_GNUC_INTERNAL
-const gchar *gst_sattn_positions_nick (GstSattnPositions p);
-G_GNUC_INTERNAL
 gboolean gst_sattn_prepare_weights (GstSattn * self);
+/* The key of the weights file path under prefix ("path\nprefix"; NULL
+ * for identity projections, path NULL), as the element records it with
+ * the model built from it; a new string. */
 G_GNUC_INTERNAL
-gboolean gst_sattn_set_caps (GstSattn * self, GstCaps * caps);
+gchar *gst_sattn_weights_key (const gchar * path, const gchar * prefix);
+/* The file and prefix of key (NULL, NULL for identity projections). */
 G_GNUC_INTERNAL
-gboolean gst_sattn_check_upstream (GstSattn * self);
-gboolean gst_sattn_check_downstream (GstSattn * self);
+void gst_sattn_weights_key_split (const gchar * key, gchar ** path,
+    gchar ** prefix);
+
+/* gstsattn-memory.c (and gstsattn-memory.h) */
+
+/* Frames handed to the core per call for the settings c and
+ * d_model-value frames. */
 G_GNUC_INTERNAL
-gboolean gst_sattn_sink_query (GstPad * pad, GstObject * parent,
-    GstQuery * query);
+gsize gst_sattn_chunk_frames (const GstSattnSettings * c, guint64 d_model);
+/* Before allocating a stream of model with sc: whether it and the
+ * element's own buffers fit in what the process can have; posts the
+ * element error that gives the sizes when not. */
 G_GNUC_INTERNAL
-gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
-    GstQuery * query);
+gboolean gst_sattn_check_memory (GstSattn * self, const SattnModel * model,
+    const SattnStreamConfig * sc, const GstSattnSettings * c,
+    guint64 d_model, gsize chunk);
+/* The element's buffers for chunk frames of d_model values per core call
+ * into sc; FALSE (nothing allocated) after posting an error naming the
+ * size that could not be had. */
+G_GNUC_INTERNAL
+gboolean gst_sattn_alloc_scratch (GstSattn * self, GstSattnScratch * sc,
+    const GstSattnSettings * c, guint64 d_model, gsize chunk);
+G_GNUC_INTERNAL
+void gst_sattn_scratch_clear (GstSattnScratch * sc);
 
 /* gstsattn-swap.c (streaming thread) */
 
@@ -271,6 +359,18 @@ void gst_sattn_swap_reset (GstSattn * self);
 
 /* gstsattn-swap.c (any thread) */
 
+/* Caps while the weights properties ask for another file (wpath, wprefix)
+ * than the one of the model in use (in_use): the rule of a swap applied
+ * to caps (see gstsattn-swap.c).  prepared: the requested file's model
+ * read at READY (a reference taken over), or NULL.  Returns a reference,
+ * or NULL after posting an error; *reverted when the request was refused
+ * and the model in use goes on. */
+G_GNUC_INTERNAL
+SattnModel *gst_sattn_swap_caps_request (GstSattn * self,
+    const GstSattnSettings * c, guint64 d_model, const gchar * wpath,
+    const gchar * wprefix, gboolean zero_attn, SattnModel * prepared,
+    const gchar * in_use, gboolean * reverted);
+
 /* The warning for weights (path, prefix) that cannot replace the running
  * model, saying why. */
 G_GNUC_INTERNAL
@@ -285,29 +385,55 @@ void gst_sattn_swap_revert (GstSattn * self, const gchar * path,
 
 /* gstsattn-feed.c */
 
-/* Timestamp of input frame f (counted since the last resync). */
-G_GNUC_INTERNAL
-GstClockTime gst_sattn_frame_ts (GstSattn * self, guint64 f);
-
+/* Where the sample counter says the next input byte lies in time (NONE
+ * before a timeline started). */
 G_GNUC_INTERNAL
 GstClockTime gst_sattn_expected_ts (GstSattn * self);
+/* Start a new timeline at ts (NONE: the segment start, else 0). */
 G_GNUC_INTERNAL
 void gst_sattn_start_timeline (GstSattn * self, GstClockTime ts);
+/* Make the discontinuity detector take ts as where the next n_samples
+ * samples lie, with no discontinuity pending. */
 G_GNUC_INTERNAL
 void gst_sattn_align_restart (GstSattn * self, GstClockTime ts,
     guint64 n_samples);
-G_GNUC_INTERNAL
-GstSattnInvalidFrames gst_sattn_get_policy (GstSattn * self);
+/* Push rows for every frame the stream holds, then end the health
+ * messages' timeline. */
 G_GNUC_INTERNAL
 GstFlowReturn gst_sattn_drain (GstSattn * self);
+/* Forget what is held and the timeline (FLUSH_STOP, READY -> PAUSED). */
 G_GNUC_INTERNAL
 void gst_sattn_flush (GstSattn * self);
 G_GNUC_INTERNAL
 GstFlowReturn gst_sattn_chain (GstPad * pad, GstObject * parent,
     GstBuffer * buffer);
+/* The sink events of the data path: all but CAPS (gstsattn.c). */
 G_GNUC_INTERNAL
-gboolean gst_sattn_sink_event (GstPad * pad, GstObject * parent,
+gboolean gst_sattn_feed_event (GstPad * pad, GstObject * parent,
     GstEvent * event);
+
+/* Read by every file that hands frames or a stream configuration to the
+ * core. */
+
+/* Timestamp of input frame f (counted since the last resync). */
+static inline GstClockTime
+gst_sattn_frame_ts (GstSattn * self, guint64 f)
+{
+  return gst_sattn_time_of_frame (self->resync_ts, f, self->cfg.frame_size,
+      self->rate);
+}
+
+/* The invalid-frames property (it may change while PLAYING). */
+static inline GstSattnInvalidFrames
+gst_sattn_get_policy (GstSattn * self)
+{
+  GstSattnInvalidFrames policy;
+
+  GST_OBJECT_LOCK (self);
+  policy = self->invalid_frames;
+  GST_OBJECT_UNLOCK (self);
+  return policy;
+}
 
 G_END_DECLS
 

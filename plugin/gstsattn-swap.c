@@ -1,4 +1,6 @@
-/* The sattn element's weights swap while running: see gstsattn-swap.h.
+/* The sattn element's weights swap while running, and the same rule for
+ * caps that arrive before the loader took a request up: see
+ * gstsattn-swap.h.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -25,22 +27,6 @@ typedef struct
   GstSattnModelShape running;   /* what the new model must keep */
   gchar *in_use;                /* the running model's weights key */
 } GstSattnSwapJob;
-
-gchar *
-gst_sattn_weights_key (const gchar * path, const gchar * prefix)
-{
-  return path ? g_strdup_printf ("%s\n%s", path, prefix ? prefix : "") : NULL;
-}
-
-/* The file and prefix of key (NULL, NULL for identity projections). */
-static void
-gst_sattn_weights_key_split (const gchar * key, gchar ** path, gchar ** prefix)
-{
-  const gchar *nl = key ? strchr (key, '\n') : NULL;
-
-  *path = nl ? g_strndup (key, nl - key) : NULL;
-  *prefix = nl ? g_strdup (nl + 1) : NULL;
-}
 
 void
 gst_sattn_model_shape (const SattnModel * m, GstSattnModelShape * shape)
@@ -94,6 +80,111 @@ gst_sattn_swap_warn (GstSattn * self, const gchar * path,
       ("The weights file %s (prefix \"%s\") cannot replace the running "
           "model, which stays in use: %s", path ? path :
           "(none: identity projections)", prefix ? prefix : "", why), (NULL));
+}
+
+/* The model in use (weights key in_use, NULL = identity projections) for
+ * d_model-value frames, a new reference: the running one when it has
+ * these frames, the one read at READY, or the file read again; NULL when
+ * it cannot serve them. */
+static SattnModel *
+gst_sattn_in_use_model (GstSattn * self, const GstSattnSettings * c,
+    guint64 d_model, const gchar * in_use, gboolean zero_attn)
+{
+  SattnModel *m = NULL;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnWeights w = { 0, };
+  SattnStatus st;
+  gchar err[16], *path, *prefix;
+
+  if (self->stream != NULL && self->d_model == d_model &&
+      gst_sattn_cache_ref (self->model))
+    return self->model;
+  GST_OBJECT_LOCK (self);
+  if (self->wmodel != NULL && g_strcmp0 (self->wkey, in_use) == 0 &&
+      self->wcfg.d_model == d_model && gst_sattn_cache_ref (self->wmodel))
+    m = self->wmodel;
+  GST_OBJECT_UNLOCK (self);
+  if (m != NULL)
+    return m;
+  if (in_use == NULL) {
+    gst_sattn_core_config (c, d_model, &mc, &sc);
+    w.add_zero_attn = zero_attn;
+    return gst_sattn_cache_acquire (NULL, NULL, &mc, zero_attn ? &w : NULL,
+        &st);
+  }
+  gst_sattn_weights_key_split (in_use, &path, &prefix);
+  m = gst_sattn_model_from_file (path, prefix, c, d_model, zero_attn, &st,
+      err, sizeof err);
+  g_free (path);
+  g_free (prefix);
+  return m;
+}
+
+/* Caps while the weights properties ask for another file (wpath, wprefix)
+ * than the one of the model in use (in_use), set while running and not
+ * yet seen by the swap's loader thread (or set before the first caps):
+ * the rule of a swap.  When the model in use serves these frames, the
+ * requested one replaces it only if it can be loaded and keeps what the
+ * element outputs; else a warning, the properties name the file in use
+ * again (*reverted) and the model in use goes on.  When the model in use
+ * cannot serve these frames, the requested file is the configuration and
+ * fails as at READY.  prepared: the requested file's model read at READY
+ * (a reference taken over), or NULL.  Returns a reference, or NULL after
+ * posting an error. */
+SattnModel *
+gst_sattn_swap_caps_request (GstSattn * self, const GstSattnSettings * c,
+    guint64 d_model, const gchar * wpath, const gchar * wprefix,
+    gboolean zero_attn, SattnModel * prepared, const gchar * in_use,
+    gboolean * reverted)
+{
+  SattnModel *cur, *m = prepared;
+  SattnConfig mc = { 0, };
+  SattnStreamConfig sc = { 0, };
+  SattnWeights w = { 0, };
+  SattnStatus st = SATTN_OK;
+  GstSattnModelShape shape;
+  gchar err[1024] = "", *why;
+
+  *reverted = FALSE;
+  cur = gst_sattn_in_use_model (self, c, d_model, in_use, zero_attn);
+  if (m == NULL && wpath != NULL) {
+    m = gst_sattn_model_from_file (wpath, wprefix, c, d_model, zero_attn,
+        &st, err, sizeof err);
+  } else if (m == NULL) {
+    gst_sattn_core_config (c, d_model, &mc, &sc);
+    w.add_zero_attn = zero_attn;
+    m = gst_sattn_cache_acquire (NULL, NULL, &mc, zero_attn ? &w : NULL, &st);
+    if (m == NULL)
+      g_strlcpy (err, "the model cannot be built", sizeof err);
+  }
+  if (cur == NULL) {
+    if (m == NULL && wpath != NULL)
+      gst_sattn_weights_error (self, st, wpath, d_model, err);
+    else if (m == NULL)
+      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+          ("Could not set up attention with identity projections for %"
+              G_GUINT64_FORMAT "-value frames: %s", d_model,
+              sattn_status_string (st)), (NULL));
+    return m;
+  }
+  if (m == NULL) {
+    why = g_strdup_printf ("%s (%s)", err[0] ? err : sattn_status_string (st),
+        sattn_status_string (st));
+  } else {
+    gst_sattn_model_shape (cur, &shape);
+    why = gst_sattn_swap_misfit (&shape, m);
+  }
+  if (why == NULL) {
+    gst_sattn_cache_release (cur);
+    return m;
+  }
+  gst_sattn_swap_revert (self, wpath, wprefix, in_use);
+  gst_sattn_swap_warn (self, wpath, wprefix, why);
+  g_free (why);
+  gst_sattn_cache_release (m);
+  *reverted = TRUE;
+  return cur;
 }
 
 void

@@ -9,8 +9,8 @@
  * again (unless they were set once more meanwhile), so that new caps or
  * the next READY do not read the refused file.  Caps that arrive before
  * the loader has looked at a request apply the same rule
- * (gst_sattn_set_caps): whichever sees it first, a request is accepted
- * or refused alike.
+ * (gst_sattn_swap_caps_request, which set_caps calls): whichever sees it
+ * first, a request is accepted or refused alike.
  *
  * Locking: `requested` is guarded by the object lock (set_property);
  * `lock` guards the job generation and the ready model; the history and
@@ -74,12 +74,6 @@ G_GNUC_INTERNAL void gst_sattn_model_shape (const SattnModel * m,
  * g_free), or NULL when it can. */
 G_GNUC_INTERNAL gchar *gst_sattn_swap_misfit (const GstSattnModelShape *
     running, const SattnModel * m);
-
-/* The key of the weights file path under prefix ("path\nprefix"; NULL
- * for identity projections, path NULL), as the element records it with
- * the model built from it; a new string. */
-G_GNUC_INTERNAL gchar *gst_sattn_weights_key (const gchar * path,
-    const gchar * prefix);
 
 G_GNUC_INTERNAL void gst_sattn_swap_init (GstSattnSwap * sw);
 /* Cancel and join the loader, drop what it made and the history

@@ -1,8 +1,12 @@
-/* GStreamer sattn element: GObject boilerplate, the enum types,
- * class_init / init / finalize, the properties (deferred while running)
- * and state changes.  Negotiation lives in gstsattn-negotiate.c, the
- * timeline and the feeding of frames to the core in gstsattn-feed.c,
- * the shared private types in gstsattn-priv.h.
+/* GStreamer sattn element: GObject boilerplate, class_init / init /
+ * finalize, state changes, and the element's state for a stream:
+ * set_caps makes a model, a stream and buffers for new caps and takes
+ * them over.  This file owns that state and calls the others, which
+ * never call back into it: the properties in gstsattn-props.c, the caps
+ * rules in gstsattn-caps.c, models in gstsattn-model.c, the memory budget
+ * in gstsattn-memory.c, weights swaps in gstsattn-swap.c, the timeline
+ * and the feeding of frames to the core in gstsattn-feed.c; the shared
+ * private types are in gstsattn-priv.h.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -257,113 +261,13 @@
 #include "config.h"
 #endif
 
+#include "gstsattn.h"
 #include "gstsattn-priv.h"
 #include "gstsattn-cache.h"
 
 #include <string.h>
 
 GST_DEBUG_CATEGORY (gst_sattn_debug);
-
-/* weights=NAME: a file, or (a name without '/' that is no file here) an
- * installed model, NAME.safetensors under sattn/models/ of the user's data
- * directory, of this build's data directory (SATTN_MODELS_DIR) or of the
- * system's data directories ($XDG_DATA_DIRS: /usr/local/share and
- * /usr/share by default), the first that exists.  Returns the path to use
- * (NULL for NULL or ""); a name found nowhere stays as given, and the
- * loader's error names it. */
-static gchar *
-gst_sattn_model_path (const gchar * value)
-{
-  const gchar *const *sys;
-  gchar *base, *path;
-
-  if (value == NULL || value[0] == '\0')
-    return NULL;
-  if (strchr (value, G_DIR_SEPARATOR) != NULL ||
-      g_file_test (value, G_FILE_TEST_EXISTS))
-    return g_strdup (value);
-  base = g_str_has_suffix (value, ".safetensors") ? g_strdup (value) :
-      g_strconcat (value, ".safetensors", NULL);
-  path = g_build_filename (g_get_user_data_dir (), "sattn", "models", base,
-      NULL);
-  if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
-    g_free (path);
-    path = g_build_filename (SATTN_MODELS_DIR, base, NULL);
-  }
-  for (sys = g_get_system_data_dirs ();
-      *sys != NULL && !g_file_test (path, G_FILE_TEST_IS_REGULAR); sys++) {
-    g_free (path);
-    path = g_build_filename (*sys, "sattn", "models", base, NULL);
-  }
-  g_free (base);
-  if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
-    g_free (path);
-    return g_strdup (value);
-  }
-  return path;
-}
-
-#define DEFAULT_WINDOW 64
-#define DEFAULT_HOP 16
-#define DEFAULT_FRAME_SIZE 1
-/* The heads property's 0 (unset): one head without weights; with weights
- * the loader takes the file's num_heads metadata (props.heads_set). */
-#define DEFAULT_HEADS 1
-#define DEFAULT_HEAD_DIM 0
-#define DEFAULT_VALUE_DIM 0
-#define DEFAULT_SCALE 0.0
-#define DEFAULT_CAUSAL FALSE
-#define DEFAULT_LOOKBACK 0
-#define DEFAULT_OUTPUT GST_SATTN_OUTPUT_FRAMES
-#define DEFAULT_START GST_SATTN_START_PAD
-#define DEFAULT_PRECISION GST_SATTN_PRECISION_EXACT
-#define DEFAULT_INVALID_FRAMES GST_SATTN_INVALID_FRAMES_MASK
-#define DEFAULT_THREADS 1
-/* As audiobuffersplit's. */
-#define DEFAULT_ALIGNMENT_THRESHOLD (40 * GST_MSECOND)
-#define DEFAULT_DISCONT_WAIT (1 * GST_SECOND)
-#define DEFAULT_POSITIONS GST_SATTN_POSITIONS_NONE
-#define DEFAULT_ROPE_BASE 10000.0
-#define DEFAULT_ACTIVATION GST_SATTN_ACTIVATION_RELU
-#define DEFAULT_NORM_FIRST FALSE
-#define DEFAULT_NORM_EPS 1e-5
-#define DEFAULT_CONTRACT GST_SATTN_CONTRACT_ENFORCE
-#define DEFAULT_MIN_PROBABILITY -1.0
-
-enum
-{
-  PROP_0,
-  PROP_WINDOW,
-  PROP_HOP,
-  PROP_FRAME_SIZE,
-  PROP_HEADS,
-  PROP_HEAD_DIM,
-  PROP_VALUE_DIM,
-  PROP_SCALE,
-  PROP_CAUSAL,
-  PROP_LOOKBACK,
-  PROP_OUTPUT,
-  PROP_START,
-  PROP_INVALID_FRAMES,
-  PROP_THREADS,
-  PROP_WEIGHTS,
-  PROP_WEIGHTS_PREFIX,
-  PROP_ADD_ZERO_ATTN,
-  PROP_POSITIONS,
-  PROP_ROPE_BASE,
-  PROP_ACTIVATION,
-  PROP_NORM_FIRST,
-  PROP_NORM_EPS,
-  PROP_ALIGNMENT_THRESHOLD,
-  PROP_DISCONT_WAIT,
-  PROP_LABELS,
-  PROP_TOP_K,
-  PROP_META_STRUCTURE,
-  PROP_PRECISION,
-  PROP_CONTRACT,
-  PROP_MIN_PROBABILITY,
-  /* reserved for weights, weights-prefix, add-zero-attn, post-messages */
-};
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
     GST_PAD_SINK,
@@ -388,163 +292,11 @@ static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
 G_DEFINE_TYPE (GstSattn, gst_sattn, GST_TYPE_ELEMENT);
 GST_ELEMENT_REGISTER_DEFINE (sattn, "sattn", GST_RANK_NONE, GST_TYPE_SATTN);
 
-GType
-gst_sattn_output_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-    {GST_SATTN_OUTPUT_FRAMES, "One output frame per input frame", "frames"},
-    {GST_SATTN_OUTPUT_WINDOW,
-        "All rows of each window flattened into one output frame", "window"},
-    {GST_SATTN_OUTPUT_MEAN, "Mean of the valid rows of each window", "mean"},
-    {GST_SATTN_OUTPUT_LAST, "Row of the last frame of each window", "last"},
-    {GST_SATTN_OUTPUT_CLASSES,
-          "Class probabilities of each window (a whole model with a head)",
-        "classes"},
-    {0, NULL, NULL}
-  };
-
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstSattnOutput", values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
-}
-
-GType
-gst_sattn_positions_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-    {GST_SATTN_POSITIONS_NONE, "No positional encoding", "none"},
-    {GST_SATTN_POSITIONS_ROPE,
-        "Rotary, half-split pairs (GPT-NeoX, LLaMA rotate_half)", "rope"},
-    {GST_SATTN_POSITIONS_ROPE_INTERLEAVED,
-          "Rotary, interleaved pairs 2k, 2k+1 (RoFormer, GPT-J)",
-        "rope-interleaved"},
-    {GST_SATTN_POSITIONS_ALIBI, "Linear biases (ALiBi, Press et al.)",
-        "alibi"},
-    {0, NULL, NULL}
-  };
-
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstSattnPositions", values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
-}
-
-const gchar *
-gst_sattn_positions_nick (GstSattnPositions p)
-{
-  GEnumValue *v = g_enum_get_value (g_type_class_peek
-      (GST_TYPE_SATTN_POSITIONS), p);
-  return v ? v->value_nick : "?";
-}
-
-GType
-gst_sattn_activation_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-    {GST_SATTN_ACTIVATION_RELU, "ReLU", "relu"},
-    {GST_SATTN_ACTIVATION_GELU, "GELU, exact (erf) form", "gelu"},
-    {0, NULL, NULL}
-  };
-
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstSattnActivation", values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
-}
-
-GType
-gst_sattn_start_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-    {GST_SATTN_START_PAD,
-        "Compute from the first hop, frames before the start masked", "pad"},
-    {GST_SATTN_START_WAIT, "Compute the first window once it is full",
-        "wait"},
-    {0, NULL, NULL}
-  };
-
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstSattnStart", values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
-}
-
-GType
-gst_sattn_precision_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-    {GST_SATTN_PRECISION_EXACT,
-          "V and the output projection (and Q and K in encoder layers and with "
-          "RoPE) summed in double: error at or below PyTorch float32's",
-        "exact"},
-    {GST_SATTN_PRECISION_FAST,
-        "Every projection summed in float, as PyTorch float32 does: faster, "
-          "error about PyTorch float32's", "fast"},
-    {0, NULL, NULL}
-  };
-
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstSattnPrecision", values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
-}
-
-GType
-gst_sattn_contract_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-    {GST_SATTN_CONTRACT_ENFORCE,
-        "A stream whose rate, channels or frame size contradicts the "
-          "model's input contract is refused, naming both", "enforce"},
-    {GST_SATTN_CONTRACT_WARN,
-        "Such a stream runs, with a warning naming both", "warn"},
-    {0, NULL, NULL}
-  };
-
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstSattnContract", values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
-}
-
-GType
-gst_sattn_invalid_frames_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-    {GST_SATTN_INVALID_FRAMES_MASK,
-        "Masked: never a key, its own output row is zeros", "mask"},
-    {GST_SATTN_INVALID_FRAMES_ZERO,
-        "Replaced by an all-zero frame that takes part normally", "zero"},
-    {GST_SATTN_INVALID_FRAMES_ERROR, "Stop with an element error", "error"},
-    {0, NULL, NULL}
-  };
-
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstSattnInvalidFrames", values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
-}
-
 static void gst_sattn_finalize (GObject * object);
-static void gst_sattn_set_property (GObject * object, guint prop_id,
-    const GValue * value, GParamSpec * pspec);
-static void gst_sattn_get_property (GObject * object, guint prop_id,
-    GValue * value, GParamSpec * pspec);
+static gboolean gst_sattn_sink_event (GstPad * pad, GstObject * parent,
+    GstEvent * event);
+static gboolean gst_sattn_src_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
 static GstStateChangeReturn gst_sattn_change_state (GstElement * element,
     GstStateChange transition);
 
@@ -553,207 +305,9 @@ gst_sattn_class_init (GstSattnClass * klass)
 {
   GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
   GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
-  const GParamFlags rw = G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS;
-  const GParamFlags geom = rw | GST_PARAM_MUTABLE_READY;
 
-  gobject_class->set_property = gst_sattn_set_property;
-  gobject_class->get_property = gst_sattn_get_property;
   gobject_class->finalize = gst_sattn_finalize;
-
-  g_object_class_install_property (gobject_class, PROP_WINDOW,
-      g_param_spec_uint ("window", "Window",
-          "Frames per attention window (n); keys and queries of one "
-          "computation", 1, MAX_WINDOW, DEFAULT_WINDOW, geom));
-  g_object_class_install_property (gobject_class, PROP_HOP,
-      g_param_spec_uint ("hop", "Hop",
-          "New frames between two windows (h, 1 <= hop <= window); in "
-          "pooled output modes the output rate is the frame rate / hop",
-          1, MAX_WINDOW, DEFAULT_HOP, geom));
-  g_object_class_install_property (gobject_class, PROP_FRAME_SIZE,
-      g_param_spec_uint ("frame-size", "Frame size",
-          "Sample periods per frame; a frame is frame-size periods of all "
-          "channels (d_model = channels x frame-size); must divide the "
-          "input rate", 1, MAX_FRAME_SIZE, DEFAULT_FRAME_SIZE, geom));
-  g_object_class_install_property (gobject_class, PROP_HEADS,
-      g_param_spec_uint ("heads", "Heads",
-          "Attention heads; 0 = unset: 1 head without weights, the "
-          "weights file's num_heads metadata with (a file without it is "
-          "refused unless heads or head-dim is set or its layout has one "
-          "head).  Set with weights, it must agree with that metadata; "
-          "without weights it must divide d_model when head-dim is 0",
-          0, MAX_HEADS, 0, geom));
-  g_object_class_install_property (gobject_class, PROP_HEAD_DIM,
-      g_param_spec_uint ("head-dim", "Head dimension",
-          "Per-head query/key size d_k: queries and keys have heads x "
-          "head-dim values, any size with weights (0 = as the weights "
-          "file's shapes say, or d_model / heads without weights); "
-          "identity projections (no weights) need heads x head-dim = "
-          "d_model", 0, MAX_D_MODEL, DEFAULT_HEAD_DIM, geom));
-  g_object_class_install_property (gobject_class, PROP_VALUE_DIM,
-      g_param_spec_uint ("value-dim", "Value dimension",
-          "Per-head value size d_v (0 = head-dim, or as the weights file "
-          "says); without an output projection an output row has heads x "
-          "value-dim values; identity projections need heads x value-dim "
-          "= d_model", 0, MAX_D_MODEL, DEFAULT_VALUE_DIM, geom));
-  g_object_class_install_property (gobject_class, PROP_SCALE,
-      g_param_spec_double ("scale", "Scale",
-          "Score scale applied before the softmax (0 = 1/sqrt(head-dim), "
-          "1 = unscaled); scores are float32, so a positive value below "
-          "the smallest normal float (1.18e-38) is refused at negotiation",
-          0.0, G_MAXFLOAT, DEFAULT_SCALE, geom));
-  g_object_class_install_property (gobject_class, PROP_CAUSAL,
-      g_param_spec_boolean ("causal", "Causal",
-          "A query sees only keys at or before its own frame",
-          DEFAULT_CAUSAL, geom));
-  g_object_class_install_property (gobject_class, PROP_LOOKBACK,
-      g_param_spec_uint ("lookback", "Lookback",
-          "A query sees keys at most this many frames back (0 = the whole "
-          "window)", 0, MAX_WINDOW, DEFAULT_LOOKBACK, geom));
-  g_object_class_install_property (gobject_class, PROP_OUTPUT,
-      g_param_spec_enum ("output", "Output",
-          "What is pushed downstream: one row per input frame, whole "
-          "windows, or one pooled row per window", GST_TYPE_SATTN_OUTPUT,
-          DEFAULT_OUTPUT, geom));
-  g_object_class_install_property (gobject_class, PROP_START,
-      g_param_spec_enum ("start", "Start",
-          "Before the first window is full: compute with the missing "
-          "frames masked, or wait for a full window", GST_TYPE_SATTN_START,
-          DEFAULT_START, geom));
-  g_object_class_install_property (gobject_class, PROP_INVALID_FRAMES,
-      g_param_spec_enum ("invalid-frames", "Invalid frames",
-          "What a frame with NaN or Inf samples, or whose query/key/value "
-          "projection overflows float32 with the loaded weights, gets (can "
-          "change while playing; GAP frames are always masked; an output "
-          "row that overflows later in a layer is zeros under every "
-          "policy)",
-          GST_TYPE_SATTN_INVALID_FRAMES, DEFAULT_INVALID_FRAMES,
-          rw | GST_PARAM_MUTABLE_PLAYING));
-  g_object_class_install_property (gobject_class, PROP_THREADS,
-      g_param_spec_int ("threads", "Threads",
-          "threads computing this element's stream (1 = the streaming "
-          "thread only; 0 = one per available CPU); the model is shared "
-          "whatever the count", 0, MAX_THREADS, DEFAULT_THREADS, geom));
-  g_object_class_install_property (gobject_class, PROP_PRECISION,
-      g_param_spec_enum ("precision", "Precision",
-          "How an attention or encoder layer sums its Q, K, V and output "
-          "projections: exact (default; V and the output projection in "
-          "double, error at or below PyTorch float32's) or fast (all in "
-          "float as PyTorch float32 does: about 13% less time per hop on a "
-          "64-channel window, error about PyTorch float32's); whole models "
-          "refuse fast", GST_TYPE_SATTN_PRECISION, DEFAULT_PRECISION, geom));
-  g_object_class_install_property (gobject_class, PROP_CONTRACT,
-      g_param_spec_enum ("contract", "Contract",
-          "A whole model's input contract (the sample_rate, channels and "
-          "frame_size its file records): enforce refuses a stream that "
-          "contradicts it, naming both values; warn runs it with a "
-          "warning.  Unset frame-size, window and hop are taken from the "
-          "file either way, and the sink caps steer upstream to its rate "
-          "and channels", GST_TYPE_SATTN_CONTRACT, DEFAULT_CONTRACT, geom));
-  g_object_class_install_property (gobject_class, PROP_MIN_PROBABILITY,
-      g_param_spec_double ("min-probability", "Minimum probability",
-          "output=classes: a window whose most probable class has a lower "
-          "probability, or that is outside the model's input contract, "
-          "gets the decision 'unknown' in sattn-class messages; -1 = the "
-          "model's min_probability (0 when it records none)", -1.0, 1.0,
-          DEFAULT_MIN_PROBABILITY, rw | GST_PARAM_MUTABLE_PLAYING));
-  g_object_class_install_property (gobject_class, PROP_WEIGHTS,
-      g_param_spec_string ("weights", "Weights",
-          "safetensors file of trained weights (NULL = identity "
-          "projections): an attention module in any of nine layouts "
-          "(nn.MultiheadAttention packed or separate, Hugging Face q_proj, "
-          "BERT query, to_q, wq, W_q, fused qkv), an "
-          "nn.TransformerEncoderLayer, or a whole model (embedding, encoder "
-          "layers, pooling, head) run on every window; its metadata gives "
-          "heads, positions and the encoder settings.  Read "
-          "and checked once, on READY->PAUSED (models are shared between "
-          "elements), not again when caps arrive.  Set while PAUSED or "
-          "PLAYING: loaded off "
-          "the streaming thread, it takes over at a window boundary if it "
-          "has the running model's d_model, d_out and kind (else a "
-          "warning, the running model stays and this property names its "
-          "file again).  A name without '/' that is no file here is an "
-          "installed model: weights=recogniser is the first "
-          "recogniser.safetensors in sattn/models of the user's data "
-          "directory, in " SATTN_MODELS_DIR ", in sattn/models of "
-          "$XDG_DATA_DIRS (the Debian package's: "
-          "/usr/share/sattn/models); reading the property gives the file "
-          "found",
-          NULL, rw | GST_PARAM_MUTABLE_PLAYING));
-  g_object_class_install_property (gobject_class, PROP_WEIGHTS_PREFIX,
-      g_param_spec_string ("weights-prefix", "Weights prefix",
-          "Prefix of the module's tensors (attention module, encoder layer "
-          "or whole model) inside a larger state dict, e.g. "
-          "\"encoder.layers.0.self_attn.\"; may change while playing, as "
-          "weights may", "", rw | GST_PARAM_MUTABLE_PLAYING));
-  g_object_class_install_property (gobject_class, PROP_ADD_ZERO_ATTN,
-      g_param_spec_boolean ("add-zero-attn", "Add zero attention",
-          "Append an all-zero key and value to every window, as "
-          "torch.nn.MultiheadAttention(add_zero_attn=True) does", FALSE, geom));
-  g_object_class_install_property (gobject_class, PROP_POSITIONS,
-      g_param_spec_enum ("positions", "Positions",
-          "Positional encoding at the absolute frame index (frames since "
-          "stream start or the last reset): RoPE rotates each head's "
-          "queries and keys after the projection, ALiBi biases scores by "
-          "-slope x distance.  Defaults to the weights file's metadata "
-          "when it records one; setting another value is an error",
-          GST_TYPE_SATTN_POSITIONS, DEFAULT_POSITIONS, geom));
-  g_object_class_install_property (gobject_class, PROP_ROPE_BASE,
-      g_param_spec_double ("rope-base", "RoPE base",
-          "RoPE frequency base: pair k turns by frame x base^(-2k/head-dim) "
-          "(must be > 1)", 1.0, G_MAXDOUBLE, DEFAULT_ROPE_BASE, geom));
-  g_object_class_install_property (gobject_class, PROP_ACTIVATION,
-      g_param_spec_enum ("activation", "Activation",
-          "Feed-forward activation of an encoder layer (a weights file "
-          "with linear1/linear2/norm1/norm2 under weights-prefix).  "
-          "Defaults to the file's metadata; setting another value is an "
-          "error", GST_TYPE_SATTN_ACTIVATION, DEFAULT_ACTIVATION, geom));
-  g_object_class_install_property (gobject_class, PROP_NORM_FIRST,
-      g_param_spec_boolean ("norm-first", "Norm first",
-          "Encoder layer: pre-norm (x + SA (norm1 (x)), then x + FF (norm2 "
-          "(x))) instead of PyTorch's default post-norm.  Defaults to the "
-          "file's metadata; setting another value is an error",
-          DEFAULT_NORM_FIRST, geom));
-  g_object_class_install_property (gobject_class, PROP_NORM_EPS,
-      g_param_spec_double ("norm-eps", "Norm eps",
-          "Encoder layer: LayerNorm epsilon.  Defaults to the file's "
-          "metadata; setting another value is an error", 0.0, 1.0,
-          DEFAULT_NORM_EPS, geom));
-  g_object_class_install_property (gobject_class, PROP_ALIGNMENT_THRESHOLD,
-      g_param_spec_uint64 ("alignment-threshold", "Alignment Threshold",
-          "Timestamp alignment threshold in nanoseconds: an input timestamp "
-          "this far from where the sample count says the data lies is a "
-          "discontinuity (the window restarts); at least two sample "
-          "periods are used", 0, G_MAXUINT64 - 1,
-          DEFAULT_ALIGNMENT_THRESHOLD, rw | GST_PARAM_MUTABLE_PLAYING));
-  g_object_class_install_property (gobject_class, PROP_DISCONT_WAIT,
-      g_param_spec_uint64 ("discont-wait", "Discont Wait",
-          "Window of time in nanoseconds to wait before creating a "
-          "discontinuity: timestamps must stay beyond alignment-threshold "
-          "this long (0 = at once; a DISCONT flag always resyncs at once)",
-          0, G_MAXUINT64 - 1, DEFAULT_DISCONT_WAIT,
-          rw | GST_PARAM_MUTABLE_PLAYING));
-
-  g_object_class_install_property (gobject_class, PROP_LABELS,
-      g_param_spec_string ("labels", "Labels",
-          "output=classes: a text file with one class label per line (as "
-          "NNStreamer's decoders read them), in the head's class order; "
-          "unset: the labels of the weights file's metadata (else the "
-          "class indices).  A count other than the model's classes is an "
-          "error naming both", NULL, geom));
-  g_object_class_install_property (gobject_class, PROP_TOP_K,
-      g_param_spec_uint ("top-k", "Top k",
-          "output=classes: how many labels and probabilities, most "
-          "probable first, each 'sattn-class' message carries", 1, 64,
-          GST_SATTN_DEFAULT_TOP_K, rw | GST_PARAM_MUTABLE_PLAYING));
-  g_object_class_install_property (gobject_class, PROP_META_STRUCTURE,
-      g_param_spec_boolean ("meta-structure", "Meta Structure",
-          "Also attach the window metadata as a GstCustomMeta '"
-          GST_SATTN_META_CUSTOM_NAME "' carrying a GstStructure with the "
-          "fields of the C struct GstSattnMeta (which every output buffer "
-          "carries), so that Python (PyGObject) can read it.  Off by "
-          "default: its GValues cost about 0.15 us per output row (+21 to "
-          "29% of the element's CPU on 64 channels, window 256, hop 16)",
-          FALSE, rw | GST_PARAM_MUTABLE_PLAYING));
+  gst_sattn_props_install (gobject_class);
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -809,32 +363,8 @@ gst_sattn_init (GstSattn * self)
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
   gst_sattn_obs_init (&self->obs, GST_ELEMENT (self), self->sinkpad);
 
-  self->top_k = GST_SATTN_DEFAULT_TOP_K;
-  self->meta_structure = FALSE;
+  gst_sattn_props_init (self);
   gst_sattn_classes_reset (&self->classes);
-  self->props.window = DEFAULT_WINDOW;
-  self->props.hop = DEFAULT_HOP;
-  self->props.frame_size = DEFAULT_FRAME_SIZE;
-  self->props.heads = DEFAULT_HEADS;
-  self->props.head_dim = DEFAULT_HEAD_DIM;
-  self->props.value_dim = DEFAULT_VALUE_DIM;
-  self->props.scale = DEFAULT_SCALE;
-  self->props.causal = DEFAULT_CAUSAL;
-  self->props.lookback = DEFAULT_LOOKBACK;
-  self->props.output = DEFAULT_OUTPUT;
-  self->props.start = DEFAULT_START;
-  self->props.threads = DEFAULT_THREADS;
-  self->props.precision = DEFAULT_PRECISION;
-  self->props.positions = DEFAULT_POSITIONS;
-  self->props.rope_base = DEFAULT_ROPE_BASE;
-  self->props.activation = DEFAULT_ACTIVATION;
-  self->props.norm_first = DEFAULT_NORM_FIRST;
-  self->props.norm_eps = DEFAULT_NORM_EPS;
-  self->props.contract = DEFAULT_CONTRACT;
-  self->props.min_probability = DEFAULT_MIN_PROBABILITY;
-  self->invalid_frames = DEFAULT_INVALID_FRAMES;
-  self->alignment_threshold = DEFAULT_ALIGNMENT_THRESHOLD;
-  self->discont_wait = DEFAULT_DISCONT_WAIT;
   self->held_time = GST_CLOCK_TIME_NONE;
   self->resync_ts = GST_CLOCK_TIME_NONE;
   gst_segment_init (&self->segment, GST_FORMAT_UNDEFINED);
@@ -867,6 +397,394 @@ gst_sattn_free_stream (GstSattn * self)
   gst_clear_caps (&self->sink_caps);
 }
 
+/* ------------------------------------------------------------ caps */
+
+/* A stream configuration being made for new caps: all that set_caps
+ * makes before the element takes it over, released in one place
+ * (gst_sattn_setup_clear) whatever step fails. */
+typedef struct
+{
+  GstSattnSettings c;           /* the settings of the new model */
+  gint rate, channels;
+  guint64 d_model;
+  gchar *key;                   /* the weights key the properties ask for */
+  gchar *in_use;                /* the model in use's key */
+  gchar *wpath, *wprefix;
+  gboolean zero_attn;
+  gboolean changed;             /* the properties ask for another file
+                                   than the one in use (set while running) */
+  gboolean reverted;            /* that request was refused */
+  SattnModel *prepared;         /* the file's model read at READY, taken
+                                   over from wmodel */
+  SattnModel *model;
+  SattnStreamConfig sc;
+  SattnStream *stream;
+  gsize chunk;
+  GstSattnScratch scratch;
+  gchar **labels;               /* output=classes */
+  GstCaps *srccaps;
+  gboolean tensors;             /* srccaps are other/tensors */
+  GstAudioStreamAlign *align;
+} GstSattnSetup;
+
+static void
+gst_sattn_setup_clear (GstSattnSetup * s)
+{
+  g_free (s->key);
+  g_free (s->in_use);
+  g_free (s->wpath);
+  g_free (s->wprefix);
+  gst_sattn_cache_release (s->prepared);
+  gst_sattn_cache_release (s->model);
+  sattn_stream_free (s->stream);
+  gst_sattn_scratch_clear (&s->scratch);
+  g_strfreev (s->labels);
+  gst_clear_caps (&s->srccaps);
+  g_clear_pointer (&s->align, gst_audio_stream_align_free);
+}
+
+/* What the model is built from (the properties, and the weights file
+ * read at READY -> PAUSED when it is the one they ask for, for these
+ * frames: its model is taken over), read under the object lock. */
+static void
+gst_sattn_setup_inputs (GstSattn * self, GstSattnSetup * s)
+{
+  GST_OBJECT_LOCK (self);
+  /* The weights the model was built from: file and prefix (a swap while
+   * running changes them). */
+  s->key = gst_sattn_model_inputs (self, &s->c, &s->wpath, &s->wprefix,
+      &s->zero_attn);
+  s->d_model = (guint64) s->channels * s->c.frame_size;
+  /* Weights set while running that no loader has taken up yet: the file
+   * in use is the running model's, or before the first caps the one read
+   * at READY. */
+  s->in_use = g_strdup (self->stream != NULL ? self->model_key : self->wkey);
+  s->changed = self->running && g_strcmp0 (s->key, s->in_use) != 0;
+  if (self->wmodel != NULL && s->key != NULL &&
+      g_strcmp0 (self->wkey, s->key) == 0 && self->wcfg.d_model == s->d_model)
+    s->prepared = g_steal_pointer (&self->wmodel);
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* Caps that cannot be used leave the element as it was: the file's model
+ * read at READY goes back for the next caps. */
+static void
+gst_sattn_setup_unprepare (GstSattn * self, GstSattnSetup * s)
+{
+  if (s->prepared == NULL)
+    return;
+  GST_OBJECT_LOCK (self);
+  self->wmodel = g_steal_pointer (&s->prepared);
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* The model for the new caps into s->model, and s->sc as the settings
+ * make it; FALSE after posting the error that says why. */
+static gboolean
+gst_sattn_setup_model (GstSattn * self, GstSattnSetup * s)
+{
+  SattnConfig mc = { 0, };
+  SattnWeights weights = { 0, };
+  SattnStatus st = SATTN_OK;
+  gchar err[512] = "";
+
+  gst_sattn_core_config (&s->c, s->d_model, &mc, &s->sc);
+  weights.add_zero_attn = s->zero_attn;
+  if (s->changed) {
+    /* Weights set while running and not yet seen by a loader: the rule
+     * of a swap. */
+    s->model = gst_sattn_swap_caps_request (self, &s->c, s->d_model,
+        s->wpath, s->wprefix, s->zero_attn, g_steal_pointer (&s->prepared),
+        s->in_use, &s->reverted);
+    return s->model != NULL;
+  }
+  if (s->prepared != NULL) {
+    /* The weights file's model, built when the file was read at READY ->
+     * PAUSED: its reference is this stream's now. */
+    s->model = g_steal_pointer (&s->prepared);
+    return TRUE;
+  }
+  if (s->key != NULL && self->model != NULL && self->d_model == s->d_model &&
+      g_strcmp0 (self->model_key, s->key) == 0 &&
+      gst_sattn_cache_ref (self->model)) {
+    /* New caps, same frames (the settings are frozen while running): the
+     * running model serves them. */
+    s->model = self->model;
+    return TRUE;
+  }
+  /* Read here only when nothing was prepared (caps without a state
+   * change, or a model built outside the cache): the one loader, its
+   * model shared with every element whose file, prefix and options
+   * match. */
+  if (s->wpath != NULL) {
+    s->model = gst_sattn_load_model (self, s->wpath, s->wprefix, s->d_model,
+        &s->c, s->zero_attn);
+    return s->model != NULL;
+  }
+  s->model = gst_sattn_cache_acquire (NULL, NULL, &mc,
+      s->zero_attn ? &weights : NULL, &st);
+  if (s->model != NULL)
+    return TRUE;
+  /* The core's words for what is wrong (the model was refused before
+   * anything was allocated unless st is SATTN_E_NOMEM). */
+  if (st == SATTN_E_NOMEM || sattn_model_check (&mc, s->zero_attn ?
+          &weights : NULL, err, sizeof err) == SATTN_OK)
+    g_strlcpy (err, sattn_status_string (st), sizeof err);
+  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+      ("Could not set up attention for %" G_GUINT64_FORMAT "-value frames "
+          "with heads=%u head-dim=%u positions=%s: %s", s->d_model,
+          (guint) mc.heads, s->c.head_dim,
+          gst_sattn_positions_nick (s->c.positions), err),
+      ("%s", sattn_status_string (st)));
+  return FALSE;
+}
+
+/* The stream of s->model and the element's buffers for it, within the
+ * memory budget; FALSE after posting the error that says why. */
+static gboolean
+gst_sattn_setup_stream (GstSattn * self, GstSattnSetup * s)
+{
+  SattnStatus st = SATTN_OK;
+  gchar err[512] = "";
+
+  s->sc.invalid_policy = (SattnInvalidPolicy) gst_sattn_get_policy (self);
+  gst_sattn_obs_stream_config (&self->obs, GST_ELEMENT (self), &s->sc);
+  /* What the file's model cannot run with (a whole model with
+   * output=frames, say), in the core's words as at READY, before its
+   * size is asked for: there is none. */
+  if (sattn_stream_config_check (s->model, &s->sc, err, sizeof err) != SATTN_OK) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("The weights file %s cannot run with these properties: %s",
+            s->wpath ? s->wpath : "(none: identity projections)", err), (NULL));
+    return FALSE;
+  }
+  if (s->c.output == GST_SATTN_OUTPUT_CLASSES &&
+      !gst_sattn_take_labels (self, s->model, &s->labels))
+    return FALSE;
+  gst_sattn_check_trained_for (self, &s->c, s->rate, s->channels);
+  s->chunk = gst_sattn_chunk_frames (&s->c, s->d_model);
+  if (!gst_sattn_check_memory (self, s->model, &s->sc, &s->c, s->d_model,
+          s->chunk))
+    return FALSE;
+  s->stream = sattn_stream_new (s->model, &s->sc, &st);
+  if (s->stream == NULL && st == SATTN_E_NOMEM) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Could not allocate the attention stream for window=%u with %"
+            G_GUINT64_FORMAT "-value frames: %" G_GSIZE_FORMAT " bytes",
+            s->c.window, s->d_model, sattn_stream_bytes (s->model, &s->sc)),
+        ("%s", sattn_status_string (st)));
+    return FALSE;
+  }
+  if (s->stream == NULL) {
+    if (sattn_stream_config_check (s->model, &s->sc, err, sizeof err) ==
+        SATTN_OK)
+      g_strlcpy (err, sattn_status_string (st), sizeof err);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Could not set up a stream with window=%u hop=%u: %s", s->c.window,
+            s->c.hop, err), ("%s", sattn_status_string (st)));
+    return FALSE;
+  }
+  /* The element's own buffers, before the old stream is let go. */
+  return gst_sattn_alloc_scratch (self, &s->scratch, &s->c, s->d_model,
+      s->chunk);
+}
+
+/* The element takes the setup s over (what it takes is NULL in s): the
+ * old configuration's frames go out under the old caps, the new model,
+ * stream and buffers are the element's, and the timeline continues where
+ * the old one ended. */
+static void
+gst_sattn_take_setup (GstSattn * self, GstSattnSetup * s, GstCaps * caps)
+{
+  GstClockTime next_ts = GST_CLOCK_TIME_NONE;
+  gchar *now;
+
+  if (self->stream) {
+    gst_sattn_drain (self);
+    next_ts = gst_sattn_expected_ts (self);
+  }
+  gst_sattn_free_stream (self);
+
+  self->cfg = s->c;
+  self->model = g_steal_pointer (&s->model);
+  g_free (self->model_key);
+  self->model_key = s->reverted ? g_steal_pointer (&s->in_use) :
+      g_steal_pointer (&s->key);
+  /* The weights properties as read here are served (or were refused and
+   * name the model in use again): no swap to start for them. */
+  GST_OBJECT_LOCK (self);
+  now = gst_sattn_weights_key (self->weights, self->weights_prefix);
+  if (g_strcmp0 (now, self->model_key) == 0)
+    self->swap.requested = FALSE;
+  GST_OBJECT_UNLOCK (self);
+  g_free (now);
+  self->stream = g_steal_pointer (&s->stream);
+  self->stream_config = s->sc;
+  if (s->c.output == GST_SATTN_OUTPUT_CLASSES)
+    gst_sattn_classes_setup (&self->classes, g_steal_pointer (&s->labels),
+        (guint) sattn_model_classes (self->model));
+  else
+    gst_sattn_classes_clear (&self->classes);
+  self->sink_caps = gst_caps_ref (caps);
+  self->rate = s->rate;
+  self->channels = s->channels;
+  self->bpf = (gsize) s->channels * sizeof (float);
+  self->d_model = (gsize) s->d_model;
+  self->frame_bytes = (gsize) s->d_model * sizeof (float);
+  self->row_floats = sattn_stream_row_floats (self->stream);
+  self->chunk = s->chunk;
+  self->carry = s->scratch.carry;
+  self->scratch = s->scratch.scratch;
+  self->zeros = s->scratch.zeros;
+  self->invalid_flags = s->scratch.invalid_flags;
+  self->info = s->scratch.info;
+  self->checks = s->scratch.checks;
+  self->info_cap = s->scratch.info_cap;
+  self->out_info = s->scratch.out_info;
+  self->out_info_cap = s->scratch.out_info_cap;
+  memset (&s->scratch, 0, sizeof (s->scratch));
+  self->tensor_out = s->tensors;
+  self->align = g_steal_pointer (&s->align);
+  gst_sattn_obs_configure (&self->obs, GST_ELEMENT (self), self->model,
+      self->stream, &s->sc, s->rate, s->c.frame_size, s->c.scale);
+
+  /* A new timeline, continuing where the old one ended (if any). */
+  self->resync_ts = GST_CLOCK_TIME_NONE;
+  if (GST_CLOCK_TIME_IS_VALID (next_ts)) {
+    gst_sattn_start_timeline (self, next_ts);
+    gst_sattn_align_restart (self, next_ts, 0);
+  }
+}
+
+/* New caps: a model, a stream and buffers for them, and source caps that
+ * downstream takes, all made before anything changes; then the element
+ * takes them over.  Refused caps leave the element as it was. */
+static gboolean
+gst_sattn_set_caps (GstSattn * self, GstCaps * caps)
+{
+  GstSattnSetup s = { 0, };
+  GstClockTime held;
+  gboolean res = FALSE;
+
+  if (self->sink_caps && gst_caps_is_equal (caps, self->sink_caps))
+    return TRUE;
+  GST_DEBUG_OBJECT (self, "sink caps %" GST_PTR_FORMAT, caps);
+
+  if (!gst_sattn_parse_caps (caps, &s.rate, &s.channels)) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (GST_SATTN_UNSUPPORTED_CAPS),
+        ("caps: %" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+  gst_sattn_setup_inputs (self, &s);
+  if (!gst_sattn_validate (self, &s.c, s.rate, s.channels, s.d_model,
+          s.wpath != NULL)) {
+    gst_sattn_setup_unprepare (self, &s);
+    goto done;
+  }
+  if (!gst_sattn_setup_model (self, &s) || !gst_sattn_setup_stream (self, &s))
+    goto done;
+  /* Downstream must take the output before anything changes. */
+  s.srccaps = gst_sattn_pick_src_caps (self, &s.c, s.rate, s.channels,
+      s.stream, caps, &s.tensors);
+  if (s.srccaps == NULL)
+    goto done;
+  s.align = gst_audio_stream_align_new (s.rate, 0, 0);
+
+  gst_sattn_take_setup (self, &s, caps);
+  /* What the element holds back: the frames before the first window (the
+   * stream is new, so the core's count from here). */
+  held = gst_util_uint64_scale (sattn_stream_frames_to_window (self->stream)
+      * self->cfg.frame_size, GST_SECOND, self->rate);
+  GST_OBJECT_LOCK (self);
+  self->held_time = held;
+  GST_OBJECT_UNLOCK (self);
+
+  GST_DEBUG_OBJECT (self, "d_model %" G_GUINT64_FORMAT ", src caps %"
+      GST_PTR_FORMAT, s.d_model, s.srccaps);
+  res = gst_pad_set_caps (self->srcpad, s.srccaps);
+  if (self->pending_segment) {
+    gst_pad_push_event (self->srcpad, self->pending_segment);
+    self->pending_segment = NULL;
+  }
+done:
+  gst_sattn_setup_clear (&s);
+  return res;
+}
+
+/* Caps are set up here, the element's state; every other event is the
+ * data path's (gstsattn-feed.c). */
+static gboolean
+gst_sattn_sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
+{
+  GstSattn *self = GST_SATTN (parent);
+  GstCaps *caps;
+  gboolean res;
+
+  if (GST_EVENT_TYPE (event) != GST_EVENT_CAPS)
+    return gst_sattn_feed_event (pad, parent, event);
+  GST_LOG_OBJECT (self, "event %" GST_PTR_FORMAT, event);
+  gst_event_parse_caps (event, &caps);
+  if (self->refused_caps && gst_caps_is_equal (caps, self->refused_caps)) {
+    /* The same caps again (sticky events are re-sent): the error was
+     * posted already; refuse them quietly. */
+    gst_event_unref (event);
+    return FALSE;
+  }
+  res = gst_sattn_set_caps (self, caps);
+  /* Refused caps leave the stream as it was (set_caps changes nothing
+   * before it has a working model), and data is refused until caps are
+   * accepted: the same caps as before continue the window and the
+   * timeline where they were. */
+  if (!res && self->stream && GST_PAD_IS_FLUSHING (self->srcpad) &&
+      gst_pad_has_current_caps (self->srcpad)) {
+    /* Set up, but a flushing seek reached the source pad first: the pad
+     * keeps the caps and sends them after the flush.  Refusing them here
+     * would refuse them again when they are re-sent. */
+    GST_DEBUG_OBJECT (self, "source pad flushing, caps kept for later");
+    res = TRUE;
+  }
+  self->caps_refused = !res;
+  gst_caps_replace (&self->refused_caps, res ? NULL : caps);
+  gst_event_unref (event);
+  return res;
+}
+
+/* The source pad's queries: LATENCY adds what the element holds back;
+ * the model cache's custom query (gstsattn-cache.h). */
+static gboolean
+gst_sattn_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  GstSattn *self = GST_SATTN (parent);
+
+  if (gst_sattn_cache_handle_query (query))
+    return TRUE;
+  switch (GST_QUERY_TYPE (query)) {
+    case GST_QUERY_LATENCY:{
+      gboolean live;
+      GstClockTime min, max, held;
+
+      if (!gst_pad_peer_query (self->sinkpad, query))
+        return FALSE;
+      gst_query_parse_latency (query, &live, &min, &max);
+      GST_OBJECT_LOCK (self);
+      held = self->held_time;
+      GST_OBJECT_UNLOCK (self);
+      if (GST_CLOCK_TIME_IS_VALID (held)) {
+        min += held;
+        if (GST_CLOCK_TIME_IS_VALID (max))
+          max += held;
+      }
+      GST_DEBUG_OBJECT (self, "latency: live %d, min %" GST_TIME_FORMAT
+          ", max %" GST_TIME_FORMAT, live, GST_TIME_ARGS (min),
+          GST_TIME_ARGS (max));
+      gst_query_set_latency (query, live, min, max);
+      return TRUE;
+    }
+    default:
+      return gst_pad_query_default (pad, parent, query);
+  }
+}
+
 static void
 gst_sattn_finalize (GObject * object)
 {
@@ -880,341 +798,12 @@ gst_sattn_finalize (GObject * object)
   g_clear_pointer (&self->model_key, g_free);
   gst_sattn_swap_clear (&self->swap);
   gst_clear_event (&self->pending_segment);
-  g_free (self->weights);
-  g_free (self->weights_prefix);
-  g_free (self->labels);
+  gst_sattn_props_clear (self);
   gst_sattn_classes_clear (&self->classes);
   gst_clear_caps (&self->refused_caps);
   gst_clear_caps (&self->posted_caps);
-  if (self->pending_props)
-    g_array_unref (self->pending_props);
   gst_sattn_obs_finalize (&self->obs);
   G_OBJECT_CLASS (parent_class)->finalize (object);
-}
-
-/* A property set while PAUSED or PLAYING, applied at the next READY. */
-typedef struct
-{
-  guint prop_id;
-  GParamSpec *pspec;
-  GValue value;
-  gboolean warned;
-} GstSattnPendingProp;
-
-static void
-gst_sattn_pending_prop_clear (gpointer p)
-{
-  g_value_unset (&((GstSattnPendingProp *) p)->value);
-}
-
-/* Remember value for prop_id (object lock held).  TRUE the first time
- * this property is deferred in this run: the caller warns then. */
-static gboolean
-gst_sattn_defer_property (GstSattn * self, guint prop_id,
-    const GValue * value, GParamSpec * pspec)
-{
-  GstSattnPendingProp *p = NULL, np = { 0, };
-  guint i;
-
-  if (self->pending_props == NULL) {
-    self->pending_props = g_array_new (FALSE, TRUE,
-        sizeof (GstSattnPendingProp));
-    g_array_set_clear_func (self->pending_props, gst_sattn_pending_prop_clear);
-  }
-  for (i = 0; i < self->pending_props->len && p == NULL; i++) {
-    GstSattnPendingProp *q = &g_array_index (self->pending_props,
-        GstSattnPendingProp, i);
-    if (q->prop_id == prop_id)
-      p = q;
-  }
-  if (p == NULL) {
-    np.prop_id = prop_id;
-    np.pspec = pspec;
-    g_array_append_val (self->pending_props, np);
-    p = &g_array_index (self->pending_props, GstSattnPendingProp,
-        self->pending_props->len - 1);
-  }
-  if (G_IS_VALUE (&p->value))
-    g_value_unset (&p->value);
-  g_value_init (&p->value, G_VALUE_TYPE (value));
-  g_value_copy (value, &p->value);
-  if (p->warned)
-    return FALSE;
-  p->warned = TRUE;
-  return TRUE;
-}
-
-static void gst_sattn_set_property (GObject * object, guint prop_id,
-    const GValue * value, GParamSpec * pspec);
-
-/* At PAUSED -> READY (running cleared): apply the deferred values. */
-static void
-gst_sattn_apply_deferred (GstSattn * self)
-{
-  GArray *pending;
-  guint i;
-
-  GST_OBJECT_LOCK (self);
-  pending = self->pending_props;
-  self->pending_props = NULL;
-  GST_OBJECT_UNLOCK (self);
-  if (pending == NULL)
-    return;
-  for (i = 0; i < pending->len; i++) {
-    GstSattnPendingProp *p = &g_array_index (pending, GstSattnPendingProp, i);
-
-    GST_DEBUG_OBJECT (self, "applying the deferred '%s'", p->pspec->name);
-    gst_sattn_set_property (G_OBJECT (self), p->prop_id, &p->value, p->pspec);
-  }
-  g_array_unref (pending);
-}
-
-static void
-gst_sattn_set_property (GObject * object, guint prop_id,
-    const GValue * value, GParamSpec * pspec)
-{
-  GstSattn *self = GST_SATTN (object);
-
-  GST_OBJECT_LOCK (self);
-  if (self->running && prop_id != PROP_INVALID_FRAMES &&
-      prop_id != PROP_ALIGNMENT_THRESHOLD && prop_id != PROP_DISCONT_WAIT &&
-      prop_id != PROP_TOP_K && prop_id != PROP_META_STRUCTURE &&
-      prop_id != PROP_MIN_PROBABILITY &&
-      prop_id != PROP_WEIGHTS && prop_id != PROP_WEIGHTS_PREFIX &&
-      !gst_sattn_obs_prop_mutable_playing (prop_id)) {
-    /* Not applied half-way: the model is built from these at caps time. */
-    gboolean first = gst_sattn_defer_property (self, prop_id, value, pspec);
-
-    GST_OBJECT_UNLOCK (self);
-    GST_DEBUG_OBJECT (self, "property '%s' set while running: deferred to "
-        "the next READY", pspec->name);
-    if (first) {
-      GST_ELEMENT_WARNING (self, CORE, STATE_CHANGE,
-          ("Property '%s' cannot change while PAUSED or PLAYING; the new "
-              "value takes effect at the next READY", pspec->name),
-          ("later changes of '%s' in this run are not reported again",
-              pspec->name));
-    }
-    return;
-  }
-
-  switch (prop_id) {
-    case PROP_WINDOW:
-      self->props.window = g_value_get_uint (value);
-      self->props.geom_set |= GST_SATTN_SET_WINDOW;
-      break;
-    case PROP_HOP:
-      self->props.hop = g_value_get_uint (value);
-      self->props.geom_set |= GST_SATTN_SET_HOP;
-      break;
-    case PROP_FRAME_SIZE:
-      self->props.frame_size = g_value_get_uint (value);
-      self->props.geom_set |= GST_SATTN_SET_FRAME_SIZE;
-      break;
-    case PROP_CONTRACT:
-      self->props.contract = g_value_get_enum (value);
-      break;
-    case PROP_MIN_PROBABILITY:
-      self->props.min_probability = g_value_get_double (value);
-      break;
-    case PROP_HEADS:
-      self->props.heads = g_value_get_uint (value);
-      self->props.heads_set = self->props.heads != 0;
-      if (!self->props.heads_set)
-        self->props.heads = DEFAULT_HEADS;
-      break;
-    case PROP_HEAD_DIM:
-      self->props.head_dim = g_value_get_uint (value);
-      break;
-    case PROP_VALUE_DIM:
-      self->props.value_dim = g_value_get_uint (value);
-      break;
-    case PROP_SCALE:
-      self->props.scale = g_value_get_double (value);
-      break;
-    case PROP_CAUSAL:
-      self->props.causal = g_value_get_boolean (value);
-      break;
-    case PROP_LOOKBACK:
-      self->props.lookback = g_value_get_uint (value);
-      break;
-    case PROP_OUTPUT:
-      self->props.output = g_value_get_enum (value);
-      break;
-    case PROP_START:
-      self->props.start = g_value_get_enum (value);
-      break;
-    case PROP_INVALID_FRAMES:
-      self->invalid_frames = g_value_get_enum (value);
-      break;
-    case PROP_THREADS:
-      self->props.threads = g_value_get_int (value);
-      break;
-    case PROP_PRECISION:
-      self->props.precision = g_value_get_enum (value);
-      break;
-    case PROP_WEIGHTS:
-      g_free (self->weights);
-      self->weights = gst_sattn_model_path (g_value_get_string (value));
-      /* Running: loaded off the streaming thread (gstsattn-swap.c). */
-      self->swap.requested |= self->running;
-      break;
-    case PROP_WEIGHTS_PREFIX:
-      g_free (self->weights_prefix);
-      self->weights_prefix = g_value_dup_string (value);
-      self->swap.requested |= self->running;
-      break;
-    case PROP_ADD_ZERO_ATTN:
-      self->add_zero_attn = g_value_get_boolean (value);
-      break;
-    case PROP_LABELS:
-      g_free (self->labels);
-      self->labels = g_value_dup_string (value);
-      break;
-    case PROP_TOP_K:
-      self->top_k = g_value_get_uint (value);
-      break;
-    case PROP_META_STRUCTURE:
-      self->meta_structure = g_value_get_boolean (value);
-      break;
-    case PROP_ALIGNMENT_THRESHOLD:
-      self->alignment_threshold = g_value_get_uint64 (value);
-      break;
-    case PROP_DISCONT_WAIT:
-      self->discont_wait = g_value_get_uint64 (value);
-      break;
-    case PROP_POSITIONS:
-      self->props.positions = g_value_get_enum (value);
-      self->props.set_by_user |= SATTN_SET_POSITIONS;
-      break;
-    case PROP_ROPE_BASE:
-      self->props.rope_base = g_value_get_double (value);
-      self->props.set_by_user |= SATTN_SET_ROPE_BASE;
-      break;
-    case PROP_ACTIVATION:
-      self->props.activation = g_value_get_enum (value);
-      self->props.set_by_user |= SATTN_SET_ACTIVATION;
-      break;
-    case PROP_NORM_FIRST:
-      self->props.norm_first = g_value_get_boolean (value);
-      self->props.set_by_user |= SATTN_SET_NORM_FIRST;
-      break;
-    case PROP_NORM_EPS:
-      self->props.norm_eps = g_value_get_double (value);
-      self->props.set_by_user |= SATTN_SET_NORM_EPS;
-      break;
-    default:
-      if (!gst_sattn_obs_set_property (&self->obs, prop_id, value))
-        G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
-  GST_OBJECT_UNLOCK (self);
-}
-
-static void
-gst_sattn_get_property (GObject * object, guint prop_id, GValue * value,
-    GParamSpec * pspec)
-{
-  GstSattn *self = GST_SATTN (object);
-
-  GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_WINDOW:
-    case PROP_HOP:
-    case PROP_FRAME_SIZE:{
-      /* What is in effect: the model's contract gives what was not set. */
-      GstSattnSettings c = self->props;
-
-      gst_sattn_settings_take (&c, &self->contract);
-      g_value_set_uint (value, prop_id == PROP_WINDOW ? c.window :
-          prop_id == PROP_HOP ? c.hop : c.frame_size);
-      break;
-    }
-    case PROP_CONTRACT:
-      g_value_set_enum (value, self->props.contract);
-      break;
-    case PROP_MIN_PROBABILITY:
-      g_value_set_double (value, self->props.min_probability);
-      break;
-    case PROP_HEADS:
-      g_value_set_uint (value, self->props.heads_set ? self->props.heads : 0);
-      break;
-    case PROP_HEAD_DIM:
-      g_value_set_uint (value, self->props.head_dim);
-      break;
-    case PROP_VALUE_DIM:
-      g_value_set_uint (value, self->props.value_dim);
-      break;
-    case PROP_SCALE:
-      g_value_set_double (value, self->props.scale);
-      break;
-    case PROP_CAUSAL:
-      g_value_set_boolean (value, self->props.causal);
-      break;
-    case PROP_LOOKBACK:
-      g_value_set_uint (value, self->props.lookback);
-      break;
-    case PROP_OUTPUT:
-      g_value_set_enum (value, self->props.output);
-      break;
-    case PROP_START:
-      g_value_set_enum (value, self->props.start);
-      break;
-    case PROP_INVALID_FRAMES:
-      g_value_set_enum (value, self->invalid_frames);
-      break;
-    case PROP_THREADS:
-      g_value_set_int (value, self->props.threads);
-      break;
-    case PROP_PRECISION:
-      g_value_set_enum (value, self->props.precision);
-      break;
-    case PROP_WEIGHTS:
-      g_value_set_string (value, self->weights);
-      break;
-    case PROP_WEIGHTS_PREFIX:
-      g_value_set_string (value, self->weights_prefix ? self->weights_prefix
-          : "");
-      break;
-    case PROP_ADD_ZERO_ATTN:
-      g_value_set_boolean (value, self->add_zero_attn);
-      break;
-    case PROP_LABELS:
-      g_value_set_string (value, self->labels);
-      break;
-    case PROP_TOP_K:
-      g_value_set_uint (value, self->top_k);
-      break;
-    case PROP_META_STRUCTURE:
-      g_value_set_boolean (value, self->meta_structure);
-      break;
-    case PROP_ALIGNMENT_THRESHOLD:
-      g_value_set_uint64 (value, self->alignment_threshold);
-      break;
-    case PROP_DISCONT_WAIT:
-      g_value_set_uint64 (value, self->discont_wait);
-      break;
-    case PROP_POSITIONS:
-      g_value_set_enum (value, self->props.positions);
-      break;
-    case PROP_ROPE_BASE:
-      g_value_set_double (value, self->props.rope_base);
-      break;
-    case PROP_ACTIVATION:
-      g_value_set_enum (value, self->props.activation);
-      break;
-    case PROP_NORM_FIRST:
-      g_value_set_boolean (value, self->props.norm_first);
-      break;
-    case PROP_NORM_EPS:
-      g_value_set_double (value, self->props.norm_eps);
-      break;
-    default:
-      if (!gst_sattn_obs_get_property (&self->obs, prop_id, value))
-        G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
-  GST_OBJECT_UNLOCK (self);
 }
 
 /* ------------------------------------------------------------ state */
