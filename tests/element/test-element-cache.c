@@ -849,7 +849,7 @@ cache_suite (void)
   /* Resident memory means nothing under AddressSanitizer. */
 #ifndef __SANITIZE_ADDRESS__
   tc = tcase_create ("rss");
-  tcase_set_timeout (tc, 240);
+  sattn_tcase_set_timeout (tc, 240);
   tcase_add_test (tc, test_rss_16);
   tcase_add_test (tc, test_concurrent_start);
   suite_add_tcase (s, tc);

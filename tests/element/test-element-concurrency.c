@@ -655,7 +655,7 @@ sattn_concurrency_suite (void)
   Suite *s = suite_create ("sattn-concurrency");
   TCase *tc = tcase_create ("general");
 
-  tcase_set_timeout (tc, 600);
+  sattn_tcase_set_timeout (tc, 600);
   suite_add_tcase (s, tc);
   tcase_add_test (tc, test_request_release_playing);
   tcase_add_test (tc, test_seek_after_paused);

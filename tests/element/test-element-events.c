@@ -875,7 +875,7 @@ sattn_events_suite (void)
   TCase *tc = tcase_create ("general");
 
   suite_add_tcase (s, tc);
-  tcase_set_timeout (tc, 240);
+  sattn_tcase_set_timeout (tc, 240);
   tcase_add_loop_test (tc, test_segment_position_update, 0, 4);
   tcase_add_loop_test (tc, test_segment_real_change, 0, 4);
   tcase_add_loop_test (tc, test_segment_position_after_rate_change, 0, 2);
