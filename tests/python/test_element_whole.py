@@ -13,7 +13,6 @@ Exit 77 (skip) without PyTorch or gst-launch-1.0.
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -28,6 +27,7 @@ except ImportError:
     sys.exit(77)
 
 import sattn
+from common import run_bounded
 
 GST_LAUNCH = shutil.which("gst-launch-1.0")
 if GST_LAUNCH is None:
@@ -56,7 +56,7 @@ def run_element(weights, frames, window, hop, output, heads=None):
                "num-channels=%d" % CHANNELS, "sample-rate=%d" % RATE, "!",
                "sattn"] + props + ["!", "other/tensors", "!", "filesink",
                                    "location=" + dst]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        r = run_bounded(cmd)
         if r.returncode != 0:
             raise AssertionError("gst-launch failed: %s\n%s" % (
                 " ".join(cmd), r.stdout + r.stderr))
@@ -144,8 +144,7 @@ class ClassMessages(unittest.TestCase):
                "pcm-format=f32le", "num-channels=8", "sample-rate=2000", "!",
                "sattn", "weights=" + self.FIXTURE, "window=64", "hop=16",
                "output=classes"] + extra + ["!"] + sink.split()
-        return subprocess.run(cmd, capture_output=True, text=True,
-                              timeout=120)
+        return run_bounded(cmd)
 
     def messages(self, text):
         out = []
@@ -252,8 +251,7 @@ class TrainedFor(unittest.TestCase):
                    "weights=" + self.MODEL, "frame-size=%d" % frame_size,
                    "window=64", "hop=64", "output=classes", "!",
                    "filesink", "location=" + dst]
-            r = subprocess.run(cmd, capture_output=True, text=True,
-                               timeout=120)
+            r = run_bounded(cmd)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             rows = np.fromfile(dst, "<f4").reshape(-1, 10)
         self.assertEqual(len(rows), 3)

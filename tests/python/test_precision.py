@@ -12,7 +12,6 @@ The element cases are skipped without gst-launch-1.0, the whole-model
 case without PyTorch."""
 import os
 import shutil
-import subprocess
 import tempfile
 import unittest
 
@@ -165,7 +164,7 @@ def _element_run(d, path, x, props):
            "weights=" + path, "window=%d" % N, "hop=%d" % HOP,
            "start=wait"] + props.split() + ["!", "filesink",
                                             "location=" + dst]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return common.run_bounded(cmd)
 
 
 def _element_rows(d, path, x, props):
