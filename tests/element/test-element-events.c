@@ -475,7 +475,7 @@ run_pipeline (const gchar * desc, gchar ** first_text, gchar ** source)
   gst_element_set_state (pipe, GST_STATE_PLAYING);
   msg = gst_bus_timed_pop_filtered (bus, 20 * GST_SECOND,
       GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
-  fail_unless (msg != NULL, "%s: no error and no EOS within 20 s", desc);
+  fail_unless (msg != NULL, "HANG: %s: no error and no EOS within 20 s", desc);
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     GError *e = NULL;
 

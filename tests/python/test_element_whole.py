@@ -214,6 +214,10 @@ class ClassMessages(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("has 3 labels but the model's head has 4 classes",
                       r.stdout + r.stderr)
+        # refused by the state change (READY -> PAUSED): an error posted
+        # from the streaming thread instead can hang gst-launch-1.0
+        # (test_tensor_caps_only, tests/element/launch-loop.sh)
+        self.assertIn("Failed to set pipeline to PAUSED", r.stdout + r.stderr)
 
     def test_tensor_caps_only(self):
         # Refused at READY -> PAUSED, in the thread that sets the state:
