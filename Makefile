@@ -68,12 +68,14 @@ DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 # scale-out tests, which read command lines with ps from procps),
 # Python with GStreamer bindings, clang for the fuzzers,
 # torch/matplotlib for the parity fixtures, the Python example and plots,
-# and clang-format and indent for scripts/format.sh.
+# clang-format and indent for scripts/format.sh, and gdb for the
+# backtraces of every thread a test that hangs prints (tests/common/
+# watchdog.c, run-bounded.sh, tests/python/common.py's run_bounded).
 DEB_PACKAGES := $(DEMO_PACKAGES) \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
 	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps \
-	clang-format indent
+	clang-format indent gdb
 
 # Debian's packaging tools, for `make package-check` only (CI builds no
 # packages, so they are not in DEB_PACKAGES).
