@@ -1,8 +1,8 @@
-/* The test programs' watchdog (watchdog.c): with SATTN_TEST_WATCHDOG=S
- * set, a process of the program still running S seconds after it started
- * (or a few seconds before its check test case's timeout) prints "HANG:",
- * every thread's backtrace (gdb) and aborts.  Linked whole (link_whole):
- * it arms itself from a constructor.
+/* The test programs' watchdog (watchdog.c, watchdog.sh): with
+ * SATTN_TEST_WATCHDOG=S set, a program still running S seconds after it
+ * started (or a check test case a few seconds before its timeout) gets
+ * "HANG:", every thread's backtrace (gdb) and is aborted (killed).
+ * Linked whole (link_whole): it arms itself from a constructor.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
