@@ -71,15 +71,17 @@ DEMO_PACKAGES := build-essential meson ninja-build pkg-config \
 # Python with GStreamer bindings, clang for the fuzzers,
 # torch/matplotlib for the parity fixtures, the Python example and plots,
 # scipy for the recogniser's evaluation generator (examples/recognizer/
-# evalgen.py), clang-format and indent for scripts/format.sh, and the MQTT
-# broker, its clients and the Python client (examples/sattn_mqtt.py; the
-# scale-out tests start their own mosquitto on 127.0.0.1 with a password
+# evalgen.py), clang-format and indent for scripts/format.sh, gdb for the
+# backtraces of every thread a test that hangs prints (tests/common/
+# watchdog.c, run-bounded.sh, tests/python/common.py's run_bounded), and
+# the MQTT broker, its clients and the Python client (examples/sattn_mqtt.py;
+# the scale-out tests start their own mosquitto on 127.0.0.1 with a password
 # file and a certificate that openssl makes at test time).
 DEB_PACKAGES := $(DEMO_PACKAGES) \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
 	python3-gi python3-gst-1.0 gir1.2-gstreamer-1.0 \
 	clang libclang-rt-14-dev python3-torch python3-matplotlib time procps \
-	clang-format indent python3-onnx python3-scipy \
+	clang-format indent gdb python3-onnx python3-scipy \
 	mosquitto mosquitto-clients python3-paho-mqtt openssl
 
 # Debian's packaging tools, for `make package-check` only (CI builds no

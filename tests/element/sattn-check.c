@@ -4,6 +4,7 @@
  */
 #include "sattn-check.h"
 #include "reference.h"
+#include "watchdog.h"
 
 #include <math.h>
 #include <string.h>
@@ -33,6 +34,58 @@ sattn_harness_new (const gchar * first_property, ...)
   h = sattn_harness_new_valist (e, first_property, args);
   va_end (args);
   return h;
+}
+
+/* check's unchecked fixtures run in the process that forks the test
+ * cases, before and after a tcase's: one setup per tcase that has a
+ * timeout of its own tells the watchdog that timeout (fixtures take no
+ * argument: one function per slot). */
+#define TCASE_SLOTS 4
+static double tcase_seconds[TCASE_SLOTS];
+static guint tcase_slots;
+
+static void
+tcase_slot_0 (void)
+{
+  sattn_watchdog_case_timeout (tcase_seconds[0]);
+}
+
+static void
+tcase_slot_1 (void)
+{
+  sattn_watchdog_case_timeout (tcase_seconds[1]);
+}
+
+static void
+tcase_slot_2 (void)
+{
+  sattn_watchdog_case_timeout (tcase_seconds[2]);
+}
+
+static void
+tcase_slot_3 (void)
+{
+  sattn_watchdog_case_timeout (tcase_seconds[3]);
+}
+
+static void (*const tcase_slot[TCASE_SLOTS]) (void) = {
+  tcase_slot_0, tcase_slot_1, tcase_slot_2, tcase_slot_3
+};
+
+static void
+tcase_slot_done (void)
+{
+  sattn_watchdog_case_default ();
+}
+
+void
+sattn_tcase_set_timeout (TCase * tc, double seconds)
+{
+  g_assert (tcase_slots < TCASE_SLOTS);
+  tcase_seconds[tcase_slots] = seconds;
+  tcase_set_timeout (tc, seconds);
+  tcase_add_unchecked_fixture (tc, tcase_slot[tcase_slots], tcase_slot_done);
+  tcase_slots++;
 }
 
 GstBus *

@@ -30,6 +30,13 @@ GstHarness *sattn_harness_new (const gchar * first_property, ...)
 GstHarness *sattn_harness_new_valist (GstElement * e,
     const gchar * first_property, va_list args);
 
+/* tcase_set_timeout (tc, seconds), told to the watchdog too
+ * (tests/common/watchdog.c): a test case of tc that hangs in check's
+ * forked child prints every thread's backtrace a few seconds before
+ * check's timeout kills it.  Test cases without it have check's default
+ * (CK_DEFAULT_TIMEOUT); at most 4 calls per program. */
+void sattn_tcase_set_timeout (TCase * tc, double seconds);
+
 /* Attach a fresh bus to the harnessed element (unref it when done). */
 GstBus *sattn_attach_bus (GstHarness * h);
 /* Pop an error message from bus; fails the test if there is none.

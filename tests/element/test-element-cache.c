@@ -542,7 +542,8 @@ GST_START_TEST (test_released_on_refusal)
   gst_element_set_state (p, GST_STATE_PLAYING);
   msg = gst_bus_timed_pop_filtered (bus, 20 * GST_SECOND,
       GST_MESSAGE_ERROR | GST_MESSAGE_EOS);
-  fail_unless (msg != NULL && GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR,
+  fail_unless (msg != NULL, "HANG: neither an error nor EOS within 20 s");
+  fail_unless (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR,
       "downstream did not refuse the output caps");
   gst_message_unref (msg);
   gst_element_set_state (p, GST_STATE_NULL);
@@ -849,7 +850,7 @@ cache_suite (void)
   /* Resident memory means nothing under AddressSanitizer. */
 #ifndef __SANITIZE_ADDRESS__
   tc = tcase_create ("rss");
-  tcase_set_timeout (tc, 240);
+  sattn_tcase_set_timeout (tc, 240);
   tcase_add_test (tc, test_rss_16);
   tcase_add_test (tc, test_concurrent_start);
   suite_add_tcase (s, tc);

@@ -253,7 +253,7 @@ GST_START_TEST (test_request_release_playing)
 
   for (i = 0; i < REQUEST_CYCLES; i++) {
     fail_unless (order_check_wait (&oc, 2, 20 * G_USEC_PER_SEC),
-        "cycle %u: no map within 20 s", i);
+        "HANG: cycle %u: no map within 20 s", i);
     if (i % 4 == 3) {
       /* A flushing seek: the pad keeps stream-start and caps, loses the
        * segment, and must send it again before the next map. */
@@ -266,7 +266,7 @@ GST_START_TEST (test_request_release_playing)
               GST_SEEK_FLAG_FLUSH, 0));
       seeks++;
       fail_unless (order_check_wait (&oc, before + 2, 20 * G_USEC_PER_SEC),
-          "cycle %u: no map within 20 s of a seek", i);
+          "HANG: cycle %u: no map within 20 s of a seek", i);
     }
     detach_map_sink (pipe, s, attn, sink);
     gst_object_unref (attn);
@@ -352,7 +352,8 @@ GST_START_TEST (test_seek_after_paused)
         GST_STATE_CHANGE_FAILURE);
     if (run % 4 == 3)
       fail_unless (gst_element_get_state (pipe, NULL, NULL, 10 * GST_SECOND)
-          == GST_STATE_CHANGE_SUCCESS, "run %u: no preroll within 10 s", run);
+          == GST_STATE_CHANGE_SUCCESS, "HANG: run %u: no preroll within 10 s",
+          run);
     g_usleep (1000);
     gst_element_seek_simple (pipe, GST_FORMAT_TIME,
         GST_SEEK_FLAG_FLUSH | GST_SEEK_FLAG_ACCURATE, 50 * GST_MSECOND);
@@ -363,7 +364,7 @@ GST_START_TEST (test_seek_after_paused)
       gst_element_set_state (pipe, GST_STATE_PLAYING);
     msg = gst_bus_timed_pop_filtered (bus, 20 * GST_SECOND,
         GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
-    fail_unless (msg != NULL, "run %u: neither EOS nor an error within "
+    fail_unless (msg != NULL, "HANG: run %u: neither EOS nor an error within "
         "20 s", run);
     if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
       gchar *dbg = NULL;
@@ -580,7 +581,7 @@ GST_START_TEST (test_many_pipelines)
   deadline = g_get_monotonic_time () + 240 * G_USEC_PER_SEC;
   while (done < N_PIPES) {
     fail_unless (g_get_monotonic_time () < deadline,
-        "%u of %u pipelines reached EOS within 240 s", done, N_PIPES);
+        "HANG: %u of %u pipelines reached EOS within 240 s", done, N_PIPES);
     for (i = 0; i < N_PIPES; i++) {
       Pipe *p = &pipes[i];
       guint64 interval;
@@ -655,7 +656,7 @@ sattn_concurrency_suite (void)
   Suite *s = suite_create ("sattn-concurrency");
   TCase *tc = tcase_create ("general");
 
-  tcase_set_timeout (tc, 600);
+  sattn_tcase_set_timeout (tc, 600);
   suite_add_tcase (s, tc);
   tcase_add_test (tc, test_request_release_playing);
   tcase_add_test (tc, test_seek_after_paused);

@@ -440,7 +440,7 @@ GST_START_TEST (test_pipeline)
       GST_STATE_CHANGE_ASYNC);
   msg = gst_bus_timed_pop_filtered (bus, 30 * GST_SECOND,
       GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
-  fail_unless (msg != NULL, "timed out");
+  fail_unless (msg != NULL, "HANG: neither EOS nor an error within 30 s");
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     gchar *dbg = NULL;
     gst_message_parse_error (msg, &err, &dbg);

@@ -475,7 +475,7 @@ run_pipeline (const gchar * desc, gchar ** first_text, gchar ** source)
   gst_element_set_state (pipe, GST_STATE_PLAYING);
   msg = gst_bus_timed_pop_filtered (bus, 20 * GST_SECOND,
       GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
-  fail_unless (msg != NULL, "%s: no error and no EOS within 20 s", desc);
+  fail_unless (msg != NULL, "HANG: %s: no error and no EOS within 20 s", desc);
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     GError *e = NULL;
 
@@ -875,7 +875,7 @@ sattn_events_suite (void)
   TCase *tc = tcase_create ("general");
 
   suite_add_tcase (s, tc);
-  tcase_set_timeout (tc, 240);
+  sattn_tcase_set_timeout (tc, 240);
   tcase_add_loop_test (tc, test_segment_position_update, 0, 4);
   tcase_add_loop_test (tc, test_segment_real_change, 0, 4);
   tcase_add_loop_test (tc, test_segment_position_after_rate_change, 0, 2);

@@ -3017,7 +3017,7 @@ sattn_fuzz_suite (void)
   TCase *tc = tcase_create ("fuzz");
 
   /* one long test: the per-episode alarm catches hangs */
-  tcase_set_timeout (tc, 0);
+  sattn_tcase_set_timeout (tc, 0);
   tcase_add_test (tc, test_fuzz_stream);
   suite_add_tcase (s, tc);
   return s;

@@ -427,7 +427,7 @@ GST_START_TEST (test_png_pipeline)
   bus = gst_element_get_bus (pipe);
   msg = gst_bus_timed_pop_filtered (bus, 30 * GST_SECOND,
       GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
-  fail_unless (msg != NULL, "no EOS within 30 s");
+  fail_unless (msg != NULL, "HANG: no EOS within 30 s");
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     gst_message_parse_error (msg, &err, NULL);
     fail ("pipeline error: %s", err->message);

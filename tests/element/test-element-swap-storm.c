@@ -402,7 +402,7 @@ sattn_storm_suite (void)
   Suite *s = suite_create ("sattn-swap-storm");
   TCase *tc = tcase_create ("storm");
 
-  tcase_set_timeout (tc, 0);
+  sattn_tcase_set_timeout (tc, 0);
   tcase_add_test (tc, test_swap_storm);
   suite_add_tcase (s, tc);
   return s;

@@ -345,7 +345,7 @@ run_to_eos (const gchar * desc, gchar ** in_caps, gchar ** out_caps,
   gst_element_set_state (pipe, GST_STATE_PLAYING);
   msg = gst_bus_timed_pop_filtered (bus, 20 * GST_SECOND,
       GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
-  fail_unless (msg != NULL, "%s: no EOS within 20 s", desc);
+  fail_unless (msg != NULL, "HANG: %s: no EOS within 20 s", desc);
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     GError *e = NULL;
     gst_message_parse_error (msg, &e, NULL);

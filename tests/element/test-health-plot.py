@@ -14,6 +14,11 @@ import subprocess
 import sys
 import tempfile
 
+# run_bounded: a hang fails as "HANG:" with every thread's backtrace.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "python"))
+from common import run_bounded  # noqa: E402
+
 try:
     import gi
     gi.require_version("Gst", "1.0")
@@ -35,9 +40,7 @@ def main():
         # 8, one message per 100 ms: 15 messages.
         cmd = [sys.executable, example, "-o", png, "--seconds", "1.5",
                "--loud", "10", "--interval-ms", "100"]
-        res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, timeout=120,
-                             universal_newlines=True)
+        res = run_bounded(cmd, env=env, stderr=subprocess.STDOUT)
         print(res.stdout)
         if res.returncode != 0:
             print("FAIL: {} exited with {}".format(cmd, res.returncode))

@@ -16,7 +16,9 @@ frame rule says (the reference hides such a row as a key by itself).
 import ctypes
 import json
 import os
+import shutil
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -251,3 +253,59 @@ def write_safetensors(path, tensors, metadata=None):
     text = json.dumps(header).encode()
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+# ------------------------------------------------- bounded subprocesses
+
+# Seconds a command run by run_bounded may take (a gst-launch-1.0 line of
+# these tests takes well under one); well below each test's meson timeout.
+RUN_BOUND = 60
+
+
+def backtraces(pid):
+    """Every thread's backtrace of process pid (gdb -p), as text; or why
+    there is none."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return "(gdb is not installed: no backtraces)"
+    try:
+        r = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-q",
+                            "-ex", "set pagination off",
+                            "-ex", "info threads",
+                            "-ex", "thread apply all bt"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=30)
+        return r.stdout
+    except subprocess.TimeoutExpired as e:
+        return "(gdb did not finish within 30 s)\n" + (e.output or "")
+
+
+class Hang(AssertionError):
+    """A command still running at its bound (run_bounded)."""
+
+
+def run_bounded(cmd, timeout=RUN_BOUND, **kw):
+    """subprocess.run(cmd, capture_output=True, text=True, **kw) (kw may
+    name stdout and stderr, e.g. stderr=subprocess.STDOUT) that
+    fails as a hang: a command still running after timeout seconds gets
+    gdb attached (every thread's backtrace) before it is killed, and
+    raises Hang, whose message starts with "HANG:" and holds the
+    backtraces and what the command printed so far.  Returns the
+    CompletedProcess otherwise, whatever its exit status."""
+    kw.setdefault("text", True)
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    with subprocess.Popen(cmd, stdin=subprocess.DEVNULL, **kw) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stacks = backtraces(p.pid)
+            p.kill()
+            out, err = p.communicate()
+            msg = ("HANG: still running after %g s, killed: %s\n"
+                   "---- every thread's backtrace\n%s\n"
+                   "---- its stdout so far\n%s\n---- its stderr so far\n%s"
+                   % (timeout, " ".join(map(str, cmd)), stacks, out, err))
+            print(msg, file=sys.stderr, flush=True)
+            raise Hang(msg) from None
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)

@@ -28,6 +28,7 @@ except ImportError:
     sys.exit(77)
 
 import sattn
+from common import run_bounded
 
 GST_LAUNCH = shutil.which("gst-launch-1.0")
 if GST_LAUNCH is None:
@@ -386,8 +387,7 @@ class InstalledModel(unittest.TestCase):
                "pcm-format=f32le", "num-channels=2", "sample-rate=64000",
                "!", "sattn", "weights=" + name, "output=classes", "!",
                "filesink", "location=" + dst]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                           env=self.env, cwd=self.tmp.name)
+        r = run_bounded(cmd, env=self.env, cwd=self.tmp.name)
         return r, dst
 
     def test_short_name(self):
@@ -410,9 +410,8 @@ class InstalledModel(unittest.TestCase):
                 "print(e.get_property('weights')); "
                 "e.set_property('weights', 'no-such-model'); "
                 "print(e.get_property('weights'))")
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                           text=True, timeout=60, env=self.env,
-                           cwd=self.tmp.name)
+        r = run_bounded([sys.executable, "-c", code], env=self.env,
+                        cwd=self.tmp.name)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), [self.installed, self.installed,
                                             "no-such-model"])

@@ -132,7 +132,7 @@ def run(x, gap, launch_tail, props, chunk=CHUNK):
     pipe.set_state(Gst.State.NULL)
     if err is not None:
         raise AssertionError("pipeline error: %s" % (err.parse_error(),))
-    assert eos, "no EOS within %d s of the last buffer" % (
+    assert eos, "HANG: no EOS within %d s of the last buffer" % (
         PULL_TIMEOUT // Gst.SECOND)
     return bufs
 

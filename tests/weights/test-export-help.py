@@ -23,6 +23,11 @@ import subprocess
 import sys
 import tempfile
 
+# run_bounded: a hang fails as "HANG:" with every thread's backtrace.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "python"))
+from common import run_bounded  # noqa: E402
+
 try:
     import torch  # noqa: F401
 except ImportError:
@@ -107,9 +112,7 @@ def main():
                 cmd, e = [sys.executable, exporter] + argv[1:], env
             else:
                 cmd, e = argv, gst_env
-            r = subprocess.run(cmd, cwd=d, env=e, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT,
-                               universal_newlines=True)
+            r = run_bounded(cmd, cwd=d, env=e, stderr=subprocess.STDOUT)
             ok = r.returncode == 0
             print("%s $ %s" % ("ok  " if ok else "FAIL", ex))
             if not ok:
