@@ -571,11 +571,11 @@ static struct
   gint output, threads;
 } whole_fast;
 
-/* A swap episode runs up to three times (docs/element.md "Swapping
- * weights while playing"): SW_RUN sets `weights` to another file at op
- * swap_at while data flows; SW_A is the same episode without the set (the old model
- * only), SW_B the same with the new file from the start (the new model
- * only).  Every output row is recorded in each run. */
+/* A swap episode runs up to three times (docs/element.md "Swapping weights
+ * while playing"): SW_RUN sets `weights` to another file at op swap_at while
+ * data flows; SW_A is the same episode without the set (the old model only),
+ * SW_B the same with the new file from the start (the new model only).  Every
+ * output row is recorded in each run. */
 enum
 { SW_NONE, SW_RUN, SW_A, SW_B };
 
@@ -1170,13 +1170,13 @@ tl_masked (const Timeline * t, gint64 end, guint window)
   return n;
 }
 
-/* Row r of a buffer's GstSattnMeta against the model (docs/element.md
- * "Window metadata"): the row accounts for frames [first, first + n) of
- * timeline t and was computed in the window ending at frame wend; valid_row says
- * whether its query frames (pooled: the frames it pools) had a usable
- * one.  Exact: frames, key counts, the window's running-time span; with
- * validity_unknown (overflowing projections make frames invalid) only
- * what does not depend on which frames are usable. */
+/* Row r of a buffer's GstSattnMeta against the model (docs/element.md "Window
+ * metadata"): the row accounts for frames [first, first + n) of timeline t and
+ * was computed in the window ending at frame wend; valid_row says whether its
+ * query frames (pooled: the frames it pools) had a usable one.  Exact: frames,
+ * key counts, the window's running-time span; with validity_unknown
+ * (overflowing projections make frames invalid) only what does not depend on
+ * which frames are usable. */
 static void
 check_meta_row (Episode * e, const Item * it, const Timeline * t, guint r,
     guint64 first, guint64 n, guint64 wend, gboolean valid_row)
