@@ -22,8 +22,8 @@ Topics (ID: [A-Za-z0-9._-], at most 64 characters; not "worker"):
                            the broker publishes {"state": "offline"} there
                            (the last will) when the node dies
 
-The JSON of a decision (sattn/ID/class; docs in README, "Decisions to a
-broker"):
+The JSON of a decision (sattn/ID/class; docs in docs/scale-out.md,
+"Decisions to a broker"):
   {"sensor", "worker", "epoch", "seq", "label", "index", "probability",
    "top-k": [{"label", "probability"}...], "in-contract", "input-rms",
    "rejected", "timestamp", "duration", "window-start", "stream-time",
@@ -116,7 +116,7 @@ class Config:
         u = urlsplit(url)
         if u.scheme != "mqtts":
             raise ConfigError(f"{url!r}: use mqtts://HOST[:PORT] (TLS; the "
-                              "broker setup in the README)")
+                              "broker setup in docs/scale-out.md)")
         if u.username or u.password:
             raise ConfigError("no credentials in the URL (it is on the command "
                               "line): SATTN_MQTT_USER and SATTN_MQTT_PASSWORD_FILE")

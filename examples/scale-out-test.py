@@ -835,7 +835,7 @@ def free_tcp_port():
 
 
 class Broker:
-    """mosquitto on 127.0.0.1 as the README sets it up: TLS only (a
+    """mosquitto on 127.0.0.1 as docs/scale-out.md sets it up: TLS only (a
     self-signed certificate made here by openssl), a password file
     (written in plain text, mode 600, then hashed by `mosquitto_passwd -U`:
     no password in any argv), no anonymous clients, persistence on."""
@@ -859,7 +859,7 @@ class Broker:
         subprocess.run(["timeout", "30", "mosquitto_passwd", "-U", pw], check=True)
         self.conf = os.path.join(self.dir, "mosquitto.conf")
         with open(self.conf, "w") as f:
-            f.write(f"""# the README's broker, on 127.0.0.1 for the test
+            f.write(f"""# docs/scale-out.md's broker, on 127.0.0.1 for the test
 user {pwd.getpwuid(os.geteuid()).pw_name}
 persistence true
 persistence_location {self.dir}/
@@ -1033,7 +1033,7 @@ def case_mqtt(out):
     sensor = node(out, "mqtt-sensor", "sensor", "--listen", s_addr, "--id", "s1",
                   "--buffers", str(buffers), "--push-log",
                   os.path.join(out, "mqtt-sensor.push"))
-    # mosquitto_sub, as the README shows it: its options (the password
+    # mosquitto_sub, as docs/scale-out.md shows it: its options (the password
     # too) from its configuration file, none on the command line.
     xdg = os.path.join(out, "xdg")
     os.makedirs(xdg)

@@ -22,8 +22,8 @@
 # A sensor's id comes from SATTN_SENSOR_ID (default srt-PORT); a worker's
 # sensors may be given as ID=HOST:PORT; SATTN_WORKER_ID and SATTN_MQTT_URL
 # (mqtts://HOST:PORT) make the worker publish decisions and health to an
-# MQTT broker and share its sensors with standby workers (README, "Decisions
-# to a broker", "Standby workers").
+# MQTT broker and share its sensors with standby workers (docs/scale-out.md,
+# "Decisions to a broker", "Standby workers").
 #
 # tcp (trusted links only: anyone who reaches a port can send frames or
 # read them): the roles below.  Transport: GStreamer's own elements from Debian 12's plugin packages:

@@ -1,4 +1,4 @@
-/* libsattn from an installed prefix (README, "Use the library"):
+/* libsattn from an installed prefix (docs/api.md, "Use the library"):
  *   cc use-library.c $(pkg-config --cflags --libs sattn) -o use-library
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later

@@ -12,8 +12,8 @@
 #  - the core's GNU-like style (clang-format 14, Debian 12's, with
 #    .clang-format at the top): core/, include/ and the core's tests,
 #    tests/core, tests/common, tests/kernel, tests/weights, tests/bench,
-#    tests/fuzz (.c and .h), and examples/use-library.c (which README.md
-#    shows, verbatim: readme-use-library checks it) and
+#    tests/fuzz (.c and .h), and examples/use-library.c (which docs/api.md
+#    shows, verbatim: docs-use-library checks it) and
 #    examples/seed-experiment.c.
 # Each directory takes the style its code was written in (the one whose
 # one-time reformat changed fewer lines; the core's examples go with the

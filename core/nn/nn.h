@@ -49,7 +49,7 @@ struct SattnModel {
    * projections).  V and the output projection always sum in double:
    * that puts attention-only models at or below PyTorch float32's error
    * in nearly every draw, where summing in float lands around it
-   * (tests/bench/PERFORMANCE.md, "Numerical error").  Encoder layers and
+   * (docs/performance.md, "Numerical error").  Encoder layers and
    * RoPE models sum Q and K in double too (RoPE rounds Q and K once more:
    * in float, one of layers-parity's fixed draws lands 1.17x above
    * PyTorch with AVX2).  Other attention-only models keep Q and K in

@@ -23,7 +23,7 @@
  * major, each head on pages of its own (see SattnStream.qhs): the threads
  * write and read different heads, and lines of different heads side by
  * side in one row made each core's prefetchers pull the lines the other
- * core was writing (tests/bench/PERFORMANCE.md, "threads=2 on W1").
+ * core was writing (docs/performance.md, "threads=2 on W1").
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */

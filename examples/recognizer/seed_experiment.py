@@ -36,7 +36,7 @@ saturation threshold), the mean largest weight and the mean normalised
 entropy (1 = uniform over the visible keys, 0 = one-hot), over all layers
 and rows.  PyTorch's accuracy on the same windows is printed next to the
 element's.  Written to OUT: the models, train-<run>.log, results.json and
-table.md (the README's table).
+table.md (the table of docs/recognizer.md).
 Needs PyTorch and numpy, gst-launch-1.0 with rawaudioparse; the element
 from BUILD_DIR (default build).
 """

@@ -536,7 +536,7 @@ typedef enum {
  *    float32 does; the model's float weights are used, its double copies
  *    are not read.  About 13% less time per hop on W1 (64 channels, 4
  *    heads, window 256, hop 16); the error is then about PyTorch float32's
- *    (0.9 to 1.8 times it in tests/bench/PERFORMANCE.md's draws) instead
+ *    (0.9 to 1.8 times it in docs/performance.md's draws) instead
  *    of at or below it.  The feed-forward, LayerNorm, softmax and output
  *    normalisation are unchanged, and the bytes still depend neither on
  *    how frames come in pushes nor on the thread count.  Whole models

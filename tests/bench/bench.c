@@ -2035,7 +2035,7 @@ run_peak_section (const Opts *o)
           "the host disturbed least.  On this kind of machine the same "
           "binary alternates, for seconds at a time, between two speeds "
           "about 1.5x apart while the FMA loop keeps its rate "
-          "(tests/bench/PERFORMANCE.md); the median columns are read "
+          "(docs/performance.md); the median columns are read "
           "against the targets, this one says what the code does when "
           "the core is its own.\n");
   return failures;

@@ -7,7 +7,8 @@
 # medians, the difference per output buffer and per output row, and the
 # element's own share (minus source and sink alone) are shown:
 #  - W1 (64 ch @ 16 kHz, heads 4, window 256, hop 16), output=frames:
-#    160 rows per buffer, the README's sensor geometry;
+#    160 rows per buffer, the sensor geometry of docs/element.md
+#    ("Window metadata");
 #  - tiny (2 ch, window 8, hop 1), output=frames: almost no arithmetic
 #    per row, so the metadata's share is as large as it gets;
 #  - tiny, output=mean with hop 4: 40 rows per buffer.

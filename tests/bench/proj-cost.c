@@ -13,7 +13,7 @@
  * The double copies are removed from the model by hand (SattnModel.wvd /
  * wod, which sattn_model_new gives every model with those weights): an
  * experiment, not a behaviour of the library.  It is the cost column of
- * PERFORMANCE.md's "Numerical error" table; tests/layers/error-ablation.py
+ * docs/performance.md's "Numerical error" table; tests/layers/error-ablation.py
  * --schemes gives the accuracy of the same schemes.  The rows of the three
  * copies are compared (they differ by roundings only) and the run fails if
  * they do not agree to 1e-5.  Thread CPU time: immune to preemption, still

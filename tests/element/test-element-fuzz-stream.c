@@ -56,7 +56,8 @@
  *  - every value is finite (finite output whatever the input);
  *  - PTS never decrease between two downstream SEGMENT/FLUSH_STOP events
  *    and PTS + DURATION never wraps;
- *  - its GstSattnMeta (README "Window metadata") has one row per output
+ *  - its GstSattnMeta (docs/element.md "Window metadata") has one row per
+ *    output
  *    row, each exact: the frames it accounts for (counted from the
  *    timeline's start), the running time (on the segment sent downstream)
  *    of its window's first key frame and of the window's end, the
@@ -249,7 +250,8 @@ write_layer (const gchar * path, guint32 seed, gboolean norm_first,
   st_write (&w, path);
 }
 
-/* Files a swap cannot use (README "Swapping weights while playing"):
+/* Files a swap cannot use (docs/element.md "Swapping weights while
+ * playing"):
  * missing, truncated, another d_out, another kind. */
 enum
 { BAD_MISSING, BAD_TRUNCATED, BAD_GEOMETRY, BAD_KIND, N_BAD };
@@ -345,8 +347,8 @@ fixtures_init (void)
   }
 }
 
-/* Can a swap go from fixture a to fixture b (README "Swapping weights
- * while playing": the same d_model and d_out, the same kind (a whole
+/* Can a swap go from fixture a to fixture b (docs/element.md "Swapping
+ * weights while playing": the same d_model and d_out, the same kind (a whole
  * model, or one attention layer with or without its encoder parts), as
  * many classes, no extra keys; heads as set)? */
 static gboolean
@@ -569,11 +571,11 @@ static struct
   gint output, threads;
 } whole_fast;
 
-/* A swap episode runs up to three times (README "Swapping weights while
- * playing"): SW_RUN sets `weights` to another file at op swap_at while
- * data flows; SW_A is the same episode without the set (the old model
- * only), SW_B the same with the new file from the start (the new model
- * only).  Every output row is recorded in each run. */
+/* A swap episode runs up to three times (docs/element.md "Swapping weights
+ * while playing"): SW_RUN sets `weights` to another file at op swap_at while
+ * data flows; SW_A is the same episode without the set (the old model only),
+ * SW_B the same with the new file from the start (the new model only).  Every
+ * output row is recorded in each run. */
 enum
 { SW_NONE, SW_RUN, SW_A, SW_B };
 
@@ -1168,13 +1170,13 @@ tl_masked (const Timeline * t, gint64 end, guint window)
   return n;
 }
 
-/* Row r of a buffer's GstSattnMeta against the model (README "Window
- * metadata"): the row accounts for frames [first, first + n) of timeline
- * t and was computed in the window ending at frame wend; valid_row says
- * whether its query frames (pooled: the frames it pools) had a usable
- * one.  Exact: frames, key counts, the window's running-time span; with
- * validity_unknown (overflowing projections make frames invalid) only
- * what does not depend on which frames are usable. */
+/* Row r of a buffer's GstSattnMeta against the model (docs/element.md "Window
+ * metadata"): the row accounts for frames [first, first + n) of timeline t and
+ * was computed in the window ending at frame wend; valid_row says whether its
+ * query frames (pooled: the frames it pools) had a usable one.  Exact: frames,
+ * key counts, the window's running-time span; with validity_unknown
+ * (overflowing projections make frames invalid) only what does not depend on
+ * which frames are usable. */
 static void
 check_meta_row (Episode * e, const Item * it, const Timeline * t, guint r,
     guint64 first, guint64 n, guint64 wend, gboolean valid_row)
@@ -2476,7 +2478,7 @@ ep_setup (Episode * e, guint64 seed, gint threads)
       e->scale = 0.0;
     } else if (e->wf->kind == K_LAYER && chance (e, 0.5)) {
       /* a stack's geometry: every frame sees exactly the lookback
-       * frames before it (README "Stacks") */
+       * frames before it (docs/models.md, "Stacks") */
       e->causal = TRUE;
       e->window = MAX (e->window, e->hop + 1);
       e->lookback = e->window - e->hop;
@@ -2693,7 +2695,7 @@ run_episode_threads (guint64 seed, gint threads)
   current = NULL;
   digest = g_strdup (g_checksum_get_string (e->digest));
   if (plan.mode == SW_RUN) {
-    /* new caps read the property too (README "Trained weights": caps
+    /* new caps read the property too (docs/models.md "Trained weights": caps
      * that arrive before the loader has looked at a request apply the
      * same rule) */
     plan.swap_seen = e->swap_msgs > 0 || e->ready_after_swap ||
@@ -2908,7 +2910,7 @@ whole_fast_probe (guint64 seed)
  * are the same for every count); one episode in five with threads > 1
  * runs again with
  * threads=1 and everything that came out (values, times, flags, meta)
- * must be byte-identical (README "Threads"). */
+ * must be byte-identical (docs/element.md, property `threads`). */
 static void
 run_episode (guint64 seed)
 {

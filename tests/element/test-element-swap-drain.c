@@ -4,10 +4,10 @@
  * model's stream was primed with only the frames the next full window
  * needs (window - hop), so this test failed on that element.
  *
- * README "Swapping weights while playing": from the boundary on "the
- * output is exactly the new model's on the same frames", and README
- * "Window metadata": masked_keys counts the window's masked key
- * positions (padding, GAP, NaN/Inf frames).  A window cut short by a
+ * docs/element.md "Swapping weights while playing": from the boundary on
+ * "the output is exactly the new model's on the same frames", and
+ * docs/element.md "Window metadata": masked_keys counts the window's
+ * masked key positions (padding, GAP, NaN/Inf frames).  A window cut short by a
  * drain (EOS, a resync) right after the takeover starts up to window - 1
  * frames before the boundary; the new stream must have those frames as
  * usable ones, or its meta counts them as masked and (when a query can

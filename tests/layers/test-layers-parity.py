@@ -19,7 +19,7 @@ entry rounded once (Q and K too with RoPE), as encoder layers sum all
 four: the rest (scores, softmax, P.V) is float32 like PyTorch's
 (measured: ratios 0.42-0.64 with AVX-512 and AVX2, 0.43-0.64 with the
 portable loops; summing every projection in float gave 0.91-1.74 here
-and lost 15-23 of 64 draws by max-abs, see tests/bench/PERFORMANCE.md,
+and lost 15-23 of 64 draws by max-abs, see docs/performance.md,
 "Numerical error").  A single draw's max-abs
 is one element's rounding, so a second table also runs each
 attention-only configuration on 16 random models and inputs and asserts

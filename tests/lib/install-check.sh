@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # The installed library as a user sees it.
 #
-#   install-check.sh --readme README.md examples/use-library.c
-#       the README's "Use the library" C block is the example, verbatim;
+#   install-check.sh --doc docs/api.md examples/use-library.c
+#       the page's "Use the library" C block is the example, verbatim;
 #   install-check.sh --run EXE
 #       run examples/use-library (built in-tree against libsattn.so) and
 #       check its output (below);
@@ -52,23 +52,23 @@ check_output () {
   ' "$1"
 }
 
-if [ "${1:-}" = "--readme" ]; then
-  # README.md's "Use the library" C block is examples/use-library.c.
+if [ "${1:-}" = "--doc" ]; then
+  # The page's (docs/api.md) "Use the library" C block is examples/use-library.c.
   awk '
     /^## / { insec = ($0 == "## Use the library") }
     insec && /^```c$/ { inblock = 1; next }
     inblock && /^```$/ { exit }
     inblock { print }
-  ' "$2" >"${TMPDIR:-/tmp}/readme-use-library.$$"
+  ' "$2" >"${TMPDIR:-/tmp}/docs-use-library.$$"
   rc=0
-  if ! cmp -s "${TMPDIR:-/tmp}/readme-use-library.$$" "$3"; then
-    echo "README.md (Use the library) and $3 differ:"
-    diff "$3" "${TMPDIR:-/tmp}/readme-use-library.$$" || true
+  if ! cmp -s "${TMPDIR:-/tmp}/docs-use-library.$$" "$3"; then
+    echo "$2 (Use the library) and $3 differ:"
+    diff "$3" "${TMPDIR:-/tmp}/docs-use-library.$$" || true
     rc=1
   else
-    echo "README.md shows $3 as it is ($(wc -l <"$3") lines)"
+    echo "$2 shows $3 as it is ($(wc -l <"$3") lines)"
   fi
-  rm -f "${TMPDIR:-/tmp}/readme-use-library.$$"
+  rm -f "${TMPDIR:-/tmp}/docs-use-library.$$"
   exit $rc
 fi
 

@@ -17,7 +17,7 @@ buffer), output=mean as other/tensors (the element splits its buffers
 into one row each: the metadata follows through the copy), the metadata
 through audiobuffersplit (exact or absent: a buffer that holds rows of
 two of the element's buffers carries none, the others exactly their
-rows), the default (meta-structure=false: no custom meta), and README's
+rows), the default (meta-structure=false: no custom meta), and docs/element.md's
 snippet in "## Window metadata", run as written: it prints one dict per
 row, checked against the same expectation.
 
@@ -237,13 +237,15 @@ class WindowMeta(unittest.TestCase):
         for b in bufs:
             self.assertIsNone(b.get_custom_meta(NAME))
 
-    def test_readme_snippet(self):
+    def test_docs_snippet(self):
         root = os.environ.get("SATTN_SOURCE_ROOT", os.path.join(
             os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-        with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        with open(os.path.join(root, "docs", "element.md"),
+                  encoding="utf-8") as f:
             text = f.read()
         head = text.find("\n## Window metadata\n")
-        self.assertGreaterEqual(head, 0, "README has no '## Window metadata'")
+        self.assertGreaterEqual(head, 0,
+                                "docs/element.md has no '## Window metadata'")
         end = text.find("\n## ", head + 1)
         m = re.compile(r"```python\n(.*?)```", re.S).search(text, head, end)
         self.assertIsNotNone(m, "no ```python block in '## Window metadata'")
