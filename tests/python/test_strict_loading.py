@@ -9,7 +9,7 @@ layers, a head) with common.write_safetensors, changes one thing, and
 loads it through sattn.Model.from_safetensors (the one loader):
   - layers numbered 0 and 2 (it ran as layer 0 alone, byte for byte);
   - a layer renamed encoder.layer.1.* (it was dropped);
-  - 4097 layers (it ran 4096);
+  - 4097 layers (it ran 4096); a head of 65537 classes;
   - an unknown tensor, a tensor of a part the model does not have
     (pool.weight with mean pooling, embed.* beside conv.*), a
     non-canonical layer index (encoder.layers.01.*);
@@ -112,6 +112,19 @@ class Strict(unittest.TestCase):
             t.update({k.replace("layers.0.", "layers.%d." % i): v
                       for k, v in one.items()})
         self.refused(t, None, "4097 encoder layers", "at most 4096")
+
+    def test_too_many_classes(self):
+        # a head of 65537 classes is refused with the count (before its
+        # rows are copied); 65536 loads
+        t = model(1)
+        for c, ok in ((65536, True), (65537, False)):
+            t["head.weight"] = np.zeros((c, D))
+            t["head.bias"] = np.zeros(c)
+            if ok:
+                m = sattn.Model.from_safetensors(self.write(t))
+                self.assertEqual(m.classes, c)
+            else:
+                self.refused(t, None, "65537 classes", "at most 65536")
 
     def test_unused_tensors(self):
         t = model(1)
