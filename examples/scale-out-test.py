@@ -1428,6 +1428,62 @@ def stale_main(addr, streamid, seconds):
     return 0
 
 
+def case_identity(out):
+    """Sensors name themselves: a worker that calls s1 where sensor s9
+    listens is refused by the sensor (SRT streamid), and one that reaches
+    a stream that does not name its sensor refuses it itself."""
+    print("identity: a worker told s1 is at the address of sensor s9, and s2 at "
+          "that of an untagged GDP stream", flush=True)
+    a1, a2 = free_ports(2)
+    s9 = node(out, "id-sensor-s9", "sensor", "--listen", a1, "--id", "s9",
+              "--buffers", "1000")
+    raw = start(out, "id-untagged", [PY, os.path.abspath(__file__),
+                                     "--untagged-sensor", a2, "10"])
+    worker = node(out, "id-worker", "worker", "--id", "wx", "--sensors",
+                  f"s1={a1},s2={a2}", "--sattn", classes_sattn(health=False))
+    wpath = os.path.join(out, "id-worker.log")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.exists(wpath) and "did not name its sensor" in open(wpath).read():
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    for p in (worker, s9, raw):
+        os.kill(child_pid(p), signal.SIGTERM)
+    for p in (worker, s9, raw):
+        p.wait()
+    wlog = open(wpath).read().splitlines()
+    slog = open(os.path.join(out, "id-sensor-s9.log")).read().splitlines()
+    refused = [l for l in slog if "does not name sensor 's9'" in l]
+    untagged = [l for l in wlog if "did not name its sensor" in l]
+    took = [l for l in wlog if "sattn took" in l]
+    print(f"  sensor s9 log: {refused[0] if refused else '(no refusal)'}")
+    print(f"  worker log: {untagged[0] if untagged else '(no refusal)'}")
+    for l in took:
+        print(f"  worker log: {l}")
+    check(refused, "sensor s9 refuses a caller whose stream id names s1")
+    check(untagged, "the worker refuses a stream that does not name its sensor")
+    check(len(took) == 2 and all("took 0 buffers, 0 frames" in l for l in took),
+          "neither wrong stream reached sattn")
+
+
+def untagged_main(addr, seconds):
+    """A listener with the passphrase (from the environment) that sends
+    GDP audio without the sattn-sensor tag, to any caller."""
+    nodemod = load_node()
+    from gi.repository import Gst
+    Gst.init(None)
+    p = Gst.parse_launch(
+        "audiotestsrc is-live=true samplesperbuffer=160 ! "
+        "audio/x-raw,format=F32LE,layout=interleaved,channels=4,rate=16000 ! "
+        "gdppay ! srtsink name=out wait-for-connection=false")
+    nodemod.Srt().configure(p.get_by_name("out"), addr, "listener")
+    p.set_state(Gst.State.PLAYING)
+    time.sleep(seconds)
+    p.set_state(Gst.State.NULL)
+    return 0
+
+
 def proc_cpu(pid):
     try:
         st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
@@ -1498,6 +1554,8 @@ def main():
                               sys.argv[8])
     if sys.argv[1] == "--stale-caller":
         return stale_main(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    if sys.argv[1] == "--untagged-sensor":
+        return untagged_main(sys.argv[2], float(sys.argv[3]))
     if sys.argv[1] == "--evil-sensor":
         return evil_main(sys.argv[2], sys.argv[3], int(sys.argv[4]),
                          float(sys.argv[5]))
@@ -1527,7 +1585,8 @@ def main():
                  "mqtt": case_mqtt, "takeover": case_takeover,
                  "split-brain": lambda o: case_takeover(o, 1, "stop"),
                  "takeover-8x2": lambda o: case_takeover(o, 8, "kill"),
-                 "mqtt-cpu": case_mqtt_cpu, "mqtt-bound": case_mqtt_bound}[c](where)
+                 "mqtt-cpu": case_mqtt_cpu, "mqtt-bound": case_mqtt_bound,
+                 "identity": case_identity}[c](where)
             except Exception as e:      # judged below
                 raised = e
             unbound = [f for f in os.listdir(where) if f.endswith(".log") and
