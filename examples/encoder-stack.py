@@ -32,11 +32,10 @@ frame index; ALiBi slopes of Press et al.).
 The functions here are also used by tests/layers/test-layers-parity.py.
 """
 import argparse
-import json
+import importlib.util
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -53,23 +52,16 @@ except ImportError:
 # ------------------------------------------------------------ safetensors
 
 def write_safetensors(path, tensors, metadata):
-    """tensors: {name: torch tensor} written as F32; metadata: {str: str}."""
-    header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}}
-    blobs, off = [], 0
-    for name, t in tensors.items():
-        b = t.detach().to(torch.float32).contiguous().numpy().astype("<f4")
-        b = b.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape),
-                        "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    """tensors: {name: torch tensor} written as F32; metadata: {str: str};
+    through the package's one writer, python/sattn/stfile.py of this
+    source tree (loaded by its path: the package needs no libsattn here)."""
+    spec = importlib.util.spec_from_file_location("sattn_stfile", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), os.pardir, "python",
+        "sattn", "stfile.py"))
+    stfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stfile)
+    stfile.write(path, {k: t.detach().to(torch.float32).numpy()
+                        for k, t in tensors.items()}, metadata)
 
 
 def layer_metadata(layer, positions):

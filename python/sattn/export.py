@@ -98,7 +98,6 @@ import importlib
 import importlib.util
 import json
 import os
-import struct
 import sys
 
 # The command's name in messages (main() sets it: sattn-export, or the
@@ -109,6 +108,22 @@ MHA_SUFFIXES = ("in_proj_weight", "q_proj_weight", "k_proj_weight",
                 "out_proj.bias", "bias_k", "bias_v")
 
 DTYPES = ("F32", "F16", "BF16", "F64")
+
+
+def _load_stfile():
+    """sattn/stfile.py, the package's one safetensors writer, loaded by
+    its path beside this file: this module also runs from the source tree
+    (examples/export-torch-mha.py), where the package itself may not
+    import (no libsattn yet)."""
+    spec = importlib.util.spec_from_file_location(
+        "sattn_stfile", os.path.join(os.path.dirname(os.path.abspath(
+            __file__)), "stfile.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+stfile = _load_stfile()
 
 
 def _torch():
@@ -139,32 +154,15 @@ def _raw_bytes(t, name):
 
 
 def _write_safetensors(path, tensors, metadata):
-    """The safetensors format, written directly: tensors in the given order,
-    contiguous, header padded with spaces to a multiple of 8 bytes."""
+    """The safetensors format through the package's one writer
+    (sattn.stfile): tensors in the given order, written atomically."""
     torch = _torch()
     tname = {torch.float32: "F32", torch.float16: "F16",
              torch.bfloat16: "BF16", torch.float64: "F64"}
-    header = collections.OrderedDict()
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    blobs = []
-    offset = 0
-    for name, t in tensors.items():
-        data = _raw_bytes(t, name)
-        header[name] = {"dtype": tname[t.dtype],
-                        "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+    stfile.write_raw(path, [(name, tname[t.dtype], list(t.shape),
+                             _raw_bytes(t, name))
+                            for name, t in tensors.items()],
+                     metadata, atomic=True)
 
 
 def save_safetensors(path, tensors, metadata=None, dtype="F32",

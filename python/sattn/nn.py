@@ -58,7 +58,6 @@ Only this module of the package needs torch.
 
 import json
 import math
-import struct
 
 import torch
 import torch.nn.functional as F
@@ -657,23 +656,11 @@ class SignalTransformer(nn.Module):
 
 def _write_safetensors(path, tensors, metadata):
     """tensors: {name: tensor}, written as little-endian F32 in this order
-    (contiguous data, row-major); metadata: {str: str}."""
-    header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}}
-    blobs, off = [], 0
-    for name, t in tensors.items():
-        a = t.detach().to(device="cpu", dtype=torch.float32).contiguous()
-        b = a.numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)  # data aligned to 8 bytes
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    through the package's one writer (sattn.stfile); metadata: {str: str}."""
+    from . import stfile
+    stfile.write(path, {name: t.detach().to(device="cpu",
+                                            dtype=torch.float32).numpy()
+                        for name, t in tensors.items()}, metadata)
 
 
 def save_safetensors(module, path, labels=None, extra_metadata=None,

@@ -30,7 +30,6 @@ Also written: kdim.safetensors, a genuine kdim/vdim != embed_dim module
 import importlib.util
 import json
 import os
-import struct
 import sys
 
 import torch
@@ -203,23 +202,17 @@ def collections_od(items):
 
 
 def write_mixed(path, tensors, meta):
-    """A whole state dict: float tensors as F32, integer buffers as I64."""
-    header = {"__metadata__": {k: str(v) for k, v in meta.items()}}
-    blobs, off = [], 0
+    """A whole state dict: float tensors as F32, integer buffers as I64
+    (through the package's one writer, the exporter's sattn.stfile)."""
+    entries = []
     for k, v in tensors.items():
         v = v.detach().contiguous()
         if v.is_floating_point():
             data, dt = v.to(torch.float32).numpy().astype("<f4").tobytes(), "F32"
         else:
             data, dt = v.to(torch.int64).numpy().astype("<i8").tobytes(), "I64"
-        header[k] = {"dtype": dt, "shape": list(v.shape),
-                     "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        entries.append((k, dt, list(v.shape), data))
+    exporter.stfile.write_raw(path, entries, meta)
 
 
 def main():

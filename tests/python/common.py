@@ -14,10 +14,8 @@ frame rule says (the reference hides such a row as a key by itself).
 """
 
 import ctypes
-import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
@@ -239,20 +237,10 @@ class RaisesStatus:
 
 
 def write_safetensors(path, tensors, metadata=None):
-    """A safetensors file (8-byte little-endian header length, JSON header,
-    data) of float32 tensors, written from the format's definition."""
-    header, blobs, off = {}, [], 0
-    if metadata:
-        header["__metadata__"] = metadata
-    for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(np.shape(a)),
-                        "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    text = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    """A safetensors file of float32 tensors, through the package's one
+    writer (sattn.stfile)."""
+    from sattn import stfile
+    stfile.write(path, tensors, metadata)
 
 
 # ------------------------------------------------- bounded subprocesses
