@@ -1,4 +1,4 @@
-/* The incremental executor's work of one window (see stream.c): the
+/* The incremental executor's work of one window (see incremental-ops.c): the
  * projections of new frames (in tasks of rows × columns, or per head),
  * the mirrored rings, the attention tasks per (head, row block), the
  * output projection and the encoder layer's rows, and the frame rule as
@@ -27,7 +27,7 @@ typedef struct {
   size_t mirror;            /* 0, or floats from a row of y to its copy */
   float *kt;                /* NULL, or y transposed: row c, column i */
   size_t ldkt, kt_mirror;   /* kt's row stride; floats to its copy */
-  /* NULL, or y's rows scattered into a head-major ring (see SattnStream):
+  /* NULL, or y's rows scattered into a head-major ring (see SattnInc):
    * column c of row i goes to hm + (c / hw) * hs + (slot + i) * hw + c % hw
    * and to its copy hn rows further. */
   float *hm;
@@ -167,13 +167,13 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x, size_t n,
 /* The pool for a run of fma multiply-adds: s's workers, or NULL (the
  * caller's thread alone) below s->par_min (see PAR_MIN). */
 static SattnPool *
-workers_for (const SattnStream *s, double fma)
+workers_for (const SattnInc *s, double fma)
 {
   return fma >= s->par_min ? s->workers : NULL;
 }
 
 static void
-proj_run (SattnStream *s, ProjCtx *pc)
+proj_run (SattnInc *s, ProjCtx *pc)
 {
   SattnPool *pool = pc->copies ? s->workers : workers_for (s, pc->fma);
   if (pool != NULL) {
@@ -193,7 +193,7 @@ proj_run (SattnStream *s, ProjCtx *pc)
 /* Rows [0, cnt) of Q (q, row stride ldq) and V (v, stride ldv) into the
  * head-major rings at slot and at their copies n rows further. */
 static void
-ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q, size_t ldq,
+ring_put (SattnInc *s, size_t slot, size_t cnt, const float *q, size_t ldq,
           const float *v, size_t ldv)
 {
   const SattnModel *m = s->m;
@@ -214,7 +214,7 @@ ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q, size_t ldq,
 
 /* Q and V of ring slot `slot` as rows (dq, dv floats) into q and v. */
 static void
-ring_get (const SattnStream *s, size_t slot, float *q, float *v)
+ring_get (const SattnInc *s, size_t slot, float *q, float *v)
 {
   const SattnModel *m = s->m;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
@@ -227,7 +227,7 @@ ring_get (const SattnStream *s, size_t slot, float *q, float *v)
 
 /* The attention of one window: task = (head, block of ATTN_ROWS rows). */
 typedef struct {
-  SattnStream *s;
+  SattnInc *s;
   const SattnAttnArgs *a;
   size_t row_blocks;
 } AttnCtx;
@@ -261,7 +261,7 @@ add_bias (const float *b, size_t cnt, size_t k, float *y, size_t ldy)
  * projected frames sets s->dbad: the frame rule is then applied to whole
  * frames after the tasks (fix_projected). */
 static void
-project_head (SattnStream *s, size_t h, float *P)
+project_head (SattnInc *s, size_t h, float *P)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
@@ -328,7 +328,7 @@ project_head (SattnStream *s, size_t h, float *P)
  * (projected first when s->dproj, with P as scratch).  Only head h's
  * attention reads them. */
 static void
-copy_deferred (SattnStream *s, size_t h, float *P)
+copy_deferred (SattnInc *s, size_t h, float *P)
 {
   if (s->dproj) {
     project_head (s, h, P);
@@ -354,7 +354,7 @@ static void
 attn_task (void *ctx, size_t task, unsigned worker)
 {
   const AttnCtx *c = ctx;
-  SattnStream *s = c->s;
+  SattnInc *s = c->s;
   size_t h = task / c->row_blocks;
   /* Each thread's scratch holds min (ATTN_ROWS, window) rows. */
   float *S = s->scores + (size_t) worker * s->sstride;
@@ -365,7 +365,7 @@ attn_task (void *ctx, size_t task, unsigned worker)
   size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
   size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
 
-  if (!s->sc.collect_stats) {
+  if (!s->fe->sc.collect_stats) {
     sattn_attend_rows (s->m, c->a, h, r0, r1, S, NULL);
     return;
   }
@@ -389,7 +389,7 @@ typedef struct {
 
 /* Projection j (0 Q, 1 K, 2 V) of the staged frames: xcap rows. */
 static float *
-stage_at (const SattnStream *s, int j)
+stage_at (const SattnInc *s, int j)
 {
   return s->xstage + (size_t) j * s->xcap * s->m->dq;
 }
@@ -399,7 +399,7 @@ stage_at (const SattnStream *s, int j)
  * same blocks and loop as store_frames uses for a few frames, so every
  * row gets the same bytes. */
 void
-sattn_inc_stage_projections (SattnStream *s, const float *x, size_t cnt)
+sattn_inc_stage_projections (SattnInc *s, const float *x, size_t cnt)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model;
@@ -441,12 +441,13 @@ zero_frame (const SattnModel *m, float *q, float *k, float *v)
 /* Query rows of the window that ends at frame count `end` (the next
  * one): frames mode the frames since the last output row, at most n. */
 size_t
-sattn_inc_due_rows (const SattnStream *s, uint64_t end)
+sattn_inc_due_rows (const SattnInc *s, uint64_t end)
 {
-  switch (s->sc.output) {
+  switch (s->fe->sc.output) {
     case SATTN_OUTPUT_FRAMES:
       /* More than n cannot happen: windows come every <= n frames. */
-      return end - s->next_out > s->n ? s->n : (size_t) (end - s->next_out);
+      return end - s->fe->next_out > s->n ? s->n
+                                          : (size_t) (end - s->fe->next_out);
     case SATTN_OUTPUT_LAST:
       return 1;
     default:
@@ -461,13 +462,13 @@ sattn_inc_due_rows (const SattnStream *s, uint64_t end)
  * Returns how many were stored: cnt, or under SATTN_INVALID_ERROR the
  * index of the first frame with bad data (recorded in s->err_*). */
 size_t
-sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
+sattn_inc_store_frames (SattnInc *s, const float *x, const uint8_t *valid,
                         size_t cnt, uint64_t p0, size_t pre)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
   size_t slot = (size_t) (p0 % n);
-  /* Head-major rings: the rows go through the stages (see SattnStream). */
+  /* Head-major rings: the rows go through the stages (see SattnInc). */
   const int hm = s->qhs != 0;
   float *q = hm ? s->qstage : s->qring + slot * dq;
   float *k = s->kscratch;
@@ -484,7 +485,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   const int rope = sattn_model_rope (m);
   /* RoPE rotates Q and K after the projection, on this thread: the
    * mirrors and the transposed K are then written below. */
-  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR && !rope;
+  const int direct = s->fe->sc.invalid_policy != SATTN_INVALID_ERROR && !rope;
   float *kt = s->ktring + slot;
   /* Q, K and V plain copies of the frames, and a window due right after
    * them (computed before this push returns, while x is valid), too few
@@ -496,7 +497,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
   const int defer = direct && !copy_tasks && !m->cfg.encoder && m->wq == NULL &&
                     m->bq == NULL && m->wk == NULL && m->bk == NULL &&
                     m->wv == NULL && m->bv == NULL &&
-                    s->total + cnt == s->next_window;
+                    s->fe->total + cnt == s->fe->next_window;
   if (defer) {
     /* The frames tested as one block first (the common push: all
      * usable); the rule per frame only when that fails. */
@@ -512,12 +513,12 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
                                              x + i * d);
       /* Zero policy: the projections of a zero frame are zeros here. */
       int ok = f == SATTN_FRAME_OK ||
-               (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
+               (s->fe->sc.invalid_policy == SATTN_INVALID_ZERO &&
                 (f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW));
       if (f != SATTN_FRAME_OK) {
-        s->stats.invalid_frames++;
+        s->fe->stats.invalid_frames++;
         if (f == SATTN_FRAME_OVERFLOW)
-          s->stats.overflow_frames++;
+          s->fe->stats.overflow_frames++;
       }
       s->dcopy[i] = f == SATTN_FRAME_OK;
       s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
@@ -542,8 +543,8 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
    * tiles, no scratch, one finiteness test per frame): they run instead,
    * with the same bytes. */
   if (direct && pre == SIZE_MAX && !m->cfg.encoder && s->workers != NULL &&
-      s->total + cnt == s->next_window &&
-      sattn_inc_due_rows (s, s->total + cnt) <= ATTN_ROWS &&
+      s->fe->total + cnt == s->fe->next_window &&
+      sattn_inc_due_rows (s, s->fe->total + cnt) <= ATTN_ROWS &&
       cnt * (2 * m->cfg.d_head + m->cfg.d_value) <= s->sstride) {
     const int test_x = m->wq == NULL || m->wk == NULL || m->wv == NULL;
     for (size_t i = 0; i < cnt; i++) {
@@ -551,10 +552,10 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
                                              test_x ? x + i * d : NULL, NULL,
                                              NULL, NULL);
       /* Zero policy: a frame with bad samples becomes a zero frame. */
-      int zero = s->sc.invalid_policy == SATTN_INVALID_ZERO &&
+      int zero = s->fe->sc.invalid_policy == SATTN_INVALID_ZERO &&
                  f == SATTN_FRAME_NONFINITE;
       if (f != SATTN_FRAME_OK)
-        s->stats.invalid_frames++;
+        s->fe->stats.invalid_frames++;
       s->dcopy[i] = f == SATTN_FRAME_OK ? 1 : zero ? 2 : 0;
       s->vring_ok[slot + i] = s->vring_ok[slot + i + n] =
           (uint8_t) (f == SATTN_FRAME_OK || zero);
@@ -614,7 +615,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
     /* Absolute frame index p0 - n + i (p0 is n ahead), from the
      * position origin. */
     if (rope) {
-      sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->pos0);
+      sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->fe->pos0);
     }
     SattnFrameFault f = usable
                             ? SATTN_FRAME_OK
@@ -623,7 +624,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
                                                  k + i * dq, v + i * dv);
     int ok = f == SATTN_FRAME_OK;
     int bad_data = f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW;
-    if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ERROR) {
+    if (bad_data && s->fe->sc.invalid_policy == SATTN_INVALID_ERROR) {
       /* Not consumed: the lower copies of slots [i, cnt) get back the
        * frames still in the window from their mirrors (K is only written
        * below; head-major rings were not written at all). */
@@ -633,21 +634,21 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
         memcpy (v + i * dv, s->vring + (slot + i + n) * dv,
                 (cnt - i) * dv * sizeof (float));
       }
-      s->have_error = 1;
-      s->err_frame = p0 - n + i;
-      s->err_fault = f;
+      s->fe->have_error = 1;
+      s->fe->err_frame = p0 - n + i;
+      s->fe->err_fault = f;
       cnt = i;
       break;
     }
     if (!ok) {
-      s->stats.invalid_frames++;
+      s->fe->stats.invalid_frames++;
       if (f == SATTN_FRAME_OVERFLOW)
-        s->stats.overflow_frames++;
+        s->fe->stats.overflow_frames++;
     }
-    if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ZERO) {
+    if (bad_data && s->fe->sc.invalid_policy == SATTN_INVALID_ZERO) {
       zero_frame (m, q + i * dq, k + i * dq, v + i * dv);
       if (rope) {
-        sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->pos0);
+        sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->fe->pos0);
       }
       ok = 1;
     } else if (!ok) {
@@ -694,7 +695,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
  * applies it (the flag, and perhaps the input, were tested before the
  * tasks). */
 static void
-fix_projected (SattnStream *s)
+fix_projected (SattnInc *s)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
@@ -714,10 +715,10 @@ fix_projected (SattnStream *s)
     SattnFrameFault f = sattn_frame_fault (m, 0, s->dx + i * d, q, k, v);
     if (f == SATTN_FRAME_OK)
       continue;
-    s->stats.invalid_frames++;
+    s->fe->stats.invalid_frames++;
     if (f == SATTN_FRAME_OVERFLOW)
-      s->stats.overflow_frames++;
-    int ok = s->sc.invalid_policy == SATTN_INVALID_ZERO;
+      s->fe->stats.overflow_frames++;
+    int ok = s->fe->sc.invalid_policy == SATTN_INVALID_ZERO;
     if (ok) {
       zero_frame (m, q, k, v);
     } else {
@@ -740,7 +741,7 @@ fix_projected (SattnStream *s)
  * that overflowed (output projection, layer parts) too, counted by part.
  * row_ok[q0 + i] says which rows are valid. */
 static void
-finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
+finish_rows (SattnInc *s, const uint8_t *query_ok, size_t rows, size_t q0,
              float *out, size_t ldo)
 {
   const SattnModel *m = s->m;
@@ -750,16 +751,16 @@ finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
     if (!ok[i])
       memset (out + i * ldo, 0, m->d_out * sizeof (float));
   }
-  s->stats.overflow_rows +=
+  s->fe->stats.overflow_rows +=
       sattn_zero_overflowed_rows (m, out, rows, ldo, ok,
                                   m->cfg.encoder ? s->row_part + q0 : NULL,
-                                  s->overflow_parts);
+                                  s->fe->overflow_parts);
 }
 
 /* The encoder layer over the output rows of a window: task = block of
  * SATTN_LAYER_ROWS rows, with the worker's scratch. */
 typedef struct {
-  SattnStream *s;
+  SattnInc *s;
   const float *x; /* the rows' query frames, d_model apart */
   float *out;
   size_t ldo, rows;
@@ -779,10 +780,10 @@ layer_task (void *ctx, size_t task, unsigned worker)
                     c->part + r0);
 }
 
-/* The output projection of the staged O rows (see sattn_stream_push) as
+/* The output projection of the staged O rows (see inc_push) as
  * one block product, then what finish_rows does for each window's rows. */
 void
-sattn_inc_flush_rows (SattnStream *s)
+sattn_inc_flush_rows (SattnInc *s)
 {
   const SattnModel *m = s->m;
   const size_t cnt = s->ocnt, d_out = m->d_out;
@@ -795,9 +796,9 @@ sattn_inc_flush_rows (SattnStream *s)
   for (size_t i = 0; i < cnt; i++)
     if (!s->ostage_ok[i])
       memset (s->oout + i * d_out, 0, d_out * sizeof (float));
-  s->stats.overflow_rows += sattn_zero_overflowed_rows (m, s->oout, cnt, d_out,
-                                                        s->ostage_ok, NULL,
-                                                        s->overflow_parts);
+  s->fe->stats.overflow_rows +=
+      sattn_zero_overflowed_rows (m, s->oout, cnt, d_out, s->ostage_ok, NULL,
+                                  s->fe->overflow_parts);
   if (s->oinfo)
     for (size_t i = 0; i < cnt; i++)
       s->oinfo[i].valid = s->ostage_ok[i];
@@ -814,7 +815,7 @@ sattn_inc_flush_rows (SattnStream *s)
  * written by both) and reads only its rows of O. */
 #define OPROJ_ROWS 8
 typedef struct {
-  SattnStream *s;
+  SattnInc *s;
   size_t rows;
   float *out;
   size_t ldo;
@@ -824,7 +825,7 @@ static void
 oproj_task (void *ctx, size_t task, unsigned worker)
 {
   const OProjCtx *c = ctx;
-  SattnStream *s = c->s;
+  SattnInc *s = c->s;
   const SattnModel *m = s->m;
   const size_t dvh = m->cfg.d_value;
   float *X = s->scores + (size_t) worker * s->sstride;
@@ -838,20 +839,20 @@ oproj_task (void *ctx, size_t task, unsigned worker)
                            m->dv, c->out + r0 * c->ldo, c->ldo);
 }
 
-/* Compute the window ending after frame count F = s->total, for the last
+/* Compute the window ending after frame count F = s->fe->total, for the last
  * `rows` query rows of it (rows <= n), writing rows of output.  When the
  * push stages O rows (s->odefer) and they fit, the rows are staged
  * instead: out and info (may be NULL) receive them at flush_rows, and the
  * return value is 1 (0 when out is final). */
 int
-sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
+sattn_inc_compute_window (SattnInc *s, size_t rows, float *out, size_t ldo,
                           SattnRowInfo *info)
 {
   const SattnModel *m = s->m;
   const size_t n = s->n;
-  size_t base = (size_t) (s->total % n); /* first key slot */
+  size_t base = (size_t) (s->fe->total % n); /* first key slot */
   size_t q0 = n - rows;
-  SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
+  SattnStats *stats = s->fe->sc.collect_stats ? &s->fe->stats : NULL;
   /* Without an output projection the tasks write their rows of O straight
    * into out: no serial copy after them. */
   float *o = m->wo == NULL && m->bo == NULL && ldo == m->dv ? out : s->o;
@@ -870,7 +871,7 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     }
   }
 
-  /* Head-major rings (see SattnStream); O rows head-major too when the
+  /* Head-major rings (see SattnInc); O rows head-major too when the
    * window has at most ATTN_ROWS rows, gathered after the tasks. */
   const int hm = s->qhs != 0;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
@@ -895,9 +896,9 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     .o = ohm ? s->ohm : o,
     .o_head = ohm ? s->ohs : 0,
     .ldo = ohm ? dvh : 0,
-    .weights = s->wkeep,
+    .weights = s->fe->wkeep,
     .stats = NULL,
-    .sat_threshold = s->sc.saturation_threshold,
+    .sat_threshold = s->fe->sc.saturation_threshold,
   };
   AttnCtx ac = { s, &a, (rows + ATTN_ROWS - 1) / ATTN_ROWS };
   size_t n_tasks = attn_tasks (m->cfg.heads, rows);
@@ -967,13 +968,13 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     double fma = 2.0 * (double) rows * m->cfg.d_ff * m->cfg.d_model;
     sattn_pool_run (workers_for (s, fma), n_lt, layer_task, &lc);
   }
-  /* On the calling thread, after the workers: it counts into s->stats. */
+  /* On the calling thread, after the workers: it counts into s->fe->stats. */
   if (!staged)
     finish_rows (s, a.query_ok, rows, q0, out, ldo);
 
-  if (s->wkeep)
-    s->wkeep_rows = rows;
-  s->have_window = 1;
+  if (s->fe->wkeep)
+    s->fe->wkeep_rows = rows;
+  s->fe->have_window = 1;
   if (stats) {
     stats->windows++;
     for (size_t j = 0; j < n; j++)
