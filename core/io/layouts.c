@@ -603,6 +603,115 @@ pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
   return mw;
 }
 
+/* nn.MultiheadAttention's tensors under m's prefix into *t: the fused
+ * in_proj_weight or all three q/k/v_proj_weight, the output projection,
+ * bias_k and bias_v together. */
+static SattnStatus
+mha_find (const Mapper *m, ModuleTensors *t)
+{
+  ShowBuf sb;
+  *t = (ModuleTensors){ .fw = find (m, "in_proj_weight"),
+                        .qw = find (m, "q_proj_weight"),
+                        .kw = find (m, "k_proj_weight"),
+                        .vw = find (m, "v_proj_weight"),
+                        .fb = find (m, "in_proj_bias"),
+                        .ow = find (m, "out_proj.weight"),
+                        .ob = find (m, "out_proj.bias"),
+                        .bk = find (m, "bias_k"),
+                        .bv = find (m, "bias_v") };
+  if (t->fw != NULL && (t->qw != NULL || t->kw != NULL || t->vw != NULL))
+    return sattn_io_fail (SATTN_E_FORMAT, m->err, m->err_len,
+                          "both in_proj_weight and separate q/k/v_proj_weight "
+                          "under prefix '%s': ambiguous",
+                          sattn_io_show (&sb, m->prefix));
+  if (t->fw == NULL && t->qw == NULL && t->kw == NULL && t->vw == NULL)
+    return missing (m, "'in_proj_weight' (or q/k/v_proj_weight)");
+  if (t->fw == NULL && (t->qw == NULL || t->kw == NULL || t->vw == NULL))
+    return missing (m, t->qw == NULL   ? "'q_proj_weight'"
+                       : t->kw == NULL ? "'k_proj_weight'"
+                                       : "'v_proj_weight'");
+  if (t->ow == NULL)
+    return missing (m, "'out_proj.weight'");
+  if ((t->bk == NULL) != (t->bv == NULL))
+    return missing (m, t->bk == NULL ? "'bias_k' (bias_v is present)"
+                                     : "'bias_v' (bias_k is present)");
+  return SATTN_OK;
+}
+
+/* The embedding size: d_model, or (0) the input width of the
+ * projection. */
+static SattnStatus
+mha_embed_size (const Mapper *m, const ModuleTensors *t, size_t d_model,
+                size_t *e)
+{
+  ShowBuf sb;
+  *e = d_model;
+  if (*e == 0) {
+    const Tensor *w = t->fw != NULL ? t->fw : t->qw;
+    if (w->ndim == 2)
+      *e = w->shape[1];
+    if (*e == 0) {
+      char got[96];
+      return sattn_io_fail (
+          SATTN_E_SHAPE, m->err, m->err_len,
+          "tensor '%s' has shape %s; expected a 2-D tensor %s with E > 0",
+          sattn_io_show (&sb, w->name),
+          sattn_io_shape_str (got, sizeof got, w->shape, w->ndim),
+          t->fw != NULL ? "(3E, E)" : "(E, E)");
+    }
+  }
+  if (*e > SIZE_MAX / 8 / *e)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "embedding size %zu too large", *e);
+  return SATTN_OK;
+}
+
+/* Every tensor's exact shape (embedding size m->e), dtype and
+ * finiteness, then the heads against E and the metadata. */
+static SattnStatus
+mha_check (const Mapper *m, const ModuleTensors *t, size_t heads,
+           int add_zero_attn)
+{
+  const size_t e = m->e;
+  SattnStatus st;
+  ShowBuf sb;
+  if (t->fw != NULL) {
+    st = check (m, t->fw, 3 * e, e, 0, "(3E, E)");
+  } else {
+    /* kdim / vdim other than E cannot be fed from the same frame. */
+    if ((st = check (m, t->qw, e, e, 0, "(E, E)")) != SATTN_OK ||
+        (st = check (m, t->kw, e, e, 0,
+                     "(E, kdim) with kdim = E for self-attention")) != SATTN_OK)
+      return st;
+    st = check (m, t->vw, e, e, 0,
+                "(E, vdim) with vdim = E for self-attention");
+  }
+  if (st != SATTN_OK)
+    return st;
+  if (t->fb != NULL && (st = check (m, t->fb, 3 * e, 0, 0, "(3E)")) != SATTN_OK)
+    return st;
+  if ((st = check (m, t->ow, e, e, 0, "(E, E)")) != SATTN_OK)
+    return st;
+  if (t->ob != NULL && (st = check (m, t->ob, e, 0, 0, "(E)")) != SATTN_OK)
+    return st;
+  if (t->bk != NULL &&
+      ((st = check (m, t->bk, e, 0, 1, "(1, 1, E)")) != SATTN_OK ||
+       (st = check (m, t->bv, e, 0, 1, "(1, 1, E)")) != SATTN_OK))
+    return st;
+  if (e % heads != 0)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "heads = %zu does not divide the embedding size E = "
+                          "%zu",
+                          heads, e);
+  const size_t meta = meta_size (m, "num_heads");
+  if (meta != 0 && meta != heads)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "heads = %zu but the module was exported with "
+                          "num_heads = %zu (metadata '%snum_heads')",
+                          heads, meta, sattn_io_show (&sb, m->prefix));
+  return check_zero_attn (m, add_zero_attn);
+}
+
 SattnStatus
 sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              size_t d_model, size_t heads, int add_zero_attn,
@@ -610,12 +719,10 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              SattnMhaWeights **owner, char *err, size_t err_len)
 {
   Mapper m = { 0 };
-  const Tensor *in_w, *q_w, *k_w, *v_w, *in_b, *o_w, *o_b, *bk, *bv;
-  SattnMhaWeights *mw = NULL;
-  SattnStatus st = SATTN_OK;
-  char *pfx = NULL;
-  ShowBuf sb;
-  size_t e, meta;
+  ModuleTensors t;
+  SattnMhaWeights *mw;
+  SattnStatus st;
+  size_t e = 0;
 
   sattn_io_set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -626,139 +733,33 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     return sattn_io_fail (SATTN_E_INVAL, err, err_len,
                           "heads must be at least 1");
 
-  pfx = dotted (prefix);
+  char *pfx = dotted (prefix);
   m.f = f;
   m.prefix = pfx;
   m.err = err;
   m.err_len = err_len;
-  if ((st = check_module_meta (&m)) != SATTN_OK)
+  if ((st = check_module_meta (&m)) != SATTN_OK ||
+      (st = mha_find (&m, &t)) != SATTN_OK ||
+      (st = mha_embed_size (&m, &t, d_model, &e)) != SATTN_OK)
     goto out;
-
-  in_w = find (&m, "in_proj_weight");
-  q_w = find (&m, "q_proj_weight");
-  k_w = find (&m, "k_proj_weight");
-  v_w = find (&m, "v_proj_weight");
-  in_b = find (&m, "in_proj_bias");
-  o_w = find (&m, "out_proj.weight");
-  o_b = find (&m, "out_proj.bias");
-  bk = find (&m, "bias_k");
-  bv = find (&m, "bias_v");
-
-  if (in_w != NULL && (q_w != NULL || k_w != NULL || v_w != NULL)) {
-    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                        "both in_proj_weight and separate q/k/v_proj_weight "
-                        "under "
-                        "prefix '%s': ambiguous",
-                        sattn_io_show (&sb, pfx));
-    goto out;
-  }
-  if (in_w == NULL && q_w == NULL && k_w == NULL && v_w == NULL) {
-    st = missing (&m, "'in_proj_weight' (or q/k/v_proj_weight)");
-    goto out;
-  }
-  if (in_w == NULL && (q_w == NULL || k_w == NULL || v_w == NULL)) {
-    st = missing (&m, q_w == NULL   ? "'q_proj_weight'"
-                      : k_w == NULL ? "'k_proj_weight'"
-                                    : "'v_proj_weight'");
-    goto out;
-  }
-  if (o_w == NULL) {
-    st = missing (&m, "'out_proj.weight'");
-    goto out;
-  }
-  if ((bk == NULL) != (bv == NULL)) {
-    st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)"
-                                 : "'bias_v' (bias_k is present)");
-    goto out;
-  }
-
-  /* The embedding size: given, or the input width of the projection. */
-  e = d_model;
-  if (e == 0) {
-    const Tensor *t = in_w != NULL ? in_w : q_w;
-    if (t->ndim == 2)
-      e = t->shape[1];
-    if (e == 0) {
-      char got[96];
-      st = sattn_io_fail (
-          SATTN_E_SHAPE, err, err_len,
-          "tensor '%s' has shape %s; expected a 2-D tensor %s with "
-          "E > 0",
-          sattn_io_show (&sb, t->name),
-          sattn_io_shape_str (got, sizeof got, t->shape, t->ndim),
-          in_w != NULL ? "(3E, E)" : "(E, E)");
-      goto out;
-    }
-  }
   m.e = e;
-  if (e > SIZE_MAX / 8 / e) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                        "embedding size %zu too large", e);
-    goto out;
-  }
-
-  if (in_w != NULL) {
-    st = check (&m, in_w, 3 * e, e, 0, "(3E, E)");
-  } else {
-    /* kdim / vdim other than E cannot be fed from the same frame. */
-    if ((st = check (&m, q_w, e, e, 0, "(E, E)")) != SATTN_OK ||
-        (st = check (&m, k_w, e, e, 0,
-                     "(E, kdim) with kdim = E for self-attention")) != SATTN_OK)
-      goto out;
-    st = check (&m, v_w, e, e, 0, "(E, vdim) with vdim = E for self-attention");
-  }
-  if (st != SATTN_OK)
-    goto out;
-  if (in_b != NULL && (st = check (&m, in_b, 3 * e, 0, 0, "(3E)")) != SATTN_OK)
-    goto out;
-  if ((st = check (&m, o_w, e, e, 0, "(E, E)")) != SATTN_OK)
-    goto out;
-  if (o_b != NULL && (st = check (&m, o_b, e, 0, 0, "(E)")) != SATTN_OK)
-    goto out;
-  if (bk != NULL && ((st = check (&m, bk, e, 0, 1, "(1, 1, E)")) != SATTN_OK ||
-                     (st = check (&m, bv, e, 0, 1, "(1, 1, E)")) != SATTN_OK))
-    goto out;
-
-  if (e % heads != 0) {
-    st =
-        sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                       "heads = %zu does not divide the embedding size E = %zu",
-                       heads, e);
-    goto out;
-  }
-  meta = meta_size (&m, "num_heads");
-  if (meta != 0 && meta != heads) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                        "heads = %zu but the module was exported with "
-                        "num_heads = "
-                        "%zu (metadata '%snum_heads')",
-                        heads, meta, sattn_io_show (&sb, pfx));
-    goto out;
-  }
-  if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
+  if ((st = mha_check (&m, &t, heads, add_zero_attn)) != SATTN_OK)
     goto out;
 
   /* Copy what is used into one block owned by the handle. */
-  {
-    const ModuleTensors t = { in_w, in_b, q_w, NULL, k_w, NULL,
-                              v_w,  NULL, o_w, o_b,  bk,  bv };
-    mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
-  }
+  mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
   if (mw == NULL) {
     st = sattn_io_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
-
   cfg_inout->d_model = e;
   cfg_inout->heads = heads;
   cfg_inout->d_head = e / heads;
   cfg_inout->d_value = e / heads;
   cfg_inout->d_out = e;
   *owner = mw;
-  mw = NULL;
 
 out:
-  sattn_mha_weights_free (mw);
   g_free (pfx);
   return st;
 }
