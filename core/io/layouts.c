@@ -718,7 +718,6 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              SattnConfig *cfg_inout, SattnWeights *w_out,
                              SattnMhaWeights **owner, char *err, size_t err_len)
 {
-  Mapper m = { 0 };
   ModuleTensors t;
   SattnMhaWeights *mw;
   SattnStatus st;
@@ -734,10 +733,7 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                           "heads must be at least 1");
 
   char *pfx = dotted (prefix);
-  m.f = f;
-  m.prefix = pfx;
-  m.err = err;
-  m.err_len = err_len;
+  Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
   if ((st = check_module_meta (&m)) != SATTN_OK ||
       (st = mha_find (&m, &t)) != SATTN_OK ||
       (st = mha_embed_size (&m, &t, d_model, &e)) != SATTN_OK)
@@ -1415,7 +1411,6 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
                               SattnAttnReport *report, char *err,
                               size_t err_len)
 {
-  Mapper m = { 0 };
   const LayoutDef *l = NULL;
   ModuleTensors t = { 0 };
   SattnAttnReport rep = { 0 };
@@ -1431,10 +1426,7 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
     return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
 
   char *pfx = dotted (prefix);
-  m.f = f;
-  m.prefix = pfx;
-  m.err = err;
-  m.err_len = err_len;
+  Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
   if ((st = check_module_meta (&m)) != SATTN_OK ||
       (st = find_layout (&m, &l)) != SATTN_OK)
     goto out;
