@@ -4,14 +4,12 @@
  * the errors and the statistics (SattnStream); the state below is
  * SattnInc (incremental.h).
  *
- * Sliding-window state over a frame stream.
- *
  * Each frame is projected to Q, K and V exactly once, into mirrored rings
  * of 2n rows: frame with virtual index p = frames_since_reset + n lives in
  * slots p % n and p % n + n, so the n keys of any window are contiguous
  * (rows [F % n, F % n + n) for the window that ends after frame F - 1).
  * Virtual indices below n are the padding before the stream starts: their
- * slots are zero and invalid.  Nothing is allocated after sattn_stream_new.
+ * slots are zero and invalid.  Nothing is allocated after inc_create.
  *
  * Threads: the work of a window is cut into a fixed set of tasks that does
  * not depend on the thread count: the projections of the new frames and
