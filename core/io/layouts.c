@@ -603,19 +603,125 @@ pack_module (const ModuleTensors *t, size_t e, size_t dq, size_t dv,
   return mw;
 }
 
+/* nn.MultiheadAttention's tensors under m's prefix into *t: the fused
+ * in_proj_weight or all three q/k/v_proj_weight, the output projection,
+ * bias_k and bias_v together. */
+static SattnStatus
+mha_find (const Mapper *m, ModuleTensors *t)
+{
+  ShowBuf sb;
+  *t = (ModuleTensors){ .fw = find (m, "in_proj_weight"),
+                        .qw = find (m, "q_proj_weight"),
+                        .kw = find (m, "k_proj_weight"),
+                        .vw = find (m, "v_proj_weight"),
+                        .fb = find (m, "in_proj_bias"),
+                        .ow = find (m, "out_proj.weight"),
+                        .ob = find (m, "out_proj.bias"),
+                        .bk = find (m, "bias_k"),
+                        .bv = find (m, "bias_v") };
+  if (t->fw != NULL && (t->qw != NULL || t->kw != NULL || t->vw != NULL))
+    return sattn_io_fail (SATTN_E_FORMAT, m->err, m->err_len,
+                          "both in_proj_weight and separate q/k/v_proj_weight "
+                          "under prefix '%s': ambiguous",
+                          sattn_io_show (&sb, m->prefix));
+  if (t->fw == NULL && t->qw == NULL && t->kw == NULL && t->vw == NULL)
+    return missing (m, "'in_proj_weight' (or q/k/v_proj_weight)");
+  if (t->fw == NULL && (t->qw == NULL || t->kw == NULL || t->vw == NULL))
+    return missing (m, t->qw == NULL   ? "'q_proj_weight'"
+                       : t->kw == NULL ? "'k_proj_weight'"
+                                       : "'v_proj_weight'");
+  if (t->ow == NULL)
+    return missing (m, "'out_proj.weight'");
+  if ((t->bk == NULL) != (t->bv == NULL))
+    return missing (m, t->bk == NULL ? "'bias_k' (bias_v is present)"
+                                     : "'bias_v' (bias_k is present)");
+  return SATTN_OK;
+}
+
+/* The embedding size: d_model, or (0) the input width of the
+ * projection. */
+static SattnStatus
+mha_embed_size (const Mapper *m, const ModuleTensors *t, size_t d_model,
+                size_t *e)
+{
+  ShowBuf sb;
+  *e = d_model;
+  if (*e == 0) {
+    const Tensor *w = t->fw != NULL ? t->fw : t->qw;
+    if (w->ndim == 2)
+      *e = w->shape[1];
+    if (*e == 0) {
+      char got[96];
+      return sattn_io_fail (
+          SATTN_E_SHAPE, m->err, m->err_len,
+          "tensor '%s' has shape %s; expected a 2-D tensor %s with E > 0",
+          sattn_io_show (&sb, w->name),
+          sattn_io_shape_str (got, sizeof got, w->shape, w->ndim),
+          t->fw != NULL ? "(3E, E)" : "(E, E)");
+    }
+  }
+  if (*e > SIZE_MAX / 8 / *e)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "embedding size %zu too large", *e);
+  return SATTN_OK;
+}
+
+/* Every tensor's exact shape (embedding size m->e), dtype and
+ * finiteness, then the heads against E and the metadata. */
+static SattnStatus
+mha_check (const Mapper *m, const ModuleTensors *t, size_t heads,
+           int add_zero_attn)
+{
+  const size_t e = m->e;
+  SattnStatus st;
+  ShowBuf sb;
+  if (t->fw != NULL) {
+    st = check (m, t->fw, 3 * e, e, 0, "(3E, E)");
+  } else {
+    /* kdim / vdim other than E cannot be fed from the same frame. */
+    if ((st = check (m, t->qw, e, e, 0, "(E, E)")) != SATTN_OK ||
+        (st = check (m, t->kw, e, e, 0,
+                     "(E, kdim) with kdim = E for self-attention")) != SATTN_OK)
+      return st;
+    st = check (m, t->vw, e, e, 0,
+                "(E, vdim) with vdim = E for self-attention");
+  }
+  if (st != SATTN_OK)
+    return st;
+  if (t->fb != NULL && (st = check (m, t->fb, 3 * e, 0, 0, "(3E)")) != SATTN_OK)
+    return st;
+  if ((st = check (m, t->ow, e, e, 0, "(E, E)")) != SATTN_OK)
+    return st;
+  if (t->ob != NULL && (st = check (m, t->ob, e, 0, 0, "(E)")) != SATTN_OK)
+    return st;
+  if (t->bk != NULL &&
+      ((st = check (m, t->bk, e, 0, 1, "(1, 1, E)")) != SATTN_OK ||
+       (st = check (m, t->bv, e, 0, 1, "(1, 1, E)")) != SATTN_OK))
+    return st;
+  if (e % heads != 0)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "heads = %zu does not divide the embedding size E = "
+                          "%zu",
+                          heads, e);
+  const size_t meta = meta_size (m, "num_heads");
+  if (meta != 0 && meta != heads)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "heads = %zu but the module was exported with "
+                          "num_heads = %zu (metadata '%snum_heads')",
+                          heads, meta, sattn_io_show (&sb, m->prefix));
+  return check_zero_attn (m, add_zero_attn);
+}
+
 SattnStatus
 sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
                              size_t d_model, size_t heads, int add_zero_attn,
                              SattnConfig *cfg_inout, SattnWeights *w_out,
                              SattnMhaWeights **owner, char *err, size_t err_len)
 {
-  Mapper m = { 0 };
-  const Tensor *in_w, *q_w, *k_w, *v_w, *in_b, *o_w, *o_b, *bk, *bv;
-  SattnMhaWeights *mw = NULL;
-  SattnStatus st = SATTN_OK;
-  char *pfx = NULL;
-  ShowBuf sb;
-  size_t e, meta;
+  ModuleTensors t;
+  SattnMhaWeights *mw;
+  SattnStatus st;
+  size_t e = 0;
 
   sattn_io_set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -626,139 +732,30 @@ sattn_mha_weights_from_file (const SattnTensorFile *f, const char *prefix,
     return sattn_io_fail (SATTN_E_INVAL, err, err_len,
                           "heads must be at least 1");
 
-  pfx = dotted (prefix);
-  m.f = f;
-  m.prefix = pfx;
-  m.err = err;
-  m.err_len = err_len;
-  if ((st = check_module_meta (&m)) != SATTN_OK)
+  char *pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
+  if ((st = check_module_meta (&m)) != SATTN_OK ||
+      (st = mha_find (&m, &t)) != SATTN_OK ||
+      (st = mha_embed_size (&m, &t, d_model, &e)) != SATTN_OK)
     goto out;
-
-  in_w = find (&m, "in_proj_weight");
-  q_w = find (&m, "q_proj_weight");
-  k_w = find (&m, "k_proj_weight");
-  v_w = find (&m, "v_proj_weight");
-  in_b = find (&m, "in_proj_bias");
-  o_w = find (&m, "out_proj.weight");
-  o_b = find (&m, "out_proj.bias");
-  bk = find (&m, "bias_k");
-  bv = find (&m, "bias_v");
-
-  if (in_w != NULL && (q_w != NULL || k_w != NULL || v_w != NULL)) {
-    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                        "both in_proj_weight and separate q/k/v_proj_weight "
-                        "under "
-                        "prefix '%s': ambiguous",
-                        sattn_io_show (&sb, pfx));
-    goto out;
-  }
-  if (in_w == NULL && q_w == NULL && k_w == NULL && v_w == NULL) {
-    st = missing (&m, "'in_proj_weight' (or q/k/v_proj_weight)");
-    goto out;
-  }
-  if (in_w == NULL && (q_w == NULL || k_w == NULL || v_w == NULL)) {
-    st = missing (&m, q_w == NULL   ? "'q_proj_weight'"
-                      : k_w == NULL ? "'k_proj_weight'"
-                                    : "'v_proj_weight'");
-    goto out;
-  }
-  if (o_w == NULL) {
-    st = missing (&m, "'out_proj.weight'");
-    goto out;
-  }
-  if ((bk == NULL) != (bv == NULL)) {
-    st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)"
-                                 : "'bias_v' (bias_k is present)");
-    goto out;
-  }
-
-  /* The embedding size: given, or the input width of the projection. */
-  e = d_model;
-  if (e == 0) {
-    const Tensor *t = in_w != NULL ? in_w : q_w;
-    if (t->ndim == 2)
-      e = t->shape[1];
-    if (e == 0) {
-      char got[96];
-      st = sattn_io_fail (
-          SATTN_E_SHAPE, err, err_len,
-          "tensor '%s' has shape %s; expected a 2-D tensor %s with "
-          "E > 0",
-          sattn_io_show (&sb, t->name),
-          sattn_io_shape_str (got, sizeof got, t->shape, t->ndim),
-          in_w != NULL ? "(3E, E)" : "(E, E)");
-      goto out;
-    }
-  }
   m.e = e;
-  if (e > SIZE_MAX / 8 / e) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                        "embedding size %zu too large", e);
-    goto out;
-  }
-
-  if (in_w != NULL) {
-    st = check (&m, in_w, 3 * e, e, 0, "(3E, E)");
-  } else {
-    /* kdim / vdim other than E cannot be fed from the same frame. */
-    if ((st = check (&m, q_w, e, e, 0, "(E, E)")) != SATTN_OK ||
-        (st = check (&m, k_w, e, e, 0,
-                     "(E, kdim) with kdim = E for self-attention")) != SATTN_OK)
-      goto out;
-    st = check (&m, v_w, e, e, 0, "(E, vdim) with vdim = E for self-attention");
-  }
-  if (st != SATTN_OK)
-    goto out;
-  if (in_b != NULL && (st = check (&m, in_b, 3 * e, 0, 0, "(3E)")) != SATTN_OK)
-    goto out;
-  if ((st = check (&m, o_w, e, e, 0, "(E, E)")) != SATTN_OK)
-    goto out;
-  if (o_b != NULL && (st = check (&m, o_b, e, 0, 0, "(E)")) != SATTN_OK)
-    goto out;
-  if (bk != NULL && ((st = check (&m, bk, e, 0, 1, "(1, 1, E)")) != SATTN_OK ||
-                     (st = check (&m, bv, e, 0, 1, "(1, 1, E)")) != SATTN_OK))
-    goto out;
-
-  if (e % heads != 0) {
-    st =
-        sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                       "heads = %zu does not divide the embedding size E = %zu",
-                       heads, e);
-    goto out;
-  }
-  meta = meta_size (&m, "num_heads");
-  if (meta != 0 && meta != heads) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                        "heads = %zu but the module was exported with "
-                        "num_heads = "
-                        "%zu (metadata '%snum_heads')",
-                        heads, meta, sattn_io_show (&sb, pfx));
-    goto out;
-  }
-  if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
+  if ((st = mha_check (&m, &t, heads, add_zero_attn)) != SATTN_OK)
     goto out;
 
   /* Copy what is used into one block owned by the handle. */
-  {
-    const ModuleTensors t = { in_w, in_b, q_w, NULL, k_w, NULL,
-                              v_w,  NULL, o_w, o_b,  bk,  bv };
-    mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
-  }
+  mw = pack_module (&t, e, e, e, e, add_zero_attn, w_out);
   if (mw == NULL) {
     st = sattn_io_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
-
   cfg_inout->d_model = e;
   cfg_inout->heads = heads;
   cfg_inout->d_head = e / heads;
   cfg_inout->d_value = e / heads;
   cfg_inout->d_out = e;
   *owner = mw;
-  mw = NULL;
 
 out:
-  sattn_mha_weights_free (mw);
   g_free (pfx);
   return st;
 }
@@ -1112,6 +1109,301 @@ resolve_dim (const Mapper *m, const char *what, const char *noun, size_t caller,
   return SATTN_OK;
 }
 
+/* The one attention layout under m's prefix (*l), with the tensor that
+ * shows it; SATTN_E_MISSING when none is there, SATTN_E_FORMAT when
+ * several are. */
+static SattnStatus
+find_layout (const Mapper *m, const LayoutDef **l)
+{
+  ShowBuf sb;
+  size_t found = 0;
+  GString *names = g_string_new (NULL);
+  SattnStatus st = SATTN_OK;
+
+  for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
+    const LayoutDef *c = &layouts[k];
+    const char *qkv[3] = { c->q_w, c->k_w, c->v_w };
+    const Tensor *any = c->fused_w ? find (m, c->fused_w) : NULL;
+    for (size_t j = 0; any == NULL && c->fused_w == NULL && j < 3; j++)
+      any = find (m, qkv[j]);
+    if (any == NULL)
+      continue;
+    g_string_append_printf (names, "%s%s ('%s')", found ? ", " : "",
+                            sattn_layout_name (c->layout),
+                            sattn_io_show (&sb, any->name));
+    found++;
+    *l = c;
+  }
+  if (found == 0) {
+    GString *s = g_string_new (NULL);
+    list_layouts (m->f, s);
+    st = sattn_io_fail (
+        SATTN_E_MISSING, m->err, m->err_len,
+        "no attention weights under prefix '%s' (looked for "
+        "in_proj_weight, q_proj_weight, q_proj.weight, query.weight, "
+        "self.query.weight, to_q.weight, wq.weight, W_q.weight, "
+        "qkv.weight); prefixes in the file holding a known layout: %s",
+        sattn_io_show (&sb, m->prefix), s->str);
+    g_string_free (s, TRUE);
+  } else if (found > 1) {
+    st =
+        sattn_io_fail (SATTN_E_FORMAT, m->err, m->err_len,
+                       "%zu attention layouts under prefix '%s': %s; ambiguous "
+                       "(choose a longer weights prefix or remove one)",
+                       found, sattn_io_show (&sb, m->prefix), names->str);
+  }
+  g_string_free (names, TRUE);
+  return st;
+}
+
+/* The output projection of layout l (t->ow, t->ob): at most one of its
+ * names, required where the layout says so, no bias without weights. */
+static SattnStatus
+find_out_proj (const Mapper *m, const LayoutDef *l, ModuleTensors *t)
+{
+  ShowBuf sb;
+  const char *pfx = m->prefix;
+  for (size_t j = 0; j < 2 && l->o_w[j] != NULL; j++) {
+    const Tensor *o = find (m, l->o_w[j]);
+    if (o != NULL && t->ow != NULL) {
+      ShowBuf s1, s2;
+      return sattn_io_fail (SATTN_E_FORMAT, m->err, m->err_len,
+                            "two output projections under prefix '%s': '%s' "
+                            "and '%s'; ambiguous",
+                            sattn_io_show (&sb, pfx),
+                            sattn_io_show (&s1, t->ow->name),
+                            sattn_io_show (&s2, o->name));
+    }
+    if (o != NULL) {
+      t->ow = o;
+      t->ob = find (m, l->o_b[j]);
+    }
+  }
+  if (t->ow == NULL && l->out_required)
+    return missing (m, "'out_proj.weight'");
+  if (t->ow == NULL) {
+    for (size_t j = 0; j < 2 && l->o_b[j] != NULL; j++)
+      if (find (m, l->o_b[j]) != NULL)
+        return sattn_io_fail (SATTN_E_MISSING, m->err, m->err_len,
+                              "tensor '%s%s' without '%s%s' under prefix '%s'",
+                              pfx, l->o_b[j], pfx, l->o_w[j],
+                              sattn_io_show (&sb, pfx));
+  }
+  return SATTN_OK;
+}
+
+/* Layout l's tensors into *t: Q/K/V weights fused or all three apart,
+ * their biases, the output projection, bias_k and bias_v together. */
+static SattnStatus
+find_tensors (const Mapper *m, const LayoutDef *l, ModuleTensors *t)
+{
+  ShowBuf sb;
+  SattnStatus st;
+  if (l->fused_w != NULL) {
+    t->fw = find (m, l->fused_w);
+  } else {
+    t->qw = find (m, l->q_w);
+    t->kw = find (m, l->k_w);
+    t->vw = find (m, l->v_w);
+    const char *miss = t->qw == NULL   ? l->q_w
+                       : t->kw == NULL ? l->k_w
+                       : t->vw == NULL ? l->v_w
+                                       : NULL;
+    if (miss != NULL)
+      return sattn_io_fail (SATTN_E_MISSING, m->err, m->err_len,
+                            "attention layout %s under prefix '%s' is "
+                            "incomplete: no tensor '%s%s'",
+                            sattn_layout_name (l->layout),
+                            sattn_io_show (&sb, m->prefix), m->prefix, miss);
+    t->qb = l->q_b ? find (m, l->q_b) : NULL;
+    t->kb = l->k_b ? find (m, l->k_b) : NULL;
+    t->vb = l->v_b ? find (m, l->v_b) : NULL;
+  }
+  t->fb = l->fused_b ? find (m, l->fused_b) : NULL;
+  if ((st = find_out_proj (m, l, t)) != SATTN_OK)
+    return st;
+  if (l->bias_kv) {
+    t->bk = find (m, "bias_k");
+    t->bv = find (m, "bias_v");
+    if ((t->bk == NULL) != (t->bv == NULL))
+      return missing (m, t->bk == NULL ? "'bias_k' (bias_v is present)"
+                                       : "'bias_v' (bias_k is present)");
+  }
+  return SATTN_OK;
+}
+
+/* The sizes the shapes give: the input size *e, the projections' rows
+ * (*dq, *dv; 0 with fused weights) and *total (the fused rows, or dq),
+ * checked against the caller's d_model. */
+static SattnStatus
+shape_sizes (const Mapper *m, const LayoutDef *l, const ModuleTensors *t,
+             const SattnConfig *cfg, size_t *e, size_t *dq, size_t *dv,
+             size_t *total)
+{
+  ShowBuf sb;
+  SattnStatus st;
+  char got[96];
+  if (t->fw != NULL) {
+    if ((st = matrix_dims (m, t->fw, total, e)) != SATTN_OK)
+      return st;
+    *dq = *dv = 0;
+  } else {
+    size_t ck = 0, cv = 0, dk = 0;
+    if ((st = matrix_dims (m, t->qw, dq, e)) != SATTN_OK ||
+        (st = matrix_dims (m, t->kw, &dk, &ck)) != SATTN_OK ||
+        (st = matrix_dims (m, t->vw, dv, &cv)) != SATTN_OK)
+      return st;
+    if (ck != *e || cv != *e) {
+      const Tensor *bad = ck != *e ? t->kw : t->vw;
+      ShowBuf s2;
+      return sattn_io_fail (
+          SATTN_E_SHAPE, m->err, m->err_len,
+          "tensor '%s' has shape %s; expected [%zu, %zu]: "
+          "self-attention on frames needs the input size of '%s' "
+          "(kdim = vdim = d_model = %zu)",
+          sattn_io_show (&sb, bad->name),
+          sattn_io_shape_str (got, sizeof got, bad->shape, bad->ndim),
+          bad->shape[0], *e, sattn_io_show (&s2, t->qw->name), *e);
+    }
+    if (dk != *dq)
+      return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                            "tensor '%s' has %zu rows but '%s' has %zu: "
+                            "queries and keys of different sizes (fewer key "
+                            "heads, as in grouped-query attention) are not "
+                            "supported",
+                            sattn_io_show (&sb, t->qw->name), *dq, t->kw->name,
+                            dk);
+    *total = *dq;
+  }
+  if (cfg->d_model != 0 && cfg->d_model != *e) {
+    const Tensor *w = t->fw != NULL ? t->fw : t->qw;
+    size_t d = cfg->d_model, rows = w->shape[0];
+    /* nn.MultiheadAttention's projections are E wide whatever E is. */
+    if ((l->layout == SATTN_LAYOUT_MHA ||
+         l->layout == SATTN_LAYOUT_MHA_SEPARATE) &&
+        rows % *e == 0 && rows / *e <= SIZE_MAX / d)
+      rows = rows / *e * d;
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "tensor '%s' has shape %s; expected [%zu, %zu]: "
+                          "the attention weights take frames of %zu values, "
+                          "not d_model = %zu",
+                          sattn_io_show (&sb, w->name),
+                          sattn_io_shape_str (got, sizeof got, w->shape,
+                                              w->ndim),
+                          rows, d, *e, d);
+  }
+  return SATTN_OK;
+}
+
+/* Heads: the caller's, the metadata's, from the caller's head size (Q/K/V
+ * apart, dq rows), or 1; where they came from into rep. */
+static SattnStatus
+resolve_heads (const Mapper *m, const SattnConfig *cfg, int fused, size_t dq,
+               size_t *heads, SattnAttnReport *rep)
+{
+  ShowBuf sb;
+  const size_t meta = meta_size (m, "num_heads");
+  if (cfg->heads != 0 && meta != 0 && meta != cfg->heads)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "heads = %zu but the module was exported with "
+                          "num_heads = %zu (metadata '%snum_heads')",
+                          cfg->heads, meta, sattn_io_show (&sb, m->prefix));
+  if (cfg->heads != 0) {
+    *heads = cfg->heads;
+    rep->heads_from = SATTN_FROM_CALLER;
+  } else if (meta != 0) {
+    *heads = meta;
+    rep->heads_from = SATTN_FROM_METADATA;
+  } else if (cfg->d_head != 0 && !fused && dq % cfg->d_head == 0) {
+    *heads = dq / cfg->d_head;
+    rep->heads_from = SATTN_FROM_SHAPES;
+  } else {
+    *heads = 1;
+    rep->heads_from = SATTN_FROM_DEFAULT;
+  }
+  return SATTN_OK;
+}
+
+/* Fused [Wq; Wk; Wv] weights (fw) of `total` rows into dq and dv: 2 Dq +
+ * Dv rows, thirds unless told otherwise by the head size
+ * (nn.MultiheadAttention's in_proj_weight: always thirds). */
+static SattnStatus
+split_fused (const Mapper *m, const LayoutDef *l, const Tensor *fw,
+             const SattnConfig *cfg, size_t heads, size_t total, size_t *dq,
+             size_t *dv)
+{
+  ShowBuf sb;
+  size_t dh = cfg->d_head != 0 ? cfg->d_head : meta_size (m, "head_dim");
+  if (l->layout == SATTN_LAYOUT_MHA)
+    dh = 0;
+  if (dh != 0) {
+    if (dh > total / 2 / heads || 2 * heads * dh >= total)
+      return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                            "tensor '%s' has %zu rows: too few for 2 x heads "
+                            "(%zu) x head_dim (%zu) plus values",
+                            sattn_io_show (&sb, fw->name), total, heads, dh);
+    *dq = heads * dh;
+    *dv = total - 2 * *dq;
+    return SATTN_OK;
+  }
+  if (total % 3 != 0)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "tensor '%s' has %zu rows, not a multiple of 3: "
+                          "give the head size (head-dim) to split it",
+                          sattn_io_show (&sb, fw->name), total);
+  *dq = *dv = total / 3;
+  return SATTN_OK;
+}
+
+/* Every tensor's exact shape, dtype and finiteness, for input size e and
+ * projections of dq and dv rows; the output size into *d_out. */
+static SattnStatus
+check_tensors (const Mapper *m, const ModuleTensors *t, size_t e, size_t dq,
+               size_t dv, int add_zero_attn, size_t *d_out)
+{
+  SattnStatus st;
+  size_t cols;
+  if (dq > SIZE_MAX / 4 / e || dv > SIZE_MAX / 4 / e)
+    return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                          "projection sizes too large");
+  if (t->fw != NULL) {
+    if ((st = check_linear (m, t->fw, 2 * dq + dv, e, "(2 Dq + Dv, E)")) !=
+        SATTN_OK)
+      return st;
+  } else if ((st = check_linear (m, t->qw, dq, e, "(Dq, E)")) != SATTN_OK ||
+             (st = check_linear (m, t->kw, dq, e, "(Dq, E)")) != SATTN_OK ||
+             (st = check_linear (m, t->vw, dv, e, "(Dv, E)")) != SATTN_OK) {
+    return st;
+  }
+  if (t->fb != NULL &&
+      (st = check_linear (m, t->fb, 2 * dq + dv, 0, "(2 Dq + Dv)")) != SATTN_OK)
+    return st;
+  if ((t->qb != NULL &&
+       (st = check_linear (m, t->qb, dq, 0, "(Dq)")) != SATTN_OK) ||
+      (t->kb != NULL &&
+       (st = check_linear (m, t->kb, dq, 0, "(Dq)")) != SATTN_OK) ||
+      (t->vb != NULL &&
+       (st = check_linear (m, t->vb, dv, 0, "(Dv)")) != SATTN_OK))
+    return st;
+  *d_out = dv;
+  if (t->ow != NULL) {
+    if ((st = matrix_dims (m, t->ow, d_out, &cols)) != SATTN_OK ||
+        (st = check_linear (m, t->ow, *d_out, dv, "(d_out, Dv)")) != SATTN_OK)
+      return st;
+    if (*d_out > SIZE_MAX / 4 / dv)
+      return sattn_io_fail (SATTN_E_SHAPE, m->err, m->err_len,
+                            "projection sizes too large");
+    if (t->ob != NULL &&
+        (st = check_linear (m, t->ob, *d_out, 0, "(d_out)")) != SATTN_OK)
+      return st;
+  }
+  if (t->bk != NULL &&
+      ((st = check (m, t->bk, dq, 0, 1, "(1, 1, Dq)")) != SATTN_OK ||
+       (st = check (m, t->bv, dv, 0, 1, "(1, 1, Dv)")) != SATTN_OK))
+    return st;
+  return check_zero_attn (m, add_zero_attn);
+}
+
 SattnStatus
 sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
                               int add_zero_attn, SattnConfig *cfg_inout,
@@ -1119,20 +1411,13 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
                               SattnAttnReport *report, char *err,
                               size_t err_len)
 {
-  Mapper m = { 0 };
   const LayoutDef *l = NULL;
-  const Tensor *fw = NULL, *fb = NULL, *qw = NULL, *qb = NULL, *kw = NULL;
-  const Tensor *kb = NULL, *vw = NULL, *vb = NULL, *ow = NULL, *ob = NULL;
-  const Tensor *bk = NULL, *bv = NULL;
+  ModuleTensors t = { 0 };
   SattnAttnReport rep = { 0 };
   SattnMhaWeights *mw = NULL;
-  SattnStatus st = SATTN_OK;
-  char *pfx = NULL;
-  ShowBuf sb;
-  size_t e = 0, dq = 0, dv = 0, dk = 0, d_out, heads, d_head, d_value;
-  size_t total = 0, cols;
-  size_t found = 0, meta;
-  GString *names = NULL;
+  SattnStatus st;
+  size_t e = 0, dq = 0, dv = 0, total = 0, d_out = 0, heads = 0;
+  size_t d_head = 0, d_value = 0;
 
   sattn_io_set_err (err, err_len, "%s", "");
   if (owner != NULL)
@@ -1140,299 +1425,41 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (f == NULL || cfg_inout == NULL || w_out == NULL || owner == NULL)
     return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
 
-  pfx = dotted (prefix);
-  m.f = f;
-  m.prefix = pfx;
-  m.err = err;
-  m.err_len = err_len;
-  names = g_string_new (NULL);
-  if ((st = check_module_meta (&m)) != SATTN_OK)
+  char *pfx = dotted (prefix);
+  Mapper m = { .f = f, .prefix = pfx, .err = err, .err_len = err_len };
+  if ((st = check_module_meta (&m)) != SATTN_OK ||
+      (st = find_layout (&m, &l)) != SATTN_OK)
     goto out;
-
-  /* Which layouts are there: exactly one may be. */
-  for (size_t k = 0; k < G_N_ELEMENTS (layouts); k++) {
-    const LayoutDef *c = &layouts[k];
-    const char *qkv[3] = { c->q_w, c->k_w, c->v_w };
-    const Tensor *any = c->fused_w ? find (&m, c->fused_w) : NULL;
-    for (size_t j = 0; any == NULL && c->fused_w == NULL && j < 3; j++)
-      any = find (&m, qkv[j]);
-    if (any == NULL)
-      continue;
-    g_string_append_printf (names, "%s%s ('%s')", found ? ", " : "",
-                            sattn_layout_name (c->layout),
-                            sattn_io_show (&sb, any->name));
-    found++;
-    l = c;
-  }
-  if (found == 0) {
-    GString *s = g_string_new (NULL);
-    list_layouts (f, s);
-    st = sattn_io_fail (
-        SATTN_E_MISSING, err, err_len,
-        "no attention weights under prefix '%s' (looked for "
-        "in_proj_weight, q_proj_weight, q_proj.weight, query.weight, "
-        "self.query.weight, to_q.weight, wq.weight, W_q.weight, "
-        "qkv.weight); prefixes in the file holding a known layout: %s",
-        sattn_io_show (&sb, pfx), s->str);
-    g_string_free (s, TRUE);
-    goto out;
-  }
-  if (found > 1) {
-    st =
-        sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                       "%zu attention layouts under prefix '%s': %s; ambiguous "
-                       "(choose a longer weights prefix or remove one)",
-                       found, sattn_io_show (&sb, pfx), names->str);
-    goto out;
-  }
   rep.layout = l->layout;
-
-  /* The layout's tensors. */
-  if (l->fused_w != NULL) {
-    fw = find (&m, l->fused_w);
-  } else {
-    const char *miss = NULL;
-    qw = find (&m, l->q_w);
-    kw = find (&m, l->k_w);
-    vw = find (&m, l->v_w);
-    miss = qw == NULL   ? l->q_w
-           : kw == NULL ? l->k_w
-           : vw == NULL ? l->v_w
-                        : NULL;
-    if (miss != NULL) {
-      st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
-                          "attention layout %s under prefix '%s' is "
-                          "incomplete: no "
-                          "tensor '%s%s'",
-                          sattn_layout_name (l->layout),
-                          sattn_io_show (&sb, pfx), pfx, miss);
-      goto out;
-    }
-    qb = l->q_b ? find (&m, l->q_b) : NULL;
-    kb = l->k_b ? find (&m, l->k_b) : NULL;
-    vb = l->v_b ? find (&m, l->v_b) : NULL;
-  }
-  fb = l->fused_b ? find (&m, l->fused_b) : NULL;
-  for (size_t j = 0; j < 2 && l->o_w[j] != NULL; j++) {
-    const Tensor *t = find (&m, l->o_w[j]);
-    if (t != NULL && ow != NULL) {
-      ShowBuf s1, s2;
-      st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                          "two output projections under prefix '%s': '%s' and "
-                          "'%s'; "
-                          "ambiguous",
-                          sattn_io_show (&sb, pfx),
-                          sattn_io_show (&s1, ow->name),
-                          sattn_io_show (&s2, t->name));
-      goto out;
-    }
-    if (t != NULL) {
-      ow = t;
-      ob = find (&m, l->o_b[j]);
-    }
-  }
-  if (ow == NULL && l->out_required) {
-    st = missing (&m, "'out_proj.weight'");
+  if ((st = find_tensors (&m, l, &t)) != SATTN_OK ||
+      (st = shape_sizes (&m, l, &t, cfg_inout, &e, &dq, &dv, &total)) !=
+          SATTN_OK)
     goto out;
-  }
-  if (ow == NULL) {
-    for (size_t j = 0; j < 2 && l->o_b[j] != NULL; j++)
-      if (find (&m, l->o_b[j]) != NULL) {
-        st = sattn_io_fail (SATTN_E_MISSING, err, err_len,
-                            "tensor '%s%s' without '%s%s' under prefix '%s'",
-                            pfx, l->o_b[j], pfx, l->o_w[j],
-                            sattn_io_show (&sb, pfx));
-        goto out;
-      }
-  }
-  if (l->bias_kv) {
-    bk = find (&m, "bias_k");
-    bv = find (&m, "bias_v");
-    if ((bk == NULL) != (bv == NULL)) {
-      st = missing (&m, bk == NULL ? "'bias_k' (bias_v is present)"
-                                   : "'bias_v' (bias_k is present)");
-      goto out;
-    }
-  }
-
-  /* Sizes from the shapes. */
-  if (fw != NULL) {
-    size_t rows = 0;
-    if ((st = matrix_dims (&m, fw, &rows, &e)) != SATTN_OK)
-      goto out;
-    dq = dv = 0;
-    total = rows;
-  } else {
-    size_t ck = 0, cv = 0;
-    if ((st = matrix_dims (&m, qw, &dq, &e)) != SATTN_OK ||
-        (st = matrix_dims (&m, kw, &dk, &ck)) != SATTN_OK ||
-        (st = matrix_dims (&m, vw, &dv, &cv)) != SATTN_OK)
-      goto out;
-    if (ck != e || cv != e) {
-      const Tensor *t = ck != e ? kw : vw;
-      ShowBuf s2;
-      char got[96];
-      st = sattn_io_fail (
-          SATTN_E_SHAPE, err, err_len,
-          "tensor '%s' has shape %s; expected [%zu, %zu]: "
-          "self-attention on frames needs the input size of '%s' "
-          "(kdim = vdim = d_model = %zu)",
-          sattn_io_show (&sb, t->name),
-          sattn_io_shape_str (got, sizeof got, t->shape, t->ndim), t->shape[0],
-          e, sattn_io_show (&s2, qw->name), e);
-      goto out;
-    }
-    if (dk != dq) {
-      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                          "tensor '%s' has %zu rows but '%s' has %zu: queries "
-                          "and "
-                          "keys of different sizes (fewer key heads, as in "
-                          "grouped-query attention) are not supported",
-                          sattn_io_show (&sb, qw->name), dq, kw->name, dk);
-      goto out;
-    }
-    total = dq;
-  }
-  if (cfg_inout->d_model != 0 && cfg_inout->d_model != e) {
-    const Tensor *t = fw != NULL ? fw : qw;
-    size_t d = cfg_inout->d_model, rows = t->shape[0];
-    char got[96];
-    /* nn.MultiheadAttention's projections are E wide whatever E is. */
-    if ((l->layout == SATTN_LAYOUT_MHA ||
-         l->layout == SATTN_LAYOUT_MHA_SEPARATE) &&
-        rows % e == 0 && rows / e <= SIZE_MAX / d)
-      rows = rows / e * d;
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                        "tensor '%s' has shape %s; expected [%zu, %zu]: the "
-                        "attention "
-                        "weights take frames of %zu values, not d_model = %zu",
-                        sattn_io_show (&sb, t->name),
-                        sattn_io_shape_str (got, sizeof got, t->shape, t->ndim),
-                        rows, d, e, d);
-    goto out;
-  }
   m.e = e;
-
-  /* Heads: caller, metadata, the caller's head size, or 1. */
-  meta = meta_size (&m, "num_heads");
-  if (cfg_inout->heads != 0 && meta != 0 && meta != cfg_inout->heads) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                        "heads = %zu but the module was exported with "
-                        "num_heads = "
-                        "%zu (metadata '%snum_heads')",
-                        cfg_inout->heads, meta, sattn_io_show (&sb, pfx));
-    goto out;
-  }
-  if (cfg_inout->heads != 0) {
-    heads = cfg_inout->heads;
-    rep.heads_from = SATTN_FROM_CALLER;
-  } else if (meta != 0) {
-    heads = meta;
-    rep.heads_from = SATTN_FROM_METADATA;
-  } else if (cfg_inout->d_head != 0 && fw == NULL &&
-             dq % cfg_inout->d_head == 0) {
-    heads = dq / cfg_inout->d_head;
-    rep.heads_from = SATTN_FROM_SHAPES;
-  } else {
-    heads = 1;
-    rep.heads_from = SATTN_FROM_DEFAULT;
-  }
-
-  if (fw != NULL) {
-    /* [Wq; Wk; Wv] with 2 Dq + Dv rows: thirds unless told otherwise
-     * (nn.MultiheadAttention's in_proj_weight: always thirds). */
-    size_t dh = cfg_inout->d_head != 0 ? cfg_inout->d_head
-                                       : meta_size (&m, "head_dim");
-    if (l->layout == SATTN_LAYOUT_MHA)
-      dh = 0;
-    if (dh != 0) {
-      if (dh > total / 2 / heads || 2 * heads * dh >= total) {
-        st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                            "tensor '%s' has %zu rows: too few for 2 x heads "
-                            "(%zu) x "
-                            "head_dim (%zu) plus values",
-                            sattn_io_show (&sb, fw->name), total, heads, dh);
-        goto out;
-      }
-      dq = heads * dh;
-      dv = total - 2 * dq;
-    } else {
-      if (total % 3 != 0) {
-        st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                            "tensor '%s' has %zu rows, not a multiple of 3: "
-                            "give "
-                            "the head size (head-dim) to split it",
-                            sattn_io_show (&sb, fw->name), total);
-        goto out;
-      }
-      dq = dv = total / 3;
-    }
-  }
-  if ((st = resolve_dim (&m, "head_dim", "query/key", cfg_inout->d_head, dq,
+  if ((st = resolve_heads (&m, cfg_inout, t.fw != NULL, dq, &heads, &rep)) !=
+          SATTN_OK ||
+      (t.fw != NULL && (st = split_fused (&m, l, t.fw, cfg_inout, heads, total,
+                                          &dq, &dv)) != SATTN_OK) ||
+      (st = resolve_dim (&m, "head_dim", "query/key", cfg_inout->d_head, dq,
                          heads, &d_head, &rep.d_head_from)) != SATTN_OK ||
       (st = resolve_dim (&m, "value_dim", "value", cfg_inout->d_value, dv,
-                         heads, &d_value, &rep.d_value_from)) != SATTN_OK)
+                         heads, &d_value, &rep.d_value_from)) != SATTN_OK ||
+      (st = check_tensors (&m, &t, e, dq, dv, add_zero_attn, &d_out)) !=
+          SATTN_OK)
     goto out;
 
-  if (dq > SIZE_MAX / 4 / e || dv > SIZE_MAX / 4 / e) {
-    st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                        "projection sizes too large");
-    goto out;
-  }
-
-  /* Every tensor's exact shape, dtype and finiteness. */
-  if (fw != NULL) {
-    if ((st = check_linear (&m, fw, 2 * dq + dv, e, "(2 Dq + Dv, E)")) !=
-        SATTN_OK)
-      goto out;
-  } else if ((st = check_linear (&m, qw, dq, e, "(Dq, E)")) != SATTN_OK ||
-             (st = check_linear (&m, kw, dq, e, "(Dq, E)")) != SATTN_OK ||
-             (st = check_linear (&m, vw, dv, e, "(Dv, E)")) != SATTN_OK) {
-    goto out;
-  }
-  if (fb != NULL &&
-      (st = check_linear (&m, fb, 2 * dq + dv, 0, "(2 Dq + Dv)")) != SATTN_OK)
-    goto out;
-  if ((qb != NULL && (st = check_linear (&m, qb, dq, 0, "(Dq)")) != SATTN_OK) ||
-      (kb != NULL && (st = check_linear (&m, kb, dq, 0, "(Dq)")) != SATTN_OK) ||
-      (vb != NULL && (st = check_linear (&m, vb, dv, 0, "(Dv)")) != SATTN_OK))
-    goto out;
-  d_out = dv;
-  if (ow != NULL) {
-    if ((st = matrix_dims (&m, ow, &d_out, &cols)) != SATTN_OK ||
-        (st = check_linear (&m, ow, d_out, dv, "(d_out, Dv)")) != SATTN_OK)
-      goto out;
-    if (d_out > SIZE_MAX / 4 / dv) {
-      st = sattn_io_fail (SATTN_E_SHAPE, err, err_len,
-                          "projection sizes too large");
-      goto out;
-    }
-    if (ob != NULL &&
-        (st = check_linear (&m, ob, d_out, 0, "(d_out)")) != SATTN_OK)
-      goto out;
-  }
-  if (bk != NULL &&
-      ((st = check (&m, bk, dq, 0, 1, "(1, 1, Dq)")) != SATTN_OK ||
-       (st = check (&m, bv, dv, 0, 1, "(1, 1, Dv)")) != SATTN_OK))
-    goto out;
-  if ((st = check_zero_attn (&m, add_zero_attn)) != SATTN_OK)
-    goto out;
-
-  {
-    const ModuleTensors t = { fw, fb, qw, qb, kw, kb, vw, vb, ow, ob, bk, bv };
-    mw = pack_module (&t, e, dq, dv, d_out, add_zero_attn, w_out);
-  }
+  mw = pack_module (&t, e, dq, dv, d_out, add_zero_attn, w_out);
   if (mw == NULL) {
     st = sattn_io_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
     goto out;
   }
 
-  rep.q_bias = fb != NULL || qb != NULL;
-  rep.k_bias = fb != NULL || kb != NULL;
-  rep.v_bias = fb != NULL || vb != NULL;
-  rep.out_proj = ow != NULL;
-  rep.out_bias = ob != NULL;
-  rep.bias_kv = bk != NULL;
+  rep.q_bias = t.fb != NULL || t.qb != NULL;
+  rep.k_bias = t.fb != NULL || t.kb != NULL;
+  rep.v_bias = t.fb != NULL || t.vb != NULL;
+  rep.out_proj = t.ow != NULL;
+  rep.out_bias = t.ob != NULL;
+  rep.bias_kv = t.bk != NULL;
   cfg_inout->d_model = e;
   cfg_inout->heads = heads;
   cfg_inout->d_head = d_head;
@@ -1441,12 +1468,8 @@ sattn_attn_weights_from_file (const SattnTensorFile *f, const char *prefix,
   if (report != NULL)
     *report = rep;
   *owner = mw;
-  mw = NULL;
 
 out:
-  if (names != NULL)
-    g_string_free (names, TRUE);
-  sattn_mha_weights_free (mw);
   g_free (pfx);
   return st;
 }

@@ -448,176 +448,172 @@ cmp_offsets (const void *a, const void *b)
   return 0;
 }
 
-SattnStatus
-sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
-                              SattnTensorFile **out, char *err, size_t err_len)
+/* The header's length from the file's first 8 bytes (*hlen), checked
+ * against the file's len bytes, and the header's JSON shape. */
+static SattnStatus
+check_header (const uint8_t *data, size_t len, uint64_t *hlen, char *err,
+              size_t err_len)
 {
-  SattnTensorFile *f = NULL;
-  JsonParser *parser = NULL;
-  JsonObject *root;
-  JsonObjectIter it;
-  const gchar *name;
-  JsonNode *node;
-  GError *gerr = NULL;
-  const char *header;
-  const uint8_t *buf;
-  uint64_t hlen, data_len, pos;
-  size_t n_members, k;
-  SattnStatus st = SATTN_OK;
-  DupCheck dc = { NULL, NULL };
-  ShowBuf sb;
-
-  sattn_io_set_err (err, err_len, "%s", "");
-  if (out == NULL || (data == NULL && len > 0))
-    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
-  *out = NULL;
-
   if (len < 8)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
                           "file too short (%zu bytes) for the 8-byte header "
-                          "length: "
-                          "not a safetensors file",
+                          "length: not a safetensors file",
                           len);
-  hlen = sattn_io_read_le64 (data);
-  if (hlen > SATTN_TENSOR_MAX_HEADER)
+  *hlen = sattn_io_read_le64 (data);
+  if (*hlen > SATTN_TENSOR_MAX_HEADER)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
                           "header length %" G_GUINT64_FORMAT
                           " exceeds the limit of %" G_GUINT64_FORMAT
                           " bytes: not a safetensors file",
-                          hlen, SATTN_TENSOR_MAX_HEADER);
-  if (hlen > len - 8)
+                          *hlen, SATTN_TENSOR_MAX_HEADER);
+  if (*hlen > len - 8)
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
                           "header length %" G_GUINT64_FORMAT
-                          " runs past the end of "
-                          "the file (%zu bytes): truncated or not a "
-                          "safetensors file",
-                          hlen, len);
-  header = (const char *) data + 8;
-  if (hlen < 2 || header[0] != '{')
+                          " runs past the end of the file (%zu bytes): "
+                          "truncated or not a safetensors file",
+                          *hlen, len);
+  const char *header = (const char *) data + 8;
+  if (*hlen < 2 || header[0] != '{')
     return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
                           "invalid header: does not start with a JSON object");
-  st = check_json_shape (header, (size_t) hlen, err, err_len);
-  if (st != SATTN_OK)
-    return st;
+  return check_json_shape (header, (size_t) *hlen, err, err_len);
+}
 
-  parser = json_parser_new_immutable ();
-  dc.counts = g_hash_table_new (g_direct_hash, g_direct_equal);
-  g_signal_connect (parser, "object-member", G_CALLBACK (on_object_member),
-                    &dc);
+/* The header's JSON object (*root, owned by parser) without a key twice
+ * (dc counts them while parsing). */
+static SattnStatus
+parse_header (JsonParser *parser, DupCheck *dc, const char *header,
+              uint64_t hlen, JsonObject **root, char *err, size_t err_len)
+{
+  GError *gerr = NULL;
+  ShowBuf sb;
+  g_signal_connect (parser, "object-member", G_CALLBACK (on_object_member), dc);
   if (!json_parser_load_from_data (parser, header, (gssize) hlen, &gerr)) {
-    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len, "invalid JSON header: %s",
-                        gerr != NULL ? gerr->message : "parse error");
+    SattnStatus st =
+        sattn_io_fail (SATTN_E_FORMAT, err, err_len, "invalid JSON header: %s",
+                       gerr != NULL ? gerr->message : "parse error");
     g_clear_error (&gerr);
-    goto out;
+    return st;
   }
-  if (dc.dup != NULL) {
-    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                        "invalid header: key '%s' appears twice",
-                        sattn_io_show (&sb, dc.dup));
-    goto out;
-  }
-  node = json_parser_get_root (parser);
-  if (node == NULL || !JSON_NODE_HOLDS_OBJECT (node)) {
-    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                        "invalid header: the JSON is not an object");
-    goto out;
-  }
-  root = json_node_get_object (node);
-  data_len = (uint64_t) len - 8 - hlen;
-  buf = data + 8 + hlen;
+  if (dc->dup != NULL)
+    return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                          "invalid header: key '%s' appears twice",
+                          sattn_io_show (&sb, dc->dup));
+  JsonNode *node = json_parser_get_root (parser);
+  if (node == NULL || !JSON_NODE_HOLDS_OBJECT (node))
+    return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                          "invalid header: the JSON is not an object");
+  *root = json_node_get_object (node);
+  return SATTN_OK;
+}
 
-  f = g_new0 (SattnTensorFile, 1);
-  f->index = g_hash_table_new (g_str_hash, g_str_equal);
-  f->meta = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free);
-  n_members = json_object_get_size (root);
-  f->t = g_new0 (Tensor, n_members > 0 ? n_members : 1);
+/* __metadata__ (node) into f->meta: an object of strings. */
+static SattnStatus
+read_metadata (SattnTensorFile *f, JsonNode *node, char *err, size_t err_len)
+{
+  JsonObjectIter mi;
+  const gchar *key;
+  JsonNode *val;
+  ShowBuf sb;
+  if (!JSON_NODE_HOLDS_OBJECT (node))
+    return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                          "invalid header: __metadata__ is not an object");
+  json_object_iter_init (&mi, json_node_get_object (node));
+  while (json_object_iter_next (&mi, &key, &val)) {
+    if (!JSON_NODE_HOLDS_VALUE (val) ||
+        json_node_get_value_type (val) != G_TYPE_STRING)
+      return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                            "invalid header: __metadata__ value of '%s' is "
+                            "not a string",
+                            sattn_io_show (&sb, key));
+    g_hash_table_replace (f->meta, g_strdup (key),
+                          g_strdup (json_node_get_string (val)));
+  }
+  return SATTN_OK;
+}
 
+/* Every member of the header's object: the metadata, and each tensor's
+ * entry into f->t (f->n counts them, a partial one included so that
+ * sattn_tensor_file_free releases its shape). */
+static SattnStatus
+read_entries (SattnTensorFile *f, JsonObject *root, uint64_t data_len,
+              char *err, size_t err_len)
+{
+  JsonObjectIter it;
+  const gchar *name;
+  JsonNode *node;
+  SattnStatus st;
+  ShowBuf sb;
   json_object_iter_init (&it, root);
   while (json_object_iter_next (&it, &name, &node)) {
     if (strcmp (name, "__metadata__") == 0) {
-      JsonObjectIter mi;
-      const gchar *key;
-      JsonNode *val;
-      if (!JSON_NODE_HOLDS_OBJECT (node)) {
-        st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                            "invalid header: __metadata__ is not an object");
-        goto out;
-      }
-      json_object_iter_init (&mi, json_node_get_object (node));
-      while (json_object_iter_next (&mi, &key, &val)) {
-        if (!JSON_NODE_HOLDS_VALUE (val) ||
-            json_node_get_value_type (val) != G_TYPE_STRING) {
-          st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                              "invalid header: __metadata__ value of '%s' is "
-                              "not a "
-                              "string",
-                              sattn_io_show (&sb, key));
-          goto out;
-        }
-        g_hash_table_replace (f->meta, g_strdup (key),
-                              g_strdup (json_node_get_string (val)));
-      }
+      if ((st = read_metadata (f, node, err, err_len)) != SATTN_OK)
+        return st;
       continue;
     }
     st = parse_tensor (&f->t[f->n], name, node, data_len, err, err_len);
-    if (st != SATTN_OK) {
-      /* keep the partial entry so that free() releases its shape */
-      f->n++;
-      goto out;
-    }
-    /* Already excluded by DupCheck; kept as the index's own guard. */
-    if (g_hash_table_contains (f->index, f->t[f->n].name)) {
-      st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                          "invalid header: tensor name '%s' appears twice",
-                          sattn_io_show (&sb, f->t[f->n].name));
-      f->n++;
-      goto out;
-    }
-    g_hash_table_insert (f->index, f->t[f->n].name, NULL);
     f->n++;
+    if (st != SATTN_OK)
+      return st;
+    /* Already excluded by DupCheck; kept as the index's own guard. */
+    if (g_hash_table_contains (f->index, f->t[f->n - 1].name))
+      return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                            "invalid header: tensor name '%s' appears twice",
+                            sattn_io_show (&sb, f->t[f->n - 1].name));
+    g_hash_table_insert (f->index, f->t[f->n - 1].name, NULL);
   }
+  return SATTN_OK;
+}
 
-  /* The data buffer must be covered exactly: no overlap (two tensors
-   * sharing bytes), no gap, nothing after the last tensor. */
+/* The data buffer (data_len bytes) must be covered exactly: no overlap
+ * (two tensors sharing bytes), no gap, nothing after the last tensor.
+ * Sorts f->t by offsets. */
+static SattnStatus
+check_coverage (SattnTensorFile *f, uint64_t data_len, char *err,
+                size_t err_len)
+{
+  uint64_t pos = 0;
+  ShowBuf sb;
   qsort (f->t, f->n, sizeof (Tensor), cmp_offsets);
-  pos = 0;
-  for (k = 0; k < f->n; k++) {
+  for (size_t k = 0; k < f->n; k++) {
     const Tensor *t = &f->t[k];
     if (t->begin < pos) {
       ShowBuf sa2;
-      st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                          "tensors '%s' [%" G_GUINT64_FORMAT
-                          ", %" G_GUINT64_FORMAT
-                          "] and '%s' [%" G_GUINT64_FORMAT
-                          ", %" G_GUINT64_FORMAT "] overlap",
-                          sattn_io_show (&sb, f->t[k - 1].name),
-                          f->t[k - 1].begin, f->t[k - 1].end,
-                          sattn_io_show (&sa2, t->name), t->begin, t->end);
-      goto out;
+      return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                            "tensors '%s' [%" G_GUINT64_FORMAT
+                            ", %" G_GUINT64_FORMAT
+                            "] and '%s' [%" G_GUINT64_FORMAT
+                            ", %" G_GUINT64_FORMAT "] overlap",
+                            sattn_io_show (&sb, f->t[k - 1].name),
+                            f->t[k - 1].begin, f->t[k - 1].end,
+                            sattn_io_show (&sa2, t->name), t->begin, t->end);
     }
-    if (t->begin > pos) {
-      st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                          "data bytes [%" G_GUINT64_FORMAT
-                          ", %" G_GUINT64_FORMAT
-                          ") belong to no tensor (before '%s')",
-                          pos, t->begin, sattn_io_show (&sb, t->name));
-      goto out;
-    }
+    if (t->begin > pos)
+      return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                            "data bytes [%" G_GUINT64_FORMAT
+                            ", %" G_GUINT64_FORMAT
+                            ") belong to no tensor (before '%s')",
+                            pos, t->begin, sattn_io_show (&sb, t->name));
     pos = t->end;
   }
-  if (pos != data_len) {
-    st = sattn_io_fail (SATTN_E_FORMAT, err, err_len,
-                        "%" G_GUINT64_FORMAT
-                        " bytes after the last tensor belong to "
-                        "no tensor",
-                        data_len - pos);
-    goto out;
-  }
+  if (pos != data_len)
+    return sattn_io_fail (SATTN_E_FORMAT, err, err_len,
+                          "%" G_GUINT64_FORMAT
+                          " bytes after the last tensor belong to no tensor",
+                          data_len - pos);
+  return SATTN_OK;
+}
 
-  /* Index by name, convert the float tensors.  Every element takes at
-   * least 2 bytes of data, so the floats take at most twice the data. */
+/* Index by name, convert the float tensors from the data buffer buf.
+ * Every element takes at least 2 bytes of data, so the floats take at
+ * most twice the data. */
+static SattnStatus
+convert_tensors (SattnTensorFile *f, const uint8_t *buf, char *err,
+                 size_t err_len)
+{
+  ShowBuf sb;
   g_hash_table_remove_all (f->index);
-  for (k = 0; k < f->n; k++) {
+  for (size_t k = 0; k < f->n; k++) {
     Tensor *t = &f->t[k];
     g_hash_table_insert (f->index, t->name, t);
     if (t->dtype->kind == KIND_OTHER)
@@ -627,20 +623,52 @@ sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
       continue;
     }
     t->data = sattn_mem_calloc (t->numel, sizeof (float), 64);
-    if (t->data == NULL) {
-      st = sattn_io_fail (SATTN_E_NOMEM, err, err_len,
-                          "out of memory converting tensor '%s' (%zu elements)",
-                          sattn_io_show (&sb, t->name), t->numel);
-      goto out;
-    }
+    if (t->data == NULL)
+      return sattn_io_fail (SATTN_E_NOMEM, err, err_len,
+                            "out of memory converting tensor '%s' (%zu "
+                            "elements)",
+                            sattn_io_show (&sb, t->name), t->numel);
     sattn_io_convert (t->dtype->kind, buf + t->begin, t->numel, t->data);
   }
+  return SATTN_OK;
+}
 
-out:
-  if (parser != NULL)
-    g_object_unref (parser);
-  if (dc.counts != NULL)
-    g_hash_table_unref (dc.counts);
+SattnStatus
+sattn_tensor_file_load_bytes (const uint8_t *data, size_t len,
+                              SattnTensorFile **out, char *err, size_t err_len)
+{
+  SattnTensorFile *f = NULL;
+  JsonParser *parser = NULL;
+  JsonObject *root = NULL;
+  uint64_t hlen = 0;
+  SattnStatus st;
+  DupCheck dc = { NULL, NULL };
+
+  sattn_io_set_err (err, err_len, "%s", "");
+  if (out == NULL || (data == NULL && len > 0))
+    return sattn_io_fail (SATTN_E_INVAL, err, err_len, "invalid argument");
+  *out = NULL;
+  if ((st = check_header (data, len, &hlen, err, err_len)) != SATTN_OK)
+    return st;
+
+  parser = json_parser_new_immutable ();
+  dc.counts = g_hash_table_new (g_direct_hash, g_direct_equal);
+  st = parse_header (parser, &dc, (const char *) data + 8, hlen, &root, err,
+                     err_len);
+  if (st == SATTN_OK) {
+    const uint64_t data_len = (uint64_t) len - 8 - hlen;
+    const size_t n_members = json_object_get_size (root);
+    f = g_new0 (SattnTensorFile, 1);
+    f->index = g_hash_table_new (g_str_hash, g_str_equal);
+    f->meta = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free);
+    f->t = g_new0 (Tensor, n_members > 0 ? n_members : 1);
+    if ((st = read_entries (f, root, data_len, err, err_len)) == SATTN_OK &&
+        (st = check_coverage (f, data_len, err, err_len)) == SATTN_OK)
+      st = convert_tensors (f, data + 8 + hlen, err, err_len);
+  }
+
+  g_object_unref (parser);
+  g_hash_table_unref (dc.counts);
   g_free (dc.dup);
   if (st != SATTN_OK) {
     sattn_tensor_file_free (f);

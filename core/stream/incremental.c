@@ -1,4 +1,4 @@
-/* The incremental executor's work of one window (see stream.c): the
+/* The incremental executor's work of one window (see incremental-ops.c): the
  * projections of new frames (in tasks of rows × columns, or per head),
  * the mirrored rings, the attention tasks per (head, row block), the
  * output projection and the encoder layer's rows, and the frame rule as
@@ -27,7 +27,7 @@ typedef struct {
   size_t mirror;            /* 0, or floats from a row of y to its copy */
   float *kt;                /* NULL, or y transposed: row c, column i */
   size_t ldkt, kt_mirror;   /* kt's row stride; floats to its copy */
-  /* NULL, or y's rows scattered into a head-major ring (see SattnStream):
+  /* NULL, or y's rows scattered into a head-major ring (see SattnInc):
    * column c of row i goes to hm + (c / hw) * hs + (slot + i) * hw + c % hw
    * and to its copy hn rows further. */
   float *hm;
@@ -167,13 +167,13 @@ proj_add (ProjCtx *c, const float *Wt, const float *b, const float *x, size_t n,
 /* The pool for a run of fma multiply-adds: s's workers, or NULL (the
  * caller's thread alone) below s->par_min (see PAR_MIN). */
 static SattnPool *
-workers_for (const SattnStream *s, double fma)
+workers_for (const SattnInc *s, double fma)
 {
   return fma >= s->par_min ? s->workers : NULL;
 }
 
 static void
-proj_run (SattnStream *s, ProjCtx *pc)
+proj_run (SattnInc *s, ProjCtx *pc)
 {
   SattnPool *pool = pc->copies ? s->workers : workers_for (s, pc->fma);
   if (pool != NULL) {
@@ -193,7 +193,7 @@ proj_run (SattnStream *s, ProjCtx *pc)
 /* Rows [0, cnt) of Q (q, row stride ldq) and V (v, stride ldv) into the
  * head-major rings at slot and at their copies n rows further. */
 static void
-ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q, size_t ldq,
+ring_put (SattnInc *s, size_t slot, size_t cnt, const float *q, size_t ldq,
           const float *v, size_t ldv)
 {
   const SattnModel *m = s->m;
@@ -214,7 +214,7 @@ ring_put (SattnStream *s, size_t slot, size_t cnt, const float *q, size_t ldq,
 
 /* Q and V of ring slot `slot` as rows (dq, dv floats) into q and v. */
 static void
-ring_get (const SattnStream *s, size_t slot, float *q, float *v)
+ring_get (const SattnInc *s, size_t slot, float *q, float *v)
 {
   const SattnModel *m = s->m;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
@@ -227,7 +227,7 @@ ring_get (const SattnStream *s, size_t slot, float *q, float *v)
 
 /* The attention of one window: task = (head, block of ATTN_ROWS rows). */
 typedef struct {
-  SattnStream *s;
+  SattnInc *s;
   const SattnAttnArgs *a;
   size_t row_blocks;
 } AttnCtx;
@@ -261,7 +261,7 @@ add_bias (const float *b, size_t cnt, size_t k, float *y, size_t ldy)
  * projected frames sets s->dbad: the frame rule is then applied to whole
  * frames after the tasks (fix_projected). */
 static void
-project_head (SattnStream *s, size_t h, float *P)
+project_head (SattnInc *s, size_t h, float *P)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
@@ -328,7 +328,7 @@ project_head (SattnStream *s, size_t h, float *P)
  * (projected first when s->dproj, with P as scratch).  Only head h's
  * attention reads them. */
 static void
-copy_deferred (SattnStream *s, size_t h, float *P)
+copy_deferred (SattnInc *s, size_t h, float *P)
 {
   if (s->dproj) {
     project_head (s, h, P);
@@ -354,7 +354,7 @@ static void
 attn_task (void *ctx, size_t task, unsigned worker)
 {
   const AttnCtx *c = ctx;
-  SattnStream *s = c->s;
+  SattnInc *s = c->s;
   size_t h = task / c->row_blocks;
   /* Each thread's scratch holds min (ATTN_ROWS, window) rows. */
   float *S = s->scores + (size_t) worker * s->sstride;
@@ -365,7 +365,7 @@ attn_task (void *ctx, size_t task, unsigned worker)
   size_t r0 = (task % c->row_blocks) * ATTN_ROWS;
   size_t r1 = r0 + ATTN_ROWS < c->a->m ? r0 + ATTN_ROWS : c->a->m;
 
-  if (!s->sc.collect_stats) {
+  if (!s->fe->sc.collect_stats) {
     sattn_attend_rows (s->m, c->a, h, r0, r1, S, NULL);
     return;
   }
@@ -389,7 +389,7 @@ typedef struct {
 
 /* Projection j (0 Q, 1 K, 2 V) of the staged frames: xcap rows. */
 static float *
-stage_at (const SattnStream *s, int j)
+stage_at (const SattnInc *s, int j)
 {
   return s->xstage + (size_t) j * s->xcap * s->m->dq;
 }
@@ -399,7 +399,7 @@ stage_at (const SattnStream *s, int j)
  * same blocks and loop as store_frames uses for a few frames, so every
  * row gets the same bytes. */
 void
-sattn_inc_stage_projections (SattnStream *s, const float *x, size_t cnt)
+sattn_inc_stage_projections (SattnInc *s, const float *x, size_t cnt)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model;
@@ -441,12 +441,13 @@ zero_frame (const SattnModel *m, float *q, float *k, float *v)
 /* Query rows of the window that ends at frame count `end` (the next
  * one): frames mode the frames since the last output row, at most n. */
 size_t
-sattn_inc_due_rows (const SattnStream *s, uint64_t end)
+sattn_inc_due_rows (const SattnInc *s, uint64_t end)
 {
-  switch (s->sc.output) {
+  switch (s->fe->sc.output) {
     case SATTN_OUTPUT_FRAMES:
       /* More than n cannot happen: windows come every <= n frames. */
-      return end - s->next_out > s->n ? s->n : (size_t) (end - s->next_out);
+      return end - s->fe->next_out > s->n ? s->n
+                                          : (size_t) (end - s->fe->next_out);
     case SATTN_OUTPUT_LAST:
       return 1;
     default:
@@ -454,237 +455,293 @@ sattn_inc_due_rows (const SattnStream *s, uint64_t end)
   }
 }
 
-/* Store frames [0, cnt) (all landing in ring slots without wrap) at
- * virtual index p0, applying the frame rule and the invalid policy.
- * pre: row of xstage holding the projections with weights of frame 0
- * (see stage_projections), or SIZE_MAX to project here.
- * Returns how many were stored: cnt, or under SATTN_INVALID_ERROR the
- * index of the first frame with bad data (recorded in s->err_*). */
-size_t
-sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
-                        size_t cnt, uint64_t p0, size_t pre)
+/* One store of frames (see sattn_inc_store_frames): where they go and how
+ * they are written. */
+typedef struct {
+  const float *x;
+  const uint8_t *valid;
+  size_t cnt;
+  uint64_t p0; /* virtual index of frame 0 */
+  size_t slot; /* its ring slot */
+  int hm;      /* head-major rings: rows go through the stages */
+  int qv;      /* one ring for Q and V: V's rows are Q's */
+  int rope;
+  /* The tasks write the mirrors and the transposed K straight away
+   * (not under SATTN_INVALID_ERROR, which may have to give the slots
+   * their old frames back from the mirrors, nor with RoPE, which rotates
+   * Q and K after the projection, on this thread). */
+  int direct;
+  float *q, *k, *v; /* the projected rows: in the ring, or staged */
+  float *kt;        /* K's first column in the transposed ring */
+} StoreJob;
+
+/* Plain copies of the frames and a window due right after them, too few
+ * for copy tasks of their own: the window's tasks copy each head's
+ * columns themselves (see copy_deferred), in parallel instead of here.
+ * Only the frame rule runs here; a frame written as zeros instead has
+ * dcopy 0. */
+static size_t
+defer_copies (SattnInc *s, const StoreJob *j)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model, n = s->n, slot = j->slot;
+  const float *x = j->x;
+  const uint8_t *valid = j->valid;
+  /* The frames tested as one block first (the common push: all usable);
+   * the rule per frame only when that fails. */
+  const int usable = sattn_frames_ok (m, j->cnt, valid, x, x, x, x);
+  if (usable) {
+    memset (s->dcopy, 1, j->cnt);
+    memset (s->vring_ok + slot, 1, j->cnt);
+    memset (s->vring_ok + slot + n, 1, j->cnt);
+  }
+  for (size_t i = 0; !usable && i < j->cnt; i++) {
+    SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
+                                           x + i * d, x + i * d, x + i * d,
+                                           x + i * d);
+    /* Zero policy: the projections of a zero frame are zeros here. */
+    int ok = f == SATTN_FRAME_OK ||
+             (s->fe->sc.invalid_policy == SATTN_INVALID_ZERO &&
+              (f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW));
+    if (f != SATTN_FRAME_OK) {
+      s->fe->stats.invalid_frames++;
+      if (f == SATTN_FRAME_OVERFLOW)
+        s->fe->stats.overflow_frames++;
+    }
+    s->dcopy[i] = f == SATTN_FRAME_OK;
+    s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
+  }
+  s->dx = x;
+  s->dcnt = j->cnt;
+  s->dslot = slot;
+  return j->cnt;
+}
+
+/* Projections with weights or biases and a window of at most ATTN_ROWS
+ * query rows due right after the frames: the window's tasks (one per
+ * head) project them too, each its head's columns, and go on to that
+ * head's attention without waiting for the others: one synchronisation
+ * per window instead of two.  The frame rule's test of the input runs
+ * here; its test of the projections after the tasks (fix_projected),
+ * only when a task found a non-finite value.  With weights for all three
+ * projections, a non-finite sample makes every column of them non-finite
+ * (NaN, or Inf: x Inf + finite), so the tasks find those frames too and
+ * only the flag is tested here. */
+static size_t
+defer_projections (SattnInc *s, const StoreJob *j)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model, n = s->n, slot = j->slot;
+  const int test_x = m->wq == NULL || m->wk == NULL || m->wv == NULL;
+  for (size_t i = 0; i < j->cnt; i++) {
+    SattnFrameFault f = sattn_frame_fault (m, j->valid != NULL && !j->valid[i],
+                                           test_x ? j->x + i * d : NULL, NULL,
+                                           NULL, NULL);
+    /* Zero policy: a frame with bad samples becomes a zero frame. */
+    int zero = s->fe->sc.invalid_policy == SATTN_INVALID_ZERO &&
+               f == SATTN_FRAME_NONFINITE;
+    if (f != SATTN_FRAME_OK)
+      s->fe->stats.invalid_frames++;
+    s->dcopy[i] = f == SATTN_FRAME_OK ? 1 : zero ? 2 : 0;
+    s->vring_ok[slot + i] = s->vring_ok[slot + i + n] =
+        (uint8_t) (f == SATTN_FRAME_OK || zero);
+  }
+  s->dx = j->x;
+  s->dcnt = j->cnt;
+  s->dslot = slot;
+  s->dproj = 1;
+  s->dbad = 0;
+  return j->cnt;
+}
+
+/* Project the frames into j->q, j->k, j->v (with j->direct, into the
+ * mirrors and the transposed K as well): each projection from the frames
+ * (norm1 of them for a pre-norm encoder layer), or copied from its staged
+ * rows from row pre (bias included) as an identity of the projected
+ * width. */
+static void
+project_frames (SattnInc *s, const StoreJob *j, size_t pre, int copy_tasks)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
-  size_t slot = (size_t) (p0 % n);
-  /* Head-major rings: the rows go through the stages (see SattnStream). */
-  const int hm = s->qhs != 0;
-  float *q = hm ? s->qstage : s->qring + slot * dq;
-  float *k = s->kscratch;
-  /* One ring for Q and V: V's rows are Q's (no copies of their own). */
-  const int qv = s->vring == s->qring;
-  float *v = qv ? q : hm ? s->vstage : s->vring + slot * dv;
-  const RingDst qdst = { s->qring, m->cfg.d_head, s->qhs, slot, n };
-  const RingDst vdst = { s->vring, m->cfg.d_value, s->vhs, slot, n };
-
-  /* Except under SATTN_INVALID_ERROR (which may have to give the slots
-   * their old frames back from the mirrors), the tasks write the mirrors
-   * and the transposed K straight away; frames found unusable below are
-   * rewritten in every copy. */
-  const int rope = sattn_model_rope (m);
-  /* RoPE rotates Q and K after the projection, on this thread: the
-   * mirrors and the transposed K are then written below. */
-  const int direct = s->sc.invalid_policy != SATTN_INVALID_ERROR && !rope;
-  float *kt = s->ktring + slot;
-  /* Q, K and V plain copies of the frames, and a window due right after
-   * them (computed before this push returns, while x is valid), too few
-   * for copy tasks of their own: the window's tasks copy each head's
-   * columns themselves (see copy_deferred), in parallel instead of here.  A frame written as
-   * zeros instead (the frame rule) has dcopy 0. */
-  const size_t copies = cnt * (3 * dq + 2 * dv);
-  int copy_tasks = direct && copies >= COPY_PAR_FLOATS;
-  const int defer = direct && !copy_tasks && !m->cfg.encoder && m->wq == NULL &&
-                    m->bq == NULL && m->wk == NULL && m->bk == NULL &&
-                    m->wv == NULL && m->bv == NULL &&
-                    s->total + cnt == s->next_window;
-  if (defer) {
-    /* The frames tested as one block first (the common push: all
-     * usable); the rule per frame only when that fails. */
-    const int usable = sattn_frames_ok (m, cnt, valid, x, x, x, x);
-    if (usable) {
-      memset (s->dcopy, 1, cnt);
-      memset (s->vring_ok + slot, 1, cnt);
-      memset (s->vring_ok + slot + n, 1, cnt);
-    }
-    for (size_t i = 0; !usable && i < cnt; i++) {
-      SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                             x + i * d, x + i * d, x + i * d,
-                                             x + i * d);
-      /* Zero policy: the projections of a zero frame are zeros here. */
-      int ok = f == SATTN_FRAME_OK ||
-               (s->sc.invalid_policy == SATTN_INVALID_ZERO &&
-                (f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW));
-      if (f != SATTN_FRAME_OK) {
-        s->stats.invalid_frames++;
-        if (f == SATTN_FRAME_OVERFLOW)
-          s->stats.overflow_frames++;
-      }
-      s->dcopy[i] = f == SATTN_FRAME_OK;
-      s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
-    }
-    s->dx = x;
-    s->dcnt = cnt;
-    s->dslot = slot;
-    return cnt;
-  }
-  /* Projections with weights or biases and a window of at most ATTN_ROWS
-   * query rows due right after the frames: the window's tasks (one per
-   * head) project them too, each its head's columns, and go on to that
-   * head's attention without waiting for the others: one synchronisation
-   * per window instead of two.  The frame rule's test of the input runs
-   * here; its test of the projections after the tasks (fix_projected),
-   * only when a task found a non-finite value.  With weights for all
-   * three projections, a non-finite sample makes every column of them
-   * non-finite (NaN, or Inf: x Inf + finite), so the tasks find those
-   * frames too and only the flag is tested here.  Without workers
-   * (threads = 1) there is no synchronisation to save, and the block
-   * products below are faster than the per-head ones (whole 32-column
-   * tiles, no scratch, one finiteness test per frame): they run instead,
-   * with the same bytes. */
-  if (direct && pre == SIZE_MAX && !m->cfg.encoder && s->workers != NULL &&
-      s->total + cnt == s->next_window &&
-      sattn_inc_due_rows (s, s->total + cnt) <= ATTN_ROWS &&
-      cnt * (2 * m->cfg.d_head + m->cfg.d_value) <= s->sstride) {
-    const int test_x = m->wq == NULL || m->wk == NULL || m->wv == NULL;
-    for (size_t i = 0; i < cnt; i++) {
-      SattnFrameFault f = sattn_frame_fault (m, valid != NULL && !valid[i],
-                                             test_x ? x + i * d : NULL, NULL,
-                                             NULL, NULL);
-      /* Zero policy: a frame with bad samples becomes a zero frame. */
-      int zero = s->sc.invalid_policy == SATTN_INVALID_ZERO &&
-                 f == SATTN_FRAME_NONFINITE;
-      if (f != SATTN_FRAME_OK)
-        s->stats.invalid_frames++;
-      s->dcopy[i] = f == SATTN_FRAME_OK ? 1 : zero ? 2 : 0;
-      s->vring_ok[slot + i] = s->vring_ok[slot + i + n] =
-          (uint8_t) (f == SATTN_FRAME_OK || zero);
-    }
-    s->dx = x;
-    s->dcnt = cnt;
-    s->dslot = slot;
-    s->dproj = 1;
-    s->dbad = 0;
-    return cnt;
-  }
-  /* Each projection: from the frames, or copied from its staged rows
-   * (bias included) as an identity of the projected width. */
-  /* Pre-norm encoder layer: the attention sees norm1 of the frames. */
-  const float *xp = x;
+  const size_t cnt = j->cnt;
+  const RingDst qdst = { s->qring, m->cfg.d_head, s->qhs, j->slot, n };
+  const RingDst vdst = { s->vring, m->cfg.d_value, s->vhs, j->slot, n };
+  const float *xp = j->x;
   if (s->xnorm != NULL) {
-    sattn_layer_norm1 (m, x, d, s->xnorm, d, cnt);
+    sattn_layer_norm1 (m, j->x, d, s->xnorm, d, cnt);
     xp = s->xnorm;
   }
   ProjSrc ps[3] = { { m->wq, m->bq, xp, d, d },
                     { m->wk, m->bk, xp, d, d },
                     { m->wv, m->bv, xp, d, d } };
   if (pre != SIZE_MAX)
-    for (int j = 0; j < 3; j++)
-      if (ps[j].Wt != NULL) {
-        size_t w = j < 2 ? dq : dv;
-        ps[j] = (ProjSrc){ NULL, NULL, stage_at (s, j) + pre * w, w, w };
+    for (int p = 0; p < 3; p++)
+      if (ps[p].Wt != NULL) {
+        size_t w = p < 2 ? dq : dv;
+        ps[p] = (ProjSrc){ NULL, NULL, stage_at (s, p) + pre * w, w, w };
       }
   ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
-  if (direct) {
+  if (j->direct) {
     proj_add_copies (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
-                     ps[0].ldx, q, dq, hm ? 0 : n * dq, NULL, 0, 0,
-                     hm ? &qdst : NULL, copy_tasks);
+                     ps[0].ldx, j->q, dq, j->hm ? 0 : n * dq, NULL, 0, 0,
+                     j->hm ? &qdst : NULL, copy_tasks);
     proj_add_copies (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq,
-                     ps[1].ldx, k, dq, 0, kt, s->ldkt, n, NULL, copy_tasks);
-    if (!qv)
+                     ps[1].ldx, j->k, dq, 0, j->kt, s->ldkt, n, NULL,
+                     copy_tasks);
+    if (!j->qv)
       proj_add_copies (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv,
-                       ps[2].ldx, v, dv, hm ? 0 : n * dv, NULL, 0, 0,
-                       hm ? &vdst : NULL, copy_tasks);
+                       ps[2].ldx, j->v, dv, j->hm ? 0 : n * dv, NULL, 0, 0,
+                       j->hm ? &vdst : NULL, copy_tasks);
   } else {
     proj_add (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq, ps[0].ldx,
-              q, dq);
+              j->q, dq);
     proj_add (&pc, ps[1].Wt, ps[1].b, ps[1].x, cnt, ps[1].d_in, dq, ps[1].ldx,
-              k, dq);
-    if (!qv)
+              j->k, dq);
+    if (!j->qv)
       proj_add (&pc, ps[2].Wt, ps[2].b, ps[2].x, cnt, ps[2].d_in, dv, ps[2].ldx,
-                v, dv);
+                j->v, dv);
   }
   pc.copies = copy_tasks;
   proj_run (s, &pc);
+}
+
+/* Frame i of the store under the frame rule and the invalid policy, its
+ * projections at q, k, v (RoPE not yet applied): 0 when the policy ERROR
+ * refuses it (recorded, and the slots from i on given their old frames
+ * back), else 1 with the frame written (zeros, or a zero frame's
+ * projections) and flagged in every copy. */
+static int
+rule_frame (SattnInc *s, const StoreJob *j, size_t i, int usable)
+{
+  const SattnModel *m = s->m;
+  const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
+  const size_t slot = j->slot;
+  float *q = j->q + i * dq, *k = j->k + i * dq, *v = j->v + i * dv;
+  const float *x = j->x + i * d;
+  /* Absolute frame index p0 - n + i (p0 is n ahead), from the position
+   * origin. */
+  const uint64_t pos = j->p0 - n + i - s->fe->pos0;
+  if (j->rope)
+    sattn_rope_qk (m, q, k, pos);
+  SattnFrameFault f =
+      usable
+          ? SATTN_FRAME_OK
+          : sattn_frame_fault (m, j->valid != NULL && !j->valid[i], x, q, k, v);
+  int ok = f == SATTN_FRAME_OK;
+  int bad_data = f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW;
+  if (bad_data && s->fe->sc.invalid_policy == SATTN_INVALID_ERROR) {
+    /* Not consumed: the lower copies of slots [i, cnt) get back the
+     * frames still in the window from their mirrors (K is only written
+     * after the rule; head-major rings were not written at all). */
+    if (!j->hm) {
+      memcpy (q, s->qring + (slot + i + n) * dq,
+              (j->cnt - i) * dq * sizeof (float));
+      memcpy (v, s->vring + (slot + i + n) * dv,
+              (j->cnt - i) * dv * sizeof (float));
+    }
+    s->fe->have_error = 1;
+    s->fe->err_frame = j->p0 - n + i;
+    s->fe->err_fault = f;
+    return 0;
+  }
+  if (!ok) {
+    s->fe->stats.invalid_frames++;
+    if (f == SATTN_FRAME_OVERFLOW)
+      s->fe->stats.overflow_frames++;
+  }
+  if (bad_data && s->fe->sc.invalid_policy == SATTN_INVALID_ZERO) {
+    zero_frame (m, q, k, v);
+    if (j->rope)
+      sattn_rope_qk (m, q, k, pos);
+    ok = 1;
+  } else if (!ok) {
+    memset (q, 0, dq * sizeof (float));
+    memset (k, 0, dq * sizeof (float));
+    memset (v, 0, dv * sizeof (float));
+  }
+  if (!(f == SATTN_FRAME_OK) && j->direct) {
+    /* Rewritten: its mirrors and transposed K follow. */
+    if (j->hm) {
+      ring_put (s, slot + i, 1, q, dq, v, dv);
+    } else {
+      memcpy (q + n * dq, q, dq * sizeof (float));
+      memcpy (v + n * dv, v, dv * sizeof (float));
+    }
+    sattn_transpose_rows (k, dq, NULL, 1, dq, j->kt + i, s->ldkt, n);
+  }
+  s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
+  if (s->xring != NULL) {
+    /* The residual's input: the frame, or zeros for a zero-policy or
+     * unusable frame. */
+    float *xr = s->xring + (slot + i) * d;
+    if (f == SATTN_FRAME_OK)
+      memcpy (xr, x, d * sizeof (float));
+    else
+      memset (xr, 0, d * sizeof (float));
+    memcpy (xr + n * d, xr, d * sizeof (float));
+  }
+  return 1;
+}
+
+/* Store frames [0, cnt) (all landing in ring slots without wrap) at
+ * virtual index p0, applying the frame rule and the invalid policy.
+ * pre: row of xstage holding the projections with weights of frame 0
+ * (see stage_projections), or SIZE_MAX to project here.
+ * Returns how many were stored: cnt, or under SATTN_INVALID_ERROR the
+ * index of the first frame with bad data (recorded in s->fe->err_*). */
+size_t
+sattn_inc_store_frames (SattnInc *s, const float *x, const uint8_t *valid,
+                        size_t cnt, uint64_t p0, size_t pre)
+{
+  const SattnModel *m = s->m;
+  const size_t dq = m->dq, dv = m->dv, n = s->n;
+  StoreJob j = { .x = x, .valid = valid, .cnt = cnt, .p0 = p0 };
+  j.slot = (size_t) (p0 % n);
+  j.hm = s->qhs != 0;
+  j.qv = s->vring == s->qring;
+  j.rope = sattn_model_rope (m);
+  j.direct = s->fe->sc.invalid_policy != SATTN_INVALID_ERROR && !j.rope;
+  j.q = j.hm ? s->qstage : s->qring + j.slot * dq;
+  j.k = s->kscratch;
+  j.v = j.qv ? j.q : j.hm ? s->vstage : s->vring + j.slot * dv;
+  j.kt = s->ktring + j.slot;
+
+  const int due = s->fe->total + cnt == s->fe->next_window;
+  const int copy_tasks = j.direct && cnt * (3 * dq + 2 * dv) >= COPY_PAR_FLOATS;
+  if (j.direct && !copy_tasks && !m->cfg.encoder && m->wq == NULL &&
+      m->bq == NULL && m->wk == NULL && m->bk == NULL && m->wv == NULL &&
+      m->bv == NULL && due)
+    return defer_copies (s, &j);
+  /* Without workers (threads = 1) there is no synchronisation to save,
+   * and the block products of project_frames are faster than the
+   * per-head ones (whole 32-column tiles, no scratch, one finiteness test
+   * per frame): they run instead, with the same bytes. */
+  if (j.direct && pre == SIZE_MAX && !m->cfg.encoder && s->workers != NULL &&
+      due && sattn_inc_due_rows (s, s->fe->total + cnt) <= ATTN_ROWS &&
+      cnt * (2 * m->cfg.d_head + m->cfg.d_value) <= s->sstride)
+    return defer_projections (s, &j);
+  project_frames (s, &j, pre, copy_tasks);
 
   /* Without RoPE (which rotates each frame's Q and K first), all frames
    * tested as one block (the common push: all usable); the rule per
    * frame only when that fails. */
-  const int usable = !rope && sattn_frames_ok (m, cnt, valid, x, q, k, v);
-  for (size_t i = 0; i < cnt; i++) {
-    /* Absolute frame index p0 - n + i (p0 is n ahead), from the
-     * position origin. */
-    if (rope) {
-      sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->pos0);
-    }
-    SattnFrameFault f = usable
-                            ? SATTN_FRAME_OK
-                            : sattn_frame_fault (m, valid != NULL && !valid[i],
-                                                 x + i * d, q + i * dq,
-                                                 k + i * dq, v + i * dv);
-    int ok = f == SATTN_FRAME_OK;
-    int bad_data = f == SATTN_FRAME_NONFINITE || f == SATTN_FRAME_OVERFLOW;
-    if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ERROR) {
-      /* Not consumed: the lower copies of slots [i, cnt) get back the
-       * frames still in the window from their mirrors (K is only written
-       * below; head-major rings were not written at all). */
-      if (!hm) {
-        memcpy (q + i * dq, s->qring + (slot + i + n) * dq,
-                (cnt - i) * dq * sizeof (float));
-        memcpy (v + i * dv, s->vring + (slot + i + n) * dv,
-                (cnt - i) * dv * sizeof (float));
-      }
-      s->have_error = 1;
-      s->err_frame = p0 - n + i;
-      s->err_fault = f;
+  const int usable = !j.rope &&
+                     sattn_frames_ok (m, cnt, valid, x, j.q, j.k, j.v);
+  for (size_t i = 0; i < cnt; i++)
+    if (!rule_frame (s, &j, i, usable)) {
       cnt = i;
       break;
     }
-    if (!ok) {
-      s->stats.invalid_frames++;
-      if (f == SATTN_FRAME_OVERFLOW)
-        s->stats.overflow_frames++;
-    }
-    if (bad_data && s->sc.invalid_policy == SATTN_INVALID_ZERO) {
-      zero_frame (m, q + i * dq, k + i * dq, v + i * dv);
-      if (rope) {
-        sattn_rope_qk (m, q + i * dq, k + i * dq, p0 - n + i - s->pos0);
-      }
-      ok = 1;
-    } else if (!ok) {
-      memset (q + i * dq, 0, dq * sizeof (float));
-      memset (k + i * dq, 0, dq * sizeof (float));
-      memset (v + i * dv, 0, dv * sizeof (float));
-    }
-    if (!(f == SATTN_FRAME_OK) && direct) {
-      /* Rewritten: its mirrors and transposed K follow. */
-      if (hm) {
-        ring_put (s, slot + i, 1, q + i * dq, dq, v + i * dv, dv);
-      } else {
-        memcpy (q + (i + n) * dq, q + i * dq, dq * sizeof (float));
-        memcpy (v + (i + n) * dv, v + i * dv, dv * sizeof (float));
-      }
-      sattn_transpose_rows (k + i * dq, dq, NULL, 1, dq, kt + i, s->ldkt, n);
-    }
-    s->vring_ok[slot + i] = s->vring_ok[slot + i + n] = (uint8_t) ok;
-    if (s->xring != NULL) {
-      /* The residual's input: the frame, or zeros for a zero-policy or
-       * unusable frame. */
-      float *xr = s->xring + (slot + i) * d;
-      if (f == SATTN_FRAME_OK)
-        memcpy (xr, x + i * d, d * sizeof (float));
-      else
-        memset (xr, 0, d * sizeof (float));
-      memcpy (xr + n * d, xr, d * sizeof (float));
-    }
-  }
-  if (!direct) {
-    if (hm) {
-      ring_put (s, slot, cnt, q, dq, v, dv);
+  if (!j.direct) {
+    if (j.hm) {
+      ring_put (s, j.slot, cnt, j.q, dq, j.v, dv);
     } else {
-      memcpy (s->qring + (slot + n) * dq, q, cnt * dq * sizeof (float));
-      memcpy (s->vring + (slot + n) * dv, v, cnt * dv * sizeof (float));
+      memcpy (s->qring + (j.slot + n) * dq, j.q, cnt * dq * sizeof (float));
+      memcpy (s->vring + (j.slot + n) * dv, j.v, cnt * dv * sizeof (float));
     }
-    sattn_transpose_rows (k, dq, NULL, cnt, dq, s->ktring + slot, s->ldkt, n);
+    sattn_transpose_rows (j.k, dq, NULL, cnt, dq, s->ktring + j.slot, s->ldkt,
+                          n);
   }
   return cnt;
 }
@@ -694,7 +751,7 @@ sattn_inc_store_frames (SattnStream *s, const float *x, const uint8_t *valid,
  * applies it (the flag, and perhaps the input, were tested before the
  * tasks). */
 static void
-fix_projected (SattnStream *s)
+fix_projected (SattnInc *s)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model, dq = m->dq, dv = m->dv, n = s->n;
@@ -714,10 +771,10 @@ fix_projected (SattnStream *s)
     SattnFrameFault f = sattn_frame_fault (m, 0, s->dx + i * d, q, k, v);
     if (f == SATTN_FRAME_OK)
       continue;
-    s->stats.invalid_frames++;
+    s->fe->stats.invalid_frames++;
     if (f == SATTN_FRAME_OVERFLOW)
-      s->stats.overflow_frames++;
-    int ok = s->sc.invalid_policy == SATTN_INVALID_ZERO;
+      s->fe->stats.overflow_frames++;
+    int ok = s->fe->sc.invalid_policy == SATTN_INVALID_ZERO;
     if (ok) {
       zero_frame (m, q, k, v);
     } else {
@@ -740,7 +797,7 @@ fix_projected (SattnStream *s)
  * that overflowed (output projection, layer parts) too, counted by part.
  * row_ok[q0 + i] says which rows are valid. */
 static void
-finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
+finish_rows (SattnInc *s, const uint8_t *query_ok, size_t rows, size_t q0,
              float *out, size_t ldo)
 {
   const SattnModel *m = s->m;
@@ -750,16 +807,16 @@ finish_rows (SattnStream *s, const uint8_t *query_ok, size_t rows, size_t q0,
     if (!ok[i])
       memset (out + i * ldo, 0, m->d_out * sizeof (float));
   }
-  s->stats.overflow_rows +=
+  s->fe->stats.overflow_rows +=
       sattn_zero_overflowed_rows (m, out, rows, ldo, ok,
                                   m->cfg.encoder ? s->row_part + q0 : NULL,
-                                  s->overflow_parts);
+                                  s->fe->overflow_parts);
 }
 
 /* The encoder layer over the output rows of a window: task = block of
  * SATTN_LAYER_ROWS rows, with the worker's scratch. */
 typedef struct {
-  SattnStream *s;
+  SattnInc *s;
   const float *x; /* the rows' query frames, d_model apart */
   float *out;
   size_t ldo, rows;
@@ -779,10 +836,10 @@ layer_task (void *ctx, size_t task, unsigned worker)
                     c->part + r0);
 }
 
-/* The output projection of the staged O rows (see sattn_stream_push) as
+/* The output projection of the staged O rows (see inc_push) as
  * one block product, then what finish_rows does for each window's rows. */
 void
-sattn_inc_flush_rows (SattnStream *s)
+sattn_inc_flush_rows (SattnInc *s)
 {
   const SattnModel *m = s->m;
   const size_t cnt = s->ocnt, d_out = m->d_out;
@@ -795,9 +852,9 @@ sattn_inc_flush_rows (SattnStream *s)
   for (size_t i = 0; i < cnt; i++)
     if (!s->ostage_ok[i])
       memset (s->oout + i * d_out, 0, d_out * sizeof (float));
-  s->stats.overflow_rows += sattn_zero_overflowed_rows (m, s->oout, cnt, d_out,
-                                                        s->ostage_ok, NULL,
-                                                        s->overflow_parts);
+  s->fe->stats.overflow_rows +=
+      sattn_zero_overflowed_rows (m, s->oout, cnt, d_out, s->ostage_ok, NULL,
+                                  s->fe->overflow_parts);
   if (s->oinfo)
     for (size_t i = 0; i < cnt; i++)
       s->oinfo[i].valid = s->ostage_ok[i];
@@ -814,7 +871,7 @@ sattn_inc_flush_rows (SattnStream *s)
  * written by both) and reads only its rows of O. */
 #define OPROJ_ROWS 8
 typedef struct {
-  SattnStream *s;
+  SattnInc *s;
   size_t rows;
   float *out;
   size_t ldo;
@@ -824,7 +881,7 @@ static void
 oproj_task (void *ctx, size_t task, unsigned worker)
 {
   const OProjCtx *c = ctx;
-  SattnStream *s = c->s;
+  SattnInc *s = c->s;
   const SattnModel *m = s->m;
   const size_t dvh = m->cfg.d_value;
   float *X = s->scores + (size_t) worker * s->sstride;
@@ -838,20 +895,20 @@ oproj_task (void *ctx, size_t task, unsigned worker)
                            m->dv, c->out + r0 * c->ldo, c->ldo);
 }
 
-/* Compute the window ending after frame count F = s->total, for the last
+/* Compute the window ending after frame count F = s->fe->total, for the last
  * `rows` query rows of it (rows <= n), writing rows of output.  When the
  * push stages O rows (s->odefer) and they fit, the rows are staged
  * instead: out and info (may be NULL) receive them at flush_rows, and the
  * return value is 1 (0 when out is final). */
 int
-sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
+sattn_inc_compute_window (SattnInc *s, size_t rows, float *out, size_t ldo,
                           SattnRowInfo *info)
 {
   const SattnModel *m = s->m;
   const size_t n = s->n;
-  size_t base = (size_t) (s->total % n); /* first key slot */
+  size_t base = (size_t) (s->fe->total % n); /* first key slot */
   size_t q0 = n - rows;
-  SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
+  SattnStats *stats = s->fe->sc.collect_stats ? &s->fe->stats : NULL;
   /* Without an output projection the tasks write their rows of O straight
    * into out: no serial copy after them. */
   float *o = m->wo == NULL && m->bo == NULL && ldo == m->dv ? out : s->o;
@@ -870,7 +927,7 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     }
   }
 
-  /* Head-major rings (see SattnStream); O rows head-major too when the
+  /* Head-major rings (see SattnInc); O rows head-major too when the
    * window has at most ATTN_ROWS rows, gathered after the tasks. */
   const int hm = s->qhs != 0;
   const size_t dh = m->cfg.d_head, dvh = m->cfg.d_value;
@@ -895,9 +952,9 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     .o = ohm ? s->ohm : o,
     .o_head = ohm ? s->ohs : 0,
     .ldo = ohm ? dvh : 0,
-    .weights = s->wkeep,
+    .weights = s->fe->wkeep,
     .stats = NULL,
-    .sat_threshold = s->sc.saturation_threshold,
+    .sat_threshold = s->fe->sc.saturation_threshold,
   };
   AttnCtx ac = { s, &a, (rows + ATTN_ROWS - 1) / ATTN_ROWS };
   size_t n_tasks = attn_tasks (m->cfg.heads, rows);
@@ -967,13 +1024,13 @@ sattn_inc_compute_window (SattnStream *s, size_t rows, float *out, size_t ldo,
     double fma = 2.0 * (double) rows * m->cfg.d_ff * m->cfg.d_model;
     sattn_pool_run (workers_for (s, fma), n_lt, layer_task, &lc);
   }
-  /* On the calling thread, after the workers: it counts into s->stats. */
+  /* On the calling thread, after the workers: it counts into s->fe->stats. */
   if (!staged)
     finish_rows (s, a.query_ok, rows, q0, out, ldo);
 
-  if (s->wkeep)
-    s->wkeep_rows = rows;
-  s->have_window = 1;
+  if (s->fe->wkeep)
+    s->fe->wkeep_rows = rows;
+  s->fe->have_window = 1;
   if (stats) {
     stats->windows++;
     for (size_t j = 0; j < n; j++)

@@ -1,8 +1,9 @@
 /* The incremental executor's private parts, shared by its files:
- * stream.c (creation, the schedule, push / drain, the row descriptions),
- * incremental.c (a window's work: projections, rings, per-head tasks, the
- * output projection and the layer's rows) and skip.c (GAPs in closed
- * form).  See stream.c for the design.
+ * incremental-ops.c (its ops table: creation, push, drain, a window's
+ * emission and row descriptions), incremental.c (a window's work:
+ * projections, rings, per-head tasks, the output projection and the
+ * layer's rows) and skip.c (GAPs).  See incremental-ops.c for the
+ * design.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -10,8 +11,7 @@
 #define SATTN_STREAM_INCREMENTAL_H
 
 #include "model/model.h"
-#include "stream/schedule.h"
-#include "stream/whole.h"
+#include "stream/stream.h"
 
 #define ATTN_ROWS 16
 /* Batched projections: at most this many rows per block product (below
@@ -43,15 +43,12 @@
 #define WSTATS_STRIDE ((sizeof (SattnStats) + LINE - 1) / LINE * LINE)
 #define TSUMS_STRIDE (LINE / sizeof (double)) /* doubles per task */
 
-struct SattnStream {
-  SattnPw *pw;         /* a whole model: the per-window
-                                     executor (stream/whole.c); the
-                                     fields below are then unused */
-  const SattnModel *m; /* the model, or &fast (SATTN_PRECISION_FAST) */
-  SattnModel fast;     /* FAST: the model without its double copies (see
-                          stream_model in stream.c) */
-  SattnStreamConfig sc;
-  size_t n, h, ncols;
+typedef struct SattnInc {
+  SattnStream *fe;      /* the front end: schedule, errors, statistics */
+  const SattnModel *m;  /* the model, or &fast (SATTN_PRECISION_FAST) */
+  SattnModel fast;      /* FAST: the model without its double copies (see
+                          stream_model in incremental-ops.c) */
+  size_t n, h, ncols;   /* fe's window and hop; n + extra keys */
   float *qring, *vring; /* 2n × dq, 2n × dv (see qhs); one ring
                                      when Q = V (see qv_shared) */
   float *ktring;        /* K transposed: dq rows of 2n keys,
@@ -71,23 +68,11 @@ struct SattnStream {
                                      merged in task order */
   size_t sstride;     /* floats between threads' score scratch */
   float *pool;        /* n × d_out (mean mode) */
-  float *wkeep;       /* heads × n × ncols (keep_weights) */
-  size_t wkeep_rows;
-  int have_window;
-  uint64_t total;       /* frames since reset */
-  uint64_t pos0;        /* RoPE's position origin: frame f turns
-                                     by f - pos0 (sattn_pos_rebase) */
-  uint64_t next_out;    /* frames mode: first frame without row */
-  uint64_t last_end;    /* frame count at the last window */
-  uint64_t next_window; /* frame count at which the next window is due */
-  SattnStats stats;
-  uint8_t *row_ok;   /* n: the last window's output rows that
+  uint8_t *row_ok;    /* n: the last window's output rows that
                                      are valid (query usable, finite) */
-  uint8_t *row_part; /* n (after row_ok's n, in its block): the
+  uint8_t *row_part;  /* n (after row_ok's n, in its block): the
                                      SattnPart each encoder row overflowed
                                      in (see sattn_layer_rows) */
-  uint64_t overflow_parts[SATTN_PART_COUNT]; /* stats.overflow_rows by
-                                     part; cleared with stats */
   /* Copies deferred to the window's tasks (see store_frames): frames
    * dx[0, dcnt) of the current push, at slot dslot; dcopy[i] = 1 copies
    * the frame, 0 writes zeros. */
@@ -100,7 +85,7 @@ struct SattnStream {
    * frame.  dbad: a task found a non-finite value in what it projected
    * (atomic; see fix_projected). */
   int dproj, dbad;
-  /* Batched projections (see sattn_stream_push).  xstage: Q | K | V of up
+  /* Batched projections (see inc_push).  xstage: Q | K | V of up
    * to xcap frames of one push, each projection with weights computed for
    * all of them as one block product (NULL without Q/K/V weights).
    * ostage: the O rows of up to ocap query rows of the windows of one
@@ -132,13 +117,10 @@ struct SattnStream {
    * qhs = 0: rows of all heads side by side (dq, dv floats), no stages. */
   size_t qhs, vhs, ohs;
   float *qstage, *vstage, *ohm;
-  int have_error; /* a push stopped at err_frame */
-  uint64_t err_frame;
-  SattnFrameFault err_fault;
-};
+} SattnInc;
 
 static inline SattnStats *
-wstats_at (SattnStream *s, unsigned w)
+wstats_at (SattnInc *s, unsigned w)
 {
   return (SattnStats *) (void *) ((char *) s->wstats + w * WSTATS_STRIDE);
 }
@@ -149,16 +131,24 @@ attn_tasks (size_t heads, size_t rows)
   return heads * ((rows + ATTN_ROWS - 1) / ATTN_ROWS);
 }
 
+/* incremental-ops.c */
+size_t sattn_inc_emit_window (SattnInc *s, float *out, SattnRowInfo *info);
+size_t sattn_inc_next_chunk (const SattnInc *s, uint64_t left);
+
 /* incremental.c */
-int sattn_inc_compute_window (SattnStream *s, size_t rows, float *out,
-                              size_t ldo, SattnRowInfo *info);
-size_t sattn_inc_due_rows (const SattnStream *s, uint64_t end);
-void sattn_inc_flush_rows (SattnStream *s);
-void sattn_inc_stage_projections (SattnStream *s, const float *x, size_t cnt);
-size_t sattn_inc_store_frames (SattnStream *s, const float *x,
+int sattn_inc_compute_window (SattnInc *s, size_t rows, float *out, size_t ldo,
+                              SattnRowInfo *info);
+size_t sattn_inc_due_rows (const SattnInc *s, uint64_t end);
+void sattn_inc_flush_rows (SattnInc *s);
+void sattn_inc_stage_projections (SattnInc *s, const float *x, size_t cnt);
+size_t sattn_inc_store_frames (SattnInc *s, const float *x,
                                const uint8_t *valid, size_t cnt, uint64_t p0,
                                size_t pre);
-size_t sattn_inc_emit_window (SattnStream *s, float *out, SattnRowInfo *info);
-size_t sattn_inc_next_chunk (const SattnStream *s, uint64_t left);
+
+/* skip.c (the ops table's skipping entries, see SattnExecOps) */
+uint64_t sattn_inc_skip_lead (const void *e);
+size_t sattn_inc_push_masked (void *e, size_t k, float *out,
+                              SattnRowInfo *info);
+void sattn_inc_forget (void *e, uint64_t end, uint64_t cnt);
 
 #endif

@@ -1,8 +1,8 @@
 /* The stream schedule, the one home of its arithmetic: when a window is
- * due and which frames it covers.  Both executors (stream/incremental.c
- * with stream.c and skip.c, stream/whole.c) keep a frame count `total`
- * and the count `next_window` at which the next window is due; these
- * functions are all they compute from them.
+ * due and which frames it covers.  The front end (stream.c) keeps the
+ * frame count `total` and the count `next_window` at which the next window
+ * is due (SattnStream), which both executors advance; these functions are
+ * all any of them computes from them.
  *
  * A window covers the last `window` frames and is due every `hop` new
  * frames.  After a start or reset at frame `first`, the first window is

@@ -1,6 +1,6 @@
-/* Skipping a GAP in closed form (sattn_stream_skip): the lead frames
- * pushed as invalid, then every window of invalid frames accounted for
- * without computing it.
+/* The incremental executor's part of skipping a GAP in closed form
+ * (sattn_stream_skip in stream.c): the lead frames stored as invalid and
+ * their windows emitted, then the slots of the frames skipped cleared.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -15,7 +15,7 @@
 /* Store cnt invalid frames (no wrap) at virtual index p0: what
  * store_frames does for frames flagged invalid, without projecting. */
 static void
-store_invalid (SattnStream *s, size_t cnt, uint64_t p0)
+store_invalid (SattnInc *s, size_t cnt, uint64_t p0)
 {
   const SattnModel *m = s->m;
   const size_t dq = m->dq, dv = m->dv, n = s->n;
@@ -42,7 +42,7 @@ store_invalid (SattnStream *s, size_t cnt, uint64_t p0)
 
 /* Zero the slots of the frames [f0, f0 + cnt), cnt <= n, with wrap. */
 static void
-clear_frames (SattnStream *s, uint64_t f0, size_t cnt)
+clear_frames (SattnInc *s, uint64_t f0, size_t cnt)
 {
   const size_t n = s->n;
   uint64_t p = f0 + n;
@@ -57,14 +57,11 @@ clear_frames (SattnStream *s, uint64_t f0, size_t cnt)
 }
 
 uint64_t
-sattn_stream_skip_lead (const SattnStream *s)
+sattn_inc_skip_lead (const void *e)
 {
-  if (s == NULL)
-    return 0;
-  if (s->pw != NULL)
-    return sattn_pw_skip_lead (s->pw);
+  const SattnInc *s = e;
   const size_t n = s->n;
-  const uint8_t *ok = s->vring_ok + (size_t) (s->total % n);
+  const uint8_t *ok = s->vring_ok + (size_t) (s->fe->total % n);
 
   /* After the last usable frame of the window, n more frames bring a
    * window that ends after it (windows come at most n frames apart), and
@@ -75,111 +72,34 @@ sattn_stream_skip_lead (const SattnStream *s)
   return 0;
 }
 
-SattnStatus
-sattn_stream_skip (SattnStream *s, uint64_t n_frames, float *out,
-                   size_t out_rows, SattnRowInfo *info, size_t *n_rows,
-                   SattnSkipped *skipped)
+/* The lead: frames whose windows still hold usable frames, as push
+ * computes them. */
+size_t
+sattn_inc_push_masked (void *e, size_t k, float *out, SattnRowInfo *info)
 {
-  if (n_rows)
-    *n_rows = 0;
-  if (skipped)
-    memset (skipped, 0, sizeof (*skipped));
-  /* The frame counter (and the ring's virtual index, n ahead) must not
-   * wrap. */
-  if (s == NULL || skipped == NULL)
-    return SATTN_E_INVAL;
-  if (s->pw != NULL) {
-    const uint64_t t = sattn_pw_frames (s->pw);
-    if (t > UINT64_MAX - s->sc.window ||
-        n_frames > UINT64_MAX - s->sc.window - t)
-      return SATTN_E_INVAL;
-    uint64_t lead = sattn_pw_skip_lead (s->pw);
-    size_t k = (size_t) (n_frames < lead ? n_frames : lead);
-    size_t need = k > 0 ? sattn_pw_max_rows (s->pw, k) : 0;
-    if (need > 0 && out == NULL)
-      return SATTN_E_INVAL;
-    if (out_rows < need)
-      return SATTN_E_SPACE;
-    size_t got = 0;
-    SattnStatus pst = sattn_pw_skip (s->pw, n_frames, out, info, &got, skipped);
-    if (n_rows)
-      *n_rows = got;
-    return pst;
-  }
-  if (s->total > UINT64_MAX - s->n || n_frames > UINT64_MAX - s->n - s->total)
-    return SATTN_E_INVAL;
-
-  uint64_t lead = sattn_stream_skip_lead (s);
-  size_t k = (size_t) (n_frames < lead ? n_frames : lead);
-  /* max_rows (s, 0) counts what a drain would emit: with no lead frames
-   * the call writes nothing. */
-  size_t need = k > 0 ? sattn_stream_max_rows (s, k) : 0;
-  if (need > 0 && out == NULL)
-    return SATTN_E_INVAL;
-  if (out_rows < need)
-    return SATTN_E_SPACE;
-
-  const size_t n = s->n, rf = sattn_stream_row_floats (s);
+  SattnInc *s = e;
+  SattnStream *fe = s->fe;
+  const size_t n = s->n, rf = fe->row_floats;
   size_t produced = 0;
-
-  /* The lead: frames whose windows still hold usable frames, as push
-   * computes them. */
-  n_frames -= k;
   while (k > 0) {
     size_t cnt = sattn_inc_next_chunk (s, k);
-    store_invalid (s, cnt, s->total + n);
-    s->stats.invalid_frames += cnt;
-    s->total += cnt;
-    if (s->sc.collect_stats)
-      s->stats.frames += cnt;
+    store_invalid (s, cnt, fe->total + n);
+    fe->stats.invalid_frames += cnt;
+    fe->total += cnt;
+    if (fe->sc.collect_stats)
+      fe->stats.frames += cnt;
     k -= cnt;
-    if (s->total == s->next_window)
+    if (fe->total == fe->next_window)
       produced += sattn_inc_emit_window (s, out + produced * rf,
                                          info ? info + produced : NULL);
   }
-  if (n_rows)
-    *n_rows = produced;
-  if (n_frames == 0)
-    return SATTN_OK;
+  return produced;
+}
 
-  /* The rest in closed form: every window ending in it holds only
-   * invalid frames, so its rows are zeros with valid = 0, its weights
-   * zeros, and it counts n masked keys. */
-  const uint64_t t = s->total, end = t + n_frames;
-  const uint64_t w = sattn_schedule_due (s->next_window, s->h, end);
-  const uint64_t last = w > 0 ? sattn_schedule_last (s->next_window, s->h, w)
-                              : 0;
-  if (w > 0) {
-    size_t rows; /* query rows of the last window */
-    if (s->sc.output == SATTN_OUTPUT_FRAMES) {
-      rows = (size_t) (w > 1 ? s->h : last - s->next_out);
-      skipped->first = s->next_out;
-      skipped->rows = last - s->next_out;
-      s->next_out = last;
-    } else {
-      rows = s->sc.output == SATTN_OUTPUT_LAST ? 1 : n;
-      skipped->first = s->last_end;
-      skipped->rows = w;
-    }
-    skipped->end = last;
-    s->last_end = last;
-    s->next_window = sattn_schedule_next (last, s->h);
-    s->have_window = 1;
-    if (s->wkeep) {
-      memset (s->wkeep, 0, s->m->cfg.heads * rows * s->ncols * sizeof (float));
-      s->wkeep_rows = rows;
-    }
-    if (s->sc.collect_stats) {
-      s->stats.windows += w;
-      s->stats.masked_keys += w * n;
-    }
-  }
-  clear_frames (s, end - (n_frames < n ? n_frames : n),
-                (size_t) (n_frames < n ? n_frames : n));
-  s->total = end;
-  s->pos0 = sattn_pos_rebase (s->pos0, end);
-  s->stats.invalid_frames += n_frames;
-  if (s->sc.collect_stats)
-    s->stats.frames += n_frames;
-  return SATTN_OK;
+void
+sattn_inc_forget (void *e, uint64_t end, uint64_t cnt)
+{
+  SattnInc *s = e;
+  const size_t k = (size_t) (cnt < s->n ? cnt : s->n);
+  clear_frames (s, end - k, k);
 }

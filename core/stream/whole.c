@@ -25,13 +25,11 @@
  * neither on how frames come in pushes nor on the thread count.  Masked
  * frames (padding before the stream, GAPs, unusable frames under
  * SATTN_INVALID_MASK) are key padding and left out of the pooling.
- * Nothing is allocated after sattn_pw_new.
+ * Nothing is allocated after pw_create.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "model/model.h"
-#include "stream/schedule.h"
-#include "stream/whole.h"
+#include "stream/stream.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -45,12 +43,12 @@
  * product. */
 #define STAGE 64
 
-struct SattnPw {
+typedef struct SattnPw {
+  SattnStream *fe; /* the front end: schedule, errors, statistics */
   const SattnModel *m;
   const SattnNet *net;
-  SattnStreamConfig sc;
-  size_t n, h, cap, max_windows;
-  uint8_t *ok; /* cap: slot usable */
+  size_t n, h, cap, max_windows; /* fe's window and hop; ring slots */
+  uint8_t *ok;                   /* cap: slot usable */
   double *emb; /* cap × D: embedded frames (learned positions) */
   /* Without learned positions (reuse): each frame's first-layer input row
    * (xf, float) and its first-layer projections (q0, k0: dq, v0: dv
@@ -73,21 +71,19 @@ struct SattnPw {
   uint64_t *ends;      /* max_windows: the ends of a block's windows */
   uint32_t *usable_in; /* max_windows */
   size_t *bidx;        /* max_windows: a window's index in the block */
-  float *wkeep;        /* heads × n × n (keep_weights) */
-  size_t wkeep_rows;
-  uint64_t total, last_end, next_window;
-  uint64_t pos0; /* RoPE's position origin (sattn_pos_rebase) */
-  int have_window, have_error;
-  uint64_t err_frame;
-  SattnFrameFault err_fault;
-  SattnStats stats;
-};
+} SattnPw;
 
-SattnStatus
-sattn_pw_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
-                size_t err_len)
+/* The rules for sc of a whole model (after the front end's). */
+static SattnStatus
+pw_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
+          size_t err_len)
 {
   const SattnNet *net = m->net;
+  if (sc->precision != SATTN_PRECISION_EXACT)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "precision=fast is for attention and encoder layers; "
+                       "this is a whole model, whose windows sum in double "
+                       "throughout (use precision=exact)");
   if (sc->output == SATTN_OUTPUT_FRAMES)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "output=frames needs "
@@ -127,8 +123,9 @@ ring_slots (size_t n, size_t h)
   return sattn_size_add (n, sattn_size_mul (block_windows (n) - 1, h));
 }
 
-size_t
-sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
+/* The executor's bytes, SIZE_MAX when they overflow. */
+static size_t
+pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
 {
   const SattnNet *net = m->net;
   const size_t n = sc->window, D = net->d, B = block_windows (n);
@@ -165,9 +162,29 @@ sattn_pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
   return T > 1 ? sattn_size_add (b, sattn_pool_bytes (T)) : b;
 }
 
-void
-sattn_pw_free (SattnPw *s)
+static SattnStatus
+pw_fits (const SattnModel *m, const SattnStreamConfig *sc, char *err,
+         size_t err_len)
 {
+  if (pw_bytes (m, sc) == SIZE_MAX)
+    return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                       "window=%zu needs more memory than the address space "
+                       "holds; use a smaller window",
+                       sc->window);
+  return SATTN_OK;
+}
+
+static size_t
+pw_bytes_or_0 (const SattnModel *m, const SattnStreamConfig *sc)
+{
+  size_t b = pw_bytes (m, sc);
+  return b == SIZE_MAX ? 0 : b;
+}
+
+static void
+pw_destroy (void *e)
+{
+  SattnPw *s = e;
   if (s == NULL)
     return;
   free (s->ok);
@@ -193,43 +210,42 @@ sattn_pw_free (SattnPw *s)
   free (s->ends);
   free (s->usable_in);
   free (s->bidx);
-  free (s->wkeep);
+  free (s->fe->wkeep);
+  s->fe->wkeep = NULL;
   free (s);
 }
 
-void
-sattn_pw_reset (SattnPw *s)
+static void
+pw_reset (void *e)
 {
+  SattnPw *s = e;
   memset (s->ok, 0, s->cap);
-  s->total = 0;
-  s->pos0 = 0;
-  s->last_end = 0;
-  s->next_window = sattn_schedule_first (&s->sc, 0);
-  s->have_window = 0;
-  s->have_error = 0;
-  s->wkeep_rows = 0;
 }
 
-SattnPw *
-sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
+static size_t pw_row_floats (const SattnPw *s);
+
+static void *
+pw_create (SattnStream *fe, const SattnModel *m, SattnStatus *st)
 {
+  const SattnStreamConfig *sc = &fe->sc;
   const SattnNet *net = m->net;
   const size_t n = sc->window, D = net->d;
-  if (sattn_pw_bytes (m, sc) == SIZE_MAX)
+  *st = SATTN_E_NOMEM;
+  if (pw_bytes (m, sc) == SIZE_MAX)
     return NULL;
   SattnPw *s = calloc (1, sizeof (*s));
   if (s == NULL)
     return NULL;
+  s->fe = fe;
   s->m = m;
   s->net = net;
-  s->sc = *sc;
   s->n = n;
   s->bn = n + net->lead;
   s->h = sc->hop;
   s->max_windows = block_windows (n);
   s->cap = ring_slots (n, sc->hop);
-  if (s->sc.saturation_threshold == 0.0f)
-    s->sc.saturation_threshold = SATTN_DEFAULT_SATURATION;
+  fe->row_floats = pw_row_floats (s);
+  fe->wkeep_cols = fe->wkeep_max_rows = fe->wkeep_win_rows = s->bn;
   const unsigned T = sattn_resolve_threads (sc->threads);
   s->ok = malloc (s->cap);
   s->stage = malloc (STAGE * D * sizeof (double));
@@ -239,7 +255,7 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   s->usable_in = malloc (s->max_windows * sizeof (uint32_t));
   s->bidx = malloc (s->max_windows * sizeof (size_t));
   if (sc->keep_weights)
-    s->wkeep = calloc (m->cfg.heads * s->bn * s->bn, sizeof (float));
+    s->fe->wkeep = calloc (m->cfg.heads * s->bn * s->bn, sizeof (float));
   s->reuse = sattn_net_frame_reuse (m);
   s->raw = calloc (s->cap, sizeof (double));
   s->wraw = malloc (n * sizeof (double));
@@ -266,27 +282,26 @@ sattn_pw_new (const SattnModel *m, const SattnStreamConfig *sc)
   if (T <= 1 || s->pool != NULL)
     s->blk = sattn_net_block_new (m, s->bn, s->max_windows, s->pool);
   if (!s->ok || !s->stage || !s->ezero || !s->zero || !s->ends ||
-      !s->usable_in || !s->bidx || !s->blk || (sc->keep_weights && !s->wkeep) ||
-      !s->raw || !s->wraw || !s->wok ||
+      !s->usable_in || !s->bidx || !s->blk ||
+      (sc->keep_weights && !s->fe->wkeep) || !s->raw || !s->wraw || !s->wok ||
       (net->per_window &&
        (!s->xs || !s->ss || !s->wxs || !s->wss || !s->fscr)) ||
       (!net->per_window && s->reuse &&
        (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn)) ||
       (!net->per_window && !s->reuse && !s->emb)) {
-    sattn_pw_free (s);
+    pw_destroy (s);
     return NULL;
   }
   if (!net->per_window)
     sattn_net_embed (m, s->zero, 1, s->ezero);
-  sattn_stats_clear (&s->stats);
-  sattn_pw_reset (s);
+  pw_reset (s);
   return s;
 }
 
-size_t
-sattn_pw_row_floats (const SattnPw *s)
+static size_t
+pw_row_floats (const SattnPw *s)
 {
-  switch (s->sc.output) {
+  switch (s->fe->sc.output) {
     case SATTN_OUTPUT_WINDOW:
       return s->n * s->net->d;
     case SATTN_OUTPUT_CLASSES:
@@ -296,33 +311,13 @@ sattn_pw_row_floats (const SattnPw *s)
   }
 }
 
-size_t
-sattn_pw_pending (const SattnPw *s)
+static size_t
+pw_window_rows (const void *e, int drain)
 {
-  return (size_t) (s->total - s->last_end);
-}
-
-uint64_t
-sattn_pw_frames_to_window (const SattnPw *s)
-{
-  return s->next_window - s->total;
-}
-
-size_t
-sattn_pw_window_rows (const SattnPw *s, int drain)
-{
-  if (drain && sattn_pw_pending (s) == 0)
+  const SattnPw *s = e;
+  if (drain && s->fe->total == s->fe->last_end)
     return 0;
   return s->n;
-}
-
-size_t
-sattn_pw_max_rows (const SattnPw *s, size_t n_frames)
-{
-  if (n_frames == 0)
-    return sattn_pw_pending (s) > 0 ? 1 : 0;
-  return (size_t) sattn_schedule_due (s->next_window, s->h,
-                                      s->total + n_frames);
 }
 
 /* The slot of frame index f (f may be before the stream's first frame:
@@ -379,7 +374,7 @@ frame_raw (const float *x, size_t F)
   return r;
 }
 
-/* Store cnt frames (indices s->total on, no wrap of the ring): the frame
+/* Store cnt frames (indices s->fe->total on, no wrap of the ring): the frame
  * rule and the policy, frames NULL = all flagged.  Returns the count
  * stored: fewer than cnt when the policy is ERROR and a frame has bad
  * data (recorded). */
@@ -387,7 +382,7 @@ static size_t
 store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
 {
   const SattnNet *net = s->net;
-  const size_t D = net->d, F = net->d_frame, slot0 = slot_of (s, s->total);
+  const size_t D = net->d, F = net->d_frame, slot0 = slot_of (s, s->fe->total);
   const int pw = net->per_window;
   double *e = s->stage;
   size_t i;
@@ -404,16 +399,16 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
     SattnFrameFault f = frame_fault (net, x, valid, i, er, sums);
     const int as_is = f == SATTN_FRAME_OK;
     if (f != SATTN_FRAME_OK && f != SATTN_FRAME_FLAGGED) {
-      if (s->sc.invalid_policy == SATTN_INVALID_ERROR) {
-        s->have_error = 1;
-        s->err_frame = s->total + i;
-        s->err_fault = f;
+      if (s->fe->sc.invalid_policy == SATTN_INVALID_ERROR) {
+        s->fe->have_error = 1;
+        s->fe->err_frame = s->fe->total + i;
+        s->fe->err_fault = f;
         break;
       }
-      s->stats.invalid_frames++;
+      s->fe->stats.invalid_frames++;
       if (f == SATTN_FRAME_OVERFLOW)
-        s->stats.overflow_frames++;
-      if (s->sc.invalid_policy == SATTN_INVALID_ZERO) {
+        s->fe->stats.overflow_frames++;
+      if (s->fe->sc.invalid_policy == SATTN_INVALID_ZERO) {
         if (pw)
           keep_frame (s, slot, s->zero);
         else
@@ -421,7 +416,7 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
         f = SATTN_FRAME_OK;
       }
     } else if (f == SATTN_FRAME_FLAGGED) {
-      s->stats.invalid_frames++;
+      s->fe->stats.invalid_frames++;
     }
     s->ok[slot] = f == SATTN_FRAME_OK;
     if (pw) {
@@ -447,7 +442,7 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
     const size_t dq = l0->dq, dv = l0->dv;
     sattn_attend_project (l0, s->xf + slot0 * D, i, s->xn, s->q0 + slot0 * dq,
                           s->k0 + slot0 * dq, s->v0 + slot0 * dv,
-                          s->total - s->pos0);
+                          s->fe->total - s->fe->pos0);
     for (size_t r = slot0; r < slot0 + i; r++) {
       if (s->ok[r])
         continue;
@@ -456,9 +451,9 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
       memset (s->v0 + r * dv, 0, dv * sizeof (float));
     }
   }
-  s->total += i;
-  if (s->sc.collect_stats)
-    s->stats.frames += i;
+  s->fe->total += i;
+  if (s->fe->sc.collect_stats)
+    s->fe->stats.frames += i;
   return i;
 }
 
@@ -493,7 +488,7 @@ gather_kept (SattnPw *s, uint64_t first, size_t nb)
         /* A position that overflows the row: the row is unusable. */
         memset (xr, 0, D * sizeof (float));
         kok[i] = 0;
-        s->stats.overflow_frames++;
+        s->fe->stats.overflow_frames++;
         continue;
       }
     }
@@ -535,7 +530,7 @@ gather_window (SattnPw *s, uint64_t first, size_t nb)
   return (uint32_t) sattn_net_front_window (s->m, s->wxs, s->wss, s->wok, n,
                                             b->x + nb * bn * net->d,
                                             b->kok + nb * bn, s->fscr,
-                                            &s->stats.overflow_frames);
+                                            &s->fe->stats.overflow_frames);
 }
 
 /* A row's contract check from its window's input RMS and pooled z. */
@@ -581,7 +576,7 @@ write_row (SattnPw *s, const float *rows, size_t k, size_t usable, float *o)
   const size_t n = s->n, D = net->d, bn = s->bn;
   SattnNetBlock *b = s->blk;
   int valid = 0;
-  switch (s->sc.output) {
+  switch (s->fe->sc.output) {
     case SATTN_OUTPUT_WINDOW:
       /* the frames' rows (a CLS row is not a frame's) */
       if (k != SIZE_MAX)
@@ -596,7 +591,7 @@ write_row (SattnPw *s, const float *rows, size_t k, size_t usable, float *o)
       else
         memset (o, 0, net->classes * sizeof (float));
       if (usable > 0 && !valid)
-        s->stats.overflow_rows++;
+        s->fe->stats.overflow_rows++;
       break;
     default:
       for (size_t t = 0; t < D; t++)
@@ -608,16 +603,16 @@ write_row (SattnPw *s, const float *rows, size_t k, size_t usable, float *o)
 }
 
 /* The windows ending at s->ends[0, nw) (ascending, each at most
- * s->total, the window before each ending at s->last_end or at the
+ * s->fe->total, the window before each ending at s->fe->last_end or at the
  * previous one): one output row each, computed as one block. */
 static void
 emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info,
               SattnRowCheck *checks)
 {
   const SattnNet *net = s->net;
-  const size_t n = s->n, bn = s->bn, rf = sattn_pw_row_floats (s);
+  const size_t n = s->n, bn = s->bn, rf = s->fe->row_floats;
   SattnNetBlock *b = s->blk;
-  SattnStats *stats = s->sc.collect_stats ? &s->stats : NULL;
+  SattnStats *stats = s->fe->sc.collect_stats ? &s->fe->stats : NULL;
   double rms[BLOCK_WINDOWS];
   size_t nb = 0;
 
@@ -639,17 +634,17 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info,
 
   /* classes: the pooling the head was trained with; mean / last: the one
    * asked for. */
-  const SattnPooling pool = s->sc.output == SATTN_OUTPUT_MEAN
+  const SattnPooling pool = s->fe->sc.output == SATTN_OUTPUT_MEAN
                                 ? SATTN_POOLING_MEAN
-                            : s->sc.output == SATTN_OUTPUT_LAST
+                            : s->fe->sc.output == SATTN_OUTPUT_LAST
                                 ? SATTN_POOLING_LAST
                                 : net->pooling;
   float *rows = NULL;
   if (nb > 0)
-    sattn_net_block_run (s->m, b, nb, s->reuse, s->wkeep, s->bidx[nw - 1],
+    sattn_net_block_run (s->m, b, nb, s->reuse, s->fe->wkeep, s->bidx[nw - 1],
                          stats != NULL, pool, &rows);
-  if (s->wkeep && s->bidx[nw - 1] == SIZE_MAX)
-    memset (s->wkeep, 0, s->m->cfg.heads * bn * bn * sizeof (float));
+  if (s->fe->wkeep && s->bidx[nw - 1] == SIZE_MAX)
+    memset (s->fe->wkeep, 0, s->m->cfg.heads * bn * bn * sizeof (float));
 
   for (size_t w = 0; w < nw; w++) {
     const size_t k = s->bidx[w];
@@ -659,7 +654,7 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info,
       if (stats)
         sattn_stats_merge (stats, &b->stats[k]);
       if (usable < usable_in)
-        s->stats.overflow_rows += usable_in - usable;
+        s->fe->stats.overflow_rows += usable_in - usable;
     }
     const int valid = write_row (s, rows, k, usable, out + w * rf);
     if (checks)
@@ -668,8 +663,8 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info,
     if (info) {
       SattnRowInfo *r = info + w;
       memset (r, 0, sizeof (*r));
-      r->first = s->last_end;
-      r->n_frames = (uint32_t) (s->ends[w] - s->last_end);
+      r->first = s->fe->last_end;
+      r->n_frames = (uint32_t) (s->ends[w] - s->fe->last_end);
       r->valid = (uint8_t) valid;
       r->window_end = s->ends[w];
       r->valid_keys = usable_in;
@@ -679,11 +674,11 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info,
       stats->windows++;
       stats->masked_keys += n - usable_in;
     }
-    s->last_end = s->ends[w];
-    s->next_window = sattn_schedule_next (s->ends[w], s->h);
+    s->fe->last_end = s->ends[w];
+    s->fe->next_window = sattn_schedule_next (s->ends[w], s->h);
   }
-  s->wkeep_rows = bn;
-  s->have_window = 1;
+  s->fe->wkeep_rows = bn;
+  s->fe->have_window = 1;
 }
 
 /* Store n_frames frames (frames NULL: all flagged) and emit the windows
@@ -693,21 +688,22 @@ static SattnStatus
 feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
       float *out, SattnRowInfo *info, SattnRowCheck *checks, size_t *produced)
 {
-  const size_t F = s->net->d_frame, rf = sattn_pw_row_floats (s);
+  const size_t F = s->net->d_frame, rf = s->fe->row_floats;
   while (n_frames > 0) {
     /* Up to the end of the max_windows-th window due, or all frames.
      * The ring holds the frames of max_windows windows: frames past the
      * last of them would overwrite the first one's. */
-    uint64_t w = sattn_schedule_due (s->next_window, s->h, s->total + n_frames);
+    uint64_t w = sattn_schedule_due (s->fe->next_window, s->h,
+                                     s->fe->total + n_frames);
     size_t cnt = n_frames;
     if (w >= s->max_windows)
-      cnt = (size_t) (sattn_schedule_last (s->next_window, s->h,
+      cnt = (size_t) (sattn_schedule_last (s->fe->next_window, s->h,
                                            s->max_windows) -
-                      s->total);
+                      s->fe->total);
     size_t done = 0;
     int stopped = 0;
     while (done < cnt && !stopped) {
-      size_t room = s->cap - slot_of (s, s->total);
+      size_t room = s->cap - slot_of (s, s->fe->total);
       size_t k = cnt - done < STAGE ? cnt - done : STAGE;
       k = k < room ? k : room;
       size_t got = store_frames (s, frames ? frames + done * F : NULL,
@@ -715,10 +711,11 @@ feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
       done += got;
       stopped = got < k;
     }
-    size_t nw = (size_t) sattn_schedule_due (s->next_window, s->h, s->total);
+    size_t nw = (size_t) sattn_schedule_due (s->fe->next_window, s->h,
+                                             s->fe->total);
     if (nw > 0) {
       for (size_t i = 0; i < nw; i++)
-        s->ends[i] = sattn_schedule_last (s->next_window, s->h, i + 1);
+        s->ends[i] = sattn_schedule_last (s->fe->next_window, s->h, i + 1);
       emit_windows (s, nw, out + *produced * rf, info ? info + *produced : NULL,
                     checks ? checks + *produced : NULL);
       *produced += nw;
@@ -734,153 +731,86 @@ feed (SattnPw *s, const float *frames, const uint8_t *valid, size_t n_frames,
   return SATTN_OK;
 }
 
-SattnStatus
-sattn_pw_push (SattnPw *s, const float *frames, size_t n_frames,
-               const uint8_t *valid, float *out, SattnRowInfo *info,
-               SattnRowCheck *checks, size_t *n_rows)
+static SattnStatus
+pw_push (void *e, const float *frames, size_t n_frames, const uint8_t *valid,
+         float *out, SattnRowInfo *info, SattnRowCheck *checks, size_t *n_rows)
 {
   size_t produced = 0;
-  SattnStatus st = feed (s, frames, valid, n_frames, out, info, checks,
+  SattnStatus st = feed (e, frames, valid, n_frames, out, info, checks,
                          &produced);
   *n_rows = produced;
   return st;
 }
 
-SattnStatus
-sattn_pw_drain (SattnPw *s, float *out, SattnRowInfo *info,
-                SattnRowCheck *checks, size_t *n_rows)
+static size_t
+pw_drain (void *e, float *out, SattnRowInfo *info, SattnRowCheck *checks)
 {
-  *n_rows = 0;
-  if (sattn_pw_pending (s) == 0)
-    return SATTN_OK;
-  s->ends[0] = s->total;
+  SattnPw *s = e;
+  if (s->fe->total == s->fe->last_end)
+    return 0;
+  s->ends[0] = s->fe->total;
   emit_windows (s, 1, out, info, checks);
-  *n_rows = 1;
-  return SATTN_OK;
+  return 1;
 }
 
-void
-sattn_pw_reset_at (SattnPw *s, uint64_t first_frame)
+/* Summed in double, head by head for each weight. */
+static void
+pw_weights_mean (const void *e, float *out)
 {
-  sattn_pw_reset (s);
-  s->total = first_frame;
-  s->last_end = first_frame;
-  s->next_window = sattn_schedule_first (&s->sc, first_frame);
-}
-
-uint64_t
-sattn_pw_frames (const SattnPw *s)
-{
-  return s->total;
-}
-
-void
-sattn_pw_set_invalid_policy (SattnPw *s, SattnInvalidPolicy policy)
-{
-  s->sc.invalid_policy = policy;
-}
-
-SattnStatus
-sattn_pw_error_frame (const SattnPw *s, uint64_t *index, SattnFrameFault *fault)
-{
-  if (!s->have_error)
-    return SATTN_E_INVAL;
-  if (index)
-    *index = s->err_frame;
-  if (fault)
-    *fault = s->err_fault;
-  return SATTN_OK;
-}
-
-void
-sattn_pw_get_stats (SattnPw *s, SattnStats *out, int clear)
-{
-  if (out)
-    *out = s->stats;
-  if (clear)
-    sattn_stats_clear (&s->stats);
-}
-
-void
-sattn_pw_weights_size (const SattnPw *s, size_t *rows, size_t *cols)
-{
-  *rows = *cols = s->wkeep != NULL ? s->bn : 0;
-}
-
-SattnStatus
-sattn_pw_last_weights (const SattnPw *s, int head, float *out, size_t *rows,
-                       size_t *cols)
-{
+  const SattnPw *s = e;
   const size_t n = s->bn, H = s->m->cfg.heads;
-  if (s->wkeep == NULL || !s->have_window || head < -1 || head >= (int) H)
-    return SATTN_E_INVAL;
-  if (rows)
-    *rows = n;
-  if (cols)
-    *cols = n;
-  if (out == NULL)
-    return SATTN_OK;
-  if (head >= 0) {
-    memcpy (out, s->wkeep + (size_t) head * n * n, n * n * sizeof (float));
-    return SATTN_OK;
-  }
+  const float *wkeep = s->fe->wkeep;
   for (size_t i = 0; i < n * n; i++) {
     double acc = 0.0;
     for (size_t h = 0; h < H; h++)
-      acc += s->wkeep[h * n * n + i];
+      acc += wkeep[h * n * n + i];
     out[i] = (float) (acc / (double) H);
   }
-  return SATTN_OK;
 }
 
-uint64_t
-sattn_pw_skip_lead (const SattnPw *s)
+static uint64_t
+pw_skip_lead (const void *e)
 {
+  const SattnPw *s = e;
   for (size_t i = s->n; i > 0; i--)
-    if (s->ok[slot_of (s, s->total + s->cap - s->n + i - 1)])
+    if (s->ok[slot_of (s, s->fe->total + s->cap - s->n + i - 1)])
       return i;
   return 0;
 }
 
-SattnStatus
-sattn_pw_skip (SattnPw *s, uint64_t n_frames, float *out, SattnRowInfo *info,
-               size_t *n_rows, SattnSkipped *skipped)
+/* cnt flagged frames, and the windows they complete. */
+static size_t
+pw_push_masked (void *e, size_t cnt, float *out, SattnRowInfo *info)
 {
-  const size_t n = s->n;
-  uint64_t lead = sattn_pw_skip_lead (s);
-  uint64_t k = n_frames < lead ? n_frames : lead;
   size_t produced = 0;
-
-  n_frames -= k;
-  feed (s, NULL, NULL, (size_t) k, out, info, NULL, &produced);
-  *n_rows = produced;
-  if (n_frames == 0)
-    return SATTN_OK;
-  /* Every later window holds only masked frames: zero rows, valid 0. */
-  const uint64_t end = s->total + n_frames;
-  const uint64_t w = sattn_schedule_due (s->next_window, s->h, end);
-  if (w > 0) {
-    const uint64_t last = sattn_schedule_last (s->next_window, s->h, w);
-    skipped->first = s->last_end;
-    skipped->rows = w;
-    skipped->end = last;
-    s->last_end = last;
-    s->next_window = sattn_schedule_next (last, s->h);
-    s->have_window = 1;
-    if (s->wkeep) {
-      memset (s->wkeep, 0, s->m->cfg.heads * s->bn * s->bn * sizeof (float));
-      s->wkeep_rows = s->bn;
-    }
-    if (s->sc.collect_stats) {
-      s->stats.windows += w;
-      s->stats.masked_keys += w * n;
-    }
-  }
-  memset (s->ok, 0, s->cap);
-  s->total = end;
-  s->pos0 = sattn_pos_rebase (s->pos0, end);
-  s->stats.invalid_frames += n_frames;
-  if (s->sc.collect_stats)
-    s->stats.frames += n_frames;
-  return SATTN_OK;
+  feed (e, NULL, NULL, cnt, out, info, NULL, &produced);
+  return produced;
 }
+
+/* Every slot: after the lead no frame of a later window is usable, and
+ * the ring holds no other. */
+static void
+pw_forget (void *e, uint64_t end, uint64_t cnt)
+{
+  SattnPw *s = e;
+  (void) end;
+  (void) cnt;
+  memset (s->ok, 0, s->cap);
+}
+
+const SattnExecOps sattn_exec_whole = {
+  .name = "whole",
+  .check = pw_check,
+  .fits = pw_fits,
+  .bytes = pw_bytes_or_0,
+  .create = pw_create,
+  .destroy = pw_destroy,
+  .reset = pw_reset,
+  .push = pw_push,
+  .drain = pw_drain,
+  .window_rows = pw_window_rows,
+  .skip_lead = pw_skip_lead,
+  .push_masked = pw_push_masked,
+  .forget = pw_forget,
+  .weights_mean = pw_weights_mean,
+};
