@@ -256,6 +256,34 @@ obs_clear_acc (GstSattnObs * obs)
   obs->acc_ts = obs->acc_end_ts = GST_CLOCK_TIME_NONE;
 }
 
+/* The buffers for the stream's largest weights (*rows x *cols, as the
+ * core gives them), grown when too small; on no memory, a warning and
+ * weights off (FALSE). */
+static gboolean
+obs_weights_buffers (GstSattnObs * obs, GstElement * element,
+    const SattnStream * s, gsize * rows, gsize * cols)
+{
+  sattn_stream_weights_size (s, rows, cols);
+  if (obs->wbuf_floats >= *rows * *cols)
+    return TRUE;
+  g_free (obs->wbuf);
+  g_free (obs->wtmp);
+  obs->wbuf_floats = *rows * *cols;
+  obs->wbuf = g_try_new (float, obs->wbuf_floats);
+  obs->wtmp = g_try_new (float, obs->wbuf_floats);
+  if (obs->wbuf != NULL && obs->wtmp != NULL)
+    return TRUE;
+  GST_ELEMENT_WARNING (element, RESOURCE, NO_SPACE_LEFT,
+      ("No memory for the attention weights of a %" G_GSIZE_FORMAT
+          " x %" G_GSIZE_FORMAT " window: no attention map and no message "
+          "weights", *rows, *cols), (NULL));
+  g_clear_pointer (&obs->wbuf, g_free);
+  g_clear_pointer (&obs->wtmp, g_free);
+  obs->wbuf_floats = 0;
+  obs->weights_on = FALSE;
+  return FALSE;
+}
+
 void
 gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
     const SattnModel * model, const SattnStream * s,
@@ -288,25 +316,8 @@ gst_sattn_obs_configure (GstSattnObs * obs, GstElement * element,
 
   /* the core's largest weights for this stream (a CLS row and column
    * more for a whole model with a CLS token) */
-  sattn_stream_weights_size (s, &rows, &cols);
-  if (obs->wbuf_floats < rows * cols) {
-    g_free (obs->wbuf);
-    g_free (obs->wtmp);
-    obs->wbuf_floats = rows * cols;
-    obs->wbuf = g_try_new (float, obs->wbuf_floats);
-    obs->wtmp = g_try_new (float, obs->wbuf_floats);
-    if (obs->wbuf == NULL || obs->wtmp == NULL) {
-      GST_ELEMENT_WARNING (element, RESOURCE, NO_SPACE_LEFT,
-          ("No memory for the attention weights of a %" G_GSIZE_FORMAT
-              "-frame window: no attention map and no message weights",
-              obs->window), (NULL));
-      g_clear_pointer (&obs->wbuf, g_free);
-      g_clear_pointer (&obs->wtmp, g_free);
-      obs->wbuf_floats = 0;
-      obs->weights_on = FALSE;
-      return;
-    }
-  }
+  if (!obs_weights_buffers (obs, element, s, &rows, &cols))
+    return;
 
   /* The query rows a window computes, as the core says (a whole model's
    * rows are its weights' rows: a CLS row with the frames'). */
@@ -358,24 +369,8 @@ gst_sattn_obs_swapped (GstSattnObs * obs, GstElement * element,
   obs->heads = sattn_model_config (model)->heads;
   if (!obs->weights_on)
     return;
-  sattn_stream_weights_size (s, &rows, &cols);
-  if (obs->wbuf_floats < rows * cols) {
-    g_free (obs->wbuf);
-    g_free (obs->wtmp);
-    obs->wbuf_floats = rows * cols;
-    obs->wbuf = g_try_new (float, obs->wbuf_floats);
-    obs->wtmp = g_try_new (float, obs->wbuf_floats);
-    if (obs->wbuf == NULL || obs->wtmp == NULL) {
-      GST_ELEMENT_WARNING (element, RESOURCE, NO_SPACE_LEFT,
-          ("No memory for the attention weights of the new model: no "
-              "attention map and no message weights"), (NULL));
-      g_clear_pointer (&obs->wbuf, g_free);
-      g_clear_pointer (&obs->wtmp, g_free);
-      obs->wbuf_floats = 0;
-      obs->weights_on = FALSE;
-      return;
-    }
-  }
+  if (!obs_weights_buffers (obs, element, s, &rows, &cols))
+    return;
   height = sattn_model_kind (model) == SATTN_MODEL_WHOLE ? (guint) rows :
       obs->map.height;
   if (cols != obs->map.width || height != obs->map.height)

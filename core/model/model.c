@@ -158,47 +158,18 @@ check_finite (const char *name, const float *x, size_t rows, size_t cols,
                      name, isnan (x[i]) ? "NaN" : "Inf", i);
 }
 
-/* Every rule a model configuration and its weights must follow, the one
- * place they are written: resolves cfg into *c (0-defaults replaced), the
- * caller's weights into *wl (this version's struct; all NULL for w NULL)
- * and the projected sizes, or says in err what is wrong and what would
- * work. */
+/* model_resolve's steps, in the order it runs them: each checks one
+ * concern of the configuration c (already read into this version's
+ * struct) and its weights w, and may fill c's 0-defaults. */
+
+/* The scale's class and value from its bits: in a thread that treats
+ * denormals as zero (the DAZ and FTZ bits of MXCSR, which libraries a
+ * process loads may set: GStreamer's soundtouch plugin does when it is
+ * loaded), float comparisons and conversions see a subnormal scale as 0,
+ * the default. */
 static SattnStatus
-model_resolve (const SattnConfig *cfg, const SattnWeights *w_in, SattnConfig *c,
-               SattnWeights *wl, size_t *dq_out, size_t *dv_out, char *err,
-               size_t err_len)
+check_scale (const SattnConfig *c, char *err, size_t err_len)
 {
-  const SattnWeights *w = wl;
-  char ok[160];
-  SattnStatus st;
-
-  if (err != NULL && err_len > 0)
-    err[0] = '\0';
-  *wl = (SattnWeights){ .struct_size = sizeof (SattnWeights) };
-  if (cfg == NULL)
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "no model configuration (cfg is NULL)");
-  if ((st = sattn_struct_in ("SattnConfig", "SattnConfig", cfg, c, sizeof *c,
-                             SATTN_CONFIG_MIN_SIZE, SIZE_MAX, err, err_len)) !=
-      SATTN_OK)
-    return st;
-  if (w_in != NULL &&
-      (st = sattn_struct_in ("SattnWeights", "SattnWeights", w_in, wl,
-                             sizeof *wl, SATTN_WEIGHTS_MIN_SIZE, SIZE_MAX, err,
-                             err_len)) != SATTN_OK)
-    return st;
-
-  if (c->d_model == 0)
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "d_model=0: a frame needs at least one value");
-  if (c->heads == 0)
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "heads=0: at least one head is needed");
-  /* The scale's class and value from its bits: in a thread that treats
-   * denormals as zero (the DAZ and FTZ bits of MXCSR, which libraries a
-   * process loads may set: GStreamer's soundtouch plugin does when it is
-   * loaded), float comparisons and conversions see a subnormal scale as
-   * 0, the default. */
   uint32_t sb;
   memcpy (&sb, &c->scale, sizeof sb);
   const int sub = (sb & 0x7f800000u) == 0 && (sb & 0x007fffffu) != 0;
@@ -218,6 +189,17 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in, SattnConfig *c,
                        "scale=0 for the default 1/sqrt(d_head) or a value "
                        "of at least %g",
                        sval, (double) FLT_MIN, (double) FLT_MIN);
+  return SATTN_OK;
+}
+
+/* d_head and d_value (0: from d_model and heads) and the projected sizes
+ * heads x d_head (*dq) and heads x d_value (*dv). */
+static SattnStatus
+resolve_sizes (SattnConfig *c, size_t *dq, size_t *dv, char *err,
+               size_t err_len)
+{
+  char ok[160];
+
   if (c->d_head == 0) {
     if (c->d_model % c->heads != 0) {
       sattn_divisors (ok, sizeof ok, c->d_model, c->heads);
@@ -230,16 +212,27 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in, SattnConfig *c,
   }
   if (c->d_value == 0)
     c->d_value = c->d_head;
-  size_t dq = sattn_size_mul (c->heads, c->d_head);
-  size_t dv = sattn_size_mul (c->heads, c->d_value);
-  if (dq == 0 || dv == 0 || dq == SIZE_MAX || dv == SIZE_MAX ||
-      sattn_size_mul (dq, c->d_model) == SIZE_MAX ||
-      sattn_size_mul (dv, c->d_model) == SIZE_MAX)
+  *dq = sattn_size_mul (c->heads, c->d_head);
+  *dv = sattn_size_mul (c->heads, c->d_value);
+  if (*dq == 0 || *dv == 0 || *dq == SIZE_MAX || *dv == SIZE_MAX ||
+      sattn_size_mul (*dq, c->d_model) == SIZE_MAX ||
+      sattn_size_mul (*dv, c->d_model) == SIZE_MAX)
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "heads=%zu x d_head=%zu (d_value=%zu) x d_model=%zu "
                        "floats of projection weights overflow the address "
                        "space",
                        c->heads, c->d_head, c->d_value, c->d_model);
+  return SATTN_OK;
+}
+
+/* The output projection's rows (d_out) and the identity projections
+ * that the sizes must allow where a weight is not given. */
+static SattnStatus
+check_projections (SattnConfig *c, const SattnWeights *w, size_t dq, size_t dv,
+                   char *err, size_t err_len)
+{
+  char ok[160];
+
   if (w->wo != NULL) {
     if (c->d_out == 0) /* rows of wo cannot be guessed */
       return sattn_fail (SATTN_E_SHAPE, err, err_len,
@@ -279,6 +272,14 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in, SattnConfig *c,
                        "of: %s",
                        c->heads, c->d_value, dv, c->d_model, ok);
   }
+  return SATTN_OK;
+}
+
+/* add_bias_kv's pair, the positional encoding and RoPE's rules. */
+static SattnStatus
+check_positions (const SattnConfig *c, const SattnWeights *w, char *err,
+                 size_t err_len)
+{
   if ((w->bias_k == NULL) != (w->bias_v == NULL))
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "bias_k and bias_v come together (PyTorch "
@@ -308,51 +309,101 @@ model_resolve (const SattnConfig *cfg, const SattnWeights *w_in, SattnConfig *c,
                          "for 10000)",
                          c->rope_base);
   }
-  if (c->encoder) {
-    if (w->w1 == NULL || w->w2 == NULL)
-      return sattn_fail (SATTN_E_MISSING, err, err_len,
-                         "an encoder layer needs its feed-forward weights: "
-                         "%s is missing",
-                         w->w1 == NULL ? "w1 (linear1)" : "w2 (linear2)");
-    if (c->d_ff == 0)
-      return sattn_fail (SATTN_E_INVAL, err, err_len,
-                         "d_ff=0: an encoder layer needs the feed-forward "
-                         "width (the rows of linear1)");
-    if (c->activation > SATTN_ACTIVATION_GELU)
-      return sattn_fail (SATTN_E_INVAL, err, err_len,
-                         "activation=%d is neither relu nor gelu",
-                         (int) c->activation);
-    if (!(c->norm_eps >= 0.0) || isinf (c->norm_eps))
-      return sattn_fail (SATTN_E_INVAL, err, err_len,
-                         "norm_eps=%g must be a finite number >= 0",
-                         c->norm_eps);
-    if (c->d_out != c->d_model)
-      return sattn_fail (SATTN_E_SHAPE, err, err_len,
-                         "an encoder layer adds the attention's output to "
-                         "its input: d_out=%zu must equal d_model=%zu",
-                         c->d_out, c->d_model);
-    if (c->d_ff == 0 || sattn_size_mul (c->d_ff, c->d_model) == SIZE_MAX ||
-        c->d_ff > SIZE_MAX / 4 / (c->d_model + SATTN_LAYER_ROWS))
-      return sattn_fail (SATTN_E_NOMEM, err, err_len,
-                         "d_ff=%zu x d_model=%zu floats of feed-forward "
-                         "weights overflow the address space",
-                         c->d_ff, c->d_model);
-    if ((st = check_finite ("w1", w->w1, c->d_ff, c->d_model, err, err_len)) ||
-        (st = check_finite ("b1", w->b1, c->d_ff, 0, err, err_len)) ||
-        (st = check_finite ("w2", w->w2, c->d_model, c->d_ff, err, err_len)) ||
-        (st = check_finite ("b2", w->b2, c->d_model, 0, err, err_len)) ||
-        (st = check_finite ("norm1_w", w->norm1_w, c->d_model, 0, err,
-                            err_len)) ||
-        (st = check_finite ("norm1_b", w->norm1_b, c->d_model, 0, err,
-                            err_len)) ||
-        (st = check_finite ("norm2_w", w->norm2_w, c->d_model, 0, err,
-                            err_len)) ||
-        (st = check_finite ("norm2_b", w->norm2_b, c->d_model, 0, err,
-                            err_len)))
-      return st;
-    if (c->norm_eps == 0.0)
-      c->norm_eps = 1e-5;
-  }
+  return SATTN_OK;
+}
+
+/* An encoder layer's feed-forward and norms (c->encoder). */
+static SattnStatus
+check_encoder (SattnConfig *c, const SattnWeights *w, char *err, size_t err_len)
+{
+  SattnStatus st;
+
+  if (w->w1 == NULL || w->w2 == NULL)
+    return sattn_fail (SATTN_E_MISSING, err, err_len,
+                       "an encoder layer needs its feed-forward weights: "
+                       "%s is missing",
+                       w->w1 == NULL ? "w1 (linear1)" : "w2 (linear2)");
+  if (c->d_ff == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "d_ff=0: an encoder layer needs the feed-forward "
+                       "width (the rows of linear1)");
+  if (c->activation > SATTN_ACTIVATION_GELU)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "activation=%d is neither relu nor gelu",
+                       (int) c->activation);
+  if (!(c->norm_eps >= 0.0) || isinf (c->norm_eps))
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "norm_eps=%g must be a finite number >= 0", c->norm_eps);
+  if (c->d_out != c->d_model)
+    return sattn_fail (SATTN_E_SHAPE, err, err_len,
+                       "an encoder layer adds the attention's output to "
+                       "its input: d_out=%zu must equal d_model=%zu",
+                       c->d_out, c->d_model);
+  if (c->d_ff == 0 || sattn_size_mul (c->d_ff, c->d_model) == SIZE_MAX ||
+      c->d_ff > SIZE_MAX / 4 / (c->d_model + SATTN_LAYER_ROWS))
+    return sattn_fail (SATTN_E_NOMEM, err, err_len,
+                       "d_ff=%zu x d_model=%zu floats of feed-forward "
+                       "weights overflow the address space",
+                       c->d_ff, c->d_model);
+  if ((st = check_finite ("w1", w->w1, c->d_ff, c->d_model, err, err_len)) ||
+      (st = check_finite ("b1", w->b1, c->d_ff, 0, err, err_len)) ||
+      (st = check_finite ("w2", w->w2, c->d_model, c->d_ff, err, err_len)) ||
+      (st = check_finite ("b2", w->b2, c->d_model, 0, err, err_len)) ||
+      (st = check_finite ("norm1_w", w->norm1_w, c->d_model, 0, err,
+                          err_len)) ||
+      (st = check_finite ("norm1_b", w->norm1_b, c->d_model, 0, err,
+                          err_len)) ||
+      (st = check_finite ("norm2_w", w->norm2_w, c->d_model, 0, err,
+                          err_len)) ||
+      (st = check_finite ("norm2_b", w->norm2_b, c->d_model, 0, err, err_len)))
+    return st;
+  if (c->norm_eps == 0.0)
+    c->norm_eps = 1e-5;
+  return SATTN_OK;
+}
+
+/* Every rule a model configuration and its weights must follow, the one
+ * place they are written: resolves cfg into *c (0-defaults replaced), the
+ * caller's weights into *wl (this version's struct; all NULL for w NULL)
+ * and the projected sizes, or says in err what is wrong and what would
+ * work. */
+static SattnStatus
+model_resolve (const SattnConfig *cfg, const SattnWeights *w_in, SattnConfig *c,
+               SattnWeights *wl, size_t *dq_out, size_t *dv_out, char *err,
+               size_t err_len)
+{
+  const SattnWeights *w = wl;
+  size_t dq = 0, dv = 0;
+  SattnStatus st;
+
+  if (err != NULL && err_len > 0)
+    err[0] = '\0';
+  *wl = (SattnWeights){ .struct_size = sizeof (SattnWeights) };
+  if (cfg == NULL)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "no model configuration (cfg is NULL)");
+  if ((st = sattn_struct_in ("SattnConfig", "SattnConfig", cfg, c, sizeof *c,
+                             SATTN_CONFIG_MIN_SIZE, SIZE_MAX, err, err_len)) !=
+      SATTN_OK)
+    return st;
+  if (w_in != NULL &&
+      (st = sattn_struct_in ("SattnWeights", "SattnWeights", w_in, wl,
+                             sizeof *wl, SATTN_WEIGHTS_MIN_SIZE, SIZE_MAX, err,
+                             err_len)) != SATTN_OK)
+    return st;
+
+  if (c->d_model == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "d_model=0: a frame needs at least one value");
+  if (c->heads == 0)
+    return sattn_fail (SATTN_E_INVAL, err, err_len,
+                       "heads=0: at least one head is needed");
+  if ((st = check_scale (c, err, err_len)) ||
+      (st = resolve_sizes (c, &dq, &dv, err, err_len)) ||
+      (st = check_projections (c, w, dq, dv, err, err_len)) ||
+      (st = check_positions (c, w, err, err_len)) ||
+      (c->encoder && (st = check_encoder (c, w, err, err_len))))
+    return st;
   if (c->rope_base == 0.0)
     c->rope_base = 10000.0;
   if ((st = check_finite ("wq", w->wq, dq, c->d_model, err, err_len)) ||
@@ -379,7 +430,7 @@ sattn_model_check (const SattnConfig *cfg, const SattnWeights *w, char *err,
 {
   SattnConfig c;
   SattnWeights wl;
-  size_t dq, dv;
+  size_t dq = 0, dv = 0;
   return model_resolve (cfg, w, &c, &wl, &dq, &dv, err, err_len);
 }
 
@@ -435,7 +486,7 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w_in,
   SattnWeights wl;
   const SattnWeights *w = &wl;
   SattnConfig c;
-  size_t dq, dv;
+  size_t dq = 0, dv = 0;
 
   /* --- check every argument before allocating --- */
   st = model_resolve (cfg_in, w_in, &c, &wl, &dq, &dv, NULL, 0);

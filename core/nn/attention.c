@@ -21,19 +21,20 @@
  * first pass, so a NaN there cannot leak): s holds exp (x - max) and *norm
  * = 1 / sum, or s holds the weights and *norm = 1 (the limits, a fully
  * masked row).  Returns the number of unmasked entries. */
-static size_t
-softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
-             const uint8_t *restrict key_ok, const uint8_t *restrict allow,
-             float scale, SattnStats *stats, float sat_threshold, float *norm)
+/* softmax_row's pass 1: scale; masked entries become -inf, NaN scores
+ * stay NaN as a marker and are counted in counts (valid, NaN, +inf, -inf;
+ * for the common row below, only the max is taken).  Returns the max over
+ * the visible entries; *escale: the scale the exp pass applies (1 once
+ * this pass has scaled). */
+static float
+softmax_scan_row (float *restrict s, size_t nk, size_t ncols, size_t lo,
+                  size_t hi, const uint8_t *restrict key_ok,
+                  const uint8_t *restrict allow, float scale, size_t counts[4],
+                  float *escale)
 {
-  size_t n_valid = 0, n_pinf = 0, n_nan = 0, n_ninf = 0;
   float mx = -INFINITY;
 
-  /* Pass 1: scale; masked entries become -inf, NaN scores stay NaN as a
-   * marker and are counted (or, for the common row below, only the max). */
-  size_t counts[4] = { 0, 0, 0, 0 };
-  /* The exp pass scales (1 once pass 1 has). */
-  float escale = 1.0f;
+  *escale = 1.0f;
   for (size_t j = 0; j < lo; j++)
     s[j] = -INFINITY;
   for (size_t j = hi; j < nk; j++)
@@ -56,7 +57,7 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
       fast = 1;
       mx = (m1 > m2 ? m1 : m2) * scale;
       counts[0] = hi - lo + (ncols - nk);
-      escale = scale;
+      *escale = scale;
     }
   }
   if (fast) {
@@ -85,10 +86,53 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
     float mx2 = sattn_softmax_scan (s + nk, ncols - nk, NULL, scale, counts);
     mx = mx2 > mx ? mx2 : mx;
   }
-  n_valid = counts[0];
-  n_nan = counts[1];
-  n_pinf = counts[2];
-  n_ninf = counts[3];
+  return mx;
+}
+
+/* softmax_row's row into the statistics: counts as softmax_scan_row
+ * gives them, the row's score range, log-sum-exp, largest weight and
+ * entropy. */
+static void
+softmax_row_stats (SattnStats *stats, const size_t counts[4], double smin,
+                   double smax, double lse, float wmax, double ent,
+                   float sat_threshold)
+{
+  const size_t n_valid = counts[0];
+
+  stats->rows++;
+  stats->nonfinite_scores += counts[1] + counts[2] + counts[3];
+  if (n_valid == 0) {
+    stats->fully_masked_rows++;
+  } else {
+    if (smin < stats->score_min)
+      stats->score_min = smin;
+    if (smax > stats->score_max)
+      stats->score_max = smax;
+    if (isfinite (lse)) {
+      if (lse < stats->lse_min)
+        stats->lse_min = lse;
+      if (lse > stats->lse_max)
+        stats->lse_max = lse;
+    }
+    stats->max_weight_sum += wmax;
+    if (n_valid > 1)
+      stats->entropy_sum += ent / log ((double) n_valid);
+    /* A row with one visible key has no choice to saturate. */
+    if (n_valid > 1 && wmax > sat_threshold)
+      stats->saturated_rows++;
+  }
+}
+
+static size_t
+softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
+             const uint8_t *restrict key_ok, const uint8_t *restrict allow,
+             float scale, SattnStats *stats, float sat_threshold, float *norm)
+{
+  size_t counts[4] = { 0, 0, 0, 0 };
+  float escale;
+  const float mx = softmax_scan_row (s, nk, ncols, lo, hi, key_ok, allow, scale,
+                                     counts, &escale);
+  const size_t n_valid = counts[0], n_nan = counts[1], n_pinf = counts[2];
 
   double smin = INFINITY, smax = -INFINITY, lse = NAN, ent = NAN;
   float wmax = 0.0f;
@@ -155,30 +199,9 @@ softmax_row (float *restrict s, size_t nk, size_t ncols, size_t lo, size_t hi,
     lse = (double) mx + log (sum);
   }
 
-  if (stats != NULL) {
-    stats->rows++;
-    stats->nonfinite_scores += n_nan + n_pinf + n_ninf;
-    if (n_valid == 0) {
-      stats->fully_masked_rows++;
-    } else {
-      if (smin < stats->score_min)
-        stats->score_min = smin;
-      if (smax > stats->score_max)
-        stats->score_max = smax;
-      if (isfinite (lse)) {
-        if (lse < stats->lse_min)
-          stats->lse_min = lse;
-        if (lse > stats->lse_max)
-          stats->lse_max = lse;
-      }
-      stats->max_weight_sum += wmax;
-      if (n_valid > 1)
-        stats->entropy_sum += ent / log ((double) n_valid);
-      /* A row with one visible key has no choice to saturate. */
-      if (n_valid > 1 && wmax > sat_threshold)
-        stats->saturated_rows++;
-    }
-  }
+  if (stats != NULL)
+    softmax_row_stats (stats, counts, smin, smax, lse, wmax, ent,
+                       sat_threshold);
   return n_valid;
 }
 
