@@ -35,6 +35,7 @@
 #define _GNU_SOURCE
 #include "sattn/sattn.h"
 #include "rng.h"
+#include "st-writer.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -628,49 +629,21 @@ write_file (const char *dir, const char *name, const void *data, size_t len)
 }
 
 /* A safetensors file with the nn.MultiheadAttention state-dict names
- * (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias), F32
- * little-endian; the header is padded with spaces to 8 bytes. */
+ * (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias), through
+ * the tests' writer (tests/common/st-writer.h). */
 static int
 write_safetensors (const char *path, const Model *m, size_t E)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-  (void) path;
-  (void) m;
-  (void) E;
-  return -1;
-#else
-  const float *data[4] = { m->inproj_w, m->inproj_b, m->out_w, m->out_b };
-  const size_t count[4] = { 3 * E * E, 3 * E, E * E, E };
-  char hdr[1024];
-  size_t o1 = count[0] * 4, o2 = o1 + count[1] * 4, o3 = o2 + count[2] * 4,
-         o4 = o3 + count[3] * 4;
-  int len =
-      snprintf (hdr, sizeof hdr,
-                "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
-                "\"data_offsets\":[0,%zu]},"
-                "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
-                "\"data_offsets\":[%zu,%zu]},"
-                "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],"
-                "\"data_offsets\":[%zu,%zu]},"
-                "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%zu],"
-                "\"data_offsets\":[%zu,%zu]}}",
-                3 * E, E, o1, 3 * E, o1, o2, E, E, o2, o3, E, o3, o4);
-  if (len < 0 || (size_t) len + 8 > sizeof hdr)
+  StWriter *st = st_writer_new ();
+  if (st == NULL)
     return -1;
-  while (len % 8 != 0)
-    hdr[len++] = ' ';
-  FILE *f = fopen (path, "wb");
-  if (f == NULL)
-    return -1;
-  uint64_t hl = (uint64_t) len;
-  int ok = fwrite (&hl, 8, 1, f) == 1 &&
-           fwrite (hdr, 1, (size_t) len, f) == (size_t) len;
-  for (int i = 0; i < 4 && ok; i++)
-    ok = fwrite (data[i], sizeof (float), count[i], f) == count[i];
-  if (fclose (f) != 0)
-    ok = 0;
-  return ok ? 0 : -1;
-#endif
+  st_writer_f32_2d (st, "in_proj_weight", m->inproj_w, 3 * E, E);
+  st_writer_f32_2d (st, "in_proj_bias", m->inproj_b, 3 * E, 0);
+  st_writer_f32_2d (st, "out_proj.weight", m->out_w, E, E);
+  st_writer_f32_2d (st, "out_proj.bias", m->out_b, E, 0);
+  int rc = st_writer_save (st, path);
+  st_writer_free (st);
+  return rc;
 }
 
 /* ------------------------------------------- agreement with one-shot */
@@ -2079,41 +2052,16 @@ write_encoder_file (const char *path, size_t E, size_t F, Rng *r)
     { "norm2.bias", E, 0, 0.2, 0.0 },
   };
   const size_t nt = sizeof t / sizeof t[0];
-  char hdr[4096];
-  size_t off = 0, len = 0;
-  len += (size_t) snprintf (
-      hdr + len, sizeof hdr - len,
-      "{\"__metadata__\": "
-      "{\"format\": \"pt\", \"self_attn.num_heads\": \"4\", \"positions\": "
-      "\"rope\", \"activation\": \"relu\", \"norm_first\": \"0\", "
-      "\"norm_eps\": \"1e-05\"}");
-  for (size_t i = 0; i < nt; i++) {
-    size_t n = t[i].cols ? t[i].rows * t[i].cols : t[i].rows;
-    if (t[i].cols)
-      len += (size_t) snprintf (hdr + len, sizeof hdr - len,
-                                ", \"%s\": "
-                                "{\"dtype\": \"F32\", \"shape\": [%zu, %zu], "
-                                "\"data_offsets\": "
-                                "[%zu, %zu]}",
-                                t[i].name, t[i].rows, t[i].cols, off,
-                                off + 4 * n);
-    else
-      len += (size_t)
-          snprintf (hdr + len, sizeof hdr - len,
-                    ", \"%s\": "
-                    "{\"dtype\": \"F32\", \"shape\": [%zu], \"data_offsets\": "
-                    "[%zu, %zu]}",
-                    t[i].name, t[i].rows, off, off + 4 * n);
-    off += 4 * n;
-  }
-  len += (size_t) snprintf (hdr + len, sizeof hdr - len, "}");
-  while (len % 8 != 0 && len + 1 < sizeof hdr)
-    hdr[len++] = ' ';
-  FILE *f = fopen (path, "wb");
-  if (f == NULL)
+  StWriter *st = st_writer_new ();
+  if (st == NULL)
     return -1;
-  uint64_t hl = len; /* little-endian hosts only, like the rest */
-  int ok = fwrite (&hl, 8, 1, f) == 1 && fwrite (hdr, 1, len, f) == len;
+  st_writer_meta (st, "format", "pt");
+  st_writer_meta (st, "self_attn.num_heads", "4");
+  st_writer_meta (st, "positions", "rope");
+  st_writer_meta (st, "activation", "relu");
+  st_writer_meta (st, "norm_first", "0");
+  st_writer_meta (st, "norm_eps", "1e-05");
+  int ok = 1;
   for (size_t i = 0; ok && i < nt; i++) {
     size_t n = t[i].cols ? t[i].rows * t[i].cols : t[i].rows;
     float *x = malloc (n * sizeof (float));
@@ -2124,10 +2072,12 @@ write_encoder_file (const char *path, size_t E, size_t F, Rng *r)
     fill_normal (r, x, n, t[i].sigma);
     for (size_t k = 0; k < n; k++)
       x[k] += (float) t[i].mean;
-    ok = fwrite (x, sizeof (float), n, f) == n;
+    st_writer_f32_2d (st, t[i].name, x, t[i].rows, t[i].cols);
     free (x);
   }
-  return (fclose (f) == 0 && ok) ? 0 : -1;
+  ok = ok && st_writer_save (st, path) == 0;
+  st_writer_free (st);
+  return ok ? 0 : -1;
 }
 
 /* The model the element builds from the file: the one loader

@@ -8,7 +8,9 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
+#include "st-writer.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <math.h>
@@ -26,96 +28,53 @@ static gchar *tmpdir;
 
 /* ---------------------------------------------- safetensors writing */
 
-typedef struct
-{
-  GString *header;
-  GByteArray *data;
-} StWriter;
-
-static void
-st_init (StWriter * w)
-{
-  w->header = g_string_new ("{");
-  w->data = g_byte_array_new ();
-}
-
-/* An F32 tensor of n values (shape given as a JSON array). */
-static void
-st_add (StWriter * w, const gchar * name, const gchar * shape,
-    const float *v, gsize n)
-{
-  gsize off = w->data->len, i;
-
-  for (i = 0; i < n; i++) {
-    guint32 u;
-
-    memcpy (&u, &v[i], 4);
-    u = GUINT32_TO_LE (u);
-    g_byte_array_append (w->data, (const guint8 *) &u, 4);
-  }
-  g_string_append_printf (w->header, "%s\"%s\":{\"dtype\":\"F32\","
-      "\"shape\":%s,\"data_offsets\":[%" G_GSIZE_FORMAT ",%u]}",
-      w->header->len > 1 ? "," : "", name, shape, off, w->data->len);
-}
-
 /* The whole state dict of an nn.MultiheadAttention(e, ...) under prefix,
  * values from seed. */
 static void
 st_add_mha (StWriter * w, const gchar * prefix, gsize e, guint32 seed)
 {
   float *v = g_new (float, 3 * e * e);
-  gchar *name, *shape;
+  gchar *name;
 
   sattn_fill_signal (v, 3 * e * e, seed, 0.5f);
   name = g_strconcat (prefix, "in_proj_weight", NULL);
-  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]",
-      3 * e, e);
-  st_add (w, name, shape, v, 3 * e * e);
+  st_writer_f32_2d (w, name, v, 3 * e, e);
   g_free (name);
-  g_free (shape);
 
   sattn_fill_signal (v, 3 * e, seed + 1, 0.1f);
   name = g_strconcat (prefix, "in_proj_bias", NULL);
-  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT "]", 3 * e);
-  st_add (w, name, shape, v, 3 * e);
+  st_writer_f32_2d (w, name, v, 3 * e, 0);
   g_free (name);
-  g_free (shape);
 
   sattn_fill_signal (v, e * e, seed + 2, 0.5f);
   name = g_strconcat (prefix, "out_proj.weight", NULL);
-  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]", e, e);
-  st_add (w, name, shape, v, e * e);
+  st_writer_f32_2d (w, name, v, e, e);
   g_free (name);
-  g_free (shape);
 
   sattn_fill_signal (v, e, seed + 3, 0.1f);
   name = g_strconcat (prefix, "out_proj.bias", NULL);
-  shape = g_strdup_printf ("[%" G_GSIZE_FORMAT "]", e);
-  st_add (w, name, shape, v, e);
+  st_writer_f32_2d (w, name, v, e, 0);
   g_free (name);
-  g_free (shape);
   g_free (v);
 }
 
-/* The file image; frees the writer's buffers.  The header is padded with
- * spaces to a multiple of 8 bytes, as the safetensors writers do. */
-static GBytes *
-st_finish (StWriter * w)
+/* A writer (fails the test when out of memory). */
+static StWriter *
+st_new (void)
 {
-  GByteArray *out = g_byte_array_new ();
-  guint64 hlen;
+  StWriter *w = st_writer_new ();
 
-  g_string_append_c (w->header, '}');
-  while (w->header->len % 8 != 0)
-    g_string_append_c (w->header, ' ');
-  hlen = GUINT64_TO_LE ((guint64) w->header->len);
-  g_byte_array_append (out, (const guint8 *) &hlen, 8);
-  g_byte_array_append (out, (const guint8 *) w->header->str,
-      (guint) w->header->len);
-  g_byte_array_append (out, w->data->data, w->data->len);
-  g_string_free (w->header, TRUE);
-  g_byte_array_unref (w->data);
-  return g_byte_array_free_to_bytes (out);
+  fail_unless (w != NULL);
+  return w;
+}
+
+/* Writes w at path and frees it (fails the test on an error). */
+static void
+st_save (StWriter * w, const gchar * path)
+{
+  fail_unless (st_writer_save (w, path) == 0, "%s: %s", path,
+      g_strerror (errno));
+  st_writer_free (w);
 }
 
 /* A file with the modules "a." and "b." (values from seed), written at
@@ -123,19 +82,12 @@ st_finish (StWriter * w)
 static gchar *
 write_weights (const gchar * name, guint32 seed)
 {
-  StWriter w;
-  GBytes *b;
+  StWriter *w = st_new ();
   gchar *path = g_build_filename (tmpdir, name, NULL);
-  gsize len;
-  const gchar *d;
 
-  st_init (&w);
-  st_add_mha (&w, "a.", E, seed);
-  st_add_mha (&w, "b.", E, seed + 100);
-  b = st_finish (&w);
-  d = g_bytes_get_data (b, &len);
-  fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
-  g_bytes_unref (b);
+  st_add_mha (w, "a.", E, seed);
+  st_add_mha (w, "b.", E, seed + 100);
+  st_save (w, path);
   return path;
 }
 
@@ -609,18 +561,13 @@ big_harness (const gchar * path)
 static gsize
 write_big (const gchar * path, guint seed)
 {
-  StWriter w;
-  GBytes *b;
-  gsize len;
-  const gchar *d;
+  StWriter *w = st_new ();
+  GStatBuf st;
 
-  st_init (&w);
-  st_add_mha (&w, "", BIG_E, seed);
-  b = st_finish (&w);
-  d = g_bytes_get_data (b, &len);
-  fail_unless (g_file_set_contents (path, d, (gssize) len, NULL));
-  g_bytes_unref (b);
-  return len;
+  st_add_mha (w, "", BIG_E, seed);
+  st_save (w, path);
+  fail_unless (g_stat (path, &st) == 0);
+  return (gsize) st.st_size;
 }
 
 /* The model's copies of such a file: four E x E matrices and the

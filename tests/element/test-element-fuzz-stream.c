@@ -9,7 +9,7 @@
  * channels) and READY cycles (frame-size, window, hop), EOS followed by a
  * flush and more data, samples that are NaN, +-Inf, +-1e38 or subnormal
  * (and whatever a sample cut between two buffers makes), trained weights
- * (tests/data, and files written at start-up by st-writer.c: attention
+ * (tests/data, and files written at start-up by st-builder.c: attention
  * modules with RoPE or ALiBi, encoder layers post- and pre-norm, some in
  * a stack's geometry causal=true lookback=window-hop, whole models per
  * window with learned, RoPE or ALiBi positions and mean or last
@@ -119,7 +119,7 @@
  */
 #include "sattn-check.h"
 #include "gstsattn-meta.h"
-#include "st-writer.h"
+#include "st-builder.h"
 
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
@@ -133,7 +133,7 @@
 /* ------------------------------------------------------------ weights */
 
 /* Weights files: fixtures of tests/data and files written at start-up
- * (st-writer.c, seeded): attention modules with RoPE / ALiBi recorded,
+ * (st-builder.c, seeded): attention modules with RoPE / ALiBi recorded,
  * encoder layers (post- and pre-norm, relu / gelu, with and without
  * positions) and whole models per window (learned, RoPE, ALiBi positions,
  * one or two layers, mean or last pooling). */
@@ -235,7 +235,7 @@ static void
 write_layer (const gchar * path, guint32 seed, gboolean norm_first,
     const gchar * activation, const gchar * positions)
 {
-  StWriter w;
+  StBuilder w;
 
   st_init (&w, seed);
   st_attn (&w, "self_attn.", LAYOUT_MHA, 8, 8);

@@ -22,7 +22,9 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
+#include "st-writer.h"
 
+#include <errno.h>
 #include <float.h>
 #include <glib/gstdio.h>
 #include <math.h>
@@ -100,8 +102,6 @@ GST_END_TEST;
 
 /* ------------------------------------------------------ trained weights */
 
-/* A safetensors file of an nn.MultiheadAttention with E = 2, 1 head:
- * W_q = W_k = W_v = wqkv × I, W_o = wo × I, zero biases. */
 /* Push T frames of d values (d = 2 channels, rate 1000) through h as one
  * buffer, then EOS; every output row into o (every value finite, T
  * rows); returns how many rows are zeros (overflowed rows are). */
@@ -128,44 +128,47 @@ push_count_zero_rows (GstHarness * h, const float *x, gsize T, gsize d,
   return zero_rows;
 }
 
+/* Writes w at a new temporary path (returned, g_free it) and frees
+ * it. */
+static gchar *
+save_tmp (StWriter * w)
+{
+  gchar *path = NULL;
+  GError *err = NULL;
+  gint fd;
+
+  fd = g_file_open_tmp ("sattn-overflow-XXXXXX.safetensors", &path, &err);
+  fail_unless (fd >= 0, "tmp file: %s", err ? err->message : "?");
+  g_close (fd, NULL);
+  fail_unless (st_writer_save (w, path) == 0, "%s: %s", path,
+      g_strerror (errno));
+  st_writer_free (w);
+  return path;
+}
+
+/* A safetensors file of an nn.MultiheadAttention with E = 2, 1 head:
+ * W_q = W_k = W_v = wqkv × I, W_o = wo × I, zero biases. */
 static gchar *
 write_weights (gfloat wqkv, gfloat wo)
 {
-  const gchar *hdr_fmt =
-      "{\"__metadata__\":{\"format\":\"pt\",\"num_heads\":\"1\"},"
-      "\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[6,2],"
-      "\"data_offsets\":[0,48]},"
-      "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[6],"
-      "\"data_offsets\":[48,72]},"
-      "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],"
-      "\"data_offsets\":[72,88]},"
-      "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[2],"
-      "\"data_offsets\":[88,96]}}";
   float data[24] = { 0, };
-  gchar *path = NULL;
-  GString *s = g_string_new (NULL);
-  guint64 n = strlen (hdr_fmt);
-  guint8 len[8];
-  gint fd, i;
-  GError *err = NULL;
+  StWriter *w = st_writer_new ();
+  gint i;
 
+  fail_unless (w != NULL);
   for (i = 0; i < 3; i++) {
     data[i * 4 + 0] = wqkv;     /* rows 2i, 2i + 1 of in_proj_weight */
     data[i * 4 + 3] = wqkv;
   }
   data[18] = wo;
   data[21] = wo;
-  for (i = 0; i < 8; i++)
-    len[i] = (guint8) (n >> (8 * i));
-  g_string_append_len (s, (const gchar *) len, 8);
-  g_string_append (s, hdr_fmt);
-  g_string_append_len (s, (const gchar *) data, sizeof (data));
-  fd = g_file_open_tmp ("sattn-overflow-XXXXXX.safetensors", &path, &err);
-  fail_unless (fd >= 0, "tmp file: %s", err ? err->message : "?");
-  g_close (fd, NULL);
-  fail_unless (g_file_set_contents (path, s->str, (gssize) s->len, &err));
-  g_string_free (s, TRUE);
-  return path;
+  st_writer_meta (w, "format", "pt");
+  st_writer_meta (w, "num_heads", "1");
+  st_writer_f32_2d (w, "in_proj_weight", data, 6, 2);
+  st_writer_f32_2d (w, "in_proj_bias", data + 12, 6, 0);
+  st_writer_f32_2d (w, "out_proj.weight", data + 18, 2, 2);
+  st_writer_f32_2d (w, "out_proj.bias", data + 22, 2, 0);
+  return save_tmp (w);
 }
 
 static guint
@@ -364,67 +367,47 @@ write_prenorm_layer (gfloat w2)
 {
   static const struct
   {
-    const gchar *name, *shape;
-    gsize n;
+    const gchar *name;
+    gsize rows, cols;           /* cols 0: a vector */
   } t[] = {
-    {"self_attn.in_proj_weight", "[6,2]", 12},
-    {"self_attn.in_proj_bias", "[6]", 6},
-    {"self_attn.out_proj.weight", "[2,2]", 4},
-    {"self_attn.out_proj.bias", "[2]", 2},
-    {"linear1.weight", "[4,2]", 8},
-    {"linear1.bias", "[4]", 4},
-    {"linear2.weight", "[2,4]", 8},
-    {"linear2.bias", "[2]", 2},
-    {"norm1.weight", "[2]", 2},
-    {"norm1.bias", "[2]", 2},
-    {"norm2.weight", "[2]", 2},
-    {"norm2.bias", "[2]", 2},
+    {"self_attn.in_proj_weight", 6, 2},
+    {"self_attn.in_proj_bias", 6, 0},
+    {"self_attn.out_proj.weight", 2, 2},
+    {"self_attn.out_proj.bias", 2, 0},
+    {"linear1.weight", 4, 2},
+    {"linear1.bias", 4, 0},
+    {"linear2.weight", 2, 4},
+    {"linear2.bias", 2, 0},
+    {"norm1.weight", 2, 0},
+    {"norm1.bias", 2, 0},
+    {"norm2.weight", 2, 0},
+    {"norm2.bias", 2, 0},
   };
-  GString *hdr = g_string_new ("{\"__metadata__\":{\"format\":\"pt\","
-      "\"norm_first\":\"true\"," "\"activation\":\"relu\"}");
-  GArray *data = g_array_new (FALSE, TRUE, sizeof (float));
-  GString *s = g_string_new (NULL);
-  gchar *path = NULL;
-  GError *err = NULL;
-  guint8 len[8];
+  StWriter *w = st_writer_new ();
+  float v[12];
   gsize i, j;
-  gint fd;
 
+  fail_unless (w != NULL);
+  st_writer_meta (w, "format", "pt");
+  st_writer_meta (w, "norm_first", "true");
+  st_writer_meta (w, "activation", "relu");
   for (i = 0; i < G_N_ELEMENTS (t); i++) {
-    gsize off = data->len * sizeof (float);
+    gsize n = t[i].rows * (t[i].cols ? t[i].cols : 1);
 
-    g_string_append_printf (hdr, ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,"
-        "\"data_offsets\":[%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "]}",
-        t[i].name, t[i].shape, off, off + t[i].n * sizeof (float));
-    for (j = 0; j < t[i].n; j++) {
-      float v = 0.0f;
-
+    for (j = 0; j < n; j++) {
+      v[j] = 0.0f;
       if (i == 0 || i == 2)     /* identity rows: [I; I; I], I */
-        v = (j % 2) == (j / 2) % 2 ? 1.0f : 0.0f;
+        v[j] = (j % 2) == (j / 2) % 2 ? 1.0f : 0.0f;
       else if (i == 4)          /* [I; -I] */
-        v = (j % 2) == (j / 2) % 2 ? (j < 4 ? 1.0f : -1.0f) : 0.0f;
+        v[j] = (j % 2) == (j / 2) % 2 ? (j < 4 ? 1.0f : -1.0f) : 0.0f;
       else if (i == 6)
-        v = w2;
+        v[j] = w2;
       else if (i == 8 || i == 10)
-        v = 1.0f;
-      g_array_append_val (data, v);
+        v[j] = 1.0f;
     }
+    st_writer_f32_2d (w, t[i].name, v, t[i].rows, t[i].cols);
   }
-  g_string_append (hdr, "}");
-  for (i = 0; i < 8; i++)
-    len[i] = (guint8) ((guint64) hdr->len >> (8 * i));
-  g_string_append_len (s, (const gchar *) len, 8);
-  g_string_append_len (s, hdr->str, hdr->len);
-  g_string_append_len (s, (const gchar *) data->data,
-      data->len * sizeof (float));
-  fd = g_file_open_tmp ("sattn-overflow-XXXXXX.safetensors", &path, &err);
-  fail_unless (fd >= 0, "tmp file: %s", err ? err->message : "?");
-  g_close (fd, NULL);
-  fail_unless (g_file_set_contents (path, s->str, (gssize) s->len, &err));
-  g_string_free (s, TRUE);
-  g_string_free (hdr, TRUE);
-  g_array_free (data, TRUE);
-  return path;
+  return save_tmp (w);
 }
 
 /* A pre-norm encoder whose feed-forward overflows (linear2 = 3e38: its

@@ -22,7 +22,7 @@
  */
 #include "sattn-check.h"
 #include "gstsattn-meta.h"
-#include "st-writer.h"
+#include "st-builder.h"
 
 #include <glib/gstdio.h>
 #include <string.h>

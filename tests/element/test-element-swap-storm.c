@@ -23,7 +23,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
-#include "st-writer.h"
+#include "st-builder.h"
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -64,7 +64,7 @@ tmp_path (const gchar * name)
 static void
 write_files (void)
 {
-  StWriter w;
+  StBuilder w;
   gchar *buf = NULL;
   gsize len = 0;
   WholeSpec whole = { .f = D, .d = 8, .n_layers = 1, .ff = 16, .classes = 3,

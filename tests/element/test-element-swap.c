@@ -23,7 +23,7 @@
  */
 #include "sattn-check.h"
 #include "sattn/sattn-weights.h"
-#include "st-writer.h"
+#include "st-builder.h"
 
 #include <math.h>
 #include <string.h>
@@ -401,7 +401,7 @@ tmp_cleanup (void)
 
 /* ------------------------------------------------------ weights files */
 
-/* The weights files of st-writer.c, named name in the test's directory
+/* The weights files of st-builder.c, named name in the test's directory
  * (g_free the path). */
 static gchar *
 write_layer (const gchar * name, guint32 seed, Layout layout, gsize e,

@@ -13,7 +13,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "sattn-check.h"
-#include "st-writer.h"
+#include "st-builder.h"
 #include "gstsattn-classes.h"
 
 #include "sattn/sattn-weights.h"

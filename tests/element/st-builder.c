@@ -1,100 +1,58 @@
-/* Small safetensors files written by the tests (seeded random weights):
- * attention modules in four layouts, nn.TransformerEncoderLayer and
+/* The element tests' weights files (seeded random weights), written
+ * through the tests' one writer (tests/common/st-writer.c): attention
+ * modules in four layouts, nn.TransformerEncoderLayer and
  * whole models (python/sattn/nn.py's SignalTransformer), with PyTorch's
  * names and the loader's metadata.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "st-writer.h"
+#include "st-builder.h"
 
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
 void
-st_init (StWriter * w, guint32 seed)
+st_init (StBuilder * w, guint32 seed)
 {
-  w->tensors = g_string_new (NULL);
-  w->meta = g_string_new (NULL);
-  w->data = g_byte_array_new ();
+  w->st = st_writer_new ();
+  fail_unless (w->st != NULL);
   w->rng = g_rand_new_with_seed (seed);
 }
 
-static void
-st_json_string (GString * s, const gchar * v)
-{
-  g_string_append_c (s, '"');
-  for (; *v; v++) {
-    if (*v == '"' || *v == '\\')
-      g_string_append_c (s, '\\');
-    g_string_append_c (s, *v);
-  }
-  g_string_append_c (s, '"');
-}
-
 void
-st_meta (StWriter * w, const gchar * key, const gchar * value)
+st_meta (StBuilder * w, const gchar * key, const gchar * value)
 {
-  if (w->meta->len > 0)
-    g_string_append_c (w->meta, ',');
-  st_json_string (w->meta, key);
-  g_string_append_c (w->meta, ':');
-  st_json_string (w->meta, value);
+  st_writer_meta (w->st, key, value);
 }
 
 /* An F32 tensor of rows × cols values (cols 0: a vector of rows). */
 void
-st_tensor (StWriter * w, const gchar * name, gsize rows, gsize cols,
+st_tensor (StBuilder * w, const gchar * name, gsize rows, gsize cols,
     const float *v)
 {
-  gsize off = w->data->len, n = rows * (cols ? cols : 1), i;
-
-  for (i = 0; i < n; i++) {
-    guint32 u;
-
-    memcpy (&u, &v[i], 4);
-    u = GUINT32_TO_LE (u);
-    g_byte_array_append (w->data, (const guint8 *) &u, 4);
-  }
-  if (w->tensors->len > 0)
-    g_string_append_c (w->tensors, ',');
-  st_json_string (w->tensors, name);
-  if (cols)
-    g_string_append_printf (w->tensors, ":{\"dtype\":\"F32\",\"shape\":[%"
-        G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "],", rows, cols);
-  else
-    g_string_append_printf (w->tensors, ":{\"dtype\":\"F32\",\"shape\":[%"
-        G_GSIZE_FORMAT "],", rows);
-  g_string_append_printf (w->tensors, "\"data_offsets\":[%" G_GSIZE_FORMAT
-      ",%u]}", off, w->data->len);
+  st_writer_f32_2d (w->st, name, v, rows, cols);
 }
 
 /* A tensor of a x b x c uniform values in centre ± amp (3-D: a conv's
  * weight). */
 static void
-st_rand3 (StWriter * w, const gchar * name, gsize a, gsize b, gsize c,
+st_rand3 (StBuilder * w, const gchar * name, gsize a, gsize b, gsize c,
     gdouble centre, gdouble amp)
 {
-  gsize off = w->data->len, n = a * b * c, i;
+  const gsize shape[3] = { a, b, c };
+  gsize n = a * b * c, i;
+  float *v = g_new (float, n);
 
-  for (i = 0; i < n; i++) {
-    float v = (float) (centre + g_rand_double_range (w->rng, -amp, amp));
-    guint32 u;
-
-    memcpy (&u, &v, 4);
-    u = GUINT32_TO_LE (u);
-    g_byte_array_append (w->data, (const guint8 *) &u, 4);
-  }
-  if (w->tensors->len > 0)
-    g_string_append_c (w->tensors, ',');
-  st_json_string (w->tensors, name);
-  g_string_append_printf (w->tensors, ":{\"dtype\":\"F32\",\"shape\":[%"
-      G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT ",%" G_GSIZE_FORMAT "],"
-      "\"data_offsets\":[%" G_GSIZE_FORMAT ",%u]}", a, b, c, off, w->data->len);
+  for (i = 0; i < n; i++)
+    v[i] = (float) (centre + g_rand_double_range (w->rng, -amp, amp));
+  st_writer_f32 (w->st, name, v, 3, shape);
+  g_free (v);
 }
 
 /* Uniform values in centre ± amp. */
 void
-st_rand (StWriter * w, const gchar * name, gsize rows, gsize cols,
+st_rand (StBuilder * w, const gchar * name, gsize rows, gsize cols,
     gdouble centre, gdouble amp)
 {
   gsize n = rows * (cols ? cols : 1), i;
@@ -110,7 +68,7 @@ st_rand (StWriter * w, const gchar * name, gsize rows, gsize cols,
  * ".bias" when bias), initialised at PyTorch's scale, a little larger
  * so that the attention is far from uniform. */
 void
-st_linear (StWriter * w, const gchar * p, const gchar * name, gsize out_f,
+st_linear (StBuilder * w, const gchar * p, const gchar * name, gsize out_f,
     gsize in_f, gboolean bias)
 {
   gchar *n = g_strdup_printf ("%s%s.weight", p, name);
@@ -127,7 +85,7 @@ st_linear (StWriter * w, const gchar * p, const gchar * name, gsize out_f,
 
 /* A LayerNorm(d): weight near 1, bias near 0. */
 void
-st_norm (StWriter * w, const gchar * p, const gchar * name, gsize d)
+st_norm (StBuilder * w, const gchar * p, const gchar * name, gsize d)
 {
   gchar *n = g_strdup_printf ("%s%s.weight", p, name);
 
@@ -138,34 +96,14 @@ st_norm (StWriter * w, const gchar * p, const gchar * name, gsize d)
   g_free (n);
 }
 
-/* Writes the file (header padded to 8 bytes, as safetensors writes it)
- * and frees the writer. */
+/* Writes the file and frees the builder (fails the test on an
+ * error). */
 void
-st_write (StWriter * w, const gchar * path)
+st_write (StBuilder * w, const gchar * path)
 {
-  GString *h = g_string_new ("{");
-  GByteArray *b = g_byte_array_new ();
-  guint64 le;
-  GError *err = NULL;
-
-  if (w->meta->len > 0)
-    g_string_append_printf (h, "\"__metadata__\":{%s}%s", w->meta->str,
-        w->tensors->len > 0 ? "," : "");
-  g_string_append (h, w->tensors->str);
-  g_string_append_c (h, '}');
-  while (h->len % 8 != 0)
-    g_string_append_c (h, ' ');
-  le = GUINT64_TO_LE ((guint64) h->len);
-  g_byte_array_append (b, (const guint8 *) &le, 8);
-  g_byte_array_append (b, (const guint8 *) h->str, (guint) h->len);
-  g_byte_array_append (b, w->data->data, w->data->len);
-  fail_unless (g_file_set_contents (path, (const gchar *) b->data, b->len,
-          &err), "%s", err ? err->message : "");
-  g_byte_array_unref (b);
-  g_string_free (h, TRUE);
-  g_string_free (w->tensors, TRUE);
-  g_string_free (w->meta, TRUE);
-  g_byte_array_unref (w->data);
+  fail_unless (st_writer_save (w->st, path) == 0, "%s: %s", path,
+      g_strerror (errno));
+  st_writer_free (w->st);
   g_rand_free (w->rng);
 }
 
@@ -173,7 +111,7 @@ st_write (StWriter * w, const gchar * path)
 
 /* The attention module under p: frames of e values, d_out values out. */
 void
-st_attn (StWriter * w, const gchar * p, Layout layout, gsize e, gsize d_out)
+st_attn (StBuilder * w, const gchar * p, Layout layout, gsize e, gsize d_out)
 {
   gchar *n;
 
@@ -217,7 +155,7 @@ st_write_layer (const gchar * path, guint32 seed, Layout layout, gsize e,
     gsize d_out, guint heads, const gchar * positions, gsize ff)
 {
   gchar num[16];
-  StWriter w;
+  StBuilder w;
 
   st_init (&w, seed);
   g_snprintf (num, sizeof num, "%u", heads);
@@ -245,7 +183,7 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
 {
   gchar num[16], p[64];
   GString *labels = g_string_new ("[");
-  StWriter w;
+  StBuilder w;
   gsize i;
 
   st_init (&w, seed);

@@ -1,21 +1,22 @@
-/* Small safetensors files written by the tests (st-writer.c).
+/* The element tests' weights files (st-builder.c), seeded, written
+ * through the tests' one writer (tests/common/st-writer.h).
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#ifndef ST_WRITER_H
-#define ST_WRITER_H
+#ifndef ST_BUILDER_H
+#define ST_BUILDER_H
 
 #include <gst/check/gstcheck.h>
+
+#include "st-writer.h"
 
 G_BEGIN_DECLS
 
 typedef struct
 {
-  GString *tensors;             /* the header's tensor entries */
-  GString *meta;                /* its __metadata__ entries */
-  GByteArray *data;
-  GRand *rng;
-} StWriter;
+  StWriter *st;                 /* the file being built */
+  GRand *rng;                   /* its values */
+} StBuilder;
 
 typedef enum
 {
@@ -25,20 +26,20 @@ typedef enum
   LAYOUT_LLAMA,                 /* wq, wk, wv, wo (no biases) */
 } Layout;
 
-void st_init (StWriter * w, guint32 seed);
-void st_meta (StWriter * w, const gchar * key, const gchar * value);
+void st_init (StBuilder * w, guint32 seed);
+void st_meta (StBuilder * w, const gchar * key, const gchar * value);
 /* An F32 tensor of rows x cols values (cols 0: a vector of rows). */
-void st_tensor (StWriter * w, const gchar * name, gsize rows, gsize cols,
+void st_tensor (StBuilder * w, const gchar * name, gsize rows, gsize cols,
     const float *v);
 /* Uniform values in centre +- amp. */
-void st_rand (StWriter * w, const gchar * name, gsize rows, gsize cols,
+void st_rand (StBuilder * w, const gchar * name, gsize rows, gsize cols,
     gdouble centre, gdouble amp);
-void st_linear (StWriter * w, const gchar * p, const gchar * name,
+void st_linear (StBuilder * w, const gchar * p, const gchar * name,
     gsize out_f, gsize in_f, gboolean bias);
-void st_norm (StWriter * w, const gchar * p, const gchar * name, gsize d);
+void st_norm (StBuilder * w, const gchar * p, const gchar * name, gsize d);
 /* Writes the file and frees the writer (fails the test on an error). */
-void st_write (StWriter * w, const gchar * path);
-void st_attn (StWriter * w, const gchar * p, Layout layout, gsize e,
+void st_write (StBuilder * w, const gchar * path);
+void st_attn (StBuilder * w, const gchar * p, Layout layout, gsize e,
     gsize d_out);
 
 /* An attention module (ff == 0) or an nn.TransformerEncoderLayer with a
@@ -85,4 +86,4 @@ gchar *st_write_whole (const gchar * path, guint32 seed,
 
 G_END_DECLS
 
-#endif /* ST_WRITER_H */
+#endif /* ST_BUILDER_H */
