@@ -176,6 +176,30 @@ sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k)
   kernels ()->add_bias (y, ldy, n, b, k);
 }
 
+void
+sattn_norm_rows_f32 (const float *x, size_t ldx, float *y, size_t ldy,
+                     size_t rows, size_t d, const float *w, const float *b,
+                     float eps)
+{
+  if (rows > 0 && d > 0)
+    kernels ()->norm_f (x, ldx, y, ldy, rows, d, w, b, eps);
+}
+
+void
+sattn_gelu_f32 (float *h, size_t n)
+{
+  const SattnKernels *k = kernels ();
+  float a[64], e[64];
+  for (size_t i0 = 0; i0 < n; i0 += 64) {
+    const size_t c = n - i0 < 64 ? n - i0 : 64;
+    for (size_t i = 0; i < c; i++)
+      a[i] = h[i0 + i] * (float) M_SQRT1_2;
+    k->erf (a, e, c);
+    for (size_t i = 0; i < c; i++)
+      h[i0 + i] = 0.5f * h[i0 + i] * (1.0f + e[i]);
+  }
+}
+
 size_t
 sattn_first_nonfinite (const float *x, size_t n)
 {

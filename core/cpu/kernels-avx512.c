@@ -738,6 +738,43 @@ add_bias_avx512 (float *restrict y, size_t ldy, size_t n,
   }
 }
 
+/* See norm_f_portable: each pass in 16 float lanes (lane l takes the
+ * entries l, l + 16, ...), the lanes added by the reduction's tree. */
+AVX512 static void
+norm_f_avx512 (const float *x, size_t ldx, float *y, size_t ldy, size_t rows,
+               size_t d, const float *w, const float *b, float eps)
+{
+  for (size_t i = 0; i < rows; i++) {
+    const float *xr = x + i * ldx;
+    float *yr = y + i * ldy;
+    __m512 s = _mm512_setzero_ps ();
+    for (size_t t = 0; t < d; t += 16)
+      s = _mm512_add_ps (s, _mm512_maskz_loadu_ps (tail_mask (d - t), xr + t));
+    const __m512 mean = _mm512_set1_ps (_mm512_reduce_add_ps (s) / (float) d);
+    __m512 v = _mm512_setzero_ps ();
+    for (size_t t = 0; t < d; t += 16) {
+      const __mmask16 tm = tail_mask (d - t);
+      __m512 e = _mm512_maskz_sub_ps (tm, _mm512_maskz_loadu_ps (tm, xr + t),
+                                      mean);
+      v = _mm512_fmadd_ps (e, e, v);
+    }
+    const float var = _mm512_reduce_add_ps (v) / (float) d;
+    const __m512 inv = _mm512_set1_ps (1.0f / sqrtf (var + eps));
+    for (size_t t = 0; t < d; t += 16) {
+      const __mmask16 tm = tail_mask (d - t);
+      __m512 o =
+          _mm512_mul_ps (_mm512_sub_ps (_mm512_maskz_loadu_ps (tm, xr + t),
+                                        mean),
+                         inv);
+      if (w != NULL)
+        o = _mm512_mul_ps (o, _mm512_maskz_loadu_ps (tm, w + t));
+      if (b != NULL)
+        o = _mm512_add_ps (o, _mm512_maskz_loadu_ps (tm, b + t));
+      _mm512_mask_storeu_ps (yr + t, tm, o);
+    }
+  }
+}
+
 /* See transpose_rows_portable: blocks of 16 rows × 16 columns. */
 AVX512 static void
 transpose_rows_avx512 (const float *restrict x, size_t ldx,
@@ -1082,5 +1119,6 @@ const SattnKernels sattn_kernels_avx512 = {
   .erf = erf_avx512,
   .gelu = gelu_avx512,
   .relu = relu_avx512,
+  .norm_f = norm_f_avx512,
 };
 #endif /* SATTN_HAVE_X86 */

@@ -152,4 +152,5 @@ const SattnKernels sattn_kernels_portable = {
   .erf = erf_portable,
   .gelu = gelu_portable,
   .relu = relu_portable,
+  .norm_f = norm_f_portable,
 };

@@ -103,6 +103,38 @@ add_bias_portable (float *restrict y, size_t ldy, size_t n,
       y[i * ldy + j] += b[j];
 }
 
+/* LayerNorm of rows (i < rows) of d floats in float, as PyTorch float32
+ * (precision=fast): y = (x - mean) / sqrt (var + eps) * w + b (w, b
+ * NULL: 1, 0), mean and the biased variance by two passes; y may be x.
+ * This loop sums in double; a level's own loop sums in float lanes.  Each
+ * row's bytes do not depend on the rows around it. */
+SATTN_LOOP void
+norm_f_portable (const float *x, size_t ldx, float *y, size_t ldy, size_t rows,
+                 size_t d, const float *w, const float *b, float eps)
+{
+  for (size_t i = 0; i < rows; i++) {
+    const float *xr = x + i * ldx;
+    float *yr = y + i * ldy;
+    double s = 0.0, v = 0.0;
+    for (size_t t = 0; t < d; t++)
+      s += (double) xr[t];
+    const float mean = (float) (s / (double) d);
+    for (size_t t = 0; t < d; t++) {
+      const float e = xr[t] - mean;
+      v += (double) e * (double) e;
+    }
+    const float inv = 1.0f / sqrtf ((float) (v / (double) d) + eps);
+    for (size_t t = 0; t < d; t++) {
+      float o = (xr[t] - mean) * inv;
+      if (w != NULL)
+        o *= w[t];
+      if (b != NULL)
+        o += b[t];
+      yr[t] = o;
+    }
+  }
+}
+
 /* copy_rows_portable transposed: dst[t * ldd + i] (and its mirror) =
  * x[i * ldx + t]. */
 SATTN_LOOP void
