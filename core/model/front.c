@@ -4,7 +4,9 @@
  * from a window's frames to the rows its first layer takes.
  *
  * Precision: everything in double; each row rounded to float once where
- * it enters the first layer (as the embedding of net.c).  A linear front
+ * it enters the first layer (as the embedding of net.c).  precision=fast:
+ * the Linear or the conv and its activation in float (front_f32), the
+ * normalisations as in exact mode.  A linear front
  * end without a per-window part is net.c's sattn_net_embed instead (its
  * standardisation folded into the weights by the loader), computed once
  * per frame.
@@ -54,8 +56,11 @@ sattn_net_front_scratch (const SattnModel *m, size_t n)
 {
   const SattnNet *net = m->net;
   const size_t g = net->conv ? net->conv_c * net->conv_k : net->d_frame;
+  /* e, g, and precision=fast's g as floats (half as many doubles, whole)
+   * and a row of D floats */
   return sattn_size_add (sattn_size_mul (n + net->lead, net->d),
-                         sattn_size_mul (n, g));
+                         sattn_size_add (sattn_size_mul (n, g + (g + 1) / 2),
+                                         net->d));
 }
 
 /* The per-window normalisation's divisor: 1 without one, 0 for a window
@@ -111,10 +116,41 @@ activate (int act, double v)
   return v;
 }
 
+/* precision=fast's front end: the n rows g (G doubles each, values the
+ * front end's Linear or conv reads) rounded to float into gf (room for
+ * n ((G + 1) / 2) doubles, then D floats), the product summed in float,
+ * the conv's activation in float, into e (n × D doubles holding float
+ * values). */
+static void
+front_f32 (const SattnNet *net, const double *g, size_t n, size_t G, float *gf,
+           double *e)
+{
+  const size_t D = net->d;
+  for (size_t i = 0; i < n * G; i++)
+    gf[i] = (float) g[i];
+  if (net->conv)
+    sattn_net_linear_f32 (gf, G, n, net->conv_wf, net->conv_bf, G, D, e, D);
+  else
+    sattn_net_linear_f32 (gf, G, n, net->embed_wf, net->embed_bf, G, D, e, D);
+  if (!net->conv || net->conv_act == 0)
+    return;
+  /* the activation in float, row by row through a (D floats after gf) */
+  float *a = gf + n * ((G + 1) / 2) * 2;
+  for (size_t i = 0; i < n; i++) {
+    for (size_t t = 0; t < D; t++)
+      a[t] = (float) e[i * D + t];
+    if (net->conv_act == 2)
+      sattn_gelu_f32 (a, D);
+    for (size_t t = 0; t < D; t++)
+      e[i * D + t] = net->conv_act == 1 ? (a[t] > 0.0f ? a[t] : 0.0f)
+                                        : (double) a[t];
+  }
+}
+
 size_t
 sattn_net_front_window (const SattnModel *m, const double *xs, const double *ss,
                         const uint8_t *ok, size_t n, float *x, uint8_t *kok,
-                        double *scratch, uint64_t *overflow)
+                        double *scratch, uint64_t *overflow, int fast)
 {
   const SattnNet *net = m->net;
   const size_t D = net->d, F = net->d_frame, L = net->lead;
@@ -123,18 +159,21 @@ sattn_net_front_window (const SattnModel *m, const double *xs, const double *ss,
   const double inv = r > 0.0 ? 1.0 / r : 0.0;
   size_t usable = 0;
 
-  if (net->conv) {
+  const size_t G = net->conv ? net->conv_c * net->conv_k : F;
+  if (net->conv)
     conv_gather (net, xs, n, inv, g);
-    sattn_linear_d (g, net->conv_c * net->conv_k, n, net->conv_wt, D,
-                    net->conv_b, net->conv_c * net->conv_k, D, e + L * D, D);
-    for (size_t i = 0; i < n * D && net->conv_act != 0; i++)
-      e[L * D + i] = activate (net->conv_act, e[L * D + i]);
-  } else {
+  else
     for (size_t i = 0; i < n * F; i++)
       g[i] = xs[i] * inv;
+  if (fast)
+    front_f32 (net, g, n, G, (float *) (void *) (g + n * G), e + L * D);
+  else if (net->conv)
+    sattn_linear_d (g, G, n, net->conv_wt, D, net->conv_b, G, D, e + L * D, D);
+  else
     sattn_linear_d (g, F, n, net->embed_wt, D, net->embed_b, F, D, e + L * D,
                     D);
-  }
+  for (size_t i = 0; i < n * D && net->conv && !fast && net->conv_act != 0; i++)
+    e[L * D + i] = activate (net->conv_act, e[L * D + i]);
   if (L > 0)
     memcpy (e, net->cls, D * sizeof (double));
   for (size_t i = 0; i < n + L; i++) {
