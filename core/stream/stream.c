@@ -411,11 +411,6 @@ stream_check (const SattnModel *m, const SattnStreamConfig *sc_in,
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "precision=%d is not a precision (0 exact, 1 fast)",
                        (int) sc->precision);
-  if (m != NULL && m->net != NULL && sc->precision != SATTN_PRECISION_EXACT)
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "precision=fast is for attention and encoder layers; "
-                       "this is a whole model, whose windows sum in double "
-                       "throughout (use precision=exact)");
   if (m != NULL && m->net != NULL)
     return sattn_pw_check (m, sc, err, err_len);
   if (m != NULL && sc->output == SATTN_OUTPUT_CLASSES)
