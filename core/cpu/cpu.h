@@ -163,7 +163,7 @@ void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k);
  * gelu: h[i] = GELU (h[i]) rounded to float, by that erf (see
  * core/nn/encoder.c); relu: h[i] = max (h[i] rounded to float, 0) (NaN and
  * -0 give +0); these three give the same bytes at every level; norm_f:
- * sattn_norm_rows_f32. */
+ * sattn_norm_rows_f32; gelu_f: sattn_gelu_f32. */
 typedef void (*SattnQkFn) (const float *q, size_t ldq, const float *kt,
                            size_t ldkt, size_t m, size_t nk, size_t dh,
                            float *S, size_t lds);
@@ -204,6 +204,7 @@ typedef void (*SattnLinearFFFn) (const float *x, size_t ldx, size_t rows,
 typedef void (*SattnWidenFn) (const float *x, size_t ldx, size_t rows,
                               size_t din, double *xb);
 typedef void (*SattnErfFn) (const float *x, float *y, size_t n);
+typedef void (*SattnGeluFFn) (float *h, size_t n);
 typedef void (*SattnNormFFn) (const float *x, size_t ldx, float *y, size_t ldy,
                               size_t rows, size_t d, const float *w,
                               const float *b, float eps);
@@ -231,6 +232,7 @@ typedef struct {
   SattnErfFn erf;
   SattnActFn gelu, relu;
   SattnNormFFn norm_f;
+  SattnGeluFFn gelu_f;
 } SattnKernels;
 
 /* The table of the level sattn_simd_level () says (chosen at the first

@@ -188,16 +188,7 @@ sattn_norm_rows_f32 (const float *x, size_t ldx, float *y, size_t ldy,
 void
 sattn_gelu_f32 (float *h, size_t n)
 {
-  const SattnKernels *k = kernels ();
-  float a[64], e[64];
-  for (size_t i0 = 0; i0 < n; i0 += 64) {
-    const size_t c = n - i0 < 64 ? n - i0 : 64;
-    for (size_t i = 0; i < c; i++)
-      a[i] = h[i0 + i] * (float) M_SQRT1_2;
-    k->erf (a, e, c);
-    for (size_t i = 0; i < c; i++)
-      h[i0 + i] = 0.5f * h[i0 + i] * (1.0f + e[i]);
-  }
+  kernels ()->gelu_f (h, n);
 }
 
 size_t

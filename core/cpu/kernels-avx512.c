@@ -1005,6 +1005,23 @@ erf_avx512 (const float *restrict x, float *restrict y, size_t n)
   }
 }
 
+/* gelu_f_portable on 16 floats at a time, the tail masked. */
+AVX512 static void
+gelu_f_avx512 (float *restrict h, size_t n)
+{
+  const __m512 s = _mm512_set1_ps ((float) M_SQRT1_2);
+  const __m512 half = _mm512_set1_ps (0.5f), one = _mm512_set1_ps (1.0f);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff
+                                    : (__mmask16) ((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps (m, h + i);
+    const __m512 e = erf512 (_mm512_mul_ps (v, s));
+    _mm512_mask_storeu_ps (h + i, m,
+                           _mm512_mul_ps (_mm512_mul_ps (half, v),
+                                          _mm512_add_ps (one, e)));
+  }
+}
+
 /* gelu1_portable (kernels-portable.h) on 16 doubles at a time, the tail
  * masked. */
 AVX512 static void
@@ -1120,5 +1137,6 @@ const SattnKernels sattn_kernels_avx512 = {
   .gelu = gelu_avx512,
   .relu = relu_avx512,
   .norm_f = norm_f_avx512,
+  .gelu_f = gelu_f_avx512,
 };
 #endif /* SATTN_HAVE_X86 */

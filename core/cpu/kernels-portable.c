@@ -153,4 +153,5 @@ const SattnKernels sattn_kernels_portable = {
   .gelu = gelu_portable,
   .relu = relu_portable,
   .norm_f = norm_f_portable,
+  .gelu_f = gelu_f_portable,
 };

@@ -318,6 +318,15 @@ gelu1_portable (double v)
   return (double) (float) (0.5 * v * (1.0 + e));
 }
 
+/* h[i] = GELU (h[i]) in float (sattn_gelu_f32): 0.5 h (1 + erf (h /
+ * sqrt 2)), each step rounded to float, by the erf above. */
+SATTN_LOOP void
+gelu_f_portable (float *restrict h, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    h[i] = 0.5f * h[i] * (1.0f + erf1_portable (h[i] * (float) M_SQRT1_2));
+}
+
 SATTN_LOOP void
 erf_portable (const float *restrict x, float *restrict y, size_t n)
 {
