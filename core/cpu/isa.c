@@ -186,6 +186,13 @@ sattn_norm_rows_f32 (const float *x, size_t ldx, float *y, size_t ldy,
 }
 
 void
+sattn_add_rows (const float *x, size_t ldx, float *y, size_t ldy, size_t rows,
+                size_t d)
+{
+  kernels ()->add_rows (x, ldx, y, ldy, rows, d);
+}
+
+void
 sattn_gelu_f32 (float *h, size_t n)
 {
   kernels ()->gelu_f (h, n);

@@ -154,4 +154,5 @@ const SattnKernels sattn_kernels_portable = {
   .relu = relu_portable,
   .norm_f = norm_f_portable,
   .gelu_f = gelu_f_portable,
+  .add_rows = add_rows_portable,
 };

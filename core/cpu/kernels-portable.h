@@ -103,6 +103,18 @@ add_bias_portable (float *restrict y, size_t ldy, size_t n,
       y[i * ldy + j] += b[j];
 }
 
+/* y[i * ldy + t] += x[i * ldx + t] for rows i < rows, t < d: one float
+ * addition per entry, the same bytes at every level (precision=fast's
+ * residuals). */
+SATTN_LOOP void
+add_rows_portable (const float *restrict x, size_t ldx, float *restrict y,
+                   size_t ldy, size_t rows, size_t d)
+{
+  for (size_t i = 0; i < rows; i++)
+    for (size_t t = 0; t < d; t++)
+      y[i * ldy + t] += x[i * ldx + t];
+}
+
 /* LayerNorm of rows (i < rows) of d floats in float, as PyTorch float32
  * (precision=fast): y = (x - mean) / sqrt (var + eps) * w + b (w, b
  * NULL: 1, 0), mean and the biased variance by two passes; y may be x.

@@ -232,12 +232,7 @@ layer_rows_f32 (const SattnModel *m, const float *x, size_t ldx, float *y,
   float *f = u + SATTN_LAYER_ROWS * ld;
 
   /* y = x + SA, in float. */
-  for (size_t i = 0; i < rows; i++) {
-    float *restrict yi = y + i * ldy;
-    const float *restrict xi = x + i * ldx;
-    for (size_t t = 0; t < d; t++)
-      yi[t] = xi[t] + yi[t];
-  }
+  sattn_add_rows (x, ldx, y, ldy, rows, d);
   if (!m->cfg.norm_first)
     /* y = norm1 (x + SA); then y = norm2 (y + FF (y)). */
     sattn_norm_rows_f32 (y, ldy, y, ldy, rows, d, m->n1w, m->n1b, eps);
@@ -252,12 +247,7 @@ layer_rows_f32 (const SattnModel *m, const float *x, size_t ldx, float *y,
   linear_f32 (in, ldin, rows, m->w1f, m->b1f, d, dff, h, dff);
   activate_f (m, h, rows * dff);
   linear_f32 (h, dff, rows, m->w2f, m->b2f, dff, d, f, ld);
-  for (size_t i = 0; i < rows; i++) {
-    float *restrict yi = y + i * ldy;
-    const float *restrict fi = f + i * ld;
-    for (size_t t = 0; t < d; t++)
-      yi[t] = yi[t] + fi[t];
-  }
+  sattn_add_rows (f, ld, y, ldy, rows, d);
   if (!m->cfg.norm_first)
     sattn_norm_rows_f32 (y, ldy, y, ldy, rows, d, m->n2w, m->n2b, eps);
 }
