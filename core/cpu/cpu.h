@@ -141,6 +141,21 @@ void sattn_copy_rows (const float *x, size_t ldx, const uint8_t *ok, size_t cnt,
 void sattn_transpose_rows (const float *x, size_t ldx, const uint8_t *ok,
                            size_t cnt, size_t w, float *dst, size_t ldd,
                            size_t mir);
+/* LayerNorm of rows (stride ldx) of d floats into y (stride ldy; may be
+ * x) in float, as PyTorch float32 computes it (w, b NULL: 1, 0): the
+ * LayerNorms of precision=fast.  Each row's bytes do not depend on the
+ * rows around it (they do on the SIMD level). */
+void sattn_norm_rows_f32 (const float *x, size_t ldx, float *y, size_t ldy,
+                          size_t rows, size_t d, const float *w, const float *b,
+                          float eps);
+/* h[i] = GELU (h[i]) = 0.5 h (1 + erf (h / sqrt 2)) in float, each step
+ * rounded to float (the kernel table's erf), as PyTorch float32. */
+void sattn_gelu_f32 (float *h, size_t n);
+/* y[i * ldy + t] += x[i * ldx + t] for rows i < rows and t < d, one
+ * float addition per entry (the same bytes at every level; y must not
+ * overlap x). */
+void sattn_add_rows (const float *x, size_t ldx, float *y, size_t ldy,
+                     size_t rows, size_t d);
 /* y[i * ldy + j] += b[j] for rows i < n and columns j < k. */
 void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k);
 
@@ -152,7 +167,9 @@ void sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k);
  * = erf (x[i]) in float, within 0.68 ulp (kernels-portable.h says how);
  * gelu: h[i] = GELU (h[i]) rounded to float, by that erf (see
  * core/nn/encoder.c); relu: h[i] = max (h[i] rounded to float, 0) (NaN and
- * -0 give +0); these three give the same bytes at every level. */
+ * -0 give +0); these three give the same bytes at every level; norm_f:
+ * sattn_norm_rows_f32; gelu_f: sattn_gelu_f32; add_rows:
+ * sattn_add_rows. */
 typedef void (*SattnQkFn) (const float *q, size_t ldq, const float *kt,
                            size_t ldkt, size_t m, size_t nk, size_t dh,
                            float *S, size_t lds);
@@ -193,6 +210,12 @@ typedef void (*SattnLinearFFFn) (const float *x, size_t ldx, size_t rows,
 typedef void (*SattnWidenFn) (const float *x, size_t ldx, size_t rows,
                               size_t din, double *xb);
 typedef void (*SattnErfFn) (const float *x, float *y, size_t n);
+typedef void (*SattnGeluFFn) (float *h, size_t n);
+typedef void (*SattnAddRowsFn) (const float *x, size_t ldx, float *y,
+                                size_t ldy, size_t rows, size_t d);
+typedef void (*SattnNormFFn) (const float *x, size_t ldx, float *y, size_t ldy,
+                              size_t rows, size_t d, const float *w,
+                              const float *b, float eps);
 typedef void (*SattnActFn) (double *h, size_t n);
 
 typedef struct {
@@ -216,6 +239,9 @@ typedef struct {
   SattnWidenFn widen;
   SattnErfFn erf;
   SattnActFn gelu, relu;
+  SattnNormFFn norm_f;
+  SattnGeluFFn gelu_f;
+  SattnAddRowsFn add_rows;
 } SattnKernels;
 
 /* The table of the level sattn_simd_level () says (chosen at the first

@@ -176,6 +176,28 @@ sattn_add_bias (float *y, size_t ldy, size_t n, const float *b, size_t k)
   kernels ()->add_bias (y, ldy, n, b, k);
 }
 
+void
+sattn_norm_rows_f32 (const float *x, size_t ldx, float *y, size_t ldy,
+                     size_t rows, size_t d, const float *w, const float *b,
+                     float eps)
+{
+  if (rows > 0 && d > 0)
+    kernels ()->norm_f (x, ldx, y, ldy, rows, d, w, b, eps);
+}
+
+void
+sattn_add_rows (const float *x, size_t ldx, float *y, size_t ldy, size_t rows,
+                size_t d)
+{
+  kernels ()->add_rows (x, ldx, y, ldy, rows, d);
+}
+
+void
+sattn_gelu_f32 (float *h, size_t n)
+{
+  kernels ()->gelu_f (h, n);
+}
+
 size_t
 sattn_first_nonfinite (const float *x, size_t n)
 {

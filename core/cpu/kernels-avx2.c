@@ -748,5 +748,8 @@ const SattnKernels sattn_kernels_avx2 = {
   .erf = erf_avx2,
   .gelu = gelu_avx2,
   .relu = relu_avx2,
+  .norm_f = norm_f_portable,
+  .gelu_f = gelu_f_portable,
+  .add_rows = add_rows_portable,
 };
 #endif /* SATTN_HAVE_X86 */

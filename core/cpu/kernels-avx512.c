@@ -738,6 +738,96 @@ add_bias_avx512 (float *restrict y, size_t ldy, size_t n,
   }
 }
 
+/* See add_rows_portable. */
+AVX512 static void
+add_rows_avx512 (const float *restrict x, size_t ldx, float *restrict y,
+                 size_t ldy, size_t rows, size_t d)
+{
+  for (size_t i = 0; i < rows; i++)
+    for (size_t t = 0; t < d; t += 16) {
+      const __mmask16 tm = tail_mask (d - t);
+      float *r = y + i * ldy + t;
+      _mm512_mask_storeu_ps (r, tm,
+                             _mm512_add_ps (_mm512_maskz_loadu_ps (tm, r),
+                                            _mm512_maskz_loadu_ps (tm,
+                                                                   x + i * ldx +
+                                                                       t)));
+    }
+}
+
+/* One row of norm_f_avx512 of d <= 64 floats, kept in registers
+ * between the passes (the same operations as the loop below). */
+AVX512 static inline __attribute__ ((always_inline)) void
+norm_f_row64 (const float *xr, float *yr, size_t d, const float *w,
+              const float *b, float eps)
+{
+  __m512 v[4];
+  __mmask16 tm[4];
+  const size_t nv = (d + 15) / 16;
+  __m512 s = _mm512_setzero_ps ();
+  for (size_t k = 0; k < nv; k++) {
+    tm[k] = tail_mask (d - 16 * k);
+    v[k] = _mm512_maskz_loadu_ps (tm[k], xr + 16 * k);
+    s = _mm512_add_ps (s, v[k]);
+  }
+  const __m512 mean = _mm512_set1_ps (_mm512_reduce_add_ps (s) / (float) d);
+  __m512 q = _mm512_setzero_ps ();
+  for (size_t k = 0; k < nv; k++) {
+    v[k] = _mm512_maskz_sub_ps (tm[k], v[k], mean);
+    q = _mm512_fmadd_ps (v[k], v[k], q);
+  }
+  const float var = _mm512_reduce_add_ps (q) / (float) d;
+  const __m512 inv = _mm512_set1_ps (1.0f / sqrtf (var + eps));
+  for (size_t k = 0; k < nv; k++) {
+    __m512 o = _mm512_mul_ps (v[k], inv);
+    if (w != NULL)
+      o = _mm512_mul_ps (o, _mm512_maskz_loadu_ps (tm[k], w + 16 * k));
+    if (b != NULL)
+      o = _mm512_add_ps (o, _mm512_maskz_loadu_ps (tm[k], b + 16 * k));
+    _mm512_mask_storeu_ps (yr + 16 * k, tm[k], o);
+  }
+}
+
+/* See norm_f_portable: each pass in 16 float lanes (lane l takes the
+ * entries l, l + 16, ...), the lanes added by the reduction's tree; rows
+ * of up to 64 floats stay in registers between the passes. */
+AVX512 static void
+norm_f_avx512 (const float *x, size_t ldx, float *y, size_t ldy, size_t rows,
+               size_t d, const float *w, const float *b, float eps)
+{
+  for (size_t i = 0; i < rows && d <= 64; i++)
+    norm_f_row64 (x + i * ldx, y + i * ldy, d, w, b, eps);
+  for (size_t i = 0; i < rows && d > 64; i++) {
+    const float *xr = x + i * ldx;
+    float *yr = y + i * ldy;
+    __m512 s = _mm512_setzero_ps ();
+    for (size_t t = 0; t < d; t += 16)
+      s = _mm512_add_ps (s, _mm512_maskz_loadu_ps (tail_mask (d - t), xr + t));
+    const __m512 mean = _mm512_set1_ps (_mm512_reduce_add_ps (s) / (float) d);
+    __m512 v = _mm512_setzero_ps ();
+    for (size_t t = 0; t < d; t += 16) {
+      const __mmask16 tm = tail_mask (d - t);
+      __m512 e = _mm512_maskz_sub_ps (tm, _mm512_maskz_loadu_ps (tm, xr + t),
+                                      mean);
+      v = _mm512_fmadd_ps (e, e, v);
+    }
+    const float var = _mm512_reduce_add_ps (v) / (float) d;
+    const __m512 inv = _mm512_set1_ps (1.0f / sqrtf (var + eps));
+    for (size_t t = 0; t < d; t += 16) {
+      const __mmask16 tm = tail_mask (d - t);
+      __m512 o =
+          _mm512_mul_ps (_mm512_sub_ps (_mm512_maskz_loadu_ps (tm, xr + t),
+                                        mean),
+                         inv);
+      if (w != NULL)
+        o = _mm512_mul_ps (o, _mm512_maskz_loadu_ps (tm, w + t));
+      if (b != NULL)
+        o = _mm512_add_ps (o, _mm512_maskz_loadu_ps (tm, b + t));
+      _mm512_mask_storeu_ps (yr + t, tm, o);
+    }
+  }
+}
+
 /* See transpose_rows_portable: blocks of 16 rows × 16 columns. */
 AVX512 static void
 transpose_rows_avx512 (const float *restrict x, size_t ldx,
@@ -968,6 +1058,23 @@ erf_avx512 (const float *restrict x, float *restrict y, size_t n)
   }
 }
 
+/* gelu_f_portable on 16 floats at a time, the tail masked. */
+AVX512 static void
+gelu_f_avx512 (float *restrict h, size_t n)
+{
+  const __m512 s = _mm512_set1_ps ((float) M_SQRT1_2);
+  const __m512 half = _mm512_set1_ps (0.5f), one = _mm512_set1_ps (1.0f);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff
+                                    : (__mmask16) ((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps (m, h + i);
+    const __m512 e = erf512 (_mm512_mul_ps (v, s));
+    _mm512_mask_storeu_ps (h + i, m,
+                           _mm512_mul_ps (_mm512_mul_ps (half, v),
+                                          _mm512_add_ps (one, e)));
+  }
+}
+
 /* gelu1_portable (kernels-portable.h) on 16 doubles at a time, the tail
  * masked. */
 AVX512 static void
@@ -1082,5 +1189,8 @@ const SattnKernels sattn_kernels_avx512 = {
   .erf = erf_avx512,
   .gelu = gelu_avx512,
   .relu = relu_avx512,
+  .norm_f = norm_f_avx512,
+  .gelu_f = gelu_f_avx512,
+  .add_rows = add_rows_avx512,
 };
 #endif /* SATTN_HAVE_X86 */

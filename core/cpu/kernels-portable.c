@@ -152,4 +152,7 @@ const SattnKernels sattn_kernels_portable = {
   .erf = erf_portable,
   .gelu = gelu_portable,
   .relu = relu_portable,
+  .norm_f = norm_f_portable,
+  .gelu_f = gelu_f_portable,
+  .add_rows = add_rows_portable,
 };

@@ -103,6 +103,50 @@ add_bias_portable (float *restrict y, size_t ldy, size_t n,
       y[i * ldy + j] += b[j];
 }
 
+/* y[i * ldy + t] += x[i * ldx + t] for rows i < rows, t < d: one float
+ * addition per entry, the same bytes at every level (precision=fast's
+ * residuals). */
+SATTN_LOOP void
+add_rows_portable (const float *restrict x, size_t ldx, float *restrict y,
+                   size_t ldy, size_t rows, size_t d)
+{
+  for (size_t i = 0; i < rows; i++)
+    for (size_t t = 0; t < d; t++)
+      y[i * ldy + t] += x[i * ldx + t];
+}
+
+/* LayerNorm of rows (i < rows) of d floats in float, as PyTorch float32
+ * (precision=fast): y = (x - mean) / sqrt (var + eps) * w + b (w, b
+ * NULL: 1, 0), mean and the biased variance by two passes; y may be x.
+ * This loop sums in double; a level's own loop sums in float lanes.  Each
+ * row's bytes do not depend on the rows around it. */
+SATTN_LOOP void
+norm_f_portable (const float *x, size_t ldx, float *y, size_t ldy, size_t rows,
+                 size_t d, const float *w, const float *b, float eps)
+{
+  for (size_t i = 0; i < rows; i++) {
+    const float *xr = x + i * ldx;
+    float *yr = y + i * ldy;
+    double s = 0.0, v = 0.0;
+    for (size_t t = 0; t < d; t++)
+      s += (double) xr[t];
+    const float mean = (float) (s / (double) d);
+    for (size_t t = 0; t < d; t++) {
+      const float e = xr[t] - mean;
+      v += (double) e * (double) e;
+    }
+    const float inv = 1.0f / sqrtf ((float) (v / (double) d) + eps);
+    for (size_t t = 0; t < d; t++) {
+      float o = (xr[t] - mean) * inv;
+      if (w != NULL)
+        o *= w[t];
+      if (b != NULL)
+        o += b[t];
+      yr[t] = o;
+    }
+  }
+}
+
 /* copy_rows_portable transposed: dst[t * ldd + i] (and its mirror) =
  * x[i * ldx + t]. */
 SATTN_LOOP void
@@ -284,6 +328,15 @@ gelu1_portable (double v)
 {
   const double e = (double) erf1_portable ((float) (v * M_SQRT1_2));
   return (double) (float) (0.5 * v * (1.0 + e));
+}
+
+/* h[i] = GELU (h[i]) in float (sattn_gelu_f32): 0.5 h (1 + erf (h /
+ * sqrt 2)), each step rounded to float, by the erf above. */
+SATTN_LOOP void
+gelu_f_portable (float *restrict h, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    h[i] = 0.5f * h[i] * (1.0f + erf1_portable (h[i] * (float) M_SQRT1_2));
 }
 
 SATTN_LOOP void

@@ -1266,6 +1266,10 @@ load_whole (const SattnTensorFile *f, const char *p, const SattnLoadOptions *o,
       (st = take_labels (f, p, net, err, err_len)) != SATTN_OK ||
       (st = whole_strict (&W)) != SATTN_OK)
     goto fail;
+  if (sattn_net_fast_init (net) != SATTN_OK) {
+    st = sattn_fail (SATTN_E_NOMEM, err, err_len, "out of memory");
+    goto fail;
+  }
 
   SattnModel *m = calloc (1, sizeof (*m));
   if (m == NULL) {

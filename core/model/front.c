@@ -4,7 +4,9 @@
  * from a window's frames to the rows its first layer takes.
  *
  * Precision: everything in double; each row rounded to float once where
- * it enters the first layer (as the embedding of net.c).  A linear front
+ * it enters the first layer (as the embedding of net.c).  precision=fast:
+ * the Linear or the conv and its activation in float (front_f32), the
+ * normalisations as in exact mode.  A linear front
  * end without a per-window part is net.c's sattn_net_embed instead (its
  * standardisation folded into the weights by the loader), computed once
  * per frame.
@@ -54,8 +56,11 @@ sattn_net_front_scratch (const SattnModel *m, size_t n)
 {
   const SattnNet *net = m->net;
   const size_t g = net->conv ? net->conv_c * net->conv_k : net->d_frame;
+  /* e, g, and precision=fast's g as floats (half as many doubles, whole)
+   * and a row of D floats */
   return sattn_size_add (sattn_size_mul (n + net->lead, net->d),
-                         sattn_size_mul (n, g));
+                         sattn_size_add (sattn_size_mul (n, g + (g + 1) / 2),
+                                         net->d));
 }
 
 /* The per-window normalisation's divisor: 1 without one, 0 for a window
@@ -111,38 +116,49 @@ activate (int act, double v)
   return v;
 }
 
-size_t
-sattn_net_front_window (const SattnModel *m, const double *xs, const double *ss,
-                        const uint8_t *ok, size_t n, float *x, uint8_t *kok,
-                        double *scratch, uint64_t *overflow)
+/* precision=fast's front end: the n rows g (G doubles each, values the
+ * front end's Linear or conv reads) rounded to float into gf (n G
+ * floats), the product summed in float (sattn_qk, the bias added once)
+ * and the conv's activation in float, into the frames' rows x (n × D
+ * floats), as PyTorch float32. */
+static void
+front_f32 (const SattnNet *net, const double *g, size_t n, size_t G, float *gf,
+           float *x)
 {
-  const SattnNet *net = m->net;
-  const size_t D = net->d, F = net->d_frame, L = net->lead;
-  double *e = scratch, *g = scratch + (n + L) * D;
-  const double r = divisor (net, ss, ok, n);
-  const double inv = r > 0.0 ? 1.0 / r : 0.0;
-  size_t usable = 0;
+  const size_t D = net->d;
+  const float *w = net->conv ? net->conv_wf : net->embed_wf;
+  const float *b = net->conv ? net->conv_bf : net->embed_bf;
+  for (size_t i = 0; i < n * G; i++)
+    gf[i] = (float) g[i];
+  sattn_qk (gf, G, w, D, n, D, G, x, D);
+  if (b != NULL)
+    sattn_add_bias (x, D, n, b, D);
+  if (net->conv && net->conv_act == 2)
+    sattn_gelu_f32 (x, n * D);
+  for (size_t i = 0; i < n * D && net->conv && net->conv_act == 1; i++)
+    x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
 
-  if (net->conv) {
-    conv_gather (net, xs, n, inv, g);
-    sattn_linear_d (g, net->conv_c * net->conv_k, n, net->conv_wt, D,
-                    net->conv_b, net->conv_c * net->conv_k, D, e + L * D, D);
-    for (size_t i = 0; i < n * D && net->conv_act != 0; i++)
-      e[L * D + i] = activate (net->conv_act, e[L * D + i]);
-  } else {
-    for (size_t i = 0; i < n * F; i++)
-      g[i] = xs[i] * inv;
-    sattn_linear_d (g, F, n, net->embed_wt, D, net->embed_b, F, D, e + L * D,
-                    D);
-  }
-  if (L > 0)
-    memcpy (e, net->cls, D * sizeof (double));
+/* The window's rows x (lead + n of D floats) finished: the CLS row, each
+ * frame's row (from e, D doubles per row after the lead's, or with e
+ * NULL x's own float row) plus its learned position, rounded once;
+ * unusable rows (and rows that overflow float32 here) zeros, kok set.
+ * Returns the usable frame rows. */
+static size_t
+finish_rows (const SattnNet *net, const double *e, const uint8_t *ok, size_t n,
+             float *x, uint8_t *kok, uint64_t *overflow)
+{
+  const size_t D = net->d, L = net->lead;
+  size_t usable = 0;
   for (size_t i = 0; i < n + L; i++) {
     float *xr = x + i * D;
-    const double *er = e + i * D, *p = net->pos ? net->pos + i * D : NULL;
+    const double *p = net->pos ? net->pos + i * D : NULL;
+    const double *er = i < L ? net->cls : e != NULL ? e + (i - L) * D : NULL;
     int use = i < L || ok[i - L];
-    for (size_t t = 0; use && t < D; t++)
+    for (size_t t = 0; use && er != NULL && t < D; t++)
       xr[t] = (float) (p ? er[t] + p[t] : er[t]);
+    for (size_t t = 0; use && er == NULL && p != NULL && t < D; t++)
+      xr[t] = (float) ((double) xr[t] + p[t]);
     if (use && !sattn_finite (xr, D)) {
       /* A row that overflows float32 here is unusable. */
       use = 0;
@@ -155,4 +171,34 @@ sattn_net_front_window (const SattnModel *m, const double *xs, const double *ss,
     usable += use && i >= L;
   }
   return usable;
+}
+
+size_t
+sattn_net_front_window (const SattnModel *m, const double *xs, const double *ss,
+                        const uint8_t *ok, size_t n, float *x, uint8_t *kok,
+                        double *scratch, uint64_t *overflow, int fast)
+{
+  const SattnNet *net = m->net;
+  const size_t D = net->d, F = net->d_frame, L = net->lead;
+  double *e = scratch, *g = scratch + (n + L) * D;
+  const double r = divisor (net, ss, ok, n);
+  const double inv = r > 0.0 ? 1.0 / r : 0.0;
+
+  const size_t G = net->conv ? net->conv_c * net->conv_k : F;
+  if (net->conv)
+    conv_gather (net, xs, n, inv, g);
+  else
+    for (size_t i = 0; i < n * F; i++)
+      g[i] = xs[i] * inv;
+  if (fast) {
+    front_f32 (net, g, n, G, (float *) (void *) (g + n * G), x + L * D);
+    return finish_rows (net, NULL, ok, n, x, kok, overflow);
+  }
+  if (net->conv)
+    sattn_linear_d (g, G, n, net->conv_wt, D, net->conv_b, G, D, e, D);
+  else
+    sattn_linear_d (g, F, n, net->embed_wt, D, net->embed_b, F, D, e, D);
+  for (size_t i = 0; i < n * D && net->conv && net->conv_act != 0; i++)
+    e[i] = activate (net->conv_act, e[i]);
+  return finish_rows (net, e, ok, n, x, kok, overflow);
 }

@@ -17,6 +17,13 @@ typedef struct SattnNet {
   size_t d_frame, d; /* F floats per frame, D encoder width */
   size_t n_layers;
   SattnModel **layer; /* n_layers encoder-layer models on D */
+  /* precision=fast (sattn_net_fast_init): each layer's float view (its
+   * projections without their double copies, its feed-forward in float:
+   * w1f ...), and the front end's and the head's weights as floats
+   * (NULL where the double ones are). */
+  SattnModel **layer_fast;
+  float *embed_wf, *embed_bf, *conv_wf, *conv_bf;
+  float *head1_wf, *head1_bf, *head2_wf, *head2_bf;
   /* The front end (docs/models.md): a Linear per frame (embed_wt) or a
    * Conv1d stem (conv_wt), after the optional per-feature
    * standardisation and per-window RMS / power normalisation. */
@@ -57,6 +64,9 @@ typedef struct SattnNet {
 } SattnNet;
 
 void sattn_net_free (SattnNet *net);
+/* The float copies precision=fast computes with (see layer_fast), built
+ * once the model is complete; SATTN_E_NOMEM when they cannot be had. */
+SattnStatus sattn_net_fast_init (SattnNet *net);
 
 /* The windows of a whole model computed together (model/net.c): up to
  * max_windows windows of n rows each, one block of rows (window w's rows
@@ -72,6 +82,8 @@ typedef struct SattnNetBlock {
   size_t n, max_windows, rows; /* rows = n * max_windows; n = the model's
                                   lead rows (CLS) + the window's frames */
   size_t lead;                 /* net->lead: rows before the frames' */
+  int fast;                    /* precision=fast: the layers' float views
+                                  (net->layer_fast) and the float head */
   struct SattnPool *pool;      /* not owned; NULL: serial */
   unsigned threads;
   float *x, *y;              /* rows × D: the layers' two buffers */
@@ -85,6 +97,7 @@ typedef struct SattnNetBlock {
   SattnStats *stats;         /* max_windows: each window's health */
   double *pooled;            /* max_windows × D */
   double *hidden, *logits;   /* the head's */
+  float *headf;              /* D + hidden: the float head's rows */
   size_t *usable;            /* max_windows: usable frame rows after it
                                 (0 also when the pooled row is not: a
                                 CLS row that overflowed) */
@@ -117,9 +130,15 @@ void sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
 int sattn_net_classify (const SattnModel *m, SattnNetBlock *b,
                         const double *pooled, float *probs);
 /* The embedding of rows frames of F floats: e (rows × D doubles, row
- * strides F and D) = x W^T + b, one product. */
+ * strides F and D) = x W^T + b, one product (fast: summed in float). */
 void sattn_net_embed (const SattnModel *m, const float *x, size_t rows,
-                      double *e);
+                      double *e, int fast);
+/* precision=fast's linear: y (rows × n doubles, stride ldy) = x W + b
+ * summed in float (sattn_qk: one FMA chain per entry, the bias added
+ * once), each entry widened; Wt din × n floats (row stride n). */
+void sattn_net_linear_f32 (const float *x, size_t ldx, size_t rows,
+                           const float *Wt, const float *b, size_t din,
+                           size_t n, double *y, size_t ldy);
 /* sattn_attend for a whole model: x (n × F frames) as one window,
  * mask->key_valid as key padding; out: n × D rows after the final norm;
  * weights: the last layer's. */
@@ -145,7 +164,8 @@ int sattn_net_frame_reuse (const SattnModel *m);
  *   then the frames': per-window normalisation, front end, activation,
  *   learned position, rounded once; unusable rows zeros) and kok; returns
  *   the usable frame rows; *overflow (may be NULL) counts frame rows that
- *   overflowed float32 here (then unusable).  scratch: at least
+ *   overflowed float32 here (then unusable); fast: the Linear or conv
+ *   and its activation in float (precision=fast).  scratch: at least
  *   sattn_net_front_scratch (m, n) doubles. */
 int sattn_net_standardize (const SattnModel *m, const float *x, double *xs,
                            double *ss, double *raw);
@@ -155,7 +175,7 @@ size_t sattn_net_front_scratch (const SattnModel *m, size_t n);
 size_t sattn_net_front_window (const SattnModel *m, const double *xs,
                                const double *ss, const uint8_t *ok, size_t n,
                                float *x, uint8_t *kok, double *scratch,
-                               uint64_t *overflow);
+                               uint64_t *overflow, int fast);
 /* The contract's z of a pooled row p (D doubles): NaN when the model
  * records no pooled statistics. */
 double sattn_net_pooled_z (const SattnModel *m, const double *p);

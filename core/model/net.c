@@ -23,6 +23,16 @@
  * rounded once.  The embedding and the head are cpu/linear.c's loops; the
  * final norm is the encoder layer's LayerNorm (nn/encoder.c).
  *
+ * precision=fast (SattnNetBlock.fast): every linear sums in float as
+ * PyTorch float32 does -- the embedding or conv stem (front.c), each
+ * layer's Q, K, V and output projections and feed-forward (its float
+ * view, net->layer_fast, built at load by sattn_net_fast_init), the head
+ * -- by the register-tiled float product (sattn_qk: one FMA chain per
+ * entry in index order, so a window's bytes still do not depend on its
+ * block or thread); residuals, activations and LayerNorms in float too.
+ * The pooling and the head's softmax stay in double (a few hundred
+ * operations per window).
+ *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "model/model.h"
@@ -39,6 +49,24 @@ sattn_net_free (SattnNet *net)
   for (size_t i = 0; net->layer != NULL && i < net->n_layers; i++)
     sattn_model_free (net->layer[i]);
   free (net->layer);
+  for (size_t i = 0; net->layer_fast != NULL && i < net->n_layers; i++)
+    if (net->layer_fast[i] != NULL) {
+      /* a view: its own float feed-forward, the rest is the layer's */
+      free (net->layer_fast[i]->w1f);
+      free (net->layer_fast[i]->b1f);
+      free (net->layer_fast[i]->w2f);
+      free (net->layer_fast[i]->b2f);
+      free (net->layer_fast[i]);
+    }
+  free (net->layer_fast);
+  free (net->embed_wf);
+  free (net->embed_bf);
+  free (net->conv_wf);
+  free (net->conv_bf);
+  free (net->head1_wf);
+  free (net->head1_bf);
+  free (net->head2_wf);
+  free (net->head2_bf);
   free (net->embed_wt);
   free (net->embed_b);
   free (net->std_mean);
@@ -63,6 +91,74 @@ sattn_net_free (SattnNet *net)
     free (net->meta[i]);
   free (net->meta);
   free (net);
+}
+
+/* ------------------------------------------------------- float copies */
+
+/* n doubles as floats (NULL for NULL); *ok cleared when out of memory. */
+static float *
+floats_of (const double *d, size_t n, int *ok)
+{
+  if (d == NULL)
+    return NULL;
+  float *f = malloc ((n > 0 ? n : 1) * sizeof (float));
+  if (f == NULL) {
+    *ok = 0;
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++)
+    f[i] = (float) d[i];
+  return f;
+}
+
+/* Layer l's float view: the layer with its projections' double copies
+ * left out (sattn_project_cols_prec then sums them in float from the
+ * float weights it shares) and its feed-forward as floats. */
+static SattnModel *
+layer_view (const SattnModel *ml, int *ok)
+{
+  SattnModel *v = malloc (sizeof (*v));
+  if (v == NULL) {
+    *ok = 0;
+    return NULL;
+  }
+  *v = *ml;
+  v->wqd = v->bqd = v->wkd = v->bkd = NULL;
+  v->wvd = v->bvd = v->wod = v->bod = NULL;
+  /* wqkv's columns follow wvd (sattn_wqkv_head_width): a whole model's
+   * block never reads it. */
+  v->wqkv = NULL;
+  v->region = NULL;
+  v->net = NULL;
+  const size_t d = ml->cfg.d_model, dff = ml->cfg.d_ff;
+  v->w1f = floats_of (ml->w1, d * dff, ok);
+  v->b1f = floats_of (ml->b1, dff, ok);
+  v->w2f = floats_of (ml->w2, dff * d, ok);
+  v->b2f = floats_of (ml->b2, d, ok);
+  return v;
+}
+
+SattnStatus
+sattn_net_fast_init (SattnNet *net)
+{
+  const size_t D = net->d, H = net->hidden > 0 ? net->hidden : net->classes;
+  int ok = 1;
+  net->layer_fast = calloc (net->n_layers, sizeof (SattnModel *));
+  if (net->layer_fast == NULL)
+    return SATTN_E_NOMEM;
+  for (size_t l = 0; l < net->n_layers; l++)
+    net->layer_fast[l] = layer_view (net->layer[l], &ok);
+  net->embed_wf = floats_of (net->embed_wt, net->d_frame * D, &ok);
+  net->embed_bf = floats_of (net->embed_b, D, &ok);
+  net->conv_wf = floats_of (net->conv_wt, net->conv_c * net->conv_k * D, &ok);
+  net->conv_bf = floats_of (net->conv_b, D, &ok);
+  net->head1_wf = floats_of (net->head1_wt, D * H, &ok);
+  net->head1_bf = floats_of (net->head1_b, H, &ok);
+  if (net->hidden > 0) {
+    net->head2_wf = floats_of (net->head2_wt, net->hidden * net->classes, &ok);
+    net->head2_bf = floats_of (net->head2_b, net->classes, &ok);
+  }
+  return ok ? SATTN_OK : SATTN_E_NOMEM;
 }
 
 /* ------------------------------------------------------------ queries */
@@ -173,6 +269,7 @@ sattn_net_block_free (SattnNetBlock *b)
   free (b->pooled);
   free (b->hidden);
   free (b->logits);
+  free (b->headf);
   free (b->usable);
   free (b->z);
   free (b);
@@ -211,6 +308,7 @@ sattn_net_block_bytes (const SattnModel *m, size_t n, size_t max_windows,
   b = sattn_size_add (b, sattn_size_mul (max_windows,
                                          sizeof (SattnStats) + sizeof (size_t) +
                                              (D + 1) * sizeof (double)));
+  b = sattn_size_add (b, (D + net->hidden + 1) * sizeof (float));
   return sattn_size_add (b, (net->hidden + net->classes + 2) * sizeof (double));
 }
 
@@ -256,9 +354,11 @@ sattn_net_block_new (const SattnModel *m, size_t n, size_t max_windows,
   b->z = malloc (max_windows * sizeof (double));
   b->hidden = malloc ((net->hidden + 1) * sizeof (double));
   b->logits = malloc ((net->classes + 1) * sizeof (double));
+  b->headf = malloc ((D + net->hidden + 1) * sizeof (float));
   if (!b->x || !b->y || !b->kok || !b->qok || !b->q || !b->k || !b->v ||
       !b->o || !b->xn || !b->kt || !b->S || !b->lscr || !b->stats ||
-      !b->pooled || !b->usable || !b->z || !b->hidden || !b->logits) {
+      !b->pooled || !b->usable || !b->z || !b->hidden || !b->logits ||
+      !b->headf) {
     sattn_net_block_free (b);
     return NULL;
   }
@@ -389,8 +489,13 @@ rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
                               NULL);
   /* The final norm of the usable rows (the others stay zeros). */
   if (last && net->final_norm) {
-    sattn_layer_norm_rows (y + r0 * D, D, NULL, 0, y + r0 * D, D, NULL, 0,
-                           r1 - r0, D, net->norm_w, net->norm_b, net->norm_eps);
+    if (b->fast)
+      sattn_norm_rows_f32 (y + r0 * D, D, y + r0 * D, D, r1 - r0, D,
+                           net->norm_w, net->norm_b, (float) net->norm_eps);
+    else
+      sattn_layer_norm_rows (y + r0 * D, D, NULL, 0, y + r0 * D, D, NULL, 0,
+                             r1 - r0, D, net->norm_w, net->norm_b,
+                             net->norm_eps);
     for (size_t r = r0; r < r1; r++)
       if (!b->kok[r])
         memset (y + r * D, 0, D * sizeof (float));
@@ -411,8 +516,9 @@ windows_task (void *ctx, size_t task, unsigned worker)
   const size_t r0 = w0 * n, r1 = w1 * n;
   float *a = b->x, *c = b->y;
 
+  SattnModel *const *layers = b->fast ? net->layer_fast : net->layer;
   for (size_t l = 0; l < net->n_layers; l++) {
-    const SattnModel *ml = net->layer[l];
+    const SattnModel *ml = layers[l];
     const int last = l + 1 == net->n_layers;
     rows_in (ml, b, a, r0, r1, !(l == 0 && j->l0_ready));
     for (size_t w = w0; w < w1; w++)
@@ -554,12 +660,72 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
 
 /* ------------------------------------------------------------ compute */
 
+/* Rows and columns of a float product computed at a time into a stack
+ * buffer before they are widened. */
+#define FAST_ROWS 16
+#define FAST_COLS 256
+
 void
-sattn_net_embed (const SattnModel *m, const float *x, size_t rows, double *e)
+sattn_net_linear_f32 (const float *x, size_t ldx, size_t rows, const float *Wt,
+                      const float *b, size_t din, size_t n, double *y,
+                      size_t ldy)
+{
+  float t[FAST_ROWS * FAST_COLS];
+  for (size_t c0 = 0; c0 < n; c0 += FAST_COLS) {
+    const size_t nc = n - c0 < FAST_COLS ? n - c0 : FAST_COLS;
+    for (size_t i0 = 0; i0 < rows; i0 += FAST_ROWS) {
+      const size_t r = rows - i0 < FAST_ROWS ? rows - i0 : FAST_ROWS;
+      if (din > 0)
+        sattn_qk (x + i0 * ldx, ldx, Wt + c0, n, r, nc, din, t, nc);
+      else
+        memset (t, 0, r * nc * sizeof (float));
+      if (b != NULL)
+        sattn_add_bias (t, nc, r, b + c0, nc);
+      for (size_t i = 0; i < r; i++)
+        for (size_t c = 0; c < nc; c++)
+          y[(i0 + i) * ldy + c0 + c] = (double) t[i * nc + c];
+    }
+  }
+}
+
+void
+sattn_net_embed (const SattnModel *m, const float *x, size_t rows, double *e,
+                 int fast)
 {
   const SattnNet *net = m->net;
-  sattn_linear_fd (x, net->d_frame, rows, net->embed_wt, net->d, net->embed_b,
-                   net->d_frame, net->d, e, net->d);
+  if (fast)
+    sattn_net_linear_f32 (x, net->d_frame, rows, net->embed_wf, net->embed_bf,
+                          net->d_frame, net->d, e, net->d);
+  else
+    sattn_linear_fd (x, net->d_frame, rows, net->embed_wt, net->d, net->embed_b,
+                     net->d_frame, net->d, e, net->d);
+}
+
+/* The head of precision=fast: the logits z (C doubles) from the pooled
+ * row rounded to float, each linear summed in float, the activation in
+ * float (as PyTorch float32). */
+static void
+logits_f32 (const SattnNet *net, SattnNetBlock *b, const double *pooled,
+            double *z)
+{
+  const size_t C = net->classes, D = net->d, Hd = net->hidden;
+  float *p = b->headf, *h = p + D;
+  for (size_t t = 0; t < D; t++)
+    p[t] = (float) pooled[t];
+  if (Hd == 0) {
+    sattn_net_linear_f32 (p, D, 1, net->head1_wf, net->head1_bf, D, C, z, C);
+    return;
+  }
+  double *hd = b->hidden;
+  sattn_net_linear_f32 (p, D, 1, net->head1_wf, net->head1_bf, D, Hd, hd, Hd);
+  for (size_t j = 0; j < Hd; j++)
+    h[j] = (float) hd[j];
+  if (net->head_act == SATTN_ACTIVATION_GELU)
+    sattn_gelu_f32 (h, Hd);
+  else
+    for (size_t j = 0; j < Hd; j++)
+      h[j] = h[j] > 0.0f ? h[j] : 0.0f;
+  sattn_net_linear_f32 (h, Hd, 1, net->head2_wf, net->head2_bf, Hd, C, z, C);
 }
 
 int
@@ -570,7 +736,9 @@ sattn_net_classify (const SattnModel *m, SattnNetBlock *b, const double *pooled,
   const size_t C = net->classes, D = net->d;
   double *z = b->logits;
 
-  if (net->hidden > 0) {
+  if (b->fast) {
+    logits_f32 (net, b, pooled, z);
+  } else if (net->hidden > 0) {
     double *h = b->hidden;
     sattn_linear_d (pooled, D, 1, net->head1_wt, net->hidden, net->head1_b, D,
                     net->hidden, h, net->hidden);
@@ -614,7 +782,7 @@ attend_rows_kept (const SattnModel *m, SattnNetBlock *b, const float *x,
   const size_t F = net->d_frame, D = net->d;
   /* Every frame's embedding in one product (rows with non-finite samples
    * are not read). */
-  sattn_net_embed (m, x, n, e);
+  sattn_net_embed (m, x, n, e, 0);
   for (size_t i = 0; i < n; i++) {
     int ok = (mask == NULL || mask->key_valid == NULL || mask->key_valid[i]) &&
              sattn_finite (x + i * F, F);
@@ -651,7 +819,7 @@ attend_rows_window (const SattnModel *m, SattnNetBlock *b, const float *x,
       ss[i] = 0.0;
     }
   }
-  sattn_net_front_window (m, xs, ss, ok, n, b->x, b->kok, raw + n, NULL);
+  sattn_net_front_window (m, xs, ss, ok, n, b->x, b->kok, raw + n, NULL, 0);
 }
 
 SattnStatus

@@ -123,8 +123,12 @@ void
 sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx, float *y,
                    size_t ldy, size_t rows)
 {
-  sattn_layer_norm_rows (x, ldx, NULL, 0, y, ldy, NULL, 0, rows, m->cfg.d_model,
-                         m->n1w, m->n1b, m->cfg.norm_eps);
+  if (m->w1f != NULL)
+    sattn_norm_rows_f32 (x, ldx, y, ldy, rows, m->cfg.d_model, m->n1w, m->n1b,
+                         (float) m->cfg.norm_eps);
+  else
+    sattn_layer_norm_rows (x, ldx, NULL, 0, y, ldy, NULL, 0, rows,
+                           m->cfg.d_model, m->n1w, m->n1b, m->cfg.norm_eps);
 }
 
 /* ------------------------------------------------------ feed-forward */
@@ -189,10 +193,75 @@ overflow_part (const SattnModel *m, const double *res, const double *u,
   return fits_float (f, d) ? SATTN_PART_RESIDUAL : SATTN_PART_LINEAR2;
 }
 
+/* ------------------------------------------------------ float view */
+
+/* h <- act (h) in float, as PyTorch float32 (sattn_gelu_f32). */
+static void
+activate_f (const SattnModel *m, float *restrict h, size_t n)
+{
+  if (m->cfg.activation == SATTN_ACTIVATION_GELU) {
+    sattn_gelu_f32 (h, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    h[i] = h[i] > 0.0f ? h[i] : 0.0f;
+}
+
+/* y (rows × n, stride ldy) = x (stride ldx) W + b in float: one FMA
+ * chain per entry over the inner index (sattn_qk), the bias added
+ * once; the same bytes whatever rows come together. */
+static void
+linear_f32 (const float *x, size_t ldx, size_t rows, const float *Wt,
+            const float *b, size_t din, size_t n, float *y, size_t ldy)
+{
+  sattn_qk (x, ldx, Wt, n, rows, n, din, y, ldy);
+  if (b != NULL)
+    sattn_add_bias (y, ldy, rows, b, n);
+}
+
+/* sattn_layer_rows of a float view (m->w1f set): every step in float as
+ * PyTorch float32 computes it (residuals float adds, the feed-forward
+ * float products, the LayerNorms in float lanes). */
+static void
+layer_rows_f32 (const SattnModel *m, const float *x, size_t ldx, float *y,
+                size_t ldy, size_t rows, float *scratch)
+{
+  const size_t d = m->cfg.d_model, dff = m->cfg.d_ff, ld = (d + 15) / 16 * 16;
+  const float eps = (float) m->cfg.norm_eps;
+  float *h = scratch, *u = h + SATTN_LAYER_ROWS * dff;
+  float *f = u + SATTN_LAYER_ROWS * ld;
+
+  /* y = x + SA, in float. */
+  sattn_add_rows (x, ldx, y, ldy, rows, d);
+  if (!m->cfg.norm_first)
+    /* y = norm1 (x + SA); then y = norm2 (y + FF (y)). */
+    sattn_norm_rows_f32 (y, ldy, y, ldy, rows, d, m->n1w, m->n1b, eps);
+  const float *in = y;
+  size_t ldin = ldy;
+  if (m->cfg.norm_first) {
+    /* y = res + FF (norm2 (res)). */
+    sattn_norm_rows_f32 (y, ldy, u, ld, rows, d, m->n2w, m->n2b, eps);
+    in = u;
+    ldin = ld;
+  }
+  linear_f32 (in, ldin, rows, m->w1f, m->b1f, d, dff, h, dff);
+  activate_f (m, h, rows * dff);
+  linear_f32 (h, dff, rows, m->w2f, m->b2f, dff, d, f, ld);
+  sattn_add_rows (f, ld, y, ldy, rows, d);
+  if (!m->cfg.norm_first)
+    sattn_norm_rows_f32 (y, ldy, y, ldy, rows, d, m->n2w, m->n2b, eps);
+}
+
 void
 sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
                   size_t ldy, size_t rows, float *scratch, uint8_t *part)
 {
+  if (m->w1f != NULL && rows > 0) {
+    layer_rows_f32 (m, x, ldx, y, ldy, rows, scratch);
+    for (size_t i = 0; part != NULL && i < rows; i++)
+      part[i] = SATTN_PART_UNKNOWN;
+    return;
+  }
   const size_t d = m->cfg.d_model, dff = m->cfg.d_ff, ld = dstride (d);
   const double eps = m->cfg.norm_eps;
   /* The scratch is aligned for doubles (see sattn_layer_scratch). */

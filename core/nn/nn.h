@@ -42,6 +42,12 @@ struct SattnModel {
    * with norm_first, zq / zk / zv are the projections of an all-zero
    * frame (norm1 of it is norm1's bias), NULL otherwise. */
   double *w1, *b1, *w2, *b2;
+  /* The same as floats (w1f: d_model × d_ff, w2f: d_ff × d_model; b1f,
+   * b2f NULL without bias) in a whole model's float view of a layer
+   * (SattnNet.layer_fast): its feed-forward then sums in float, its
+   * residuals are float adds (sattn_layer_rows); NULL in every other
+   * model. */
+  float *w1f, *b1f, *w2f, *b2f;
   float *n1w, *n1b, *n2w, *n2b;
   float *zq, *zk, *zv;
   /* Projections summed in double (linear.c): double copies of their

@@ -79,11 +79,6 @@ pw_check (const SattnModel *m, const SattnStreamConfig *sc, char *err,
           size_t err_len)
 {
   const SattnNet *net = m->net;
-  if (sc->precision != SATTN_PRECISION_EXACT)
-    return sattn_fail (SATTN_E_INVAL, err, err_len,
-                       "precision=fast is for attention and encoder layers; "
-                       "this is a whole model, whose windows sum in double "
-                       "throughout (use precision=exact)");
   if (sc->output == SATTN_OUTPUT_FRAMES)
     return sattn_fail (SATTN_E_INVAL, err, err_len,
                        "output=frames needs "
@@ -281,6 +276,8 @@ pw_create (SattnStream *fe, const SattnModel *m, SattnStatus *st)
     s->pool = sattn_pool_new (T);
   if (T <= 1 || s->pool != NULL)
     s->blk = sattn_net_block_new (m, s->bn, s->max_windows, s->pool);
+  if (s->blk != NULL)
+    s->blk->fast = sc->precision == SATTN_PRECISION_FAST;
   if (!s->ok || !s->stage || !s->ezero || !s->zero || !s->ends ||
       !s->usable_in || !s->bidx || !s->blk ||
       (sc->keep_weights && !s->fe->wkeep) || !s->raw || !s->wraw || !s->wok ||
@@ -293,7 +290,7 @@ pw_create (SattnStream *fe, const SattnModel *m, SattnStatus *st)
     return NULL;
   }
   if (!net->per_window)
-    sattn_net_embed (m, s->zero, 1, s->ezero);
+    sattn_net_embed (m, s->zero, 1, s->ezero, s->blk->fast);
   pw_reset (s);
   return s;
 }
@@ -388,7 +385,7 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
   size_t i;
 
   if (x != NULL && !pw)
-    sattn_net_embed (s->m, x, cnt, e);
+    sattn_net_embed (s->m, x, cnt, e, s->blk->fast);
   for (i = 0; i < cnt; i++) {
     const size_t slot = slot0 + i;
     double *er = pw ? NULL : e + i * D;
@@ -438,7 +435,7 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
   if (s->reuse && i > 0) {
     /* The first layer's part of these frames, one product (RoPE at their
      * absolute indices); zeros for unusable frames. */
-    const SattnModel *l0 = net->layer[0];
+    const SattnModel *l0 = (s->blk->fast ? net->layer_fast : net->layer)[0];
     const size_t dq = l0->dq, dv = l0->dv;
     sattn_attend_project (l0, s->xf + slot0 * D, i, s->xn, s->q0 + slot0 * dq,
                           s->k0 + slot0 * dq, s->v0 + slot0 * dv,
@@ -530,7 +527,8 @@ gather_window (SattnPw *s, uint64_t first, size_t nb)
   return (uint32_t) sattn_net_front_window (s->m, s->wxs, s->wss, s->wok, n,
                                             b->x + nb * bn * net->d,
                                             b->kok + nb * bn, s->fscr,
-                                            &s->fe->stats.overflow_frames);
+                                            &s->fe->stats.overflow_frames,
+                                            b->fast);
 }
 
 /* A row's contract check from its window's input RMS and pooled z. */

@@ -539,8 +539,16 @@ typedef enum {
  *    (0.9 to 1.8 times it in docs/performance.md's draws) instead
  *    of at or below it.  The feed-forward, LayerNorm, softmax and output
  *    normalisation are unchanged, and the bytes still depend neither on
- *    how frames come in pushes nor on the thread count.  Whole models
- *    refuse it (SATTN_E_INVAL): their windows sum in double throughout. */
+ *    how frames come in pushes nor on the thread count.
+ *    For a whole model (SATTN_MODEL_WHOLE) FAST sums every linear in
+ *    float, as PyTorch float32 does: the embedding or conv stem, each
+ *    layer's Q, K, V and output projections and feed-forward, and the
+ *    head; the residuals, activations and LayerNorms are float too (the
+ *    pooling and the head's softmax stay in double).  About 1.7 times the
+ *    windows per CPU second of EXACT on the shipped recogniser; the error
+ *    is about PyTorch float32's (tests/python/test_whole_models.py bounds
+ *    it at 4 times), the bytes depend on the SIMD level but neither on
+ *    pushes nor on threads, and masks behave as in EXACT. */
 typedef enum {
   SATTN_PRECISION_EXACT = 0,
   SATTN_PRECISION_FAST,

@@ -744,9 +744,9 @@ class Stream:
     CPU); the output is byte-identical for every count.  precision:
     "exact" (the default: V and the output projection summed in double,
     error at or below PyTorch float32's) or "fast" (an attention or encoder
-    layer's projections summed in float, as PyTorch float32 does: faster,
-    error about PyTorch float32's; whole models refuse it).  The stream
-    keeps its model alive.
+    layer's projections, or every linear of a whole model, summed in float
+    as PyTorch float32 does: faster, error about PyTorch float32's).  The
+    stream keeps its model alive.
 
     One thread at a time: a Stream may pass from thread to thread, but a
     call on it (push, drain, reset, stats, set_invalid_policy, the

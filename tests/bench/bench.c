@@ -2319,8 +2319,10 @@ write_json (FILE *f, const Workload *w, int random_weights, const Result *r)
  *   - the pipeline appsrc ! sattn weights=FILE output=classes ! fakesink
  *     with the same buffers;
  *   - the one-thread FMA peak (the loop of the --peak table, best ISA).
- * Windows per CPU second of the computing thread; useful GFLOP/s as a
- * fraction of the peak per CPU second of the same repeat.
+ * Each of the three with precision=exact and precision=fast, side by
+ * side in every repeat (their order alternating), with the ratio fast /
+ * exact.  Windows per CPU second of the computing thread; useful GFLOP/s
+ * as a fraction of the peak per CPU second of the same repeat.
  *
  * Useful work per window (a multiply-add counts 2; biases, norms, softmax
  * exponentials and activations not counted), with d_frame F, d_model D,
@@ -2525,6 +2527,133 @@ done:
   return fail;
 }
 
+/* The two precisions --whole measures side by side, in each repeat. */
+#define WHOLE_PRECS 2
+static const char *const whole_prec[WHOLE_PRECS] = { "exact", "fast" };
+
+/* What every measurement of --whole shares. */
+typedef struct {
+  const Opts *o;
+  const char *path;
+  const Workload *w;
+  const float *pool;
+  size_t pool_frames, bf, F, h;
+  float *out;
+  const char *shape; /* the model's JSON fields */
+} WholeRun;
+
+/* Repeat k of precision p (streams s: one hop per push, buffers per
+ * push): v[0][k] core one hop per push, v[1][k] core buffers, v[2][k] the
+ * pipeline (NaN without). */
+static void
+whole_repeat (const WholeRun *r, SattnStream *s[2], size_t pos[2], int p,
+              double *v[3], int k, int *fail)
+{
+  const size_t F = r->F, h = r->h, bf = r->bf, rows = bf / h + 1;
+  if (k == 0) {
+    whole_measure (s[0], r->pool, r->pool_frames, &pos[0], F, h, h, r->out,
+                   rows, 0.2 * r->o->core_time, 0, fail);
+    whole_measure (s[1], r->pool, r->pool_frames, &pos[1], F, bf, h, r->out,
+                   rows, 0.2 * r->o->core_time, 0, fail);
+  }
+  v[0][k] = whole_measure (s[0], r->pool, r->pool_frames, &pos[0], F, h, h,
+                           r->out, rows, r->o->core_time, 0, fail);
+  v[1][k] = whole_measure (s[1], r->pool, r->pool_frames, &pos[1], F, bf, h,
+                           r->out, rows, r->o->core_time, 0, fail);
+  v[2][k] = NAN;
+#ifdef SATTN_BENCH_HAVE_GST
+  if (r->o->do_pipeline && !*fail) {
+    char extra[4200], err[1024] = "";
+    double secs = 0.0, cpu = 0.0;
+    uint64_t frames_out = 0;
+    uint64_t warm = 4,
+             nbuf = warm +
+                    (uint64_t) fmax (20.0, v[1][k] * (double) h *
+                                               r->o->pipe_time / (double) bf);
+    snprintf (extra, sizeof extra,
+              "weights=\"%s\" output=classes contract=warn precision=%s",
+              r->path, whole_prec[p]);
+    if (run_pipeline (r->w, r->pool, r->pool_frames, bf, warm, nbuf, 1, extra,
+                      &secs, &cpu, &frames_out, err, sizeof err) == 0 &&
+        frames_out > 0)
+      v[2][k] = (double) ((nbuf - warm) * (bf / h)) / cpu;
+    else {
+      fprintf (stderr, "whole model pipeline (%s): %s\n", whole_prec[p],
+               err[0] ? err : "no output");
+      *fail = 1;
+    }
+  }
+#else
+  (void) p;
+#endif
+}
+
+/* The table of --whole: medians of v[p][j] (p: precision, j: core one
+ * hop, core buffers, pipeline) and of the peak; the JSON line. */
+static void
+whole_report (const WholeRun *r, double *v[WHOLE_PRECS][3], double *vpeak,
+              double fpw, int isa, FILE *json)
+{
+  const int R = r->o->repeats;
+  const char *isa_name = isa == 2 ? "AVX-512" : "AVX2";
+  const double peak = median (vpeak, (size_t) R);
+  double med[WHOLE_PRECS][3];
+  for (int p = 0; p < WHOLE_PRECS; p++)
+    for (int j = 0; j < 3; j++)
+      med[p][j] = median (v[p][j], (size_t) R);
+  printf ("| precision | | windows/s | GFLOP/s | %% of FMA peak (%s, %.1f "
+          "GFLOP/s) |\n|---|---|---:|---:|---:|\n",
+          isa_name, peak);
+  for (int p = 0; p < WHOLE_PRECS; p++)
+    for (int j = 0; j < 3; j++) {
+      char what[96];
+      const double wps = med[p][j];
+      if (!isfinite (wps))
+        continue;
+      if (j == 0)
+        snprintf (what, sizeof what,
+                  "sattn core, one hop (%zu frames) per "
+                  "push",
+                  r->h);
+      else
+        snprintf (what, sizeof what, "sattn %s, %zu frames per %s",
+                  j == 1 ? "core" : "pipeline", r->bf,
+                  j == 1 ? "push" : "buffer");
+      printf ("| %s | %s | %.0f | %.2f | %.1f%% |\n", whole_prec[p], what, wps,
+              wps * fpw * 1e-9, 100.0 * wps * fpw * 1e-9 / peak);
+    }
+  printf ("fast / exact (medians): core one hop %.2fx, core buffers %.2fx",
+          med[1][0] / med[0][0], med[1][1] / med[0][1]);
+  if (isfinite (med[0][2]) && isfinite (med[1][2]))
+    printf (", pipeline %.2fx", med[1][2] / med[0][2]);
+  printf ("\n");
+  if (json == NULL)
+    return;
+  fprintf (json, "{\"whole\": 1, \"weights\": ");
+  json_string (json, r->path);
+  fprintf (json,
+           ", %s, \"window\": %zu, \"hop\": %zu, "
+           "\"buffer_frames\": %zu, \"peak_isa\": \"%s\"",
+           r->shape, r->w->window, r->h, r->bf, isa_name);
+  json_num (json, "flops_per_window", fpw);
+  json_num (json, "peak_gflops", peak);
+  /* exact's keys as before; fast's with the prefix fast_ */
+  static const char *const keys[3][2] = {
+    { "core_wps", "core_peak_frac" },
+    { "core_buffer_wps", "core_buffer_peak_frac" },
+    { "pipeline_wps", "pipeline_peak_frac" },
+  };
+  for (int p = 0; p < WHOLE_PRECS; p++)
+    for (int j = 0; j < 3; j++) {
+      char key[64];
+      snprintf (key, sizeof key, "%s%s", p ? "fast_" : "", keys[j][0]);
+      json_num (json, key, med[p][j]);
+      snprintf (key, sizeof key, "%s%s", p ? "fast_" : "", keys[j][1]);
+      json_num (json, key, med[p][j] * fpw * 1e-9 / peak);
+    }
+  fprintf (json, "}\n");
+}
+
 static int
 run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
 {
@@ -2556,21 +2685,30 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
   const size_t bf = wl_buffer_frames (&w);
   const size_t pool_frames = bf * ((64 * n + bf - 1) / bf);
   const double fpw = whole_flops_per_window (F, D, cfg->d_ff, n, h, L, C);
-  SattnStreamConfig sc = {
-    .window = n, .hop = h, .output = SATTN_OUTPUT_CLASSES, .threads = 1
-  };
-  SattnStatus st;
-  SattnStream *s[2] = { sattn_stream_new (m, &sc, &st), NULL };
-  if (s[0])
-    s[1] = sattn_stream_new (m, &sc, &st);
+  SattnStream *s[WHOLE_PRECS][2] = { { NULL } };
+  size_t pos[WHOLE_PRECS][2] = { { 0 } };
+  SattnStatus st = SATTN_OK;
+  for (int p = 0; p < WHOLE_PRECS; p++) {
+    SattnStreamConfig sc = { .window = n,
+                             .hop = h,
+                             .output = SATTN_OUTPUT_CLASSES,
+                             .threads = 1,
+                             .precision = p ? SATTN_PRECISION_FAST
+                                            : SATTN_PRECISION_EXACT };
+    for (int i = 0; i < 2 && st == SATTN_OK; i++)
+      s[p][i] = sattn_stream_new (m, &sc, &st);
+  }
   float *pool = malloc (pool_frames * F * sizeof (float));
   float *out = malloc ((bf / h + 1) * C * sizeof (float));
-  double *v[4];
-  for (int k = 0; k < 4; k++)
-    v[k] = calloc ((size_t) o->repeats, sizeof (double));
-  if (!s[0] || !s[1] || !pool || !out || !v[0] || !v[1] || !v[2] || !v[3]) {
+  double *v[WHOLE_PRECS][3] = { { NULL } },
+         *vpeak = calloc ((size_t) o->repeats, sizeof (double));
+  int have = pool && out && vpeak && st == SATTN_OK;
+  for (int p = 0; p < WHOLE_PRECS; p++)
+    for (int j = 0; j < 3; j++)
+      have &= (v[p][j] = calloc ((size_t) o->repeats, sizeof (double))) != NULL;
+  if (!have) {
     fprintf (stderr, "whole model stream: %s\n",
-             s[1] ? "out of memory" : sattn_status_string (st));
+             st != SATTN_OK ? sattn_status_string (st) : "out of memory");
     fail = 1;
     goto done;
   }
@@ -2578,98 +2716,40 @@ run_whole (const Opts *o, const char *path, size_t n, size_t h, FILE *json)
   fill_normal (&r, pool, pool_frames * F, 1.0);
   const int isa = peak_isa_supported (2) ? 2 : 1;
   const uint64_t it = peak_calibrate (isa, o->quick ? 0.01 : 0.1);
-  size_t pos[2] = { 0, 0 };
+  char shape[256];
+  snprintf (shape, sizeof shape,
+            "\"d_frame\": %zu, \"d_model\": %zu, \"heads\": %zu, "
+            "\"d_ff\": %zu, \"layers\": %zu, \"classes\": %zu",
+            F, D, cfg->heads, cfg->d_ff, L, C);
+  const WholeRun run = { o, path, &w, pool, pool_frames, bf, F, h, out, shape };
   printf ("\nwhole model per window: %s\n(d_frame %zu, d_model %zu, %zu "
           "heads, d_ff %zu, %zu layers, %zu classes; window %zu, hop %zu, "
-          "output=classes, threads=1); windows per CPU second, medians of "
-          "%d interleaved repeats; useful work %.0f FLOP per window\n",
+          "output=classes, threads=1); precision exact and fast side by "
+          "side, windows per CPU second, medians of %d interleaved "
+          "repeats; useful work %.0f FLOP per window\n",
           path, F, D, cfg->heads, cfg->d_ff, L, C, n, h, o->repeats, fpw);
   fflush (stdout);
   for (int k = 0; k < o->repeats && !fail; k++) {
-    if (k == 0) {
-      whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out, bf / h + 1,
-                     0.2 * o->core_time, 0, &fail);
-      whole_measure (s[1], pool, pool_frames, &pos[1], F, bf, h, out,
-                     bf / h + 1, 0.2 * o->core_time, 0, &fail);
-    }
     peak_measure (isa, 1, it);
-    v[3][k] = peak_cpu_last;
-    v[0][k] = whole_measure (s[0], pool, pool_frames, &pos[0], F, h, h, out,
-                             bf / h + 1, o->core_time, 0, &fail);
-    v[1][k] = whole_measure (s[1], pool, pool_frames, &pos[1], F, bf, h, out,
-                             bf / h + 1, o->core_time, 0, &fail);
-    v[2][k] = NAN;
-#ifdef SATTN_BENCH_HAVE_GST
-    if (o->do_pipeline) {
-      char extra[4200];
-      double secs = 0.0, cpu = 0.0;
-      uint64_t frames_out = 0;
-      uint64_t warm = 4,
-               nbuf = warm +
-                      (uint64_t) fmax (20.0, v[1][k] * (double) h *
-                                                 o->pipe_time / (double) bf);
-      snprintf (extra, sizeof extra,
-                "weights=\"%s\" output=classes contract=warn", path);
-      if (run_pipeline (&w, pool, pool_frames, bf, warm, nbuf, 1, extra, &secs,
-                        &cpu, &frames_out, err, sizeof err) == 0 &&
-          frames_out > 0)
-        v[2][k] = (double) ((nbuf - warm) * (bf / h)) / cpu;
-      else {
-        fprintf (stderr, "whole model pipeline: %s\n",
-                 err[0] ? err : "no output");
-        fail = 1;
-      }
-    }
-#endif
-  }
-  if (fail)
-    goto done;
-  {
-    double core = median (v[0], (size_t) o->repeats);
-    double core_buf = median (v[1], (size_t) o->repeats);
-    double pipe = median (v[2], (size_t) o->repeats);
-    double peak = median (v[3], (size_t) o->repeats);
-    const char *isa_name = isa == 2 ? "AVX-512" : "AVX2";
-    printf ("| | windows/s | GFLOP/s | %% of FMA peak (%s, %.1f GFLOP/s) |\n"
-            "|---|---:|---:|---:|\n",
-            isa_name, peak);
-    printf ("| sattn core, one hop (%zu frames) per push | %.0f | %.2f "
-            "| %.1f%% |\n",
-            h, core, core * fpw * 1e-9, 100.0 * core * fpw * 1e-9 / peak);
-    printf ("| sattn core, %zu frames per push | %.0f | %.2f | %.1f%% |\n", bf,
-            core_buf, core_buf * fpw * 1e-9,
-            100.0 * core_buf * fpw * 1e-9 / peak);
-    if (isfinite (pipe))
-      printf ("| sattn pipeline, %zu frames per buffer | %.0f | %.2f "
-              "| %.1f%% |\n",
-              bf, pipe, pipe * fpw * 1e-9, 100.0 * pipe * fpw * 1e-9 / peak);
-    if (json) {
-      fprintf (json, "{\"whole\": 1, \"weights\": ");
-      json_string (json, path);
-      fprintf (json,
-               ", \"d_frame\": %zu, \"d_model\": %zu, \"heads\": %zu, "
-               "\"d_ff\": %zu, \"layers\": %zu, \"classes\": %zu, "
-               "\"window\": %zu, \"hop\": %zu, \"buffer_frames\": %zu, "
-               "\"peak_isa\": \"%s\"",
-               F, D, cfg->heads, cfg->d_ff, L, C, n, h, bf, isa_name);
-      json_num (json, "flops_per_window", fpw);
-      json_num (json, "peak_gflops", peak);
-      json_num (json, "core_wps", core);
-      json_num (json, "core_buffer_wps", core_buf);
-      json_num (json, "pipeline_wps", pipe);
-      json_num (json, "core_peak_frac", core * fpw * 1e-9 / peak);
-      json_num (json, "core_buffer_peak_frac", core_buf * fpw * 1e-9 / peak);
-      json_num (json, "pipeline_peak_frac", pipe * fpw * 1e-9 / peak);
-      fprintf (json, "}\n");
+    vpeak[k] = peak_cpu_last;
+    /* the precisions' order alternates from repeat to repeat */
+    for (int i = 0; i < WHOLE_PRECS && !fail; i++) {
+      const int p = (i + k) % WHOLE_PRECS;
+      whole_repeat (&run, s[p], pos[p], p, v[p], k, &fail);
     }
   }
+  if (!fail)
+    whole_report (&run, v, vpeak, fpw, isa, json);
 done:
-  for (int k = 0; k < 4; k++)
-    free (v[k]);
+  for (int p = 0; p < WHOLE_PRECS; p++)
+    for (int j = 0; j < 3; j++)
+      free (v[p][j]);
+  free (vpeak);
   free (pool);
   free (out);
-  sattn_stream_free (s[0]);
-  sattn_stream_free (s[1]);
+  for (int p = 0; p < WHOLE_PRECS; p++)
+    for (int i = 0; i < 2; i++)
+      sattn_stream_free (s[p][i]);
   sattn_model_free (m);
   return fail;
 }

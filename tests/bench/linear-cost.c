@@ -12,6 +12,9 @@
  *   float     a register-tiled AVX-512 loop in float (8 rows × 32
  *             columns of FMA chains from the bias, the library's tile
  *             shape in float lanes), float rows in and out,
+ *   fast      what a whole model's precision=fast runs: sattn_qk (the
+ *             tiled float product of QKᵀ, chains from 0) and the bias
+ *             added once,
  *
  * on the shapes of a window (default: the benchmark's per-window model,
  * 16 rows, d_model 32, d_ff 64: Q|K|V 32 -> 96, out 32 -> 32, linear1
@@ -20,8 +23,7 @@
  * outputs, relative to max |y|).  Prints the median time of one window's
  * products per way over the blocks, the ratios to double, and the share
  * of the one-thread FMA peak (ab_fma_peak, measured between the blocks)
- * each reaches.  An experiment: the library has no float path for these
- * products.  Wall clock; pin it (taskset).
+ * each reaches.  Wall clock; pin it (taskset).
  *
  * usage: sattn-linear-cost [--rows N] [--d-model D] [--d-ff F]
  *                          [--blocks B]
@@ -118,10 +120,11 @@ shape_init (Shape *s, TestRng *rng, size_t rows, size_t din, size_t n,
     }
 }
 
-enum { WAY_DOUBLE, WAY_SGEMM, WAY_FLOAT, WAYS };
+enum { WAY_DOUBLE, WAY_SGEMM, WAY_FLOAT, WAY_FAST, WAYS };
 static const char *const way_name[WAYS] = { "double (the library)",
                                             "cblas_sgemm (float)",
-                                            "float tiles (AVX-512)" };
+                                            "float tiles (AVX-512)",
+                                            "precision=fast (sattn_qk)" };
 
 static void
 run_way (int way, Shape *s, size_t rows)
@@ -140,6 +143,10 @@ run_way (int way, Shape *s, size_t rows)
       cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) rows,
                    (int) n, (int) din, 1.0f, s->xf, (int) din, s->W, (int) n,
                    1.0f, s->yf, (int) n);
+      break;
+    case WAY_FAST:
+      sattn_qk (s->xf, din, s->W, n, rows, n, din, s->yf, n);
+      sattn_add_bias (s->yf, n, rows, s->b, n);
       break;
     default:
 #ifdef HAVE_FLOAT_TILES
@@ -211,7 +218,7 @@ main (int argc, char **argv)
   double *t[WAYS], *peak = malloc (blocks * sizeof (double));
   for (int w = 0; w < WAYS; w++)
     t[w] = malloc (blocks * sizeof (double));
-  double err[WAYS] = { 0.0, 0.0, 0.0 };
+  double err[WAYS] = { 0.0 };
   for (int w = 0; w < WAYS; w++)
     for (int k = 0; k < 4; k++) {
       run_way (w, &sh[k], rows);

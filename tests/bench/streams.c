@@ -3,10 +3,11 @@
  *
  *   sattn-streams --model FILE --streams N [--seconds S] [--branches]
  *                 [--rate R] [--channels C] [--buffer-ms B] [--smoke]
+ *                 [--precision exact|fast]
  *
  * N live streams (R Hz, C interleaved channels of white noise, default the
  * model's input contract; buffers of B ms, default 10) each run through
- *   appsrc ! sattn weights=FILE output=classes ! fakesink
+ *   appsrc ! sattn weights=FILE output=classes precision=P ! fakesink
  * as N pipelines in this process (default) or as one pipeline of N
  * branches (--branches).  One pacing thread pushes every stream's buffer
  * when its time comes (a live source: the clock, not the element, sets
@@ -155,7 +156,7 @@ pct (gint64 *v, guint64 n, double p)
 int
 main (int argc, char **argv)
 {
-  const gchar *model = NULL;
+  const gchar *model = NULL, *precision = "exact";
   guint n = 1, buffer_ms = 10, i;
   gdouble seconds = 10.0;
   gboolean branches = FALSE, smoke = FALSE;
@@ -184,11 +185,14 @@ main (int argc, char **argv)
       branches = TRUE;
     else if (!strcmp (argv[i], "--smoke"))
       smoke = TRUE;
+    else if (!strcmp (argv[i], "--precision") && i + 1 < (guint) argc &&
+             (!strcmp (argv[i + 1], "exact") || !strcmp (argv[i + 1], "fast")))
+      precision = argv[++i];
     else {
       fprintf (stderr,
                "usage: %s --model FILE --streams N [--seconds S] "
                "[--branches] [--rate R] [--channels C] [--buffer-ms B] "
-               "[--smoke]\n",
+               "[--smoke] [--precision exact|fast]\n",
                argv[0]);
       return 2;
     }
@@ -240,9 +244,9 @@ main (int argc, char **argv)
         "appsrc name=src%u is-live=true "
         "format=time do-timestamp=false max-bytes=0 caps=audio/x-raw,"
         "format=F32LE,layout=interleaved,rate=%u,channels=%u ! sattn "
-        "name=s%u weights=\"%s\" output=classes ! fakesink sync=false "
-        "async=false ",
-        i, rate, channels, i, model);
+        "name=s%u weights=\"%s\" output=classes precision=%s ! fakesink "
+        "sync=false async=false ",
+        i, rate, channels, i, model, precision);
     GError *gerr = NULL;
 
     g_mutex_init (&s->lock);
@@ -370,25 +374,27 @@ main (int argc, char **argv)
       lost += streams[i].windows < want ? want - streams[i].windows : 0;
     }
     printf (
-        "%u stream(s) as %s, %u Hz x %u ch, window %u x %u, hop %u, "
-        "%u ms buffers, %.1f s: windows %" G_GUINT64_FORMAT
+        "%u stream(s) as %s, precision=%s, %u Hz x %u ch, window %u x %u, "
+        "hop %u, %u ms buffers, %.1f s: windows %" G_GUINT64_FORMAT
         " of %" G_GUINT64_FORMAT " due (%" G_GUINT64_FORMAT
         " missing); CPU %.3f s "
         "per s (%.1f%% of one core); pacing behind at most %.2f ms; decision "
         "latency us: p50 %.0f p99 %.0f max %.0f (first third p50 %.0f, last "
         "third p50 %.0f)\n",
-        n, branches ? "one pipeline of branches" : "pipelines", rate, channels,
-        window_f, frame_size, hop_f, buffer_ms, seconds, done, due, lost,
-        cpu / wall, 100.0 * cpu / wall, behind_max / 1e6, pct (lat, n_lat, 0.5),
-        pct (lat, n_lat, 0.99), pct (lat, n_lat, 1.0), f50, l50);
-    printf ("{\"streams\": %u, \"branches\": %s, \"windows\": "
+        n, branches ? "one pipeline of branches" : "pipelines", precision, rate,
+        channels, window_f, frame_size, hop_f, buffer_ms, seconds, done, due,
+        lost, cpu / wall, 100.0 * cpu / wall, behind_max / 1e6,
+        pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99), pct (lat, n_lat, 1.0),
+        f50, l50);
+    printf ("{\"streams\": %u, \"branches\": %s, \"precision\": \"%s\", "
+            "\"windows\": "
             "%" G_GUINT64_FORMAT ", \"due\": %" G_GUINT64_FORMAT
             ", \"missing\": %" G_GUINT64_FORMAT
             ", \"cpu_per_s\": %.4f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
             "\"max_us\": %.1f, \"first_p50_us\": %.1f, \"last_p50_us\": %.1f, "
             "\"behind_ms\": %.3f}\n",
-            n, branches ? "true" : "false", done, due, lost, cpu / wall,
-            pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99),
+            n, branches ? "true" : "false", precision, done, due, lost,
+            cpu / wall, pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99),
             pct (lat, n_lat, 1.0), f50, l50, behind_max / 1e6);
     if (smoke)
       fail |= lost > 0;

@@ -69,14 +69,11 @@
  *    threads > 1 runs a second time with threads=1, and everything that
  *    came out (values, times, flags, meta) must be byte-identical;
  *  - one episode in three draws precision=fast (from a generator of its
- *    own, so that its events are the same either way): with attention or
- *    encoder weights (or without weights) it runs fast through every
- *    check above, and so does its threads twin (the output depends
- *    neither on buffer sizes nor on threads with fast either); a whole
- *    model refuses fast, so its episode runs exact and then a short check
- *    of its own sets fast on the same file and settings: READY -> PAUSED
- *    must fail with one error naming a whole model, nothing out, and
- *    start again with exact; a run of 1000 episodes or more fails
+ *    own, so that its events are the same either way): with attention,
+ *    encoder or whole-model weights (or without weights) it runs fast
+ *    through every check above, and so does its threads twin (the output
+ *    depends neither on buffer sizes nor on threads with fast either); a
+ *    run of 1000 episodes or more fails
  *    without an episode with weights and fast, or without one of each of
  *    docs/models.md's front ends and poolings (conv stems, RMS
  *    normalisation, standardisation, CLS tokens, max and attention
@@ -561,21 +558,11 @@ typedef struct
 enum
 { PREC_EXACT, PREC_FAST };
 
-/* A whole model's episode that drew precision=fast: the settings of its
- * refusal check (whole_fast_probe), set by ep_setup. */
-static struct
-{
-  gboolean pending;
-  const WFixture *wf;
-  guint window, hop, fs;
-  gint output, threads;
-} whole_fast;
-
-/* A swap episode runs up to three times (docs/element.md "Swapping weights
- * while playing"): SW_RUN sets `weights` to another file at op swap_at while
- * data flows; SW_A is the same episode without the set (the old model only),
- * SW_B the same with the new file from the start (the new model only).  Every
- * output row is recorded in each run. */
+/* A swap episode runs up to three times (docs/element.md "Swapping weights while
+ * playing"): SW_RUN sets `weights` to another file at op swap_at while
+ * data flows; SW_A is the same episode without the set (the old model
+ * only), SW_B the same with the new file from the start (the new model
+ * only).  Every output row is recorded in each run. */
 enum
 { SW_NONE, SW_RUN, SW_A, SW_B };
 
@@ -657,7 +644,7 @@ static const gchar *st_names[N_ST] = {
   "episodes with precision=fast and weights",
   "episodes with precision=fast without weights",
   "threads twins with precision=fast",
-  "whole models refusing precision=fast",
+  "episodes with a whole model and precision=fast",
   "episodes with a conv stem", "episodes with RMS normalisation",
   "episodes with standardisation", "episodes with a CLS token",
   "episodes with max pooling", "episodes with attention pooling"
@@ -2500,27 +2487,16 @@ ep_setup (Episode * e, guint64 seed, gint threads)
   {
     /* precision=fast, one episode in three, from a generator of its own
      * (the episode's events, its threads twin's and its swap runs' are
-     * the same either way); a whole model refuses it: checked apart
-     * (whole_fast_probe), the episode runs exact */
+     * the same either way) */
     guint32 s3[2] = { (guint32) seed ^ 0x70726563u, (guint32) (seed >> 32) };
     GRand *pr = g_rand_new_with_seed_array (s3, 2);
     gboolean fast = g_rand_int_range (pr, 0, 3) == 0;
 
     g_rand_free (pr);
-    e->precision = fast && !(e->wf && e->wf->kind == K_WHOLE) ?
-        PREC_FAST : PREC_EXACT;
-    stats[ST_FAST] += e->precision == PREC_FAST && e->wf != NULL;
-    stats[ST_FAST_NO_WEIGHTS] += e->precision == PREC_FAST && e->wf == NULL;
-    whole_fast.pending = fast && e->wf && e->wf->kind == K_WHOLE &&
-        plan.mode == SW_NONE;
-    if (whole_fast.pending) {
-      whole_fast.wf = e->wf;
-      whole_fast.window = e->window;
-      whole_fast.hop = e->hop;
-      whole_fast.fs = e->fs;
-      whole_fast.output = e->output;
-      whole_fast.threads = e->threads;
-    }
+    e->precision = fast ? PREC_FAST : PREC_EXACT;
+    stats[ST_FAST] += fast && e->wf != NULL;
+    stats[ST_FAST_NO_WEIGHTS] += fast && e->wf == NULL;
+    stats[ST_WHOLE_FAST] += fast && e->wf && e->wf->kind == K_WHOLE;
   }
   ep_log (e, "window %u hop %u fs %u heads %u causal %d lookback %u "
       "output %d start %d scale %g policy %d messages %d threads %d "
@@ -2846,65 +2822,6 @@ run_swap_episode (guint64 seed, gint threads)
       "new caps or a READY");
 }
 
-#define probe_check(seed, cond, ...) \
-  seed_check ("whole model with precision=fast", seed, cond, __VA_ARGS__)
-
-/* A whole model refuses precision=fast (the core's
- * sattn_stream_config_check): with the episode's whole model and
- * settings, READY -> PAUSED fails with one error naming a whole model and
- * nothing comes out; with precision=exact the same element starts. */
-static void
-whole_fast_probe (guint64 seed)
-{
-  const WFixture *wf = whole_fast.wf;
-  GstHarness *h;
-  GstBus *bus;
-  GstMessage *msg;
-  GstStateChangeReturn ret;
-  guint errors = 0;
-  gboolean named = FALSE;
-
-  /* the harness plays the element (no weights yet); weights and
-   * precision are set in READY, checked on READY -> PAUSED */
-  h = sattn_harness_new ("window", whole_fast.window, "hop", whole_fast.hop,
-      "frame-size", whole_fast.fs, "heads", wf->heads, "output",
-      whole_fast.output, "threads", whole_fast.threads, NULL);
-  probe_check (seed, gst_element_set_state (h->element, GST_STATE_READY) ==
-      GST_STATE_CHANGE_SUCCESS, "PLAYING -> READY failed");
-  bus = sattn_attach_bus (h);
-  g_object_set (h->element, "weights", wf->path, NULL);
-  gst_util_set_object_arg (G_OBJECT (h->element), "precision", "fast");
-  ret = gst_element_set_state (h->element, GST_STATE_PAUSED);
-  probe_check (seed, ret == GST_STATE_CHANGE_FAILURE, "READY -> PAUSED "
-      "with %s and precision=fast: %s", wf->file,
-      gst_element_state_change_return_get_name (ret));
-  while ((msg = gst_bus_pop (bus)) != NULL) {
-    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
-      GError *err = NULL;
-
-      gst_message_parse_error (msg, &err, NULL);
-      errors++;
-      named |= strstr (err->message, "whole model") != NULL;
-      g_clear_error (&err);
-    }
-    gst_message_unref (msg);
-  }
-  probe_check (seed, errors == 1 && named, "%u error(s), %s naming a whole "
-      "model (weights %s, precision=fast)", errors, named ? "one" : "none",
-      wf->file);
-  probe_check (seed, gst_harness_buffers_received (h) == 0, "%u buffers "
-      "out", gst_harness_buffers_received (h));
-  /* the refusal was precision's */
-  gst_element_set_state (h->element, GST_STATE_READY);
-  gst_util_set_object_arg (G_OBJECT (h->element), "precision", "exact");
-  probe_check (seed, gst_element_set_state (h->element, GST_STATE_PLAYING) !=
-      GST_STATE_CHANGE_FAILURE, "%s with precision=exact did not start",
-      wf->file);
-  stats[ST_WHOLE_FAST]++;
-  sattn_detach_bus (h, bus);
-  gst_harness_teardown (h);
-}
-
 /* Episode seed: the element runs with 1 thread (half the episodes) or 2
  * to 4 (drawn from a generator of its own, so that the episode's events
  * are the same for every count); one episode in five with threads > 1
@@ -2920,7 +2837,7 @@ run_episode (guint64 seed)
       5);
   gboolean twin = threads > 1 && g_rand_int_range (tr, 0, 5) == 0;
   gboolean swap = g_rand_int_range (tr, 0, 10) == 0;
-  gboolean fast, probe;
+  gboolean fast;
   gchar *d, *d1;
 
   g_rand_free (tr);
@@ -2931,7 +2848,6 @@ run_episode (guint64 seed)
   }
   d = run_episode_threads (seed, threads);
   fast = last_precision == PREC_FAST;
-  probe = whole_fast.pending;
   if (twin) {
     guint64 saved[N_ST];
 
@@ -2958,8 +2874,6 @@ run_episode (guint64 seed)
     g_free (d1);
   }
   g_free (d);
-  if (probe)
-    whole_fast_probe (seed);
 }
 
 static guint64

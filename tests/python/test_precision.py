@@ -5,8 +5,8 @@ against a float64 reference written here (numpy: Q/K/V, scores, stable
 softmax, output projection, each window), within the float32 parity
 bound max-abs <= 1e-5 (1 + max |reference|), "fast" differing from
 "exact" in its bytes; the element's rows (precision=fast) equal to the
-package's byte for byte; a whole model refusing "fast" with words, in
-the package and in the element; an unknown precision name refused.
+package's byte for byte, for an attention layer and for a whole model;
+an unknown precision name refused.
 
 The element cases are skipped without gst-launch-1.0, the whole-model
 case without PyTorch."""
@@ -116,7 +116,10 @@ class TestPrecision(unittest.TestCase):
             got = _element_rows(d, path, x, "precision=fast")
             self.assertEqual(got.tobytes(), want.tobytes())
 
-    def test_whole_model_refuses_fast(self):
+    def test_whole_model_fast(self):
+        # a whole model takes "fast" (tests/python/test_whole_models.py
+        # checks its error): the package's rows differ from "exact"'s, and
+        # the element's (precision=fast) equal them byte for byte
         try:
             import torch
             from sattn.nn import SignalTransformer, save_safetensors
@@ -126,25 +129,28 @@ class TestPrecision(unittest.TestCase):
         net = SignalTransformer(d_frame=D, d_model=16, heads=2, layers=1,
                                 d_ff=32, classes=3, positions="learned",
                                 max_window=N).eval()
+        x = np.random.default_rng(5).standard_normal(
+            (N + 12 * HOP, D)).astype(np.float32)
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "whole.safetensors")
             save_safetensors(net, path)
             model = sattn.Model.from_safetensors(path)
-            with self.assertRaises(sattn.SattnError) as cm:
-                sattn.Stream(model, N, HOP, "classes", precision="fast")
-            self.assertIn("whole model", str(cm.exception))
-            # exact (the default) runs
-            sattn.Stream(model, N, HOP, "classes")
+            rows = {}
+            for p in ("exact", "fast"):
+                s = sattn.Stream(model, N, HOP, "classes", start="wait",
+                                 precision=p)
+                rows[p] = np.asarray(s.push(x)[0], np.float32)
+            self.assertEqual(rows["fast"].shape, (13, 3))
+            self.assertNotEqual(rows["fast"].tobytes(),
+                                rows["exact"].tobytes())
+            self.assertLess(np.abs(rows["fast"] - rows["exact"]).max(), 1e-5)
             if GST_LAUNCH is None:
                 return
-            x = np.zeros((N, D), np.float32)
             r = _element_run(d, path, x, "precision=fast output=classes")
-            self.assertNotEqual(r.returncode, 0)
-            self.assertIn("whole model", r.stdout + r.stderr)
-            # refused by the state change, not from the streaming thread
-            # (which can hang gst-launch-1.0: launch-loop.sh)
-            self.assertIn("Failed to set pipeline to PAUSED",
-                          r.stdout + r.stderr)
+            if r.returncode != 0:
+                raise AssertionError("gst-launch-1.0 failed: " + r.stderr)
+            got = np.fromfile(os.path.join(d, "out.f32"), "<f4")
+            self.assertEqual(got.tobytes(), rows["fast"].tobytes())
 
 
 def _save_q_proj(path, w):

@@ -134,13 +134,14 @@ def frames_and_masks(seed):
     return x, valid, usable
 
 
-def run_stream(model, output, x, valid):
+def run_stream(model, output, x, valid, precision="exact", threads=1,
+               blocks=BLOCKS):
     """Push x in uneven blocks, then drain: all rows and infos."""
     s = sattn.Stream(model, window=WINDOW, hop=HOP, output=output,
-                     invalid="mask")
+                     invalid="mask", precision=precision, threads=threads)
     rows, infos, i, b = [], [], 0, 0
     while i < len(x):
-        n = BLOCKS[b % len(BLOCKS)]
+        n = blocks[b % len(blocks)]
         r, info = s.push(x[i:i + n], valid=valid[i:i + n])
         rows.append(r.copy())
         infos.append(info.copy())
@@ -182,10 +183,12 @@ def torch_outputs(net, xw, mask, output):
     return y.to(torch.float64).numpy()
 
 
-def compare(test, label, model, net, output, x, valid, usable):
+def compare(test, label, model, net, output, x, valid, usable,
+            precision="exact", detail=None):
     """Stream vs float64 module vs float32 module: (sattn max-abs,
-    torch-f32 max-abs, windows compared); asserts the row bookkeeping."""
-    rows, info = run_stream(model, output, x, valid)
+    torch-f32 max-abs, windows compared); asserts the row bookkeeping.
+    detail (a dict, may be None) gets the rows compared: got, ref, f32."""
+    rows, info = run_stream(model, output, x, valid, precision)
     ends = info["window_end"].astype(np.int64)
     # a window every hop frames from the first hop (start="pad"), then
     # the drain's partial one
@@ -209,6 +212,8 @@ def compare(test, label, model, net, output, x, valid, usable):
     test.assertEqual(got.shape, ref.shape, "%s %s" % (label, output))
     e = float(np.abs(got - ref).max())
     e32 = float(np.abs(f32 - ref).max())
+    if detail is not None:
+        detail.update(got=got, ref=ref, f32=f32)
     return e, e32, int(ok.sum())
 
 
@@ -558,6 +563,131 @@ class TestParity(unittest.TestCase):
                                 "classes", x, valid, usable)
             print("# ALiBi metadata: sattn %.3g vs torch-f32 %.3g" % (e, e32))
             self.assertGreater(e, 100 * e32)
+
+
+# precision="fast" beyond the matrix: the front ends that depend on the
+# window (the conv stem with its activation, per-window power and RMS
+# normalisation, a CLS row), a standardised Linear front end (folded
+# into the embedding), attention and max pooling.
+FAST_EXTRAS = [
+    dict(layers=2, norm_first=True, activation="gelu", positions="learned",
+         pooling="cls", final_norm=True, head_hidden=12,
+         head_activation="gelu", causal=False, front_end="conv",
+         in_channels=2, conv_kernel=8, conv_padding=2,
+         conv_activation="gelu", input_norm="power", channels=2,
+         cls_token=True),
+    dict(layers=2, norm_first=False, activation="relu", positions="rope",
+         pooling="mean", final_norm=False, head_hidden=0,
+         head_activation="relu", causal=False, front_end="conv",
+         in_channels=2, conv_kernel=5, conv_padding=2,
+         conv_activation="relu", input_norm="rms"),
+    dict(layers=1, norm_first=True, activation="gelu", positions="none",
+         pooling="attention", final_norm=True, head_hidden=12,
+         head_activation="relu", causal=False, standardize=True),
+    dict(layers=2, norm_first=False, activation="gelu", positions="alibi",
+         pooling="max", final_norm=True, head_hidden=0,
+         head_activation="relu", causal=False, input_norm="rms"),
+]
+
+
+class TestFastParity(unittest.TestCase):
+    """precision="fast": every linear of the model summed in float (as
+    PyTorch float32), against PyTorch float64 on the same windows and
+    masks as TestParity (start padding, a GAP run, a NaN frame under
+    invalid="mask"): for every configuration and output the RMS over
+    FAST_DRAWS draws of the max-abs error at most FAST_BOUND times PyTorch
+    float32's own; classes: the float64 reference's most likely class on
+    every window whose top two probabilities are 1e-3 or more apart; the
+    rows of windows with no usable frame zeros flagged invalid (compare).
+    One configuration in four of the matrix, the extras and FAST_EXTRAS.
+    And the bytes of "fast" do not depend on the thread count or on how
+    frames come in pushes, and differ from "exact"'s."""
+
+    FAST_DRAWS = 3
+    FAST_BOUND = 4.0
+    table = []
+
+    @classmethod
+    def tearDownClass(cls):
+        if not cls.table:
+            return
+        print("\n# precision=fast: max-abs error vs PyTorch float64, RMS "
+              "over %d draws" % cls.FAST_DRAWS)
+        print("# %-50s %-9s %10s %10s %6s"
+              % ("config", "output", "fast", "torch-f32", "ratio"))
+        for label, output, e, e32 in cls.table:
+            print("# %-50s %-9s %10.3g %10.3g %6.3f"
+                  % (label, output, rms(e), rms(e32), rms(e) / rms(e32)))
+        ratios = [rms(e) / rms(e32) for _, _, e, e32 in cls.table]
+        print("# %d comparisons: RMS ratio median %.2f, max %.2f (bound "
+              "%.1f)" % (len(ratios), float(np.median(ratios)),
+                         max(ratios), cls.FAST_BOUND))
+        sys.stdout.flush()
+
+    def configs(self):
+        m = matrix()
+        return ([(label_of(c), c) for c in m[::4]]
+                + [(label_of(c), c) for c in EXTRAS]
+                + [("front %d %s" % (k, c.get("front_end", "linear")), c)
+                   for k, c in enumerate(FAST_EXTRAS)])
+
+    def check_argmax(self, label, d):
+        ref = d["ref"]
+        top = np.sort(ref, axis=1)
+        clear = top[:, -1] - top[:, -2] > 1e-3
+        agree = d["got"].argmax(axis=1) == ref.argmax(axis=1)
+        self.assertTrue(agree[clear].all(), "%s: fast's most likely class "
+                        "differs from float64's on %d of %d windows"
+                        % (label, int((~agree[clear]).sum()),
+                           int(clear.sum())))
+
+    def check_bytes(self, label, model, output, x, valid):
+        fast, _ = run_stream(model, output, x, valid, "fast")
+        exact, _ = run_stream(model, output, x, valid)
+        self.assertNotEqual(fast.tobytes(), exact.tobytes(),
+                            "%s: fast gave exact's bytes" % label)
+        for threads, blocks in ((2, BLOCKS), (1, (len(x),)), (2, (1, 2))):
+            other, _ = run_stream(model, output, x, valid, "fast", threads,
+                                  blocks)
+            self.assertEqual(other.tobytes(), fast.tobytes(),
+                             "%s %s: threads=%d, pushes of %s frames"
+                             % (label, output, threads, blocks))
+
+    def test_fast_matrix(self):
+        streams = [frames_and_masks(61 + d) for d in range(self.FAST_DRAWS)]
+        bad = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, (label, c) in enumerate(self.configs()):
+                # the pooled row is output "mean" or "last"; "window"
+                # is the frames' rows (a CLS row's is not one of them)
+                outputs = ["classes"] + (
+                    [c["pooling"]] if c["pooling"] in ("mean", "last")
+                    else []) + (["window"] if i % 2 == 0 and
+                                not c.get("cls_token") else [])
+                figures = {o: ([], []) for o in outputs}
+                for d, (x, valid, usable) in enumerate(streams):
+                    net = make_net(7000 + 100 * d + i, **c)
+                    path = os.path.join(tmp, "f%d.safetensors" % i)
+                    save_safetensors(net, path)
+                    model = sattn.Model.from_safetensors(path)
+                    for output in outputs:
+                        detail = {}
+                        e, e32, _ = compare(self, label, model,
+                                            copy.deepcopy(net), output, x,
+                                            valid, usable, "fast", detail)
+                        figures[output][0].append(e)
+                        figures[output][1].append(e32)
+                        if output == "classes":
+                            self.check_argmax(label, detail)
+                        if d == 0:
+                            self.check_bytes(label, model, output, x, valid)
+                for output, (e, e32) in figures.items():
+                    self.table.append((label, output, e, e32))
+                    if not rms(e) <= self.FAST_BOUND * rms(e32):
+                        bad.append("%s %s: fast %.3g > %g x torch-f32 %.3g"
+                                   % (label, output, rms(e),
+                                      self.FAST_BOUND, rms(e32)))
+        self.assertEqual(bad, [])
 
 
 class TestFarPositions(unittest.TestCase):
