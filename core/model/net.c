@@ -397,12 +397,12 @@ rows_in (const SattnModel *ml, SattnNetBlock *b, const float *in, size_t r0,
       sattn_layer_norm1 (ml, xp, D, b->xn + r0 * D, D, cnt);
       xp = b->xn + r0 * D;
     }
-    sattn_project_cols_prec (ml, ml->wq, ml->bq, xp, cnt, D, dq, 0, dq, D,
-                             b->q + r0 * dq, dq);
-    sattn_project_cols_prec (ml, ml->wk, ml->bk, xp, cnt, D, dq, 0, dq, D,
-                             b->k + r0 * dq, dq);
-    sattn_project_cols_prec (ml, ml->wv, ml->bv, xp, cnt, D, dv, 0, dv, D,
-                             b->v + r0 * dv, dv);
+    sattn_project_cols_prec (ml, b->fast, ml->wq, ml->bq, xp, cnt, D, dq, 0, dq,
+                             D, b->q + r0 * dq, dq);
+    sattn_project_cols_prec (ml, b->fast, ml->wk, ml->bk, xp, cnt, D, dq, 0, dq,
+                             D, b->k + r0 * dq, dq);
+    sattn_project_cols_prec (ml, b->fast, ml->wv, ml->bv, xp, cnt, D, dv, 0, dv,
+                             D, b->v + r0 * dv, dv);
     for (size_t r = r0; r < r1 && sattn_model_rope (ml); r++)
       sattn_rope_qk (ml, b->q + r * dq, b->k + r * dq, r % n);
   }
@@ -475,7 +475,7 @@ rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
 {
   const size_t D = ml->cfg.d_model, dv = ml->dv;
 
-  sattn_output_project (ml, b->o + r0 * dv, r1 - r0, y + r0 * D, D);
+  sattn_output_project (ml, b->fast, b->o + r0 * dv, r1 - r0, y + r0 * D, D);
   for (size_t i0 = r0; ml->cfg.encoder && i0 < r1; i0 += SATTN_LAYER_ROWS) {
     size_t r = r1 - i0 < SATTN_LAYER_ROWS ? r1 - i0 : SATTN_LAYER_ROWS;
     sattn_layer_rows (ml, in + i0 * D, D, y + i0 * D, D, r,
