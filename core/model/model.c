@@ -458,6 +458,10 @@ sattn_model_free (SattnModel *m)
   free (m->b1);
   free_matrix (m, m->w2);
   free (m->b2);
+  free (m->w1f);
+  free (m->b1f);
+  free (m->w2f);
+  free (m->b2f);
   free (m->n1w);
   free (m->n1b);
   free (m->n2w);

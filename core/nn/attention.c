@@ -543,7 +543,7 @@ sattn_attend_project (const SattnModel *m, int fast, const float *x, size_t n,
   const SattnConfig *c = &m->cfg;
   const float *xp = x;
   if (c->encoder && c->norm_first) {
-    sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
+    sattn_layer_norm1 (m, fast, x, c->d_model, xn, c->d_model, n);
     xp = xn;
   }
   sattn_project_prec (m, fast, m->wq, m->bq, xp, n, c->d_model, m->dq,
@@ -629,8 +629,9 @@ sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
   sattn_output_project (m, 0, o, n, out, m->d_out);
   for (size_t i0 = 0; c->encoder && i0 < n; i0 += SATTN_LAYER_ROWS) {
     size_t r = n - i0 < SATTN_LAYER_ROWS ? n - i0 : SATTN_LAYER_ROWS;
-    sattn_layer_rows (m, x + i0 * c->d_model, c->d_model, out + i0 * m->d_out,
-                      m->d_out, r, scr->lscr, scr->part + i0);
+    sattn_layer_rows (m, 0, x + i0 * c->d_model, c->d_model,
+                      out + i0 * m->d_out, m->d_out, r, scr->lscr,
+                      scr->part + i0);
   }
   for (size_t i = 0; i < n; i++)
     if (!qok[i])

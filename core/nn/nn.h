@@ -45,10 +45,11 @@ struct SattnModel {
    * frame (norm1 of it is norm1's bias), NULL otherwise. */
   double *w1, *b1, *w2, *b2;
   /* The same as floats (w1f: d_model × d_ff, w2f: d_ff × d_model; b1f,
-   * b2f NULL without bias) in a whole model's float view of a layer
-   * (SattnNet.layer_fast): its feed-forward then sums in float, its
-   * residuals are float adds (sattn_layer_rows); NULL in every other
-   * model. */
+   * b2f NULL without bias) in a whole model's layers, built at load
+   * (sattn_net_fast_init): at precision=fast (sattn_layer_rows' fast) their
+   * feed-forward sums in float, their residuals are float adds and their
+   * LayerNorms float lanes; NULL in a layer model, whose feed-forward
+   * stays in double at either precision. */
   float *w1f, *b1f, *w2f, *b2f;
   float *n1w, *n1b, *n2w, *n2b;
   float *zq, *zk, *zv;
@@ -129,10 +130,10 @@ size_t sattn_layer_scratch (const SattnModel *m);
  * the layer's output (rows of unusable queries are zeroed by the caller
  * afterwards).  part (rows entries, may be NULL): for a row whose output
  * is not finite, the SattnPart that overflowed first; else
- * SATTN_PART_UNKNOWN. */
-void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
-                       float *y, size_t ldy, size_t rows, float *scratch,
-                       uint8_t *part);
+ * SATTN_PART_UNKNOWN.  fast: precision=fast (see w1f). */
+void sattn_layer_rows (const SattnModel *m, int fast, const float *x,
+                       size_t ldx, float *y, size_t ldy, size_t rows,
+                       float *scratch, uint8_t *part);
 /* Rows of y (stride ldy) = LayerNorm (x) * w + b over d values (w, b
  * NULL: 1, 0), read from rows of xf (floats, stride ldxf) or, when xf is
  * NULL, of xd (doubles, stride ldxd), in double, each output rounded to
@@ -145,9 +146,9 @@ void sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
                             size_t ldyd, size_t rows, size_t d, const float *w,
                             const float *b, double eps);
 /* LayerNorm of rows (stride ld) of d_model floats with norm1's
- * parameters, from x into y. */
-void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
-                        float *y, size_t ldy, size_t rows);
+ * parameters, from x into y (fast: as sattn_layer_rows'). */
+void sattn_layer_norm1 (const SattnModel *m, int fast, const float *x,
+                        size_t ldx, float *y, size_t ldy, size_t rows);
 
 /* Rotate the Q and K rows q and k (heads * d_head floats each,
  * head-major) of the frame at absolute index pos by the model's RoPE (the

@@ -574,7 +574,7 @@ project_frames (SattnInc *s, const StoreJob *j, size_t pre, int copy_tasks)
   const RingDst vdst = { s->vring, m->cfg.d_value, s->vhs, j->slot, n };
   const float *xp = j->x;
   if (s->xnorm != NULL) {
-    sattn_layer_norm1 (m, j->x, d, s->xnorm, d, cnt);
+    sattn_layer_norm1 (m, s->fast, j->x, d, s->xnorm, d, cnt);
     xp = s->xnorm;
   }
   ProjSrc ps[3] = { { m->wq, m->bq, xp, d, d },
@@ -837,7 +837,7 @@ layer_task (void *ctx, size_t task, unsigned worker)
   const SattnModel *m = c->s->m;
   size_t r0 = task * SATTN_LAYER_ROWS;
   size_t r = c->rows - r0 < SATTN_LAYER_ROWS ? c->rows - r0 : SATTN_LAYER_ROWS;
-  sattn_layer_rows (m, c->x + r0 * m->cfg.d_model, m->cfg.d_model,
+  sattn_layer_rows (m, c->s->fast, c->x + r0 * m->cfg.d_model, m->cfg.d_model,
                     c->out + r0 * c->ldo, c->ldo, r,
                     c->s->lscratch + (size_t) worker * c->s->lstride,
                     c->part + r0);
