@@ -458,6 +458,10 @@ sattn_model_free (SattnModel *m)
   free (m->b1);
   free_matrix (m, m->w2);
   free (m->b2);
+  free (m->w1f);
+  free (m->b1f);
+  free (m->w2f);
+  free (m->b2f);
   free (m->n1w);
   free (m->n1b);
   free (m->n2w);
@@ -579,11 +583,11 @@ sattn_model_new (const SattnConfig *cfg_in, const SattnWeights *w_in,
       if (m->zq == NULL || m->zk == NULL || m->zv == NULL)
         ok = 0;
       else {
-        sattn_project_prec (m, m->wq, m->bq, m->n1b, 1, c.d_model, dq,
+        sattn_project_prec (m, 0, m->wq, m->bq, m->n1b, 1, c.d_model, dq,
                             c.d_model, m->zq, dq);
-        sattn_project_prec (m, m->wk, m->bk, m->n1b, 1, c.d_model, dq,
+        sattn_project_prec (m, 0, m->wk, m->bk, m->n1b, 1, c.d_model, dq,
                             c.d_model, m->zk, dq);
-        sattn_project_prec (m, m->wv, m->bv, m->n1b, 1, c.d_model, dv,
+        sattn_project_prec (m, 0, m->wv, m->bv, m->n1b, 1, c.d_model, dv,
                             c.d_model, m->zv, dv);
       }
     }

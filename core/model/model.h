@@ -17,11 +17,9 @@ typedef struct SattnNet {
   size_t d_frame, d; /* F floats per frame, D encoder width */
   size_t n_layers;
   SattnModel **layer; /* n_layers encoder-layer models on D */
-  /* precision=fast (sattn_net_fast_init): each layer's float view (its
-   * projections without their double copies, its feed-forward in float:
-   * w1f ...), and the front end's and the head's weights as floats
-   * (NULL where the double ones are). */
-  SattnModel **layer_fast;
+  /* precision=fast (sattn_net_fast_init; each layer's feed-forward as
+   * floats is its w1f ...): the front end's and the head's weights as
+   * floats (NULL where the double ones are). */
   float *embed_wf, *embed_bf, *conv_wf, *conv_bf;
   float *head1_wf, *head1_bf, *head2_wf, *head2_bf;
   /* The front end (docs/models.md): a Linear per frame (embed_wt) or a
@@ -64,8 +62,9 @@ typedef struct SattnNet {
 } SattnNet;
 
 void sattn_net_free (SattnNet *net);
-/* The float copies precision=fast computes with (see layer_fast), built
- * once the model is complete; SATTN_E_NOMEM when they cannot be had. */
+/* The float copies precision=fast computes with (the layers' w1f ...,
+ * embed_wf ...), built once the model is complete; SATTN_E_NOMEM when
+ * they cannot be had. */
 SattnStatus sattn_net_fast_init (SattnNet *net);
 
 /* The windows of a whole model computed together (model/net.c): up to
@@ -82,8 +81,8 @@ typedef struct SattnNetBlock {
   size_t n, max_windows, rows; /* rows = n * max_windows; n = the model's
                                   lead rows (CLS) + the window's frames */
   size_t lead;                 /* net->lead: rows before the frames' */
-  int fast;                    /* precision=fast: the layers' float views
-                                  (net->layer_fast) and the float head */
+  int fast;                    /* precision=fast: the layers' and the
+                                  head's float sums (the layers' fast) */
   struct SattnPool *pool;      /* not owned; NULL: serial */
   unsigned threads;
   float *x, *y;              /* rows × D: the layers' two buffers */

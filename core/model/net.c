@@ -25,9 +25,9 @@
  *
  * precision=fast (SattnNetBlock.fast): every linear sums in float as
  * PyTorch float32 does -- the embedding or conv stem (front.c), each
- * layer's Q, K, V and output projections and feed-forward (its float
- * view, net->layer_fast, built at load by sattn_net_fast_init), the head
- * -- by the register-tiled float product (sattn_qk: one FMA chain per
+ * layer's Q, K, V and output projections (from its float weights) and
+ * feed-forward (its float copy, built at load by sattn_net_fast_init),
+ * the head -- by the register-tiled float product (sattn_qk: one FMA chain per
  * entry in index order, so a window's bytes still do not depend on its
  * block or thread); residuals, activations and LayerNorms in float too.
  * The pooling and the head's softmax stay in double (a few hundred
@@ -49,16 +49,6 @@ sattn_net_free (SattnNet *net)
   for (size_t i = 0; net->layer != NULL && i < net->n_layers; i++)
     sattn_model_free (net->layer[i]);
   free (net->layer);
-  for (size_t i = 0; net->layer_fast != NULL && i < net->n_layers; i++)
-    if (net->layer_fast[i] != NULL) {
-      /* a view: its own float feed-forward, the rest is the layer's */
-      free (net->layer_fast[i]->w1f);
-      free (net->layer_fast[i]->b1f);
-      free (net->layer_fast[i]->w2f);
-      free (net->layer_fast[i]->b2f);
-      free (net->layer_fast[i]);
-    }
-  free (net->layer_fast);
   free (net->embed_wf);
   free (net->embed_bf);
   free (net->conv_wf);
@@ -111,31 +101,18 @@ floats_of (const double *d, size_t n, int *ok)
   return f;
 }
 
-/* Layer l's float view: the layer with its projections' double copies
- * left out (sattn_project_cols_prec then sums them in float from the
- * float weights it shares) and its feed-forward as floats. */
-static SattnModel *
-layer_view (const SattnModel *ml, int *ok)
+/* Layer ml's feed-forward as floats (w1f ...), which its rows read at
+ * precision=fast (sattn_layer_rows' fast); its projections then sum in
+ * float from the float weights it has anyway (sattn_project_cols_prec's
+ * fast). */
+static void
+layer_floats (SattnModel *ml, int *ok)
 {
-  SattnModel *v = malloc (sizeof (*v));
-  if (v == NULL) {
-    *ok = 0;
-    return NULL;
-  }
-  *v = *ml;
-  v->wqd = v->bqd = v->wkd = v->bkd = NULL;
-  v->wvd = v->bvd = v->wod = v->bod = NULL;
-  /* wqkv's columns follow wvd (sattn_wqkv_head_width): a whole model's
-   * block never reads it. */
-  v->wqkv = NULL;
-  v->region = NULL;
-  v->net = NULL;
   const size_t d = ml->cfg.d_model, dff = ml->cfg.d_ff;
-  v->w1f = floats_of (ml->w1, d * dff, ok);
-  v->b1f = floats_of (ml->b1, dff, ok);
-  v->w2f = floats_of (ml->w2, dff * d, ok);
-  v->b2f = floats_of (ml->b2, d, ok);
-  return v;
+  ml->w1f = floats_of (ml->w1, d * dff, ok);
+  ml->b1f = floats_of (ml->b1, dff, ok);
+  ml->w2f = floats_of (ml->w2, dff * d, ok);
+  ml->b2f = floats_of (ml->b2, d, ok);
 }
 
 SattnStatus
@@ -143,11 +120,8 @@ sattn_net_fast_init (SattnNet *net)
 {
   const size_t D = net->d, H = net->hidden > 0 ? net->hidden : net->classes;
   int ok = 1;
-  net->layer_fast = calloc (net->n_layers, sizeof (SattnModel *));
-  if (net->layer_fast == NULL)
-    return SATTN_E_NOMEM;
   for (size_t l = 0; l < net->n_layers; l++)
-    net->layer_fast[l] = layer_view (net->layer[l], &ok);
+    layer_floats (net->layer[l], &ok);
   net->embed_wf = floats_of (net->embed_wt, net->d_frame * D, &ok);
   net->embed_bf = floats_of (net->embed_b, D, &ok);
   net->conv_wf = floats_of (net->conv_wt, net->conv_c * net->conv_k * D, &ok);
@@ -394,15 +368,15 @@ rows_in (const SattnModel *ml, SattnNetBlock *b, const float *in, size_t r0,
   if (project) {
     const float *xp = in + r0 * D;
     if (ml->cfg.norm_first) {
-      sattn_layer_norm1 (ml, xp, D, b->xn + r0 * D, D, cnt);
+      sattn_layer_norm1 (ml, b->fast, xp, D, b->xn + r0 * D, D, cnt);
       xp = b->xn + r0 * D;
     }
-    sattn_project_cols_prec (ml, ml->wq, ml->bq, xp, cnt, D, dq, 0, dq, D,
-                             b->q + r0 * dq, dq);
-    sattn_project_cols_prec (ml, ml->wk, ml->bk, xp, cnt, D, dq, 0, dq, D,
-                             b->k + r0 * dq, dq);
-    sattn_project_cols_prec (ml, ml->wv, ml->bv, xp, cnt, D, dv, 0, dv, D,
-                             b->v + r0 * dv, dv);
+    sattn_project_cols_prec (ml, b->fast, ml->wq, ml->bq, xp, cnt, D, dq, 0, dq,
+                             D, b->q + r0 * dq, dq);
+    sattn_project_cols_prec (ml, b->fast, ml->wk, ml->bk, xp, cnt, D, dq, 0, dq,
+                             D, b->k + r0 * dq, dq);
+    sattn_project_cols_prec (ml, b->fast, ml->wv, ml->bv, xp, cnt, D, dv, 0, dv,
+                             D, b->v + r0 * dv, dv);
     for (size_t r = r0; r < r1 && sattn_model_rope (ml); r++)
       sattn_rope_qk (ml, b->q + r * dq, b->k + r * dq, r % n);
   }
@@ -475,10 +449,10 @@ rows_out (const SattnModel *ml, const SattnNet *net, SattnNetBlock *b,
 {
   const size_t D = ml->cfg.d_model, dv = ml->dv;
 
-  sattn_output_project (ml, b->o + r0 * dv, r1 - r0, y + r0 * D, D);
+  sattn_output_project (ml, b->fast, b->o + r0 * dv, r1 - r0, y + r0 * D, D);
   for (size_t i0 = r0; ml->cfg.encoder && i0 < r1; i0 += SATTN_LAYER_ROWS) {
     size_t r = r1 - i0 < SATTN_LAYER_ROWS ? r1 - i0 : SATTN_LAYER_ROWS;
-    sattn_layer_rows (ml, in + i0 * D, D, y + i0 * D, D, r,
+    sattn_layer_rows (ml, b->fast, in + i0 * D, D, y + i0 * D, D, r,
                       b->lscr + worker * b->l_stride, NULL);
   }
   for (size_t r = r0; r < r1; r++)
@@ -516,9 +490,8 @@ windows_task (void *ctx, size_t task, unsigned worker)
   const size_t r0 = w0 * n, r1 = w1 * n;
   float *a = b->x, *c = b->y;
 
-  SattnModel *const *layers = b->fast ? net->layer_fast : net->layer;
   for (size_t l = 0; l < net->n_layers; l++) {
-    const SattnModel *ml = layers[l];
+    const SattnModel *ml = net->layer[l];
     const int last = l + 1 == net->n_layers;
     rows_in (ml, b, a, r0, r1, !(l == 0 && j->l0_ready));
     for (size_t w = w0; w < w1; w++)

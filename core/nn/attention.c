@@ -472,8 +472,8 @@ sattn_zero_overflowed_rows (const SattnModel *m, float *out, size_t rows,
 }
 
 void
-sattn_output_project (const SattnModel *m, const float *o, size_t rows,
-                      float *out, size_t ldo)
+sattn_output_project (const SattnModel *m, int fast, const float *o,
+                      size_t rows, float *out, size_t ldo)
 {
   if (m->wo == NULL && m->bo == NULL) {
     if (o != out || ldo != m->dv)
@@ -481,8 +481,8 @@ sattn_output_project (const SattnModel *m, const float *o, size_t rows,
         memcpy (out + i * ldo, o + i * m->dv, m->dv * sizeof (float));
     return;
   }
-  sattn_project_prec (m, m->wo, m->bo, o, rows, m->dv, m->d_out, m->dv, out,
-                      ldo);
+  sattn_project_prec (m, fast, m->wo, m->bo, o, rows, m->dv, m->d_out, m->dv,
+                      out, ldo);
 }
 
 SattnStatus
@@ -537,21 +537,21 @@ sattn_attend_scratch_free (SattnAttendScratch *scr)
 }
 
 void
-sattn_attend_project (const SattnModel *m, const float *x, size_t n, float *xn,
-                      float *q, float *k, float *v, uint64_t pos0)
+sattn_attend_project (const SattnModel *m, int fast, const float *x, size_t n,
+                      float *xn, float *q, float *k, float *v, uint64_t pos0)
 {
   const SattnConfig *c = &m->cfg;
   const float *xp = x;
   if (c->encoder && c->norm_first) {
-    sattn_layer_norm1 (m, x, c->d_model, xn, c->d_model, n);
+    sattn_layer_norm1 (m, fast, x, c->d_model, xn, c->d_model, n);
     xp = xn;
   }
-  sattn_project_prec (m, m->wq, m->bq, xp, n, c->d_model, m->dq, c->d_model, q,
-                      m->dq);
-  sattn_project_prec (m, m->wk, m->bk, xp, n, c->d_model, m->dq, c->d_model, k,
-                      m->dq);
-  sattn_project_prec (m, m->wv, m->bv, xp, n, c->d_model, m->dv, c->d_model, v,
-                      m->dv);
+  sattn_project_prec (m, fast, m->wq, m->bq, xp, n, c->d_model, m->dq,
+                      c->d_model, q, m->dq);
+  sattn_project_prec (m, fast, m->wk, m->bk, xp, n, c->d_model, m->dq,
+                      c->d_model, k, m->dq);
+  sattn_project_prec (m, fast, m->wv, m->bv, xp, n, c->d_model, m->dv,
+                      c->d_model, v, m->dv);
   for (size_t j = 0; j < n && sattn_model_rope (m); j++)
     sattn_rope_qk (m, q + j * m->dq, k + j * m->dq, pos0 + j);
 }
@@ -561,7 +561,7 @@ sattn_attend_run (const SattnModel *m, const float *x, size_t n,
                   const SattnMask *mask, float *out, float *weights,
                   SattnStats *stats, int count_rows, SattnAttendScratch *scr)
 {
-  sattn_attend_project (m, x, n, scr->xn, scr->q, scr->k, scr->v, 0);
+  sattn_attend_project (m, 0, x, n, scr->xn, scr->q, scr->k, scr->v, 0);
   sattn_attend_finish (m, x, n, mask, out, weights, stats, count_rows, scr);
 }
 
@@ -626,11 +626,12 @@ sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
     .sat_threshold = SATTN_DEFAULT_SATURATION,
   };
   sattn_attend_window (m, &a);
-  sattn_output_project (m, o, n, out, m->d_out);
+  sattn_output_project (m, 0, o, n, out, m->d_out);
   for (size_t i0 = 0; c->encoder && i0 < n; i0 += SATTN_LAYER_ROWS) {
     size_t r = n - i0 < SATTN_LAYER_ROWS ? n - i0 : SATTN_LAYER_ROWS;
-    sattn_layer_rows (m, x + i0 * c->d_model, c->d_model, out + i0 * m->d_out,
-                      m->d_out, r, scr->lscr, scr->part + i0);
+    sattn_layer_rows (m, 0, x + i0 * c->d_model, c->d_model,
+                      out + i0 * m->d_out, m->d_out, r, scr->lscr,
+                      scr->part + i0);
   }
   for (size_t i = 0; i < n; i++)
     if (!qok[i])

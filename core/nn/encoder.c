@@ -120,10 +120,10 @@ sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
 }
 
 void
-sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx, float *y,
-                   size_t ldy, size_t rows)
+sattn_layer_norm1 (const SattnModel *m, int fast, const float *x, size_t ldx,
+                   float *y, size_t ldy, size_t rows)
 {
-  if (m->w1f != NULL)
+  if (fast && m->w1f != NULL)
     sattn_norm_rows_f32 (x, ldx, y, ldy, rows, m->cfg.d_model, m->n1w, m->n1b,
                          (float) m->cfg.norm_eps);
   else
@@ -193,7 +193,7 @@ overflow_part (const SattnModel *m, const double *res, const double *u,
   return fits_float (f, d) ? SATTN_PART_RESIDUAL : SATTN_PART_LINEAR2;
 }
 
-/* ------------------------------------------------------ float view */
+/* ---------------------------------------------- precision=fast rows */
 
 /* h <- act (h) in float, as PyTorch float32 (sattn_gelu_f32). */
 static void
@@ -219,7 +219,8 @@ linear_f32 (const float *x, size_t ldx, size_t rows, const float *Wt,
     sattn_add_bias (y, ldy, rows, b, n);
 }
 
-/* sattn_layer_rows of a float view (m->w1f set): every step in float as
+/* sattn_layer_rows at precision=fast of a layer with float feed-forward
+ * weights (m->w1f set): every step in float as
  * PyTorch float32 computes it (residuals float adds, the feed-forward
  * float products, the LayerNorms in float lanes). */
 static void
@@ -253,10 +254,11 @@ layer_rows_f32 (const SattnModel *m, const float *x, size_t ldx, float *y,
 }
 
 void
-sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx, float *y,
-                  size_t ldy, size_t rows, float *scratch, uint8_t *part)
+sattn_layer_rows (const SattnModel *m, int fast, const float *x, size_t ldx,
+                  float *y, size_t ldy, size_t rows, float *scratch,
+                  uint8_t *part)
 {
-  if (m->w1f != NULL && rows > 0) {
+  if (fast && m->w1f != NULL && rows > 0) {
     layer_rows_f32 (m, x, ldx, y, ldy, rows, scratch);
     for (size_t i = 0; part != NULL && i < rows; i++)
       part[i] = SATTN_PART_UNKNOWN;

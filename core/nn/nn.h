@@ -23,10 +23,12 @@ struct SattnModel {
    * heads × sattn_wqkv_head_width floats, head h's Q | K (| V) columns
    * from h times that width, so that a stream's task projects a head's
    * columns of new frames in one block product wide enough for the
-   * register-tiled loop (see project_head in stream/incremental.c); V's columns only
-   * when V sums in float (wvd NULL), the only case that reads them.  Built
-   * whatever streams the model will serve (a model holds no thread
-   * count): only streams with workers read it; NULL otherwise. */
+   * register-tiled loop (see project_head in stream/incremental.c);
+   * V's columns only when V sums in float (wvd NULL), the only case that
+   * reads them (precision=fast streams of a model with wvd project from
+   * wq, wk and wv instead).  Built whatever streams the model will serve
+   * (a model holds no thread count): only streams with workers read it;
+   * NULL otherwise. */
   float *wqkv;
   /* Extra always-valid keys, projected space: n_extra × dq and × dv. */
   float *k_extra, *v_extra;
@@ -43,10 +45,11 @@ struct SattnModel {
    * frame (norm1 of it is norm1's bias), NULL otherwise. */
   double *w1, *b1, *w2, *b2;
   /* The same as floats (w1f: d_model × d_ff, w2f: d_ff × d_model; b1f,
-   * b2f NULL without bias) in a whole model's float view of a layer
-   * (SattnNet.layer_fast): its feed-forward then sums in float, its
-   * residuals are float adds (sattn_layer_rows); NULL in every other
-   * model. */
+   * b2f NULL without bias) in a whole model's layers, built at load
+   * (sattn_net_fast_init): at precision=fast (sattn_layer_rows' fast) their
+   * feed-forward sums in float, their residuals are float adds and their
+   * LayerNorms float lanes; NULL in a layer model, whose feed-forward
+   * stays in double at either precision. */
   float *w1f, *b1f, *w2f, *b2f;
   float *n1w, *n1b, *n2w, *n2b;
   float *zq, *zk, *zv;
@@ -99,9 +102,10 @@ void sattn_attend_run (const SattnModel *m, const float *x, size_t n,
  * scratch for norm1 of pre-norm layers; unused otherwise) -- the same
  * bytes whether rows come one at a time or in a block -- and the rest
  * (frame rule, attention, output projection, layer parts) with the
- * projections taken from scr->q, scr->k, scr->v. */
-void sattn_attend_project (const SattnModel *m, const float *x, size_t n,
-                           float *xn, float *q, float *k, float *v,
+ * projections taken from scr->q, scr->k, scr->v.  fast: precision=fast
+ * (see sattn_project_cols_prec); the one-shot run computes exactly. */
+void sattn_attend_project (const SattnModel *m, int fast, const float *x,
+                           size_t n, float *xn, float *q, float *k, float *v,
                            uint64_t pos0);
 void sattn_attend_finish (const SattnModel *m, const float *x, size_t n,
                           const SattnMask *mask, float *out, float *weights,
@@ -126,10 +130,10 @@ size_t sattn_layer_scratch (const SattnModel *m);
  * the layer's output (rows of unusable queries are zeroed by the caller
  * afterwards).  part (rows entries, may be NULL): for a row whose output
  * is not finite, the SattnPart that overflowed first; else
- * SATTN_PART_UNKNOWN. */
-void sattn_layer_rows (const SattnModel *m, const float *x, size_t ldx,
-                       float *y, size_t ldy, size_t rows, float *scratch,
-                       uint8_t *part);
+ * SATTN_PART_UNKNOWN.  fast: precision=fast (see w1f). */
+void sattn_layer_rows (const SattnModel *m, int fast, const float *x,
+                       size_t ldx, float *y, size_t ldy, size_t rows,
+                       float *scratch, uint8_t *part);
 /* Rows of y (stride ldy) = LayerNorm (x) * w + b over d values (w, b
  * NULL: 1, 0), read from rows of xf (floats, stride ldxf) or, when xf is
  * NULL, of xd (doubles, stride ldxd), in double, each output rounded to
@@ -142,9 +146,9 @@ void sattn_layer_norm_rows (const float *xf, size_t ldxf, const double *xd,
                             size_t ldyd, size_t rows, size_t d, const float *w,
                             const float *b, double eps);
 /* LayerNorm of rows (stride ld) of d_model floats with norm1's
- * parameters, from x into y. */
-void sattn_layer_norm1 (const SattnModel *m, const float *x, size_t ldx,
-                        float *y, size_t ldy, size_t rows);
+ * parameters, from x into y (fast: as sattn_layer_rows'). */
+void sattn_layer_norm1 (const SattnModel *m, int fast, const float *x,
+                        size_t ldx, float *y, size_t ldy, size_t rows);
 
 /* Rotate the Q and K rows q and k (heads * d_head floats each,
  * head-major) of the frame at absolute index pos by the model's RoPE (the
@@ -196,9 +200,10 @@ sattn_visible_keys (const SattnConfig *c, size_t qpos, size_t nk, size_t *lo,
   *lo = l > h ? h : l;
 }
 
-/* Output projection of m rows of O (m × dv) into out (stride ldo). */
-void sattn_output_project (const SattnModel *m, const float *o, size_t rows,
-                           float *out, size_t ldo);
+/* Output projection of m rows of O (m × dv) into out (stride ldo), fast
+ * as sattn_project_prec's. */
+void sattn_output_project (const SattnModel *m, int fast, const float *o,
+                           size_t rows, float *out, size_t ldo);
 
 /* One head, query rows [r0, r1) of the window described by a: scores in
  * S (scratch, (r1 - r0) × (nk + n_extra)), output into the rows of a->o and
@@ -210,18 +215,21 @@ void sattn_attend_rows (const SattnModel *m, const SattnAttnArgs *a, size_t h,
 
 /* Columns [c0, c1) of the projection with weights Wt (one of m's wq, wk,
  * wv, wo, or NULL) and bias b: summed in double (sattn_linear_f) when m
- * keeps a double copy of Wt (see SattnModel), else sattn_project_cols. */
-void sattn_project_cols_prec (const SattnModel *m, const float *Wt,
+ * keeps a double copy of Wt (see SattnModel) and fast is 0, else
+ * sattn_project_cols.  fast: precision=fast, every projection in float
+ * (the executors pass it; the model is the same at either precision). */
+void sattn_project_cols_prec (const SattnModel *m, int fast, const float *Wt,
                               const float *b, const float *x, size_t n,
                               size_t d_in, size_t d_out, size_t c0, size_t c1,
                               size_t ldx, float *y, size_t ldy);
 /* The same over all columns, or sattn_project (BLAS for large blocks)
  * for the projections that sum in float. */
-void sattn_project_prec (const SattnModel *m, const float *Wt, const float *b,
-                         const float *x, size_t n, size_t d_in, size_t d_out,
-                         size_t ldx, float *y, size_t ldy);
-/* Nonzero when m sums the projection with weights Wt in double. */
-int sattn_project_is_double (const SattnModel *m, const float *Wt);
+void sattn_project_prec (const SattnModel *m, int fast, const float *Wt,
+                         const float *b, const float *x, size_t n, size_t d_in,
+                         size_t d_out, size_t ldx, float *y, size_t ldy);
+/* Nonzero when m sums the projection with weights Wt in double at
+ * precision fast. */
+int sattn_project_is_double (const SattnModel *m, int fast, const float *Wt);
 
 /* The frame-usability rule (SattnFrameFault in sattn.h), the one place it
  * is written: x is the frame (d_model floats), q / k (dq) and v (dv) its

@@ -1,17 +1,20 @@
-/* The projections of a layer at its precision: summed in double
- * (cpu/linear.c) when the model keeps a double copy of the weights, in
- * float (cpu/project.c) otherwise.
+/* The projections of a layer at a precision: summed in double
+ * (cpu/linear.c) when the model keeps a double copy of the weights and
+ * the caller computes exactly, in float (cpu/project.c) otherwise --
+ * precision=fast is the callers' fast argument, not another model.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "nn/nn.h"
 
 /* The double copy of projection weights Wt (and its bias) of m, or NULL
- * when that projection sums in float. */
+ * when that projection sums in float: always with fast (precision=fast
+ * sums every projection in float from m's float weights). */
 static const double *
-double_weights (const SattnModel *m, const float *Wt, const double **bd)
+double_weights (const SattnModel *m, int fast, const float *Wt,
+                const double **bd)
 {
-  if (Wt == NULL)
+  if (Wt == NULL || fast)
     return NULL;
   if (Wt == m->wq) {
     *bd = m->bqd;
@@ -33,11 +36,12 @@ double_weights (const SattnModel *m, const float *Wt, const double **bd)
 }
 
 void
-sattn_project_cols_prec (const SattnModel *m, const float *Wt, const float *b,
-                         const float *x, size_t n, size_t d_in, size_t d_out,
-                         size_t c0, size_t c1, size_t ldx, float *y, size_t ldy)
+sattn_project_cols_prec (const SattnModel *m, int fast, const float *Wt,
+                         const float *b, const float *x, size_t n, size_t d_in,
+                         size_t d_out, size_t c0, size_t c1, size_t ldx,
+                         float *y, size_t ldy)
 {
-  const double *bd = NULL, *wd = double_weights (m, Wt, &bd);
+  const double *bd = NULL, *wd = double_weights (m, fast, Wt, &bd);
   if (wd == NULL) {
     sattn_project_cols (Wt, b, x, n, d_in, d_out, c0, c1, ldx, y, ldy);
     return;
@@ -49,21 +53,21 @@ sattn_project_cols_prec (const SattnModel *m, const float *Wt, const float *b,
 }
 
 void
-sattn_project_prec (const SattnModel *m, const float *Wt, const float *b,
-                    const float *x, size_t n, size_t d_in, size_t d_out,
-                    size_t ldx, float *y, size_t ldy)
+sattn_project_prec (const SattnModel *m, int fast, const float *Wt,
+                    const float *b, const float *x, size_t n, size_t d_in,
+                    size_t d_out, size_t ldx, float *y, size_t ldy)
 {
   const double *bd = NULL;
-  if (double_weights (m, Wt, &bd) != NULL)
-    sattn_project_cols_prec (m, Wt, b, x, n, d_in, d_out, 0, d_out, ldx, y,
-                             ldy);
+  if (double_weights (m, fast, Wt, &bd) != NULL)
+    sattn_project_cols_prec (m, fast, Wt, b, x, n, d_in, d_out, 0, d_out, ldx,
+                             y, ldy);
   else
     sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
 }
 
 int
-sattn_project_is_double (const SattnModel *m, const float *Wt)
+sattn_project_is_double (const SattnModel *m, int fast, const float *Wt)
 {
   const double *bd = NULL;
-  return double_weights (m, Wt, &bd) != NULL;
+  return double_weights (m, fast, Wt, &bd) != NULL;
 }

@@ -316,28 +316,6 @@ stream_sizes (const SattnModel *m, const SattnStreamConfig *sc, StreamSizes *z)
   return 1;
 }
 
-/* The model a stream with config sc computes with: m itself, or with
- * SATTN_PRECISION_FAST *view filled as m without its double copies, so
- * that every projection sums in float from m's float weights
- * (cpu/linear.c reads a projection's double copy when there is one).  The
- * view shares m's arrays and is never freed.  m's packed Q | K | V weights
- * (wqkv) leave V's columns out when V sums in double: the view then has
- * none, and the per-head tasks project from wq, wk and wv, which give the
- * same bytes. */
-static const SattnModel *
-stream_model (const SattnModel *m, const SattnStreamConfig *sc,
-              SattnModel *view)
-{
-  if (sc->precision != SATTN_PRECISION_FAST)
-    return m;
-  *view = *m;
-  view->wqd = view->bqd = view->wkd = view->bkd = NULL;
-  view->wvd = view->bvd = view->wod = view->bod = NULL;
-  if (m->wvd != NULL)
-    view->wqkv = NULL;
-  return view;
-}
-
 /* The rules for sc of an attention or encoder layer (after the front
  * end's). */
 static SattnStatus
@@ -358,8 +336,6 @@ inc_fits (const SattnModel *m, const SattnStreamConfig *sc, char *err,
           size_t err_len)
 {
   StreamSizes z;
-  SattnModel view;
-  m = stream_model (m, sc, &view);
   if (!stream_sizes (m, sc, &z))
     return sattn_fail (SATTN_E_NOMEM, err, err_len,
                        "window=%zu of %zu-value frames (heads=%zu, %zu "
@@ -373,8 +349,6 @@ static size_t
 inc_bytes (const SattnModel *m, const SattnStreamConfig *sc)
 {
   StreamSizes z;
-  SattnModel view;
-  m = stream_model (m, sc, &view);
   return stream_sizes (m, sc, &z) ? z.total : 0;
 }
 
@@ -430,15 +404,13 @@ inc_alloc (SattnInc *s, const StreamSizes *z)
          (!z->qstage || (s->qstage && s->vstage && s->ohm));
 }
 
-/* The executor of fe over m; precision=fast computes with the view of
- * stream_model. */
+/* The executor of fe over m, at fe's precision: m as it is, and with
+ * precision=fast every projection summed in float (SattnInc.fast). */
 static void *
 inc_create (SattnStream *fe, const SattnModel *m, SattnStatus *st)
 {
   const SattnStreamConfig *sc = &fe->sc;
   StreamSizes z;
-  SattnModel view;
-  m = stream_model (m, sc, &view);
   if (!stream_sizes (m, sc, &z)) {
     *st = SATTN_E_NOMEM;
     return NULL;
@@ -450,11 +422,8 @@ inc_create (SattnStream *fe, const SattnModel *m, SattnStatus *st)
     return NULL;
   }
   s->fe = fe;
-  if (m == &view) {
-    s->fast = view;
-    m = &s->fast;
-  }
   s->m = m;
+  s->fast = sc->precision == SATTN_PRECISION_FAST;
   s->n = n;
   s->h = fe->h;
   s->ncols = n + m->n_extra;

@@ -47,6 +47,7 @@ typedef struct {
   int copies;          /* large identity copies among the tasks:
                                   * worth the workers whatever fma */
   const SattnModel *m; /* whose projections may sum in double */
+  int fast;            /* precision=fast: none does */
 } ProjCtx;
 
 /* The copies of rows [r0, r1) × columns [c0, c1) of y that p asks for. */
@@ -85,8 +86,8 @@ static void
 proj_block (const ProjCtx *c, const ProjJob *p, size_t r0, size_t r1, size_t c0,
             size_t c1)
 {
-  sattn_project_cols_prec (c->m, p->Wt, p->b, p->x + r0 * p->ldx, r1 - r0,
-                           p->d_in, p->d_out, c0, c1, p->ldx,
+  sattn_project_cols_prec (c->m, c->fast, p->Wt, p->b, p->x + r0 * p->ldx,
+                           r1 - r0, p->d_in, p->d_out, c0, c1, p->ldx,
                            p->y + r0 * p->ldy, p->ldy);
   proj_copies (p, r0, r1, c0, c1);
 }
@@ -141,7 +142,7 @@ proj_add_copies (ProjCtx *c, const float *Wt, const float *b, const float *x,
                  hm ? hm->n : 0 };
   if ((Wt == NULL && !copy_tasks) ||
       (sattn_project_uses_blas (Wt, n, d_in, d_out) &&
-       !sattn_project_is_double (c->m, Wt))) {
+       !sattn_project_is_double (c->m, c->fast, Wt))) {
     sattn_project (Wt, b, x, n, d_in, d_out, ldx, y, ldy);
     proj_copies (&pj, 0, n, 0, d_out);
     return;
@@ -269,10 +270,12 @@ project_head (SattnInc *s, size_t h, float *P)
   const size_t c0 = h * dh, e0 = h * dvh, w = 2 * dh + dvh;
   const float *x = s->dx;
 
-  /* V summed in double (see SattnModel): the block path's chains, from
-   * the bias. */
-  const int vd = m->wvd != NULL;
-  if (m->wqkv != NULL) {
+  /* V summed in double (see SattnModel; never with precision=fast): the
+   * block path's chains, from the bias.  wqkv holds V's columns only when
+   * the model sums V in float: with V in double there and precision=fast,
+   * Q, K and V come from wq, wk and wv, which give the same bytes. */
+  const int vd = !s->fast && m->wvd != NULL;
+  if (m->wqkv != NULL && (m->wvd == NULL || !s->fast)) {
     const size_t pw = sattn_wqkv_head_width (m);
     sattn_qk (x, d, m->wqkv + h * pw, m->cfg.heads * pw, cnt, pw, d, P, w);
   } else {
@@ -403,7 +406,9 @@ sattn_inc_stage_projections (SattnInc *s, const float *x, size_t cnt)
 {
   const SattnModel *m = s->m;
   const size_t d = m->cfg.d_model;
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
+  ProjCtx pc = {
+    .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m, .fast = s->fast
+  };
   if (m->wq != NULL)
     proj_add (&pc, m->wq, m->bq, x, cnt, d, m->dq, d, stage_at (s, 0), m->dq);
   if (m->wk != NULL)
@@ -569,7 +574,7 @@ project_frames (SattnInc *s, const StoreJob *j, size_t pre, int copy_tasks)
   const RingDst vdst = { s->vring, m->cfg.d_value, s->vhs, j->slot, n };
   const float *xp = j->x;
   if (s->xnorm != NULL) {
-    sattn_layer_norm1 (m, j->x, d, s->xnorm, d, cnt);
+    sattn_layer_norm1 (m, s->fast, j->x, d, s->xnorm, d, cnt);
     xp = s->xnorm;
   }
   ProjSrc ps[3] = { { m->wq, m->bq, xp, d, d },
@@ -581,7 +586,9 @@ project_frames (SattnInc *s, const StoreJob *j, size_t pre, int copy_tasks)
         size_t w = p < 2 ? dq : dv;
         ps[p] = (ProjSrc){ NULL, NULL, stage_at (s, p) + pre * w, w, w };
       }
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
+  ProjCtx pc = {
+    .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m, .fast = s->fast
+  };
   if (j->direct) {
     proj_add_copies (&pc, ps[0].Wt, ps[0].b, ps[0].x, cnt, ps[0].d_in, dq,
                      ps[0].ldx, j->q, dq, j->hm ? 0 : n * dq, NULL, 0, 0,
@@ -830,7 +837,7 @@ layer_task (void *ctx, size_t task, unsigned worker)
   const SattnModel *m = c->s->m;
   size_t r0 = task * SATTN_LAYER_ROWS;
   size_t r = c->rows - r0 < SATTN_LAYER_ROWS ? c->rows - r0 : SATTN_LAYER_ROWS;
-  sattn_layer_rows (m, c->x + r0 * m->cfg.d_model, m->cfg.d_model,
+  sattn_layer_rows (m, c->s->fast, c->x + r0 * m->cfg.d_model, m->cfg.d_model,
                     c->out + r0 * c->ldo, c->ldo, r,
                     c->s->lscratch + (size_t) worker * c->s->lstride,
                     c->part + r0);
@@ -845,7 +852,9 @@ sattn_inc_flush_rows (SattnInc *s)
   const size_t cnt = s->ocnt, d_out = m->d_out;
   if (cnt == 0)
     return;
-  ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
+  ProjCtx pc = {
+    .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m, .fast = s->fast
+  };
   proj_add (&pc, m->wo, m->bo, s->ostage, cnt, m->dv, d_out, m->dv, s->oout,
             d_out);
   proj_run (s, &pc);
@@ -891,8 +900,8 @@ oproj_task (void *ctx, size_t task, unsigned worker)
     sattn_copy_rows (s->ohm + h * s->ohs + r0 * dvh, dvh, NULL, r, dvh,
                      X + h * dvh, m->dv, 0);
   /* Every column in one call: rows summed in double are widened once. */
-  sattn_project_cols_prec (m, m->wo, m->bo, X, r, m->dv, m->d_out, 0, m->d_out,
-                           m->dv, c->out + r0 * c->ldo, c->ldo);
+  sattn_project_cols_prec (m, s->fast, m->wo, m->bo, X, r, m->dv, m->d_out, 0,
+                           m->d_out, m->dv, c->out + r0 * c->ldo, c->ldo);
 }
 
 /* Compute the window ending after frame count F = s->fe->total, for the last
@@ -969,7 +978,7 @@ sattn_inc_compute_window (SattnInc *s, size_t rows, float *out, size_t ldo,
   const size_t n_op =
       !staged && ohm && m->wo != NULL && OPROJ_ROWS * m->dv <= s->sstride &&
               !(sattn_project_uses_blas (m->wo, rows, m->dv, m->d_out) &&
-                !sattn_project_is_double (m, m->wo))
+                !sattn_project_is_double (m, s->fast, m->wo))
           ? (rows + OPROJ_ROWS - 1) / OPROJ_ROWS
           : 0;
   /* A window too small to share: the tasks on this thread (the same
@@ -1010,9 +1019,11 @@ sattn_inc_compute_window (SattnInc *s, size_t rows, float *out, size_t ldo,
     memcpy (s->ostage_ok + s->ocnt, a.query_ok, rows);
     s->ocnt += rows;
   } else if (m->wo == NULL && m->bo == NULL) {
-    sattn_output_project (m, o, rows, out, ldo);
+    sattn_output_project (m, s->fast, o, rows, out, ldo);
   } else if (n_op == 0) {
-    ProjCtx pc = { .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m };
+    ProjCtx pc = {
+      .n_jobs = 0, .n_tasks = 0, .fma = 0.0, .m = m, .fast = s->fast
+    };
     proj_add (&pc, m->wo, m->bo, s->o, rows, m->dv, m->d_out, m->dv, out, ldo);
     proj_run (s, &pc);
   }

@@ -45,9 +45,10 @@
 
 typedef struct SattnInc {
   SattnStream *fe;      /* the front end: schedule, errors, statistics */
-  const SattnModel *m;  /* the model, or &fast (SATTN_PRECISION_FAST) */
-  SattnModel fast;      /* FAST: the model without its double copies (see
-                          stream_model in incremental-ops.c) */
+  const SattnModel *m;  /* the model, at either precision */
+  int fast;             /* SATTN_PRECISION_FAST: every projection sums in
+                           float from m's float weights, its double copies
+                           unused (nn/project.c) */
   size_t n, h, ncols;   /* fe's window and hop; n + extra keys */
   float *qring, *vring; /* 2n × dq, 2n × dv (see qhs); one ring
                                      when Q = V (see qv_shared) */

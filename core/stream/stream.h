@@ -16,6 +16,14 @@
  * reads and advances the shared state through its back pointer
  * (SattnStream *fe) and never calls the front end back.
  *
+ * The kernel table (cpu/isa.c) is not a field here: it is chosen once
+ * per process, at the first kernel call, from the CPU's features capped
+ * by SATTN_SIMD, and stays the same after (only tests switch it, with
+ * sattn_simd_force), so every window of every stream runs on one table
+ * from creation to free -- what a pointer taken when the stream is
+ * created would guarantee.  Holding it here would mean passing it to
+ * every function of nn/ and of cpu/ that calls a kernel.
+ *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #ifndef SATTN_STREAM_STREAM_H

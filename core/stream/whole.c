@@ -435,11 +435,11 @@ store_frames (SattnPw *s, const float *x, const uint8_t *valid, size_t cnt)
   if (s->reuse && i > 0) {
     /* The first layer's part of these frames, one product (RoPE at their
      * absolute indices); zeros for unusable frames. */
-    const SattnModel *l0 = (s->blk->fast ? net->layer_fast : net->layer)[0];
+    const SattnModel *l0 = net->layer[0];
     const size_t dq = l0->dq, dv = l0->dv;
-    sattn_attend_project (l0, s->xf + slot0 * D, i, s->xn, s->q0 + slot0 * dq,
-                          s->k0 + slot0 * dq, s->v0 + slot0 * dv,
-                          s->fe->total - s->fe->pos0);
+    sattn_attend_project (l0, s->blk->fast, s->xf + slot0 * D, i, s->xn,
+                          s->q0 + slot0 * dq, s->k0 + slot0 * dq,
+                          s->v0 + slot0 * dv, s->fe->total - s->fe->pos0);
     for (size_t r = slot0; r < slot0 + i; r++) {
       if (s->ok[r])
         continue;

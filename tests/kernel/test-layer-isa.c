@@ -74,7 +74,7 @@ run_case (size_t d, size_t dff, size_t rows, int gelu, int norm_first)
       sattn_simd_force (level);
       out[level] = malloc (rows * d * sizeof (float));
       memcpy (out[level], sa, rows * d * sizeof (float));
-      sattn_layer_rows (m, x, d, out[level], d, rows, scratch, NULL);
+      sattn_layer_rows (m, 0, x, d, out[level], d, rows, scratch, NULL);
       if (!sattn_finite (out[level], rows * d)) {
         printf ("FAIL d %zu d_ff %zu level %d: non-finite output\n", d, dff,
                 level);
