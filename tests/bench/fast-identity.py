@@ -20,7 +20,6 @@ or pushes of 1, 5 and 17 frames; then whole-identity.py's whole models
 (outputs classes, mean and window).  Every stream at precision=fast, with
 a NaN frame and a GAP run.  Needs PyTorch (encoder layers and whole
 models are written with it)."""
-import hashlib
 import importlib.util
 import os
 import sys
@@ -78,23 +77,6 @@ def layer_models(tmp):
         yield "encoder-%s" % act, sattn.Model.from_safetensors(path), 32
 
 
-def digest(m, n, h, output, threads, blocks, x, valid):
-    s = sattn.Stream(m, n, h, output, threads=threads, collect_stats=True,
-                     precision="fast")
-    hs = hashlib.sha256()
-    i, b = 0, 0
-    while i < len(x):
-        k = blocks[b % len(blocks)]
-        r, info = s.push(x[i:i + k], valid=valid[i:i + k])
-        hs.update(np.ascontiguousarray(r).tobytes())
-        hs.update(info.tobytes())
-        i, b = i + k, b + 1
-    r, info = s.drain()
-    hs.update(np.ascontiguousarray(r).tobytes())
-    hs.update(info.tobytes())
-    return hs.hexdigest()
-
-
 def frames(n, h, F):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((n * 20 + 7, F)).astype(np.float32)
@@ -104,23 +86,26 @@ def frames(n, h, F):
     return x, valid
 
 
-def run(out, name, m, n, h, F, outputs):
+def run(out, digest, name, m, n, h, F, outputs):
     x, valid = frames(n, h, F)
     for output in outputs:
         for threads in (1, 2):
             for blocks in ((len(x),), (1, 5, 17)):
                 out.write("%s %s t%d %s %s\n" % (
                     name, output, threads, "x".join(map(str, blocks)),
-                    digest(m, n, h, output, threads, blocks, x, valid)))
+                    digest(m, n, h, output, threads, blocks, x, valid,
+                           precision="fast")))
 
 
 def main(out_path):
     wi = _whole_identity()
     with tempfile.TemporaryDirectory() as tmp, open(out_path, "w") as out:
         for name, m, d in layer_models(tmp):
-            run(out, name, m, 16, 4, d, ("frames", "window", "mean", "last"))
+            run(out, wi.digest, name, m, 16, 4, d,
+                ("frames", "window", "mean", "last"))
         for name, path, n, h, F in wi.models(tmp):
-            run(out, name, sattn.Model.from_safetensors(path), n, h, F,
+            run(out, wi.digest, name, sattn.Model.from_safetensors(path), n,
+                h, F,
                 ("classes", "mean", "window"))
 
 

@@ -43,8 +43,11 @@ def models(tmp):
         yield "m%d" % i, path, 12, 4, 8
 
 
-def digest(m, n, h, output, threads, blocks, x, valid):
-    s = sattn.Stream(m, n, h, output, threads=threads, collect_stats=True)
+def digest(m, n, h, output, threads, blocks, x, valid, precision="exact"):
+    """sha256 of every row and row info of a stream pushed in blocks
+    (sizes cycled), then drained."""
+    s = sattn.Stream(m, n, h, output, threads=threads, collect_stats=True,
+                     precision=precision)
     hs = hashlib.sha256()
     i, b = 0, 0
     while i < len(x):
