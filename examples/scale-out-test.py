@@ -530,8 +530,13 @@ def case_flood(out):
           flush=True)
     s_addr, = free_ports(1)
     sid = "srt-" + s_addr.rsplit(":", 1)[1]
+    # The sensor's kill bound must outlast the case, which is itself bounded:
+    # up to 20 s for it to listen, 1 s, then three rounds of a rogue bounded
+    # by LIMIT and 2.5 s each.  A fixed 2 x LIMIT killed the sensor during
+    # round 3 on a loaded machine (rounds of 20 s: Python's and the rogue
+    # callers' start-up), which read as "the sensor did not run throughout".
     sensor = node(out, "flood-sensor", "sensor", "--listen", s_addr,
-                  "--buffers", "100000", limit=2 * LIMIT)
+                  "--buffers", "100000", limit=int(20 + 1 + 3 * (LIMIT + 2.5)) + 10)
     spid = child_pid(sensor)
     slog = os.path.join(out, "flood-sensor.log")
     deadline = time.monotonic() + 20
