@@ -51,20 +51,12 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import iqgen  # noqa: E402
+from evaluate import gst_env  # noqa: E402
 
 MSG = re.compile(r"sattn-class, .*")
 LABEL = re.compile(r'label=\(string\)"?([^",]*)"?,')
 FIELDS = re.compile(r"(probability|in-contract|rejected|input-rms)=\("
                     r"[a-z]+\)([^,;]+)")
-
-
-def gst_env():
-    env = dict(os.environ)
-    pre = env.get("SATTN_GST_PRELOAD", "")
-    if pre:
-        env["LD_PRELOAD"] = (pre + " " + env["LD_PRELOAD"]
-                             if env.get("LD_PRELOAD") else pre)
-    return env
 
 
 def run(argv):
