@@ -2788,9 +2788,34 @@ usage (FILE *f)
       "                  SignalTransformer file, output=classes): windows/s\n"
       "                  in the core and the pipeline, and useful GFLOP/s\n"
       "                  against the FMA peak measured in the same repeats\n"
-      "  --window N, --hop N  the whole model's window and hop (16, 8)\n"
+      "  --window N, --hop N  the whole model's window and hop (the\n"
+      "                  file's input contract, else 16 and 8)\n"
       "  --fma-peak      print the one-thread FMA peak (GFLOP/s per CPU\n"
       "                  second) as one JSON line and exit\n");
+}
+
+/* --whole's window and hop where not given: the file's input contract
+ * (window, hop), else 16 and 8 (a file the loader refuses keeps them;
+ * run_whole reports its error). */
+static void
+whole_geometry (const char *path, long *n, long *h)
+{
+  SattnModel *m = NULL;
+  SattnModelContract c;
+  char err[256];
+  long cn = 0, ch = 0;
+
+  if (sattn_model_load (path, "", NULL, &m, NULL, err, sizeof err) ==
+      SATTN_OK) {
+    sattn_model_contract (m, &c);
+    cn = (long) c.window;
+    ch = (long) c.hop;
+    sattn_model_free (m);
+  }
+  if (*n == 0)
+    *n = cn > 0 ? cn : 16;
+  if (*h == 0)
+    *h = ch > 0 && ch <= *n ? ch : (*n >= 16 ? 8 : *n);
 }
 
 int
@@ -2808,7 +2833,7 @@ main (int argc, char **argv)
   int have_time = 0, threads_scaling = 0, peak_table = 0, encoder = 0;
   const char *whole = NULL;
   int fma_peak = 0;
-  long whole_n = 16, whole_h = 8;
+  long whole_n = 0, whole_h = 0; /* 0: the file's, else 16 and 8 */
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -2885,6 +2910,8 @@ main (int argc, char **argv)
       o.repeats = 2;
     o.pipe_repeats = 1;
   }
+  if (whole != NULL && (whole_n == 0 || whole_h == 0))
+    whole_geometry (whole, &whole_n, &whole_h);
   if (o.repeats < 1 || !(o.core_time > 0.0) || whole_n < 1 || whole_h < 1 ||
       whole_h > whole_n) {
     usage (stderr);

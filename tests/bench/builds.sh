@@ -82,7 +82,7 @@ run () {
     i=$((i + 1))
     GST_PLUGIN_PATH="$d/plugin" GST_PLUGIN_PATH_1_0="$d/plugin" \
       GST_REGISTRY="$d/registry.bin" GST_REGISTRY_1_0="$d/registry.bin" \
-      $pin "$d/tests/bench/sattn-bench" --whole "$f" --window 64 --hop 64 \
+      $pin "$d/tests/bench/sattn-bench" --whole "$f" \
       --repeats 1 --time "$T" >"$out/$b.$r.whole$i.txt" 2>&1 || true
   done
 }

@@ -12,7 +12,11 @@ Three workloads, every peer on one intra-op thread:
   whole    the per-window recogniser geometry: sattn.nn.SignalTransformer,
            frame 16 values -> d_model 32, 4 heads, feed-forward 64, 2
            layers, 8 classes, learned positions, window 16 frames, hop 8,
-           random weights, saved with sattn.nn.save_safetensors; windows/s.
+           random weights, saved with sattn.nn.save_safetensors; windows/s;
+  shipped  the shipped modulation recogniser
+           (examples/recognizer/recognizer.safetensors: conv stem, power
+           normalisation, CLS token, window 64 frames of 16 I/Q samples,
+           hop 64) on I/Q windows of its training generator; windows/s.
 
 Peers of w1 and encoder:
   naive          PyTorch, the whole window recomputed per hop (the hop's
@@ -30,8 +34,9 @@ Peers of w1 and encoder:
 Peers of whole: PyTorch and ONNX Runtime at batch 1 (one window per call,
 as a live stream runs it) and at batch 64 (64 windows per call: the
 offline way), both on the module as one deploys it for full windows
-(StockRecogniser: the stock nn.TransformerEncoder, no mask), checked
-against the module's own forward.
+(whole: StockRecogniser, the stock nn.TransformerEncoder, no mask;
+shipped: the module's own forward), checked against the module's
+forward.
 
 sattn's figures come from sattn-bench in the same repeats (--throughput-only
 for W1, --encoder, --whole), and the one-thread FMA peak (sattn-bench
@@ -49,7 +54,8 @@ input; the exit status is 1 when one disagrees.
 
 Usage (run-bench.sh runs it):
   peers.py --bench SATTN-BENCH --ort ORT-DIR --work DIR
-           [--sattn-json FILE] [--quick] [--only w1,encoder,whole]
+           [--sattn-json FILE] [--quick]
+           [--only w1,encoder,whole,shipped]
 ORT-DIR holds node_modules/onnxruntime-node (npm install --ignore-scripts
 onnxruntime-node@1.30.0); without it (or without node) the ORT peers are
 left out and said so.
@@ -608,11 +614,8 @@ class StockRecogniser(nn.Module):
 
 
 def whole_main(args, ort):
-    # the package loads libsattn on import: the build's own
-    lib = os.path.join(os.path.dirname(os.path.abspath(args.bench)), "..",
-                       "..", "core", "libsattn.so.1")
-    if "SATTN_LIBRARY" not in os.environ and os.path.exists(lib):
-        os.environ["SATTN_LIBRARY"] = os.path.normpath(lib)
+    """The bench's per-window model: random weights, written here."""
+    _use_build_lib(args)
     from sattn.nn import SignalTransformer, save_safetensors
     n, h, Fr, D, H, Df, L, C = 16, 8, 16, 32, 4, 64, 2, 8
     torch.manual_seed(0)
@@ -626,28 +629,70 @@ def whole_main(args, ort):
           "feed-forward %d, %d layers, %d classes, learned positions, window "
           "%d, hop %d; sattn.nn.SignalTransformer, random weights): the peers"
           % (Fr, D, H, Df, L, C, n, h))
-    failures = 0
     x = torch.randn(4096, Fr)
     wins = x.unfold(0, n, h).transpose(1, 2).contiguous()     # (B, n, Fr)
+    return whole_peers(args, ort, "Per-window recogniser", "recogniser",
+                       net, StockRecogniser(net).eval(), path, wins, n, h)
+
+
+def shipped_main(args, ort):
+    """The shipped modulation recogniser (examples/recognizer): its file,
+    and its PyTorch module as train.py loads it (conv stem, power
+    normalisation, CLS token), on I/Q windows of its training generator."""
+    _use_build_lib(args)
+    rec_dir = os.path.join(HERE, "..", "..", "examples", "recognizer")
+    sys.path.insert(0, rec_dir)
+    import iqgen
+    import train
+    path = os.path.normpath(os.path.join(rec_dir, "recognizer.safetensors"))
+    net, md = train.load(path)
+    n = int(md.get("window", train.FRAMES))
+    h = int(md.get("hop", n))
+    print()
+    print("== The shipped recogniser (%s: %d parameters, window %d frames of "
+          "%d I/Q samples, hop %d; conv stem, power normalisation, CLS "
+          "token): the peers" % (os.path.relpath(path), sum(
+              t.numel() for t in net.parameters()), n, train.FRAME_SAMPLES,
+              h))
+    X, _, _ = iqgen.make_windows(5, 256)
+    wins = torch.from_numpy(train.frames(X).astype(np.float32))
+    # the module as it runs full windows is its own forward (no mask)
+    return whole_peers(args, ort, "Shipped recogniser", "shipped", net,
+                       net, path, wins, n, h)
+
+
+def _use_build_lib(args):
+    # the package loads libsattn on import: the build's own
+    lib = os.path.join(os.path.dirname(os.path.abspath(args.bench)), "..",
+                       "..", "core", "libsattn.so.1")
+    if "SATTN_LIBRARY" not in os.environ and os.path.exists(lib):
+        os.environ["SATTN_LIBRARY"] = os.path.normpath(lib)
+
+
+def whole_peers(args, ort, title, tag, net, stock, path, wins, n, h):
+    """PyTorch and ONNX Runtime at batch 1 and 64 on `stock` (checked
+    against net's forward), and sattn-bench --whole on path, in
+    interleaved repeats; prints the table; returns (failures, targets)."""
+    failures = 0
     B = wins.shape[0]
+    Fr = wins.shape[2]
     paths = {}
-    stock = StockRecogniser(net).eval()
     with torch.inference_mode():
         ex = wins[:64].contiguous()
         want = net(ex)
         d = (stock(ex) - want).abs().max().item()
         tol = 1e-4 * (1.0 + want.abs().max().item())
     failures += d > tol
-    print("  the stock-encoder form agrees with the module's forward: "
+    print("  the deployed form agrees with the module's forward: "
           "max-abs %.3g (tol %.3g) %s" % (d, tol, "ok" if d <= tol
                                           else "FAILED"))
     for bs in (1, 64):
         ex = wins[:bs].contiguous()
-        paths[bs] = os.path.join(args.work, "recogniser-b%d.onnx" % bs)
+        paths[bs] = os.path.join(args.work, "%s-b%d.onnx" % (tag, bs))
         export(stock, ex, paths[bs])
         with torch.inference_mode():
             want = net(ex).numpy()
-        chk = ort.check("recogniser-b%d" % bs, paths[bs], ex.numpy(), want)
+        chk = ort.check("%s-b%d" % (tag, bs), paths[bs], ex.numpy(), want)
         if chk is not None:
             ok = chk[0] <= chk[1]
             failures += not ok
@@ -695,16 +740,17 @@ def whole_main(args, ort):
         fpw = r.get("flops_per_window", fpw)
         print("  repeat %d/%d done" % (rep + 1, reps))
         sys.stdout.flush()
+    form = "stock encoder" if stock is not net else "the module's forward"
     label = {
-        "torch1": "PyTorch (stock encoder), batch 1 (one window per call)",
-        "torch64": "PyTorch (stock encoder), batch 64",
+        "torch1": "PyTorch (%s), batch 1 (one window per call)" % form,
+        "torch64": "PyTorch (%s), batch 64" % form,
         "ort1": "ONNX Runtime 1.30, batch 1",
         "ort64": "ONNX Runtime 1.30, batch 64",
     }
     print()
-    print("Per-window recogniser, windows/s per CPU second, one thread; "
+    print("%s, windows/s per CPU second, one thread; "
           "medians of %d interleaved repeats (ratios: medians of "
-          "per-repeat ratios):" % reps)
+          "per-repeat ratios):" % (title, reps))
     print()
     print("| peer | windows/s | sattn core (10 ms buffers) ÷ peer | "
           "sattn pipeline ÷ peer | precision=fast: core ÷ peer | "
@@ -749,17 +795,17 @@ def whole_main(args, ort):
               % (100 * bestpeer * fpw * 1e-9 / med(v["peak"])))
     best1 = max(("torch1", "ort1"), key=lambda k: res[k][0] or 0)
     targets = [
-        ("recogniser through the pipeline >= 2x the best batch-1 peer (%s)"
-         % label[best1], res[best1][2], 2.0),
-        ("recogniser through the pipeline >= 1x ONNX Runtime batch 64",
+        ("%s through the pipeline >= 2x the best batch-1 peer (%s)"
+         % (title, label[best1]), res[best1][2], 2.0),
+        ("%s through the pipeline >= 1x ONNX Runtime batch 64" % title,
          res["ort64"][2], 1.0),
-        ("per-window model (pipeline) >= 50% of the FMA peak", pf, 0.5),
-        ("precision=fast: recogniser through the pipeline >= 4x the best "
-         "batch-1 peer (%s)" % label[best1], res[best1][4], 4.0),
-        ("precision=fast: recogniser through the pipeline >= 2x ONNX "
-         "Runtime batch 64", res["ort64"][4], 2.0),
-        ("precision=fast: per-window model (pipeline) >= 35% of the FMA "
-         "peak", ff, 0.35),
+        ("%s (pipeline) >= 50%% of the FMA peak" % title, pf, 0.5),
+        ("precision=fast: %s through the pipeline >= 4x the best "
+         "batch-1 peer (%s)" % (title, label[best1]), res[best1][4], 4.0),
+        ("precision=fast: %s through the pipeline >= 2x ONNX "
+         "Runtime batch 64" % title, res["ort64"][4], 2.0),
+        ("precision=fast: %s (pipeline) >= 35%% of the FMA "
+         "peak" % title, ff, 0.35),
     ]
     return failures, targets
 
@@ -779,7 +825,7 @@ def main():
                     help="seconds per peer per repeat (1.0)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="w1,encoder,whole")
+    ap.add_argument("--only", default="w1,encoder,whole,shipped")
     args = ap.parse_args()
     torch.set_num_threads(1)
     try:
@@ -806,6 +852,10 @@ def main():
         targets += t
     if "whole" in only:
         f, t = whole_main(args, ort)
+        failures += f
+        targets += t
+    if "shipped" in only:
+        f, t = shipped_main(args, ort)
         failures += f
         targets += t
     print()

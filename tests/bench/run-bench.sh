@@ -5,8 +5,9 @@
 # side with sattn (peers.py: PyTorch recomputing windows, PyTorch and ONNX
 # Runtime on the hop's queries only, PyTorch with a KV cache, ONNX Runtime
 # on whole windows; the encoder layer; the per-window recogniser at batch
-# 1 and 64; the recogniser with threads=1 and 2), and the naive PyTorch
-# baseline on W1-W4.
+# 1 and 64; the shipped recogniser at batch 1 and 64; the recogniser with
+# threads=1 and 2), the live streams per core of the shipped recogniser
+# (streams-table.py), and the naive PyTorch baseline on W1-W4.
 #   tests/bench/run-bench.sh <build-dir> [sattn-bench options, e.g. --quick]
 # Builds nothing.  ONNX Runtime (onnxruntime-node 1.30.0, its CPU build)
 # is installed here, for the bench only, into <build-dir>/bench-peers/ort
@@ -181,6 +182,19 @@ if [ -s "$rec" ]; then
   "$bench" --whole "$rec" --threads-scaling "$@" || status=$?
 else
   echo "no recogniser file from peers.py: skipped."
+fi
+
+echo
+echo "== Live streams per core: the shipped recogniser at 1, 16 and 64 real-time streams (pipelines and branches, exact and fast)"
+# Pinned to one CPU: "per core".  No PyTorch needed.
+streams_bin="$build/tests/bench/sattn-streams"
+shipped="$here/../../examples/recognizer/recognizer.safetensors"
+if [ -x "$streams_bin" ] && [ -s "$shipped" ]; then
+  echo "\$ $here/streams-table.py --streams-bin $streams_bin --model $shipped ${pin:+--cpu $cpu} $quick"
+  python3 "$here/streams-table.py" --streams-bin "$streams_bin" \
+    --model "$shipped" ${pin:+--cpu "$cpu"} $quick || status=$?
+else
+  echo "sattn-streams or the shipped recogniser missing: skipped."
 fi
 
 echo

@@ -3,7 +3,7 @@
  *
  *   sattn-streams --model FILE --streams N [--seconds S] [--branches]
  *                 [--rate R] [--channels C] [--buffer-ms B] [--smoke]
- *                 [--precision exact|fast]
+ *                 [--precision exact|fast] [--lockstep]
  *
  * N live streams (R Hz, C interleaved channels of white noise, default the
  * model's input contract; buffers of B ms, default 10) each run through
@@ -11,7 +11,9 @@
  * as N pipelines in this process (default) or as one pipeline of N
  * branches (--branches).  One pacing thread pushes every stream's buffer
  * when its time comes (a live source: the clock, not the element, sets
- * the rate).  Run it pinned to one CPU (taskset -c K) for "per core".
+ * the rate); stream i's buffers come i/N of a buffer period after stream
+ * 0's, as independent sources do (--lockstep: all at once, so that every
+ * stream's window is due at the same instant: the worst case).  Run it pinned to one CPU (taskset -c K) for "per core".
  *
  * Latency of a decision: from the moment the input buffer holding a
  * window's last frame enters sattn (a probe on its sink pad) to the moment
@@ -159,7 +161,7 @@ main (int argc, char **argv)
   const gchar *model = NULL, *precision = "exact";
   guint n = 1, buffer_ms = 10, i;
   gdouble seconds = 10.0;
-  gboolean branches = FALSE, smoke = FALSE;
+  gboolean branches = FALSE, smoke = FALSE, lockstep = FALSE;
   GString *desc;
   gsize buf_samples, buf_bytes;
   float *noise;
@@ -183,6 +185,8 @@ main (int argc, char **argv)
       buffer_ms = (guint) atoi (argv[++i]);
     else if (!strcmp (argv[i], "--branches"))
       branches = TRUE;
+    else if (!strcmp (argv[i], "--lockstep"))
+      lockstep = TRUE;
     else if (!strcmp (argv[i], "--smoke"))
       smoke = TRUE;
     else if (!strcmp (argv[i], "--precision") && i + 1 < (guint) argc &&
@@ -191,7 +195,8 @@ main (int argc, char **argv)
     else {
       fprintf (stderr,
                "usage: %s --model FILE --streams N [--seconds S] "
-               "[--branches] [--rate R] [--channels C] [--buffer-ms B] "
+               "[--branches] [--lockstep] [--rate R] [--channels C] "
+               "[--buffer-ms B] "
                "[--smoke] [--precision exact|fast]\n",
                argv[0]);
       return 2;
@@ -300,33 +305,36 @@ main (int argc, char **argv)
       return 2;
     }
 
-  /* The pacing thread: every buffer period, one buffer to each stream. */
+  /* The pacing thread: every buffer period, one buffer to each stream.
+   * Independent live sources do not run in step: stream i pushes at
+   * i / N of the period (--lockstep: all at the period's start, every
+   * stream's window due at the same instant, the worst case). */
   pushes = (guint64) (seconds * 1000.0 / buffer_ms);
   getrusage (RUSAGE_SELF, &ru0);
-  t0 = next = now_ns ();
-  for (k = 0; k < pushes; k++) {
+  t0 = now_ns ();
+  for (k = 0; k < pushes * n; k++) {
+    Stream *s = &streams[k % n];
     gint64 t = now_ns ();
+    GstBuffer *b;
 
+    next = t0 + (gint64) (k / n) * buffer_ms * G_GINT64_CONSTANT (1000000) +
+           (lockstep ? 0
+                     : (gint64) (k % n) * buffer_ms *
+                           G_GINT64_CONSTANT (1000000) / n);
     if (t < next)
       g_usleep ((gulong) ((next - t) / 1000));
     else if ((guint64) (t - next) > behind_max)
       behind_max = (guint64) (t - next);
-    for (i = 0; i < n; i++) {
-      Stream *s = &streams[i];
-      GstBuffer *b = gst_buffer_new_memdup (noise + ((k + i) % 64) *
-                                                        buf_samples * channels,
-                                            buf_bytes);
-
-      GST_BUFFER_PTS (b) = gst_util_uint64_scale (s->frames_in, GST_SECOND,
-                                                  rate);
-      GST_BUFFER_DURATION (b) =
-          gst_util_uint64_scale (s->frames_in + buf_samples, GST_SECOND, rate) -
-          GST_BUFFER_PTS (b);
-      GST_BUFFER_OFFSET (b) = s->frames_in;
-      s->frames_in += buf_samples;
-      gst_app_src_push_buffer (GST_APP_SRC (s->src), b);
-    }
-    next = t0 + (gint64) ((k + 1) * buffer_ms * G_GINT64_CONSTANT (1000000));
+    b = gst_buffer_new_memdup (noise + ((k / n + k % n) % 64) * buf_samples *
+                                           channels,
+                               buf_bytes);
+    GST_BUFFER_PTS (b) = gst_util_uint64_scale (s->frames_in, GST_SECOND, rate);
+    GST_BUFFER_DURATION (b) = gst_util_uint64_scale (s->frames_in + buf_samples,
+                                                     GST_SECOND, rate) -
+                              GST_BUFFER_PTS (b);
+    GST_BUFFER_OFFSET (b) = s->frames_in;
+    s->frames_in += buf_samples;
+    gst_app_src_push_buffer (GST_APP_SRC (s->src), b);
   }
   /* end every stream and wait for its EOS: by then every frame pushed
    * has been used (the element decides the last, partial hop at EOS) */
@@ -374,28 +382,30 @@ main (int argc, char **argv)
       lost += streams[i].windows < want ? want - streams[i].windows : 0;
     }
     printf (
-        "%u stream(s) as %s, precision=%s, %u Hz x %u ch, window %u x %u, "
+        "%u stream(s) as %s%s, precision=%s, %u Hz x %u ch, window %u x %u, "
         "hop %u, %u ms buffers, %.1f s: windows %" G_GUINT64_FORMAT
         " of %" G_GUINT64_FORMAT " due (%" G_GUINT64_FORMAT
         " missing); CPU %.3f s "
         "per s (%.1f%% of one core); pacing behind at most %.2f ms; decision "
         "latency us: p50 %.0f p99 %.0f max %.0f (first third p50 %.0f, last "
         "third p50 %.0f)\n",
-        n, branches ? "one pipeline of branches" : "pipelines", precision, rate,
-        channels, window_f, frame_size, hop_f, buffer_ms, seconds, done, due,
-        lost, cpu / wall, 100.0 * cpu / wall, behind_max / 1e6,
-        pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99), pct (lat, n_lat, 1.0),
-        f50, l50);
-    printf ("{\"streams\": %u, \"branches\": %s, \"precision\": \"%s\", "
+        n, branches ? "one pipeline of branches" : "pipelines",
+        lockstep ? " in lock-step" : "", precision, rate, channels, window_f,
+        frame_size, hop_f, buffer_ms, seconds, done, due, lost, cpu / wall,
+        100.0 * cpu / wall, behind_max / 1e6, pct (lat, n_lat, 0.5),
+        pct (lat, n_lat, 0.99), pct (lat, n_lat, 1.0), f50, l50);
+    printf ("{\"streams\": %u, \"branches\": %s, \"lockstep\": %s, "
+            "\"precision\": \"%s\", "
             "\"windows\": "
             "%" G_GUINT64_FORMAT ", \"due\": %" G_GUINT64_FORMAT
             ", \"missing\": %" G_GUINT64_FORMAT
             ", \"cpu_per_s\": %.4f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
             "\"max_us\": %.1f, \"first_p50_us\": %.1f, \"last_p50_us\": %.1f, "
             "\"behind_ms\": %.3f}\n",
-            n, branches ? "true" : "false", precision, done, due, lost,
-            cpu / wall, pct (lat, n_lat, 0.5), pct (lat, n_lat, 0.99),
-            pct (lat, n_lat, 1.0), f50, l50, behind_max / 1e6);
+            n, branches ? "true" : "false", lockstep ? "true" : "false",
+            precision, done, due, lost, cpu / wall, pct (lat, n_lat, 0.5),
+            pct (lat, n_lat, 0.99), pct (lat, n_lat, 1.0), f50, l50,
+            behind_max / 1e6);
     if (smoke)
       fail |= lost > 0;
     else

@@ -12,7 +12,7 @@ compare the listings:
     done; done; cmp ...
 
 The workloads (precision=exact, the default): the shipped recogniser
-(window 64, hop 64) and random sattn.nn.SignalTransformer models (every
+(its file's window and hop) and random sattn.nn.SignalTransformer models (every
 third configuration of tests/python/test_whole_models.py's matrix, its
 extras and its front ends: conv stems, RMS and power normalisation, CLS
 rows, standardisation, attention and max pooling; window 12, hop 4);
@@ -35,8 +35,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 def models(tmp):
-    yield ("recognizer", os.path.join(ROOT, "examples", "recognizer",
-                                      "recognizer.safetensors"), 64, 64, 32)
+    rec = os.path.join(ROOT, "examples", "recognizer",
+                       "recognizer.safetensors")
+    k = sattn.Model.from_safetensors(rec).contract
+    yield ("recognizer", rec, k["window"], k["hop"],
+           k["frame_size"] * k["channels"])
     for i, c in enumerate(matrix()[::3] + EXTRAS + FAST_EXTRAS):
         path = os.path.join(tmp, "m%d.safetensors" % i)
         save_safetensors(make_net(900 + i, **c), path)
