@@ -221,6 +221,10 @@ sattn_model_metadata (const SattnModel *m, const char *key)
 #define BLOCK_TASK_ROWS 64
 /* Multiply-adds below which a block runs on the caller's thread alone. */
 #define BLOCK_PAR_MIN 1e5
+/* Rows per thread at least when a window's rows are shared, and the
+ * multiple of rows (from the window's first) where ranges are cut. */
+#define SPLIT_MIN_ROWS 8
+#define SPLIT_ALIGN 8
 
 void
 sattn_net_block_free (SattnNetBlock *b)
@@ -406,23 +410,33 @@ rows_in (const SattnModel *ml, SattnNetBlock *b, const float *in, size_t r0,
   }
 }
 
-/* Window w of layer ml, every head in order (its statistics, when kept,
- * summed head after head as for the window alone). */
+/* Window w's keys [i0, i1) of layer ml transposed (kt: dq rows of n). */
 static void
-attend (const SattnModel *ml, SattnNetBlock *b, size_t w, float *weights,
-        SattnStats *stats, unsigned worker)
+transpose_keys (const SattnModel *ml, SattnNetBlock *b, size_t w, size_t i0,
+                size_t i1)
 {
-  const size_t H = ml->cfg.heads, n = b->n, dq = ml->dq, dv = ml->dv;
+  const size_t n = b->n, dq = ml->dq;
   const float *k = b->k + w * n * dq;
   float *kt = b->kt + w * n * dq;
 
   for (size_t t = 0; t < dq; t++)
-    for (size_t r = 0; r < n; r++)
+    for (size_t r = i0; r < i1; r++)
       kt[t * n + r] = k[r * dq + t];
+}
+
+/* Window w's queries [q0, q1) of layer ml against all its keys (already
+ * transposed), every head in order (its statistics, when kept, summed
+ * head after head as for the window alone).  A query row's result does
+ * not depend on the rows computed with it. */
+static void
+attend_rows (const SattnModel *ml, SattnNetBlock *b, size_t w, size_t q0,
+             size_t q1, float *weights, SattnStats *stats, unsigned worker)
+{
+  const size_t H = ml->cfg.heads, n = b->n, dq = ml->dq, dv = ml->dv;
   SattnAttnArgs a = {
     .q = b->q + w * n * dq,
     .ldq = dq,
-    .kt = kt,
+    .kt = b->kt + w * n * dq,
     .ldkt = n,
     .v = b->v + w * n * dv,
     .ldv = dv,
@@ -436,7 +450,16 @@ attend (const SattnModel *ml, SattnNetBlock *b, size_t w, float *weights,
     .sat_threshold = SATTN_DEFAULT_SATURATION,
   };
   for (size_t h = 0; h < H; h++)
-    sattn_attend_rows (ml, &a, h, 0, n, b->S + worker * b->s_stride, stats);
+    sattn_attend_rows (ml, &a, h, q0, q1, b->S + worker * b->s_stride, stats);
+}
+
+/* Window w of layer ml, every row. */
+static void
+attend (const SattnModel *ml, SattnNetBlock *b, size_t w, float *weights,
+        SattnStats *stats, unsigned worker)
+{
+  transpose_keys (ml, b, w, 0, b->n);
+  attend_rows (ml, b, w, 0, b->n, weights, stats, worker);
 }
 
 /* Rows [r0, r1) of layer ml: the output projection, the layer's per-row
@@ -501,6 +524,79 @@ windows_task (void *ctx, size_t task, unsigned worker)
     float *t = a;
     a = c;
     c = t;
+  }
+}
+
+/* Few windows on several threads: each window's rows cut into `parts`
+ * ranges (tasks = windows x parts), layer by layer, one pool run per
+ * layer in two phases: layer l's rows_in of a range and its keys
+ * transposed; then, once every key is ready, the range's queries against
+ * the whole window and rows_out.  Each row's arithmetic is the same as
+ * on one thread; statistics and kept weights are not asked for here
+ * (they take the windows_task path). */
+typedef struct {
+  const BlockJob *j;
+  size_t parts, layer;
+  float *in, *out; /* the layer's input and output rows */
+} SplitJob;
+
+static void
+split_range (const SplitJob *sj, size_t task, size_t *w, size_t *i0, size_t *i1)
+{
+  const size_t n = sj->j->b->n, p = task % sj->parts;
+  *w = task / sj->parts;
+  *i0 = p * n / sj->parts / SPLIT_ALIGN * SPLIT_ALIGN;
+  *i1 = p + 1 == sj->parts
+            ? n
+            : (p + 1) * n / sj->parts / SPLIT_ALIGN * SPLIT_ALIGN;
+}
+
+static void
+split_in_task (void *ctx, size_t task, unsigned worker)
+{
+  const SplitJob *sj = ctx;
+  const SattnModel *ml = sj->j->m->net->layer[sj->layer];
+  SattnNetBlock *b = sj->j->b;
+  size_t w, i0, i1;
+  (void) worker;
+  split_range (sj, task, &w, &i0, &i1);
+  if (i0 == i1)
+    return;
+  rows_in (ml, b, sj->in, w * b->n + i0, w * b->n + i1,
+           !(sj->layer == 0 && sj->j->l0_ready));
+  transpose_keys (ml, b, w, i0, i1);
+}
+
+static void
+split_out_task (void *ctx, size_t task, unsigned worker)
+{
+  const SplitJob *sj = ctx;
+  const SattnNet *net = sj->j->m->net;
+  SattnNetBlock *b = sj->j->b;
+  size_t w, i0, i1;
+  split_range (sj, task, &w, &i0, &i1);
+  if (i0 == i1)
+    return;
+  attend_rows (net->layer[sj->layer], b, w, i0, i1, NULL, NULL, worker);
+  rows_out (net->layer[sj->layer], net, b, sj->in, sj->out, w * b->n + i0,
+            w * b->n + i1, sj->layer + 1 == net->n_layers, worker);
+}
+
+static void
+run_split (const BlockJob *j, size_t parts)
+{
+  SattnNetBlock *b = j->b;
+  const size_t tasks = j->nw * parts;
+  for (size_t l = 0; l < j->m->net->n_layers; l++) {
+    SplitJob sj = {
+      .j = j,
+      .parts = parts,
+      .layer = l,
+      .in = l % 2 ? b->y : b->x,
+      .out = l % 2 ? b->x : b->y,
+    };
+    sattn_pool_run2 (b->pool, tasks, split_in_task, &sj, tasks, split_out_task,
+                     &sj);
   }
 }
 
@@ -618,7 +714,15 @@ sattn_net_block_run (const SattnModel *m, SattnNetBlock *b, size_t nw,
     .weights = weights,
     .wwin = wwin,
   };
-  sattn_pool_run (par ? b->pool : NULL, tasks, windows_task, &j);
+  /* Fewer windows than two per thread: whole-window tasks would leave a
+   * thread idle (one window per 10 ms push of a live stream is the
+   * common case), so each window's rows are shared instead, when no
+   * per-window statistics or weights are kept. */
+  if (par && nw < 2 * T && !stats && weights == NULL &&
+      b->n >= 2 * SPLIT_MIN_ROWS)
+    run_split (&j, T);
+  else
+    sattn_pool_run (par ? b->pool : NULL, tasks, windows_task, &j);
   float *a = net->n_layers % 2 ? b->y : b->x;
   *out = a;
 

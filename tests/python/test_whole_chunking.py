@@ -25,7 +25,9 @@ mean, last, window.
 Pushes: one frame at a time, one hop at a time, random sizes (seeded),
 all frames at once, and pushes that complete a full block of windows and
 carry the frames of most of a hop more; each stream then drains.  Threads: 1, 2 and 3 with
-random pushes and all at once.
+random pushes and all at once; and 2 and 3 without statistics or weights
+kept, one frame and one hop per push (a window's rows shared between the
+threads), whose rows and row infos must be the same too.
 
   test_whole_chunking.py [--dump FILE]
 
@@ -143,11 +145,11 @@ def chunkings(hop, seed):
     }
 
 
-def run(model, geom, output, x, valid, sizes, threads):
+def run(model, geom, output, x, valid, sizes, threads, observe=True):
     g = dict(geom)
     s = sattn.Stream(model, g.pop("window"), g.pop("hop"), output,
-                     collect_stats=True, keep_weights=True, threads=threads,
-                     **g)
+                     collect_stats=observe, keep_weights=observe,
+                     threads=threads, **g)
     rows, infos = [], []
     at = 0
     for k in sizes:
@@ -158,17 +160,19 @@ def run(model, geom, output, x, valid, sizes, threads):
         rows.append(r.copy())
         infos.append(i.copy())
         at += k
-    weights = s.last_weights().copy()
+    weights = s.last_weights().copy() if observe else None
     r, i = s.drain()
     rows.append(r.copy())
     infos.append(i.copy())
+    if not observe:
+        return np.concatenate(rows), np.concatenate(infos)
     return (np.concatenate(rows), np.concatenate(infos), s.stats(),
             weights, s.last_weights().copy())
 
 
 def same(a, b):
-    ra, ia, sa, wa, da = a
-    rb, ib, sb, wb, db = b
+    ra, ia = a[:2]
+    rb, ib = b[:2]
     problems = []
     if ra.shape != rb.shape or ra.tobytes() != rb.tobytes():
         problems.append("rows")
@@ -177,6 +181,10 @@ def same(a, b):
     if ia.shape != ib.shape or any(
             ia[f].tobytes() != ib[f].tobytes() for f in ia.dtype.names):
         problems.append("row infos")
+    if len(b) == 2:
+        return problems
+    sa, wa, da = a[2:]
+    sb, wb, db = b[2:]
     if sa != sb:
         problems.append("statistics")
     if wa.tobytes() != wb.tobytes() or da.tobytes() != db.tobytes():
@@ -212,17 +220,24 @@ def main(argv):
                 runs = [(c, 1) for c in ("hop", "random", "all", "edge")]
                 runs += [(c, t) for c in ("random", "all") for t in (2, 3)]
                 runs += [("one", 2)]
-                for cut, threads in runs:
+                # without statistics and weights, a block of fewer windows
+                # than two per thread shares each window's rows between
+                # the threads: one frame or one hop per push
+                runs += [(c, t, False) for c in ("one", "hop") for t in (2, 3)]
+                runs += [("random", 2, False)]
+                for cut, threads, *obs in runs:
+                    observe = obs[0] if obs else True
                     got = run(model, geom, output, x, valid, cuts[cut],
-                              threads)
+                              threads, observe)
                     bad = same(ref, got)
                     checked += 1
                     if bad:
                         failures += 1
-                        print("FAIL %s output=%s pushes=%s threads=%d: %s "
+                        print("FAIL %s output=%s pushes=%s threads=%d%s: %s "
                               "differ from one frame per push, threads=1"
                               % (name, output, cut, threads,
-                                 ", ".join(bad)))
+                                 "" if observe else " (no statistics or "
+                                 "weights kept)", ", ".join(bad)))
     if dump:
         np.savez(dump, **dumped)
         print("%d outputs written to %s" % (len(dumped), dump))

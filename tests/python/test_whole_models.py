@@ -646,7 +646,8 @@ class TestFastParity(unittest.TestCase):
         exact, _ = run_stream(model, output, x, valid)
         self.assertNotEqual(fast.tobytes(), exact.tobytes(),
                             "%s: fast gave exact's bytes" % label)
-        for threads, blocks in ((2, BLOCKS), (1, (len(x),)), (2, (1, 2))):
+        for threads, blocks in ((2, BLOCKS), (1, (len(x),)), (2, (1, 2)),
+                               (3, (1, 2))):
             other, _ = run_stream(model, output, x, valid, "fast", threads,
                                   blocks)
             self.assertEqual(other.tobytes(), fast.tobytes(),
