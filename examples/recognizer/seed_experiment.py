@@ -25,7 +25,7 @@ Each trained model then runs held-out windows of the ten modulations
 (seed 4242, as evaluate.py uses) through a real pipeline,
 
     filesrc ! rawaudioparse (2-channel F32, 64 kHz) ! sattn weights=M
-      frame-size=16 window=64 hop=64 output=classes post-messages=true
+      frame-size=F window=W hop=W output=classes post-messages=true
       message-interval=0 ! filesink
 
 and the figures come from the element: accuracy (overall, at SNR >= 10 dB)

@@ -59,7 +59,8 @@ CONFIG = dict(d_frame=2 * FRAME_SAMPLES, d_model=64, heads=4, layers=2,
               max_window=FRAMES, norm_first=True, activation="gelu",
               final_norm=True, head_hidden=64, head_activation="gelu",
               pooling="cls", cls_token=True, front_end="conv", in_channels=2,
-              conv_kernel=32, conv_padding=8, conv_activation="gelu",
+              conv_kernel=2 * FRAME_SAMPLES, conv_padding=FRAME_SAMPLES // 2,
+              conv_activation="gelu",
               input_norm="power", input_norm_eps=1e-12, channels=2)
 BUDGET = dict(epochs=9, per_epoch=32000, lr=2e-3, warmup=300, batch=128)
 
@@ -78,9 +79,9 @@ def build(config=None, **over):
 
 
 def frames(X):
-    """(N, 1024, 2) I/Q -> (N, 64, 32): frames of 16 samples, I/Q
-    interleaved in memory order (as the element takes frame-size 16 on
-    2 channels)."""
+    """(N, 1024, 2) I/Q -> (N, FRAMES, 2 FRAME_SAMPLES): frames of
+    FRAME_SAMPLES samples (16: 64 frames of 32 values), I/Q interleaved
+    in memory order (as the element takes frame-size 16 on 2 channels)."""
     return X.reshape(X.shape[0], FRAMES, 2 * FRAME_SAMPLES)
 
 
@@ -286,6 +287,19 @@ def export(net, out, extra_metadata, log=print):
         "own %.3g" % (fig["sattn"], fig["windows"], fig["bound"]))
 
 
+def set_frame(samples, cfg):
+    """Frames of `samples` I/Q samples instead of FRAME_SAMPLES: this
+    module's geometry and cfg's front end follow."""
+    global FRAME_SAMPLES, FRAMES, HOP
+    if samples < 1 or WINDOW_SAMPLES % samples:
+        raise SystemExit("--frame %d: must divide %d" % (samples,
+                                                         WINDOW_SAMPLES))
+    FRAME_SAMPLES, FRAMES = samples, WINDOW_SAMPLES // samples
+    HOP = FRAMES
+    cfg.update(d_frame=2 * samples, max_window=FRAMES,
+               conv_kernel=2 * samples, conv_padding=samples // 2)
+
+
 def parse_value(v):
     for f in (int, float):
         try:
@@ -302,11 +316,16 @@ def main():
     p.add_argument("--epochs", type=int)
     p.add_argument("--per-epoch", type=int)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1,
+                   help="PyTorch's threads (1)")
     p.add_argument("--set", action="append", default=[],
                    metavar="KEY=VALUE",
                    help="override a CONFIG entry (an ablation), e.g. "
                    "--set pooling=mean --set cls_token=false")
+    p.add_argument("--frame", type=int, default=None, metavar="SAMPLES",
+                   help="frame size in I/Q samples (16; 1024 / SAMPLES "
+                   "frames a window, a conv stem of kernel 2 SAMPLES): "
+                   "the stem-resolution ablation, e.g. --quick --frame 8")
     p.add_argument("--out", default=None)
     p.add_argument("--log", default=None, help="also write the log here")
     a = p.parse_args()
@@ -316,6 +335,8 @@ def main():
         bud["epochs"] = a.epochs
     if a.per_epoch:
         bud["per_epoch"] = a.per_epoch
+    if a.frame:
+        set_frame(a.frame, cfg)
     for kv in a.set:
         k, v = kv.split("=", 1)
         cfg[k] = parse_value(v)
