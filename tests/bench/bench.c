@@ -2795,7 +2795,7 @@ usage (FILE *f)
 }
 
 /* --whole's window and hop where not given: the file's input contract
- * (window, hop), else 16 and 8 (a file the loader refuses keeps them;
+ * (window, hop), else 16 and 8 (no file, or a file the loader refuses:
  * run_whole reports its error). */
 static void
 whole_geometry (const char *path, long *n, long *h)
@@ -2805,8 +2805,8 @@ whole_geometry (const char *path, long *n, long *h)
   char err[256];
   long cn = 0, ch = 0;
 
-  if (sattn_model_load (path, "", NULL, &m, NULL, err, sizeof err) ==
-      SATTN_OK) {
+  if (path != NULL && sattn_model_load (path, "", NULL, &m, NULL, err,
+                                        sizeof err) == SATTN_OK) {
     sattn_model_contract (m, &c);
     cn = (long) c.window;
     ch = (long) c.hop;
@@ -2910,7 +2910,7 @@ main (int argc, char **argv)
       o.repeats = 2;
     o.pipe_repeats = 1;
   }
-  if (whole != NULL && (whole_n == 0 || whole_h == 0))
+  if (whole_n == 0 || whole_h == 0)
     whole_geometry (whole, &whole_n, &whole_h);
   if (o.repeats < 1 || !(o.core_time > 0.0) || whole_n < 1 || whole_h < 1 ||
       whole_h > whole_n) {
