@@ -61,6 +61,13 @@ typedef struct SattnPw {
    * front end's scratch (fscr). */
   double *xs, *ss, *wxs, *wss, *wraw, *fscr;
   uint8_t *wok;
+  /* ... with one gathered window and scratch per thread (the front ends
+   * of a block's windows run as the pool's tasks): wxs, wss, fok (n
+   * each) and fscr (fscr_len) at thread t's offset; each window's frames
+   * the front end found overflowing (fovf, max_windows). */
+  uint8_t *fok;
+  size_t fscr_len;
+  uint64_t *fovf;
   double *raw;   /* cap: each slot's sum of x^2, the contract's input RMS */
   size_t bn;     /* block rows per window: the model's lead rows + n */
   double *stage; /* STAGE × D: the embedding of stored frames */
@@ -130,14 +137,21 @@ pw_bytes (const SattnModel *m, const SattnStreamConfig *sc)
   size_t b = sizeof (SattnPw) + cap + n;
   const SattnModel *l0 = net->layer[0];
   b = sattn_size_add (b, sattn_size_mul (cap, sizeof (double)));
-  if (net->per_window)
+  if (net->per_window) {
+    /* xs, ss; per thread wxs, wss, fscr; wraw */
+    const size_t per_thread = sattn_size_add (sattn_size_mul (n, F + 1),
+                                              sattn_net_front_scratch (m, n));
     b = sattn_size_add (
         b,
-        sattn_size_mul (
-            sattn_size_add (sattn_size_mul (sattn_size_add (cap, n), F + 1),
-                            sattn_size_add (n, sattn_net_front_scratch (m, n))),
-            sizeof (double)));
-  else if (sattn_net_frame_reuse (m))
+        sattn_size_mul (sattn_size_add (sattn_size_add (sattn_size_mul (cap,
+                                                                        F + 1),
+                                                        n),
+                                        sattn_size_mul (T, per_thread)),
+                        sizeof (double)));
+    b = sattn_size_add (b,
+                        sattn_size_add (sattn_size_mul (T, n),
+                                        sattn_size_mul (B, sizeof (uint64_t))));
+  } else if (sattn_net_frame_reuse (m))
     b = sattn_size_add (b, sattn_size_mul (sattn_size_mul (cap, D + 2 * l0->dq +
                                                                     l0->dv),
                                            sizeof (float)));
@@ -195,7 +209,9 @@ pw_destroy (void *e)
   free (s->wss);
   free (s->wraw);
   free (s->wok);
+  free (s->fok);
   free (s->fscr);
+  free (s->fovf);
   free (s->raw);
   free (s->stage);
   free (s->ezero);
@@ -259,9 +275,12 @@ pw_create (SattnStream *fe, const SattnModel *m, SattnStatus *st)
     const size_t F = net->d_frame;
     s->xs = calloc (s->cap * F, sizeof (double));
     s->ss = calloc (s->cap, sizeof (double));
-    s->wxs = malloc (n * F * sizeof (double));
-    s->wss = malloc (n * sizeof (double));
-    s->fscr = malloc (sattn_net_front_scratch (m, n) * sizeof (double));
+    s->fscr_len = sattn_net_front_scratch (m, n);
+    s->wxs = malloc (T * n * F * sizeof (double));
+    s->wss = malloc (T * n * sizeof (double));
+    s->fok = malloc (T * n);
+    s->fscr = malloc (T * s->fscr_len * sizeof (double));
+    s->fovf = calloc (s->max_windows, sizeof (uint64_t));
   } else if (s->reuse) {
     const SattnModel *l0 = net->layer[0];
     s->xf = calloc (s->cap * D, sizeof (float));
@@ -281,8 +300,8 @@ pw_create (SattnStream *fe, const SattnModel *m, SattnStatus *st)
   if (!s->ok || !s->stage || !s->ezero || !s->zero || !s->ends ||
       !s->usable_in || !s->bidx || !s->blk ||
       (sc->keep_weights && !s->fe->wkeep) || !s->raw || !s->wraw || !s->wok ||
-      (net->per_window &&
-       (!s->xs || !s->ss || !s->wxs || !s->wss || !s->fscr)) ||
+      (net->per_window && (!s->xs || !s->ss || !s->wxs || !s->wss || !s->fok ||
+                           !s->fscr || !s->fovf)) ||
       (!net->per_window && s->reuse &&
        (!s->xf || !s->q0 || !s->k0 || !s->v0 || !s->xn)) ||
       (!net->per_window && !s->reuse && !s->emb)) {
@@ -509,26 +528,45 @@ gather_kept (SattnPw *s, uint64_t first, size_t nb)
  * block window nb: its frames gathered oldest first, then
  * sattn_net_front_window.  Returns the usable frame rows. */
 static uint32_t
-gather_window (SattnPw *s, uint64_t first, size_t nb)
+gather_window (SattnPw *s, uint64_t first, size_t nb, unsigned t,
+               uint64_t *overflow)
 {
   const SattnNet *net = s->net;
   const size_t n = s->n, F = net->d_frame, bn = s->bn;
   SattnNetBlock *b = s->blk;
+  double *wxs = s->wxs + t * n * F, *wss = s->wss + t * n;
+  uint8_t *wok = s->fok + t * n;
   for (size_t i = 0; i < n; i++) {
     const size_t slot = slot_of (s, first + i);
     /* an unusable frame is zeros (a reset or a skip clears ok only) */
-    s->wok[i] = s->ok[slot];
-    if (s->wok[i])
-      memcpy (s->wxs + i * F, s->xs + slot * F, F * sizeof (double));
+    wok[i] = s->ok[slot];
+    if (wok[i])
+      memcpy (wxs + i * F, s->xs + slot * F, F * sizeof (double));
     else
-      memset (s->wxs + i * F, 0, F * sizeof (double));
-    s->wss[i] = s->wok[i] ? s->ss[slot] : 0.0;
+      memset (wxs + i * F, 0, F * sizeof (double));
+    wss[i] = wok[i] ? s->ss[slot] : 0.0;
   }
-  return (uint32_t) sattn_net_front_window (s->m, s->wxs, s->wss, s->wok, n,
+  return (uint32_t) sattn_net_front_window (s->m, wxs, wss, wok, n,
                                             b->x + nb * bn * net->d,
-                                            b->kok + nb * bn, s->fscr,
-                                            &s->fe->stats.overflow_frames,
+                                            b->kok + nb * bn,
+                                            s->fscr + t * s->fscr_len, overflow,
                                             b->fast);
+}
+
+/* The front ends of a block's windows, one task each (window w into
+ * block slot w; emit_windows then closes the gaps windows without a
+ * usable row leave). */
+typedef struct {
+  SattnPw *s;
+} FrontJob;
+
+static void
+front_task (void *ctx, size_t w, unsigned worker)
+{
+  SattnPw *s = ((const FrontJob *) ctx)->s;
+  s->fovf[w] = 0;
+  s->usable_in[w] = gather_window (s, s->ends[w] + s->cap - s->n, w, worker,
+                                   &s->fovf[w]);
 }
 
 /* A row's contract check from its window's input RMS and pooled z. */
@@ -615,12 +653,28 @@ emit_windows (SattnPw *s, size_t nw, float *out, SattnRowInfo *info,
   size_t nb = 0;
 
   /* Each window's rows, oldest first, into the block (windows without a
-   * usable row stay out of it). */
+   * usable row stay out of it).  A front end that depends on the window
+   * runs per window on the pool's threads, each window into its own
+   * slot; the slots of windows without a usable row are then closed. */
+  if (net->per_window) {
+    FrontJob fj = { s };
+    sattn_pool_run (nw > 1 ? s->pool : NULL, nw, front_task, &fj);
+  }
   for (size_t w = 0; w < nw; w++) {
     const uint64_t first = s->ends[w] + s->cap - n;
     rms[w] = checks != NULL ? window_rms (s, first) : NAN;
-    const uint32_t usable_in = net->per_window ? gather_window (s, first, nb)
-                                               : gather_kept (s, first, nb);
+    uint32_t usable_in;
+    if (net->per_window) {
+      usable_in = s->usable_in[w];
+      s->fe->stats.overflow_frames += s->fovf[w];
+      if (usable_in > 0 && nb != w) {
+        memmove (b->x + nb * bn * net->d, b->x + w * bn * net->d,
+                 bn * net->d * sizeof (float));
+        memmove (b->kok + nb * bn, b->kok + w * bn, bn);
+      }
+    } else {
+      usable_in = gather_kept (s, first, nb);
+    }
     s->usable_in[w] = usable_in;
     s->bidx[w] = usable_in > 0 ? nb : SIZE_MAX;
     if (usable_in == 0)
