@@ -86,7 +86,9 @@ typedef struct SattnNetBlock {
   struct SattnPool *pool;      /* not owned; NULL: serial */
   unsigned threads;
   float *x, *y;              /* rows × D: the layers' two buffers */
-  uint8_t *kok, *qok;        /* rows: key / query usable */
+  uint8_t *kok;              /* rows: usable */
+  uint8_t *qok;              /* rows shared between threads: kok as the
+                                layer's attention saw it */
   float *q, *k, *v, *o;      /* rows × dq, dq, dv, dv (widest layer) */
   float *xn;                 /* rows × D: norm1 of pre-norm layers */
   float *kt;                 /* max_windows × dq × n: K transposed */

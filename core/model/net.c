@@ -429,8 +429,9 @@ transpose_keys (const SattnModel *ml, SattnNetBlock *b, size_t w, size_t i0,
  * head after head as for the window alone).  A query row's result does
  * not depend on the rows computed with it. */
 static void
-attend_rows (const SattnModel *ml, SattnNetBlock *b, size_t w, size_t q0,
-             size_t q1, float *weights, SattnStats *stats, unsigned worker)
+attend_rows (const SattnModel *ml, SattnNetBlock *b, const uint8_t *ok,
+             size_t w, size_t q0, size_t q1, float *weights, SattnStats *stats,
+             unsigned worker)
 {
   const size_t H = ml->cfg.heads, n = b->n, dq = ml->dq, dv = ml->dv;
   SattnAttnArgs a = {
@@ -440,8 +441,8 @@ attend_rows (const SattnModel *ml, SattnNetBlock *b, size_t w, size_t q0,
     .ldkt = n,
     .v = b->v + w * n * dv,
     .ldv = dv,
-    .key_ok = b->kok + w * n,
-    .query_ok = b->kok + w * n,
+    .key_ok = ok + w * n,
+    .query_ok = ok + w * n,
     .m = n,
     .nk = n,
     .q0 = 0,
@@ -459,7 +460,7 @@ attend (const SattnModel *ml, SattnNetBlock *b, size_t w, float *weights,
         SattnStats *stats, unsigned worker)
 {
   transpose_keys (ml, b, w, 0, b->n);
-  attend_rows (ml, b, w, 0, b->n, weights, stats, worker);
+  attend_rows (ml, b, b->kok, w, 0, b->n, weights, stats, worker);
 }
 
 /* Rows [r0, r1) of layer ml: the output projection, the layer's per-row
@@ -565,6 +566,9 @@ split_in_task (void *ctx, size_t task, unsigned worker)
   rows_in (ml, b, sj->in, w * b->n + i0, w * b->n + i1,
            !(sj->layer == 0 && sj->j->l0_ready));
   transpose_keys (ml, b, w, i0, i1);
+  /* the rows' usability as this layer's keys and queries: rows_out may
+   * clear a row's (an overflow) while other ranges still attend to it */
+  memcpy (b->qok + w * b->n + i0, b->kok + w * b->n + i0, i1 - i0);
 }
 
 static void
@@ -577,7 +581,7 @@ split_out_task (void *ctx, size_t task, unsigned worker)
   split_range (sj, task, &w, &i0, &i1);
   if (i0 == i1)
     return;
-  attend_rows (net->layer[sj->layer], b, w, i0, i1, NULL, NULL, worker);
+  attend_rows (net->layer[sj->layer], b, b->qok, w, i0, i1, NULL, NULL, worker);
   rows_out (net->layer[sj->layer], net, b, sj->in, sj->out, w * b->n + i0,
             w * b->n + i1, sj->layer + 1 == net->n_layers, worker);
 }
