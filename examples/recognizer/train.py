@@ -62,7 +62,7 @@ CONFIG = dict(d_frame=2 * FRAME_SAMPLES, d_model=64, heads=4, layers=2,
               conv_kernel=2 * FRAME_SAMPLES, conv_padding=FRAME_SAMPLES // 2,
               conv_activation="gelu",
               input_norm="power", input_norm_eps=1e-12, channels=2)
-BUDGET = dict(epochs=9, per_epoch=32000, lr=2e-3, warmup=300, batch=128)
+BUDGET = dict(epochs=28, per_epoch=32000, lr=2e-3, warmup=300, batch=128)
 
 # --quick: what `make test` trains (a few minutes on one core).
 QUICK_CONFIG = dict(CONFIG, d_model=32, heads=2, layers=2, d_ff=64,
