@@ -35,10 +35,10 @@ write_model (void)
 {
   gchar *dir = g_dir_make_tmp ("sattn-whole-threads-XXXXXX", NULL);
   gchar *path = g_build_filename (dir, "m.safetensors", NULL);
-  WholeSpec s = {.f = F,.d = 16,.n_layers = 2,.ff = 32,.classes = CLASSES,
-    .max_window = WINDOW,.heads = 2,.positions = "learned",.mlp = TRUE,
-    .final_norm = TRUE,.norm_first = TRUE,.conv_steps = FS,.conv_kernel = 8,
-    .conv_padding = 2,.conv_act = "gelu",.input_norm = "power",.cls = TRUE,
+  WholeSpec s = { .f = F, .d = 16, .n_layers = 2, .ff = 32, .classes = CLASSES,
+    .max_window = WINDOW, .heads = 2, .positions = "learned", .mlp = TRUE,
+    .final_norm = TRUE, .norm_first = TRUE, .conv_steps = FS, .conv_kernel = 8,
+    .conv_padding = 2, .conv_act = "gelu", .input_norm = "power", .cls = TRUE,
     .meta = "sample_rate=8000;channels=2;frame_size=4;window=40;hop=10"
   };
 
