@@ -9,6 +9,7 @@
 #include "st-builder.h"
 
 #include <errno.h>
+#include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
 
@@ -266,4 +267,28 @@ st_write_whole (const gchar * path, guint32 seed, const WholeSpec * s)
   g_string_free (labels, TRUE);
   st_write (&w, path);
   return g_strdup (path);
+}
+
+gchar *
+st_write_whole_tmp (const gchar * name, guint32 seed, const WholeSpec * s)
+{
+  gchar *dir = g_dir_make_tmp ("sattn-whole-XXXXXX", NULL);
+  gchar *path;
+
+  fail_unless (dir != NULL);
+  path = g_build_filename (dir, name, NULL);
+  g_free (st_write_whole (path, seed, s));
+  g_free (dir);
+  return path;
+}
+
+void
+st_remove_tmp (gchar * path)
+{
+  gchar *dir = g_path_get_dirname (path);
+
+  g_unlink (path);
+  g_rmdir (dir);
+  g_free (dir);
+  g_free (path);
 }

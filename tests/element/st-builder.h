@@ -84,6 +84,13 @@ typedef struct
 gchar *st_write_whole (const gchar * path, guint32 seed,
     const WholeSpec * s);
 
+/* st_write_whole into a new temporary directory, as `name` there;
+ * returns the path (st_remove_tmp removes the file, the directory and
+ * frees the path). */
+gchar *st_write_whole_tmp (const gchar * name, guint32 seed,
+    const WholeSpec * s);
+void st_remove_tmp (gchar * path);
+
 G_END_DECLS
 
 #endif /* ST_BUILDER_H */

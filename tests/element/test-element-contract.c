@@ -38,30 +38,16 @@
 static gchar *
 write_model (const gchar * name, const gchar * extra, guint32 seed)
 {
-  gchar *dir = g_dir_make_tmp ("sattn-contract-XXXXXX", NULL);
-  gchar *path = g_build_filename (dir, name, NULL);
   gchar *meta = g_strdup_printf ("sample_rate=%d;channels=%d;frame_size=%d;"
       "window=%d;hop=%d%s%s", RATE, CH, FS, WINDOW, HOP, extra ? ";" : "",
       extra ? extra : "");
   WholeSpec s = { .f = F, .d = 8, .n_layers = 1, .ff = 16, .classes = 3,
     .heads = 2, .positions = "none", .final_norm = TRUE, .meta = meta
   };
+  gchar *path = st_write_whole_tmp (name, seed, &s);
 
-  g_free (st_write_whole (path, seed, &s));
   g_free (meta);
-  g_free (dir);
   return path;
-}
-
-static void
-remove_model (gchar * path)
-{
-  gchar *dir = g_path_get_dirname (path);
-
-  g_unlink (path);
-  g_rmdir (dir);
-  g_free (dir);
-  g_free (path);
 }
 
 /* The harness of a sattn with weights path and more properties, not
@@ -120,7 +106,7 @@ GST_START_TEST (test_unset_from_file)
   fail_unless_equals_int (hop, 2);
   fail_unless_equals_int (fs, FS);
   gst_harness_teardown (h);
-  remove_model (path);
+  st_remove_tmp (path);
 }
 
 GST_END_TEST;
@@ -163,7 +149,7 @@ GST_START_TEST (test_audiotestsrc_negotiates)
   gst_element_set_state (pipe, GST_STATE_NULL);
   gst_object_unref (pipe);
   g_free (desc);
-  remove_model (path);
+  st_remove_tmp (path);
 }
 
 GST_END_TEST;
@@ -224,7 +210,7 @@ GST_START_TEST (test_refused_or_warned)
   fail_unless (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR) == NULL);
   sattn_detach_bus (h, bus);
   gst_harness_teardown (h);
-  remove_model (path);
+  st_remove_tmp (path);
 }
 
 GST_END_TEST;
@@ -254,7 +240,7 @@ GST_START_TEST (test_frame_size_refused)
   gst_element_set_bus (e, NULL);
   gst_object_unref (bus);
   gst_object_unref (e);
-  remove_model (path);
+  st_remove_tmp (path);
 }
 
 GST_END_TEST;
@@ -373,7 +359,7 @@ GST_START_TEST (test_windows_flagged)
   sattn_detach_bus (h, bus);
   gst_harness_teardown (h);
   g_free (x);
-  remove_model (path);
+  st_remove_tmp (path);
 }
 
 GST_END_TEST;
@@ -420,7 +406,7 @@ GST_START_TEST (test_min_probability)
     sattn_detach_bus (h, bus);
     gst_harness_teardown (h);
   }
-  remove_model (path);
+  st_remove_tmp (path);
 }
 
 GST_END_TEST;

@@ -17,7 +17,6 @@
 #include "sattn-check.h"
 #include "st-builder.h"
 
-#include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
 
@@ -33,8 +32,6 @@
 static gchar *
 write_model (void)
 {
-  gchar *dir = g_dir_make_tmp ("sattn-whole-threads-XXXXXX", NULL);
-  gchar *path = g_build_filename (dir, "m.safetensors", NULL);
   WholeSpec s = { .f = F, .d = 16, .n_layers = 2, .ff = 32, .classes = CLASSES,
     .max_window = WINDOW, .heads = 2, .positions = "learned", .mlp = TRUE,
     .final_norm = TRUE, .norm_first = TRUE, .conv_steps = FS, .conv_kernel = 8,
@@ -42,20 +39,7 @@ write_model (void)
     .meta = "sample_rate=8000;channels=2;frame_size=4;window=40;hop=10"
   };
 
-  g_free (st_write_whole (path, 71, &s));
-  g_free (dir);
-  return path;
-}
-
-static void
-remove_model (gchar * path)
-{
-  gchar *dir = g_path_get_dirname (path);
-
-  g_unlink (path);
-  g_rmdir (dir);
-  g_free (dir);
-  g_free (path);
+  return st_write_whole_tmp ("m.safetensors", 71, &s);
 }
 
 /* The frames: a signal, a NaN sample in frame 333, frames 500 ... 539 a
@@ -71,16 +55,15 @@ frames (void)
   return x;
 }
 
-/* Every output row's bytes of a sattn (threads t) fed x in buffers of
- * sizes[] frames (cycled); the GAP flag on buffers that start in
- * [500, 540). */
-static GByteArray *
+/* Every output float of a sattn (threads t) fed x in buffers of sizes[]
+ * frames (cycled), then EOS, in o (sattn_output_init first); the GAP flag
+ * on buffers that start in [500, 540). */
+static void
 run (const gchar * path, gint t, const guint * sizes, guint n_sizes,
-    const float *x)
+    const float *x, SattnOutput * o)
 {
   GstElement *e = gst_element_factory_make ("sattn", NULL);
   GstHarness *h;
-  GByteArray *out = g_byte_array_new ();
   GstBuffer *b;
   guint at = 0, k = 0;
 
@@ -100,26 +83,11 @@ run (const gchar * path, gint t, const guint * sizes, guint n_sizes,
       GST_BUFFER_FLAG_SET (b, GST_BUFFER_FLAG_GAP);
     fail_unless_equals_int (gst_harness_push (h, b), GST_FLOW_OK);
     at += n;
-    while ((b = gst_harness_try_pull (h)) != NULL) {
-      GstMapInfo m;
-
-      fail_unless (gst_buffer_map (b, &m, GST_MAP_READ));
-      g_byte_array_append (out, m.data, m.size);
-      gst_buffer_unmap (b, &m);
-      gst_buffer_unref (b);
-    }
+    sattn_output_pull_all (h, o);
   }
   fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
-  while ((b = gst_harness_try_pull (h)) != NULL) {
-    GstMapInfo m;
-
-    fail_unless (gst_buffer_map (b, &m, GST_MAP_READ));
-    g_byte_array_append (out, m.data, m.size);
-    gst_buffer_unmap (b, &m);
-    gst_buffer_unref (b);
-  }
+  sattn_output_pull_all (h, o);
   gst_harness_teardown (h);
-  return out;
 }
 
 static void
@@ -127,22 +95,28 @@ check_cut (const gchar * what, const guint * sizes, guint n_sizes)
 {
   gchar *path = write_model ();
   float *x = frames ();
-  GByteArray *one = run (path, 1, sizes, n_sizes, x);
+  SattnOutput one;
   gint t;
 
+  sattn_output_init (&one);
+  run (path, 1, sizes, n_sizes, x, &one);
   /* a row of CLASSES floats for every hop of frames (the last one at EOS
    * too): nothing lost */
-  fail_unless_equals_int (one->len, FRAMES / HOP * CLASSES * sizeof (float));
+  fail_unless_equals_int (one.floats->len, FRAMES / HOP * CLASSES);
   for (t = 2; t <= 3; t++) {
-    GByteArray *other = run (path, t, sizes, n_sizes, x);
+    SattnOutput other;
 
-    fail_unless (other->len == one->len && memcmp (other->data, one->data,
-            one->len) == 0, "%s: threads=%d differs from threads=1", what, t);
-    g_byte_array_unref (other);
+    sattn_output_init (&other);
+    run (path, t, sizes, n_sizes, x, &other);
+    fail_unless (other.floats->len == one.floats->len &&
+        memcmp (other.floats->data, one.floats->data,
+            one.floats->len * sizeof (float)) == 0,
+        "%s: threads=%d differs from threads=1", what, t);
+    sattn_output_clear (&other);
   }
-  g_byte_array_unref (one);
+  sattn_output_clear (&one);
   g_free (x);
-  remove_model (path);
+  st_remove_tmp (path);
 }
 
 GST_START_TEST (test_one_window_per_push)
